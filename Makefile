@@ -1,0 +1,43 @@
+# The two commands a new user types (as root on Debian/Ubuntu):
+#   make demo   provision the local testbed and run the whole loop on it
+#   make test   run the whole test suite
+# Both install what they need: the apt packages, then .venv/ with testbed and its extras.
+
+VENV   ?= .venv
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+APT_PACKAGES = openssh-server openssh-client iproute2 rsync openmpi-bin libopenmpi-dev git make gcc \
+               sudo zsh pssh procps psmisc curl ca-certificates
+STAMP  = $(VENV)/.installed
+
+.PHONY: demo test deps venv lint clean
+
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing apt packages:$$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "need root to apt-get install:$$missing" >&2; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[chameleon,tpu,dev]'
+	$(VENV)/bin/pip install -q 'torch==2.13.0' || $(VENV)/bin/pip install -q torch
+	touch $(STAMP)
+
+venv: deps $(STAMP)
+
+demo: venv
+	$(VENV)/bin/testbed demo
+
+test: venv
+	$(VENV)/bin/python -m pytest -q -ra
+
+lint: venv
+	$(VENV)/bin/ruff check testbed tests bench
+	cd playbooks && ../$(VENV)/bin/ansible-lint roles
+
+clean:
+	-$(VENV)/bin/testbed destroy local --yes
+	rm -rf $(VENV) .testbed

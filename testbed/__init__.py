@@ -1,0 +1,3 @@
+"""testbed: provision -> setup -> run -> collect -> report for research artifacts."""
+
+__version__ = "0.1.0"

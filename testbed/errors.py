@@ -1,0 +1,31 @@
+"""One error type the CLI turns into one clear message: what went wrong, where, and what to do."""
+
+from __future__ import annotations
+
+
+class TestbedError(Exception):
+    """A failure the user can act on. Rendered without a traceback (``--debug`` shows one)."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, what: str, *, where: str | None = None, fix: str | None = None, code: int = 1):
+        super().__init__(what)
+        self.what = what
+        self.where = where
+        self.fix = fix
+        self.code = code
+
+    def render(self) -> str:
+        parts = [self.what]
+        if self.where:
+            parts.append(f"  where: {self.where}")
+        if self.fix:
+            parts.append(f"  fix:   {self.fix}")
+        return "\n".join(parts)
+
+
+class UsageError(TestbedError):
+    """Bad input from the user (exit code 2): refused before any host is touched."""
+
+    def __init__(self, what: str, *, where: str | None = None, fix: str | None = None):
+        super().__init__(what, where=where, fix=fix, code=2)

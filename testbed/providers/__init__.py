@@ -1,0 +1,22 @@
+"""Provider registry. Modules are imported on demand so cloud SDKs never load for other commands."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from testbed.providers.base import Provider
+
+PROVIDERS: dict[str, str] = {
+    "local": "testbed.providers.local:LocalProvider",
+    "lab": "testbed.providers.lab:LabProvider",
+    "chameleon": "testbed.providers.chameleon:ChameleonProvider",
+    "gcp-tpu": "testbed.providers.gcp_tpu:TpuProvider",
+}
+
+
+def provider_class(kind: str) -> type[Provider]:
+    """The Provider class for ``kind`` (imports only that provider's module)."""
+    mod_name, cls_name = PROVIDERS[kind].split(":")
+    return getattr(importlib.import_module(mod_name), cls_name)

@@ -1,0 +1,76 @@
+"""The provider protocol: every provider turns a testbed spec into hosts recorded in state."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from testbed.spec import TestbedSpec
+    from testbed.state import Store
+
+
+@dataclass
+class Host:
+    """One machine of a testbed, as the controller reaches it over SSH."""
+
+    name: str
+    address: str
+    port: int = 22
+    user: str = "root"
+    key: str | None = None  # private key path; None = the testbed's own key
+    groups: list[str] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    proxy_jump: str | None = None
+    state: str = "up"  # up | down | unknown | preempted | ...
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Progress = Callable[[str], None]
+"""A provider reports progress as short human lines (``"lease tb-lease: PENDING (30 s)"``)."""
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+class Provider(ABC):
+    """Provision and destroy the hosts of one testbed.
+
+    Rules every provider keeps:
+    - every cloud resource id is written to state (``store.add_resource``) the moment the API returns it;
+    - ``provision`` is idempotent and records the hosts with ``store.set_hosts``;
+    - ``destroy`` is safe to run again after a partial failure and leaves no resource behind;
+    - SDKs are imported inside methods, never at module import.
+    """
+
+    kind: ClassVar[str]
+
+    def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet):
+        self.spec = spec
+        self.store = store
+        self.progress = progress
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @abstractmethod
+    def provision(self) -> list[Host]:
+        """Create (or find) the hosts, wait until SSH answers, record them in state, return them."""
+
+    @abstractmethod
+    def destroy(self) -> None:
+        """Release every resource recorded for this testbed; safe to repeat."""
+
+    def describe(self) -> dict[str, Any]:
+        """Provider-specific status from state only (no network): lease end, slice type, ..."""
+        return {}
+
+    def refresh(self) -> list[Host]:
+        """Ask the provider for the hosts' real state (network allowed); default: state as recorded."""
+        return self.store.hosts(self.name)

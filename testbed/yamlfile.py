@@ -1,0 +1,183 @@
+"""Load YAML keeping line numbers, and validate it with pydantic into one clear error.
+
+A bad file is refused with ``file:line``, the field, what was expected and, for an unknown key, the
+closest valid one. ``${VAR}`` and ``${VAR:-default}`` in strings are expanded from the environment.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from testbed.errors import UsageError
+
+M = TypeVar("M", bound=BaseModel)
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class Located:
+    """Line lookup for a loaded document: path tuple -> 1-based line."""
+
+    def __init__(self, root: Any):
+        self.root = root
+
+    def line(self, loc: tuple[Any, ...]) -> int | None:
+        node, best = self.root, None
+        for part in loc:
+            lc = getattr(node, "lc", None)
+            try:
+                if isinstance(node, dict) and part in node:
+                    if lc is not None:
+                        best = lc.key(part)[0] + 1
+                    node = node[part]
+                elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+                    if lc is not None:
+                        best = lc.item(part)[0] + 1
+                    node = node[part]
+                else:
+                    break
+            except (KeyError, IndexError, TypeError):
+                break
+        if best is None and getattr(self.root, "lc", None) is not None:
+            best = (self.root.lc.line or 0) + 1
+        return best
+
+
+def _plain(node: Any, path: Path, located: Located, loc: tuple[Any, ...] = ()) -> Any:
+    """ruamel nodes -> plain dict/list/str with ${VAR} expanded (errors carry file:line)."""
+    if isinstance(node, dict):
+        return {str(k): _plain(v, path, located, (*loc, k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v, path, located, (*loc, i)) for i, v in enumerate(node)]
+    if isinstance(node, str):
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            val = os.environ.get(name)
+            if val:
+                return val
+            if default is not None:
+                return default
+            line = located.line(loc)
+            raise UsageError(
+                f"environment variable {name} is not set (used by {'.'.join(map(str, loc)) or 'the file'})",
+                where=f"{path}:{line}" if line else str(path),
+                fix=f"export {name}=... before running testbed, or write ${{{name}:-default}} in the file",
+            )
+        return _VAR.sub(sub, str(node))
+    return node
+
+
+def load(path: Path) -> tuple[Any, Located]:
+    """Parse ``path``; a syntax error becomes a UsageError with its line and column."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+    yaml = YAML(typ="rt")
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}", where=str(path),
+                         fix="check the file name and its permissions") from None
+    try:
+        doc = yaml.load(text)
+    except MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise UsageError(f"{path.name} is not valid YAML: {e.problem or e.context}", where=where,
+                         fix="fix the YAML syntax at that line (indentation, a missing ':' or quote)") from None
+    except YAMLError as e:
+        raise UsageError(f"{path.name} is not valid YAML: {e}", where=str(path),
+                         fix="fix the YAML syntax") from None
+    if doc is None:
+        doc = {}
+    located = Located(doc)
+    return _plain(doc, path, located), located
+
+
+def _models_in(ann: Any) -> list[type[BaseModel]]:
+    """BaseModel classes reachable in an annotation (through Optional, Union, list, dict)."""
+    from typing import get_args
+
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return [ann]
+    out: list[type[BaseModel]] = []
+    for a in get_args(ann):
+        out += _models_in(a)
+    return out
+
+
+def _tag_of(m: type[BaseModel]) -> str | None:
+    f = m.model_fields.get("kind")
+    if f is not None and isinstance(f.default, str):
+        return f.default
+    return None
+
+
+def _resolve(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[str]]:
+    """Strip discriminator tags from a pydantic loc; also return the valid keys where it ends."""
+    clean: list[Any] = []
+    current: list[type[BaseModel]] = [model]
+    for part in loc:
+        if isinstance(part, int):
+            clean.append(part)
+            continue
+        if len(current) > 1:
+            tagged = [m for m in current if _tag_of(m) == part]
+            if tagged:
+                current = tagged
+                continue
+        owner = next((m for m in current if part in m.model_fields), None)
+        clean.append(part)
+        if owner is None:
+            break
+        current = _models_in(owner.model_fields[part].annotation) or current
+    valid = sorted({f.alias or n for m in current for n, f in m.model_fields.items()})
+    return tuple(clean), valid
+
+
+def _describe(err: dict[str, Any], clean_loc: tuple[Any, ...], valid: list[str]) -> tuple[str, str]:
+    """(message, fix) for one pydantic error."""
+    field = ".".join(str(p) for p in clean_loc) or "(top level)"
+    t = err["type"]
+    got = err.get("input")
+    if t == "extra_forbidden":
+        key = str(clean_loc[-1]) if clean_loc else "?"
+        close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+        hint = f"did you mean '{close[0]}'?" if close else f"valid keys here: {', '.join(sorted(valid))}"
+        return f"unknown key '{key}'", hint
+    if t == "missing":
+        return f"missing required field '{field}'", f"add '{clean_loc[-1]}:' to the file"
+    expected = err.get("msg", "invalid value")
+    shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
+    return f"bad value for '{field}': {expected} (got {shown})", "correct the value as described"
+
+
+def validate(model: type[M], data: Any, path: Path, located: Located, **context: Any) -> M:
+    """``model.model_validate(data)``; the first error becomes a UsageError with file:line."""
+    try:
+        return model.model_validate(data, context=context or None)
+    except ValidationError as e:
+        errs = e.errors(include_url=False)
+        # a discriminated union reports under the tag name ('provider', 'local', ...); drop tag steps
+        err = errs[0]
+        loc = tuple(err["loc"])
+        clean, _ = _resolve(model, loc)
+        _, valid = _resolve(model, loc[:-1] + ("\0",)) if err["type"] == "extra_forbidden" else ((), [])
+        msg, fix = _describe(err, clean, valid)
+        line = located.line(clean)
+        more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
+        raise UsageError(f"{path.name}: {msg}{more}", where=f"{path}:{line}" if line else str(path),
+                         fix=fix) from None
+
+
+def validate_file(model: type[M], path: Path, **context: Any) -> M:
+    data, located = load(path)
+    if not isinstance(data, dict):
+        raise UsageError(f"{path.name}: the top level must be a mapping of keys", where=f"{path}:1",
+                         fix="start the file with 'key: value' lines")
+    return validate(model, data, path, located, **context)
