@@ -6,6 +6,7 @@ instead of corrupting the file; WAL mode lets readers go on while one process wr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import time
@@ -71,10 +72,8 @@ class Store:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA busy_timeout=30000")
         self._db.execute("PRAGMA foreign_keys=ON")
-        try:
+        with contextlib.suppress(sqlite3.OperationalError):  # another process is switching it right now
             self._db.execute("PRAGMA journal_mode=WAL")
-        except sqlite3.OperationalError:  # another process is switching it right now; WAL persists anyway
-            pass
         with self.tx() as db:
             for stmt in SCHEMA.split(";"):
                 if stmt.strip():

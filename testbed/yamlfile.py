@@ -167,7 +167,7 @@ def validate(model: type[M], data: Any, path: Path, located: Located, **context:
         err = errs[0]
         loc = tuple(err["loc"])
         clean, _ = _resolve(model, loc)
-        _, valid = _resolve(model, loc[:-1] + ("\0",)) if err["type"] == "extra_forbidden" else ((), [])
+        _, valid = _resolve(model, (*loc[:-1], "\0")) if err["type"] == "extra_forbidden" else ((), [])
         msg, fix = _describe(err, clean, valid)
         line = located.line(clean)
         more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
