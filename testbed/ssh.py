@@ -165,9 +165,18 @@ def write_inventory(testbed: str, hosts: list[Host], variables: dict[str, object
     return p
 
 
-def ssh_argv(testbed: str, host: str, command: str | None = None, *, tty: bool = False) -> list[str]:
-    """argv for ``ssh`` to ``host`` through the testbed's config; ``command`` runs in the host's shell."""
+def ssh_argv(testbed: str, host: str, command: str | None = None, *, tty: bool = False,
+             mux: str = "client") -> list[str]:
+    """argv for ``ssh`` to ``host`` through the testbed's config; ``command`` runs in the host's shell.
+
+    ``mux``: "client" uses a running master connection if there is one and never becomes one (so captured
+    pipes are not held open by a lingering master); "none" bypasses multiplexing; "auto" is ssh's default.
+    """
     argv = ["ssh", "-F", str(ssh_config_path(testbed))]
+    if mux == "client":
+        argv += ["-o", "ControlMaster=no"]
+    elif mux == "none":
+        argv += ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
     if tty:
         argv.append("-t")
     argv.append(host)
@@ -176,14 +185,28 @@ def ssh_argv(testbed: str, host: str, command: str | None = None, *, tty: bool =
     return argv
 
 
-def close_connections(testbed: str, hosts: list[str]) -> None:
+def start_master(testbed: str, host: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Open (or reuse) the multiplexed master connection to ``host``; later ssh calls reuse it."""
+    cfg = str(ssh_config_path(testbed))
+    chk = subprocess.run(["ssh", "-F", cfg, "-O", "check", host], capture_output=True, text=True,
+                         timeout=timeout, check=False)
+    if chk.returncode == 0:
+        return chk
+    with open(os.devnull, "wb") as null:
+        p = subprocess.run(["ssh", "-F", cfg, "-fN", "-o", "ControlMaster=yes", host], stdin=subprocess.DEVNULL,
+                           stdout=null, stderr=subprocess.PIPE, timeout=timeout, check=False)
+    return subprocess.CompletedProcess(p.args, p.returncode, "", p.stderr.decode(errors="replace"))
+
+
+def close_connections(testbed: str, hosts: list[str], *, remove: bool = False) -> None:
     """Stop multiplexed master connections (after destroy or when a host changed)."""
     cfg = ssh_config_path(testbed)
     if cfg.exists():
         for h in hosts:
             subprocess.run(["ssh", "-F", str(cfg), "-O", "exit", h], capture_output=True, timeout=10,
                            check=False)
-    shutil.rmtree(control_dir(testbed), ignore_errors=True)
+    if remove:
+        shutil.rmtree(control_dir(testbed), ignore_errors=True)
 
 
 def scan_host_keys(address: str, port: int = 22, timeout: float = 5) -> list[str]:

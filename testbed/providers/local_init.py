@@ -1,0 +1,138 @@
+"""PID 1 of a local testbed host (stdlib only; run by the controller inside the host's namespaces).
+
+It mounts the host's copy-on-write root (overlay with lower ``/``), fresh ``/proc``, ``/sys``, ``/dev``
+and a tmpfs ``/run``, chroots into it and keeps ``sshd -D`` running. Signals, as sent by the host's own
+``reboot``/``shutdown`` (installed in its upper layer):
+- SIGUSR1: reboot: every other process is killed, a new boot id is written, sshd starts again;
+- SIGTERM: halt: every process is killed and the host stays down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+SSHD_CONFIG = "/etc/ssh/sshd_config_testbed"
+
+
+class Reboot(Exception):
+    pass
+
+
+class Halt(Exception):
+    pass
+
+
+def _on_usr1(signum, frame):  # noqa: ARG001
+    raise Reboot
+
+
+def _on_term(signum, frame):  # noqa: ARG001
+    raise Halt
+
+
+def sh(*argv: str) -> None:
+    subprocess.run(argv, check=True)
+
+
+def mount_root(a: argparse.Namespace) -> None:
+    m = a.merged
+    sh("mount", "--make-rprivate", "/")
+    sh("mount", "-t", "overlay", "overlay", "-o", f"lowerdir=/,upperdir={a.upper},workdir={a.work}", m)
+    sh("mount", "-t", "proc", "proc", f"{m}/proc")
+    sh("mount", "--rbind", "/dev", f"{m}/dev")
+    sh("mount", "-t", "sysfs", "sysfs", f"{m}/sys")
+    if os.path.isdir("/sys/fs/cgroup"):
+        subprocess.run(["mount", "--rbind", "/sys/fs/cgroup", f"{m}/sys/fs/cgroup"], check=False)
+    sh("mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", f"{m}/run")
+    sh("mount", "--bind", a.boot_id, f"{m}/proc/sys/kernel/random/boot_id")
+
+
+def kill_all(grace: float = 2.0) -> None:
+    """Stop every process of this host but PID 1 (TERM, then KILL), reaping them."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+        try:
+            os.kill(-1, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                time.sleep(0.05)
+
+
+def fresh_run() -> None:
+    subprocess.run(["umount", "-l", "/run"], check=False)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", "/run"], check=False)
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+
+
+def start_sshd() -> subprocess.Popen:
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+    log = open("/var/log/sshd-testbed.log", "ab")  # noqa: SIM115
+    return subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", SSHD_CONFIG], stdout=log, stderr=log,
+                            stdin=subprocess.DEVNULL)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--hostname", required=True)
+    p.add_argument("--upper", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--merged", required=True)
+    p.add_argument("--boot-id", required=True)
+    a = p.parse_args()
+    if os.getpid() != 1:
+        print("local_init must run as PID 1 of a new PID namespace", file=sys.stderr)
+        return 2
+    socket.sethostname(a.hostname)
+    mount_root(a)
+    os.chroot(a.merged)
+    os.chdir("/")
+    signal.signal(signal.SIGUSR1, _on_usr1)
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+    print(f"{a.hostname}: up", flush=True)
+    while True:
+        try:
+            sshd = start_sshd()
+            while True:
+                try:
+                    pid, _ = os.waitpid(-1, 0)
+                except ChildProcessError:
+                    time.sleep(0.5)
+                    continue
+                if pid == sshd.pid:
+                    time.sleep(1)
+                    break  # restart sshd
+        except Reboot:
+            print(f"{a.hostname}: rebooting", flush=True)
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+            kill_all()
+            with open("/proc/sys/kernel/random/boot_id", "w") as f:
+                f.write(str(uuid.uuid4()) + "\n")
+            fresh_run()
+            signal.signal(signal.SIGUSR1, _on_usr1)
+            print(f"{a.hostname}: up", flush=True)
+        except Halt:
+            print(f"{a.hostname}: halting", flush=True)
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            kill_all()
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
