@@ -1,0 +1,61 @@
+"""``build_report``: open a run folder, dispatch to the suite's reporter, render and write everything."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.errors import UsageError
+from testbed.report import render, tidy_csv
+from testbed.report.model import Check, Report
+from testbed.report.registry import get_reporter
+from testbed.report.rundir import REPORT_DIR, RunDir
+from testbed.report.summary import add_summary, generic
+
+FORMATS = ("md", "html")
+
+
+@dataclass
+class ReportResult:
+    """What ``build_report`` wrote, and what it found."""
+
+    path: Path
+    figures: list[Path] = field(default_factory=list)
+    csvs: list[Path] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    suite: str = ""
+
+    @property
+    def passed(self) -> bool:
+        """No check failed (checks that could not be evaluated do not count)."""
+        return all(p is not False for _, p, _ in self.checks)
+
+
+def build_report(run_dir: Path, fmt: str = "md") -> ReportResult:
+    """Write ``run_dir/report/report.<md|html>`` with figures and CSVs; return what was written."""
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown report format {fmt!r}", where="--format", fix="use one of: md, html")
+    run = RunDir.open(Path(run_dir))
+    out_dir = run.path / REPORT_DIR
+    try:
+        out_dir.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write the report folder: {exc.strerror}", where=str(out_dir),
+                         fix="check the run folder's permissions") from exc
+    rep = Report(out_dir, f"{run.suite} run {run.run_id}")
+    add_summary(run, rep)
+    reporter = get_reporter(run.suite)
+    if reporter is None:
+        generic(run, rep)
+    else:
+        try:
+            reporter(run, rep)
+        except Exception as exc:  # a broken output must still give a report
+            rep.skip([f"{run.suite} reporter stopped: {type(exc).__name__}: {exc}"])
+            rep.check("report complete", False, f"reporter error: {exc}")
+    csvs = tidy_csv.write_all(rep)
+    text = render.to_html(rep) if fmt == "html" else render.to_markdown(rep)
+    path = out_dir / f"report.{fmt}"
+    path.write_text(text, encoding="utf-8")
+    return ReportResult(path, [f.path for f in rep.figures], csvs, list(rep.skipped), list(rep.checks), run.suite)

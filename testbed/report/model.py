@@ -1,0 +1,110 @@
+"""Plain records a reporter fills in and the renderers read: tables, figures, checks, text."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+Cell = str | int | float | bool | None
+Check = tuple[str, bool | None, str]
+"""(name, passed, detail); passed is None when the check could not be evaluated."""
+
+
+@dataclass
+class Parsed(Generic[T]):
+    """What a parser returns: the rows it understood and a note for everything it skipped."""
+
+    rows: list[T] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Table:
+    """A tidy table: one row per observation, one column per variable; written to ``<name>.csv``."""
+
+    name: str
+    columns: list[str]
+    rows: list[list[Cell]]
+    title: str = ""
+
+
+@dataclass
+class Figure:
+    """A PNG written into the report folder."""
+
+    name: str
+    path: Path
+    caption: str = ""
+
+
+@dataclass
+class Heading:
+    text: str
+    level: int = 2
+
+
+@dataclass
+class Text:
+    text: str
+
+
+Block = Heading | Text | Table | Figure
+
+
+@dataclass
+class Report:
+    """What a suite reporter builds; ``build_report`` renders it to Markdown or HTML."""
+
+    out_dir: Path
+    title: str
+    blocks: list[Block] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    def heading(self, text: str, level: int = 2) -> None:
+        self.blocks.append(Heading(text, level))
+
+    def text(self, text: str) -> None:
+        self.blocks.append(Text(text))
+
+    def table(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[Cell]], title: str = "") -> Table:
+        tab = Table(_safe_name(name), list(columns), [list(r) for r in rows], title)
+        self.blocks.append(tab)
+        return tab
+
+    def figure(
+        self, name: str, draw: Callable[[Any], None], caption: str = "", size: tuple[float, float] = (7, 4)
+    ) -> Figure:
+        """Draw with ``draw(fig)`` on a fresh matplotlib Figure and save it as ``<name>.png``."""
+        from testbed.report.plotting import save_figure
+
+        path = self.out_dir / f"{_safe_name(name)}.png"
+        save_figure(path, draw, size)
+        fig = Figure(_safe_name(name), path, caption)
+        self.blocks.append(fig)
+        return fig
+
+    def check(self, name: str, passed: bool | None, detail: str) -> None:
+        self.checks.append((name, passed, detail))
+
+    def skip(self, notes: Sequence[str]) -> None:
+        self.skipped.extend(notes)
+
+    @property
+    def tables(self) -> list[Table]:
+        return [b for b in self.blocks if isinstance(b, Table)]
+
+    @property
+    def figures(self) -> list[Figure]:
+        return [b for b in self.blocks if isinstance(b, Figure)]
+
+
+def _safe_name(name: str) -> str:
+    """A file-name-safe stem: letters, digits, dot, dash and underscore only."""
+    out = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip("._")
+    return out or "unnamed"

@@ -1,0 +1,104 @@
+"""A collected run on disk: its manifest (read tolerantly) and its per-host files."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import UsageError
+
+REPORT_DIR = "report"
+
+
+@dataclass
+class RunDir:
+    """``results/<suite>/<run-id>/`` with ``manifest.json`` and one folder per host."""
+
+    path: Path
+    manifest: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, path: Path) -> RunDir:
+        """Open a run folder; a missing or unreadable folder is a UsageError, a bad manifest a note."""
+        path = Path(path)
+        if not path.is_dir():
+            raise UsageError(
+                f"no run folder at {path}",
+                where=str(path),
+                fix="pass results/<suite>/<run-id> of a collected run (see `testbed collect`)",
+            )
+        try:
+            list(path.iterdir())
+        except OSError as exc:
+            raise UsageError(f"cannot read run folder {path}: {exc.strerror}", where=str(path),
+                             fix="check the folder's permissions") from exc
+        run = cls(path)
+        mpath = path / "manifest.json"
+        if mpath.is_file():
+            try:
+                data = json.loads(mpath.read_text(encoding="utf-8", errors="replace"))
+                run.manifest = data if isinstance(data, dict) else {}
+                if not isinstance(data, dict):
+                    run.notes.append("manifest.json: not a JSON object; ignored")
+            except (OSError, ValueError) as exc:
+                run.notes.append(f"manifest.json: unreadable ({exc}); report built without it")
+        else:
+            run.notes.append("manifest.json: missing; suite taken from the folder name")
+        return run
+
+    @property
+    def suite(self) -> str:
+        suite = self.manifest.get("suite")
+        return str(suite) if suite else self.path.parent.name
+
+    @property
+    def run_id(self) -> str:
+        return str(self.manifest.get("run_id") or self.path.name)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        params = self.manifest.get("params")
+        return params if isinstance(params, dict) else {}
+
+    @property
+    def hosts(self) -> list[str]:
+        """Host names from the manifest, else the run folder's subfolders (never ``report/``)."""
+        names = [str(h.get("name")) for h in self._list("hosts") if isinstance(h, dict) and h.get("name")]
+        if names:
+            return names
+        return sorted(p.name for p in self.path.iterdir() if p.is_dir() and p.name != REPORT_DIR)
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        return [e for e in self._list("events") if isinstance(e, dict)]
+
+    def host_records(self) -> list[dict[str, Any]]:
+        return [h for h in self._list("hosts") if isinstance(h, dict)]
+
+    def files(self, pattern: str | re.Pattern[str]) -> list[tuple[str, Path]]:
+        """(host, path) of every file under a host folder whose name matches ``pattern`` (a regex, fullmatch)."""
+        rx = re.compile(pattern) if isinstance(pattern, str) else pattern
+        found: list[tuple[str, Path]] = []
+        for host in self.hosts:
+            hdir = self.path / host
+            if not hdir.is_dir():
+                continue
+            for p in sorted(hdir.rglob("*")):
+                if p.is_file() and rx.fullmatch(p.name):
+                    found.append((host, p))
+        return found
+
+    def rel(self, path: Path) -> str:
+        """A path shown relative to the run folder."""
+        try:
+            return str(path.relative_to(self.path))
+        except ValueError:
+            return str(path)
+
+    def _list(self, key: str) -> list[Any]:
+        value = self.manifest.get(key)
+        return value if isinstance(value, list) else []

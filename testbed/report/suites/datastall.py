@@ -1,0 +1,174 @@
+"""datastall-emulator: Figures 3, 4(a), 5 and 6 of the data-stall paper from the emulator's outputs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from testbed.report import plotting
+from testbed.report.datastall_math import (
+    KNOWN_MODELS,
+    classify,
+    fetch_stall_fraction,
+    fig4a,
+    images_per_second,
+    prep_stall_pct,
+)
+from testbed.report.model import Report
+from testbed.report.parsers.datastall_batches import parse_batch_csv
+from testbed.report.parsers.datastall_output import EmulatorOutput, Totals, parse_emulator_output
+from testbed.report.parsers.datastall_profile import parse_profile
+from testbed.report.parsers.vmtouch import parse_vmtouch
+from testbed.report.registry import reporter
+from testbed.report.rundir import RunDir
+
+FIG4_EPOCH = 2
+
+
+@reporter("datastall-emulator", "datastall")
+def report(run: RunDir, rep: Report) -> None:
+    models = KNOWN_MODELS + tuple(str(m) for m in run.params.get("models", []) if isinstance(m, str))
+    outs: dict[str, dict[object, tuple[Path, EmulatorOutput]]] = {"3": {}, "3-100": {}, "4": {}, "5": {}, "6": {}}
+    for _, path in run.files(r"output.*\.txt"):
+        kind = classify(path.name, path.parent.name, models)
+        if kind is None:
+            continue
+        parsed = parse_emulator_output(path)
+        rep.skip([f"{run.rel(path)}: {s.split(': ', 1)[-1]}" if s.startswith(path.name) else s
+                  for s in parsed.skipped])
+        key = kind.model if kind.figure in ("3", "3-100", "6") else (
+            kind.limit_gb if kind.figure == "4" else (kind.model, kind.workers))
+        outs[kind.figure][key] = (path, parsed)
+    cache = _cache(run)
+    _fig3(rep, outs["3"], outs["3-100"], cache)
+    _fig4(rep, outs["4"], cache)
+    _fig5(rep, outs["5"], run.params.get("images_per_epoch"))
+    _fig6(rep, outs["6"])
+    _inputs(run, rep)
+
+
+def _cache(run: RunDir) -> dict[str, float]:
+    found = {}
+    for _, path in run.files(r"cache_result.*\.txt"):
+        res = parse_vmtouch(path)
+        if res is not None:
+            found[path.stem.removeprefix("cache_result")] = res.percent
+    return found
+
+
+def _final(rep: Report, label: str, out: EmulatorOutput) -> Totals | None:
+    if out.final is None:
+        rep.skip([f"{label}: no complete epoch; left out"])
+    return out.final
+
+
+def _fig3(rep: Report, at35: dict, at100: dict, cache: dict[str, float]) -> None:
+    if not at35 and not at100:
+        return
+    rep.heading("Figure 3: fetch stall by model (about 35% cached)")
+    rows = []
+    for model in sorted(set(at35) | set(at100)):
+        a = _final(rep, f"output{model}.txt", at35[model][1]) if model in at35 else None
+        b = _final(rep, f"output_100{model}.txt", at100[model][1]) if model in at100 else None
+        frac = fetch_stall_fraction(a, b) if a and b else None
+        if frac is None:
+            rep.skip([f"figure 3: {model} lacks output{model}.txt or output_100{model}.txt; no fraction"])
+        rows.append([model, a.data if a else None, a.cpu2gpu if a else None, a.gpu if a else None,
+                     b.data if b else None, frac, cache.get(model)])
+    rep.table("fig3_fetch_stall", ["model", "data_35", "cpu2gpu_35", "gpu_35", "data_100", "fetch_stall_fraction",
+                                   "cached_pct"], rows,
+              "fetch stall = (data_35 - data_100) / (data_35 + cpu2gpu_35 + gpu_35), final epoch totals")
+    done = [r for r in rows if r[5] is not None]
+    if done:
+        rep.figure("fig3_fetch_stall", plotting.bars([r[0] for r in done], {"fetch stall": [r[5] for r in done]},
+                                                     ylabel="fraction of epoch time"),
+                   "Figure 3: fraction of epoch time stalled on fetching data, per model.")
+
+
+def _fig4(rep: Report, by_limit: dict, cache: dict[str, float]) -> None:
+    if not by_limit:
+        return
+    rep.heading(f"Figure 4(a): stall breakdown by memory limit (epoch {FIG4_EPOCH})")
+    epoch2: dict[float, Totals] = {}
+    for limit, (path, out) in sorted(by_limit.items()):
+        t = out.epoch_totals(FIG4_EPOCH)
+        if t is None:
+            rep.skip([f"figure 4(a): {path.name} has no complete epoch {FIG4_EPOCH} "
+                      f"({len(out.epochs)} epoch(s) found); limit {limit:g}g left out"])
+        else:
+            epoch2[limit] = t
+    rows = fig4a(epoch2)
+    rep.text(f"Epoch {FIG4_EPOCH} totals are the last cumulative line of epoch {FIG4_EPOCH}; an epoch starts where "
+             "the batch index restarts. fetch = data(limit) - data(largest limit).")
+    rep.table("fig4a_breakdown", ["limit_gb", "cached_pct", "fetch_s", "transfer_s", "compute_s"],
+              [[r.limit_gb, cache.get(f"{r.limit_gb:g}g"), r.fetch, r.transfer, r.compute] for r in rows])
+    if rows:
+        rep.figure("fig4a_breakdown", plotting.bars(
+            [f"{r.limit_gb:g}g" for r in rows],
+            {"fetch": [r.fetch for r in rows], "transfer": [r.transfer for r in rows],
+             "compute": [r.compute for r in rows]}, ylabel="seconds (epoch 2)", stacked=True),
+            "Figure 4(a): fetch, transfer and compute time per memory limit.")
+
+
+def _fig5(rep: Report, by_mw: dict, images_param: object) -> None:
+    if not by_mw:
+        return
+    rep.heading("Figure 5: throughput by number of workers (fully cached)")
+    rows = []
+    for (model, workers), (path, out) in sorted(by_mw.items()):
+        ep, t = out.final_epoch, out.final
+        if ep is None or t is None:
+            rep.skip([f"figure 5: {path.name} has no complete epoch; left out"])
+            continue
+        images = float(images_param) if isinstance(images_param, int | float) else ep.batches * (out.batch_size or 0)
+        rows.append([model, workers, ep.batches, out.batch_size, images, t.total,
+                     images_per_second(t, images) if images else None])
+    rep.text("images/s = images / (data + cpu2gpu + gpu) of the final epoch; images = batches x batch size "
+             "(or the suite's images_per_epoch).")
+    rep.table("fig5_throughput", ["model", "workers", "batches", "batch_size", "images", "epoch_s",
+                                  "images_per_s"], rows)
+    series = {}
+    for model in sorted({r[0] for r in rows}):
+        pts = [(r[1], r[6]) for r in rows if r[0] == model and r[6] is not None]
+        series[model] = ([p[0] for p in pts], [p[1] for p in pts])
+    if series:
+        rep.figure("fig5_throughput", plotting.lines(series, xlabel="data-loading workers", ylabel="images/s",
+                                                     marker="o"), "Figure 5: images per second against workers.")
+
+
+def _fig6(rep: Report, by_model: dict) -> None:
+    if not by_model:
+        return
+    rep.heading("Figure 6: prep stall (fully cached)")
+    rows = []
+    for model, (path, out) in sorted(by_model.items()):
+        t = out.final
+        if t is None:
+            rep.skip([f"figure 6: {path.name} has no complete epoch; left out"])
+            continue
+        rows.append([model, t.data, t.cpu2gpu, t.gpu, prep_stall_pct(t)])
+    rep.table("fig6_prep_stall", ["model", "data_s", "cpu2gpu_s", "gpu_s", "prep_stall_pct"], rows,
+              "prep stall % = 100 x data / (data + cpu2gpu + gpu)")
+    if rows:
+        rep.figure("fig6_prep_stall", plotting.bars([r[0] for r in rows], {"prep stall": [r[4] for r in rows]},
+                                                    ylabel="% of epoch time"), "Figure 6: prep stall per model.")
+
+
+def _inputs(run: RunDir, rep: Report) -> None:
+    for _, path in run.files(r"profile\.csv"):
+        parsed = parse_profile(path)
+        rep.skip(parsed.skipped)
+        rep.table("profile", ["gpu_type", "model", "batch_size", "cpu2gpu_time", "gpu_compute_time"],
+                  [[r.gpu_type, r.model, r.batch_size, r.cpu2gpu_time, r.gpu_compute_time] for r in parsed.rows],
+                  "GPU profile (profile.csv)")
+    rows = []
+    for _, path in run.files(r".+-batch\d+\.csv"):
+        m = re.fullmatch(r"(.+)-batch(\d+)", path.stem)
+        parsed = parse_batch_csv(path)
+        rep.skip(parsed.skipped)
+        rows += [[path.parent.name, m[1] if m else path.stem, int(m[2]) if m else None, i, r.data_stall_time,
+                  r.cpu2gpu_time, r.gpu_time] for i, r in enumerate(parsed.rows)]
+    if rows:
+        rep.heading("Profiled batches")
+        rep.table("profiled_batches", ["gpu_type", "model", "batch_size", "row", "data_stall_time", "cpu2gpu_time",
+                                       "gpu_time"], rows)

@@ -1,0 +1,90 @@
+"""fault-drill: loss over global step, failure and restart marked; did training resume from a checkpoint?"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from testbed.report import plotting
+from testbed.report.model import Report
+from testbed.report.parsers.train_log import TrainRow, global_steps, parse_train_log
+from testbed.report.registry import reporter
+from testbed.report.rundir import RunDir
+from testbed.report.suites.common import mean_by, rank_of
+
+MARKS = {"fault": "tab:red", "failed": "tab:red", "recovery": "tab:green"}
+
+
+@dataclass(frozen=True)
+class Logged:
+    host: str
+    rank: int
+    gstep: int
+    row: TrainRow
+
+
+def load_logs(run: RunDir, rep: Report) -> list[Logged]:
+    logged: list[Logged] = []
+    for i, (host, path) in enumerate(run.files(r"train_log\.csv")):
+        parsed = parse_train_log(path)
+        rep.skip([f"{host}/{run.rel(path).split('/', 1)[-1]}: {s}" for s in parsed.skipped])
+        rank = rank_of(path.relative_to(run.path / host), i)
+        rows = sorted(parsed.rows, key=lambda r: r.time)
+        logged += [Logged(host, rank, g, r) for g, r in zip(global_steps(rows), rows, strict=True)]
+    return logged
+
+
+def nearest_step(logged: list[Logged], ts: float) -> int | None:
+    """The global step of the row logged nearest in time to ``ts``."""
+    if not logged:
+        return None
+    return min(logged, key=lambda lg: abs(lg.row.time - ts)).gstep
+
+
+@reporter("fault-drill")
+def report(run: RunDir, rep: Report) -> None:
+    logged = load_logs(run, rep)
+    rep.heading("Training loss")
+    if not logged:
+        rep.text("No train_log.csv was found under any host folder.")
+        rep.check("training resumed from checkpoint", None, "no train_log.csv")
+        return
+    rep.table("train_log", ["host", "rank", "attempt", "epoch", "step", "global_step", "time", "loss"],
+              [[lg.host, lg.rank, lg.row.attempt, lg.row.epoch, lg.row.step, lg.gstep, lg.row.time, lg.row.loss]
+               for lg in logged], "Training log, all ranks")
+
+    marks = []
+    ev_rows = []
+    for ev in run.events:
+        kind, ts = str(ev.get("kind")), ev.get("ts")
+        if kind not in MARKS or not isinstance(ts, int | float):
+            continue
+        step = nearest_step(logged, float(ts))
+        ev_rows.append([kind, ev.get("host"), ts, step])
+        if step is not None:
+            marks.append((float(step), f"{kind} ({ev.get('host') or '?'})", MARKS[kind]))
+    rep.table("event_steps", ["kind", "host", "ts", "nearest_global_step"], ev_rows,
+              "Fault and recovery events mapped to the nearest logged step (by time)")
+
+    ranks = sorted({lg.rank for lg in logged})
+    series = {}
+    for attempt in sorted({lg.row.attempt for lg in logged}):
+        xs, ys = mean_by([(lg.gstep, lg.row.loss) for lg in logged if lg.row.attempt == attempt])
+        series[f"attempt {attempt}" + (f" (mean of {len(ranks)} ranks)" if len(ranks) > 1 else "")] = (xs, ys)
+    rep.figure("loss", plotting.lines(series, xlabel="global step", ylabel="loss", vlines=marks,
+                                      title="Loss with failure and restart"),
+               "Loss over global step; dashed lines: failure (red) and restart (green).")
+
+    _checks(logged, rep)
+
+
+def _checks(logged: list[Logged], rep: Report) -> None:
+    after = sorted((lg for lg in logged if lg.row.attempt >= 1), key=lambda lg: lg.row.time)
+    if not after:
+        rep.check("training resumed from checkpoint", False, "no rows with attempt >= 1 (no restart logged)")
+    else:
+        first = min(lg.gstep for lg in after if lg.row.time == after[0].row.time)
+        rep.check("training resumed from checkpoint", first > 0,
+                  f"first step after restart is {first}" + ("" if first > 0 else " (started over from 0)"))
+    ordered = sorted(logged, key=lambda lg: (lg.row.time, lg.rank))
+    first_loss, last_loss = ordered[0].row.loss, ordered[-1].row.loss
+    rep.check("final loss below first loss", last_loss < first_loss, f"first {first_loss:.4g}, final {last_loss:.4g}")

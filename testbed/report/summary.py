@@ -1,0 +1,88 @@
+"""The part every report starts with (manifest summary) and the generic report's file table."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from testbed.report.model import Report
+from testbed.report.rundir import REPORT_DIR, RunDir
+
+
+def add_summary(run: RunDir, rep: Report) -> None:
+    """Run, testbed, timing, parameters, hosts and events from the manifest."""
+    m = run.manifest
+    tb = m.get("testbed") if isinstance(m.get("testbed"), dict) else {}
+    rows: list[list[Any]] = [
+        ["suite", run.suite],
+        ["run id", run.run_id],
+        ["testbed", tb.get("name")],
+        ["provider", tb.get("provider")],
+        ["started", m.get("started")],
+        ["ended", m.get("ended")],
+        ["duration (s)", _duration(m.get("started"), m.get("ended"))],
+        ["testbed version", m.get("testbed_version")],
+    ]
+    rep.heading("Run")
+    rep.table("run", ["field", "value"], [r for r in rows if r[1] is not None])
+    if run.params:
+        rep.table("params", ["parameter", "value"], [[k, _scalar(v)] for k, v in sorted(run.params.items())],
+                  "Parameters")
+    hosts = run.host_records()
+    if hosts:
+        rep.table("hosts", ["host", "address", "status", "exit_code"],
+                  [[h.get("name"), h.get("address"), h.get("status"), h.get("exit_code")] for h in hosts], "Hosts")
+    if run.events:
+        rep.table("events", ["ts", "kind", "host", "detail"],
+                  [[e.get("ts"), e.get("kind"), e.get("host"), _scalar(e.get("detail"))] for e in run.events],
+                  "Events")
+    rep.skip(run.notes)
+
+
+def add_file_table(run: RunDir, rep: Report) -> None:
+    """Files from the manifest (with checksums), else what is on disk under the host folders."""
+    rep.heading("Files")
+    listed = [f for f in run.manifest.get("files") or [] if isinstance(f, dict)]
+    if listed:
+        rows = [[f.get("host"), f.get("path"), f.get("size"), str(f.get("sha256") or "")[:16]] for f in listed]
+    else:
+        rows = []
+        for p in sorted(run.path.rglob("*")):
+            parts = p.relative_to(run.path).parts
+            if p.is_file() and len(parts) > 1 and parts[0] != REPORT_DIR:
+                rows.append([parts[0], "/".join(parts[1:]), p.stat().st_size, ""])
+    rep.table("files", ["host", "path", "size", "sha256_prefix"], rows, "Collected files")
+
+
+def add_host_check(run: RunDir, rep: Report) -> None:
+    hosts = run.host_records()
+    if not hosts:
+        rep.check("hosts succeeded", None, "no hosts in the manifest")
+        return
+    bad = [str(h.get("name")) for h in hosts if h.get("exit_code") not in (0, None) or
+           h.get("status") not in ("succeeded", None)]
+    rep.check("hosts succeeded", not bad, f"failed: {', '.join(bad)}" if bad else f"{len(hosts)} host(s) ok")
+
+
+def generic(run: RunDir, rep: Report) -> None:
+    """Report for a suite without its own reporter: the summary plus the file table."""
+    rep.text(f"No reporter is registered for suite {run.suite!r}; showing the manifest and files.")
+    add_host_check(run, rep)
+    add_file_table(run, rep)
+
+
+def _duration(start: Any, end: Any) -> float | None:
+    try:
+        return round((datetime.fromisoformat(str(end)) - datetime.fromisoformat(str(start))).total_seconds(), 3)
+    except (TypeError, ValueError):
+        return None
+
+
+def _scalar(value: Any) -> str | int | float | bool | None:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    return str(value)
