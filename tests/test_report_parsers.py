@@ -1,0 +1,184 @@
+"""Report parsers against the hand-made samples in tests/samples/ (each includes a cut-off file)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from testbed.report.datastall_math import classify, fetch_stall_fraction, fig4a, images_per_second, prep_stall_pct
+from testbed.report.parsers.datastall_batches import parse_batch_csv
+from testbed.report.parsers.datastall_output import parse_emulator_output
+from testbed.report.parsers.datastall_profile import lookup, parse_profile
+from testbed.report.parsers.elapsed import overhead_pct, parse_elapsed
+from testbed.report.parsers.isca_injection import parse_injection
+from testbed.report.parsers.isca_replay import parse_replay
+from testbed.report.parsers.jitc import parse_jitc
+from testbed.report.parsers.matmul import parse_matmul
+from testbed.report.parsers.mpi_hello import parse_mpi_hello
+from testbed.report.parsers.neuronabox import parse_collective, parse_step_times
+from testbed.report.parsers.tesla_logs import parse_baseline, parse_vit_log
+from testbed.report.parsers.tesla_metrics import config_from_path, parse_metrics
+from testbed.report.parsers.train_log import TrainRow, global_steps, parse_train_log
+from testbed.report.parsers.vmtouch import parse_vmtouch
+
+S = Path(__file__).parent / "samples"
+DS = S / "datastall"
+
+
+# --- local suites -------------------------------------------------------------------------------------------
+
+def test_train_log_truncated_last_line_is_skipped():
+    full = parse_train_log(S / "fault-drill/node0/train_log.csv")
+    cut = parse_train_log(S / "fault-drill/node1/train_log.csv")
+    assert len(full.rows) == 11 and not full.skipped
+    assert len(cut.rows) == 11
+    assert len(cut.skipped) == 1 and "train_log.csv:13" in cut.skipped[0] and "short row" in cut.skipped[0]
+    assert {r.attempt for r in full.rows} == {0, 1}
+
+
+def test_train_log_from_text_and_header_in_any_order():
+    parsed = parse_train_log("loss,step,epoch,attempt,time\n1.5,3,0,0,10.0\n")
+    assert parsed.rows == [TrainRow(10.0, 0, 0, 3, 1.5)]
+    assert "header lacks" in parse_train_log("a,b\n1,2\n").skipped[0]
+
+
+def test_global_steps_per_epoch_and_global():
+    per_epoch = [TrainRow(i, 0, i // 3, i % 3, 1.0) for i in range(6)]
+    assert global_steps(per_epoch) == [0, 1, 2, 3, 4, 5]
+    glob = [TrainRow(i, 0, i // 3, i, 1.0) for i in range(6)]
+    assert global_steps(glob) == list(range(6))
+
+
+def test_matmul_and_mpi_hello():
+    rows = parse_matmul(S / "matmul-baseline/node1/matmul_rank1.csv").rows
+    assert len(rows) == 5 and rows[0].rank == 1 and rows[0].host == "node1" and rows[0].seconds == pytest.approx(0.2)
+    hello = parse_mpi_hello(S / "mpi-hello/stdout.log").rows
+    assert sorted(r.rank for r in hello) == [0, 1, 2] and {r.size for r in hello} == {3}
+
+
+# --- isca ---------------------------------------------------------------------------------------------------
+
+def test_isca_replay_nan_and_injection_facts():
+    log = parse_replay(S / "isca/replay_inj_tiny_infs_nans.txt")
+    assert log.nan_terminated
+    bad = log.first_nonfinite
+    assert bad is not None and (bad.epoch, bad.step) == (2, 1) and math.isnan(bad.loss)
+    assert log.info["Inject layer"] == "conv1" and log.info["Load weights from"] == "CKPT/epoch_1"
+    assert not log.skipped
+
+
+def test_isca_replay_cut_off_line_is_skipped():
+    log = parse_replay(S / "isca/replay_inj_tiny_masked.txt")
+    assert log.final is not None and log.final.train_accuracy == pytest.approx(0.79)
+    assert len(log.skipped) == 1 and "loss: 0.5" in log.skipped[0]
+
+
+def test_isca_injection_and_elapsed():
+    spec = parse_injection(S / "isca/inj_tiny_infs_nans.csv")
+    assert spec.meta["target_epoch"] == 2 and spec.meta["target_step"] == 1 and spec.meta["fmodel"] == "RD"
+    assert len(spec.rows) == 11
+    assert parse_elapsed(S / "isca/train_recorder_check.txt").rows == [11.0]
+    assert parse_elapsed("nothing here").skipped
+    assert overhead_pct(10.0, 11.0, 10000) == pytest.approx(0.001)
+
+
+# --- datastall ----------------------------------------------------------------------------------------------
+
+def test_emulator_output_epochs_and_totals():
+    out = parse_emulator_output(DS / "outputsfig3/outputtinynet.txt")
+    assert out.batch_size == 128 and out.batch_gpu_compute_time == 0.5
+    assert [e.batches for e in out.epochs] == [3, 3] and all(e.complete for e in out.epochs)
+    e1 = out.epoch_totals(1)
+    assert e1 is not None and e1.data == pytest.approx(3.0)
+    assert out.final is not None and out.final.total == pytest.approx(10.0)
+    assert len(out.rows) == 6 and out.rows[3].epoch == 2 and out.rows[3].batch == 0
+    assert not out.skipped
+
+
+def test_emulator_output_interrupted_file():
+    out = parse_emulator_output(DS / "outputsfig4/output22g.txt")
+    assert out.interrupted == "KeyboardInterrupt"
+    assert len(out.epochs) == 2 and out.epochs[0].complete and not out.epochs[1].complete
+    assert out.epoch_totals(2) is None and out.final == out.epoch_totals(1)
+    assert any("epoch 2 incomplete" in s and "KeyboardInterrupt" in s for s in out.skipped)
+
+
+def test_fig3_fig4_fig5_fig6_math_on_samples():
+    at35 = parse_emulator_output(DS / "outputsfig3/outputtinynet.txt").final
+    at100 = parse_emulator_output(DS / "outputsfig3/output_100tinynet.txt").final
+    assert fetch_stall_fraction(at35, at100) == pytest.approx(0.2)
+    e2 = {lim: parse_emulator_output(DS / f"outputsfig4/output{lim:g}g.txt").epoch_totals(2) for lim in (6.0, 16.0)}
+    rows = fig4a(e2)
+    assert [r.limit_gb for r in rows] == [6.0, 16.0]
+    assert rows[0].fetch == pytest.approx(4.0) and rows[1].fetch == 0
+    assert rows[0].transfer == pytest.approx(0.5) and rows[0].compute == pytest.approx(4.0)
+    out = parse_emulator_output(DS / "outputsfig5/output_resnet181.txt")
+    assert images_per_second(out.final, 3 * 128) == pytest.approx(384 / 12.0)
+    assert prep_stall_pct(parse_emulator_output(DS / "outputsfig6/output_resnet18.txt").final) == pytest.approx(25.0)
+
+
+@pytest.mark.parametrize(("name", "folder", "want"), [
+    ("outputresnet18.txt", "outputsfig3", ("3", "resnet18", None, None)),
+    ("output_100shufflenet_v2_x0_5.txt", "", ("3-100", "shufflenet_v2_x0_5", None, None)),
+    ("output6g.txt", "", ("4", None, 6.0, None)),
+    ("output_resnet1812.txt", "", ("5", "resnet18", None, 12)),
+    ("output_mobilenet_v224.txt", "outputsfig5", ("5", "mobilenet_v2", None, 24)),
+    ("output_resnet18.txt", "", ("6", "resnet18", None, None)),
+    ("output_mynet3.txt", "outputsfig5", ("5", "mynet", None, 3)),
+])
+def test_classify_output_names(name, folder, want):
+    k = classify(name, folder)
+    assert (k.figure, k.model, k.limit_gb, k.workers) == want
+
+
+def test_vmtouch_profile_batches():
+    cache = parse_vmtouch(DS / "outputsfig3/cache_resulttinynet.txt")
+    assert cache is not None and cache.percent == 35.0 and cache.files == 1000
+    assert parse_vmtouch("no pages") is None
+    prof = parse_profile(DS / "profile.csv")
+    assert len(prof.rows) == 3 and prof.rows[1].cpu2gpu_time is None
+    assert any("N/A or #VALUE!" in s for s in prof.skipped) and any("fewer than 8" in s for s in prof.skipped)
+    c2g, comp = lookup(prof.rows, "p100", "tinynet", 256)
+    assert c2g == pytest.approx(0.008) and comp == pytest.approx(1.0)
+    batches = parse_batch_csv(DS / "p100/tinynet-batch128.csv")
+    assert len(batches.rows) == 2 and len(batches.skipped) == 1
+
+
+# --- tesla, jitc, neuronabox ----------------------------------------------------------------------------------
+
+def test_tesla_metrics_header_and_truncation():
+    path = S / "tesla/log/2_GPUs/p1_b4_e2/metrics.csv"
+    parsed = parse_metrics(path)
+    assert len(parsed.rows) == 4 and parsed.rows[0].gpu_load_pct == 90.0 and parsed.rows[1].rank == 1
+    assert len(parsed.skipped) == 1
+    cfg = config_from_path(path)
+    assert (cfg.gpus, cfg.fraction, cfg.micro_batch, cfg.epochs) == (2, 1.0, 4, 2)
+    assert config_from_path(S / "tesla/log/1_GPU/p0.1_b4_e2/metrics.csv").gpus == 1
+
+
+def test_tesla_logs():
+    vit = parse_vit_log(S / "tesla/log/2_GPUs/p1_b4_e2/vit_training_rank_0.log")
+    assert [(e.epoch, e.loss, e.accuracy, e.seconds) for e in vit.rows] == [(1, 2.0, 0.2, 61.0), (2, 1.5, 0.35, 62.0)]
+    base = parse_baseline(S / "tesla/metrics.txt")
+    assert len(base.samples) == 1 and base.samples[0].gpu_mem_mb == 600
+    assert [(e.epoch, e.seconds) for e in base.epochs] == [(1, 0.02), (2, 0.015)]
+    assert len(base.skipped) == 1
+
+
+def test_jitc_stdout():
+    log = parse_jitc(S / "jitc/rank0.out")
+    assert [(t.phase, t.seconds) for t in log.timings] == [("checkpointing", 1.5), ("consolidation", 0.75),
+                                                            ("recovering", 2.25)]
+    assert len(log.iterations) == 3 and log.iterations[1].loss == 2.2
+    assert log.test == (2.0, 1500, 10000) and log.model_size_gb == 0.5
+    assert len(log.skipped) == 1 and "Checkpointing took 1." in log.skipped[0]
+
+
+def test_neuronabox_collective_and_steps():
+    emu = parse_collective(S / "neuronabox/all_reduce_emu.out").rows
+    assert [(r.size, r.loop, r.bypass, r.ns_per_op) for r in emu] == [(1024, 100, True, 1000.0),
+                                                                       (1048576, 100, True, 1024000.0)]
+    steps = parse_step_times(S / "neuronabox/results0.txt")
+    assert [s.ns for s in steps.rows] == [2000000, 1500000] and len(steps.skipped) == 1
