@@ -96,6 +96,8 @@ class ChameleonSettings(Strict):
     end: str | None = None
     network: str = "sharednet1"
     floating_ips: bool = True
+    reserve_floating_ips: bool = Field(True, description="reserve the floating IPs in the lease (Chameleon's "
+                                       "bare-metal sites require it); false: allocate them from 'public' on demand")
     flavor: str = "baremetal"
     lease_timeout: int = Field(600, ge=10)
     server_timeout: int = Field(1800, ge=10)
