@@ -25,7 +25,7 @@ def fmt_cell(value: Cell) -> str:
 
 
 def _md_cell(value: Cell) -> str:
-    text = fmt_cell(value).replace("\\", "\\\\").replace("|", "\\|")
+    text = _md_text(fmt_cell(value)).replace("\\", "\\\\").replace("|", "\\|")
     return " ".join(text.split())
 
 
