@@ -29,7 +29,7 @@ class Table:
 
     name: str
     columns: list[str]
-    rows: list[list[Cell]]
+    rows: list[list[Any]]  # Cell values; anything else is shown with str()
     title: str = ""
 
 
@@ -72,7 +72,7 @@ class Report:
     def text(self, text: str) -> None:
         self.blocks.append(Text(text))
 
-    def table(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[Cell]], title: str = "") -> Table:
+    def table(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "") -> Table:
         tab = Table(_safe_name(name), list(columns), [list(r) for r in rows], title)
         self.blocks.append(tab)
         return tab

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ def save_figure(path: Path, draw: Callable[[Any], None], size: tuple[float, floa
 
 
 def lines(
-    series: dict[str, tuple[Sequence[float], Sequence[float]]],
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     *,
     xlabel: str,
     ylabel: str,
@@ -36,8 +36,8 @@ def lines(
         ax = fig.add_subplot()
         for label, (xs, ys) in series.items():
             ax.plot(list(xs), list(ys), marker=marker, label=label)
-        for x, label, color in vlines:
-            ax.axvline(x, color=color, linestyle="--", label=label)
+        for i, (x, label, color) in enumerate(vlines):
+            ax.axvline(x, color=color, linestyle=("--", ":", "-.")[i % 3], label=label)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         if title:
@@ -51,7 +51,7 @@ def lines(
 
 def bars(
     labels: Sequence[str],
-    groups: dict[str, Sequence[float]],
+    groups: Mapping[str, Sequence[float]],
     *,
     ylabel: str,
     title: str = "",
@@ -83,7 +83,7 @@ def bars(
     return draw
 
 
-def boxes(data: dict[str, Sequence[float]], *, ylabel: str, title: str = "") -> Callable[[Any], None]:
+def boxes(data: Mapping[str, Sequence[float]], *, ylabel: str, title: str = "") -> Callable[[Any], None]:
     """A drawer for one box per label."""
 
     def draw(fig: Any) -> None:

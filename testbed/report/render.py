@@ -9,7 +9,7 @@ from testbed.report.model import Cell, Figure, Heading, Report, Table, Text
 from testbed.report.tidy_csv import _verdict
 
 
-def fmt_cell(value: Cell) -> str:
+def fmt_cell(value: Cell | object) -> str:
     """Numbers to a readable precision; None as an empty cell."""
     if value is None:
         return ""
@@ -24,7 +24,7 @@ def fmt_cell(value: Cell) -> str:
     return str(value)
 
 
-def _md_cell(value: Cell) -> str:
+def _md_cell(value: Cell | object) -> str:
     text = _md_text(fmt_cell(value)).replace("\\", "\\\\").replace("|", "\\|")
     return " ".join(text.split())
 

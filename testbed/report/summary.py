@@ -12,7 +12,8 @@ from testbed.report.rundir import REPORT_DIR, RunDir
 def add_summary(run: RunDir, rep: Report) -> None:
     """Run, testbed, timing, parameters, hosts and events from the manifest."""
     m = run.manifest
-    tb = m.get("testbed") if isinstance(m.get("testbed"), dict) else {}
+    tb_raw = m.get("testbed")
+    tb: dict[str, Any] = tb_raw if isinstance(tb_raw, dict) else {}
     rows: list[list[Any]] = [
         ["suite", run.suite],
         ["run id", run.run_id],

@@ -164,10 +164,10 @@ def _inputs(run: RunDir, rep: Report) -> None:
     rows = []
     for _, path in run.files(r".+-batch\d+\.csv"):
         m = re.fullmatch(r"(.+)-batch(\d+)", path.stem)
-        parsed = parse_batch_csv(path)
-        rep.skip(parsed.skipped)
+        timings = parse_batch_csv(path)
+        rep.skip(timings.skipped)
         rows += [[path.parent.name, m[1] if m else path.stem, int(m[2]) if m else None, i, r.data_stall_time,
-                  r.cpu2gpu_time, r.gpu_time] for i, r in enumerate(parsed.rows)]
+                  r.cpu2gpu_time, r.gpu_time] for i, r in enumerate(timings.rows)]
     if rows:
         rep.heading("Profiled batches")
         rep.table("profiled_batches", ["gpu_type", "model", "batch_size", "row", "data_stall_time", "cpu2gpu_time",

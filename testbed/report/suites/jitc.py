@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from statistics import fmean
+from typing import Any
 
 from testbed.report import plotting
 from testbed.report.model import Report
@@ -32,14 +33,15 @@ def report(run: RunDir, rep: Report) -> None:
         if not log.empty:
             logs.append((host, run.rel(path), log))
     rep.heading(f"Just-in-time checkpointing (fault: {fault})")
-    timing = [[fault, h, f, t.phase, t.seconds] for h, f, lg in logs for t in lg.timings]
+    timing: list[list[Any]] = [[fault, h, f, t.phase, t.seconds] for h, f, lg in logs for t in lg.timings]
     rep.table("jitc_timings", ["fault", "host", "file", "phase", "seconds"], timing, "Timing lines")
     summary = []
     for phase in PHASES:
         vals = [r[4] for r in timing if r[3] == phase]
         summary.append([fault, phase, len(vals), fmean(vals) if vals else None, max(vals) if vals else None])
     rep.table("jitc_summary", ["fault", "phase", "count", "mean_s", "max_s"], summary, "Per phase")
-    iters = [[h, it.rank, it.epoch, it.batch, it.loss, it.avg_iter_time] for h, _, lg in logs for it in lg.iterations]
+    iters: list[list[Any]] = [[h, it.rank, it.epoch, it.batch, it.loss, it.avg_iter_time]
+                              for h, _, lg in logs for it in lg.iterations]
     rep.table("jitc_iterations", ["host", "rank", "epoch", "batch", "loss", "avg_iter_time_s"], iters)
     tests = [[h, f, *lg.test] for h, f, lg in logs if lg.test]
     if tests:

@@ -27,7 +27,7 @@ def _name_hint(path: Path, rx: re.Pattern[str]) -> str | None:
 
 @reporter("neuronabox", "ddl-emulator")
 def report(run: RunDir, rep: Report) -> None:
-    rows = []
+    rows: list[list[Any]] = []
     for host, path in run.files(r".*\.(out|log|txt)"):
         if re.fullmatch(r"results\d+\.txt", path.name):
             continue
@@ -42,7 +42,7 @@ def report(run: RunDir, rep: Report) -> None:
     _cnn(run, rep)
 
 
-def _collectives(rep: Report, rows: list[list]) -> None:
+def _collectives(rep: Report, rows: list[list[Any]]) -> None:
     rep.heading("Collectives: emu vs ori")
     rep.table("collectives", ["collective", "variant", "size", "loop", "host", "ns_per_op"], rows)
     pivot = []
@@ -75,7 +75,7 @@ def _log_lines(series: dict, title: str) -> Callable[[Any], None]:
 
 
 def _cnn(run: RunDir, rep: Report) -> None:
-    rows = []
+    rows: list[list[Any]] = []
     for host, path in run.files(r"results\d+\.txt"):
         parsed = parse_step_times(path)
         rep.skip(parsed.skipped)
