@@ -1,0 +1,706 @@
+"""Chameleon Cloud: a lease of bare-metal nodes, a server on each, a floating IP each, through python-chi.
+
+provision: credentials checked (no network) -> lease with a node reservation (+ reserved floating IPs), its id
+recorded at once -> wait ACTIVE -> the testbed's key pair -> one server per node on the reservation, each id
+recorded the moment nova returns it -> wait ACTIVE -> a floating IP per server (recorded, then bound) -> wait
+until SSH answers (a real handshake) -> host keys pinned -> hosts in state (user from the spec: ``cc``) ->
+ssh_config and inventory. Running it again reuses what exists (by recorded id, else by name).
+
+destroy: deletes the floating IPs (never chi's ``Server.delete()``, which leaks them), the servers, the lease
+and the key pair; 404 counts as gone; a resource row is removed only once the cloud says it is gone, so a
+destroy that fails half-way can simply be run again. Resources that an interrupted run made before their id
+came back are found by name and released too.
+
+python-chi lives behind :mod:`testbed.providers.chameleon_chi` and is imported only when a method needs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from testbed import paths, ssh
+from testbed.errors import TestbedError, UsageError
+from testbed.providers.base import Host, Provider
+from testbed.spec import ChameleonSettings
+
+if TYPE_CHECKING:
+    from testbed.providers.chameleon_chi import ApiError, Chi
+
+BLAZAR_FMT = "%Y-%m-%d %H:%M"
+LEASE_JSON_FMT = "%Y-%m-%dT%H:%M:%S.%f"
+LEASE_GONE = ("TERMINATED", "DELETED", "TERMINATING", "DELETING")
+SSH_PORT = 22
+REPORT_EVERY = 30.0  # seconds between "still waiting" progress lines
+WARN_BEFORE_END = timedelta(hours=1)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _parse_lease_time(value: str) -> datetime:
+    """Blazar's lease times (naive UTC): '2026-11-22T01:41:00.000000' or '2026-11-22 01:41'."""
+    for fmt in (LEASE_JSON_FMT, "%Y-%m-%dT%H:%M:%S", BLAZAR_FMT, "%Y-%m-%d %H:%M:%S"):
+        try:
+            return datetime.strptime(value.rstrip("Z"), fmt)
+        except ValueError:
+            continue
+    raise ValueError(f"not a lease time: {value!r}")
+
+
+def _iso(dt: datetime) -> str:
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _span(td: timedelta) -> str:
+    secs = int(td.total_seconds())
+    sign = "-" if secs < 0 else ""
+    secs = abs(secs)
+    h, m = secs // 3600, (secs % 3600) // 60
+    return f"{sign}{h}h {m:02d}m" if h else f"{sign}{m}m"
+
+
+class ChameleonProvider(Provider):
+    """Bare-metal nodes on a Chameleon lease."""
+
+    kind = "chameleon"
+    poll_interval: float = 5.0  # between status polls (tests lower it)
+    destroy_timeout: float = 900.0  # waiting for deletions to finish
+    http_timeout: float = 60.0  # every single HTTP request
+
+    # names --------------------------------------------------------------------------------------------
+    @property
+    def settings(self) -> ChameleonSettings:
+        p = self.spec.provider
+        assert isinstance(p, ChameleonSettings)
+        return p
+
+    @property
+    def tag(self) -> str:
+        """Short hash of the state home: two checkouts in one project never share names."""
+        return hashlib.sha256(str(paths.home()).encode()).hexdigest()[:6]
+
+    @property
+    def prefix(self) -> str:
+        return f"tb-{self.name}-{self.tag}"
+
+    @property
+    def lease_name(self) -> str:
+        return self.prefix
+
+    @property
+    def keypair_name(self) -> str:
+        return self.prefix
+
+    def host_names(self) -> list[str]:
+        return [f"node{i}" for i in range(self.settings.count)]
+
+    def server_name(self, host: str) -> str:
+        return f"{self.prefix}-{host}"
+
+    # plumbing -----------------------------------------------------------------------------------------
+    def _connect(self) -> Chi:
+        """Credentials from the environment (a clear error before any request), then python-chi."""
+        from testbed.providers import chameleon_chi
+
+        creds = chameleon_chi.credentials_from_env(site=self.settings.site)
+        return chameleon_chi.Chi(creds, site=self.settings.site, project=self.settings.project,
+                                 http_timeout=self.http_timeout)
+
+    def _where(self, service: str, thing: str) -> str:
+        return f"Chameleon {self.settings.site}, {service}: {thing}"
+
+    def _error(self, e: ApiError, doing: str, thing: str) -> TestbedError:
+        """One clear message for a failed call: what happened, where, what to do."""
+        s = self.settings
+        m = e.message
+        low = m.lower()
+        where = self._where(e.service or "API", thing)
+        status = f"HTTP {e.status}" if e.status else "no answer"
+        after = (f"run 'testbed destroy {self.name}' to release what was made (ids are recorded), "
+                 f"or 'testbed provision {self.name}' to retry (what exists is reused)")
+        if e.kind == "auth":
+            return TestbedError(f"Chameleon refused the credentials while {doing} ({status}: {m})", where=where,
+                                fix="source a fresh openrc for this site; application credentials expire and "
+                                    "belong to one site")
+        if e.kind == "connect":
+            return TestbedError(f"cannot reach Chameleon while {doing}: {m}", where=where,
+                                fix="check OS_AUTH_URL and your network connection, then retry")
+        if e.kind == "endpoint":
+            return TestbedError(f"Chameleon's catalog has no {e.service or 'service'} endpoint for {s.site}: {m}",
+                                where=where, fix=f"check that OS_AUTH_URL is the keystone of {s.site} and that "
+                                                 "provider.site matches OS_REGION_NAME")
+        if "quota" in low or e.status == 413 or "overlimit" in low or "over limit" in low:
+            return TestbedError(f"quota exceeded while {doing} ({status}: {m})", where=where,
+                                fix=f"{after}; free servers or floating IPs in the project, or ask the PI for a "
+                                    "larger quota")
+        if ("not enough floating ip" in low or "no more ip addresses" in low
+                or ("floating" in low and ("exhaust" in low or "no more" in low or "not available" in low))):
+            return TestbedError(f"the floating-IP pool is empty while {doing} ({status}: {m})", where=where,
+                                fix=f"{after}; wait for addresses to free up, or set provider.floating_ips: "
+                                    "false (fixed IPs, reachable only from inside Chameleon)")
+        if "not enough hosts" in low or "not enough resources" in low:
+            return TestbedError(f"no {s.count} free {s.node_type} node(s) for the lease period while {doing} "
+                                f"({status}: {m})", where=where,
+                                fix="pick other dates (provider.start/end/hours), fewer nodes or another "
+                                    f"node_type; check availability in the {s.site} host calendar")
+        return TestbedError(f"{doing} failed ({status}: {m})", where=where, fix=after)
+
+    @contextmanager
+    def _step(self, doing: str, thing: str) -> Iterator[None]:
+        """Turn an ApiError inside into one TestbedError naming what was being done to what."""
+        from testbed.providers.chameleon_chi import ApiError
+
+        try:
+            yield
+        except ApiError as e:
+            raise self._error(e, doing, thing) from None
+
+    def _sleep(self, deadline: float) -> None:
+        time.sleep(max(0.0, min(self.poll_interval, deadline - time.monotonic())))
+
+    def _recorded(self) -> str:
+        counts: dict[str, int] = {}
+        for r in self.store.resources(self.name):
+            counts[r["kind"]] = counts.get(r["kind"], 0) + 1
+        return ", ".join(f"{n} {k}{'s' if n > 1 else ''}" for k, n in counts.items()) or "nothing"
+
+    # provision ----------------------------------------------------------------------------------------
+    def provision(self) -> list[Host]:
+        """Lease, servers, floating IPs, SSH; ids recorded as they come back; idempotent."""
+        api = self._connect()  # refuses missing credentials before anything else happens
+        _, public_key = ssh.ensure_keypair(self.name)
+        s = self.settings
+        self.store.upsert_testbed(self.name, self.kind, self.spec.source, "provisioning",
+                                  {"site": s.site, "lease_name": self.lease_name})
+        try:
+            lease = self._ensure_lease(api)
+            self._ensure_keypair(api, public_key)
+            servers = self._ensure_servers(api, lease)
+            details = self._wait_servers(api, servers)
+            addresses = self._ensure_addresses(api, lease, servers, details)
+            hosts = self._ready_hosts(servers, addresses)
+        except KeyboardInterrupt:
+            self.store.set_testbed_status(self.name, "failed")
+            raise TestbedError(f"provision of '{self.name}' interrupted; recorded so far: {self._recorded()}",
+                               where=self._where("testbed", f"lease {self.lease_name}"),
+                               fix=f"run 'testbed destroy {self.name}' to release them (a lease costs "
+                                   f"allocation hours), or 'testbed provision {self.name}' to resume",
+                               code=130) from None
+        except TestbedError:
+            self.store.set_testbed_status(self.name, "failed")
+            raise
+        self.store.upsert_testbed(self.name, self.kind, self.spec.source, "up")
+        return hosts
+
+    def _dates(self) -> tuple[str, str]:
+        """Blazar start ('now' or 'YYYY-MM-DD HH:MM') and end, UTC."""
+        s = self.settings
+        try:
+            start_dt = _utcnow() if s.start in (None, "now") else datetime.strptime(str(s.start), BLAZAR_FMT)
+            end_dt = datetime.strptime(s.end, BLAZAR_FMT) if s.end else start_dt + timedelta(hours=s.hours)
+        except ValueError as e:
+            raise UsageError(f"bad lease date: {e}", where=f"{self.spec.source or 'inventory'}: provider.start/end",
+                             fix="write 'now' or 'YYYY-MM-DD HH:MM' (UTC)") from None
+        if end_dt <= start_dt + timedelta(minutes=1):
+            raise UsageError(f"the lease would end ({end_dt:%Y-%m-%d %H:%M}) before it starts",
+                             where=f"{self.spec.source or 'inventory'}: provider.start/end",
+                             fix="make end later than start, or give provider.hours")
+        return ("now" if s.start in (None, "now") else start_dt.strftime(BLAZAR_FMT)), end_dt.strftime(BLAZAR_FMT)
+
+    def _note_lease(self, lease: dict[str, Any]) -> None:
+        info: dict[str, Any] = {"lease_id": lease["id"], "lease_name": lease.get("name")}
+        with_end = lease.get("end_date")
+        if with_end:
+            info["lease_end"] = _iso(_parse_lease_time(with_end))
+        self.store.add_resource(self.name, "lease", lease["id"], name=lease.get("name"),
+                                end=info.get("lease_end"))
+        self.store.update_testbed_info(self.name, **info)
+
+    def _ensure_lease(self, api: Chi) -> dict[str, Any]:
+        s = self.settings
+        thing = f"lease {self.lease_name}"
+        for r in self.store.resources(self.name, "lease"):
+            with self._step("looking up the lease", thing):
+                lease = api.lease_get(r["id"])
+            if lease is None or lease.get("status") in LEASE_GONE:
+                self.store.remove_resource(self.name, "lease", r["id"])
+                continue
+            self._note_lease(lease)
+            self.progress(f"lease {self.lease_name}: reusing {lease['id']} ({lease.get('status')})")
+            return self._wait_lease(api, lease)
+        with self._step("looking up leases by name", thing):
+            named = [x for x in api.leases_named(self.lease_name) if x.get("status") not in LEASE_GONE]
+        for lease in named:  # made by an interrupted run before its id came back
+            self._note_lease(lease)
+        if named:
+            self.progress(f"lease {self.lease_name}: adopting {named[0]['id']} ({named[0].get('status')})")
+            return self._wait_lease(api, named[0])
+        start, end = self._dates()
+        fips = s.count if (s.floating_ips and s.reserve_floating_ips) else 0
+        self.progress(f"lease {self.lease_name}: requesting {s.count} x {s.node_type}"
+                      f"{f' + {fips} floating IPs' if fips else ''} at {s.site}, {start} to {end} UTC")
+        with self._step("creating the lease", thing):
+            lease = api.lease_create(self.lease_name, start=start, end=end, node_type=s.node_type,
+                                     count=s.count, fips=fips)
+        self._note_lease(lease)  # recorded before any waiting
+        return self._wait_lease(api, lease)
+
+    def _wait_lease(self, api: Chi, lease: dict[str, Any]) -> dict[str, Any]:
+        s = self.settings
+        lid = lease["id"]
+        thing = f"lease {self.lease_name} ({lid})"
+        start = time.monotonic()
+        deadline = start + s.lease_timeout
+        last_status, last_report = None, 0.0
+        while True:
+            status = str(lease.get("status") or "UNKNOWN").upper()
+            now = time.monotonic()
+            if status == "ACTIVE":
+                self._note_lease(lease)
+                self.progress(f"lease {self.lease_name}: ACTIVE until {lease.get('end_date', '?')[:16]} UTC")
+                return lease
+            if status == "ERROR":
+                reason = lease.get("status_reason") or lease.get("degraded") or ""
+                raise TestbedError(
+                    f"lease {self.lease_name} went to ERROR{f' ({reason})' if reason else ''}",
+                    where=self._where("blazar", thing),
+                    fix=f"run 'testbed destroy {self.name}'; then check free {s.node_type} nodes in the {s.site} "
+                        "host calendar, change provider.node_type/count/start, and provision again")
+            if status in LEASE_GONE:
+                raise TestbedError(f"lease {self.lease_name} is {status} before it became ACTIVE",
+                                   where=self._where("blazar", thing),
+                                   fix=f"run 'testbed destroy {self.name}', then 'testbed provision {self.name}'")
+            starts = lease.get("start_date")
+            if starts and status == "PENDING":
+                begin = _parse_lease_time(starts)
+                if begin - _utcnow() > timedelta(seconds=max(0.0, deadline - now) + 60):
+                    raise TestbedError(f"lease {self.lease_name} is reserved but starts only at "
+                                       f"{begin:%Y-%m-%d %H:%M} UTC", where=self._where("blazar", thing),
+                                       fix=f"run 'testbed provision {self.name}' again after it starts (the lease "
+                                           f"is recorded); 'testbed destroy {self.name}' cancels it")
+            if status != last_status or now - last_report >= REPORT_EVERY:
+                self.progress(f"lease {self.lease_name}: {status} ({int(now - start)} s)")
+                last_status, last_report = status, now
+            if now >= deadline:
+                raise TestbedError(f"lease {self.lease_name} is still {status} after {s.lease_timeout} s",
+                                   where=self._where("blazar", thing),
+                                   fix=f"run 'testbed provision {self.name}' again to keep waiting (or raise "
+                                       f"provider.lease_timeout); 'testbed destroy {self.name}' releases it")
+            self._sleep(deadline)
+            with self._step("waiting for the lease", thing):
+                got = api.lease_get(lid)
+            if got is None:
+                raise TestbedError(f"lease {self.lease_name} disappeared while starting",
+                                   where=self._where("blazar", thing),
+                                   fix=f"run 'testbed destroy {self.name}', then provision again")
+            lease = got
+
+    @staticmethod
+    def _reservation(lease: dict[str, Any], resource_type: str) -> str | None:
+        for r in lease.get("reservations") or []:
+            if r.get("resource_type") == resource_type:
+                return str(r["id"])
+        return None
+
+    def _ensure_keypair(self, api: Chi, public_key: str) -> None:
+        self.store.add_resource(self.name, "keypair", self.keypair_name)  # the name is the id
+        with self._step("uploading the key pair", f"key pair {self.keypair_name}"):
+            api.keypair_ensure(self.keypair_name, public_key)
+
+    def _ensure_servers(self, api: Chi, lease: dict[str, Any]) -> dict[str, str]:
+        """One server per host on the node reservation; host -> server id (each recorded as it comes back)."""
+        s = self.settings
+        rid = self._reservation(lease, "physical:host")
+        if rid is None:
+            raise TestbedError(f"lease {self.lease_name} has no node reservation",
+                               where=self._where("blazar", f"lease {lease['id']}"),
+                               fix=f"run 'testbed destroy {self.name}', then provision again")
+        recorded = {r["info"].get("host"): r["id"] for r in self.store.resources(self.name, "server")}
+        with self._step("listing servers", f"servers {self.prefix}-*"):
+            existing = {x.get("name"): x for x in api.servers_named(self.prefix + "-")}
+        out: dict[str, str] = {}
+        for host in self.host_names():
+            name = self.server_name(host)
+            sid = recorded.get(host)
+            srv = None
+            if sid:
+                with self._step("looking up a server", f"server {name} ({sid})"):
+                    srv = api.server_get(sid)
+                if srv is None:
+                    self.store.remove_resource(self.name, "server", sid)
+                    sid = None
+            if sid is None and name in existing:
+                srv = existing[name]
+                sid = str(srv["id"])
+                self.store.add_resource(self.name, "server", sid, host=host, name=name)
+            if srv is not None and sid is not None and srv.get("status") == "ERROR":
+                self.progress(f"server {name}: in ERROR, replacing it")
+                self._delete_servers(api, {sid: name})
+                sid = None
+            if sid is None:
+                self.progress(f"server {name}: creating ({s.image}, {s.flavor})")
+                with self._step(f"creating server {name} ({len(out)} of {s.count} made so far)", f"server {name}"):
+                    sid = api.server_create(name, reservation_id=rid, image=s.image, flavor=s.flavor,
+                                            key_name=self.keypair_name, network=s.network)
+                self.store.add_resource(self.name, "server", sid, host=host, name=name)  # before waiting
+            out[host] = sid
+        return out
+
+    def _wait_servers(self, api: Chi, servers: dict[str, str]) -> dict[str, dict[str, Any]]:
+        s = self.settings
+        start = time.monotonic()
+        deadline = start + s.server_timeout
+        pending = dict(servers)
+        done: dict[str, dict[str, Any]] = {}
+        seen: dict[str, str] = {}
+        last_report = start
+        while True:
+            for host, sid in list(pending.items()):
+                name = self.server_name(host)
+                with self._step("waiting for a server", f"server {name} ({sid})"):
+                    srv = api.server_get(sid)
+                if srv is None:
+                    raise TestbedError(f"server {name} disappeared while building",
+                                       where=self._where("nova", f"server {name} ({sid})"),
+                                       fix=f"run 'testbed provision {self.name}' again to replace it")
+                status = str(srv.get("status") or "UNKNOWN").upper()
+                if status == "ACTIVE":
+                    done[host] = srv
+                    pending.pop(host)
+                    self.progress(f"server {name}: ACTIVE")
+                elif status == "ERROR":
+                    fault = (srv.get("fault") or {}).get("message") or "no reason given"
+                    raise TestbedError(f"server {name} went to ERROR: {fault}",
+                                       where=self._where("nova", f"server {name} ({sid})"),
+                                       fix=f"run 'testbed provision {self.name}' to replace it, or 'testbed destroy "
+                                           f"{self.name}'; 'No valid host' means the reservation has no free node")
+                elif seen.get(host) != status:
+                    self.progress(f"server {name}: {status}")
+                seen[host] = status
+            if not pending:
+                return done
+            now = time.monotonic()
+            if now >= deadline:
+                names = ", ".join(f"{self.server_name(h)} ({seen.get(h)})" for h in pending)
+                raise TestbedError(f"{len(pending)} server(s) not ACTIVE after {s.server_timeout} s: {names}",
+                                   where=self._where("nova", f"reservation of lease {self.lease_name}"),
+                                   fix=f"bare metal takes 10-20 min to deploy: run 'testbed provision {self.name}' "
+                                       "again to keep waiting (or raise provider.server_timeout); "
+                                       f"'testbed destroy {self.name}' releases everything")
+            if now - last_report >= REPORT_EVERY:
+                self.progress(f"servers: {len(done)} of {len(servers)} ACTIVE ({int(now - start)} s)")
+                last_report = now
+            self._sleep(deadline)
+
+    @staticmethod
+    def _server_ips(srv: dict[str, Any], kind: str) -> list[str]:
+        out = []
+        for addrs in (srv.get("addresses") or {}).values():
+            for a in addrs:
+                if a.get("OS-EXT-IPS:type") == kind and a.get("version", 4) == 4:
+                    out.append(a["addr"])
+        return out
+
+    def _ensure_addresses(self, api: Chi, lease: dict[str, Any], servers: dict[str, str],
+                          details: dict[str, dict[str, Any]]) -> dict[str, str]:
+        """host -> address to SSH to: a floating IP per server (recorded, then bound), else its fixed IP."""
+        s = self.settings
+        if not s.floating_ips:
+            out = {}
+            for host in servers:
+                fixed = self._server_ips(details[host], "fixed")
+                if not fixed:
+                    raise TestbedError(f"server {self.server_name(host)} has no fixed IPv4 address",
+                                       where=self._where("nova", f"server {servers[host]}"),
+                                       fix=f"check provider.network ({s.network}); destroy and provision again")
+                out[host] = fixed[0]
+            return out
+        fip_rid = self._reservation(lease, "virtual:floatingip") if s.reserve_floating_ips else None
+        recorded = {r["info"].get("host"): r for r in self.store.resources(self.name, "fip")}
+        used = {r["id"] for r in recorded.values()}
+        out = {}
+        for host, sid in servers.items():
+            name = self.server_name(host)
+            thing = f"floating IP for {name}"
+            fip = None
+            r = recorded.get(host)
+            if r:
+                with self._step("looking up a floating IP", thing):
+                    fip = api.fip_get(r["id"])
+                if fip is None:
+                    self.store.remove_resource(self.name, "fip", r["id"])
+            if fip is None:
+                bound = self._server_ips(details[host], "floating")
+                if bound:  # bound by an interrupted run before its id was recorded
+                    with self._step("looking up a floating IP", thing):
+                        found = api.fips(floating_ip_address=bound[0])
+                    fip = found[0] if found else None
+            if fip is None and fip_rid:
+                with self._step("listing the lease's floating IPs", thing):
+                    free = [f for f in api.fips() if f"reservation:{fip_rid}" in (f.get("tags") or [])
+                            and not f.get("port_id") and f["id"] not in used]
+                if not free:
+                    raise TestbedError(f"the lease's reserved floating IPs are all in use or missing ({thing})",
+                                       where=self._where("neutron", f"reservation {fip_rid}"),
+                                       fix=f"run 'testbed destroy {self.name}', then provision again")
+                fip = free[0]
+            if fip is None:
+                with self._step(f"allocating a floating IP for {name}", thing):
+                    fip = api.fip_allocate(description=f"testbed {self.prefix} {host}")
+            used.add(fip["id"])
+            self.store.add_resource(self.name, "fip", fip["id"], host=host, address=fip["floating_ip_address"],
+                                    reserved=bool(fip_rid))
+            if not fip.get("port_id"):
+                with self._step(f"attaching floating IP {fip['floating_ip_address']} to {name}", thing):
+                    fip = api.fip_bind(fip["id"], sid)
+            self.progress(f"{host}: floating IP {fip['floating_ip_address']}")
+            out[host] = str(fip["floating_ip_address"])
+        return out
+
+    def _ready_hosts(self, servers: dict[str, str], addresses: dict[str, str]) -> list[Host]:
+        s = self.settings
+        deadline = time.monotonic() + s.ssh_timeout
+        hosts = []
+        for i, host in enumerate(self.host_names()):
+            addr = addresses[host]
+            self.progress(f"{host}: waiting for SSH on {addr}")
+            try:
+                keys = ssh.wait_for_ssh(addr, SSH_PORT, timeout=max(1.0, deadline - time.monotonic()),
+                                        progress=self.progress, what=host)
+            except TestbedError as e:
+                raise TestbedError(e.what, where=self._where("ssh", f"{host} ({self.server_name(host)}) at {addr}"),
+                                   fix=f"a node can take minutes after ACTIVE to start sshd: run 'testbed provision "
+                                       f"{self.name}' again to keep waiting (or raise provider.ssh_timeout); check "
+                                       f"that the image ({s.image}) runs sshd; 'testbed destroy {self.name}' "
+                                       "releases everything") from None
+            ssh.pin_host_keys(self.name, host, keys)
+            hosts.append(Host(name=host, address=addr, port=SSH_PORT, user=self.spec.user,
+                              groups=self.spec.groups_for(host, i),
+                              facts={"server_id": servers[host], "server_name": self.server_name(host),
+                                     "site": s.site, "node_type": s.node_type, "image": s.image}))
+        ssh.close_connections(self.name, [h.name for h in hosts])  # addresses may have changed
+        ssh.write_ssh_config(self.name, hosts)
+        self.store.set_hosts(self.name, hosts)
+        ssh.write_inventory(self.name, hosts, self.spec.vars)
+        return hosts
+
+    # destroy ------------------------------------------------------------------------------------------
+    def destroy(self) -> None:
+        """Release floating IPs, servers, the lease and the key pair; safe to run again."""
+        if not self.store.resources(self.name) and self.store.testbed(self.name) is None:
+            shutil.rmtree(paths.testbed_dir(self.name), ignore_errors=True)
+            return  # nothing was ever made (or it is all gone already): no credentials needed
+        api = self._connect()
+        if self.store.testbed(self.name) is not None:
+            self.store.set_testbed_status(self.name, "destroying")
+        failures: list[str] = []
+        try:
+            self._adopt_by_name(api)
+            self._destroy_fips(api, failures)
+            servers = {r["id"]: r["info"].get("name", r["id"]) for r in self.store.resources(self.name, "server")}
+            self._delete_servers(api, servers, failures)
+            self._destroy_leases(api, failures)
+            self._destroy_fips(api, failures, after_lease=True)
+            for r in self.store.resources(self.name, "keypair"):
+                try:
+                    with self._step("deleting the key pair", f"key pair {r['id']}"):
+                        api.keypair_delete(r["id"])
+                    self.store.remove_resource(self.name, "keypair", r["id"])
+                except TestbedError as e:
+                    failures.append(e.what)
+        except KeyboardInterrupt:
+            raise TestbedError(f"destroy of '{self.name}' interrupted; still recorded: {self._recorded()}",
+                               where=self._where("testbed", f"lease {self.lease_name}"),
+                               fix=f"run 'testbed destroy {self.name}' again", code=130) from None
+        except TestbedError as e:
+            failures.append(e.what)
+        if failures:
+            self.store.set_testbed_status(self.name, "destroy-failed")
+            raise TestbedError(f"destroy of '{self.name}' left {self._recorded()}: " + "; ".join(failures),
+                               where=self._where("API", f"testbed {self.name}"),
+                               fix=f"run 'testbed destroy {self.name}' again; if it keeps failing, delete the "
+                                   "recorded ids in the Chameleon dashboard")
+        hosts = [h.name for h in self.store.hosts(self.name)]
+        ssh.close_connections(self.name, hosts, remove=True)
+        self.store.delete_testbed(self.name)
+        shutil.rmtree(paths.testbed_dir(self.name), ignore_errors=True)
+        self.progress(f"{self.name}: lease, servers and floating IPs released")
+
+    def _adopt_by_name(self, api: Chi) -> None:
+        """Record resources an interrupted run made before their ids came back (found by name)."""
+        with self._step("listing leases", f"lease {self.lease_name}"):
+            for x in api.leases_named(self.lease_name):
+                if x.get("status") not in ("TERMINATED", "DELETED"):
+                    self.store.add_resource(self.name, "lease", x["id"], name=x.get("name"))
+        known = {r["id"] for r in self.store.resources(self.name, "server")}
+        with self._step("listing servers", f"servers {self.prefix}-*"):
+            for x in api.servers_named(self.prefix + "-"):
+                if str(x["id"]) not in known:
+                    self.store.add_resource(self.name, "server", str(x["id"]), name=x.get("name"),
+                                            host=str(x.get("name", ""))[len(self.prefix) + 1:])
+        known = {r["id"] for r in self.store.resources(self.name, "fip")}
+        with self._step("listing floating IPs", f"floating IPs of {self.prefix}"):
+            for f in api.fips():
+                if str(f.get("description") or "").startswith(f"testbed {self.prefix} ") and f["id"] not in known:
+                    self.store.add_resource(self.name, "fip", f["id"], address=f.get("floating_ip_address"))
+
+    def _destroy_fips(self, api: Chi, failures: list[str], after_lease: bool = False) -> None:
+        for r in self.store.resources(self.name, "fip"):
+            thing = f"floating IP {r['info'].get('address', '')} ({r['id']})"
+            try:
+                if after_lease:  # reserved ones the lease took with it
+                    with self._step("checking a floating IP", thing):
+                        gone = api.fip_get(r["id"]) is None
+                    if gone:
+                        self.store.remove_resource(self.name, "fip", r["id"])
+                    else:
+                        failures.append(f"{thing} still exists")
+                    continue
+                with self._step("releasing a floating IP", thing):
+                    api.fip_delete(r["id"])
+                self.store.remove_resource(self.name, "fip", r["id"])
+            except TestbedError as e:
+                if r["info"].get("reserved") and not after_lease:
+                    continue  # a reserved IP may refuse deletion: the lease releases it
+                failures.append(e.what)
+
+    def _delete_servers(self, api: Chi, servers: dict[str, str], failures: list[str] | None = None) -> None:
+        """Delete servers (id -> name) and wait until nova no longer knows them; rows removed as they go."""
+        pending = {}
+        for sid, name in servers.items():
+            try:
+                with self._step("deleting a server", f"server {name} ({sid})"):
+                    sent = api.server_delete(sid)
+            except TestbedError as e:
+                if failures is None:
+                    raise
+                failures.append(e.what)
+                continue
+            if sent:
+                pending[sid] = name
+            else:
+                self.store.remove_resource(self.name, "server", sid)
+        deadline = time.monotonic() + self.destroy_timeout
+        while pending:
+            for sid, name in list(pending.items()):
+                with self._step("waiting for a server to go", f"server {name} ({sid})"):
+                    srv = api.server_get(sid)
+                if srv is None or str(srv.get("status", "")).upper() == "DELETED":
+                    self.store.remove_resource(self.name, "server", sid)
+                    pending.pop(sid)
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                what = f"server(s) still deleting after {int(self.destroy_timeout)} s: {', '.join(pending.values())}"
+                if failures is None:
+                    raise TestbedError(what, where=self._where("nova", "servers"),
+                                       fix=f"run 'testbed destroy {self.name}' again later")
+                failures.append(what)
+                return
+            self._sleep(deadline)
+
+    def _destroy_leases(self, api: Chi, failures: list[str]) -> None:
+        pending = []
+        for r in self.store.resources(self.name, "lease"):
+            thing = f"lease {r['info'].get('name') or self.lease_name} ({r['id']})"
+            try:
+                with self._step("deleting the lease", thing):
+                    sent = api.lease_delete(r["id"])
+            except TestbedError as e:
+                failures.append(e.what)
+                continue
+            if sent:
+                pending.append(r["id"])
+            else:
+                self.store.remove_resource(self.name, "lease", r["id"])
+        deadline = time.monotonic() + self.destroy_timeout
+        while pending:
+            for lid in list(pending):
+                with self._step("waiting for the lease to go", f"lease {lid}"):
+                    lease = api.lease_get(lid)
+                if lease is None or lease.get("status") in ("TERMINATED", "DELETED"):
+                    self.store.remove_resource(self.name, "lease", lid)
+                    pending.remove(lid)
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                failures.append(f"lease(s) still deleting after {int(self.destroy_timeout)} s: {', '.join(pending)}")
+                return
+            self._sleep(deadline)
+
+    # status, extend, refresh --------------------------------------------------------------------------
+    def describe(self, now: datetime | None = None) -> dict[str, Any]:
+        """Lease end from state (no network), with a warning when it is less than an hour away."""
+        tb = self.store.testbed(self.name) or {}
+        info = tb.get("info", {})
+        out: dict[str, Any] = {"site": info.get("site", self.settings.site), "lease": info.get("lease_id"),
+                               "lease_name": info.get("lease_name", self.lease_name)}
+        end = info.get("lease_end")
+        if not end:
+            return out
+        left = _parse_lease_time(end) - (now or _utcnow())
+        out["lease_end"] = end
+        out["remaining"] = _span(left)
+        if left <= timedelta(0):
+            out["warning"] = (f"the lease ended at {end}: its nodes are gone; run 'testbed destroy {self.name}' "
+                              "and provision again")
+        elif left < WARN_BEFORE_END:
+            out["warning"] = (f"the lease ends in {_span(left)} ({end}): run 'testbed extend {self.name} "
+                              "--hours N' or collect results now")
+        return out
+
+    def extend(self, hours: float) -> str:
+        """Move the lease end ``hours`` later (blazar PUT /leases/{id}); returns the new end (ISO, UTC)."""
+        if not hours or hours <= 0:
+            raise UsageError(f"cannot extend by {hours} hours", where="--hours", fix="give a positive number")
+        rows = self.store.resources(self.name, "lease")
+        if not rows:
+            raise TestbedError(f"testbed '{self.name}' has no lease recorded", where="state",
+                               fix=f"run 'testbed provision {self.name}' first")
+        api = self._connect()
+        lid = rows[0]["id"]
+        thing = f"lease {self.lease_name} ({lid})"
+        with self._step("reading the lease", thing):
+            lease = api.lease_get(lid)
+        if lease is None or lease.get("status") in LEASE_GONE:
+            raise TestbedError(f"lease {self.lease_name} is gone", where=self._where("blazar", thing),
+                               fix=f"run 'testbed destroy {self.name}' and provision again")
+        old = _parse_lease_time(lease["end_date"])
+        new = old + timedelta(hours=hours)
+        try:
+            with self._step(f"extending the lease by {hours:g} h", thing):
+                lease = api.lease_set_end(lid, new.strftime(BLAZAR_FMT))
+        except TestbedError as e:
+            if "free" in e.what and "node" in e.what:
+                raise TestbedError(f"cannot extend lease {self.lease_name} by {hours:g} h: its nodes are reserved "
+                                   "by someone else after the current end", where=e.where,
+                                   fix="extend by fewer hours, or collect results and start a new lease") from None
+            raise
+        self._note_lease(lease)
+        end = _iso(_parse_lease_time(lease["end_date"]))
+        self.progress(f"lease {self.lease_name}: now ends {end} (was {_iso(old)})")
+        return end
+
+    def refresh(self) -> list[Host]:
+        """Hosts with their servers' real state (network)."""
+        hosts = self.store.hosts(self.name)
+        if not hosts:
+            return hosts
+        api = self._connect()
+        for h in hosts:
+            sid = h.facts.get("server_id")
+            if not sid:
+                continue
+            with self._step("reading a server", f"server {h.facts.get('server_name', h.name)}"):
+                srv = api.server_get(str(sid))
+            h.state = "gone" if srv is None else ("up" if srv.get("status") == "ACTIVE"
+                                                  else str(srv.get("status", "unknown")).lower())
+            self.store.set_host_state(self.name, h.name, h.state)
+        return hosts

@@ -1,0 +1,332 @@
+"""The one place that talks to python-chi: credentials, a quiet context, calls that return plain dicts.
+
+python-chi is imported lazily (``Chi()``), its ``print()`` chatter and library logging are kept off the
+terminal, and it is configured explicitly from the OpenStack environment (never ``use_site()``, which does an
+un-timed lookup on the internet). Where chi's object API hides an id or an error (``Server.submit`` drops the
+created server, ``create_lease`` swallows Blazar's message) the call goes through chi's own clients instead.
+Every failure leaves here as :class:`ApiError` (status + the service's own message); the provider decides
+what it means for the user. Credentials are held only in memory and never appear in a message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from testbed.errors import TestbedError
+
+OPENRC_FIX = ("source your Chameleon openrc (Project > API Access > application credential), which sets "
+              "OS_AUTH_URL, OS_AUTH_TYPE=v3applicationcredential, OS_APPLICATION_CREDENTIAL_ID and "
+              "OS_APPLICATION_CREDENTIAL_SECRET (or OS_USERNAME/OS_PASSWORD/OS_PROJECT_NAME)")
+
+QUIET_LOGGERS = ("chi", "neutronclient", "neutronclient.v2_0.client", "keystoneauth", "keystoneauth1",
+                 "openstack", "blazarclient", "novaclient", "glanceclient", "keystoneclient", "stevedore",
+                 "oslo_config", "urllib3")
+
+
+@dataclass(repr=False)
+class Credentials:
+    """What the OpenStack environment says about how to log in (secrets in ``fields``, never printed)."""
+
+    auth_url: str
+    auth_type: str
+    region: str | None
+    fields: dict[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # never show secrets, even in a debugger or a traceback
+        return f"Credentials(auth_url={self.auth_url!r}, auth_type={self.auth_type!r}, region={self.region!r})"
+
+
+def credentials_from_env(env: Mapping[str, str] | None = None, *, site: str | None = None) -> Credentials:
+    """Read OS_* credentials; a clear TestbedError (before any network call) when they are missing."""
+    env = os.environ if env is None else env
+
+    def get(k: str) -> str:
+        return (env.get(k) or "").strip()
+
+    auth_url = get("OS_AUTH_URL")
+    auth_type = get("OS_AUTH_TYPE") or get("OS_AUTH_METHOD")
+    if not auth_type:
+        auth_type = "v3applicationcredential" if get("OS_APPLICATION_CREDENTIAL_ID") else "v3password"
+    auth_type = {"password": "v3password", "applicationcredential": "v3applicationcredential",
+                 "v3applicationcredential": "v3applicationcredential"}.get(auth_type, auth_type)
+    needed = ["OS_AUTH_URL"]
+    fields: dict[str, str] = {}
+    if auth_type == "v3applicationcredential":
+        needed += ["OS_APPLICATION_CREDENTIAL_ID", "OS_APPLICATION_CREDENTIAL_SECRET"]
+        fields = {"application_credential_id": get("OS_APPLICATION_CREDENTIAL_ID"),
+                  "application_credential_secret": get("OS_APPLICATION_CREDENTIAL_SECRET")}
+    elif auth_type == "v3password":
+        needed += ["OS_USERNAME", "OS_PASSWORD"]
+        if not (get("OS_PROJECT_NAME") or get("OS_PROJECT_ID")):
+            needed.append("OS_PROJECT_NAME")
+        fields = {"username": get("OS_USERNAME"), "password": get("OS_PASSWORD"),
+                  "user_domain_name": get("OS_USER_DOMAIN_NAME") or "Default",
+                  "project_domain_name": get("OS_PROJECT_DOMAIN_NAME") or "chameleon"}
+        for k, dest in (("OS_PROJECT_NAME", "project_name"), ("OS_PROJECT_ID", "project_id")):
+            if get(k):
+                fields[dest] = get(k)
+    elif auth_type == "v3token":
+        needed.append("OS_TOKEN")
+        fields = {"token": get("OS_TOKEN")}
+    missing = [k for k in needed if not get(k)]
+    if missing:
+        raise TestbedError(f"no Chameleon credentials: {', '.join(missing)} not set (auth type {auth_type})",
+                           where="environment (OS_* variables)", fix=OPENRC_FIX)
+    region = get("OS_REGION_NAME") or None
+    if site and region and region != site:
+        raise TestbedError(f"the OpenStack environment is for {region} but the testbed asks for {site}",
+                           where="OS_REGION_NAME / inventories provider.site",
+                           fix=f"source the openrc of {site}, or set provider.site: {region}")
+    return Credentials(auth_url=auth_url, auth_type=auth_type, region=region or site, fields=fields)
+
+
+class ApiError(Exception):
+    """A failed cloud call: HTTP status (None: no answer) and the service's own message."""
+
+    def __init__(self, status: int | None, message: str, *, service: str = "", kind: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.service = service
+        self.kind = kind  # "connect", "auth", "endpoint", ""
+
+
+def _explain(exc: BaseException) -> ApiError:
+    """Turn any client library's exception into an ApiError (status, message)."""
+    if isinstance(exc, ApiError):
+        return exc
+    mod = type(exc).__module__
+    name = type(exc).__name__
+    status: int | None = None
+    for attr in ("http_status", "status_code", "code"):
+        v = getattr(exc, attr, None)
+        if isinstance(v, int) and 100 <= v < 600:
+            status = v
+            break
+    kwargs = getattr(exc, "kwargs", None)
+    if isinstance(kwargs, dict) and isinstance(kwargs.get("code"), int):
+        status = kwargs["code"]  # blazarclient keeps the real code there
+    msg = ""
+    for attr in ("details", "message"):
+        v = getattr(exc, attr, None)
+        if isinstance(v, str) and v.strip():
+            msg = v.strip()
+            break
+    msg = msg or str(exc).strip() or name
+    if msg.startswith("ERROR: "):
+        msg = msg[len("ERROR: "):]
+    kind = ""
+    if "keystoneauth1" in mod or "requests" in mod or "urllib3" in mod:
+        if name in ("ConnectFailure", "ConnectTimeout", "ConnectionError", "SSLError", "UnknownConnectionError",
+                    "RetriableConnectionFailure", "ConnectionRefused"):
+            kind = "connect"
+        elif name in ("EndpointNotFound", "EmptyCatalog"):
+            kind = "endpoint"
+        elif name in ("Unauthorized", "AuthorizationFailure", "MissingAuthPlugin", "NoMatchingPlugin"):
+            kind = "auth"
+    if name in ("ConnectTimeout", "ReadTimeout", "Timeout") or "timed out" in msg.lower():
+        kind = kind or "connect"
+    if status == 401:
+        kind = "auth"
+    return ApiError(status, " ".join(msg.split())[:400], kind=kind)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Keep python-chi's print() chatter and library warnings off the user's terminal."""
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _silence_loggers() -> None:
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    if isinstance(obj, dict):
+        return obj
+    to_dict = getattr(obj, "to_dict", None)
+    if callable(to_dict):
+        return dict(to_dict())
+    return dict(getattr(obj, "_info", {}) or {})
+
+
+class Chi:
+    """python-chi configured for one site from explicit credentials; every method returns plain data."""
+
+    def __init__(self, creds: Credentials, *, site: str, project: str | None = None, http_timeout: float = 60):
+        _silence_loggers()
+        with quiet():
+            import chi  # lazy: ~1.3 s, and it reads OS_* at import
+            import chi.context
+            import chi.lease
+            import chi.network
+            import chi.server
+
+            chi.context.reset()  # forget what it read at import time; configure explicitly below
+            chi.set("auth_type", creds.auth_type)
+            chi.set("auth_url", creds.auth_url)
+            chi.set("region_name", creds.region or site)
+            chi.set("interface", "public")
+            chi.set("timeout", int(max(1, http_timeout)))
+            for k, v in creds.fields.items():
+                chi.set(k, v)
+            if project and creds.auth_type == "v3password":
+                chi.set("project_name", project)
+        _silence_loggers()  # importing the clients may have reset levels
+        self.chi = chi
+        self.site = site
+
+    @contextlib.contextmanager
+    def call(self, service: str) -> Iterator[None]:
+        """Run chi code quietly; any failure leaves as ApiError tagged with ``service``."""
+        try:
+            with quiet():
+                yield
+        except (ApiError, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            err = _explain(e)
+            err.service = service
+            raise err from None
+
+    # leases (blazar) ------------------------------------------------------------------------------
+    def lease_get(self, lease_id: str) -> dict[str, Any] | None:
+        try:
+            with self.call("blazar"):
+                return dict(self.chi.blazar().lease.get(lease_id))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def leases_named(self, name: str) -> list[dict[str, Any]]:
+        with self.call("blazar"):
+            return [dict(x) for x in self.chi.blazar().lease.list() if x.get("name") == name]
+
+    def lease_create(self, name: str, *, start: str, end: str, node_type: str, count: int,
+                     fips: int) -> dict[str, Any]:
+        """POST /leases: a node reservation (and ``fips`` reserved floating IPs); returns the lease."""
+        with self.call("blazar"):
+            reservations: list[dict[str, Any]] = []
+            self.chi.lease.add_node_reservation(reservations, count=count, node_type=node_type)
+            if fips:
+                self.chi.lease.add_fip_reservation(reservations, count=fips)
+            return dict(self.chi.blazar().lease.create(name=name, start=start, end=end,
+                                                       reservations=reservations, events=[]))
+
+    def lease_set_end(self, lease_id: str, end: str) -> dict[str, Any]:
+        """PUT /leases/{id} with a new end_date ('YYYY-MM-DD HH:MM', UTC)."""
+        with self.call("blazar"):
+            return dict(self.chi.blazar().lease.update(lease_id, end_date=end))
+
+    def lease_delete(self, lease_id: str) -> bool:
+        """True when a delete was sent, False when it was already gone."""
+        try:
+            with self.call("blazar"):
+                self.chi.blazar().lease.delete(lease_id)
+                return True
+        except ApiError as e:
+            if e.status == 404:
+                return False
+            raise
+
+    # key pairs, servers (nova) --------------------------------------------------------------------
+    def keypair_ensure(self, name: str, public_key: str) -> None:
+        with self.call("nova"):
+            self.chi.server.update_keypair(key_name=name, public_key=public_key)
+
+    def keypair_delete(self, name: str) -> bool:
+        try:
+            with self.call("nova"):
+                self.chi.nova().keypairs.delete(name)
+                return True
+        except ApiError as e:
+            if e.status == 404:
+                return False
+            raise
+
+    def server_create(self, name: str, *, reservation_id: str | None, image: str, flavor: str, key_name: str,
+                      network: str) -> str:
+        """POST /servers on the reservation; returns the new server's id at once (no waiting)."""
+        with self.call("nova"):
+            args = self.chi.server.instance_create_args(
+                reservation_id, name=name, image=image, flavor=flavor, key=key_name,
+                net_ids=[self.chi.network.get_network_id(network)])
+            created = self.chi.connection().compute.create_server(**args)
+            return str(created.id)
+
+    def server_get(self, server_id: str) -> dict[str, Any] | None:
+        try:
+            with self.call("nova"):
+                return _as_dict(self.chi.nova().servers.get(server_id))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def servers_named(self, prefix: str) -> list[dict[str, Any]]:
+        with self.call("nova"):
+            return [_as_dict(s) for s in self.chi.nova().servers.list() if s.name.startswith(prefix)]
+
+    def server_delete(self, server_id: str) -> bool:
+        try:
+            with self.call("nova"):
+                self.chi.nova().servers.delete(server_id)
+                return True
+        except ApiError as e:
+            if e.status == 404:
+                return False
+            raise
+
+    # floating IPs (neutron) -----------------------------------------------------------------------
+    def fips(self, **filters: str) -> list[dict[str, Any]]:
+        with self.call("neutron"):
+            return list(self.chi.neutron().list_floatingips(**filters)["floatingips"])
+
+    def fip_get(self, fip_id: str) -> dict[str, Any] | None:
+        try:
+            with self.call("neutron"):
+                return dict(self.chi.neutron().show_floatingip(fip_id)["floatingip"])
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def fip_allocate(self, description: str) -> dict[str, Any]:
+        """POST /floatingips from the 'public' network (not reserved; released by ``fip_delete``)."""
+        with self.call("neutron"):
+            net = self.chi.network.get_network_id(self.chi.network.PUBLIC_NETWORK)
+            return dict(self.chi.neutron().create_floatingip(
+                {"floatingip": {"floating_network_id": net, "description": description}})["floatingip"])
+
+    def fip_bind(self, fip_id: str, server_id: str) -> dict[str, Any]:
+        """Bind the floating IP to the server's first port (PUT /floatingips/{id})."""
+        with self.call("neutron"):
+            ports = self.chi.neutron().list_ports(device_id=server_id)["ports"]
+            if not ports:
+                raise ApiError(None, f"server {server_id} has no network port yet")
+            return dict(self.chi.neutron().update_floatingip(
+                fip_id, {"floatingip": {"port_id": ports[0]["id"]}})["floatingip"])
+
+    def fip_delete(self, fip_id: str) -> bool:
+        """DELETE /floatingips/{id} (not chi's Server.delete(), which leaks them); False when already gone."""
+        try:
+            with self.call("neutron"):
+                self.chi.neutron().delete_floatingip(fip_id)
+                return True
+        except ApiError as e:
+            if e.status == 404:
+                return False
+            raise
+
