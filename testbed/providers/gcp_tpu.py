@@ -1,0 +1,671 @@
+"""The GCP TPU provider: TPU VMs and multi-host slices through google-cloud-tpu (``tpu_v2``, REST transport).
+
+- Credentials: Application Default Credentials (``google.auth.default()``), never stored. Missing ADC is refused
+  before any API call. ``provider.endpoint`` overrides the API endpoint (private endpoints, fakes); it must carry
+  its scheme (``http://host:port`` or ``https://host``). With ``TESTBED_TPU_ANONYMOUS=1`` in the environment *and*
+  an endpoint set, anonymous credentials are used instead (the test suite's fake TPU API); never otherwise.
+- Nodes are named ``<testbed>-<i>``; with ``queued_resource: true`` one queued resource ``<testbed>-qr`` asks for
+  all of them (spot when ``spot``/``preemptible``, else guaranteed). Every id is written to state *before* the
+  create call returns, so ``testbed destroy`` can always release a half-made testbed (a leaked TPU costs money).
+- Every worker of a slice (``node.network_endpoints``; a v4-32 has 4) becomes a host ``<node>-w<k>`` reached on
+  its external IP (internal with ``internal_ips``); the testbed key goes in metadata ``ssh-keys``.
+- A PREEMPTED (or TERMINATED) node is reported by ``refresh``/``status`` (host state ``preempted``) and
+  ``provision`` recreates it (delete + create). ``destroy`` treats NotFound as gone and is safe to repeat.
+- ``google.cloud.tpu_v2`` and ``google.auth`` are imported only inside methods.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from testbed import paths, ssh
+from testbed.errors import TestbedError, UsageError
+from testbed.providers.base import Host, Progress, Provider, _quiet
+from testbed.providers.gcp_tpu_errors import (
+    ADC_FIX,
+    api_error,
+    is_already_exists,
+    is_api_error,
+    is_not_found,
+    is_refusal,
+)
+from testbed.spec import TpuSettings
+
+if TYPE_CHECKING:
+    from testbed.spec import TestbedSpec
+    from testbed.state import Store
+
+NODE = "tpu-node"
+QUEUED_RESOURCE = "tpu-queued-resource"
+ANONYMOUS_ENV = "TESTBED_TPU_ANONYMOUS"
+SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+
+GONE_STATES = {"PREEMPTED", "TERMINATED"}  # provision recreates these
+WAIT_STATES = {"CREATING", "STARTING", "RESTARTING", "REPAIRING", "REIMAGING", "UNHIDING", "STATE_UNSPECIFIED"}
+QR_WAIT_STATES = {"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "STATE_UNSPECIFIED"}
+QR_BAD_STATES = {"FAILED", "SUSPENDING", "SUSPENDED"}
+
+
+@dataclass(frozen=True)
+class Polling:
+    """How often and how long the provider asks the API and the workers (tests pass small values)."""
+
+    interval: float = 5.0  # between polls of nodes, queued resources and operations
+    ssh_interval: float = 2.0  # between SSH handshake attempts on a worker
+    rpc_timeout: float = 60.0  # per API request
+    retry_initial: float = 1.0  # first back-off when a read gets 503/500
+    retry_maximum: float = 10.0
+    report_every: float = 30.0  # heartbeat progress line while nothing changes
+    delete_timeout: float = 900.0
+
+
+FAST_POLLING = Polling(interval=0.02, ssh_interval=0.1, rpc_timeout=5, retry_initial=0.01, retry_maximum=0.05,
+                       report_every=1.0, delete_timeout=10)
+
+
+def _state(obj: Any) -> str:
+    st = getattr(obj, "state", None)
+    return getattr(st, "name", None) or str(st or "STATE_UNSPECIFIED")
+
+
+class TpuProvider(Provider):
+    kind = "gcp-tpu"
+
+    def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet, *,
+                 polling: Polling | None = None):
+        super().__init__(spec, store, progress)
+        self.polling = polling or Polling()
+        self._client: Any = None
+        self._project: str | None = None
+
+    # settings and names -----------------------------------------------------------------------------
+    @property
+    def settings(self) -> TpuSettings:
+        assert isinstance(self.spec.provider, TpuSettings)
+        return self.spec.provider
+
+    @property
+    def source(self) -> str:
+        return self.spec.source or f"inventories/{self.name}.yml"
+
+    def node_ids(self) -> list[str]:
+        return [f"{self.name}-{i}" for i in range(self.settings.count)]
+
+    @property
+    def qr_id(self) -> str:
+        return f"{self.name}-qr"
+
+    @property
+    def parent(self) -> str:
+        return f"projects/{self._project or self.settings.project or '-'}/locations/{self.settings.zone}"
+
+    def node_name(self, nid: str) -> str:
+        return f"{self.parent}/nodes/{nid}"
+
+    def qr_name(self, qid: str) -> str:
+        return f"{self.parent}/queuedResources/{qid}"
+
+    def _labels(self) -> dict[str, str]:
+        return {"testbed": self.name, "managed-by": "testbed"}
+
+    # connection -------------------------------------------------------------------------------------
+    def _validate(self) -> None:
+        """Checks that need no network: the endpoint's scheme, anonymous mode only with an endpoint."""
+        ep = self.settings.endpoint
+        if ep is not None and not (ep.startswith(("http://", "https://")) and len(ep.split("://", 1)[1]) > 0):
+            raise UsageError(f"provider.endpoint '{ep}' has no scheme (or no host)",
+                             where=f"{self.source}: provider.endpoint",
+                             fix="write it with its scheme: http://127.0.0.1:8080 (plain HTTP, e.g. a fake) "
+                                 "or https://tpu.googleapis.com")
+        if os.environ.get(ANONYMOUS_ENV) == "1" and not ep:
+            raise UsageError(f"{ANONYMOUS_ENV}=1 is only for a local or private endpoint, and none is set",
+                             where=f"environment / {self.source}: provider.endpoint",
+                             fix=f"unset {ANONYMOUS_ENV} to use Application Default Credentials")
+
+    def _credentials(self) -> tuple[Any, str | None]:
+        if os.environ.get(ANONYMOUS_ENV) == "1" and self.settings.endpoint:
+            from google.auth.credentials import AnonymousCredentials
+
+            return AnonymousCredentials(), None
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+
+        try:
+            creds, project = google.auth.default(scopes=SCOPES)
+        except DefaultCredentialsError as e:
+            first = " ".join(str(e).split())[:200]
+            raise TestbedError(f"no Google Cloud credentials (Application Default Credentials): {first}",
+                               where="this machine (ADC)", fix=ADC_FIX) from None
+        return creds, project
+
+    def client(self) -> Any:
+        """The ``tpu_v2.TpuClient`` (REST transport), built once; ADC is checked before any API request."""
+        if self._client is not None:
+            return self._client
+        self._validate()
+        creds, adc_project = self._credentials()
+        project = self.settings.project or os.environ.get("GOOGLE_CLOUD_PROJECT") or adc_project
+        if not project:
+            raise UsageError("no GCP project for the TPU testbed", where=f"{self.source}: provider.project",
+                             fix="set provider.project, or export GOOGLE_CLOUD_PROJECT, or "
+                                 "'gcloud config set project <id>' before 'gcloud auth application-default login'")
+        self._project = project
+        from google.api_core.client_options import ClientOptions
+        from google.cloud import tpu_v2
+
+        opts = ClientOptions(api_endpoint=self.settings.endpoint) if self.settings.endpoint else None
+        self._client = tpu_v2.TpuClient(credentials=creds, transport="rest", client_options=opts)
+        return self._client
+
+    def _retry(self) -> Any:
+        from google.api_core import exceptions as gexc
+        from google.api_core import retry as gretry
+
+        p = self.polling
+        return gretry.Retry(predicate=gretry.if_exception_type(gexc.ServiceUnavailable, gexc.InternalServerError),
+                            initial=p.retry_initial, maximum=p.retry_maximum, multiplier=2, timeout=p.rpc_timeout)
+
+    def _err(self, e: BaseException, action: str, where: str | None = None) -> TestbedError:
+        ep = f" via {self.settings.endpoint}" if self.settings.endpoint else ""
+        return api_error(e, action=action, where=(where or self.parent) + ep, testbed=self.name,
+                         zone=self.settings.zone, accelerator=self.settings.accelerator_type)
+
+    def _call(self, action: str, fn: Any, *args: Any, where: str | None = None, **kw: Any) -> Any:
+        """One API call with a per-request timeout; library errors become one TestbedError."""
+        try:
+            return fn(*args, timeout=self.polling.rpc_timeout, **kw)
+        except Exception as e:
+            if is_api_error(e):
+                raise self._err(e, action, where) from None
+            raise
+
+    def _get_node(self, nid: str) -> Any | None:
+        """The node, or None when it does not exist."""
+        try:
+            return self.client().get_node(name=self.node_name(nid), retry=self._retry(),
+                                          timeout=self.polling.rpc_timeout)
+        except Exception as e:
+            if is_not_found(e):
+                return None
+            if is_api_error(e):
+                raise self._err(e, f"read TPU node {nid}", self.node_name(nid)) from None
+            raise
+
+    def _get_qr(self, qid: str) -> Any | None:
+        try:
+            return self.client().get_queued_resource(name=self.qr_name(qid), retry=self._retry(),
+                                                     timeout=self.polling.rpc_timeout)
+        except Exception as e:
+            if is_not_found(e):
+                return None
+            if is_api_error(e):
+                raise self._err(e, f"read queued resource {qid}", self.qr_name(qid)) from None
+            raise
+
+    def _op_done(self, op: Any, what: str, where: str) -> bool:
+        """Poll an operation once; True when done, a TestbedError when it ended in error."""
+        try:
+            done = op.done(retry=self._retry())
+        except Exception as e:
+            if is_api_error(e):
+                raise self._err(e, f"follow the operation to {what}", where) from None
+            raise
+        if done and op.operation.error.code:
+            from google.api_core import exceptions as gexc
+
+            err = op.operation.error
+            exc = gexc.from_grpc_status(err.code, err.message)
+            mapped = self._err(exc, what, where)
+            raise TestbedError(f"the operation to {what} ended in error: {type(exc).__name__}: "
+                               f"{' '.join(err.message.split())[:300]}", where=mapped.where, fix=mapped.fix)
+        return bool(done)
+
+    # provision --------------------------------------------------------------------------------------
+    def provision(self) -> list[Host]:
+        self._validate()
+        self.client()  # refuses missing ADC / project before any API request
+        _, pub = ssh.ensure_keypair(self.name)
+        self.store.upsert_testbed(self.name, self.kind, self.spec.source, "provisioning", self._info())
+        try:
+            if self.settings.queued_resource:
+                nodes, renewed = self._ensure_queued_resource(pub)
+            else:
+                nodes, renewed = self._ensure_nodes(pub)
+            hosts = self._hosts(nodes)
+            self._connect_ssh(hosts, renewed)
+            self.store.set_hosts(self.name, hosts)
+            ssh.write_inventory(self.name, hosts, self.spec.vars)
+            self.store.upsert_testbed(self.name, self.kind, self.spec.source, "up", self._info())
+            return hosts
+        except KeyboardInterrupt:
+            self.store.set_testbed_status(self.name, "interrupted")
+            n = len(self.store.resources(self.name))
+            raise TestbedError(
+                f"provisioning of TPU testbed '{self.name}' was interrupted; {n} TPU resource(s) were requested "
+                "and may be running (and billing)", where=f"testbed {self.name} ({self.parent})",
+                fix=f"'testbed destroy {self.name}' releases them, or 'testbed provision {self.name}' resumes",
+                code=130) from None
+        except TestbedError:
+            self.store.set_testbed_status(self.name, "failed")
+            raise
+
+    def _info(self) -> dict[str, Any]:
+        s = self.settings
+        return {"project": self._project or s.project, "zone": s.zone, "accelerator_type": s.accelerator_type,
+                "runtime_version": s.runtime_version, "count": s.count, "queued_resource": s.queued_resource,
+                "spot": s.spot, "preemptible": s.preemptible, "endpoint": s.endpoint}
+
+    def _node_body(self, pub: str) -> Any:
+        from google.cloud import tpu_v2
+
+        s = self.settings
+        return tpu_v2.Node(
+            accelerator_type=s.accelerator_type, runtime_version=s.runtime_version,
+            description=f"testbed {self.name}",
+            network_config=tpu_v2.NetworkConfig(enable_external_ips=not s.internal_ips),
+            scheduling_config=tpu_v2.SchedulingConfig(preemptible=s.preemptible, spot=s.spot),
+            metadata={"ssh-keys": f"{self.spec.user}:{pub}"}, labels=self._labels())
+
+    def _adopt_check(self, nid: str, node: Any) -> None:
+        """Refuse to take over a node of the same name that another tool (or testbed) created."""
+        recorded = {r["id"] for r in self.store.resources(self.name, NODE)}
+        if nid not in recorded and dict(node.labels).get("testbed") != self.name:
+            raise TestbedError(f"a TPU node named {nid} already exists and was not created by testbed '{self.name}'",
+                               where=self.node_name(nid),
+                               fix="delete it (gcloud compute tpus tpu-vm delete) or rename the testbed")
+
+    def _ensure_nodes(self, pub: str) -> tuple[list[tuple[str, Any]], set[str]]:
+        """Find, recreate or create every node; wait until all are READY. Returns nodes and renewed ids."""
+        ops: dict[str, Any] = {}
+        renewed: set[str] = set()
+        for nid in self.node_ids():
+            node = self._get_node(nid)
+            if node is not None:
+                self._adopt_check(nid, node)
+                st = _state(node)
+                self.store.add_resource(self.name, NODE, nid, name=self.node_name(nid), state=st)
+                if st in GONE_STATES:
+                    self.progress(f"node {nid}: {st}; deleting it to create it again")
+                    self._delete_nodes([nid])
+                    node = None
+                elif st == "DELETING":
+                    self._delete_nodes([nid])
+                    node = None
+                elif st in ("STOPPED", "STOPPING", "HIDDEN", "HIDING"):
+                    raise TestbedError(
+                        f"TPU node {nid} is {st}", where=self.node_name(nid),
+                        fix=f"start it (gcloud compute tpus tpu-vm start {nid} --zone {self.settings.zone}) "
+                            f"or 'testbed destroy {self.name}' and provision again")
+            if node is None:
+                ops[nid] = self._create_node(nid, pub)
+                renewed.add(nid)
+            else:
+                ops[nid] = None
+        return self._wait_ready(ops, time.monotonic() + self.settings.create_timeout), renewed
+
+    def _create_node(self, nid: str, pub: str) -> Any | None:
+        """Ask for node ``nid``; its id is in state before the call is made. None if it already existed."""
+        body = self._node_body(pub)
+        self.store.add_resource(self.name, NODE, nid, name=self.node_name(nid), state="REQUESTED")
+        try:
+            op = self.client().create_node(parent=self.parent, node_id=nid, node=body,
+                                           timeout=self.polling.rpc_timeout)
+        except Exception as e:
+            if is_already_exists(e):
+                return None
+            if is_api_error(e):
+                if is_refusal(e):
+                    self.store.remove_resource(self.name, NODE, nid)  # refused: nothing was created
+                raise self._err(e, f"create TPU node {nid} ({self.settings.accelerator_type})",
+                                self.node_name(nid)) from None
+            raise
+        self.store.add_resource(self.name, NODE, nid, name=self.node_name(nid), state="CREATING",
+                                operation=op.operation.name)
+        self.progress(f"node {nid}: create requested ({self.settings.accelerator_type})")
+        return op
+
+    def _wait_ready(self, ops: dict[str, Any], deadline: float) -> list[tuple[str, Any]]:
+        """Poll until every node in ``ops`` is READY (operation errors and timeouts raise)."""
+        start = time.monotonic()
+        ready: dict[str, Any] = {}
+        seen: dict[str, str] = {}
+        last_report = start
+        while True:
+            for nid, op in ops.items():
+                if nid in ready:
+                    continue
+                node = self._get_node(nid)
+                st = _state(node) if node is not None else "NOT_FOUND"
+                op_over = op is None
+                if st != "READY" and op is not None:
+                    op_over = self._op_done(op, f"create TPU node {nid}", self.node_name(nid))  # raises on error
+                    if op_over:  # done without error: the node should be READY now
+                        node = self._get_node(nid)
+                        st = _state(node) if node is not None else "NOT_FOUND"
+                if st == "READY":
+                    ready[nid] = node
+                elif st in GONE_STATES or st == "DELETING" or (st == "NOT_FOUND" and op_over):
+                    raise TestbedError(f"TPU node {nid} became {st} before it was READY",
+                                       where=self.node_name(nid),
+                                       fix=f"'testbed provision {self.name}' creates it again; "
+                                           f"'testbed destroy {self.name}' releases everything")
+                if seen.get(nid) != st:
+                    seen[nid] = st
+                    self.progress(f"node {nid}: {st} ({int(time.monotonic() - start)} s)")
+            if len(ready) == len(ops):
+                return [(nid, ready[nid]) for nid in ops]
+            now = time.monotonic()
+            if now >= deadline:
+                waiting = ", ".join(f"{n} ({seen.get(n, '?')})" for n in ops if n not in ready)
+                raise TestbedError(
+                    f"TPU node(s) not READY after {self.settings.create_timeout} s: {waiting}",
+                    where=self.parent,
+                    fix=f"'testbed destroy {self.name}' deletes them (they may be billing); then retry, try another "
+                        "zone, a queued resource (queued_resource: true), or raise provider.create_timeout")
+            if now - last_report >= self.polling.report_every:
+                last_report = now
+                self.progress(f"waiting for {len(ops) - len(ready)} TPU node(s) to be READY ({int(now - start)} s)")
+            time.sleep(min(self.polling.interval, max(0.0, deadline - now)))
+
+    # queued resources -------------------------------------------------------------------------------
+    def _ensure_queued_resource(self, pub: str) -> tuple[list[tuple[str, Any]], set[str]]:
+        qid = self.qr_id
+        renewed: set[str] = set()
+        qr = self._get_qr(qid)
+        op = None
+        if qr is not None:
+            self.store.add_resource(self.name, QUEUED_RESOURCE, qid, name=self.qr_name(qid), state=_state(qr.state))
+            st = _state(qr.state)
+            broken = st in QR_BAD_STATES or any(
+                (n := self._get_node(nid)) is not None and _state(n) in GONE_STATES for nid in self.node_ids())
+            if broken or st == "DELETING":
+                self.progress(f"queued resource {qid}: {st}; deleting it to ask again")
+                self._delete_qrs([qid])
+                qr = None
+        if qr is None:
+            op = self._create_qr(qid, pub)
+            renewed = set(self.node_ids())
+        deadline = time.monotonic() + self.settings.create_timeout
+        self._wait_qr_active(qid, op, deadline)
+        for nid in self.node_ids():
+            self.store.add_resource(self.name, NODE, nid, name=self.node_name(nid), queued_resource=qid)
+        return self._wait_ready(dict.fromkeys(self.node_ids()), deadline), renewed
+
+    def _create_qr(self, qid: str, pub: str) -> Any:
+        from google.cloud import tpu_v2
+
+        s = self.settings
+        specs = [tpu_v2.QueuedResource.Tpu.NodeSpec(parent=self.parent, node_id=nid, node=self._node_body(pub))
+                 for nid in self.node_ids()]
+        kw: dict[str, Any] = {"tpu": tpu_v2.QueuedResource.Tpu(node_spec=specs)}
+        if s.spot or s.preemptible:
+            kw["spot"] = tpu_v2.QueuedResource.Spot()
+        else:
+            kw["guaranteed"] = tpu_v2.QueuedResource.Guaranteed()
+        self.store.add_resource(self.name, QUEUED_RESOURCE, qid, name=self.qr_name(qid), state="REQUESTED")
+        try:
+            op = self.client().create_queued_resource(parent=self.parent, queued_resource_id=qid,
+                                                      queued_resource=tpu_v2.QueuedResource(**kw),
+                                                      timeout=self.polling.rpc_timeout)
+        except Exception as e:
+            if is_already_exists(e):
+                return None
+            if is_api_error(e):
+                if is_refusal(e):
+                    self.store.remove_resource(self.name, QUEUED_RESOURCE, qid)
+                raise self._err(e, f"create queued resource {qid} ({s.count} x {s.accelerator_type})",
+                                self.qr_name(qid)) from None
+            raise
+        self.store.add_resource(self.name, QUEUED_RESOURCE, qid, name=self.qr_name(qid), state="CREATING",
+                                operation=op.operation.name)
+        self.progress(f"queued resource {qid}: requested ({s.count} x {s.accelerator_type}, "
+                      f"{'spot' if 'spot' in kw else 'guaranteed'})")
+        return op
+
+    def _wait_qr_active(self, qid: str, op: Any, deadline: float) -> None:
+        start = time.monotonic()
+        last, last_report = "", start
+        while True:
+            if op is not None and self._op_done(op, f"create queued resource {qid}", self.qr_name(qid)):
+                op = None
+            qr = self._get_qr(qid)
+            st = _state(qr.state) if qr is not None else "NOT_FOUND"
+            if st != last:
+                last = st
+                self.progress(f"queued resource {qid}: {st} ({int(time.monotonic() - start)} s)")
+            if st == "ACTIVE":
+                return
+            if st in QR_BAD_STATES or st in ("NOT_FOUND", "DELETING"):
+                raise TestbedError(f"queued resource {qid} is {st}", where=self.qr_name(qid),
+                                   fix=f"'testbed destroy {self.name}', then provision again (another zone or "
+                                       "accelerator type may have capacity)")
+            now = time.monotonic()
+            if now >= deadline:
+                raise TestbedError(
+                    f"queued resource {qid} not ACTIVE after {self.settings.create_timeout} s (state {st})",
+                    where=self.qr_name(qid),
+                    fix=f"raise provider.create_timeout and provision again (the request stays queued), or "
+                        f"'testbed destroy {self.name}' to give up")
+            if now - last_report >= self.polling.report_every:
+                last_report = now
+                self.progress(f"queued resource {qid}: {st} ({int(now - start)} s)")
+            time.sleep(min(self.polling.interval, max(0.0, deadline - now)))
+
+    # hosts and SSH ----------------------------------------------------------------------------------
+    def _hosts(self, nodes: list[tuple[str, Any]]) -> list[Host]:
+        s = self.settings
+        hosts: list[Host] = []
+        for nid, node in nodes:
+            eps = list(node.network_endpoints)
+            if not eps:
+                raise TestbedError(f"TPU node {nid} is READY but lists no workers (network endpoints)",
+                                   where=self.node_name(nid), fix=f"'testbed destroy {self.name}' and provision again")
+            for k, ep in enumerate(eps):
+                external = ep.access_config.external_ip if ep.access_config else ""
+                address = ep.ip_address if s.internal_ips else external
+                if not address:
+                    raise TestbedError(
+                        f"worker {k} of TPU node {nid} has no {'internal' if s.internal_ips else 'external'} IP",
+                        where=self.node_name(nid),
+                        fix="set provider.internal_ips: true when testbed runs inside the VPC, else check the "
+                            "network allows external IPs")
+                name = f"{nid}-w{k}"
+                hosts.append(Host(
+                    name=name, address=address, port=22, user=self.spec.user,
+                    groups=self.spec.groups_for(name, len(hosts)),
+                    facts={"provider": "gcp-tpu", "tpu": True, "accelerator": "tpu",
+                           "accelerator_type": node.accelerator_type or s.accelerator_type,
+                           "runtime_version": node.runtime_version or s.runtime_version,
+                           "node": nid, "worker": k, "workers": len(eps), "zone": s.zone,
+                           "internal_ip": ep.ip_address, "external_ip": external,
+                           "health": getattr(node.health, "name", str(node.health)),
+                           "spot": s.spot, "preemptible": s.preemptible}))
+        return hosts
+
+    def _pinned(self, host: str) -> bool:
+        kh = ssh.known_hosts_path(self.name)
+        return kh.exists() and any(ln.split(" ", 1)[0] == host for ln in kh.read_text().splitlines())
+
+    def _connect_ssh(self, hosts: list[Host], renewed: set[str]) -> None:
+        """SSH handshake on every worker, pin (new) host keys, then a real login with the testbed key."""
+        deadline = time.monotonic() + self.settings.ssh_timeout
+        fresh = [h.name for h in hosts if h.facts["node"] in renewed]
+        ssh.close_connections(self.name, fresh)
+        ssh.write_ssh_config(self.name, hosts)
+        for h in hosts:
+            keys = ssh.wait_for_ssh(h.address, h.port, timeout=max(1.0, deadline - time.monotonic()),
+                                    interval=self.polling.ssh_interval, progress=self.progress,
+                                    what=f"TPU worker {h.name}")
+            if h.name in fresh or not self._pinned(h.name):
+                ssh.pin_host_keys(self.name, h.name, keys)
+        for h in hosts:
+            self._wait_login(h, deadline)
+        self.progress(f"{len(hosts)} TPU worker(s) answer SSH")
+
+    def _wait_login(self, h: Host, deadline: float) -> None:
+        """Log in with the testbed key (the guest agent installs metadata keys shortly after sshd is up)."""
+        while True:
+            r = subprocess.run(ssh.ssh_argv(self.name, h.name, "true", mux="none"), capture_output=True,
+                               text=True, timeout=30, check=False)
+            if r.returncode == 0:
+                return
+            why = ssh.describe_ssh_failure(r.stderr, h.name, self.name)
+            if "host key" in why or time.monotonic() >= deadline:
+                raise TestbedError(f"cannot log in to TPU worker {h.name} ({h.address}): {why}",
+                                   where=f"{h.user}@{h.address}:22",
+                                   fix="check provider user and the ssh-keys metadata, then provision again; "
+                                       f"'testbed destroy {self.name}' releases the TPUs")
+            time.sleep(self.polling.ssh_interval)
+
+    # destroy ----------------------------------------------------------------------------------------
+    def destroy(self) -> None:
+        nodes = [r["id"] for r in self.store.resources(self.name, NODE)]
+        qrs = [r["id"] for r in self.store.resources(self.name, QUEUED_RESOURCE)]
+        hosts = [h.name for h in self.store.hosts(self.name)]
+        if nodes or qrs:
+            self._validate()
+            self.client()
+            failures: list[TestbedError] = []
+            try:
+                if qrs:  # force-deleting a queued resource deletes its nodes too
+                    failures += self._delete_qrs(qrs)
+                left = [r["id"] for r in self.store.resources(self.name, NODE)]
+                if left:
+                    failures += self._delete_nodes(left)
+            except KeyboardInterrupt:
+                n = len(self.store.resources(self.name))
+                raise TestbedError(f"destroy of TPU testbed '{self.name}' was interrupted; {n} TPU resource(s) "
+                                   "may still exist", where=f"testbed {self.name} ({self.parent})",
+                                   fix=f"run 'testbed destroy {self.name}' again", code=130) from None
+            if failures:
+                self.store.set_testbed_status(self.name, "destroy-failed")
+                left_ids = ", ".join(r["id"] for r in self.store.resources(self.name))
+                raise TestbedError(f"could not delete TPU resource(s) {left_ids}: {failures[0].what}",
+                                   where=failures[0].where,
+                                   fix=f"{failures[0].fix}; then run 'testbed destroy {self.name}' again "
+                                       "(it is safe to repeat)")
+        ssh.close_connections(self.name, hosts, remove=True)
+        self.store.delete_testbed(self.name)
+        shutil.rmtree(paths.testbed_dir(self.name), ignore_errors=True)
+
+    def _delete_nodes(self, nids: list[str]) -> list[TestbedError]:
+        """Delete nodes (all requests first, then wait); NotFound is gone. Returns the failures."""
+        failures: list[TestbedError] = []
+        ops: dict[str, Any] = {}
+        for nid in nids:
+            try:
+                ops[nid] = self.client().delete_node(name=self.node_name(nid), timeout=self.polling.rpc_timeout)
+                self.progress(f"node {nid}: delete requested")
+            except Exception as e:
+                if is_not_found(e):
+                    self.store.remove_resource(self.name, NODE, nid)
+                elif is_api_error(e):
+                    node = self._get_node(nid)
+                    if node is not None and _state(node) == "DELETING":
+                        ops[nid] = None
+                    else:
+                        failures.append(self._err(e, f"delete TPU node {nid}", self.node_name(nid)))
+                else:
+                    raise
+        failures += self._wait_gone(ops, "node", self._get_node, NODE, self.node_name)
+        return failures
+
+    def _delete_qrs(self, qids: list[str]) -> list[TestbedError]:
+        failures: list[TestbedError] = []
+        ops: dict[str, Any] = {}
+        for qid in qids:
+            try:
+                from google.cloud import tpu_v2
+
+                req = tpu_v2.DeleteQueuedResourceRequest(name=self.qr_name(qid), force=True)
+                ops[qid] = self.client().delete_queued_resource(request=req, timeout=self.polling.rpc_timeout)
+                self.progress(f"queued resource {qid}: delete requested")
+            except Exception as e:
+                if is_not_found(e):
+                    self.store.remove_resource(self.name, QUEUED_RESOURCE, qid)
+                elif is_api_error(e):
+                    failures.append(self._err(e, f"delete queued resource {qid}", self.qr_name(qid)))
+                else:
+                    raise
+        failures += self._wait_gone(ops, "queued resource", self._get_qr, QUEUED_RESOURCE, self.qr_name)
+        if not failures:  # its nodes went with it
+            owned = [r["id"] for r in self.store.resources(self.name, NODE) if r["info"].get("queued_resource")]
+            for nid in owned:
+                if self._get_node(nid) is None:
+                    self.store.remove_resource(self.name, NODE, nid)
+        return failures
+
+    def _wait_gone(self, ops: dict[str, Any], what: str, get: Any, kind: str, name_of: Any) -> list[TestbedError]:
+        failures: list[TestbedError] = []
+        deadline = time.monotonic() + self.polling.delete_timeout
+        pending = dict(ops)
+        while pending:
+            for rid, op in list(pending.items()):
+                try:
+                    if op is not None and not self._op_done(op, f"delete {what} {rid}", name_of(rid)):
+                        continue
+                    if get(rid) is None:
+                        self.store.remove_resource(self.name, kind, rid)
+                        self.progress(f"{what} {rid}: deleted")
+                        del pending[rid]
+                    else:
+                        pending[rid] = None  # operation over, resource still listed: wait until it vanishes
+                except TestbedError as e:
+                    failures.append(e)
+                    del pending[rid]
+            if pending and time.monotonic() >= deadline:
+                for rid in pending:
+                    failures.append(TestbedError(f"{what} {rid} still exists {int(self.polling.delete_timeout)} s "
+                                                 "after its deletion was requested", where=name_of(rid),
+                                                 fix="check it in the console"))
+                break
+            if pending:
+                time.sleep(self.polling.interval)
+        return failures
+
+    # status -----------------------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        tb = self.store.testbed(self.name) or {"info": {}}
+        info = dict(tb["info"])
+        info["nodes"] = [r["id"] for r in self.store.resources(self.name, NODE)]
+        info["queued_resources"] = [r["id"] for r in self.store.resources(self.name, QUEUED_RESOURCE)]
+        return info
+
+    def status(self) -> dict[str, list[dict[str, Any]]]:
+        """State and health of every recorded node and queued resource, from the API (GONE = not found)."""
+        nodes = []
+        for r in self.store.resources(self.name, NODE):
+            node = self._get_node(r["id"])
+            nodes.append({"node": r["id"], "state": _state(node) if node is not None else "GONE",
+                          "health": getattr(node.health, "name", "") if node is not None else "",
+                          "workers": len(node.network_endpoints) if node is not None else 0,
+                          "accelerator_type": node.accelerator_type if node is not None else "",
+                          "queued_resource": r["info"].get("queued_resource", "")})
+        qrs = []
+        for r in self.store.resources(self.name, QUEUED_RESOURCE):
+            qr = self._get_qr(r["id"])
+            qrs.append({"queued_resource": r["id"], "state": _state(qr.state) if qr is not None else "GONE"})
+        return {"nodes": nodes, "queued_resources": qrs}
+
+    def refresh(self) -> list[Host]:
+        """Hosts with their real state: up, preempted, gone, or the node's state in lower case."""
+        hosts = self.store.hosts(self.name)
+        if not hosts and not self.store.resources(self.name):
+            return hosts
+        by_node = {row["node"]: row for row in self.status()["nodes"]}
+        for h in hosts:
+            row = by_node.get(h.facts.get("node", ""))
+            st = row["state"] if row else "GONE"
+            new = {"READY": "up", "PREEMPTED": "preempted", "GONE": "gone"}.get(st, st.lower())
+            if new != h.state:
+                self.store.set_host_state(self.name, h.name, new)
+                h.state = new
+            if row:
+                h.facts.update(tpu_state=st, health=row["health"])
+                self.store.update_host_facts(self.name, h.name, {"tpu_state": st, "health": row["health"]})
+        return hosts
