@@ -53,7 +53,7 @@ def credentials_from_env(env: Mapping[str, str] | None = None, *, site: str | No
     auth_url = get("OS_AUTH_URL")
     auth_type = get("OS_AUTH_TYPE") or get("OS_AUTH_METHOD")
     if not auth_type:
-        auth_type = "v3applicationcredential" if get("OS_APPLICATION_CREDENTIAL_ID") else "v3password"
+        auth_type = "v3password" if get("OS_USERNAME") else "v3applicationcredential"  # the preferred one
     auth_type = {"password": "v3password", "applicationcredential": "v3applicationcredential",
                  "v3applicationcredential": "v3applicationcredential"}.get(auth_type, auth_type)
     needed = ["OS_AUTH_URL"]
@@ -115,7 +115,7 @@ def _explain(exc: BaseException) -> ApiError:
         status = kwargs["code"]  # blazarclient keeps the real code there
     msg = ""
     for attr in ("details", "message"):
-        v = getattr(exc, attr, None)
+        v = vars(exc).get(attr)  # instance values only: blazarclient's class-level 'message' is a template
         if isinstance(v, str) and v.strip():
             msg = v.strip()
             break
