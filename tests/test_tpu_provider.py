@@ -303,7 +303,7 @@ def test_preemption_during_a_run_is_reported_and_recreated(bed: Bed) -> None:
     assert bed.store.hosts("tb")[0].state == "preempted"
     assert p.status()["nodes"][0]["state"] == "PREEMPTED"
     run.communicate(timeout=20)
-    _record("preemption", TestbedError("host tb-0-w0: preempted (refresh)", where="status"))
+    print(f"\n[preemption]\nrefresh: {[(h.name, h.state) for h in hosts]}; status: {p.status()['nodes'][0]}")
     # provision deletes and recreates the preempted node
     deletes_before = sum(1 for m, _ in bed.fake.api_requests() if m == "DELETE")
     hosts = p.provision()
@@ -312,6 +312,71 @@ def test_preemption_during_a_run_is_reported_and_recreated(bed: Bed) -> None:
     assert [h.state for h in hosts] == ["up"] and [h.state for h in p.refresh()] == ["up"]
     assert bed.fake.node("tb-0")["state"] == "READY"
     assert ssh.known_hosts_path("tb").read_text().count("tb-0-w0") == keys_before.count("tb-0-w0")
+    assert _ssh_true(p, "tb-0-w0").returncode == 0
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_transient_unavailable_is_retried(bed: Bed) -> None:
+    bed.fake.fail_next("GET", "UNAVAILABLE", "backend unavailable", times=2, path="/nodes/tb-0")
+    p = bed.provider()
+    assert [h.name for h in p.provision()] == ["tb-0-w0"]
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_permission_denied(bed: Bed) -> None:
+    bed.fake.fail_next("POST", "PERMISSION_DENIED", "Permission 'tpu.nodes.create' denied on 'projects/proj'")
+    p = bed.provider()
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    _record("PERMISSION_DENIED", ei.value)
+    assert ei.value.what.startswith("permission denied to create TPU node tb-0")
+    assert "roles/tpu.admin" in (ei.value.fix or "")
+    assert bed.store.resources("tb") == []
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_deadline_exceeded_on_create_keeps_the_id_for_destroy(bed: Bed) -> None:
+    bed.fake.fail_next("POST", "DEADLINE_EXCEEDED", "Deadline expired before operation could complete")
+    p = bed.provider()
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    _record("DEADLINE_EXCEEDED", ei.value)
+    assert "did not answer in time" in ei.value.what
+    # ambiguous: the node may exist, so its id stays recorded and destroy checks (NotFound = gone)
+    assert [r["id"] for r in bed.store.resources("tb")] == ["tb-0"]
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_unreachable_endpoint(bed: Bed) -> None:
+    p = bed.provider(endpoint="http://127.0.0.1:9")
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    _record("endpoint unreachable", ei.value)
+    assert "TPU API is unavailable" in ei.value.what and "provider.endpoint" in (ei.value.fix or "")
+    assert "Traceback" not in ei.value.render()
+
+
+def test_fewer_nodes_in_the_spec_deletes_the_surplus(bed: Bed) -> None:
+    bed.provider(count=2).provision()
+    hosts = bed.provider(count=1).provision()
+    assert [h.name for h in hosts] == ["tb-0-w0"]
+    assert bed.fake.node_ids() == ["tb-0"] and [r["id"] for r in bed.store.resources("tb")] == ["tb-0"]
+    bed.provider(count=1).destroy()
+    assert bed.fake.node_ids() == []
+
+
+def test_preempted_queued_resource_is_asked_again(bed: Bed) -> None:
+    p = bed.provider(queued_resource=True, spot=True)
+    p.provision()
+    bed.fake.preempt("tb-0")
+    assert [h.state for h in p.refresh()] == ["preempted"]
+    hosts = p.provision()
+    assert any("deleting it to ask again" in ln for ln in bed.lines)
+    assert [h.state for h in hosts] == ["up"] and bed.fake.node("tb-0")["state"] == "READY"
     assert _ssh_true(p, "tb-0-w0").returncode == 0
     p.destroy()
     _assert_nothing_left(bed, p)

@@ -20,8 +20,10 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from testbed import paths, ssh
 from testbed.errors import TestbedError, UsageError
@@ -44,6 +46,7 @@ NODE = "tpu-node"
 QUEUED_RESOURCE = "tpu-queued-resource"
 ANONYMOUS_ENV = "TESTBED_TPU_ANONYMOUS"
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+T = TypeVar("T")
 
 GONE_STATES = {"PREEMPTED", "TERMINATED"}  # provision recreates these
 WAIT_STATES = {"CREATING", "STARTING", "RESTARTING", "REPAIRING", "REIMAGING", "UNHIDING", "STATE_UNSPECIFIED"}
@@ -71,6 +74,18 @@ FAST_POLLING = Polling(interval=0.02, ssh_interval=0.1, rpc_timeout=5, retry_ini
 def _state(obj: Any) -> str:
     st = getattr(obj, "state", None)
     return getattr(st, "name", None) or str(st or "STATE_UNSPECIFIED")
+
+
+def _each(fn: Callable[[Host], T], hosts: list[Host], width: int = 16) -> list[T]:
+    """``fn`` on every host, up to ``width`` at once (a v4-256 slice has 32 workers); first error wins."""
+    if len(hosts) <= 1:
+        return [fn(h) for h in hosts]
+    pool = ThreadPoolExecutor(max_workers=min(width, len(hosts)), thread_name_prefix="tpu-ssh")
+    try:
+        futures = [pool.submit(fn, h) for h in hosts]
+        return [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 class TpuProvider(Provider):
@@ -221,8 +236,12 @@ class TpuProvider(Provider):
             err = op.operation.error
             exc = gexc.from_grpc_status(err.code, err.message)
             mapped = self._err(exc, what, where)
+            fix = mapped.fix
+            if "ServerError" in {c.__name__ for c in type(exc).__mro__} or type(exc).__name__ == "Unknown":
+                fix = (f"'testbed destroy {self.name}' deletes what the operation left behind; then 'testbed "
+                       f"provision {self.name}' again (another zone if it repeats)")
             raise TestbedError(f"the operation to {what} ended in error: {type(exc).__name__}: "
-                               f"{' '.join(err.message.split())[:300]}", where=mapped.where, fix=mapped.fix)
+                               f"{' '.join(err.message.split())[:300]}", where=mapped.where, fix=fix)
         return bool(done)
 
     # provision --------------------------------------------------------------------------------------
@@ -283,6 +302,13 @@ class TpuProvider(Provider):
         """Find, recreate or create every node; wait until all are READY. Returns nodes and renewed ids."""
         ops: dict[str, Any] = {}
         renewed: set[str] = set()
+        surplus = [r["id"] for r in self.store.resources(self.name, NODE)
+                   if r["id"] not in self.node_ids() and not r["info"].get("queued_resource")]
+        if surplus:  # the spec asks for fewer nodes than were made
+            self.progress(f"deleting {len(surplus)} node(s) no longer in the spec: {', '.join(surplus)}")
+            failures = self._delete_nodes(surplus)
+            if failures:
+                raise failures[0]
         for nid in self.node_ids():
             node = self._get_node(nid)
             if node is not None:
@@ -497,14 +523,16 @@ class TpuProvider(Provider):
         fresh = [h.name for h in hosts if h.facts["node"] in renewed]
         ssh.close_connections(self.name, fresh)
         ssh.write_ssh_config(self.name, hosts)
-        for h in hosts:
-            keys = ssh.wait_for_ssh(h.address, h.port, timeout=max(1.0, deadline - time.monotonic()),
+
+        def handshake(h: Host) -> list[str]:
+            return ssh.wait_for_ssh(h.address, h.port, timeout=max(1.0, deadline - time.monotonic()),
                                     interval=self.polling.ssh_interval, progress=self.progress,
                                     what=f"TPU worker {h.name}")
+
+        for h, keys in zip(hosts, _each(handshake, hosts), strict=True):
             if h.name in fresh or not self._pinned(h.name):
                 ssh.pin_host_keys(self.name, h.name, keys)
-        for h in hosts:
-            self._wait_login(h, deadline)
+        _each(lambda h: self._wait_login(h, deadline), hosts)
         self.progress(f"{len(hosts)} TPU worker(s) answer SSH")
 
     def _wait_login(self, h: Host, deadline: float) -> None:

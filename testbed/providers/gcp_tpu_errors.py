@@ -21,6 +21,9 @@ def _names(e: BaseException) -> set[str]:
 def _message(e: BaseException) -> str:
     msg = " ".join(str(getattr(e, "message", None) or e).split())
     msg = re.sub(r"^(GET|POST|DELETE|PATCH|PUT) \S+: ", "", msg)  # the REST transport prefixes the URL
+    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", msg)  # urllib3's nested "Caused by" chains
+    if "Max retries exceeded" in msg and errno:
+        msg = errno.group(0).strip()
     return msg[:400]
 
 

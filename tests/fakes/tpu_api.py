@@ -11,11 +11,13 @@ operation) and then READY; a queued resource is WAITING_FOR_RESOURCES, then PROV
 - ``fail_next_operation(code, msg)``: the next node create operation ends ``done`` with ``error`` (the node is
   left TERMINATED, as a failed create can leave one behind);
 - ``stuck.add(node_id)``: that node stays CREATING and its operation never finishes;
-- ``preempt(node_id)``: the node turns PREEMPTED (health UNHEALTHY_MAINTENANCE).
+- ``preempt(node_id)``: the node turns PREEMPTED (health UNHEALTHY_MAINTENANCE);
+- ``fail_next(method, status)``: the next matching request answers that error (503, 403, 504, ...).
 
 Workers "answer SSH": every worker's reachable address comes from ``worker_ip`` (one function: a stable slot in a
 pool of loopback addresses per node id, where the tests run real sshd daemons); when a node becomes READY the keys
-of its ``ssh-keys`` metadata are written to ``authorized_keys`` (as a TPU VM's guest agent would).
+of its ``ssh-keys`` metadata are written to ``authorized_keys`` (as a TPU VM's guest agent would), or handed to
+``authorized_keys(address, keys)`` when it is a callable (e.g. to install them on local-testbed hosts).
 """
 
 from __future__ import annotations
@@ -62,8 +64,8 @@ class ApiError(Exception):
 class FakeTpuApi:
     """The fake service; ``endpoint`` is ``http://127.0.0.1:PORT`` once started."""
 
-    def __init__(self, *, authorized_keys: Path | None = None, pool: list[str] | None = None,
-                 ready_after: int = 2, qr_waiting: int = 2, qr_provisioning: int = 1,
+    def __init__(self, *, authorized_keys: Path | Callable[[str, list[str]], None] | None = None,
+                 pool: list[str] | None = None, ready_after: int = 2, qr_waiting: int = 2, qr_provisioning: int = 1,
                  ip_for: Callable[[str, int], str] | None = None):
         self.authorized_keys = authorized_keys
         self.pool = list(pool or DEFAULT_POOL)
@@ -78,6 +80,7 @@ class FakeTpuApi:
         self.stuck: set[str] = set()
         self._create_errors: list[ApiError] = []
         self._op_errors: list[tuple[int, str]] = []
+        self._request_errors: list[tuple[str, str, ApiError]] = []
         self._slots: dict[str, int] = {}
         self._next_slot = 0
         self._ids = itertools.count(1)
@@ -140,6 +143,11 @@ class FakeTpuApi:
             "There is no more capacity in the zone; you can try in another zone where Cloud TPU Nodes are "
             "offered (see https://cloud.google.com/tpu/docs/regions)"), code))
 
+    def fail_next(self, method: str, status: str, message: str = "", *, times: int = 1, path: str = "") -> None:
+        """The next ``times`` requests of ``method`` (whose path contains ``path``) answer ``status``."""
+        for _ in range(times):
+            self._request_errors.append((method, path, ApiError(status, message or f"fake {status}")))
+
     def fail_next_operation(self, code: int = 13, message: str = "Internal error: TPU host failed to boot") -> None:
         self._op_errors.append((code, message))
 
@@ -194,6 +202,10 @@ class FakeTpuApi:
         with self.lock:
             self.requests.append((method, url.path))
             try:
+                for i, (meth, part, err) in enumerate(self._request_errors):
+                    if meth == method and part in url.path:
+                        del self._request_errors[i]
+                        raise err
                 m = ROUTE.match(url.path)
                 if not m:
                     raise ApiError("NOT_FOUND", f"no route {method} {url.path}")
@@ -258,10 +270,15 @@ class FakeTpuApi:
         return rec
 
     def _install_keys(self, node: dict[str, Any]) -> None:
+        """What the guest agent does on a TPU VM: the ``ssh-keys`` metadata become authorized keys."""
         if self.authorized_keys is None:
             return
         keys = [ln.split(":", 1)[1].strip() for ln in node.get("metadata", {}).get("ssh-keys", "").splitlines()
                 if ":" in ln]
+        if callable(self.authorized_keys):
+            for ep in node.get("networkEndpoints", []):
+                self.authorized_keys(ep.get("accessConfig", {}).get("externalIp") or ep["ipAddress"], keys)
+            return
         old = self.authorized_keys.read_text().splitlines() if self.authorized_keys.exists() else []
         self.authorized_keys.write_text("\n".join(dict.fromkeys(old + keys)) + "\n")
 
