@@ -353,6 +353,35 @@ def test_ctrl_c_mid_provision(fake: FakeChameleon, make: Callable[..., Made], at
     _destroy_leaves_nothing(m, fake)
 
 
+def test_provision_again_after_a_failure_resumes(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    """A server stuck in BUILD that then fails is replaced; the rest is reused; nothing leaks."""
+    fake.stuck_build = {"node1"}
+    m = make()
+    m.p.settings.server_timeout = 1
+    with pytest.raises(TestbedError):
+        m.p.provision()
+    (stuck,) = [s for s in fake.servers.values() if s["name"].endswith("node1")]
+    stuck.update(status="ERROR", fault={"code": 500, "message": "No valid host was found."})
+    fake.stuck_build = set()
+    m2 = make()
+    hosts = m2.p.provision()
+    assert [h.name for h in hosts] == ["node0", "node1", "node2"]
+    assert stuck["id"] not in fake.servers and len(fake.servers) == 3
+    assert sum(1 for meth, p in fake.requests if meth == "POST" and p == "/reservation/v1/leases") == 1
+    assert any("in ERROR, replacing it" in ln for ln in m2.lines)
+    _destroy_leaves_nothing(m2, fake)
+
+
+def test_future_lease_is_recorded_and_reported(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    start = (datetime.now(UTC) + timedelta(days=2)).strftime("%Y-%m-%d %H:%M")
+    m = make(count=1, start=start)
+    with pytest.raises(TestbedError) as ei:
+        m.p.provision()
+    _assert_clear(ei.value, "starts only at", start, where="blazar", fix=f"testbed provision {NAME}")
+    assert m.kinds() == {"lease": 1}
+    _destroy_leaves_nothing(m, fake)
+
+
 def test_destroy_finds_what_was_never_recorded(fake: FakeChameleon, make: Callable[..., Made]) -> None:
     """A crash between nova's answer and the state write: destroy still finds the server by name."""
     fake.stuck_build = {"*"}

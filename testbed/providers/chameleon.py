@@ -497,7 +497,14 @@ class ChameleonProvider(Provider):
         if not self.store.resources(self.name) and self.store.testbed(self.name) is None:
             shutil.rmtree(paths.testbed_dir(self.name), ignore_errors=True)
             return  # nothing was ever made (or it is all gone already): no credentials needed
-        api = self._connect()
+        try:
+            api = self._connect()
+        except TestbedError:
+            if self.store.resources(self.name):
+                raise  # recorded resources need the API: refuse before any request
+            self.progress(f"{self.name}: nothing recorded and no credentials; skipped the search by name")
+            self._forget()
+            return
         if self.store.testbed(self.name) is not None:
             self.store.set_testbed_status(self.name, "destroying")
         failures: list[str] = []
@@ -527,11 +534,15 @@ class ChameleonProvider(Provider):
                                where=self._where("API", f"testbed {self.name}"),
                                fix=f"run 'testbed destroy {self.name}' again; if it keeps failing, delete the "
                                    "recorded ids in the Chameleon dashboard")
+        self._forget()
+        self.progress(f"{self.name}: lease, servers and floating IPs released")
+
+    def _forget(self) -> None:
+        """Local clean-up once nothing is left in the cloud: ssh masters, state rows, keys and configs."""
         hosts = [h.name for h in self.store.hosts(self.name)]
         ssh.close_connections(self.name, hosts, remove=True)
         self.store.delete_testbed(self.name)
         shutil.rmtree(paths.testbed_dir(self.name), ignore_errors=True)
-        self.progress(f"{self.name}: lease, servers and floating IPs released")
 
     def _adopt_by_name(self, api: Chi) -> None:
         """Record resources an interrupted run made before their ids came back (found by name)."""
