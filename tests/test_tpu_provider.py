@@ -382,6 +382,32 @@ def test_preempted_queued_resource_is_asked_again(bed: Bed) -> None:
     _assert_nothing_left(bed, p)
 
 
+def test_destroy_while_the_api_is_down_then_again(bed: Bed) -> None:
+    p = bed.provider()
+    p.provision()
+    bed.fake.fail_next("DELETE", "UNAVAILABLE", "The service is currently unavailable")
+    with pytest.raises(TestbedError) as ei:
+        p.destroy()
+    _record("destroy while API down", ei.value)
+    assert ei.value.what.startswith("could not delete TPU resource(s) tb-0: the TPU API is unavailable")
+    assert "run 'testbed destroy tb' again" in (ei.value.fix or "")
+    assert bed.store.testbed("tb")["status"] == "destroy-failed"
+    assert [r["id"] for r in bed.store.resources("tb")] == ["tb-0"]
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_worker_that_never_answers_ssh(bed: Bed) -> None:
+    bed.fake.ip_for = lambda node, k: "127.0.21.1"  # nothing listens there
+    p = bed.provider(ssh_timeout=5)
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    _record("no SSH", ei.value)
+    assert "TPU worker tb-0-w0 at 127.0.21.1:22 did not answer SSH within" in ei.value.what
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
 def test_ctrl_c_mid_provision(bed: Bed) -> None:
     def interrupt(line: str) -> None:
         bed.lines.append(line)

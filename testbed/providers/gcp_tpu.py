@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -77,15 +77,37 @@ def _state(obj: Any) -> str:
 
 
 def _each(fn: Callable[[Host], T], hosts: list[Host], width: int = 16) -> list[T]:
-    """``fn`` on every host, up to ``width`` at once (a v4-256 slice has 32 workers); first error wins."""
+    """``fn`` on every host, up to ``width`` at once (a v4-256 slice has 32 workers); the first error wins.
+
+    Daemon threads, joined in short steps: Ctrl-C reaches the caller at once and never waits for a worker's
+    SSH timeout.
+    """
     if len(hosts) <= 1:
         return [fn(h) for h in hosts]
-    pool = ThreadPoolExecutor(max_workers=min(width, len(hosts)), thread_name_prefix="tpu-ssh")
-    try:
-        futures = [pool.submit(fn, h) for h in hosts]
-        return [f.result() for f in futures]
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    results: list[Any] = [None] * len(hosts)
+    errors: list[BaseException | None] = [None] * len(hosts)
+    gate = threading.Semaphore(width)
+
+    def work(i: int, h: Host) -> None:
+        with gate:
+            try:
+                results[i] = fn(h)
+            except BaseException as e:
+                errors[i] = e
+
+    threads = [threading.Thread(target=work, args=(i, h), daemon=True, name=f"tpu-{h.name}")
+               for i, h in enumerate(hosts)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+        time.sleep(0.05)
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+    return results
 
 
 class TpuProvider(Provider):
@@ -525,9 +547,15 @@ class TpuProvider(Provider):
         ssh.write_ssh_config(self.name, hosts)
 
         def handshake(h: Host) -> list[str]:
-            return ssh.wait_for_ssh(h.address, h.port, timeout=max(1.0, deadline - time.monotonic()),
-                                    interval=self.polling.ssh_interval, progress=self.progress,
-                                    what=f"TPU worker {h.name}")
+            try:
+                return ssh.wait_for_ssh(h.address, h.port, timeout=max(1.0, deadline - time.monotonic()),
+                                        interval=self.polling.ssh_interval, progress=self.progress,
+                                        what=f"TPU worker {h.name}")
+            except TestbedError as e:
+                raise TestbedError(e.what, where=e.where, fix=(
+                    "check that a firewall rule of the TPU's VPC network allows tcp:22 from here (or set "
+                    "internal_ips inside the VPC), raise provider.ssh_timeout, then provision again; "
+                    f"'testbed destroy {self.name}' releases the TPUs")) from None
 
         for h, keys in zip(hosts, _each(handshake, hosts), strict=True):
             if h.name in fresh or not self._pinned(h.name):
@@ -573,9 +601,11 @@ class TpuProvider(Provider):
             if failures:
                 self.store.set_testbed_status(self.name, "destroy-failed")
                 left_ids = ", ".join(r["id"] for r in self.store.resources(self.name))
+                first_fix = (failures[0].fix or "").split("; 'testbed destroy")[0]
+                first_fix = first_fix.removesuffix(", then retry").removesuffix("retry") or "wait a little"
                 raise TestbedError(f"could not delete TPU resource(s) {left_ids}: {failures[0].what}",
                                    where=failures[0].where,
-                                   fix=f"{failures[0].fix}; then run 'testbed destroy {self.name}' again "
+                                   fix=f"{first_fix}; then run 'testbed destroy {self.name}' again "
                                        "(it is safe to repeat)")
         ssh.close_connections(self.name, hosts, remove=True)
         self.store.delete_testbed(self.name)
@@ -593,7 +623,10 @@ class TpuProvider(Provider):
                 if is_not_found(e):
                     self.store.remove_resource(self.name, NODE, nid)
                 elif is_api_error(e):
-                    node = self._get_node(nid)
+                    try:
+                        node = self._get_node(nid)
+                    except TestbedError:
+                        node = None
                     if node is not None and _state(node) == "DELETING":
                         ops[nid] = None
                     else:

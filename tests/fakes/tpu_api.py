@@ -71,7 +71,7 @@ class FakeTpuApi:
         self.pool = list(pool or DEFAULT_POOL)
         self.ready_after = ready_after
         self.qr_waiting, self.qr_provisioning = qr_waiting, qr_provisioning
-        self._ip_for = ip_for
+        self.ip_for = ip_for
         self.lock = threading.RLock()
         self.nodes: dict[str, dict[str, Any]] = {}  # full name -> {"json":..., "ticks":..., "op":...}
         self.qrs: dict[str, dict[str, Any]] = {}
@@ -182,8 +182,8 @@ class FakeTpuApi:
     # the one address mapping ------------------------------------------------------------------------
     def worker_ip(self, node_id: str, worker: int) -> str:
         """The address where worker ``worker`` of ``node_id`` answers SSH (stable across re-creation)."""
-        if self._ip_for is not None:
-            return self._ip_for(node_id, worker)
+        if self.ip_for is not None:
+            return self.ip_for(node_id, worker)
         if node_id not in self._slots:
             self._slots[node_id] = self._next_slot
             self._next_slot += workers_for(self._accel_of(node_id))
