@@ -149,7 +149,9 @@ def write_inventory(testbed: str, hosts: list[Host], variables: dict[str, object
     inv = {
         "all": {
             "hosts": {h.name: {"ansible_host": h.name, "ansible_user": h.user, "testbed_address": h.address,
-                               "testbed_port": h.port} for h in hosts},
+                               "testbed_port": h.port,
+                               **({"ansible_python_interpreter": h.facts["python"]} if h.facts.get("python") else {})}
+                      for h in hosts},
             "vars": {
                 "ansible_ssh_common_args": f"-F {cfg}",
                 "ansible_ssh_private_key_file": str(key_path(testbed)),

@@ -60,7 +60,7 @@ case "$(basename "$0")" in reboot) sig=USR1 ;; esac
 for a in "$@"; do
   case "$a" in -r|--reboot) sig=USR1 ;; -c) exit 0 ;; esac
 done
-( sleep 1; kill -"$sig" 1 ) >/dev/null 2>&1 </dev/null &
+setsid sh -c "sleep 1; kill -$sig 1" >/dev/null 2>&1 </dev/null &
 exit 0
 """
 
@@ -278,11 +278,17 @@ class LocalProvider(Provider):
         sbin.mkdir(parents=True, exist_ok=True)
         for cmd in ("shutdown", "reboot", "halt", "poweroff"):
             f = sbin / cmd
-            if f.is_symlink() or not f.exists():
+            if f.is_symlink() or not f.exists() or f.read_text(errors="replace") != SHUTDOWN:
                 f.unlink(missing_ok=True)
                 f.write_text(SHUTDOWN)
                 f.chmod(0o755)
         (sl.upper / "var" / "log").mkdir(parents=True, exist_ok=True)
+        # a fresh machine's root dotfiles, not the controller's (whose shell init may run pyenv & co.)
+        root_home = sl.upper / "root"
+        root_home.mkdir(mode=0o700, exist_ok=True)
+        for f in (".bashrc", ".profile"):
+            if not (root_home / f).exists() and Path("/etc/skel", f).exists():
+                shutil.copy(Path("/etc/skel", f), root_home / f)
         sl.boot_id.write_text(str(uuid.uuid4()) + "\n")
 
     def _start_host(self, sl: HostSlot) -> None:
@@ -317,8 +323,11 @@ class LocalProvider(Provider):
                                        where=str(sl.root / "console.log"),
                                        fix="run 'testbed doctor', then 'testbed destroy' and provision again")
                 if ssh.tcp_open(sl.address, 22, timeout=0.5):
-                    r = subprocess.run(ssh.ssh_argv(self.name, name, "true", mux="none"), capture_output=True, text=True,
-                                       timeout=20, check=False)
+                    try:
+                        r = subprocess.run([*ssh.ssh_argv(self.name, name, mux="none"), "-l", "root", "--", "true"],
+                                           capture_output=True, text=True, timeout=10, check=False)
+                    except subprocess.TimeoutExpired:
+                        continue
                     if r.returncode == 0:
                         del pending[name]
             if pending:
@@ -331,7 +340,8 @@ class LocalProvider(Provider):
         return Host(name=sl.name, address=sl.address, port=22, user=self.spec.user,
                     groups=self.spec.groups_for(sl.name, sl.index),
                     facts={"provider": "local", "netns": sl.netns, "cpus": os.cpu_count() or 1,
-                           "memory_mb": _mem_mb(), "arch": os.uname().machine, "accelerator": "cpu"})
+                           "memory_mb": _mem_mb(), "arch": os.uname().machine, "accelerator": "cpu",
+                           **({"python": "/usr/bin/python3"} if os.access("/usr/bin/python3", os.X_OK) else {})})
 
     def _ensure_user(self, sl: HostSlot, user: str) -> None:
         script = (f"id -u {user} >/dev/null 2>&1 || useradd -m -s /bin/bash {user}; "

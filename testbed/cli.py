@@ -1,0 +1,440 @@
+"""The ``testbed`` command line: one thin command per verb; the work lives in the modules.
+
+Heavy imports (Ansible, cloud SDKs, matplotlib) happen inside the commands that need them, so
+``testbed --help`` stays fast. Every failure a user can hit is a TestbedError rendered as one message
+(what, where, what to do) with exit code 1, or 2 for bad input; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from testbed.errors import TestbedError, UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from testbed.providers.base import Provider
+    from testbed.state import Store
+
+app = typer.Typer(
+    name="testbed",
+    help="Provision, set up, run, collect and report research artifacts on local, lab, Chameleon and TPU "
+         "testbeds.\n\nExample: testbed provision local && testbed exec local -- hostname",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+list_app = typer.Typer(help="List testbeds, suites, profiles or runs.", no_args_is_help=False)
+
+_debug = False
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def console(stderr: bool = False) -> Console:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+@app.callback()
+def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False) -> None:
+    global _debug
+    _debug = debug or bool(os.environ.get("TESTBED_DEBUG"))
+
+
+def store() -> Store:
+    from testbed.state import Store
+
+    return Store.open_default()
+
+
+def provider_for(name: str, st: Store | None = None, progress: Any = None) -> Provider:
+    """The provider of testbed ``name`` from its spec (validated before anything is touched)."""
+    from testbed.providers import provider_class
+    from testbed.spec import load_testbed
+
+    spec = load_testbed(name)
+    cls = provider_class(spec.kind)
+    return cls(spec, st or store(), progress or _progress_printer())
+
+
+def _progress_printer() -> Any:
+    err = console(stderr=True)
+
+    def show(line: str) -> None:
+        err.print(f"[dim]…[/dim] {line}")
+
+    return show
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def _hosts_table(title: str, hosts: list[Any]) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col in ("host", "address", "port", "user", "groups", "state"):
+        t.add_column(col)
+    for h in hosts:
+        t.add_row(h.name, h.address, str(h.port), h.user, ",".join(h.groups), h.state)
+    return t
+
+
+def _known_testbed(st: Store, name: str) -> dict[str, Any]:
+    tb = st.testbed(name)
+    if tb is None:
+        from testbed.spec import load_testbed
+
+        load_testbed(name)  # an unknown name gets the 'no testbed named' message with a hint
+        raise TestbedError(f"testbed '{name}' is not provisioned", where="state", fix=f"testbed provision {name}")
+    return tb
+
+
+# provision / status / destroy ---------------------------------------------------------------------
+@app.command()
+def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventories/NAME.yml) or a .yml path.")],
+              json_out: JsonOpt = False) -> None:
+    """Create (or repair) the testbed's hosts and record them in state. Idempotent.
+
+    Example: testbed provision local
+    """
+    st = store()
+    p = provider_for(name, st)
+    t0 = time.monotonic()
+    try:
+        hosts = p.provision()
+    except KeyboardInterrupt:
+        raise TestbedError(f"provisioning of '{p.name}' was interrupted; every resource created so far is recorded",
+                           where=f"testbed {p.name}", fix=f"run 'testbed destroy {p.name}' to release them, "
+                           f"or 'testbed provision {p.name}' to finish") from None
+    dt = time.monotonic() - t0
+    if json_out:
+        _print_json({"testbed": p.name, "provider": p.kind, "seconds": round(dt, 2),
+                     "hosts": [h.to_dict() for h in hosts]})
+        return
+    c = console()
+    c.print(_hosts_table(f"testbed {p.name} ({p.kind}): {len(hosts)} hosts up in {dt:.1f} s", hosts))
+    from testbed import ssh
+
+    c.print(f"ssh:     ssh -F {ssh.ssh_config_path(p.name)} {hosts[0].name}" if hosts else "")
+    c.print(f"ansible: ansible -i {ssh.inventory_path(p.name)} all -m ping")
+
+
+@app.command()
+def status(target: Annotated[str | None, typer.Argument(help="A testbed name or a run id; none: everything.")] = None,
+           probe: Annotated[bool, typer.Option("--probe", help="Check every host over SSH.")] = False,
+           json_out: JsonOpt = False) -> None:
+    """What state knows, without touching the network (``--probe`` checks reachability).
+
+    Example: testbed status local --probe
+    """
+    st = store()
+    if target is None:
+        tbs = st.testbeds()
+        runs = _recent_runs(st)
+        if json_out:
+            _print_json({"testbeds": [{**t, "hosts": len(st.hosts(t["name"]))} for t in tbs], "runs": runs})
+            return
+        from rich.table import Table
+
+        t = Table(title="testbeds", title_justify="left")
+        for col in ("name", "provider", "status", "hosts", "updated"):
+            t.add_column(col)
+        for tb in tbs:
+            t.add_row(tb["name"], tb["provider"], tb["status"], str(len(st.hosts(tb["name"]))),
+                      time.strftime("%Y-%m-%d %H:%M", time.localtime(tb["updated"])))
+        console().print(t if tbs else "no testbed provisioned (try: testbed provision local)")
+        if runs:
+            _print_runs(runs)
+        return
+    if st.testbed(target) is None and st.query("SELECT 1 FROM runs WHERE id=?", (target,)):
+        return _run_status(target, json_out)
+    tb = _known_testbed(st, target)
+    hosts = st.hosts(target)
+    extra: dict[str, Any] = {}
+    try:
+        p = provider_for(target, st)
+        extra = p.describe()
+        if probe:
+            hosts = p.refresh()
+    except TestbedError:
+        p = None
+    if probe:
+        from testbed import remote
+
+        up = [h for h in hosts if h.state not in ("down", "preempted")]
+        res = {r.host: r for r in remote.run(target, [h.name for h in up], "true", timeout=20)}
+        for h in hosts:
+            r = res.get(h.name)
+            h.state = "up" if r and r.ok else ("unreachable" if r else h.state)
+            st.set_host_state(target, h.name, h.state)
+    if json_out:
+        _print_json({"testbed": target, "provider": tb["provider"], "status": tb["status"], **extra,
+                     "hosts": [{"name": h.name, "address": h.address, "port": h.port, "user": h.user,
+                                "groups": h.groups, "state": h.state} for h in hosts]})
+        return
+    c = console()
+    c.print(_hosts_table(f"testbed {target} ({tb['provider']}, {tb['status']})", hosts))
+    for k, v in extra.items():
+        if k == "warning":
+            c.print(f"[yellow]warning:[/yellow] {v}")
+        else:
+            c.print(f"{k}: {v}")
+
+
+@app.command()
+def destroy(name: Annotated[str, typer.Argument(help="Testbed name.")],
+            yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (no prompt is shown anyway when "
+                                                                  "stdin is not a terminal).")] = False) -> None:
+    """Release every resource of the testbed (hosts, leases, IPs, namespaces). Safe to repeat.
+
+    Example: testbed destroy local
+    """
+    st = store()
+    p = provider_for(name, st)
+    if not yes and sys.stdin.isatty() and p.kind in ("chameleon", "gcp-tpu"):
+        typer.confirm(f"destroy every cloud resource of testbed '{name}'?", abort=True)
+    t0 = time.monotonic()
+    try:
+        p.destroy()
+    except KeyboardInterrupt:
+        raise TestbedError(f"destroy of '{name}' was interrupted; what is left is still recorded",
+                           where=f"testbed {name}", fix=f"run 'testbed destroy {name}' again") from None
+    console().print(f"testbed {name} destroyed in {time.monotonic() - t0:.1f} s")
+
+
+# exec / ssh ------------------------------------------------------------------------------------------
+@app.command(name="exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+def exec_(name: Annotated[str, typer.Argument(help="Testbed name.")],
+          command: Annotated[list[str], typer.Argument(help="The command, after '--'; run by each host's shell.")],
+          hosts: Annotated[str | None, typer.Option("--hosts", "-H", help="Names, groups or globs, comma-separated.")]
+          = None,
+          timeout: Annotated[float | None, typer.Option(help="Seconds before a host's command is killed.")] = None,
+          json_out: JsonOpt = False) -> None:
+    """Run a command on every host in parallel; output grouped per host; exit 1 if any host failed.
+
+    Example: testbed exec local --hosts workers -- 'nproc; uname -r'
+    """
+    from testbed import remote
+
+    st = store()
+    _known_testbed(st, name)
+    selected = remote.select_hosts(st.hosts(name), hosts)
+    cmd = " ".join(command)
+    if not cmd.strip():
+        raise UsageError("no command given", where="command line", fix="testbed exec local -- hostname")
+    results = remote.run(name, [h.name for h in selected], cmd, timeout=timeout)
+    failed = [r for r in results if not r.ok]
+    if json_out:
+        _print_json([{"host": r.host, "exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr,
+                      **({"error": r.error} if r.error else {})} for r in results])
+    else:
+        from rich.markup import escape
+        from rich.rule import Rule
+
+        c = console()
+        for r in results:
+            mark = "[green]ok[/green]" if r.ok else f"[red]{escape(r.error or f'exit {r.exit_code}')}[/red]"
+            c.print(Rule(f"{r.host}  {mark}  {r.seconds:.2f} s", align="left"))
+            if r.stdout:
+                c.out(r.stdout.rstrip("\n"), highlight=False)
+            if r.stderr and not r.error:
+                c.print(f"[dim]{escape(r.stderr.rstrip())}[/dim]")
+        c.print(f"{len(results) - len(failed)}/{len(results)} hosts ok"
+                + (f"; failed: {', '.join(r.host for r in failed)}" if failed else ""))
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command(name="ssh")
+def ssh_(name: Annotated[str, typer.Argument(help="Testbed name.")],
+         host: Annotated[str | None, typer.Argument(help="Host name (default: the master).")] = None,
+         command: Annotated[list[str] | None, typer.Argument(help="Optional command after '--'.")] = None) -> None:
+    """Open an SSH session to a host with the testbed's key and pinned host keys.
+
+    Example: testbed ssh local node1
+    """
+    from testbed import ssh
+
+    st = store()
+    _known_testbed(st, name)
+    hosts = st.hosts(name)
+    names = [h.name for h in hosts]
+    host = host or next((h.name for h in hosts if "master" in h.groups), names[0] if names else None)
+    if host not in names:
+        raise UsageError(f"no host '{host}' in testbed '{name}'", where="command line",
+                         fix=f"hosts: {', '.join(names)}")
+    argv = ssh.ssh_argv(name, host, " ".join(command) if command else None, tty=sys.stdin.isatty(), mux="auto")
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)  # noqa: S606
+
+
+@app.command(name="forget-host")
+def forget_host(name: Annotated[str, typer.Argument(help="Testbed name.")],
+                host: Annotated[str, typer.Argument(help="Host whose pinned key to forget.")]) -> None:
+    """Forget a host's pinned SSH key (after it was really rebuilt); the next connection pins the new one.
+
+    Example: testbed forget-host tesla ecetesla3
+    """
+    from testbed import ssh
+
+    _known_testbed(store(), name)
+    ssh.forget_host_keys(name, [host])
+    console().print(f"forgot the pinned key of {host}; the next connection trusts and pins its current key")
+
+
+# list / doctor ----------------------------------------------------------------------------------------
+@list_app.callback(invoke_without_command=True)
+def list_default(ctx: typer.Context, json_out: JsonOpt = False) -> None:
+    """Testbeds defined in inventories/ and their state."""
+    if ctx.invoked_subcommand is None:
+        list_testbeds(json_out)
+
+
+@list_app.command("testbeds")
+def list_testbeds(json_out: JsonOpt = False) -> None:
+    """Testbed specs found in inventories/ (cwd first, then the shipped ones). Example: testbed list testbeds"""
+    from testbed import paths
+
+    st = store()
+    rows = []
+    for name, p in paths.list_resources("inventories").items():
+        tb = st.testbed(name)
+        rows.append({"name": name, "spec": str(p), "status": tb["status"] if tb else "not provisioned"})
+    if json_out:
+        _print_json(rows)
+        return
+    from rich.table import Table
+
+    t = Table(title="testbeds", title_justify="left")
+    for col in ("name", "status", "spec"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], r["status"], r["spec"])
+    console().print(t)
+
+
+@list_app.command("runs")
+def list_runs(json_out: JsonOpt = False) -> None:
+    """Recent runs recorded in state. Example: testbed list runs"""
+    runs = _recent_runs(store(), limit=100)
+    if json_out:
+        _print_json(runs)
+    else:
+        _print_runs(runs)
+
+
+def _recent_runs(st: Store, limit: int = 10) -> list[dict[str, Any]]:
+    return [dict(r) for r in st.query(
+        "SELECT id, suite, testbed, status, created, started, ended, reason FROM runs ORDER BY created DESC LIMIT ?",
+        (limit,))]
+
+
+def _print_runs(runs: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    t = Table(title="runs", title_justify="left")
+    for col in ("id", "suite", "testbed", "status", "started", "reason"):
+        t.add_column(col)
+    for r in runs:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r.get("started") else ""
+        t.add_row(r["id"], r["suite"], r["testbed"], r["status"], started, r.get("reason") or "")
+    console().print(t)
+
+
+def _run_status(run_id: str, json_out: bool) -> None:
+    from testbed import runner
+
+    runner.status_command(run_id, json_out=json_out)
+
+
+app.add_typer(list_app, name="list")
+
+
+@app.command()
+def doctor(json_out: JsonOpt = False) -> None:
+    """Check this machine for what each provider needs and say how to install what is missing.
+
+    Example: testbed doctor
+    """
+    import importlib.util
+    import shutil
+
+    from testbed.providers.local import REQUIRED_TOOLS
+
+    checks: list[dict[str, Any]] = []
+
+    def add(what: str, ok: bool, fix: str, needed_by: str) -> None:
+        checks.append({"check": what, "ok": ok, "fix": "" if ok else fix, "needed_by": needed_by})
+
+    add("python >= 3.11", sys.version_info >= (3, 11), "install Python 3.11", "everything")
+    add("running as root", os.geteuid() == 0, "run as root (sudo -E testbed ...)", "local provider")
+    for tool, pkg in REQUIRED_TOOLS.items():
+        add(f"{tool} on PATH", shutil.which(tool) is not None, f"apt-get install -y {pkg}", "local provider")
+    add("sshd (/usr/sbin/sshd)", os.access("/usr/sbin/sshd", os.X_OK), "apt-get install -y openssh-server",
+        "local provider")
+    add("rsync on PATH", shutil.which("rsync") is not None, "apt-get install -y rsync", "collect")
+    add("mpirun on PATH", shutil.which("mpirun") is not None, "apt-get install -y openmpi-bin libopenmpi-dev",
+        "mpi suites")
+    add("ansible-playbook next to python",
+        os.path.exists(os.path.join(os.path.dirname(sys.executable), "ansible-playbook")),
+        "pip install testbed (ansible-core comes with it)", "setup")
+    add("python-chi installed", importlib.util.find_spec("chi") is not None,
+        "pip install 'testbed[chameleon]'", "chameleon provider")
+    add("python-blazarclient installed", importlib.util.find_spec("blazarclient") is not None,
+        "pip install python-blazarclient (python-chi forgets it)", "chameleon provider")
+    add("google-cloud-tpu installed", importlib.util.find_spec("google.cloud.tpu_v2") is not None
+        if importlib.util.find_spec("google.cloud") else False, "pip install 'testbed[tpu]'", "gcp-tpu provider")
+    ok = all(c["ok"] for c in checks if c["needed_by"] in ("everything", "local provider"))
+    if json_out:
+        _print_json({"ok": ok, "checks": checks})
+    else:
+        from rich.table import Table
+
+        t = Table(title="testbed doctor", title_justify="left")
+        for col in ("check", "ok", "needed by", "fix"):
+            t.add_column(col)
+        for c in checks:
+            t.add_row(c["check"], "[green]yes[/green]" if c["ok"] else "[red]no[/red]", c["needed_by"], c["fix"])
+        console().print(t)
+    if not ok:
+        raise typer.Exit(1)
+
+
+# entry point ----------------------------------------------------------------------------------------
+def main() -> None:
+    """Console-script entry: run the app and turn every error into one message and an exit code."""
+    try:
+        app()
+    except TestbedError as e:
+        if _debug:
+            import traceback
+
+            traceback.print_exc()
+        console(stderr=True).print(f"[bold red]error:[/bold red] {_escape(e.render())}")
+        sys.exit(e.code)
+    except KeyboardInterrupt:
+        console(stderr=True).print("[yellow]interrupted[/yellow]")
+        sys.exit(130)
+    except Exception as e:  # a bug: still one line unless --debug
+        if _debug:
+            raise
+        console(stderr=True).print(f"[bold red]internal error:[/bold red] {type(e).__name__}: {_escape(str(e))}\n"
+                                   "  fix:   run again with --debug for the traceback and report it")
+        sys.exit(1)
+
+
+def _escape(s: str) -> str:
+    from rich.markup import escape
+
+    return escape(s)

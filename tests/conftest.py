@@ -1,0 +1,59 @@
+"""Shared fixtures: isolated state homes and real local testbeds."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from localbed import LocalBed, local_available, local_bed  # noqa: E402
+
+
+@pytest.fixture
+def tb_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty working directory with its own TESTBED_HOME; cwd is set to it."""
+    monkeypatch.setenv("TESTBED_HOME", str(tmp_path / ".testbed"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def need_local() -> None:
+    reason = local_available()
+    if reason:
+        pytest.skip(f"local testbed unavailable: {reason}")
+
+
+@pytest.fixture
+def local_testbed(tmp_path: Path, need_local: None) -> Iterator[object]:
+    """Factory: ``bed = local_testbed(hosts=4, user='root', name='tb')``; destroyed after the test."""
+    beds: list[LocalBed] = []
+    stack: list[object] = []
+
+    def make(hosts: int = 4, user: str = "root", name: str = "tb", groups: dict[str, list[str]] | None = None):
+        cm = local_bed(tmp_path / f"bed-{len(beds)}", name=name, hosts_n=hosts, user=user, groups=groups or {})
+        bed = cm.__enter__()
+        stack.append(cm)
+        beds.append(bed)
+        return bed
+
+    old = os.getcwd()
+    yield make
+    for cm in reversed(stack):
+        cm.__exit__(None, None, None)  # type: ignore[attr-defined]
+    os.chdir(old)
+
+
+@pytest.fixture(scope="module")
+def shared_local_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBed]:
+    """One 4-host local testbed shared by a whole test module."""
+    reason = local_available()
+    if reason:
+        pytest.skip(f"local testbed unavailable: {reason}")
+    with local_bed(tmp_path_factory.mktemp("shared"), name="shared") as bed:
+        yield bed

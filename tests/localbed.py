@@ -1,0 +1,123 @@
+"""Real local testbeds for tests: hosts in network namespaces with their own sshd.
+
+Each testbed gets its own TESTBED_HOME, working directory (with inventories/<name>.yml, so the CLI
+finds it by name) and a free /24 under 10.213.0.0/16 (never a route of this machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.errors import TestbedError
+from testbed.providers.base import Host
+from testbed.providers.local import LocalProvider, check_requirements
+from testbed.spec import LocalSettings, TestbedSpec
+from testbed.state import Store
+
+
+def local_available() -> str | None:
+    """None when local testbeds can run here, else the reason to skip."""
+    problems = check_requirements()
+    return "; ".join(problems) if problems else None
+
+
+def _used_subnets() -> set[str]:
+    out = subprocess.run(["ip", "-4", "-j", "route", "show"], capture_output=True, text=True, check=False).stdout
+    return {r.get("dst", "") for r in json.loads(out or "[]")}
+
+
+def free_subnet() -> str:
+    used = _used_subnets()
+    for _ in range(200):
+        n = random.randint(1, 254)
+        net = f"10.213.{n}.0/24"
+        if net not in used:
+            return net
+    raise RuntimeError("no free 10.213.x.0/24 subnet")
+
+
+@dataclass
+class LocalBed:
+    """A provisioned local testbed; ``cwd`` holds inventories/<name>.yml and ``home`` the state."""
+
+    name: str
+    cwd: Path
+    hosts_n: int = 4
+    user: str = "root"
+    groups: dict[str, list[str]] = field(default_factory=dict)
+    spec: TestbedSpec | None = None
+    provider: LocalProvider | None = None
+    hosts: list[Host] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def home(self) -> Path:
+        return self.cwd / ".testbed"
+
+    @property
+    def store(self) -> Store:
+        return Store(self.home / "state.db")
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.home / "testbeds" / self.name / "ssh_config"
+
+    def ssh(self, host: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ssh", "-F", str(self.ssh_config), "-o", "ControlMaster=no", host, "--", command],
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
+    def up(self) -> LocalBed:
+        self.cwd.mkdir(parents=True, exist_ok=True)
+        (self.cwd / "inventories").mkdir(exist_ok=True)
+        os.environ["TESTBED_HOME"] = str(self.home)
+        last: Exception | None = None
+        for _ in range(5):
+            subnet = free_subnet()
+            self.spec = TestbedSpec(name=self.name, provider=LocalSettings(hosts=self.hosts_n, subnet=subnet),
+                                    user=self.user, groups=self.groups)
+            spec_file = self.cwd / "inventories" / f"{self.name}.yml"
+            spec_file.write_text(json.dumps({"provider": {"kind": "local", "hosts": self.hosts_n, "subnet": subnet},
+                                             "user": self.user, "groups": self.groups}))
+            self.spec.source = str(spec_file)
+            self.provider = LocalProvider(self.spec, self.store)
+            try:
+                self.hosts = self.provider.provision()
+                return self
+            except TestbedError as e:  # a concurrent test took the subnet: pick another
+                last = e
+                if "clashes" not in e.what:
+                    raise
+                time.sleep(random.random())
+        raise RuntimeError(f"could not provision a local testbed: {last}")
+
+    def down(self) -> None:
+        if self.provider is not None:
+            os.environ["TESTBED_HOME"] = str(self.home)
+            with contextlib.suppress(Exception):
+                self.provider.destroy()
+
+
+@contextlib.contextmanager
+def local_bed(cwd: Path, name: str = "tb", **kw: object) -> Iterator[LocalBed]:
+    old_env, old_cwd = os.environ.get("TESTBED_HOME"), os.getcwd()
+    bed = LocalBed(name=name, cwd=cwd, **kw)  # type: ignore[arg-type]
+    try:
+        os.chdir(cwd) if cwd.exists() else None
+        bed.up()
+        os.chdir(cwd)
+        yield bed
+    finally:
+        bed.down()
+        os.chdir(old_cwd)
+        if old_env is None:
+            os.environ.pop("TESTBED_HOME", None)
+        else:
+            os.environ["TESTBED_HOME"] = old_env
