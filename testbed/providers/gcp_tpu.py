@@ -286,9 +286,11 @@ class TpuProvider(Provider):
         except KeyboardInterrupt:
             self.store.set_testbed_status(self.name, "interrupted")
             n = len(self.store.resources(self.name))
+            told = (f"{n} TPU resource(s) were requested and may be running (and billing)" if n
+                    else "no TPU resource was requested yet")
             raise TestbedError(
-                f"provisioning of TPU testbed '{self.name}' was interrupted; {n} TPU resource(s) were requested "
-                "and may be running (and billing)", where=f"testbed {self.name} ({self.parent})",
+                f"provisioning of TPU testbed '{self.name}' was interrupted; {told}",
+                where=f"testbed {self.name} ({self.parent})",
                 fix=f"'testbed destroy {self.name}' releases them, or 'testbed provision {self.name}' resumes",
                 code=130) from None
         except TestbedError:
