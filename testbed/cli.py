@@ -172,7 +172,7 @@ def status(target: Annotated[str | None, typer.Argument(help="A testbed name or 
     if probe:
         from testbed import remote
 
-        up = [h for h in hosts if h.state not in ("down", "preempted")]
+        up = [h for h in hosts if h.state not in ("down", "preempted", "gone")]
         res = {r.host: r for r in remote.run(target, [h.name for h in up], "true", timeout=20)}
         for h in hosts:
             r = res.get(h.name)
@@ -277,6 +277,24 @@ def ssh_(name: Annotated[str, typer.Argument(help="Testbed name.")],
     argv = ssh.ssh_argv(name, host, " ".join(command) if command else None, tty=sys.stdin.isatty(), mux="auto")
     sys.stdout.flush()
     os.execvp(argv[0], argv)  # noqa: S606
+
+
+@app.command()
+def extend(name: Annotated[str, typer.Argument(help="Testbed name (a Chameleon testbed).")],
+           hours: Annotated[float, typer.Option("--hours", help="Hours to add to the lease.")]) -> None:
+    """Move the end of the testbed's lease later (Chameleon).
+
+    Example: testbed extend chameleon --hours 4
+    """
+    st = store()
+    _known_testbed(st, name)
+    p = provider_for(name, st)
+    fn = getattr(p, "extend", None)
+    if fn is None:
+        raise UsageError(f"testbed '{name}' ({p.kind}) has no lease to extend", where="command line",
+                         fix="extend applies to Chameleon testbeds")
+    new_end = fn(hours)
+    console().print(f"lease of {name} now ends at {new_end}")
 
 
 @app.command(name="forget-host")
