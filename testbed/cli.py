@@ -213,6 +213,52 @@ def destroy(name: Annotated[str, typer.Argument(help="Testbed name.")],
     console().print(f"testbed {name} destroyed in {time.monotonic() - t0:.1f} s")
 
 
+@app.command()
+def setup(name: Annotated[str, typer.Argument(help="Testbed name.")],
+          profile: Annotated[str | None, typer.Option("--profile", "-P", help="Profile to apply.")] = None,
+          suite: Annotated[str | None, typer.Option("--suite", "-s", help="Apply the profile this suite needs.")]
+          = None,
+          role: Annotated[list[str] | None, typer.Option("--role", "-r", help="Apply single roles (repeatable).")]
+          = None,
+          check: Annotated[bool, typer.Option("--check", help="Show what would change; change nothing.")] = False,
+          limit: Annotated[str | None, typer.Option("--limit", "-l", help="Only these hosts (comma-separated).")]
+          = None,
+          var: Annotated[list[str] | None, typer.Option("--var", "-e", help="Extra variable key=value (repeatable).")]
+          = None,
+          json_out: JsonOpt = False) -> None:
+    """Apply Ansible roles to the testbed: a profile, a suite's profile, or single roles.
+
+    Without options the testbed's default profile (its spec's `profile:`) is applied.
+    Example: testbed setup local --profile local-suites
+    """
+    from testbed import setup as setup_mod
+
+    given = [x for x in (profile, suite, role) if x]
+    if len(given) > 1:
+        raise UsageError("give only one of --profile, --suite, --role", where="command line",
+                         fix="testbed setup local --profile local-suites")
+    _known_testbed(store(), name)
+    extra: dict[str, Any] = {}
+    for kv in var or []:
+        if "=" not in kv:
+            raise UsageError(f"bad --var '{kv}'", where="command line", fix="use --var key=value")
+        k, v = kv.split("=", 1)
+        extra[k.strip()] = v
+    kw: dict[str, Any] = {"profile": profile, "suite": suite, "roles": role or None, "check": check,
+                          "limit": [x.strip() for x in limit.split(",") if x.strip()] if limit else None,
+                          "extra_vars": extra or None}
+    if json_out:
+        result = setup_mod.apply(name, **kw)
+        sys.stdout.write(result.to_json() + "\n")
+    else:
+        result = setup_mod.apply_with_progress(name, console=console(), **kw)
+    if result.error:
+        raise TestbedError(result.error, where=result.artifact_dir or f"testbed {name}",
+                           fix="read the Ansible output above; fix the role or the host, then run setup again")
+    if not result.ok:
+        raise typer.Exit(1)
+
+
 # exec / ssh ------------------------------------------------------------------------------------------
 @app.command(name="exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
 def exec_(name: Annotated[str, typer.Argument(help="Testbed name.")],
