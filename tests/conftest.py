@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from localbed import LocalBed, local_available, local_bed  # noqa: E402
+from localbed import LocalBed, local_available, local_bed
 
 
 @pytest.fixture

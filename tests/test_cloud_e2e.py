@@ -1,0 +1,127 @@
+"""End to end through the CLI: the real cloud clients against the fakes, whose machines are real hosts.
+
+The fake Chameleon hands out floating IPs and the fake TPU API worker IPs that belong to local-testbed
+hosts, so provision -> status -> exec -> setup/run -> destroy runs over real SSH, and after destroy the
+fakes hold nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from testbed.cli import app
+
+pytestmark = pytest.mark.local
+
+
+def _invoke(*args: str) -> tuple[int, str, BaseException | None]:
+    r = CliRunner().invoke(app, list(args))
+    return r.exit_code, r.stdout, r.exception
+
+
+def _install_login(bed, address: str, user: str, pub_lines: list[str]) -> None:
+    """What a cloud image does at boot: the login user with sudo, the key from metadata authorized."""
+    host = next(h.name for h in bed.hosts if h.address == address)
+    keys = "\n".join(pub_lines)
+    script = (f"id -u {user} >/dev/null 2>&1 || useradd -m -s /bin/bash {user}; "
+              f"echo '{user} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/cloud-{user}; "
+              f"printf '%s\\n' '{keys}' >> /etc/ssh/testbed_authorized_keys")
+    r = bed.provider.console(host, script)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.fixture
+def bed2(local_testbed) -> Iterator[object]:
+    yield local_testbed(hosts=2, name="machines")
+
+
+def test_chameleon_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("chi")
+    from fakes.chameleon_api import FakeChameleon
+
+    from testbed.providers.chameleon import ChameleonProvider
+
+    bed = bed2
+    fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts],
+                         ssh_hook=lambda addr, pub: _install_login(bed, addr, "cc", [pub] if pub else [])).start()
+    try:
+        for k in [k for k in os.environ if k.startswith("OS_")]:
+            monkeypatch.delenv(k)
+        for k, v in fake.env().items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setattr(ChameleonProvider, "poll_interval", 0.05)
+        (Path(bed.cwd) / "inventories" / "chameleon.yml").write_text(
+            "provider:\n  kind: chameleon\n  site: CHI@UC\n  count: 2\n  image: CC-Ubuntu20.04\n"
+            "  lease_timeout: 60\n  server_timeout: 60\n  ssh_timeout: 60\nuser: cc\nprofile: datastall-emulator\n")
+        code, out, exc = _invoke("provision", "chameleon", "--json")
+        assert code == 0, (out, exc)
+        hosts = json.loads(out)["hosts"]
+        assert [h["user"] for h in hosts] == ["cc", "cc"]
+        assert sorted(h["address"] for h in hosts) == sorted(h.address for h in bed.hosts)
+        code, out, _ = _invoke("status", "chameleon", "--json")
+        assert code == 0 and "lease_end" in json.loads(out)
+        code, out, exc = _invoke("exec", "chameleon", "--json", "--", "id -un; sudo -n true && echo sudo-ok")
+        assert code == 0, (out, exc)
+        assert all(r["stdout"].split() == ["cc", "sudo-ok"] for r in json.loads(out))
+        from testbed import setup as setup_mod
+
+        if "datastall-emulator" in setup_mod.available_profiles():
+            code, out, exc = _invoke("setup", "chameleon", "--suite", "datastall-emulator", "--check", "--json")
+            assert exc is None or isinstance(exc, SystemExit), (out, exc)
+            res = json.loads(out[out.index("{"):])
+            assert res["check"] is True
+            assert all(h["unreachable"] == 0 for h in res["hosts"].values()), res
+        code, out, exc = _invoke("destroy", "chameleon", "--yes")
+        assert code == 0, (out, exc)
+        assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
+    finally:
+        _invoke("destroy", "chameleon", "--yes")
+        fake.stop()
+
+
+def test_tpu_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("google.cloud.tpu_v2")
+    from fakes.tpu_api import FakeTpuApi
+
+    from testbed.providers import gcp_tpu
+
+    bed = bed2
+    addrs = [h.address for h in bed.hosts]
+
+    def install(address: str, keys: list[str]) -> None:
+        _install_login(bed, address, "tpu", [k.split(":", 1)[1] if ":" in k else k for k in keys])
+
+    fake = FakeTpuApi(ip_for=lambda node, k: addrs[k % len(addrs)], authorized_keys=install)
+    endpoint = fake.start()
+    try:
+        monkeypatch.setenv(gcp_tpu.ANONYMOUS_ENV, "1")
+        monkeypatch.setattr(gcp_tpu, "Polling", lambda: gcp_tpu.FAST_POLLING)
+        (Path(bed.cwd) / "inventories" / "tpu.yml").write_text(
+            f"provider:\n  kind: gcp-tpu\n  project: p\n  zone: us-central2-b\n  accelerator_type: v4-16\n"
+            f"  runtime_version: tpu-ubuntu2204-base\n  endpoint: {endpoint}\n  create_timeout: 60\n"
+            f"  ssh_timeout: 60\nuser: tpu\nprofile: isca-resnet18\n")
+        code, out, exc = _invoke("provision", "tpu", "--json")
+        assert code == 0, (out, exc)
+        hosts = json.loads(out)["hosts"]
+        assert len(hosts) == 2 and all(h["facts"].get("tpu") for h in hosts)
+        code, out, exc = _invoke("exec", "tpu", "--json", "--", "id -un")
+        assert code == 0, (out, exc)
+        assert [r["stdout"].strip() for r in json.loads(out)] == ["tpu", "tpu"]
+        from importlib.util import find_spec
+
+        if find_spec("testbed.cli_runs") is not None:
+            code, out, exc = _invoke("run", "isca-resnet18", "--on", "tpu", "--dry-run")
+            assert code == 0, (out, exc)
+            assert "reproduce_injections.py" in out
+        code, out, exc = _invoke("destroy", "tpu", "--yes")
+        assert code == 0, (out, exc)
+        assert not fake.nodes and not fake.qrs
+    finally:
+        _invoke("destroy", "tpu", "--yes")
+        fake.stop()
