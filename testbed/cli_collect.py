@@ -1,0 +1,143 @@
+"""CLI verbs ``collect`` and ``report``; ``register(app)`` adds them to the ``testbed`` Typer app.
+
+Only typer is imported at module level: collect, Rich and the report code load inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from testbed.collect import CollectResult
+    from testbed.report import ReportResult
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def collect_cmd(
+    runs: Annotated[list[str] | None, typer.Argument(help="Run ids (see `testbed list runs`).")] = None,
+    all_runs: Annotated[bool, typer.Option("--all", help="Collect every recorded run.")] = False,
+    to: Annotated[Path, typer.Option("--to", help="Results folder: writes <to>/<suite>/<run-id>/.")] = Path("results"),
+    json_out: JsonOpt = False,
+) -> None:
+    """Fetch runs' outputs and logs from every host into results/, verified by sha256, with a manifest.
+
+    Incremental (unchanged files are not sent again) and resumable; never overwrites a collected file with
+    different content.
+
+    Example: testbed collect --all --to results/
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from testbed.collect import collect_runs, format_problems
+
+    err = Console(stderr=True, highlight=False)
+    bar = Progress(TextColumn("collect"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=err,
+                   transient=True, disable=json_out or not err.is_terminal)
+    task = bar.add_task("collect", total=0)
+
+    def progress(_host: str, advance: int, total: int) -> None:
+        if total:
+            bar.update(task, total=(bar.tasks[0].total or 0) + total)
+        if advance:
+            bar.advance(task, advance)
+
+    with bar:
+        results = collect_runs(runs or None, to, all_runs=all_runs, progress=progress)
+    if json_out:
+        _print_json([r.to_dict() for r in results])
+    else:
+        _print_collect(results)
+    problem = format_problems(results)
+    if problem is not None:
+        raise problem
+
+
+def _print_collect(results: list[CollectResult]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console(highlight=False)
+    if not results:
+        c.print("no run to collect")
+        return
+    for r in results:
+        t = Table(title=f"{r.run_id} -> {r.path}", title_justify="left")
+        for col in ("host", "method", "files", "sent", "bytes", "unchanged", "seconds", "status"):
+            t.add_column(col)
+        for h in r.hosts:
+            status = "[green]ok[/green]" if h.error is None else "[red]failed[/red]"
+            t.add_row(h.host, h.method or "-", str(h.files), str(h.sent), _human(h.bytes_sent), str(h.unchanged),
+                      f"{h.seconds:.2f}", status)
+        c.print(t)
+        for h in r.hosts:
+            for note in h.notes:
+                c.print(f"[dim]note ({h.host}): {note}[/dim]")
+        if r.manifest:
+            c.print(f"manifest: {r.manifest}")
+
+
+def report_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="A collected run: results/<suite>/<run-id>.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="md or html.")] = "md",
+    json_out: JsonOpt = False,
+) -> None:
+    """Write the run's report (Markdown or HTML, PNG figures, tidy CSVs) into <run_dir>/report/.
+
+    Example: testbed report results/mpi-hello/mpi-hello-20240501-120000-ab12 --format html
+    """
+    from testbed.report import build_report
+
+    rr = build_report(run_dir, fmt)
+    if json_out:
+        _print_json(_report_dict(rr))
+        return
+    _print_report(rr)
+
+
+def _report_dict(rr: ReportResult) -> dict[str, Any]:
+    return {"suite": rr.suite, "path": str(rr.path), "figures": [str(f) for f in rr.figures],
+            "csvs": [str(c) for c in rr.csvs], "passed": rr.passed,
+            "checks": [{"name": n, "passed": p, "detail": d} for n, p, d in rr.checks], "skipped": rr.skipped}
+
+
+def _print_report(rr: ReportResult) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    c = Console(highlight=False)
+    c.print(f"report: {rr.path}")
+    for f in rr.figures:
+        c.print(f"figure: {f}")
+    for n, p, d in rr.checks:
+        mark = "[green]pass[/green]" if p else ("[red]FAIL[/red]" if p is False else "[yellow]n/a[/yellow]")
+        c.print(f"check {mark} {escape(n)}{': ' + escape(d) if d else ''}")
+    for s in rr.skipped:
+        c.print(f"[dim]skipped: {escape(s)}[/dim]")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``collect`` and ``report`` to ``app``.
+
+    Example: cli_collect.register(app)
+    """
+    app.command("collect")(collect_cmd)
+    app.command("report")(report_cmd)

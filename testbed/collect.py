@@ -1,0 +1,653 @@
+"""Collect: each run's outputs and logs from every host into ``results/<suite>/<run-id>/<host>/``.
+
+Per host, in parallel (one thread each):
+
+1. one remote command (``bash -s`` over the testbed's SSH config) expands the run's output globs inside the run
+   folder, prints size and sha256 of every matched file, says whether ``rsync`` is installed and, when the
+   manifest still lacks them, prints the host's facts and the run's software: one round trip;
+2. files whose verified copy is already in results/ (same sha256, recorded in the ``collected`` table) are
+   skipped; a local file with other content is never overwritten, unless it is the partial file of an
+   interrupted collect (its row in ``collected`` has ``size = -1``: pending);
+3. the rest goes in one ``rsync --files-from`` (``--partial`` so an interrupted transfer resumes, ``--timeout``
+   so a cut link fails in seconds), or one ``sftp -b`` batch when the host has no rsync;
+4. every received file is hashed and compared with the host's checksum: a mismatch is fetched once more, then
+   reported naming file and host; verified files are recorded in ``collected``.
+
+An unreachable host is reported with its files missing; the other hosts are still collected. The run's
+``manifest.json`` (testbed.manifest) is rewritten after every collect. Nothing from the controller's
+environment is ever written under results/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from testbed import manifest as mf
+from testbed import ssh
+from testbed.errors import TestbedError, UsageError
+from testbed.providers.base import Host
+from testbed.state import Store
+
+LOG_PATTERNS = ("rank*.out", "rank*.err", "rank*.exit", "rank*.start", "rank*.end")
+PENDING = -1  # ``collected.size`` of a file whose transfer started but was not verified yet
+RUNS_DIR = "~/.testbed-runs"
+
+ProgressFn = Callable[[str, int, int], None]
+"""``progress(host, advance_bytes, add_to_total_bytes)``: called from the collecting threads."""
+
+_PROGRESS2 = re.compile(rb"^\s*([\d,.]+)\s+\d+%")
+_STATS_FILES = re.compile(r"Number of regular files transferred:\s*([\d,.]+)")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
+
+
+@dataclass
+class HostCollect:
+    """What collect did on one host of one run."""
+
+    host: str
+    method: str | None = None  # rsync | sftp
+    files: int = 0  # files matched on the host
+    sent: int = 0  # files transferred (and verified) this time
+    bytes_sent: int = 0
+    unchanged: int = 0  # already in results/ with the same sha256: not sent
+    rsync_transferred: int | None = None  # rsync's own count (--stats), when rsync ran
+    missing: list[str] = field(default_factory=list)  # paths (or patterns) not in results/
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class CollectResult:
+    """One run's collect: its results folder, manifest and per-host outcome."""
+
+    run_id: str
+    suite: str
+    path: Path
+    manifest: Path | None = None
+    hosts: list[HostCollect] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(h.error is None for h in self.hosts)
+
+    @property
+    def files_sent(self) -> int:
+        return sum(h.sent for h in self.hosts)
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(h.bytes_sent for h in self.hosts)
+
+    def problems(self) -> list[str]:
+        """One line per failed host (or the run's own failure)."""
+        out = [f"{self.run_id}: {self.error}"] if self.error else []
+        out += [f"{self.run_id} on {h.host}: {h.error}" for h in self.hosts if h.error]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "suite": self.suite, "path": str(self.path),
+                "manifest": str(self.manifest) if self.manifest else None, "ok": self.ok, "error": self.error,
+                "files_sent": self.files_sent, "bytes_sent": self.bytes_sent, "seconds": self.seconds,
+                "hosts": [asdict(h) for h in self.hosts]}
+
+
+@dataclass
+class _Listing:
+    run_dir: str = ""
+    rsync: bool = False
+    files: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> (size, sha256)
+    nomatch: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    fact_lines: list[str] = field(default_factory=list)
+
+
+# public API --------------------------------------------------------------------------------------
+def collect_runs(run_ids: list[str] | None, to: Path, *, all_runs: bool = False, progress: ProgressFn | None = None,
+                 store: Store | None = None, timeout: float = 30, io_timeout: float = 30,
+                 bwlimit_kbps: int | None = None, force_sftp: bool = False) -> list[CollectResult]:
+    """Collect runs (``run_ids``, or every run with ``all_runs``) into ``to``; one result per run.
+
+    Failures of a host or run are in the results (``ok``/``problems()``), never raised; an unknown run id is a
+    UsageError before any host is touched. ``timeout``: seconds for a host's listing command; ``io_timeout``:
+    seconds without data before a transfer is given up (it resumes on the next collect).
+    """
+    st = store or Store.open_default()
+    ids = _resolve_ids(st, run_ids or [], all_runs)
+    out = []
+    for rid in ids:
+        out.append(_collect_run(st, rid, Path(to), progress=progress, timeout=timeout, io_timeout=io_timeout,
+                                bwlimit_kbps=bwlimit_kbps, force_sftp=force_sftp))
+    return out
+
+
+def run_folder(to: Path, suite: str, run_id: str) -> Path:
+    """``<to>/<suite>/<run-id>``."""
+    return Path(to) / suite / run_id
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+# run level ---------------------------------------------------------------------------------------
+def _resolve_ids(st: Store, run_ids: list[str], all_runs: bool) -> list[str]:
+    if all_runs:
+        ids = [r["id"] for r in st.query("SELECT id FROM runs ORDER BY created, id")]
+        if run_ids:
+            raise UsageError("give run ids or --all, not both", where="testbed collect",
+                             fix="testbed collect --all, or testbed collect RUN [RUN ...]")
+        return ids
+    if not run_ids:
+        raise UsageError("no run to collect", where="testbed collect",
+                         fix="name runs (see `testbed list runs`) or pass --all")
+    known = {r["id"] for r in st.query("SELECT id FROM runs")}
+    unknown = [r for r in run_ids if r not in known]
+    if unknown:
+        raise UsageError(f"no run with id {', '.join(unknown)}", where="state",
+                         fix="see `testbed list runs` for the recorded run ids")
+    return list(dict.fromkeys(run_ids))
+
+
+def _run_hosts(st: Store, run_id: str, testbed: str, info: dict[str, Any]) -> list[Host]:
+    known = {h.name: h for h in st.hosts(testbed)}
+    names = [str(h) for h in info.get("hosts") or []]
+    if not names:
+        names = list(dict.fromkeys(r["host"] for r in st.query(
+            "SELECT host FROM run_hosts WHERE run_id=? ORDER BY rank", (run_id,))))
+    if not names:
+        names = list(known)
+    return [known.get(n) or Host(name=n, address="", state="unknown") for n in names]
+
+
+def _patterns(info: dict[str, Any], host: str) -> tuple[list[str], list[str]]:
+    """(patterns, notes): the logs plus the run's declared outputs for ``host``; unsafe patterns dropped."""
+    outputs = info.get("outputs") or {}
+    declared: list[str] = []
+    if isinstance(outputs, list):
+        declared = [str(p) for p in outputs]
+    elif isinstance(outputs, dict):
+        declared = [str(p) for p in (outputs.get("*") or [])] + [str(p) for p in (outputs.get(host) or [])]
+    pats, notes = list(LOG_PATTERNS), []
+    for p in declared:
+        parts = p.split("/")
+        if not p or p.startswith("/") or ".." in parts or "\n" in p:
+            notes.append(f"output pattern {p!r} ignored: patterns are relative to the run folder")
+        elif p not in pats:
+            pats.append(p)
+    return pats, notes
+
+
+def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | None, timeout: float,
+                 io_timeout: float, bwlimit_kbps: int | None, force_sftp: bool) -> CollectResult:
+    t0 = time.monotonic()
+    row = st.query("SELECT * FROM runs WHERE id=?", (run_id,))[0]
+    suite, testbed = row["suite"], row["testbed"]
+    info = json.loads(row["info"] or "{}")
+    folder = run_folder(to, suite, run_id)
+    res = CollectResult(run_id, suite, folder)
+    tb = st.testbed(testbed)
+    if tb is None:
+        res.error = f"testbed '{testbed}' of this run is not provisioned any more: its hosts cannot be reached"
+        return res
+    hosts = _run_hosts(st, run_id, testbed, info)
+    bad = [h.name for h in hosts if not _SAFE_NAME.match(h.name)]
+    if bad:
+        res.error = f"host name(s) unusable as folder names: {', '.join(bad)}"
+        return res
+    folder.mkdir(parents=True, exist_ok=True)
+    old = mf.load(folder)
+    old_facts = {h.get("name"): h.get("facts") or {} for h in old.get("hosts") or [] if isinstance(h, dict)}
+    have_software = bool((old.get("software") or {}).get("pip_freeze"))
+    lock = threading.Lock()
+    ctx = _Ctx(st, lock, testbed, run_id, folder, info, progress, timeout, io_timeout, bwlimit_kbps, force_sftp)
+    gathered: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+    def one(i: int, h: Host) -> HostCollect:
+        want_facts = not (old_facts.get(h.name) or {}).get("kernel")
+        want_sw = i == 0 and not have_software
+        hc, fact_lines = _collect_host(ctx, h, want_facts, want_sw)
+        if fact_lines:
+            gathered[h.name] = mf.parse_fact_lines(fact_lines)
+        return hc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts))), thread_name_prefix="collect") as pool:
+        res.hosts = list(pool.map(one, range(len(hosts)), hosts))
+
+    facts = {name: dict(f) for name, f in old_facts.items() if isinstance(f, dict)}
+    software: dict[str, Any] = {}
+    if have_software:
+        osw = old.get("software") or {}
+        software = {"python": osw.get("python"), "pip_freeze": osw.get("pip_freeze"),
+                    "_commits": {k: (v or {}).get("commit") for k, v in (osw.get("sources") or {}).items()}}
+    for name, (f, sw) in gathered.items():
+        if f:
+            facts[name] = f
+        if sw:
+            software = sw
+    files = [{"host": r["host"], "path": r["path"], "sha256": r["sha256"], "size": r["size"]}
+             for r in st.query("SELECT host, path, sha256, size FROM collected WHERE run_id=? AND size>=0",
+                               (run_id,))]
+    host_names = {h.name for h in hosts}
+    files = [f for f in files if f["host"] in host_names and (folder / f["host"] / f["path"]).is_file()]
+    man = mf.build(st, run_id, hosts=hosts, facts=facts, software=software, files=files, provider=tb["provider"])
+    res.manifest = mf.write(folder, man)
+    res.seconds = round(time.monotonic() - t0, 3)
+    return res
+
+
+@dataclass
+class _Ctx:
+    store: Store
+    lock: threading.Lock
+    testbed: str
+    run_id: str
+    folder: Path
+    info: dict[str, Any]
+    progress: ProgressFn | None
+    timeout: float
+    io_timeout: float
+    bwlimit_kbps: int | None
+    force_sftp: bool
+
+    def tick(self, host: str, advance: int, total: int = 0) -> None:
+        if self.progress is not None and (advance or total):
+            self.progress(host, advance, total)
+
+    def rows(self, host: str) -> dict[str, tuple[str, int, float]]:
+        with self.lock:
+            return {r["path"]: (r["sha256"], r["size"], r["collected"]) for r in self.store.query(
+                "SELECT path, sha256, size, collected FROM collected WHERE run_id=? AND host=?",
+                (self.run_id, host))}
+
+    def record(self, host: str, items: list[tuple[str, str, int]]) -> None:
+        """Upsert (path, sha256, size) rows; size PENDING marks a transfer in progress."""
+        if not items:
+            return
+        now = time.time()
+        with self.lock, self.store.tx() as db:
+            db.executemany("INSERT OR REPLACE INTO collected(run_id, host, path, sha256, size, collected) "
+                           "VALUES (?,?,?,?,?,?)", [(self.run_id, host, p, s, n, now) for p, s, n in items])
+
+
+# host level --------------------------------------------------------------------------------------
+def _remote_dir(info: dict[str, Any], run_id: str) -> str:
+    """Shell words for the run folder on the host (``~/`` expanded by the host's shell)."""
+    d = str(info.get("run_dir") or f"{RUNS_DIR}/{run_id}")
+    if d == "~":
+        return '"$HOME"'
+    if d.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(d[2:])
+    return shlex.quote(d)
+
+
+def listing_script(run_dir_words: str, patterns: list[str]) -> str:
+    """The bash script run on a host: run folder, rsync presence, then ``F\\tsize\\tsha256\\tpath`` lines."""
+    pats = " ".join(shlex.quote(p) for p in patterns)
+    return f"""set -u
+export LC_ALL=C
+if ! cd -- {run_dir_words} 2>/dev/null; then echo "@NODIR"; else
+echo "@DIR $(pwd -P)"
+if command -v rsync >/dev/null 2>&1; then echo "@RSYNC 1"; else echo "@RSYNC 0"; fi
+shopt -s nullglob dotglob globstar
+declare -A seen=()
+files=()
+add() {{
+  case "$1" in *$'\\n'*) echo "@NOTE skipped a file with a newline in its name"; return ;; esac
+  local f="${{1#./}}"
+  if [[ -z "${{seen[$f]+x}}" ]]; then seen[$f]=1; files+=("$f"); fi
+}}
+for pat in {pats}; do
+  n=0
+  IFS=$'\\n'
+  for m in $pat; do
+    if [[ -d $m ]]; then
+      while IFS= read -r -d '' x; do add "$x"; n=$((n+1)); done < <(find -L "$m" -type f -print0 2>/dev/null)
+    elif [[ -f $m ]]; then add "$m"; n=$((n+1)); fi
+  done
+  unset IFS
+  [[ $n -eq 0 ]] && printf '@NOMATCH %s\\n' "$pat"
+done
+if ((${{#files[@]}})); then
+  mapfile -t S < <(printf '%s\\0' "${{files[@]}}" | xargs -0 stat -L -c %s --)
+  mapfile -t H < <(printf '%s\\0' "${{files[@]}}" | xargs -0 sha256sum -- | sed 's/^\\\\//' | cut -c1-64)
+  if [[ ${{#S[@]}} -ne ${{#files[@]}} || ${{#H[@]}} -ne ${{#files[@]}} ]]; then
+    echo "@ERR a file vanished or is unreadable while it was being checksummed"
+  else
+    for i in "${{!files[@]}}"; do printf 'F\\t%s\\t%s\\t%s\\n' "${{S[i]}}" "${{H[i]}}" "${{files[i]}}"; done
+  fi
+fi
+fi
+"""
+
+
+def _ssh_opts(ctx: _Ctx) -> list[str]:
+    return ["-F", str(ssh.ssh_config_path(ctx.testbed)), "-o", f"ConnectTimeout={max(1, int(ctx.timeout))}"]
+
+
+def _list_host(ctx: _Ctx, host: str, script: str) -> tuple[_Listing | None, str | None]:
+    """Run the listing script on ``host``: (listing, None) or (None, error)."""
+    argv = ["ssh", *_ssh_opts(ctx), host, "--", "bash -s"]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True)
+        try:
+            proc.communicate(script.encode(), timeout=ctx.timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None, f"{host} did not answer within {ctx.timeout:g} s (unreachable?)"
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode(errors="replace")
+        stderr = err.read().decode(errors="replace")
+    if proc.returncode == 255:
+        return None, ssh.describe_ssh_failure(stderr, host, ctx.testbed)
+    if "@END" not in stdout.splitlines()[-1:]:
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"listing the run folder on {host} failed (exit {proc.returncode}): {last}"
+    lst = _Listing()
+    for ln in stdout.splitlines():
+        if ln.startswith("F\t"):
+            parts = ln.split("\t", 3)
+            if len(parts) == 4 and parts[1].isdigit() and len(parts[2]) == 64:
+                lst.files[parts[3]] = (int(parts[1]), parts[2])
+        elif ln == "@NODIR":
+            return None, f"the run folder {ctx.info.get('run_dir') or RUNS_DIR + '/' + ctx.run_id} does not " \
+                         f"exist on {host}"
+        elif ln.startswith("@DIR "):
+            lst.run_dir = ln[5:]
+        elif ln.startswith("@RSYNC "):
+            lst.rsync = ln.endswith("1")
+        elif ln.startswith("@NOMATCH "):
+            lst.nomatch.append(ln[9:])
+        elif ln.startswith("@NOTE "):
+            lst.notes.append(ln[6:])
+        elif ln.startswith("@ERR "):
+            return None, f"{ln[5:]} on {host}; collect again once the run has finished writing"
+        elif ln.startswith(mf.FACT_PREFIXES):
+            lst.fact_lines.append(ln)
+    return lst, None
+
+
+def _collect_host(ctx: _Ctx, h: Host, want_facts: bool, want_sw: bool) -> tuple[HostCollect, list[str]]:
+    t0 = time.monotonic()
+    hc = HostCollect(h.name)
+    pats, hc.notes = _patterns(ctx.info, h.name)
+    script = listing_script(_remote_dir(ctx.info, ctx.run_id), pats)
+    if want_facts or want_sw:
+        script += mf.facts_script(facts=want_facts, python=(str(ctx.info.get("python") or "python3")
+                                                             if want_sw else None),
+                                  sources=ctx.info.get("sources") if want_sw else None)
+    script += "echo @END\n"
+    lst, err = _list_host(ctx, h.name, script)
+    if lst is None:
+        hc.error = err
+        known = ctx.rows(h.name)
+        hc.missing = sorted(p for p in known if not (ctx.folder / h.name / p).is_file()) or pats
+        hc.seconds = round(time.monotonic() - t0, 3)
+        return hc, []
+    hc.files = len(lst.files)
+    hc.notes += lst.notes
+    hc.notes += [f"no file matches {p!r}" for p in lst.nomatch if p not in LOG_PATTERNS]
+    try:
+        _transfer_host(ctx, h.name, lst, hc)
+    except OSError as e:  # local disk trouble: name the file
+        hc.error = f"cannot write {e.filename or 'results'}: {e.strerror}"
+    hc.seconds = round(time.monotonic() - t0, 3)
+    return hc, lst.fact_lines
+
+
+def _plan(ctx: _Ctx, host: str, lst: _Listing, hc: HostCollect) -> tuple[list[str], list[str]]:
+    """(to_send, conflicts); unchanged files are counted and (re)recorded."""
+    rows = ctx.rows(host)
+    hdir = ctx.folder / host
+    send: list[str] = []
+    conflicts: list[str] = []
+    confirmed: list[tuple[str, str, int]] = []
+    for path, (size, sha) in sorted(lst.files.items()):
+        local = hdir / path
+        try:
+            st = local.stat()
+        except FileNotFoundError:
+            send.append(path)
+            continue
+        row = rows.get(path)
+        if row and row[1] >= 0 and row[0] == sha and st.st_size == size and st.st_mtime <= row[2] + 1:
+            hc.unchanged += 1
+            continue
+        if local.is_file() and st.st_size == size and sha256_file(local) == sha:
+            hc.unchanged += 1
+            confirmed.append((path, sha, size))
+        elif row and row[1] == PENDING:
+            send.append(path)  # the partial file of an interrupted collect: resume it
+        else:
+            conflicts.append(path)
+    ctx.record(host, confirmed)
+    return send, conflicts
+
+
+def _transfer_host(ctx: _Ctx, host: str, lst: _Listing, hc: HostCollect) -> None:
+    send, conflicts = _plan(ctx, host, lst, hc)
+    hdir = ctx.folder / host
+    if conflicts:
+        p = conflicts[0]
+        local_sha = sha256_file(hdir / p) if (hdir / p).is_file() else "not a file"
+        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
+        hc.error = (f"refusing to overwrite {hdir / p}{more}: it differs from {host}:{lst.run_dir}/{p} "
+                    f"(local sha256 {local_sha[:12]}…, host {lst.files[p][1][:12]}…); results are never "
+                    f"overwritten with different content: move the local copy away or collect into another --to")
+        hc.missing += conflicts
+    if not send:
+        return
+    hc.method = "rsync" if lst.rsync and not ctx.force_sftp else "sftp"
+    ctx.record(host, [(p, lst.files[p][1], PENDING) for p in send])
+    ctx.tick(host, 0, sum(lst.files[p][0] for p in send))
+    todo = send
+    for attempt in (1, 2):
+        err = _fetch(ctx, host, lst, todo, hc)
+        good, bad = _verify(hdir, lst, todo)
+        ctx.record(host, [(p, lst.files[p][1], lst.files[p][0]) for p in good])
+        hc.sent += len(good)
+        hc.bytes_sent += sum(lst.files[p][0] for p in good)
+        if err is not None:
+            hc.error = hc.error or err
+            hc.missing += bad
+            return
+        if not bad:
+            break
+        if attempt == 2:
+            hc.error = hc.error or (f"checksum mismatch for {host}:{lst.run_dir}/{bad[0]}"
+                                    f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''} after a retry: "
+                                    f"the file changes on the host or the transfer corrupts it")
+            hc.missing += bad
+            return
+        for p in bad:  # fetch these again from scratch
+            (hdir / p).unlink(missing_ok=True)
+        todo = bad
+    _clean_rsync_temps(hdir, send)
+
+
+def _verify(hdir: Path, lst: _Listing, paths: list[str]) -> tuple[list[str], list[str]]:
+    good, bad = [], []
+    for p in paths:
+        local = hdir / p
+        ok = local.is_file() and local.stat().st_size == lst.files[p][0] and sha256_file(local) == lst.files[p][1]
+        (good if ok else bad).append(p)
+    return good, bad
+
+
+def _clean_rsync_temps(hdir: Path, sent: list[str]) -> None:
+    """Remove rsync temp files (``.name.XXXXXX``) left by a killed collect next to files now verified."""
+    for d in {(hdir / p).parent for p in sent}:
+        names = {Path(p).name for p in sent if (hdir / p).parent == d}
+        with contextlib.suppress(OSError):
+            for entry in d.iterdir():
+                m = re.fullmatch(r"\.(.+)\.[A-Za-z0-9]{6}", entry.name)
+                if m and m.group(1) in names and entry.is_file():
+                    entry.unlink(missing_ok=True)
+
+
+def _fetch(ctx: _Ctx, host: str, lst: _Listing, paths: list[str], hc: HostCollect) -> str | None:
+    hdir = ctx.folder / host
+    hdir.mkdir(parents=True, exist_ok=True)
+    if hc.method == "rsync":
+        return _fetch_rsync(ctx, host, lst, paths, hc)
+    return _fetch_sftp(ctx, host, lst, paths)
+
+
+def _fetch_rsync(ctx: _Ctx, host: str, lst: _Listing, paths: list[str], hc: HostCollect) -> str | None:
+    hdir = ctx.folder / host
+    rsh = shlex.join(["ssh", *_ssh_opts(ctx), "-o", "ControlMaster=no"])
+    with tempfile.NamedTemporaryFile("wb", prefix="testbed-files-") as fl, tempfile.TemporaryFile() as err:
+        fl.write(b"".join(p.encode() + b"\0" for p in paths))
+        fl.flush()
+        argv = ["rsync", "-rtL", "--partial", "--from0", f"--files-from={fl.name}", "--info=progress2", "--stats",
+                f"--timeout={max(1, int(ctx.io_timeout))}", "-e", rsh]
+        if ctx.bwlimit_kbps:
+            argv.append(f"--bwlimit={int(ctx.bwlimit_kbps)}")
+        argv += [f"{host}:{lst.run_dir}/", f"{hdir}/"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        assert proc.stdout is not None
+        text = _pump_progress(proc.stdout, lambda n: ctx.tick(host, n))
+        rc = proc.wait()
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
+    m = _STATS_FILES.search(text)
+    if m:
+        hc.rsync_transferred = (hc.rsync_transferred or 0) + int(re.sub(r"\D", "", m.group(1)) or 0)
+    if rc == 0:
+        return None
+    return _describe_transfer_failure(ctx, host, rc, stderr, "rsync")
+
+
+def _pump_progress(stream: IO[bytes], advance: Callable[[int], None]) -> str:
+    """Read rsync's output, feeding ``--info=progress2`` byte counts to ``advance``; returns the rest."""
+    last = 0
+    buf = b""
+    keep: list[bytes] = []
+    while True:
+        chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = re.split(rb"[\r\n]", buf)
+        for ln in lines:
+            m = _PROGRESS2.match(ln)
+            if m:
+                n = int(re.sub(rb"\D", b"", m.group(1)) or 0)
+                if n > last:
+                    advance(n - last)
+                    last = n
+            elif ln.strip():
+                keep.append(ln)
+    keep.append(buf)
+    return b"\n".join(keep).decode(errors="replace")
+
+
+def _describe_transfer_failure(ctx: _Ctx, host: str, rc: int | None, stderr: str, tool: str) -> str:
+    last = (stderr.strip().splitlines() or [f"exit {rc}"])[-1]
+    if rc == 30 or "timeout" in stderr.lower() or any(e in stderr for e in ("Broken pipe", "Connection reset",
+                                                                            "Connection timed out",
+                                                                            "No route to host")):
+        return (f"the connection to {host} was lost during the transfer ({last}); collect again to resume: "
+                f"files already received are kept")
+    if rc == 255 or "connection unexpectedly closed" in stderr:
+        return f"{ssh.describe_ssh_failure(stderr, host, ctx.testbed)} ({tool} exit {rc})"
+    return f"{tool} from {host} failed (exit {rc}): {last}"
+
+
+def _sftp_quote(path: str, *, remote: bool) -> str:
+    s = path.replace("\\", "\\\\").replace('"', '\\"')
+    if remote:
+        s = re.sub(r"([*?\[\]])", r"\\\1", s)
+    return f'"{s}"'
+
+
+def _fetch_sftp(ctx: _Ctx, host: str, lst: _Listing, paths: list[str]) -> str | None:
+    """Fetch ``paths`` with one ``sftp -b`` batch; partial files from an earlier try resume (``reget``)."""
+    hdir = ctx.folder / host
+    lines = []
+    for p in paths:
+        local = hdir / p
+        local.parent.mkdir(parents=True, exist_ok=True)
+        verb = "reget" if local.is_file() and local.stat().st_size < lst.files[p][0] else "get"
+        if verb == "get":
+            local.unlink(missing_ok=True)
+        remote = _sftp_quote(f"{lst.run_dir}/{p}", remote=True)
+        lines.append(f"{verb} {remote} {_sftp_quote(str(local), remote=False)}")
+    alive = max(1, int(ctx.io_timeout) // 3)
+    argv = ["sftp", *_ssh_opts(ctx), "-o", "ControlMaster=no", "-o", "ControlPath=none",
+            "-o", f"ServerAliveInterval={alive}", "-o", "ServerAliveCountMax=3", "-q", "-b", "-"]
+    if ctx.bwlimit_kbps:
+        argv += ["-l", str(int(ctx.bwlimit_kbps) * 8)]
+    argv.append(host)
+
+    def local_bytes() -> int:
+        total = 0
+        for p in paths:
+            with contextlib.suppress(OSError):
+                total += (hdir / p).stat().st_size
+        return total
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True)
+        assert proc.stdin is not None
+        proc.stdin.write(("\n".join(lines) + "\n").encode())
+        proc.stdin.close()
+        seen = local_bytes()
+        idle_since = time.monotonic()
+        stalled = False
+        while proc.poll() is None:
+            time.sleep(0.2)
+            now_bytes = local_bytes()
+            if now_bytes != seen:
+                ctx.tick(host, max(0, now_bytes - seen))
+                seen, idle_since = now_bytes, time.monotonic()
+            elif time.monotonic() - idle_since > ctx.io_timeout:
+                stalled = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        ctx.tick(host, max(0, local_bytes() - seen))
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
+    if stalled:
+        return (f"the connection to {host} was lost during the transfer (no data for {ctx.io_timeout:g} s); "
+                f"collect again to resume: files already received are kept")
+    if proc.returncode == 0:
+        return None
+    return _describe_transfer_failure(ctx, host, proc.returncode, stderr, "sftp")
+
+
+def format_problems(results: list[CollectResult]) -> TestbedError | None:
+    """One TestbedError summarising every failed host and run, or None when all went well."""
+    lines = [p for r in results for p in r.problems()]
+    if not lines:
+        return None
+    failed_hosts = sorted({h.host for r in results for h in r.hosts if h.error})
+    what = (f"collect incomplete: {len(lines)} problem(s)\n  " + "\n  ".join(lines)) if len(lines) > 1 \
+        else f"collect incomplete: {lines[0]}"
+    where = ", ".join(failed_hosts) if failed_hosts else "state"
+    return TestbedError(what, where=where,
+                        fix="fix the cause and run the same collect again: verified files are kept and only "
+                            "missing or partial ones are fetched")

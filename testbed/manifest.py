@@ -1,0 +1,245 @@
+"""Provenance: ``results/<suite>/<run-id>/manifest.json`` of a collected run.
+
+The manifest records what ran (suite, parameters), where (testbed, provider, hosts with facts), with what
+(Python, the pip freeze of the run's environment, the git commit of every source), when (start, end, events)
+and what came back (sha256 of every collected file). Facts and software come from one shell snippet
+(:func:`facts_script`) that collect appends to its per-host listing command, so gathering them costs no extra
+round trip. Secrets never enter it: environment variables are never read into it, and every string is
+scrubbed of the controller's secret values and of credentials embedded in URLs (:func:`redact`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from testbed.providers.base import Host
+    from testbed.state import Store
+
+SCHEMA = 1
+MANIFEST = "manifest.json"
+
+SECRET_NAME = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_KEY|_KEY$|AUTH", re.I)
+URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+MASK = "***"
+
+# Fact lines printed by the remote snippet: "@F key value", "@G gpu-csv", "@P python", "@Z freeze", "@S name\tsha"
+FACT_PREFIXES = ("@F ", "@G ", "@P ", "@Z ", "@S ")
+
+_PY_DISTS = ("import importlib.metadata as m\n"
+             "print('\\n'.join(sorted({f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions() "
+             "if d.metadata['Name']})))")
+
+
+def iso(ts: float | None) -> str | None:
+    """Epoch seconds as ISO 8601 UTC (``2024-05-01T12:00:00.000Z``); None stays None."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(float(ts), UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# secrets -----------------------------------------------------------------------------------------
+def secret_values(env: dict[str, str] | None = None) -> list[str]:
+    """Values of the controller's secret-looking environment variables (and of a GCP key file's secrets)."""
+    env = dict(os.environ) if env is None else env
+    found: set[str] = set()
+    for name, value in env.items():
+        if SECRET_NAME.search(name) and len(value) >= 4:
+            found.add(value)
+    key_file = env.get("GOOGLE_APPLICATION_CREDENTIALS")
+    if key_file:
+        try:
+            data = json.loads(Path(key_file).read_text())
+        except (OSError, ValueError):
+            data = {}
+        if isinstance(data, dict):
+            for k in ("private_key", "private_key_id", "client_secret", "refresh_token"):
+                v = data.get(k)
+                if isinstance(v, str) and len(v) >= 4:
+                    found.add(v)
+                    found.update(ln for ln in v.splitlines() if len(ln) >= 16)  # PEM body lines
+    return sorted(found, key=len, reverse=True)
+
+
+def redact(obj: Any, secrets: list[str]) -> Any:
+    """``obj`` with every secret value and every ``user:pass@`` of a URL replaced by ``***``."""
+    if isinstance(obj, str):
+        for s in secrets:
+            if s in obj:
+                obj = obj.replace(s, MASK)
+        return URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", obj)
+    if isinstance(obj, dict):
+        return {redact(k, secrets): redact(v, secrets) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [redact(v, secrets) for v in obj]
+    return obj
+
+
+# facts -------------------------------------------------------------------------------------------
+def facts_script(*, facts: bool, python: str | None = None, sources: dict[str, Any] | None = None) -> str:
+    """A POSIX shell snippet printing host facts and, when ``python`` is given, the run's software.
+
+    Every value reaches the shell quoted; the output is parsed by :func:`parse_fact_lines`.
+    """
+    lines: list[str] = []
+    if facts:
+        lines += [
+            'printf "@F hostname %s\\n" "$(hostname 2>/dev/null)"',
+            "printf \"@F cpu %s\\n\" \"$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null "
+            "| head -n1)\"",
+            'printf "@F cpus %s\\n" "$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"',
+            "printf \"@F memory_kb %s\\n\" \"$(awk '/^MemTotal:/{print $2}' /proc/meminfo 2>/dev/null)\"",
+            'printf "@F os %s\\n" "$( (. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME") || uname -s)"',
+            'printf "@F kernel %s\\n" "$(uname -r)"',
+            'printf "@F arch %s\\n" "$(uname -m)"',
+            "if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi --query-gpu=name,memory.total,driver_version "
+            "--format=csv,noheader 2>/dev/null | sed 's/^/@G /'; fi",
+        ]
+    if python is not None:
+        lines += [
+            f"tb_py={shlex.quote(python or 'python3')}",
+            'command -v "$tb_py" >/dev/null 2>&1 || tb_py=python3',
+            'if command -v "$tb_py" >/dev/null 2>&1; then',
+            "  printf \"@P %s\\n\" \"$(\"$tb_py\" -c 'import platform,sys;print(platform.python_version(), "
+            "sys.executable)' 2>/dev/null)\"",
+            '  { "$tb_py" -m pip freeze --all 2>/dev/null || "$tb_py" -c ' + shlex.quote(_PY_DISTS)
+            + " 2>/dev/null; } | sed 's/^/@Z /'",
+            "fi",
+        ]
+        for name, src in sorted((sources or {}).items()):
+            path = str((src or {}).get("path") or "")
+            if path:
+                lines.append(f"printf '@S %s\\t%s\\n' {shlex.quote(str(name))} "
+                             f"\"$(git -C {shlex.quote(path)} rev-parse HEAD 2>/dev/null)\"")
+    return "\n".join(lines) + "\n"
+
+
+def parse_fact_lines(lines: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(facts, software) from the ``@``-prefixed lines printed by :func:`facts_script`."""
+    facts: dict[str, Any] = {}
+    software: dict[str, Any] = {}
+    gpus: list[dict[str, str]] = []
+    freeze: list[str] = []
+    commits: dict[str, str] = {}
+    for ln in lines:
+        tag, _, rest = ln.partition(" ")
+        if tag == "@F":
+            key, _, value = rest.partition(" ")
+            value = value.strip()
+            if key in ("cpus", "memory_kb"):
+                facts[key] = int(value) if value.isdigit() else None
+            else:
+                facts[key] = value or None
+        elif tag == "@G":
+            parts = [p.strip() for p in rest.split(",")]
+            if parts and parts[0]:
+                gpus.append(dict(zip(("name", "memory", "driver"), parts, strict=False)))
+        elif tag == "@P":
+            version, _, exe = rest.strip().partition(" ")
+            software["python"] = {"version": version or None, "executable": exe or None}
+        elif tag == "@Z":
+            if rest.strip():
+                freeze.append(rest.strip())
+        elif tag == "@S":
+            name, _, sha = rest.partition("\t")
+            commits[name] = sha.strip()
+    if "memory_kb" in facts:
+        kb = facts.pop("memory_kb")
+        facts["memory_mb"] = kb // 1024 if isinstance(kb, int) else None
+    if facts:
+        facts["gpus"] = gpus
+    if "python" in software or freeze:
+        software["pip_freeze"] = freeze
+        software["_commits"] = commits
+    return facts, software
+
+
+# manifest ----------------------------------------------------------------------------------------
+def load(path: Path) -> dict[str, Any]:
+    """The manifest at ``path`` (a run folder or the file itself); {} when missing or unreadable."""
+    p = Path(path)
+    p = p / MANIFEST if p.is_dir() else p
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _host_status(ranks: list[dict[str, Any]]) -> tuple[str | None, int | None]:
+    """One status and exit code for a host from its ranks (the first failure wins)."""
+    if not ranks:
+        return None, None
+    codes = [r["exit_code"] for r in ranks]
+    bad = [c for c in codes if c not in (0, None)]
+    exit_code = bad[0] if bad else (None if None in codes else 0)
+    statuses = [r["status"] for r in ranks]
+    status = statuses[0] if len(set(statuses)) == 1 else next(
+        (s for s in statuses if s not in ("succeeded", "running", "pending")), statuses[0])
+    return status, exit_code
+
+
+def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict[str, Any]],
+          software: dict[str, Any], files: list[dict[str, Any]], provider: str | None,
+          secrets: list[str] | None = None) -> dict[str, Any]:
+    """The manifest of ``run_id`` from state, the gathered facts/software and the verified files."""
+    from testbed import __version__
+
+    row = store.query("SELECT * FROM runs WHERE id=?", (run_id,))[0]
+    info = json.loads(row["info"] or "{}")
+    ranks: dict[str, list[dict[str, Any]]] = {}
+    for r in store.query("SELECT host, rank, status, exit_code, reason FROM run_hosts WHERE run_id=? "
+                         "ORDER BY rank", (run_id,)):
+        ranks.setdefault(r["host"], []).append(dict(r))
+    host_recs = []
+    for h in hosts:
+        status, code = _host_status(ranks.get(h.name, []))
+        hf: dict[str, Any] = dict(facts.get(h.name) or {})
+        accel = h.facts.get("accelerator_type") or (h.facts.get("tpu_type"))
+        hf.setdefault("tpu", accel if accel else None)
+        host_recs.append({"name": h.name, "address": h.address, "facts": hf, "exit_code": code, "status": status,
+                          "ranks": [{"rank": r["rank"], "status": r["status"], "exit_code": r["exit_code"],
+                                     "reason": r["reason"]} for r in ranks.get(h.name, [])]})
+    sources_out: dict[str, Any] = {}
+    commits = software.get("_commits") or {}
+    for name, src in sorted((info.get("sources") or {}).items()):
+        src = src if isinstance(src, dict) else {}
+        sources_out[name] = {"repo": src.get("repo"), "ref": src.get("ref"),
+                             "commit": commits.get(name) or src.get("commit") or None}
+    events = [{"ts": iso(e["ts"]), "kind": e["kind"], "host": e["host"], "detail": json.loads(e["detail"] or "{}")}
+              for e in store.query("SELECT ts, kind, host, detail FROM events WHERE run_id=? ORDER BY seq",
+                                   (run_id,))]
+    manifest = {
+        "schema": SCHEMA,
+        "run_id": run_id,
+        "suite": row["suite"],
+        "params": json.loads(row["params"] or "{}"),
+        "status": row["status"],
+        "testbed": {"name": row["testbed"], "provider": provider},
+        "hosts": host_recs,
+        "software": {"python": software.get("python") or {"version": None, "executable": info.get("python")},
+                     "pip_freeze": list(software.get("pip_freeze") or []),
+                     "sources": sources_out},
+        "testbed_version": __version__,
+        "started": iso(row["started"]),
+        "ended": iso(row["ended"]),
+        "events": events,
+        "files": sorted(files, key=lambda f: (f["host"], f["path"])),
+    }
+    return redact(manifest, secret_values() if secrets is None else secrets)
+
+
+def write(run_folder: Path, manifest: dict[str, Any]) -> Path:
+    """Write ``run_folder/manifest.json`` atomically (a reader never sees half a file)."""
+    run_folder.mkdir(parents=True, exist_ok=True)
+    path = run_folder / MANIFEST
+    tmp = path.with_name(f".{MANIFEST}.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,187 @@
+"""Collect from real local hosts: layout, checksums, incremental re-collect, refusals, cut links, SFTP, secrets."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed import collect
+from testbed.collect import collect_runs, format_problems
+
+LOGS = ("out", "err", "exit", "start", "end")
+
+
+def put(bed: Any, host: str, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` on ``host`` (parents created)."""
+    d = path.rsplit("/", 1)[0]
+    r = subprocess.run(["ssh", "-F", str(bed.ssh_config), "-o", "ControlMaster=no", host, "--",
+                        f"mkdir -p '{d}' && cat > '{path}'"], input=data, capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def sh(bed: Any, host: str, cmd: str, timeout: float = 120) -> str:
+    r = bed.ssh(host, cmd, timeout=timeout)
+    assert r.returncode == 0, (cmd, r.stderr)
+    return r.stdout
+
+
+def make_run(bed: Any, *, suite: str = "demo", hosts: list[str] | None = None,
+             outputs: dict[str, list[str]] | None = None, params: dict[str, Any] | None = None,
+             files: dict[str, dict[str, bytes]] | None = None, info: dict[str, Any] | None = None,
+             events: list[tuple[str, str | None, dict[str, Any]]] | None = None) -> tuple[str, str]:
+    """Record a finished run in state and write its logs (+ ``files``) on the hosts; returns (id, run_dir)."""
+    hosts = hosts or [h.name for h in bed.hosts]
+    run_id = f"{suite}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    run_dir = f"/root/.testbed-runs/{run_id}"
+    now = time.time()
+    full_info = {"run_dir": run_dir, "outputs": outputs or {}, "hosts": hosts, "sources": {},
+                 "python": sys.executable, **(info or {})}
+    st = bed.store
+    with st.tx() as db:
+        db.execute("INSERT INTO runs(id, suite, testbed, params, status, created, started, ended, info) "
+                   "VALUES (?,?,?,?,?,?,?,?,?)", (run_id, suite, bed.name, json.dumps(params or {"n": 1}),
+                                                  "succeeded", now - 10, now - 9, now - 1, json.dumps(full_info)))
+        for k, h in enumerate(hosts):
+            db.execute("INSERT INTO run_hosts(run_id, host, rank, status, exit_code, started, ended) "
+                       "VALUES (?,?,?,?,?,?,?)", (run_id, h, k, "succeeded", 0, now - 9, now - 1))
+        for kind, host, detail in events or []:
+            db.execute("INSERT INTO events(run_id, ts, kind, host, detail) VALUES (?,?,?,?,?)",
+                       (run_id, now - 5, kind, host, json.dumps(detail)))
+    for k, h in enumerate(hosts):
+        script = (f"mkdir -p {run_dir} && cd {run_dir} && echo 'hello from rank {k} on {h}' > rank{k}.out && "
+                  f": > rank{k}.err && echo 0 > rank{k}.exit && date +%s > rank{k}.start && date +%s > rank{k}.end "
+                  f"&& echo $$ > rank{k}.pid")
+        sh(bed, h, script)
+        for rel, data in (files or {}).get(h, {}).items():
+            put(bed, h, f"{run_dir}/{rel}", data)
+    return run_id, run_dir
+
+
+def host_sha(bed: Any, host: str, path: str) -> str:
+    return sh(bed, host, f"sha256sum '{path}'").split()[0]
+
+
+def tree(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# -------------------------------------------------------------------------------------------------
+def test_collect_layout_manifest_and_incremental(local_testbed, tmp_path):
+    bed = local_testbed(hosts=3)
+    sh(bed, "node0", "set -e; mkdir -p /root/src/app && cd /root/src/app && git init -q && "
+                     "git -c user.email=a@b -c user.name=t commit -q --allow-empty -m init")
+    commit = sh(bed, "node0", "git -C /root/src/app rev-parse HEAD").strip()
+    files = {h.name: {"out/a.csv": f"x,y\n1,{i}\n".encode(), "metrics/deep/m.json": b'{"loss": 1}',
+                      "metrics/top.txt": b"top", "out/ignored.bin": b"nope"} for i, h in enumerate(bed.hosts)}
+    files["node1"]["extra.txt"] = b"only node1"
+    run_id, run_dir = make_run(
+        bed, outputs={"*": ["out/*.csv", "metrics"], "node1": ["extra.txt"], "node2": ["never-written.dat"]},
+        files=files, events=[("fault", "node1", {"action": "kill", "at_s": 3})],
+        info={"sources": {"app": {"repo": "https://github.com/example/app", "ref": "main", "path": "/root/src/app"}}})
+    seen: dict[str, int] = {}
+
+    def progress(host: str, advance: int, total: int) -> None:
+        seen[host] = seen.get(host, 0) + advance
+
+    res = collect_runs([run_id], Path("results"), progress=progress)
+    assert len(res) == 1 and res[0].ok, res[0].problems()
+    r = res[0]
+    folder = Path("results/demo") / run_id
+    assert r.path == folder and r.manifest == folder / "manifest.json"
+    for k, h in enumerate(bed.hosts):
+        got = tree(folder / h.name)
+        want = {f"rank{k}.{x}" for x in LOGS} | {"out/a.csv", "metrics/deep/m.json", "metrics/top.txt"}
+        if h.name == "node1":
+            want.add("extra.txt")
+        assert set(got) == want, (h.name, set(got) ^ want)
+        for rel, sha in got.items():
+            assert sha == host_sha(bed, h.name, f"{run_dir}/{rel}")
+    assert sum(seen.values()) == r.bytes_sent > 0
+    node2 = next(h for h in r.hosts if h.host == "node2")
+    assert any("never-written.dat" in n for n in node2.notes)
+    # collected table
+    rows = bed.store.query("SELECT host, path, sha256, size FROM collected WHERE run_id=?", (run_id,))
+    assert len(rows) == sum(len(tree(folder / h.name)) for h in bed.hosts)
+    assert all(row["size"] >= 0 for row in rows)
+    # manifest
+    m = json.loads((folder / "manifest.json").read_text())
+    for key in ("schema", "run_id", "suite", "params", "testbed", "hosts", "software", "testbed_version",
+                "started", "ended", "events", "files"):
+        assert key in m, key
+    assert m["run_id"] == run_id and m["suite"] == "demo" and m["params"] == {"n": 1}
+    assert m["testbed"] == {"name": bed.name, "provider": "local"}
+    assert [h["name"] for h in m["hosts"]] == ["node0", "node1", "node2"]
+    for h in m["hosts"]:
+        assert h["status"] == "succeeded" and h["exit_code"] == 0 and h["address"]
+        f = h["facts"]
+        assert f["kernel"] and f["os"] and f["cpus"] >= 1 and f["memory_mb"] > 0 and f["arch"]
+        assert f["hostname"] == h["name"] and "gpus" in f and "tpu" in f
+    assert m["software"]["python"]["version"].startswith("3.")
+    assert any(ln.lower().startswith("typer==") for ln in m["software"]["pip_freeze"])
+    assert m["software"]["sources"] == {"app": {"repo": "https://github.com/example/app", "ref": "main",
+                                                "commit": commit}}
+    assert m["started"].endswith("Z") and m["ended"] > m["started"]
+    assert m["events"][0]["kind"] == "fault" and m["events"][0]["detail"] == {"action": "kill", "at_s": 3}
+    for f in m["files"]:
+        assert hashlib.sha256((folder / f["host"] / f["path"]).read_bytes()).hexdigest() == f["sha256"]
+        assert (folder / f["host"] / f["path"]).stat().st_size == f["size"]
+    assert len(m["files"]) == len(rows)
+    # incremental: nothing sent again, rsync not even started, well under a second per host
+    before = tree(folder)
+    t0 = time.monotonic()
+    again = collect_runs([run_id], Path("results"))[0]
+    dt = time.monotonic() - t0
+    assert again.ok and again.files_sent == 0 and again.bytes_sent == 0
+    assert all(h.method is None and h.unchanged == h.files for h in again.hosts)
+    assert dt < 1.0 * len(bed.hosts), dt
+    assert all(h.seconds < 1.0 for h in again.hosts), [h.seconds for h in again.hosts]
+    after = tree(folder)
+    assert {k: v for k, v in after.items() if k != "manifest.json"} == \
+        {k: v for k, v in before.items() if k != "manifest.json"}
+    # a new file on one host: only it is sent
+    put(bed, "node1", f"{run_dir}/out/b.csv", b"x,y\n2,2\n")
+    third = collect_runs([run_id], Path("results"))[0]
+    assert third.ok and third.files_sent == 1
+    assert [h.sent for h in third.hosts] == [0, 1, 0]
+    assert json.loads((folder / "manifest.json").read_text())["files"].__len__() == len(rows) + 1
+
+
+def test_refuses_to_overwrite_different_content(local_testbed):
+    bed = local_testbed(hosts=2)
+    run_id, run_dir = make_run(bed, outputs={"*": ["data/*"]},
+                               files={"node0": {"data/a.txt": b"v1"}, "node1": {"data/a.txt": b"w1"}})
+    assert collect_runs([run_id], Path("results"))[0].ok
+    local = Path("results/demo") / run_id / "node0/data/a.txt"
+    assert local.read_bytes() == b"v1"
+    # the host's file changes after it was collected: refused, the collected copy stays as it was
+    put(bed, "node0", f"{run_dir}/data/a.txt", b"v2-changed")
+    put(bed, "node0", f"{run_dir}/data/new.txt", b"new")
+    r = collect_runs([run_id], Path("results"))[0]
+    assert not r.ok
+    h0 = next(h for h in r.hosts if h.host == "node0")
+    assert "refusing to overwrite" in h0.error and "data/a.txt" in h0.error and "node0" in h0.error
+    assert local.read_bytes() == b"v1"
+    assert (local.parent / "new.txt").read_bytes() == b"new"  # other files are still collected
+    assert next(h for h in r.hosts if h.host == "node1").error is None
+    err = format_problems([r])
+    assert err is not None and "node0" in err.where and "refusing to overwrite" in err.what
+    # a local file that was never collected by testbed and differs: refused too
+    other = Path("results/demo") / run_id / "node1/data/a.txt"
+    other.chmod(0o644)
+    other.write_bytes(b"hand-edited")
+    with bed.store.tx() as db:
+        db.execute("DELETE FROM collected WHERE host='node1'")
+    r2 = collect_runs([run_id], Path("results"))[0]
+    h1 = next(h for h in r2.hosts if h.host == "node1")
+    assert h1.error and "refusing to overwrite" in h1.error
+    assert other.read_bytes() == b"hand-edited"
