@@ -1,0 +1,220 @@
+"""The bad-input corpus (tests/bad_inputs/): every file is one thing a user gets wrong.
+
+Each must give ONE clear message through the CLI -- exit code 1 or 2, an ``error:`` line with a ``where:`` and
+a ``fix:`` line, the expected fragments, no traceback -- and touch no host: no network namespace appears and
+state records nothing (unless the case says ``# touches: state``).
+
+File format (data-driven; the first line holds what the message must contain)::
+
+    # expect: fragment one && fragment two      (case-insensitive, whitespace-normalised)
+    # cmd: exec {name} -- true                  (optional; default 'provision {name}' for .yml files)
+    # unset: VAR GLOB_*                         (optional; environment variables removed)
+    # set: VAR=value VAR2=value                 ({tmp} is the case's working directory)
+    # code: 1                                   (optional; default: 2, bad input)
+    # touches: state                            (optional; the command may record the testbed)
+
+``*.yml`` files are installed as ``inventories/<stem>.yml`` of an empty working directory; ``*.args`` files
+hold the command line (shell words) on their first non-comment line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import hashlib
+import os
+import re
+import shlex
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+CORPUS = Path(__file__).parent / "bad_inputs"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Case:
+    path: Path
+    expect: list[str]
+    argv: list[str]
+    unset: list[str] = field(default_factory=list)
+    set: dict[str, str] = field(default_factory=dict)
+    code: int = 2
+    touches_state: bool = False
+
+
+def parse_case(path: Path) -> Case:
+    """Read the header comments (and, for .args, the command line) of one corpus file."""
+    lines = path.read_text().splitlines()
+    m = re.match(r"#\s*expect:\s*(.+)$", lines[0])
+    assert m, f"{path.name}: the first line must be '# expect: <fragment>'"
+    expect = [f.strip() for f in m.group(1).split("&&") if f.strip()]
+    meta: dict[str, str] = {}
+    for ln in lines[1:]:
+        mm = re.match(r"#\s*(cmd|unset|set|code|touches):\s*(.*)$", ln)
+        if mm:
+            meta[mm.group(1)] = mm.group(2).strip()
+    if path.suffix == ".args":
+        argv = shlex.split(next(ln for ln in lines if ln.strip() and not ln.startswith("#")))
+    else:
+        argv = shlex.split(meta.get("cmd", "provision {name}").replace("{name}", path.stem))
+    sets = dict(kv.split("=", 1) for kv in shlex.split(meta.get("set", "")))
+    return Case(path, expect, argv, meta.get("unset", "").split(), sets, int(meta.get("code", "2")),
+                meta.get("touches") == "state")
+
+
+CASES = sorted(p for p in CORPUS.iterdir() if p.suffix in (".yml", ".args"))
+
+
+def _kernel_objects(home: Path, testbed: str) -> list[str]:
+    """Network namespaces and links the local provider would create for ``testbed`` under ``home``.
+
+    Named by the provider's tag (a hash of the testbed's state directory), so tests running concurrently
+    with other local testbeds do not disturb the check.
+    """
+    tag = hashlib.sha256(str((home / "testbeds" / testbed).absolute()).encode()).hexdigest()[:6]
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
+    return [w for w in (ns + " " + links).replace(":", " ").replace("@", " ").split() if w.startswith(f"tb{tag}")]
+
+
+def _recorded(home: Path) -> list[tuple[str, ...]]:
+    db = home / "state.db"
+    if not db.exists():
+        return []
+    con = sqlite3.connect(db)
+    try:
+        rows = [("testbed", *map(str, r)) for r in con.execute("SELECT name, status FROM testbeds")]
+        rows += [("resource", *map(str, r)) for r in con.execute("SELECT testbed, kind, id FROM resources")]
+        rows += [("host", *map(str, r)) for r in con.execute("SELECT testbed, name FROM hosts")]
+        return rows
+    finally:
+        con.close()
+
+
+def _prepare(case: Case, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Working directory with the case's inventory, isolated TESTBED_HOME and the case's environment."""
+    (tmp / "inventories").mkdir()
+    if case.path.suffix == ".yml":
+        (tmp / "inventories" / case.path.name).write_text(case.path.read_text())
+    env = dict(os.environ)
+    for pat in case.unset:
+        for k in list(env):
+            if fnmatch.fnmatchcase(k, pat):
+                env.pop(k)
+                monkeypatch.delenv(k, raising=False)
+    for k, v in case.set.items():
+        v = v.replace("{tmp}", str(tmp))
+        env[k] = v
+        monkeypatch.setenv(k, v)
+    for k, v in {"TESTBED_HOME": str(tmp / ".testbed"), "COLUMNS": "400", "TERM": "dumb"}.items():
+        env[k] = v
+        monkeypatch.setenv(k, v)
+    env.pop("TESTBED_DEBUG", None)
+    monkeypatch.delenv("TESTBED_DEBUG", raising=False)
+    monkeypatch.chdir(tmp)
+    return env
+
+
+def run_main(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``testbed <argv>`` in this process through ``cli.main()`` (what the console script runs)."""
+    from testbed import cli
+
+    monkeypatch.setattr(sys, "argv", ["testbed", *argv])
+    monkeypatch.setattr(cli, "_debug", False)
+    try:
+        cli.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def _cleanup(home: Path, testbed: str, monkeypatch: pytest.MonkeyPatch,
+             capsys: pytest.CaptureFixture[str]) -> None:
+    """Should a case wrongly succeed in provisioning a local testbed, destroy it."""
+    if _kernel_objects(home, testbed):
+        with contextlib.suppress(BaseException):
+            run_main(["destroy", testbed, "--yes"], monkeypatch, capsys)
+
+
+def check_message(case: Case, code: int, out: str) -> None:
+    flat = " ".join(out.split())
+    assert "Traceback" not in out, out
+    assert "internal error" not in out, out
+    assert code == case.code, f"exit {code}, expected {case.code}:\n{out}"
+    assert re.search(r"(?m)^error: ", out), out
+    assert re.search(r"(?m)^\s+where: \S", out), out
+    assert re.search(r"(?m)^\s+fix: +\S", out), out
+    for frag in case.expect:
+        assert " ".join(frag.split()).lower() in flat.lower(), f"missing {frag!r} in:\n{out}"
+    assert out.count("error:") == 1, out
+
+
+def test_corpus_is_big_enough() -> None:
+    assert len(CASES) >= 40
+    for p in CASES:
+        parse_case(p)  # every header parses
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("path", CASES, ids=[p.name for p in CASES])
+def test_bad_input(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                   capsys: pytest.CaptureFixture[str]) -> None:
+    case = parse_case(path)
+    _prepare(case, tmp_path, monkeypatch)
+    home = tmp_path / ".testbed"
+    try:
+        code, out = run_main(case.argv, monkeypatch, capsys)
+    finally:
+        _cleanup(home, path.stem, monkeypatch, capsys)
+    check_message(case, code, out)
+    assert _kernel_objects(home, path.stem) == [], "the local provider created namespaces or links"
+    if not case.touches_state:
+        assert _recorded(tmp_path / ".testbed") == [], "state recorded something for a refused input"
+    assert not Path("/tmp/tb-pwned").exists()
+
+
+# The real entry point (console script in a fresh process) for a sample of the corpus.
+SAMPLE = ["yaml-tab.yml", "unknown-local-key.yml", "env-missing-user.yml", "meta-user.yml",
+          "cli-meta-testbed-name.args", "cli-exec-unprovisioned.args"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", SAMPLE)
+def test_bad_input_subprocess(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    case = parse_case(CORPUS / name)
+    env = _prepare(case, tmp_path, monkeypatch)
+    r = subprocess.run([sys.executable, "-m", "testbed", *case.argv], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=50, check=False)
+    assert r.stdout.strip() == "" or "error:" not in r.stdout, "errors go to stderr"
+    check_message(case, r.returncode, r.stderr)
+
+
+# Usage errors caught by Typer itself (missing argument, option of the wrong type, unknown command):
+# exit 2 and a message naming the problem, never a traceback.
+USAGE = [
+    (["exec", "local", "--timeout", "abc", "--", "true"], "--timeout"),
+    (["provision"], "Missing argument"),
+    (["no-such-command"], "No such command"),
+    (["status", "--no-such-option"], "No such option"),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("argv", "frag"), USAGE, ids=[" ".join(a) for a, _ in USAGE])
+def test_usage_errors(argv: list[str], frag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                      capsys: pytest.CaptureFixture[str]) -> None:
+    case = Case(tmp_path / "x.args", [frag], argv)
+    _prepare(case, tmp_path, monkeypatch)
+    code, out = run_main(argv, monkeypatch, capsys)
+    assert code == 2, out
+    assert "Traceback" not in out
+    assert frag.lower() in " ".join(out.split()).lower(), out
+    assert _recorded(tmp_path / ".testbed") == []
