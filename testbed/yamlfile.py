@@ -163,7 +163,8 @@ def validate(model: type[M], data: Any, path: Path, located: Located, **context:
         return model.model_validate(data, context=context or None)
     except ValidationError as e:
         errs = e.errors(include_url=False)
-        # a discriminated union reports under the tag name ('provider', 'local', ...); drop tag steps
+        # an unknown key explains a 'missing' one next to it (a misspelling): report it first, with the hint
+        errs.sort(key=lambda x: x["type"] != "extra_forbidden")
         err = errs[0]
         loc = tuple(err["loc"])
         clean, _ = _resolve(model, loc)

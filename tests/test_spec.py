@@ -225,8 +225,6 @@ def test_unreadable_and_unknown_names(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "did you mean 'local'" in (ei.value.fix or "")
 
 
-@pytest.mark.xfail(strict=True, reason="yamlfile.validate reports the 'missing' error of the misspelt required "
-                   "key first; it should pair it with the unknown key and hint the right spelling")
 def test_misspelt_required_key_gets_a_hint(tmp_path: Path) -> None:
     e = refused(write(tmp_path, "provder:\n  kind: local\n"))
     assert "did you mean 'provider'" in f"{e.what} {e.fix}"
