@@ -1,0 +1,315 @@
+"""CLI commands for suites and runs: run, logs, stop, show and ``list suites``.
+
+``register(app, list_app)`` adds them to the main Typer app. Only typer is imported here at module level so
+``testbed --help`` stays fast; the work lives in runner, campaign and suite.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def _print_json(obj: Any) -> None:
+    import json
+    import sys
+
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def run(
+    suite: Annotated[str, typer.Argument(help="Suite name (experiments/NAME.yml) or a .yml path.")],
+    on: Annotated[str | None, typer.Option("--on", help="Testbed (default: the suite's, else local).")] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="key=value, repeatable.")] = None,
+    matrix: Annotated[bool, typer.Option("--matrix", help="Run every point of the suite's matrix (a campaign; "
+                                                          "-p values filter the points).")] = False,
+    fault: Annotated[list[str] | None, typer.Option("--fault", help="Fault to inject (repeatable); default: the "
+                                                                    "suite's default_faults.")] = None,
+    no_faults: Annotated[bool, typer.Option("--no-faults", help="Inject no fault at all.")] = False,
+    detach: Annotated[bool, typer.Option("--detach", help="Start and return; follow with status/logs.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print every command per host, in order; touch "
+                                                            "nothing.")] = False,
+    collect: Annotated[bool, typer.Option("--collect", help="Collect outputs into results/ afterwards.")] = False,
+    no_setup: Annotated[bool, typer.Option("--no-setup", help="Skip applying the suite's profile.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run a suite on a testbed: setup, prepare, launch detached ranks, faults, recovery, post.
+
+    Ctrl-C detaches (the run goes on); testbed status RUN and testbed logs RUN -f reattach.
+
+    Example: testbed run fault-drill --on local
+    """
+    from testbed import runner
+    from testbed import suite as suite_mod
+    from testbed.errors import TestbedError
+
+    s = suite_mod.load_suite(suite)
+    given = suite_mod.parse_assignments(param or [])
+    faults = [] if no_faults else (fault or None)
+    tb = on or s.testbed or "local"
+    if matrix:
+        return _campaign(s, tb, given, faults, detach, dry_run, no_setup, collect, json_out)
+    plan = runner.plan_run(s, on, given, faults=faults, dry_run=dry_run)
+    if dry_run:
+        return _show_dry_run(plan, json_out)
+    _setup(s, plan["testbed"], no_setup)
+    run_id = runner.start_run(plan)
+    c = _console(stderr=True)
+    c.print(f"run [bold]{run_id}[/bold] on {plan['testbed']} "
+            f"({len(plan['ranks'])} ranks on {', '.join(h['name'] for h in plan['hosts'])})")
+    if detach:
+        if json_out:
+            _print_json({"run_id": run_id, "status": "pending"})
+        else:
+            c.print(f"detached: testbed status {run_id} | testbed logs {run_id} -f")
+        return
+    try:
+        row = runner.follow(run_id, c)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    if collect:
+        _collect([run_id])
+    if json_out:
+        from testbed import run_state
+        from testbed.state import Store
+
+        _print_json(run_state.require(Store.open_default(), run_id))
+    if row["status"] != "succeeded":
+        raise TestbedError(f"run {run_id} {row['status']}: {row.get('reason') or 'no reason recorded'}",
+                           where=f"testbed status {run_id}", fix=f"testbed logs {run_id}")
+    c.print(f"[green]run {run_id} succeeded[/green]")
+
+
+def _setup(s: Any, testbed: str, no_setup: bool) -> None:
+    import importlib.util
+
+    if no_setup or not s.profile or importlib.util.find_spec("testbed.setup") is None:
+        return
+    from testbed import setup
+    from testbed.errors import TestbedError
+
+    result = setup.apply_with_progress(testbed, console=_console(stderr=True), profile=s.profile)
+    if not getattr(result, "ok", True):
+        raise TestbedError(f"setup of '{testbed}' with profile '{s.profile}' failed", where=f"testbed {testbed}",
+                           fix="see the summary above; fix and rerun, or pass --no-setup")
+
+
+def _collect(run_ids: list[str]) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    if importlib.util.find_spec("testbed.collect") is None:
+        _console(stderr=True).print("[yellow]--collect: testbed.collect is not available[/yellow]")
+        return
+    from testbed import collect  # type: ignore[attr-defined]
+
+    collect.collect_runs(run_ids, to=Path("results"))
+
+
+def _show_dry_run(plan: dict[str, Any], json_out: bool) -> None:
+    from rich.markup import escape
+
+    from testbed.run_plan import dry_run_lines
+
+    lines = dry_run_lines(plan)
+    if json_out:
+        _print_json({"run_id": plan["run_id"], "testbed": plan["testbed"], "params": plan["params"],
+                     "hosts": plan["hosts"], "commands": lines})
+        return
+    c = _console()
+    note = " (placeholder hosts: the testbed is not provisioned)" if plan["placeholder_hosts"] else ""
+    c.print(f"[bold]dry run[/bold] of {plan['suite']} on {plan['testbed']}{note}; run dir {plan['run_dir']}")
+    c.print("params: " + escape(", ".join(f"{k}={v}" for k, v in plan["params"].items())))
+    for h in plan["hosts"]:
+        c.print(f"\n[bold]{h['name']}[/bold] ({h['address']})")
+        for i, ln in enumerate(x for x in lines if x["host"] == h["name"]):
+            rank = f" rank {ln['rank']}" if ln["rank"] is not None and ln["phase"] != "launch" else ""
+            c.print(f"  {i + 1:>2}. [cyan]{ln['phase']}[/cyan] {escape(ln['step'])}{rank}: ", end="")
+            c.out(ln["command"], highlight=False)
+
+
+def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, detach: bool, dry_run: bool,
+              no_setup: bool, collect: bool, json_out: bool) -> None:
+    import subprocess
+    import sys
+
+    from testbed import campaign, runner
+    from testbed import suite as suite_mod
+
+    points = suite_mod.expand_matrix(s, given)
+    if dry_run:
+        plans = [runner.plan_run(s, tb, p, faults=faults, dry_run=True) for p in points]
+        if json_out:
+            from testbed.run_plan import dry_run_lines
+
+            _print_json([{"params": p["params"], "commands": dry_run_lines(p)} for p in plans])
+            return
+        for p in plans:
+            _show_dry_run(p, False)
+        return
+    _setup(s, tb, no_setup)
+    cid = campaign.create_or_resume(s.name, tb, points, faults)
+    c = _console(stderr=True)
+    c.print(f"campaign [bold]{cid}[/bold]: {len(points)} runs of {s.name} on {tb}")
+    if detach:
+        from testbed import run_state
+
+        log = open(run_state.run_home(cid) / "campaign.out", "ab")  # noqa: SIM115
+        subprocess.Popen([sys.executable, "-m", "testbed.campaign", cid], stdin=subprocess.DEVNULL, stdout=log,
+                         stderr=log, start_new_session=True, close_fds=True)
+        c.print(f"detached: testbed list runs; rerun the same command to follow or resume {cid}")
+        return
+    try:
+        row = campaign.drive(cid, progress=lambda line: c.print(line))
+    except KeyboardInterrupt:
+        c.print(f"[yellow]detached[/yellow]: started runs go on; rerun the same command to resume {cid}")
+        raise typer.Exit(130) from None
+    ids = [p["run_id"] for p in row["points"] if p["run_id"]]
+    if collect:
+        _collect(ids)
+    if json_out:
+        _print_json(row)
+    ok = sum(p["status"] == "succeeded" for p in row["points"])
+    c.print(f"campaign {cid}: {ok}/{len(row['points'])} runs succeeded")
+    if ok != len(row["points"]):
+        raise typer.Exit(1)
+
+
+def logs(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    host: Annotated[str | None, typer.Option("--host", "-H", help="Only this host's ranks.")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream until the run ends (reattaches).")] = False,
+) -> None:
+    """Print the ranks' stdout and stderr from the hosts' run dirs (prefixed host:rank).
+
+    Example: testbed logs fault-drill-20250101-120000-ab12 -f
+    """
+    from testbed import runner
+
+    runner.logs_command(run_id, host=host, follow_logs=follow)
+
+
+def stop(run_id: Annotated[str, typer.Argument(help="Run id.")]) -> None:
+    """Stop a running run: every rank's processes get TERM, then KILL; status becomes stopped.
+
+    Example: testbed stop mpi-hello-20250101-120000-ab12
+    """
+    from testbed import runner
+
+    row = runner.stop_run(run_id)
+    _console().print(f"run {run_id}: {row['status']}" + (f" ({row['reason']})" if row.get("reason") else ""))
+
+
+def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.")], json_out: JsonOpt = False) -> None:
+    """Describe a suite: requirements, profile, parameters, matrix, steps and faults.
+
+    Example: testbed show fault-drill
+    """
+    from rich.markup import escape
+
+    from testbed import suite as suite_mod
+
+    s = suite_mod.load_suite(suite)
+    if json_out:
+        _print_json({**s.model_dump(mode="json"), "source": s.source})
+        return
+    c = _console()
+    c.print(f"[bold]{s.name}[/bold]: {escape(s.description.strip())}")
+    c.print(f"file: {s.source}")
+    r = s.requires
+    c.print(f"requires: {r.hosts}+ hosts" + (f", providers {', '.join(r.providers)}" if r.providers else "")
+            + (f", accelerator {r.accelerator}" if r.accelerator else "")
+            + (f"; default testbed {s.testbed}" if s.testbed else "") + (f"; profile {s.profile}" if s.profile else ""))
+    if s.parameters:
+        c.print("parameters:")
+        for k, p in s.parameters.items():
+            extra = f" one of {p.choices}" if p.choices else ""
+            c.print(f"  {k} ({p.type}) = {p.default!r}{extra}  {escape(p.help)}")
+    if s.matrix:
+        n = len(s.matrix) if isinstance(s.matrix, list) else len(suite_mod.expand_matrix(s, {}))
+        c.print(f"matrix: {n} points (testbed run {s.name} --matrix)")
+    c.print(f"steps: prepare {len(s.steps.prepare)}, launch on {s.steps.launch.on} "
+            f"({s.steps.launch.ranks_per_host}/host), recovery {len(s.steps.recovery)}, post {len(s.steps.post)}")
+    for name, f in s.faults.items():
+        trig = f"at {f.at:g} s" if f.at is not None else f"when /{f.when}/"
+        dflt = " (default)" if name in s.default_faults else ""
+        c.print(f"fault {name}{dflt}: {f.action} {trig}  {escape(f.description)}")
+
+
+def list_suites(json_out: JsonOpt = False) -> None:
+    """Suites found in experiments/ (cwd first, then the shipped ones). Example: testbed list suites"""
+    from testbed import suite as suite_mod
+    from testbed.errors import TestbedError
+
+    rows = []
+    for name, path in suite_mod.list_suites().items():
+        try:
+            s = suite_mod.load_suite(str(path))
+            rows.append({"name": name, "description": s.description.strip().splitlines()[0] if s.description else "",
+                         "testbed": s.testbed or "", "matrix": bool(s.matrix), "path": str(path)})
+        except TestbedError as e:
+            rows.append({"name": name, "description": f"INVALID: {e.what}", "testbed": "", "matrix": False,
+                         "path": str(path)})
+    if json_out:
+        _print_json(rows)
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title="suites", title_justify="left")
+    for col in ("name", "testbed", "matrix", "description"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], r["testbed"], "yes" if r["matrix"] else "", escape(r["description"]))
+    _console().print(t)
+
+
+def register(app: typer.Typer, list_app: typer.Typer) -> None:
+    """Add run, logs, stop, show to ``app`` and ``suites`` to ``list_app``."""
+    app.command()(run)
+    app.command()(logs)
+    app.command()(stop)
+    app.command()(show)
+    list_app.command("suites")(list_suites)
+
+
+def standalone() -> typer.Typer:
+    """An app with only these commands (tests and ``python -m testbed.cli_runs``)."""
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True)
+    list_app = typer.Typer()
+    register(app, list_app)
+
+    @app.command("status")
+    def status(run_id: str, json_out: JsonOpt = False) -> None:
+        """Status of a run. Example: testbed status RUN"""
+        from testbed import runner
+
+        runner.status_command(run_id, json_out=json_out)
+
+    app.add_typer(list_app, name="list")
+    return app
+
+
+def main() -> None:
+    import sys
+
+    from testbed.errors import TestbedError
+
+    try:
+        standalone()()
+    except TestbedError as e:
+        sys.stderr.write("error: " + e.render() + "\n")
+        sys.exit(e.code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Faults, first-class: fire one (signal a rank, run a command, kill or cut off a local host) and undo it.
+
+Triggers are evaluated by the run supervisor (``runner``): ``at`` seconds after launch, or ``when`` a regular
+expression appears in a rank's log. Firing and restoring are recorded as ``fault``/``restore`` events.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from testbed import run_remote
+from testbed.errors import TestbedError
+
+
+def _provider(testbed: str) -> Any:
+    from testbed.providers import provider_class
+    from testbed.spec import load_testbed
+    from testbed.state import Store
+
+    spec = load_testbed(testbed)
+    return provider_class(spec.kind)(spec, Store.open_default())
+
+
+def due(fault: dict[str, Any], launched: float, now: float, matched: set[str]) -> bool:
+    """Whether ``fault`` should fire now (time since launch, or its log pattern was seen)."""
+    if fault["at"] is not None:
+        return now - launched >= float(fault["at"])
+    return fault["name"] in matched
+
+
+def fire(plan: dict[str, Any], fault: dict[str, Any]) -> dict[str, Any]:
+    """Fire ``fault``; returns the event detail (what was done, where, and the outcome)."""
+    action, host = fault["action"], fault["host"]
+    detail: dict[str, Any] = {"fault": fault["name"], "action": action, "host": host, "rank": fault["rank"]}
+    t0 = time.time()
+    if action == "signal":
+        rank = next(r for r in plan["ranks"] if r["rank"] == fault["rank"])
+        res = run_remote.signal_ranks(plan, [rank], fault["signal"])
+        detail["signal"] = fault["signal"]
+        detail["ok"] = all(r.ok for r in res)
+        if not detail["ok"]:
+            detail["error"] = "; ".join(r.error or r.stderr.strip() for r in res if not r.ok)
+    elif action == "command":
+        res = run_remote.run_step(plan, {"hosts": [host], "commands": {host: fault["command"]}}, timeout=120)
+        detail.update(command=fault["command"], ok=res[0].ok, exit_code=res[0].exit_code,
+                      output=(res[0].stdout + res[0].stderr)[-400:])
+    elif action in ("kill-host", "cut-network"):
+        prov = _provider(plan["testbed"])
+        op = getattr(prov, "kill_host" if action == "kill-host" else "cut_network", None)
+        if op is None:
+            raise TestbedError(f"fault '{fault['name']}': {action} needs a local testbed", where=plan["testbed"],
+                               fix="run this fault on the local provider, or use a 'command' fault")
+        op(host)
+        detail["ok"] = True
+    detail["seconds"] = round(time.time() - t0, 3)
+    return detail
+
+
+def restore(plan: dict[str, Any], fault: dict[str, Any]) -> dict[str, Any] | None:
+    """Undo ``fault`` where it can be undone (its restore command; a cut network); None when nothing to do."""
+    host = fault["host"]
+    if fault["action"] == "cut-network":
+        _provider(plan["testbed"]).restore_network(host)
+        return {"fault": fault["name"], "host": host, "action": "restore-network", "ok": True}
+    if fault.get("restore"):
+        res = run_remote.run_step(plan, {"hosts": [host], "commands": {host: fault["restore"]}}, timeout=300)
+        return {"fault": fault["name"], "host": host, "command": fault["restore"], "ok": res[0].ok,
+                "exit_code": res[0].exit_code}
+    return None

@@ -1,0 +1,322 @@
+"""Suite + testbed + parameters -> a plan: every command of a run, rendered, per host and rank, in order.
+
+A plan is plain JSON (stored next to the run's state), so the detached supervisor, ``--dry-run`` and the
+tests all see exactly the same commands. Hosts come from state; for a dry run of a testbed that is not
+provisioned they come from its spec (lab) or are placeholders ``host0``, ``host1``, ...
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shlex
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from testbed.errors import TestbedError, UsageError
+from testbed.suite import Raw, Step, Suite, render, shell_quote
+
+RUNS_ROOT = "~/.testbed-runs"
+"""Run directories on the hosts: ``~/.testbed-runs/<run-id>/`` (logs, pid, exit code, timestamps, outputs)."""
+
+
+def run_dir(run_id: str) -> str:
+    return f"{RUNS_ROOT}/{run_id}"
+
+
+def new_run_id(suite: str) -> str:
+    return f"{suite}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+@dataclass
+class HostInfo:
+    name: str
+    address: str
+    groups: list[str]
+    facts: dict[str, Any]
+
+
+@dataclass
+class TestbedInfo:
+    """What a plan needs to know about the testbed."""
+
+    __test__ = False
+
+    name: str
+    provider: str
+    hosts: list[HostInfo]
+    context: dict[str, Any]  # {{ testbed.* }}: name, provider, subnet, ssh_config, vars
+    placeholder: bool = False
+
+
+def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1) -> TestbedInfo:
+    """Hosts and template context of testbed ``name`` (state first; spec or placeholders for a dry run)."""
+    from testbed import ssh
+    from testbed.state import Store
+
+    spec = None
+    if name is not None:
+        from testbed.spec import load_testbed
+
+        try:
+            spec = load_testbed(name)
+        except TestbedError:
+            if not dry_run:
+                raise
+    st = Store.open_default()
+    rec = st.testbed(name) if name else None
+    hosts = [HostInfo(h.name, h.address, h.groups, h.facts) for h in st.hosts(name)] if rec and name else []
+    st.close()
+    ctx: dict[str, Any] = {**(dict(spec.vars) if spec else {}), "name": name or "dry-run",
+                           "provider": rec["provider"] if rec else (spec.kind if spec else "none")}
+    subnet = (rec or {}).get("info", {}).get("subnet") or getattr(getattr(spec, "provider", None), "subnet", None)
+    ctx["subnet"] = str(subnet) if subnet else "0.0.0.0/0"
+    ctx["ssh_config"] = str(ssh.ssh_config_path(name)) if name and rec else "~/.ssh/config"
+    if hosts:
+        return TestbedInfo(name or "", ctx["provider"], hosts, ctx)
+    if not dry_run:
+        raise TestbedError(f"testbed '{name}' is not provisioned", where="state",
+                           fix=f"testbed provision {name} (or use --dry-run to see the commands)")
+    names = spec.host_names() if spec else None
+    if names:
+        addr = {h.name: (h.address or h.name) for h in getattr(spec.provider, "hosts", [])} if spec else {}
+        hs = [HostInfo(n, addr.get(n, n), spec.groups_for(n, i) if spec else [], {}) for i, n in enumerate(names)]
+    else:
+        hs = [HostInfo(f"host{i}", f"host{i}", ["master"] if i == 0 else ["workers"], {})
+              for i in range(max(min_hosts, 1))]
+    return TestbedInfo(name or "dry-run", ctx["provider"], hs, ctx, placeholder=True)
+
+
+def _select(on: str, hosts: list[HostInfo], ranks: list[dict[str, Any]], where: str) -> list[str]:
+    """Host names of ``on``: all, master, workers, rank:K, group or host names (comma-separated)."""
+    names = [h.name for h in hosts]
+    out: list[str] = []
+    for part in [p.strip() for p in on.split(",") if p.strip()]:
+        if part == "all":
+            picked = names
+        elif part == "master":
+            picked = names[:1]
+        elif part == "workers":
+            picked = [h.name for h in hosts if "workers" in h.groups] or names[1:]
+        elif m := re.fullmatch(r"rank:(\d+)", part):
+            picked = [r["host"] for r in ranks if r["rank"] == int(m.group(1))]
+            if not picked:
+                raise UsageError(f"{where}: there is no rank {m.group(1)} (world size {len(ranks)})", where=where,
+                                 fix="use a rank below the world size")
+        else:
+            picked = [h.name for h in hosts if part == h.name or part in h.groups]
+            if not picked:
+                raise UsageError(f"{where}: '{part}' is no host or group of this run", where=where,
+                                 fix=f"hosts: {', '.join(names)}; or all, master, workers, rank:K")
+        out += [p for p in picked if p not in out]
+    return out
+
+
+def _pick_hosts(suite: Suite, tb: TestbedInfo, ctx: dict[str, Any], only: list[str] | None) -> list[HostInfo]:
+    pool = [h for h in tb.hosts if only is None or h.name in only]
+    want: int | None = None
+    if suite.placement.hosts is not None:
+        raw = suite.placement.hosts
+        txt = render(raw, ctx, shell=False, where=f"{suite.name}: placement.hosts") if isinstance(raw, str) else raw
+        try:
+            want = int(txt)
+        except ValueError:
+            raise UsageError(f"{suite.name}: placement.hosts rendered to {txt!r}, not a number",
+                             where=suite.source or suite.name, fix="make placement.hosts a number") from None
+    need = max(want or 0, suite.requires.hosts)
+    if len(pool) < need:
+        raise UsageError(f"suite '{suite.name}' needs {need} hosts; testbed '{tb.name}' has {len(pool)}",
+                         where=f"testbed {tb.name}", fix="use a larger testbed or lower the host count parameter")
+    master = suite.placement.master
+    if master:
+        master = render(master, ctx, shell=False, where=f"{suite.name}: placement.master")
+        first = next((h for h in pool if h.name == master or master in h.groups), None)
+        if first is None:
+            raise UsageError(f"{suite.name}: placement.master '{master}' is no host or group of '{tb.name}'",
+                             where=suite.source or suite.name, fix=f"hosts: {', '.join(h.name for h in pool)}")
+    else:
+        first = next((h for h in pool if "master" in h.groups), pool[0])
+    ordered = [first] + [h for h in pool if h is not first]
+    return ordered[: want or len(ordered)]
+
+
+def _env_lines(env: dict[str, str]) -> list[str]:
+    out = []
+    for k, v in env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+            raise UsageError(f"environment variable name '{k}' is not valid", where="env", fix="use [A-Za-z_0-9]")
+        out.append(f"export {k}={shell_quote(v)}")
+    return out
+
+
+def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id: str | None = None,
+               faults: list[str] | None = None, only_hosts: list[str] | None = None) -> dict[str, Any]:
+    """Render every command of one run. Raises UsageError (bad template, unknown fault) before any host."""
+    rid = run_id or new_run_id(suite.name)
+    rdir = run_dir(rid)
+    base: dict[str, Any] = {**params, "params": params, "testbed": tb.context, "suite": suite.name, "run_id": rid,
+                            "run_dir": Raw(rdir), "hostfile": "hostfile", "attempt": 0, "recovering": False,
+                            "testbed_hosts": len(tb.hosts)}
+    params = dict(params)
+    for k, v in params.items():  # a default may be a template (``{{ testbed.python | default('python3') }}``)
+        if isinstance(v, str) and "{{" in v and k in suite.parameters and suite.parameters[k].default == v:
+            params[k] = base[k] = render(v, base, shell=False, where=f"{suite.name}: parameters.{k}.default")
+    base["params"] = params
+    hosts = _pick_hosts(suite, tb, base, only_hosts)
+    base.update(hosts=[h.name for h in hosts], addresses=[h.address for h in hosts], num_hosts=len(hosts),
+                master=hosts[0].name, master_addr=hosts[0].address)
+    for k, tmpl in suite.vars.items():
+        base[k] = render(tmpl, base, shell=False, where=f"{suite.name}: vars.{k}")
+    launch = suite.steps.launch
+    launch_hosts = _select(launch.on, hosts, [], f"{suite.name}: steps.launch.on")
+    rank_slots = [(h, i) for h in launch_hosts for i in range(launch.ranks_per_host)]
+    base["world_size"] = len(rank_slots)
+    addr = {h.name: h.address for h in hosts}
+    env_lines = _env_lines(suite.env)
+
+    def ranks_for(attempt: int, command: str) -> list[dict[str, Any]]:
+        out = []
+        for k, (h, local) in enumerate(rank_slots):
+            ctx = {**base, "rank": k, "local_rank": local, "host": h, "address": addr[h], "attempt": attempt,
+                   "recovering": attempt > 0}
+            env = {key: render(v, ctx, shell=False, where=f"{suite.name}: steps.launch.env.{key}")
+                   for key, v in launch.env.items()}
+            out.append({"rank": k, "host": h, "address": addr[h], "attempt": attempt,
+                        "command": render(command, ctx, where=f"{suite.name}: steps.launch.command"),
+                        "env": env, "cwd": render(launch.cwd, ctx, where="launch.cwd") if launch.cwd else None})
+        return out
+
+    ranks = ranks_for(0, launch.command)
+
+    def steps(items: list[Step], phase: str, attempt: int = 0) -> list[dict[str, Any]]:
+        out = []
+        for i, s in enumerate(items):
+            name = s.name or f"{phase}-{i + 1}"
+            ctx = {**base, "attempt": attempt, "recovering": attempt > 0}
+            where = f"{suite.name}: steps.{phase}[{i}]"
+            if s.relaunch not in (None, False):
+                cmd = launch.command if s.relaunch is True else str(s.relaunch)
+                out.append({"name": name, "kind": "relaunch", "ranks": ranks_for(attempt, cmd)})
+                continue
+            assert s.run is not None
+            sel = _select(s.on, hosts, ranks, f"{where}.on")
+            out.append({"name": name, "kind": "run", "hosts": sel, "timeout": s.timeout,
+                        "cwd": render(s.cwd, ctx, where=f"{where}.cwd") if s.cwd else None,
+                        "commands": {h: render(s.run, {**ctx, "host": h, "address": addr[h]}, where=where)
+                                     for h in sel}})
+        return out
+
+    chosen = list(dict.fromkeys(suite.default_faults if faults is None else faults))
+    for f in chosen:
+        if f not in suite.faults:
+            import difflib
+
+            close = difflib.get_close_matches(f, list(suite.faults), n=1)
+            raise UsageError(f"suite '{suite.name}' has no fault '{f}'", where="--fault",
+                             fix=(f"did you mean '{close[0]}'? " if close else "")
+                             + f"faults: {', '.join(suite.faults) or 'none'}")
+    fplans = []
+    for n, fname in enumerate(chosen):
+        f = suite.faults[fname]
+        where = f"{suite.name}: faults.{fname}"
+        rank = int(render(str(f.rank), base, shell=False, where=f"{where}.rank")) if f.rank is not None else None
+        if rank is not None and not 0 <= rank < len(ranks):
+            raise UsageError(f"{where}: rank {rank} does not exist (world size {len(ranks)})", where=where,
+                             fix="choose a rank below the world size")
+        if f.host:
+            sel = _select(render(f.host, base, shell=False, where=f"{where}.host"), hosts, ranks, f"{where}.host")
+            host = sel[0]
+        else:
+            host = ranks[rank]["host"] if rank is not None else hosts[0].name
+        watch = f.watch_rank if f.watch_rank is not None else (rank if rank is not None else 0)
+        fctx = {**base, "rank": rank, "host": host, "address": addr[host]}
+        fplans.append({
+            "name": fname, "description": f.description, "action": f.action, "signal": f.signal, "rank": rank,
+            "host": host, "at": f.at, "watch_rank": watch,
+            "when": render(f.when, fctx, shell=False, where=f"{where}.when") if f.when else None,
+            "watch_host": ranks[watch]["host"] if watch < len(ranks) else host,
+            "command": render(f.command, fctx, where=f"{where}.command") if f.command else None,
+            "restore": render(f.restore, fctx, where=f"{where}.restore") if f.restore else None,
+            "recovery": {str(a): steps(f.recovery if f.recovery is not None else suite.steps.recovery,
+                                       "recovery", a) for a in range(1, len(chosen) + 1)},
+            "order": n,
+        })
+    outs = suite.outputs if isinstance(suite.outputs, dict) else {"all": suite.outputs}
+    outputs: dict[str, list[str]] = {h.name: [] for h in hosts}
+    for on, globs in outs.items():
+        for h in _select(on, hosts, ranks, f"{suite.name}: outputs"):
+            outputs[h] += [g for g in globs if g not in outputs[h]]
+    for h in outputs:
+        outputs[h] += ["rank*.out", "rank*.err", "rank*.exit", "rank*.start", "rank*.end"]
+    checks = [{"name": c.name, "file": c.file, "contains": c.contains,
+               "hosts": _select(c.on, hosts, ranks, f"{suite.name}: checks.{c.name}")} for c in suite.checks]
+    sources = []
+    for s in suite.sources:
+        path = shell_quote(s.path)
+        cmd = (f"if [ -d {path}/.git ]; then git -C {path} fetch --quiet origin; "
+               f"else git clone --quiet {shlex.quote(s.repo)} {path}; fi")
+        if s.ref:
+            cmd += f" && git -C {path} checkout --quiet {shlex.quote(s.ref)}"
+        if s.submodules:
+            cmd += f" && git -C {path} submodule update --init --recursive --quiet"
+        sources.append({"name": s.name, "kind": "run", "hosts": [h.name for h in hosts], "timeout": None,
+                        "cwd": None, "commands": {h.name: cmd for h in hosts}})
+    files = {}
+    for rel in suite.files:
+        p = (suite.dir / rel).resolve()
+        if not p.is_file():
+            raise UsageError(f"{suite.name}: file '{rel}' not found next to the suite", where=str(p),
+                             fix="fix 'files:' or add the file")
+        files[p.name] = str(p)
+    hostfile = "".join(f"{h.name} slots={suite.placement.slots}\n" for h in hosts)
+    return {
+        "run_id": rid, "suite": suite.name, "testbed": tb.name, "provider": tb.provider, "params": params,
+        "profile": suite.profile, "placeholder_hosts": tb.placeholder, "run_dir": rdir,
+        "hosts": [{"name": h.name, "address": h.address} for h in hosts], "master": hosts[0].name,
+        "files": files, "generated": {"hostfile": hostfile}, "env": env_lines,
+        "sources": sources, "prepare": steps(suite.steps.prepare, "prepare"), "ranks": ranks,
+        "faults": fplans, "post": steps(suite.steps.post, "post"), "checks": checks, "outputs": outputs,
+        "timeouts": suite.timeouts.model_dump(),
+    }
+
+
+def dry_run_lines(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every command of the plan in execution order: {phase, step, host, rank, command}."""
+    out: list[dict[str, Any]] = []
+
+    def add(phase: str, step: str, host: str, command: str, rank: int | None = None) -> None:
+        out.append({"phase": phase, "step": step, "host": host, "rank": rank, "command": command})
+
+    hosts = [h["name"] for h in plan["hosts"]]
+    if plan.get("profile"):
+        for h in hosts:
+            add("setup", "profile", h, f"testbed setup {plan['testbed']} --profile {plan['profile']}")
+    for h in hosts:
+        add("upload", "files", h, f"mkdir -p {plan['run_dir']} && copy {' '.join([*plan['files'], 'hostfile'])}")
+    for phase in ("sources", "prepare"):
+        for s in plan[phase]:
+            for h in s["hosts"]:
+                add(phase, s["name"], h, s["commands"][h])
+    for r in plan["ranks"]:
+        env = " ".join(f"{k}={shell_quote(v)}" for k, v in r["env"].items())
+        add("launch", f"rank {r['rank']}", r["host"], (env + " " if env else "") + r["command"], r["rank"])
+    for f in plan["faults"]:
+        trig = f"at {f['at']:g} s" if f["at"] is not None else f"when rank {f['watch_rank']} logs /{f['when']}/"
+        what = {"signal": f"kill -s {f['signal'][3:]} <rank {f['rank']} process group>",
+                "command": f["command"], "kill-host": f"kill host {f['host']}",
+                "cut-network": f"cut the network of {f['host']}"}[f["action"]]
+        add("fault", f"{f['name']} ({trig})", f["host"], what, f["rank"])
+        if f["restore"]:
+            add("restore", f["name"], f["host"], f["restore"])
+        for s in f["recovery"].get("1", []):
+            if s["kind"] == "relaunch":
+                for r in s["ranks"]:
+                    add("recovery", s["name"], r["host"], r["command"], r["rank"])
+            else:
+                for h in s["hosts"]:
+                    add("recovery", s["name"], h, s["commands"][h])
+    for s in plan["post"]:
+        for h in s["hosts"]:
+            add("post", s["name"], h, s["commands"][h])
+    return out

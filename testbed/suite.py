@@ -1,0 +1,382 @@
+"""Suites: ``experiments/<name>.yml`` validated into typed models, parameters and matrices.
+
+A suite says what to set up (``profile``), what sources and files a run needs, its parameters (typed, with
+defaults and allowed values) and matrix, where ranks run (``placement``), its steps (``prepare``, ``launch``,
+``recovery``, ``post``), timeouts, outputs, checks and faults. Commands are Jinja2 templates rendered with
+StrictUndefined; every ``{{ value }}`` that reaches a shell is quoted (``shlex.quote``), so parameters holding
+shell metacharacters stay inert. ``{{ x | raw }}`` opts out (for values the suite itself builds).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from testbed import paths
+from testbed.errors import UsageError
+
+SUITE_NAME_RE = r"^[a-z][a-z0-9-]{0,40}$"
+PARAM_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGSTOP", "SIGCONT", "SIGUSR1",
+           "SIGUSR2", "SIGHUP", "SIGQUIT")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Param(Strict):
+    """One parameter: ``-p name=value`` on the command line, ``{{ name }}`` in templates."""
+
+    type: Literal["str", "int", "float", "bool"] = "str"
+    default: Any = None
+    choices: list[Any] | None = None
+    help: str = ""
+    required: bool = False
+
+
+class Requires(Strict):
+    providers: list[str] = Field(default_factory=list, description="providers it runs on; empty: any")
+    hosts: int = Field(1, ge=1, description="minimum number of hosts")
+    accelerator: str | None = Field(None, description="cpu, gpu or tpu")
+
+
+class Source(Strict):
+    """A repository cloned (or updated) on every host of the run before the prepare steps."""
+
+    name: str = Field(pattern=PARAM_RE)
+    repo: str
+    ref: str | None = None
+    path: str = Field(description="where it lives on the host, e.g. ~/open-jitc")
+    submodules: bool = False
+
+
+class Step(Strict):
+    """A command run on a set of hosts (in parallel) that must finish before the next step."""
+
+    name: str | None = None
+    on: str = Field("all", description="all, master, workers, a group, a host name or rank:K")
+    run: str | None = None
+    relaunch: bool | str | None = Field(None, description="recovery only: restart every rank (true: the launch "
+                                        "command with attempt+1; a string: that command)")
+    timeout: float | None = Field(None, gt=0)
+    cwd: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Step:
+        if (self.run is None) == (self.relaunch in (None, False)):
+            raise ValueError("a step needs exactly one of 'run' or 'relaunch'")
+        return self
+
+
+class Launch(Strict):
+    """The run itself: ``command`` per rank on ``on`` hosts (or one launcher such as mpirun on the master)."""
+
+    on: str = "all"
+    ranks_per_host: int = Field(1, ge=1, le=256)
+    command: str
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+
+
+class Steps(Strict):
+    prepare: list[Step] = Field(default_factory=list)
+    launch: Launch
+    recovery: list[Step] = Field(default_factory=list)
+    post: list[Step] = Field(default_factory=list)
+
+
+class Placement(Strict):
+    hosts: int | str | None = Field(None, description="how many hosts the run uses (template allowed); "
+                                    "default: all")
+    master: str | None = Field(None, description="host name or group holding rank 0; default: group 'master'")
+    slots: int = Field(1, ge=1, description="slots per host in the rendered MPI hostfile")
+
+
+class Timeouts(Strict):
+    prepare: float = Field(1800, gt=0)
+    run: float = Field(3600, gt=0)
+    post: float = Field(600, gt=0)
+    grace: float = Field(10, ge=0, description="after one rank fails, how long the others get to end")
+    unreachable: float = Field(8, gt=0, description="seconds of failed polls before a host is unreachable")
+    poll: float = Field(1.0, gt=0, le=30)
+
+
+class Fault(Strict):
+    """A fault fired during the run: at a time after launch or when a log line appears."""
+
+    description: str = ""
+    action: Literal["signal", "command", "kill-host", "cut-network"]
+    signal: str = "SIGKILL"
+    command: str | None = None
+    restore: str | None = Field(None, description="command that undoes it (run before recovery)")
+    rank: int | str | None = Field(None, description="target rank (template allowed)")
+    host: str | None = Field(None, description="target host (name, group or template); default: the rank's")
+    at: float | None = Field(None, ge=0, description="seconds after launch")
+    when: str | None = Field(None, description="regular expression matched against the watched rank's log")
+    watch_rank: int | None = Field(None, description="rank whose log 'when' watches; default: the target rank")
+    recovery: list[Step] | None = Field(None, description="default: steps.recovery")
+
+    @field_validator("signal")
+    @classmethod
+    def _sig(cls, v: str) -> str:
+        s = v.upper() if v.upper().startswith("SIG") else "SIG" + v.upper()
+        if s not in SIGNALS:
+            raise ValueError(f"unknown signal {v}; one of {', '.join(SIGNALS)}")
+        return s
+
+    @model_validator(mode="after")
+    def _check(self) -> Fault:
+        if (self.at is None) == (self.when is None):
+            raise ValueError("a fault needs exactly one trigger: 'at' (seconds) or 'when' (log regex)")
+        if self.action == "command" and not self.command:
+            raise ValueError("a 'command' fault needs 'command'")
+        if self.action == "signal" and self.rank is None:
+            raise ValueError("a 'signal' fault needs 'rank'")
+        if self.when is not None:
+            try:
+                re.compile(self.when)
+            except re.error as e:
+                raise ValueError(f"'when' is not a regular expression: {e}") from None
+        return self
+
+
+class Check(Strict):
+    """After the run: ``file`` (glob in the run dir) exists on the hosts and, optionally, matches a regex."""
+
+    name: str
+    file: str
+    contains: str | None = None
+    on: str = "all"
+
+
+class Suite(Strict):
+    """One suite: ``experiments/<name>.yml``."""
+
+    name: str = Field(pattern=SUITE_NAME_RE)
+    description: str = ""
+    testbed: str | None = Field(None, description="default --on")
+    requires: Requires = Field(default_factory=Requires)
+    profile: str | None = None
+    sources: list[Source] = Field(default_factory=list)
+    files: list[str] = Field(default_factory=list, description="files next to the suite copied into the run dir")
+    parameters: dict[str, Param] = Field(default_factory=dict)
+    matrix: dict[str, list[Any]] | list[dict[str, Any]] | None = None
+    vars: dict[str, str] = Field(default_factory=dict, description="derived values (templates), in order")
+    placement: Placement = Field(default_factory=Placement)
+    env: dict[str, str] = Field(default_factory=dict)
+    steps: Steps
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    outputs: list[str] | dict[str, list[str]] = Field(default_factory=list)
+    checks: list[Check] = Field(default_factory=list)
+    faults: dict[str, Fault] = Field(default_factory=dict)
+    default_faults: list[str] = Field(default_factory=list)
+    source: str | None = Field(None, exclude=True)
+
+    @field_validator("parameters")
+    @classmethod
+    def _pnames(cls, v: dict[str, Param]) -> dict[str, Param]:
+        for k, p in v.items():
+            if not re.match(PARAM_RE, k):
+                raise ValueError(f"parameter name '{k}' must be letters, digits and _")
+            if p.default is not None:
+                p.default = coerce(k, p, p.default)
+        return v
+
+    @model_validator(mode="after")
+    def _refs(self) -> Suite:
+        for f in self.default_faults:
+            if f not in self.faults:
+                raise ValueError(f"default_faults names unknown fault '{f}' (faults: {', '.join(self.faults)})")
+        points = self.matrix if isinstance(self.matrix, list) else [self.matrix or {}]
+        for pt in points:
+            for k in pt:
+                if k not in self.parameters:
+                    raise ValueError(f"matrix uses '{k}', which is not a parameter")
+        return self
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.source).parent if self.source else Path.cwd()
+
+
+# --- loading --------------------------------------------------------------------------------------------------
+def suite_path(name: str) -> Path:
+    p = Path(name)
+    if p.suffix in (".yml", ".yaml") and p.exists():
+        return p
+    if not re.match(SUITE_NAME_RE, name):
+        raise UsageError(f"'{name}' is not a suite name", where="command line",
+                         fix="use lower-case letters, digits and '-', or a path to a .yml file")
+    found = paths.find_resource("experiments", f"{name}.yml")
+    if found is None:
+        import difflib
+
+        known = list(paths.list_resources("experiments"))
+        close = difflib.get_close_matches(name, known, n=1)
+        raise UsageError(f"no suite named '{name}'", where="experiments/",
+                         fix=(f"did you mean '{close[0]}'? " if close else "")
+                         + f"known suites: {', '.join(known) or 'none'}; or write experiments/{name}.yml")
+    return found
+
+
+def load_suite(name_or_path: str) -> Suite:
+    """Load and validate a suite by name or path; errors carry file:line and a hint."""
+    from testbed import yamlfile
+
+    path = suite_path(name_or_path)
+    data, located = yamlfile.load(path)
+    if not isinstance(data, dict):
+        raise UsageError(f"{path.name}: the top level must be a mapping of keys", where=f"{path}:1",
+                         fix="start the file with 'name: ...' and 'steps:'")
+    data.setdefault("name", path.stem)
+    suite = yamlfile.validate(Suite, data, path, located)
+    suite.source = str(path)
+    return suite
+
+
+def list_suites() -> dict[str, Path]:
+    return paths.list_resources("experiments")
+
+
+# --- parameters ------------------------------------------------------------------------------------------------
+def coerce(name: str, p: Param, value: Any) -> Any:
+    """``value`` (a string from -p, or YAML) as the parameter's type, checked against its choices."""
+    try:
+        if p.type == "int":
+            v: Any = int(value)
+        elif p.type == "float":
+            v = float(value)
+        elif p.type == "bool":
+            if isinstance(value, bool):
+                v = value
+            elif str(value).lower() in ("1", "true", "yes", "on"):
+                v = True
+            elif str(value).lower() in ("0", "false", "no", "off"):
+                v = False
+            else:
+                raise ValueError
+        else:
+            v = value if isinstance(value, str) else str(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"parameter '{name}' must be {p.type}, got {value!r}", where=f"-p {name}=...",
+                         fix=f"give a {p.type} value") from None
+    if p.choices is not None and v not in p.choices:
+        raise UsageError(f"parameter '{name}' = {v!r} is not allowed", where=f"-p {name}=...",
+                         fix=f"allowed values: {', '.join(map(str, p.choices))}")
+    return v
+
+
+def parse_assignments(items: list[str]) -> dict[str, str]:
+    """``["a=1", "b=x y"]`` -> dict; a malformed item is a UsageError."""
+    out: dict[str, str] = {}
+    for it in items:
+        k, sep, v = it.partition("=")
+        if not sep or not re.match(PARAM_RE, k.strip()):
+            raise UsageError(f"'-p {it}' is not key=value", where="command line", fix="write -p name=value")
+        out[k.strip()] = v
+    return out
+
+
+def resolve_params(suite: Suite, given: dict[str, Any]) -> dict[str, Any]:
+    """Defaults overlaid with ``given`` (coerced); unknown and missing required names are refused."""
+    import difflib
+
+    for k in given:
+        if k not in suite.parameters:
+            close = difflib.get_close_matches(k, list(suite.parameters), n=1)
+            raise UsageError(f"suite '{suite.name}' has no parameter '{k}'", where=f"-p {k}=...",
+                             fix=(f"did you mean '{close[0]}'? " if close else "")
+                             + f"parameters: {', '.join(suite.parameters) or 'none'}")
+    out: dict[str, Any] = {}
+    for k, p in suite.parameters.items():
+        if given.get(k) is not None:
+            out[k] = coerce(k, p, given[k])
+        elif p.default is not None:
+            out[k] = p.default
+        elif p.required:
+            raise UsageError(f"suite '{suite.name}' needs parameter '{k}'", where="command line",
+                             fix=f"add -p {k}=<{p.type}>" + (f" ({p.help})" if p.help else ""))
+        else:
+            out[k] = "" if p.type == "str" else None
+    return out
+
+
+def expand_matrix(suite: Suite, given: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every matrix point as full parameters; points contradicting an explicit ``-p`` are dropped."""
+    if not suite.matrix:
+        raise UsageError(f"suite '{suite.name}' has no matrix", where=suite.source or suite.name,
+                         fix="add 'matrix:' to the suite, or run without --matrix")
+    if isinstance(suite.matrix, dict):
+        keys = list(suite.matrix)
+        raw = [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*suite.matrix.values())]
+    else:
+        raw = [dict(p) for p in suite.matrix]
+    points: list[dict[str, Any]] = []
+    fixed = {k: coerce(k, suite.parameters[k], v) for k, v in given.items() if k in suite.parameters}
+    for pt in raw:
+        typed = {k: coerce(k, suite.parameters[k], v) for k, v in pt.items()}
+        if any(k in typed and typed[k] != v for k, v in fixed.items()):
+            continue
+        points.append(resolve_params(suite, {**given, **typed}))
+    if not points:
+        raise UsageError("no matrix point matches the -p values given", where="command line",
+                         fix="drop or change the -p values that fix matrix parameters")
+    return points
+
+
+# --- templates -------------------------------------------------------------------------------------------------
+class Raw(str):
+    """A string rendered into a command as-is (built by the suite, not given by a user)."""
+
+    __slots__ = ()
+
+
+def shell_quote(value: Any) -> str:
+    """One shell word for ``value``; a leading ``~/`` stays unquoted so the shell expands it."""
+    if isinstance(value, Raw):
+        return str(value)
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    if value is None:
+        return "''"
+    if isinstance(value, list | tuple):
+        return " ".join(shell_quote(v) for v in value)
+    s = str(value)
+    if s.startswith("~/") and len(s) > 2:
+        return "~/" + shlex.quote(s[2:])
+    return shlex.quote(s)
+
+
+_ENVS: dict[bool, Any] = {}
+
+
+def _env(shell: bool) -> Any:
+    if shell not in _ENVS:
+        import jinja2
+
+        env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False,  # noqa: S701 (shell text, not HTML)
+                                 finalize=shell_quote if shell else None)
+        env.filters["raw"] = lambda v: Raw(shell_quote(v) if isinstance(v, list | tuple) else str(v))
+        env.filters["quote"] = lambda v: Raw(shell_quote(v))
+        _ENVS[shell] = env
+    return _ENVS[shell]
+
+
+def render(template: str, context: dict[str, Any], *, shell: bool = True, where: str = "template") -> str:
+    """Render with StrictUndefined; ``shell=True`` quotes every ``{{ }}`` value. Errors name ``where``."""
+    import jinja2
+
+    try:
+        return _env(shell).from_string(template).render(**context).strip()
+    except jinja2.UndefinedError as e:
+        raise UsageError(f"{where}: {e.message}", where=where,
+                         fix=f"known names: {', '.join(sorted(k for k in context if not k.startswith('_')))}") \
+            from None
+    except jinja2.TemplateError as e:
+        raise UsageError(f"{where}: template error: {e}", where=where, fix="fix the Jinja2 syntax") from None
