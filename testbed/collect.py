@@ -52,6 +52,7 @@ ProgressFn = Callable[[str, int, int], None]
 
 _PROGRESS2 = re.compile(rb"^\s*([\d,.]+)\s+\d+%")
 _STATS_FILES = re.compile(r"Number of regular files transferred:\s*([\d,.]+)")
+_STATS_MATCHED = re.compile(r"Matched data:\s*([\d,.]+)")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
 
 
@@ -66,6 +67,8 @@ class HostCollect:
     bytes_sent: int = 0
     unchanged: int = 0  # already in results/ with the same sha256: not sent
     rsync_transferred: int | None = None  # rsync's own count (--stats), when rsync ran
+    reused_bytes: int = 0  # bytes rsync did not send because a partial local copy had them (resume)
+    resumed: int = 0  # sftp downloads continued from a partial file (reget)
     missing: list[str] = field(default_factory=list)  # paths (or patterns) not in results/
     error: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -511,7 +514,7 @@ def _fetch(ctx: _Ctx, host: str, lst: _Listing, paths: list[str], hc: HostCollec
     hdir.mkdir(parents=True, exist_ok=True)
     if hc.method == "rsync":
         return _fetch_rsync(ctx, host, lst, paths, hc)
-    return _fetch_sftp(ctx, host, lst, paths)
+    return _fetch_sftp(ctx, host, lst, paths, hc)
 
 
 def _fetch_rsync(ctx: _Ctx, host: str, lst: _Listing, paths: list[str], hc: HostCollect) -> str | None:
@@ -528,19 +531,60 @@ def _fetch_rsync(ctx: _Ctx, host: str, lst: _Listing, paths: list[str], hc: Host
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
         assert proc.stdout is not None
-        text = _pump_progress(proc.stdout, lambda n: ctx.tick(host, n))
+        dog = _Watchdog(proc, ctx.io_timeout)
+        text = _pump_progress(proc.stdout, lambda n: ctx.tick(host, n), dog.pet)
         rc = proc.wait()
+        dog.stop()
         err.seek(0)
         stderr = err.read().decode(errors="replace")
     m = _STATS_FILES.search(text)
     if m:
         hc.rsync_transferred = (hc.rsync_transferred or 0) + int(re.sub(r"\D", "", m.group(1)) or 0)
+    m = _STATS_MATCHED.search(text)
+    if m:
+        hc.reused_bytes += int(re.sub(r"\D", "", m.group(1)) or 0)
     if rc == 0:
         return None
+    if dog.fired:
+        return (f"the connection to {host} was lost during the transfer (no data for {ctx.io_timeout:g} s); "
+                f"collect again to resume: files already received are kept")
     return _describe_transfer_failure(ctx, host, rc, stderr, "rsync")
 
 
-def _pump_progress(stream: IO[bytes], advance: Callable[[int], None]) -> str:
+class _Watchdog:
+    """Stops a transfer that received nothing for ``limit`` seconds (SIGTERM, so rsync keeps the partial file).
+
+    rsync's own ``--timeout`` does not fire while ssh keeps the pipe open over a dead link, so this is the
+    bound on how long a cut link can hold a collect.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], limit: float):
+        self.proc, self.limit = proc, limit
+        self.last = time.monotonic()
+        self.fired = False
+        self._done = threading.Event()
+        threading.Thread(target=self._watch, daemon=True, name="collect-watchdog").start()
+
+    def pet(self) -> None:
+        self.last = time.monotonic()
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.25):
+            if time.monotonic() - self.last > self.limit and self.proc.poll() is None:
+                self.fired = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGTERM)
+                if self._done.wait(3) or self.proc.poll() is not None:
+                    return
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                return
+
+
+def _pump_progress(stream: IO[bytes], advance: Callable[[int], None], activity: Callable[[], None]) -> str:
     """Read rsync's output, feeding ``--info=progress2`` byte counts to ``advance``; returns the rest."""
     last = 0
     buf = b""
@@ -549,6 +593,7 @@ def _pump_progress(stream: IO[bytes], advance: Callable[[int], None]) -> str:
         chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
         if not chunk:
             break
+        activity()
         buf += chunk
         *lines, buf = re.split(rb"[\r\n]", buf)
         for ln in lines:
@@ -576,25 +621,42 @@ def _describe_transfer_failure(ctx: _Ctx, host: str, rc: int | None, stderr: str
     return f"{tool} from {host} failed (exit {rc}): {last}"
 
 
-def _sftp_quote(path: str, *, remote: bool) -> str:
-    s = path.replace("\\", "\\\\").replace('"', '\\"')
-    if remote:
-        s = re.sub(r"([*?\[\]])", r"\\\1", s)
-    return f'"{s}"'
+def _sftp_arg(path: str, *, remote: bool) -> str:
+    """``path`` as one word of an sftp batch line (unquoted, backslash-escaped; remote paths are globbed)."""
+    out = []
+    for c in path:
+        if c in "?[*\\":
+            if not remote:
+                raise TestbedError(f"the results path {path!r} contains {c!r}, which sftp cannot write to",
+                                   where=path, fix="collect into a --to folder without * ? [ or \\ in its path")
+            out.append("\\" + c)  # kept escaped for sftp's glob, which removes the escape
+        elif c.isalnum() or c in "/._-+@%,:=":
+            out.append(c)
+        else:
+            out.append("\\" + c)
+    return "".join(out)
 
 
-def _fetch_sftp(ctx: _Ctx, host: str, lst: _Listing, paths: list[str]) -> str | None:
-    """Fetch ``paths`` with one ``sftp -b`` batch; partial files from an earlier try resume (``reget``)."""
+def _stage(ctx: _Ctx, host: str, path: str) -> Path:
+    """Where sftp downloads ``path`` before it is moved into place (a partial file waits there for reget)."""
+    return ctx.folder / ".partial" / host / hashlib.sha256(path.encode()).hexdigest()[:32]
+
+
+def _fetch_sftp(ctx: _Ctx, host: str, lst: _Listing, paths: list[str], hc: HostCollect) -> str | None:
+    """Fetch ``paths`` with one ``sftp -b`` batch into a staging folder; partial downloads resume (``reget``)."""
     hdir = ctx.folder / host
+    staged = {p: _stage(ctx, host, p) for p in paths}
+    next(iter(staged.values())).parent.mkdir(parents=True, exist_ok=True)
     lines = []
-    for p in paths:
-        local = hdir / p
-        local.parent.mkdir(parents=True, exist_ok=True)
-        verb = "reget" if local.is_file() and local.stat().st_size < lst.files[p][0] else "get"
-        if verb == "get":
-            local.unlink(missing_ok=True)
-        remote = _sftp_quote(f"{lst.run_dir}/{p}", remote=True)
-        lines.append(f"{verb} {remote} {_sftp_quote(str(local), remote=False)}")
+    for p, tmp in staged.items():
+        verb = "get"
+        if tmp.is_file() and 0 < tmp.stat().st_size < lst.files[p][0]:
+            verb = "reget"
+            hc.resumed += 1
+        else:
+            tmp.unlink(missing_ok=True)
+        src = _sftp_arg(f"{lst.run_dir}/{p}", remote=True)
+        lines.append(f"{verb} {src} {_sftp_arg(str(tmp.absolute()), remote=False)}")
     alive = max(1, int(ctx.io_timeout) // 3)
     argv = ["sftp", *_ssh_opts(ctx), "-o", "ControlMaster=no", "-o", "ControlPath=none",
             "-o", f"ServerAliveInterval={alive}", "-o", "ServerAliveCountMax=3", "-q", "-b", "-"]
@@ -604,9 +666,9 @@ def _fetch_sftp(ctx: _Ctx, host: str, lst: _Listing, paths: list[str]) -> str | 
 
     def local_bytes() -> int:
         total = 0
-        for p in paths:
+        for tmp in staged.values():
             with contextlib.suppress(OSError):
-                total += (hdir / p).stat().st_size
+                total += tmp.stat().st_size
         return total
 
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -618,7 +680,7 @@ def _fetch_sftp(ctx: _Ctx, host: str, lst: _Listing, paths: list[str]) -> str | 
         idle_since = time.monotonic()
         stalled = False
         while proc.poll() is None:
-            time.sleep(0.2)
+            time.sleep(0.1)
             now_bytes = local_bytes()
             if now_bytes != seen:
                 ctx.tick(host, max(0, now_bytes - seen))
@@ -631,6 +693,14 @@ def _fetch_sftp(ctx: _Ctx, host: str, lst: _Listing, paths: list[str]) -> str | 
         ctx.tick(host, max(0, local_bytes() - seen))
         err.seek(0)
         stderr = err.read().decode(errors="replace")
+    for p, tmp in staged.items():  # complete downloads go into place; _verify checks them
+        with contextlib.suppress(OSError):
+            if tmp.stat().st_size == lst.files[p][0]:
+                (hdir / p).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(tmp, hdir / p)
+    for d in (next(iter(staged.values())).parent, ctx.folder / ".partial"):
+        with contextlib.suppress(OSError):
+            d.rmdir()  # only when empty
     if stalled:
         return (f"the connection to {host} was lost during the transfer (no data for {ctx.io_timeout:g} s); "
                 f"collect again to resume: files already received are kept")

@@ -50,7 +50,7 @@ def secret_values(env: dict[str, str] | None = None) -> list[str]:
     env = dict(os.environ) if env is None else env
     found: set[str] = set()
     for name, value in env.items():
-        if SECRET_NAME.search(name) and len(value) >= 4:
+        if SECRET_NAME.search(name) and len(value) >= 8:  # short values would mask ordinary text
             found.add(value)
     key_file = env.get("GOOGLE_APPLICATION_CREDENTIALS")
     if key_file:

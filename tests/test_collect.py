@@ -12,8 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from testbed import collect
 from testbed.collect import collect_runs, format_problems
 
@@ -185,3 +183,155 @@ def test_refuses_to_overwrite_different_content(local_testbed):
     h1 = next(h for h in r2.hosts if h.host == "node1")
     assert h1.error and "refusing to overwrite" in h1.error
     assert other.read_bytes() == b"hand-edited"
+
+
+def test_unreachable_host_reported_others_collected(local_testbed):
+    bed = local_testbed(hosts=3)
+    run_id, _ = make_run(bed, outputs={"*": ["r.txt"]}, files={h.name: {"r.txt": h.name.encode()} for h in bed.hosts})
+    bed.provider.cut_network("node1")
+    try:
+        t0 = time.monotonic()
+        r = collect_runs([run_id], Path("results"), timeout=4)[0]
+        assert time.monotonic() - t0 < 20
+    finally:
+        bed.provider.restore_network("node1")
+    assert not r.ok
+    bad = [h for h in r.hosts if h.error]
+    assert [h.host for h in bad] == ["node1"] and "node1" in bad[0].error
+    assert "r.txt" in bad[0].missing and "rank*.out" in bad[0].missing
+    folder = Path("results/demo") / run_id
+    assert (folder / "node0/r.txt").read_bytes() == b"node0" and (folder / "node2/r.txt").read_bytes() == b"node2"
+    assert not (folder / "node1").exists()
+    err = format_problems([r])
+    assert err is not None and err.where == "node1" and err.what.count("\n") == 0 and "node1" in err.what
+    m = json.loads((folder / "manifest.json").read_text())
+    assert {f["host"] for f in m["files"]} == {"node0", "node2"}
+    # the host is back: the same command completes the results
+    r2 = collect_runs([run_id], Path("results"), timeout=20)[0]
+    assert r2.ok, r2.problems()
+    assert (folder / "node1/r.txt").read_bytes() == b"node1"
+    assert [h.sent for h in r2.hosts] == [0, 6, 0]
+
+
+def test_network_cut_mid_transfer_then_resume(local_testbed):
+    bed = local_testbed(hosts=2)
+    run_id, run_dir = make_run(bed, outputs={"*": ["big.bin", "small/*"]},
+                               files={"node1": {f"small/{i}.txt": f"{i}\n".encode() for i in range(20)}})
+    sh(bed, "node0", f"head -c 80M /dev/urandom > {run_dir}/big.bin")
+    want = host_sha(bed, "node0", f"{run_dir}/big.bin")
+    done = {"node0": 0}
+    cut = threading.Event()
+
+    def progress(host: str, advance: int, total: int) -> None:
+        done[host] = done.get(host, 0) + advance
+        if host == "node0" and done[host] > 15 * 2**20 and not cut.is_set():
+            cut.set()
+            threading.Thread(target=bed.provider.cut_network, args=("node0",), daemon=True).start()
+
+    folder = Path("results/demo") / run_id
+    t0 = time.monotonic()
+    try:
+        r = collect_runs([run_id], Path("results"), progress=progress, io_timeout=3, timeout=60,
+                         bwlimit_kbps=20_000)[0]
+    finally:
+        time.sleep(0.5)
+        bed.provider.restore_network("node0")
+    assert cut.is_set() and time.monotonic() - t0 < 60
+    assert not r.ok
+    h0 = next(h for h in r.hosts if h.host == "node0")
+    assert "node0" in h0.error and "lost" in h0.error and "big.bin" in h0.missing
+    assert next(h for h in r.hosts if h.host == "node1").error is None  # the other host is complete
+    partial = folder / "node0/big.bin"
+    assert partial.is_file() and 15 * 2**20 <= partial.stat().st_size < 80 * 2**20  # kept for the resume
+    row = bed.store.query("SELECT size FROM collected WHERE run_id=? AND path='big.bin'", (run_id,))
+    assert row[0]["size"] == collect.PENDING
+    m = json.loads((folder / "manifest.json").read_text())
+    assert "big.bin" not in {f["path"] for f in m["files"]}
+    # resume: only node0's file is fetched, identical to the host's copy
+    deadline = time.monotonic() + 30
+    while bed.ssh("node0", "true", timeout=10).returncode != 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    size_before = partial.stat().st_size
+    r2 = collect_runs([run_id], Path("results"), io_timeout=30)[0]
+    assert r2.ok, r2.problems()
+    assert hashlib.sha256(partial.read_bytes()).hexdigest() == want
+    h0 = next(h for h in r2.hosts if h.host == "node0")
+    assert h0.sent == h0.rsync_transferred == h0.files == 6
+    assert h0.reused_bytes >= size_before // 2  # resumed from the partial file, not sent again from zero
+    assert next(h for h in r2.hosts if h.host == "node1").sent == 0
+    assert not [p for p in partial.parent.iterdir() if p.name.startswith(".big.bin.")]
+    m = json.loads((folder / "manifest.json").read_text())
+    assert {f["path"]: f["sha256"] for f in m["files"] if f["host"] == "node0"}["big.bin"] == want
+
+
+def test_sftp_fallback_when_host_has_no_rsync(local_testbed):
+    bed = local_testbed(hosts=2)
+    odd = "odd name [1]*.txt"
+    files = {h.name: {"data/a.bin": secrets.token_bytes(300_000), f"data/{odd}": b"odd", "data/sub/x.txt": b"x"}
+             for h in bed.hosts}
+    run_id, _ = make_run(bed, outputs={"*": ["data"]}, files=files)
+    # hide rsync on node1 only (its root is copy-on-write: the controller and node0 keep theirs)
+    sh(bed, "node1", "while p=$(command -v rsync); do mv \"$p\" \"$p.hidden\"; hash -r; done")
+    assert bed.ssh("node1", "command -v rsync").returncode != 0
+    assert bed.ssh("node0", "command -v rsync").returncode == 0 and Path("/usr/bin/rsync").exists()
+    r = collect_runs([run_id], Path("results"))[0]
+    assert r.ok, r.problems()
+    assert {h.host: h.method for h in r.hosts} == {"node0": "rsync", "node1": "sftp"}
+    folder = Path("results/demo") / run_id
+    for h in bed.hosts:
+        got = tree(folder / h.name)
+        for rel, data in files[h.name].items():
+            assert got[rel] == hashlib.sha256(data).hexdigest(), (h.name, rel)
+    h1 = next(h for h in r.hosts if h.host == "node1")
+    assert h1.sent == h1.files == 8 and h1.bytes_sent > 300_000
+    assert not (folder / ".partial").exists()
+    # an interrupted sftp download resumes: its partial file waits in the staging folder
+    local = folder / "node1/data/a.bin"
+    local.unlink()
+    stage = collect._stage(collect._Ctx(bed.store, threading.Lock(), bed.name, run_id, folder, {}, None, 1, 1,
+                                        None, False), "node1", "data/a.bin")
+    stage.parent.mkdir(parents=True)
+    stage.write_bytes(files["node1"]["data/a.bin"][:100_000])
+    again = collect_runs([run_id], Path("results"))[0]
+    assert again.ok, again.problems()
+    assert [h.sent for h in again.hosts] == [0, 1] and again.hosts[1].resumed == 1
+    assert local.read_bytes() == files["node1"]["data/a.bin"]
+    assert not (folder / ".partial").exists()
+
+
+def test_credentials_in_controller_env_never_reach_results(local_testbed, monkeypatch, tmp_path):
+    bed = local_testbed(hosts=2)
+    pw = "os-pw-" + secrets.token_hex(12)
+    aws = "aws-" + secrets.token_hex(16)
+    body = "MIIEv" + secrets.token_hex(24)
+    key = tmp_path / "gcp-key.json"
+    key.write_text(json.dumps({"type": "service_account", "private_key_id": secrets.token_hex(20),
+                               "private_key": f"-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\n",
+                               "client_email": "x@y.iam.gserviceaccount.com"}))
+    monkeypatch.setenv("OS_PASSWORD", pw)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", aws)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    token = "ghp_" + secrets.token_hex(10)
+    run_id, run_dir = make_run(
+        bed, outputs={"*": ["env.txt"]},
+        # a careless fault hook logged a secret into an event; a source URL embeds a token
+        events=[("fault", "node0", {"action": "cut", "note": f"OS_PASSWORD={pw}"})],
+        info={"sources": {"app": {"repo": f"https://user:{token}@github.com/x/app", "ref": "main",
+                                  "path": "/nonexistent"}}})
+    for h in bed.hosts:  # what a workload started over SSH from this controller sees of its environment
+        sh(bed, h.name, f"env > {run_dir}/env.txt; env >> {run_dir}/rank0.out")
+    r = collect_runs([run_id], Path("results"))[0]
+    assert r.ok, r.problems()
+    values = [pw, aws, body, str(key), token, json.loads(key.read_text())["private_key_id"]]
+    scanned = 0
+    for p in Path("results").rglob("*"):
+        if p.is_file():
+            data = p.read_bytes()
+            scanned += 1
+            for v in values:
+                assert v.encode() not in data, (p, v[:8])
+    assert scanned >= 2 * 6 + 1  # logs and env.txt of both hosts, and the manifest
+    m = json.loads((Path("results/demo") / run_id / "manifest.json").read_text())
+    assert m["events"][0]["detail"]["note"] == "OS_PASSWORD=***"
+    assert m["software"]["sources"]["app"]["repo"] == "https://***@github.com/x/app"
+    assert "AWS_SECRET_ACCESS_KEY" not in json.dumps(m)  # no environment in the manifest
