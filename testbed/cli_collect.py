@@ -73,9 +73,10 @@ def collect_cmd(
 
 def _print_collect(results: list[CollectResult]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    c = Console(highlight=False)
+    c = Console(highlight=False, soft_wrap=True)
     if not results:
         c.print("no run to collect")
         return
@@ -90,9 +91,9 @@ def _print_collect(results: list[CollectResult]) -> None:
         c.print(t)
         for h in r.hosts:
             for note in h.notes:
-                c.print(f"[dim]note ({h.host}): {note}[/dim]")
+                c.print(f"[dim]note ({h.host}): {escape(note)}[/dim]")
         if r.manifest:
-            c.print(f"manifest: {r.manifest}")
+            c.print(f"manifest: {escape(str(r.manifest))}")
 
 
 def report_cmd(
@@ -123,10 +124,10 @@ def _print_report(rr: ReportResult) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    c = Console(highlight=False)
-    c.print(f"report: {rr.path}")
+    c = Console(highlight=False, soft_wrap=True)
+    c.print(f"report: {escape(str(rr.path))}")
     for f in rr.figures:
-        c.print(f"figure: {f}")
+        c.print(f"figure: {escape(str(f))}")
     for n, p, d in rr.checks:
         mark = "[green]pass[/green]" if p else ("[red]FAIL[/red]" if p is False else "[yellow]n/a[/yellow]")
         c.print(f"check {mark} {escape(n)}{': ' + escape(d) if d else ''}")
