@@ -367,6 +367,16 @@ def _list_host(ctx: _Ctx, host: str, script: str) -> tuple[_Listing | None, str 
     if "@END" not in stdout.splitlines()[-1:]:
         last = (stderr.strip().splitlines() or ["no output"])[-1]
         return None, f"listing the run folder on {host} failed (exit {proc.returncode}): {last}"
+    lst, problem = parse_listing(stdout)
+    if problem == "@NODIR":
+        return None, f"the run folder {ctx.info.get('run_dir') or RUNS_DIR + '/' + ctx.run_id} does not exist on {host}"
+    if problem:
+        return None, f"{problem} on {host}; collect again once the run has finished writing"
+    return lst, None
+
+
+def parse_listing(stdout: str) -> tuple[_Listing, str | None]:
+    """Parse the output of :func:`listing_script` (+ fact lines): (listing, problem or None)."""
     lst = _Listing()
     for ln in stdout.splitlines():
         if ln.startswith("F\t"):
@@ -374,8 +384,7 @@ def _list_host(ctx: _Ctx, host: str, script: str) -> tuple[_Listing | None, str 
             if len(parts) == 4 and parts[1].isdigit() and len(parts[2]) == 64:
                 lst.files[parts[3]] = (int(parts[1]), parts[2])
         elif ln == "@NODIR":
-            return None, f"the run folder {ctx.info.get('run_dir') or RUNS_DIR + '/' + ctx.run_id} does not " \
-                         f"exist on {host}"
+            return lst, ln
         elif ln.startswith("@DIR "):
             lst.run_dir = ln[5:]
         elif ln.startswith("@RSYNC "):
@@ -385,7 +394,7 @@ def _list_host(ctx: _Ctx, host: str, script: str) -> tuple[_Listing | None, str 
         elif ln.startswith("@NOTE "):
             lst.notes.append(ln[6:])
         elif ln.startswith("@ERR "):
-            return None, f"{ln[5:]} on {host}; collect again once the run has finished writing"
+            return lst, ln[5:]
         elif ln.startswith(mf.FACT_PREFIXES):
             lst.fact_lines.append(ln)
     return lst, None

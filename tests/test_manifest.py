@@ -1,0 +1,118 @@
+"""Provenance pieces without hosts: the listing and facts scripts run by bash here, redaction, manifest build."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed import manifest as mf
+from testbed.collect import LOG_PATTERNS, listing_script, parse_listing
+from testbed.state import Store
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _bash(script: str) -> str:
+    return subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, check=True,
+                          timeout=60).stdout
+
+
+def test_listing_script_globs_dirs_checksums_and_odd_names(tmp_path):
+    run = tmp_path / "run dir"
+    (run / "out/deep").mkdir(parents=True)
+    files = {"rank0.out": b"hi", "rank0.exit": b"0", "rank0.pid": b"1", "out/a.csv": b"a", "out/deep/b.csv": b"b",
+             "out/deep/c.txt": b"c", "tab\tname.log": b"t", "sp ace [x].log": b"s", ".hidden/x.csv": b"h"}
+    for rel, data in files.items():
+        (run / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run / rel).write_bytes(data)
+    (run / "link.csv").symlink_to(run / "out/a.csv")
+    (run / "weird\nname.csv").write_bytes(b"n")
+    pats = [*LOG_PATTERNS, "**/*.csv", "out", "*.log", "missing/*.dat", "$(touch pwned)"]
+    script = listing_script(f"'{run}'", pats) + "echo @END\n"
+    lst, problem = parse_listing(_bash(script))
+    assert problem is None and lst.run_dir == str(run) and lst.rsync in (True, False)
+    want = {"rank0.out", "rank0.exit", "out/a.csv", "out/deep/b.csv", "out/deep/c.txt", "tab\tname.log",
+            "sp ace [x].log", ".hidden/x.csv", "link.csv"}
+    assert set(lst.files) == want
+    for rel, (size, sha) in lst.files.items():
+        data = (run / rel).read_bytes()
+        assert size == len(data) and sha == hashlib.sha256(data).hexdigest()
+    assert [p for p in lst.nomatch if p not in LOG_PATTERNS] == ["missing/*.dat", "$(touch pwned)"]  # data, not code
+    assert not (run / "pwned").exists() and not Path("pwned").exists()
+    assert any("newline" in n for n in lst.notes)
+    assert parse_listing(_bash(listing_script(f"'{tmp_path}/nope'", pats)))[1] == "@NODIR"
+
+
+def test_facts_script_reports_host_and_software():
+    script = mf.facts_script(facts=True, python=sys.executable,
+                             sources={"testbed": {"path": str(REPO)}, "gone": {"path": "/nonexistent"}})
+    out = _bash(script)
+    facts, sw = mf.parse_fact_lines([ln for ln in out.splitlines() if ln.startswith(mf.FACT_PREFIXES)])
+    assert facts["kernel"] == os.uname().release and facts["arch"] == os.uname().machine
+    assert facts["cpus"] >= 1 and facts["memory_mb"] > 0 and facts["os"] and isinstance(facts["gpus"], list)
+    assert sw["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
+    assert any(ln.lower().startswith("typer==") for ln in sw["pip_freeze"])
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert sw["_commits"] == {"testbed": head.strip(), "gone": ""}
+    # an interpreter that is not there falls back to python3
+    _, sw2 = mf.parse_fact_lines(_bash(mf.facts_script(facts=False, python="/nope/bin/python")).splitlines())
+    assert sw2["python"]["version"]
+    # GPU lines from nvidia-smi's CSV
+    f, _ = mf.parse_fact_lines(["@F kernel 6.1", "@G NVIDIA H100 80GB HBM3, 81559 MiB, 550.54.15"])
+    assert f["gpus"] == [{"name": "NVIDIA H100 80GB HBM3", "memory": "81559 MiB", "driver": "550.54.15"}]
+
+
+def test_redact_secrets_and_url_credentials(tmp_path):
+    key = tmp_path / "k.json"
+    key.write_text(json.dumps({"private_key": "-----BEGIN PRIVATE KEY-----\nAAAAsecretbodyline0123456789\n-----END "
+                                              "PRIVATE KEY-----\n", "private_key_id": "abcdef0123456789"}))
+    env = {"OS_PASSWORD": "hunter2hunter2", "HOME": "/root", "GOOGLE_APPLICATION_CREDENTIALS": str(key),
+           "MY_API_KEY": "k" * 20, "SHORT_TOKEN": "abc"}
+    secrets = mf.secret_values(env)
+    assert "hunter2hunter2" in secrets and "/root" not in secrets and "abc" not in secrets
+    assert "AAAAsecretbodyline0123456789" in secrets and "abcdef0123456789" in secrets
+    obj = {"a": ["x hunter2hunter2 y", {"k": "git+https://me:tok@host/r.git@v1"}], "n": 3,
+           "p": "line AAAAsecretbodyline0123456789", "ok": "/root/run"}
+    out = mf.redact(obj, secrets)
+    assert out == {"a": ["x *** y", {"k": "git+https://***@host/r.git@v1"}], "n": 3, "p": "line ***",
+                   "ok": "/root/run"}
+
+
+def test_build_manifest_from_state(tmp_path):
+    from testbed.providers.base import Host
+
+    st = Store(tmp_path / "state.db")
+    st.upsert_testbed("tb", "lab", None, "up")
+    hosts = [Host("a", "10.0.0.1", facts={"accelerator_type": "v4-8"}), Host("b", "10.0.0.2")]
+    st.set_hosts("tb", hosts)
+    now = time.time()
+    info = {"sources": {"s": {"repo": "https://x/s", "ref": "v1", "path": "/src/s"}}, "python": "/venv/bin/python"}
+    with st.tx() as db:
+        db.execute("INSERT INTO runs(id, suite, testbed, params, status, created, started, ended, info) "
+                   "VALUES ('r1','demo','tb','{\"lr\": 0.1}','failed',?,?,?,?)", (now, now, now + 2, json.dumps(info)))
+        for rank, (h, status, code) in enumerate([("a", "succeeded", 0), ("a", "failed", 3), ("b", "succeeded", 0)]):
+            db.execute("INSERT INTO run_hosts(run_id, host, rank, status, exit_code) VALUES ('r1',?,?,?,?)",
+                       (h, rank, status, code))
+        db.execute("INSERT INTO events(run_id, ts, kind, host, detail) VALUES ('r1', ?, 'fault', 'b', '{\"x\": 1}')",
+                   (now + 1,))
+    m = mf.build(st, "r1", hosts=hosts, facts={"a": {"kernel": "6.1"}},
+                 software={"python": {"version": "3.11.9"}, "pip_freeze": ["a==1"], "_commits": {"s": "f" * 40}},
+                 files=[{"host": "b", "path": "z", "sha256": "0" * 64, "size": 1},
+                        {"host": "a", "path": "y", "sha256": "1" * 64, "size": 2}], provider="lab", secrets=[])
+    assert m["schema"] == 1 and m["params"] == {"lr": 0.1} and m["testbed"] == {"name": "tb", "provider": "lab"}
+    a, b = m["hosts"]
+    assert a["status"] == "failed" and a["exit_code"] == 3 and a["facts"] == {"kernel": "6.1", "tpu": "v4-8"}
+    assert b["status"] == "succeeded" and b["exit_code"] == 0 and b["facts"]["tpu"] is None
+    assert m["software"]["sources"] == {"s": {"repo": "https://x/s", "ref": "v1", "commit": "f" * 40}}
+    assert m["software"]["pip_freeze"] == ["a==1"] and "_commits" not in m["software"]
+    assert m["events"] == [{"ts": mf.iso(now + 1), "kind": "fault", "host": "b", "detail": {"x": 1}}]
+    assert [f["host"] for f in m["files"]] == ["a", "b"]
+    assert m["started"].endswith("Z") and m["ended"] > m["started"]
+    path = mf.write(tmp_path / "out", m)
+    assert mf.load(path.parent) == json.loads(path.read_text()) == m
+    assert mf.load(tmp_path / "nothing") == {}
