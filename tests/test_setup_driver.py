@@ -1,0 +1,215 @@
+"""The set-up driver without hosts: profiles, plans, unknown names, events, JSON, inventory, playbook."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed import setup
+from testbed.errors import UsageError
+from testbed.providers.base import Host
+
+REPO = Path(__file__).resolve().parent.parent
+ARTIFACT_PROFILES = ["tesla", "jitc", "datastall-emulator", "isca-resnet18", "neuronabox"]
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TESTBED_HOME", str(tmp_path / ".testbed"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_every_profile_loads_and_names_known_roles(home: Path) -> None:
+    profiles = setup.available_profiles()
+    for name in ["base", "local-suites", *ARTIFACT_PROFILES]:
+        assert name in profiles, name
+        plan = setup.load_profile(name)
+        assert plan.steps, name
+        assert set(plan.roles) <= set(setup.available_roles())
+
+
+def test_roles_are_the_ten_concerns(home: Path) -> None:
+    assert set(setup.available_roles()) >= {"ssh_mesh", "shell", "mpi", "python_env", "source_build", "memlock",
+                                            "packages", "dataset", "gpu_check", "tpu_check"}
+    for role in setup.available_roles():
+        d = REPO / "playbooks" / "roles" / role
+        assert (d / "defaults" / "main.yml").exists(), role
+        assert (d / "meta" / "main.yml").exists(), role
+
+
+def test_base_is_ssh_mesh_shell_packages(home: Path) -> None:
+    assert setup.load_profile("base").roles == ["ssh_mesh", "shell", "packages"]
+
+
+def test_artifact_profiles_start_with_base(home: Path) -> None:
+    for name in ARTIFACT_PROFILES:
+        assert setup.load_profile(name).roles[:3] == ["ssh_mesh", "shell", "packages"], name
+
+
+def test_included_profile_vars_are_overridden(home: Path) -> None:
+    plan = setup.load_profile("tesla")
+    assert plan.vars["shell_name"] == "zsh"
+
+
+def test_unknown_profile_is_refused_with_the_closest_name(home: Path) -> None:
+    with pytest.raises(UsageError) as e:
+        setup.resolve_plan(profile="telsa")
+    assert "unknown profile 'telsa'" in e.value.what
+    assert "did you mean 'tesla'" in (e.value.fix or "")
+
+
+def test_unknown_role_is_refused_with_the_closest_name(home: Path) -> None:
+    with pytest.raises(UsageError) as e:
+        setup.resolve_plan(roles=["ssh-mesh"])
+    assert "did you mean 'ssh_mesh'" in (e.value.fix or "")
+
+
+def test_profile_and_role_together_are_refused(home: Path) -> None:
+    with pytest.raises(UsageError):
+        setup.resolve_plan(profile="base", roles=["mpi"])
+
+
+def test_role_takes_its_vars_from_the_default_profile(home: Path) -> None:
+    plan = setup.resolve_plan(roles=["python_env"], default_profile="tesla")
+    assert plan.roles == ["python_env"]
+    assert plan.steps[0].vars["python_env_dotenv_path"] == "~/.deepspeed_env"
+    assert plan.vars["shell_name"] == "zsh"
+    plain = setup.resolve_plan(roles=["memlock"], default_profile="base")
+    assert plain.steps[0].vars == {}
+
+
+def test_suite_names_its_profile(home: Path) -> None:
+    (home / "experiments").mkdir()
+    (home / "experiments" / "mysuite.yml").write_text("profile: tesla\nruns: []\n")
+    assert setup.suite_profile("mysuite") == "tesla"
+    assert setup.resolve_plan(suite="mysuite").name == "tesla"
+    # no suite file yet: the suite's name is the profile's
+    assert setup.resolve_plan(suite="jitc").name == "jitc"
+
+
+def test_cwd_profiles_override_and_bad_profiles_are_refused(home: Path) -> None:
+    d = home / "playbooks" / "profiles"
+    d.mkdir(parents=True)
+    (d / "mine.yml").write_text("roles:\n  - role: mpi\n    vars: {mpi_slots: 2}\n")
+    (d / "typo.yml").write_text("roles:\n  - role: mpii\n")
+    (d / "loop.yml").write_text("include: [loop]\nroles: [mpi]\n")
+    (d / "extra.yml").write_text("rolez: [mpi]\n")
+    assert setup.load_profile("mine").steps[0].vars == {"mpi_slots": 2}
+    with pytest.raises(UsageError, match="unknown role 'mpii'"):
+        setup.load_profile("typo")
+    with pytest.raises(UsageError, match="includes itself"):
+        setup.load_profile("loop")
+    with pytest.raises(UsageError, match="unknown keys"):
+        setup.load_profile("extra")
+
+
+def _ev(kind: str, host: str | None = None, task: str = "t", **data: object) -> dict:
+    d: dict = {"task": task, **data}
+    if host:
+        d["host"] = host
+    return {"event": kind, "event_data": d}
+
+
+def test_events_fold_into_counts_and_first_errors() -> None:
+    agg = setup.EventAggregator(["a", "b"])
+    agg.handle(_ev("playbook_on_task_start", task="install"))
+    agg.handle(_ev("runner_on_start", "a", "install"))
+    agg.handle(_ev("runner_on_ok", "a", "install", res={"changed": True}))
+    agg.handle(_ev("runner_on_ok", "b", "install", res={"changed": False}))
+    agg.handle(_ev("runner_on_failed", "b", "build", res={"msg": "non-zero return code", "rc": 2,
+                                                         "stderr": "make: *** [all] Error 2"}))
+    agg.handle(_ev("runner_on_failed", "b", "later", res={"msg": "second error"}))
+    agg.handle(_ev("runner_on_failed", "a", "probe", res={"msg": "ignored"}, ignore_errors=True))
+    agg.handle(_ev("runner_on_unreachable", "c", "gather", res={"msg": "ssh: connect to host c: refused"}))
+    agg.handle(_ev("runner_on_skipped", "a", "optional"))
+    agg.handle(_ev("runner_on_async_poll", "a", "build"))
+    hosts, current, polls, task = agg.snapshot()
+    assert (hosts["a"].ok, hosts["a"].changed, hosts["a"].skipped, hosts["a"].ignored) == (1, 1, 1, 1)
+    assert hosts["a"].failed == 0 and hosts["a"].error is None
+    assert hosts["b"].failed == 2
+    assert hosts["b"].error_task == "build"
+    assert "Error 2" in (hosts["b"].error or "") and "rc=2" in (hosts["b"].error or "")
+    assert hosts["c"].unreachable == 1 and "refused" in (hosts["c"].error or "")
+    assert polls == {"a": 1} and task == "install"
+    # Ansible's final stats replace the running counts
+    agg.handle({"event": "playbook_on_stats", "event_data": {
+        "ok": {"a": 5, "b": 1}, "changed": {"a": 2}, "failures": {"b": 1}, "dark": {"c": 1},
+        "skipped": {"a": 1}, "rescued": {}, "ignored": {"a": 1}}})
+    hosts, current, _, _ = agg.snapshot()
+    assert (hosts["a"].ok, hosts["a"].changed, hosts["b"].failed, hosts["c"].unreachable) == (5, 2, 1, 1)
+    assert current["a"] == "done"
+
+
+def test_loop_failures_report_the_failed_item() -> None:
+    res = {"msg": "One or more items failed", "results": [{"failed": False}, {"failed": True, "msg": "boom"}]}
+    assert setup._first_line_error(res) == "boom"
+
+
+def test_result_json_and_tables() -> None:
+    from rich.console import Console
+
+    r = setup.SetupResult(testbed="tb", plan="base", roles=["ssh_mesh"], check=False, rc=2, status="failed",
+                          elapsed=3.14159, hosts={"a": setup.HostResult("a", ok=3, changed=1),
+                                                  "b": setup.HostResult("b", ok=1, failed=1, error="boom",
+                                                                        error_task="x")})
+    d = json.loads(r.to_json())
+    assert d["ok"] is False and d["elapsed"] == 3.14 and d["changed_total"] == 1
+    assert d["hosts"]["a"]["status"] == "changed" and d["hosts"]["b"]["status"] == "failed"
+    assert d["hosts"]["b"]["error"] == "boom"
+    con = Console(record=True, width=120)
+    con.print(setup.render_summary(r))
+    view = setup.SetupProgress(["a", "b"])
+    view.handle(_ev("runner_on_start", "a", "Build detached"))
+    view.handle(_ev("runner_on_async_poll", "a", "Build detached"))
+    con.print(view)
+    text = con.export_text()
+    assert "b: x: boom" in text and "Build detached (running 5 s)" in text
+
+
+def test_inventory_uses_the_testbed_ssh_config(home: Path) -> None:
+    hosts = [Host("n0", "10.1.0.2", groups=["master"], facts={"python": "/usr/bin/python3", "accelerator": "cpu"}),
+             Host("n1", "10.1.0.3", user="cc", groups=["workers"], facts={"private_address": "192.168.0.3"})]
+    inv = setup.build_inventory("tb", hosts, {"testbed_subnet": "10.1.0.0/24"})
+    v = inv["all"]["vars"]
+    assert v["ansible_ssh_common_args"].startswith("-F ") and v["ansible_ssh_common_args"].endswith("ssh_config")
+    assert Path(v["ansible_ssh_common_args"][3:]).exists()
+    assert inv["all"]["hosts"]["n0"]["testbed_mesh_address"] == "10.1.0.2"
+    assert inv["all"]["hosts"]["n1"]["testbed_mesh_address"] == "192.168.0.3"
+    assert inv["all"]["hosts"]["n1"]["ansible_user"] == "cc"
+    assert inv["all"]["hosts"]["n0"]["testbed_accelerator"] == "cpu"
+    assert inv["all"]["children"]["workers"]["hosts"] == {"n1": {}}
+
+
+def test_playbook_and_environment_stay_under_the_home(home: Path) -> None:
+    plan = setup.load_profile("local-suites")
+    pb = setup.build_playbook(plan)
+    assert pb[0]["hosts"] == "all" and [r["role"] for r in pb[0]["roles"]] == plan.roles
+    env = setup.ansible_env("tb", 5)
+    tb_home = str(home / ".testbed")
+    for k in ("ANSIBLE_HOME", "ANSIBLE_LOCAL_TEMP", "ANSIBLE_CACHE_PLUGIN_CONNECTION", "ANSIBLE_CONFIG"):
+        assert env[k].startswith(tb_home), k
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+    assert env["ANSIBLE_PIPELINING"] == "True" and env["ANSIBLE_FORKS"] == "5"
+
+
+def test_apply_refuses_before_touching_hosts(home: Path) -> None:
+    from testbed.state import Store
+
+    st = Store(home / ".testbed" / "state.db")
+    (home / "inventories").mkdir()
+    (home / "inventories" / "tb.yml").write_text("provider: {kind: local, hosts: 2, subnet: 10.213.150.0/24}\n")
+    st.upsert_testbed("tb", "local", str(home / "inventories" / "tb.yml"), "up")
+    with pytest.raises(UsageError, match="no hosts"):
+        setup.apply("tb")
+    st.set_hosts("tb", [Host("node0", "10.213.150.2"), Host("node1", "10.213.150.3")])
+    with pytest.raises(UsageError, match="unknown profile"):
+        setup.apply("tb", profile="nope")
+    with pytest.raises(UsageError) as e:
+        setup.apply("tb", profile="base", limit=["node7"])
+    assert "node0" in (e.value.fix or "")
+    assert not (home / ".testbed" / "ansible" / "runs").exists()
