@@ -1,0 +1,258 @@
+"""Set-up on real local hosts: every role applied, re-applied with changed=0, --check, reboot, SSH drop.
+
+One 4-host local testbed for the module. Artifacts (a git repository, wheels, dataset files) are served
+over HTTP from this machine on the testbed's bridge address: no traffic leaves the machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import io
+import os
+import signal
+import subprocess
+import tarfile
+import threading
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed import setup
+
+pytestmark = [pytest.mark.local, pytest.mark.slow]
+
+HELLO_C = '#include <stdio.h>\nint main(void) { puts("hello from tb-hello"); return 0; }\n'
+MAKEFILE = ("PREFIX ?= /usr/local\nall: tb-hello\ntb-hello: hello.c\n\tcc -O2 -o tb-hello hello.c\n"
+            "install: tb-hello\n\tinstall -D -m 755 tb-hello $(DESTDIR)$(PREFIX)/bin/tb-hello\n")
+TIMINGS: dict[str, float] = {}
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def _bare_repo(served: Path, name: str, files: dict[str, str]) -> None:
+    work = served / f"{name}-work"
+    work.mkdir()
+    for rel, text in files.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text)
+    _git(work, "init", "-q", "-b", "main")
+    _git(work, "add", ".")
+    _git(work, "commit", "-q", "-m", "init")
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(served / f"{name}.git")], check=True)
+    subprocess.run(["git", "update-server-info"], cwd=served / f"{name}.git", check=True)  # dumb HTTP
+
+
+def _wheel(dest: Path) -> None:
+    """A minimal pure-Python wheel (tbprobe 1.0) for pip to install without any index."""
+    files = {"tbprobe.py": '__version__ = "1.0"\n',
+             "tbprobe-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tbprobe\nVersion: 1.0\n",
+             "tbprobe-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                           "Tag: py3-none-any\n"}
+    record = "".join(f"{k},,\n" for k in files) + "tbprobe-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(dest / "tbprobe-1.0-py3-none-any.whl", "w") as z:
+        for k, v in files.items():
+            z.writestr(k, v)
+        z.writestr("tbprobe-1.0.dist-info/RECORD", record)
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def bed(shared_local_testbed: Any) -> Any:
+    return shared_local_testbed
+
+
+@pytest.fixture(scope="module")
+def served(bed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """An HTTP server on the bridge address with a repo, wheels and dataset files."""
+    import ipaddress
+
+    root = tmp_path_factory.mktemp("served")
+    _bare_repo(root, "tbhello", {"hello.c": HELLO_C, "Makefile": MAKEFILE})
+    bad_json = '{"train_batch_size": 80,\n "fp16": {"enabled": false},\n}\n'  # the artifact's trailing comma
+    hello = (Path(setup.roles_dir()) / "mpi/files/hello_mpi.c").read_text()
+    _bare_repo(root, "vit", {"tesla/deepspeed_config.json": bad_json, "tesla/setup/hello_mpi.c": hello})
+    (root / "wheels").mkdir()
+    _wheel(root / "wheels")
+    blob = os.urandom(200_000)
+    (root / "blob.bin").write_bytes(blob)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = b"label,value\ncat,1\n"
+        info = tarfile.TarInfo("tbdata/train.csv")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    (root / "tbdata.tar.gz").write_bytes(buf.getvalue())
+    gw = str(ipaddress.IPv4Network(bed.spec.provider.subnet).network_address + 1)
+    srv = http.server.ThreadingHTTPServer((gw, 0), functools.partial(_Quiet, directory=str(root)))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://{gw}:{srv.server_address[1]}"
+    yield {"url": url, "root": root, "blob_sha": hashlib.sha256(blob).hexdigest(),
+           "tar_sha": hashlib.sha256(buf.getvalue()).hexdigest()}
+    srv.shutdown()
+
+
+def _on_all(bed: Any, command: str) -> dict[str, str]:
+    out = {}
+    for h in bed.hosts:
+        r = bed.ssh(h.name, command)
+        out[h.name] = r.stdout.strip() if r.returncode == 0 else f"rc={r.returncode}: {r.stderr.strip()}"
+    return out
+
+
+def _apply_twice(bed: Any, label: str, **kw: Any) -> setup.SetupResult:
+    t = time.monotonic()
+    first = setup.apply(bed.name, **kw)
+    TIMINGS[f"{label} first"] = time.monotonic() - t
+    assert first.ok, first.to_json()
+    t = time.monotonic()
+    again = setup.apply(bed.name, **kw)
+    TIMINGS[f"{label} no-op"] = time.monotonic() - t
+    assert again.ok, again.to_json()
+    assert again.changed == 0, {h: (r.changed, r.ok) for h, r in again.hosts.items()}
+    return first
+
+
+def test_tesla_profile_then_noop(bed: Any, served: dict[str, Any]) -> None:
+    """base + tesla: ssh mesh, zsh, packages, mpi hello on 4 hosts, venv (wheelhouse), repo fix, GPU report."""
+    url = served["url"]
+    offline = {"tesla_pip_packages": ["tbprobe==1.0"], "tesla_verify_imports": ["tbprobe"],
+               "python_env_pip_extra_index_urls": [], "python_env_pip_no_index": True,
+               "python_env_pip_find_links": [f"{url}/wheels/"],
+               "tesla_repo": f"{url}/vit.git", "tesla_version": "main"}
+    first = _apply_twice(bed, "tesla", profile="tesla", extra_vars=offline)
+    assert first.changed > 0 and set(first.hosts) == {h.name for h in bed.hosts}
+    # ssh mesh: host to host by name and by bare IP, without a password
+    for h in bed.hosts[1:]:
+        for target in (h.name, h.address):
+            r = bed.ssh(bed.hosts[0].name, f"ssh -o BatchMode=yes {target} hostname")
+            assert r.returncode == 0 and r.stdout.strip() == h.name, (target, r.stderr)
+    # zsh is the login shell in a new session
+    assert set(_on_all(bed, 'echo "$SHELL"').values()) == {"/usr/bin/zsh"}
+    # mpi: hostfiles and a hello across the 4 hosts
+    r = bed.ssh(bed.hosts[0].name, "cat ~/testbed-mpi/hosts.txt ~/testbed-mpi/1_host.txt ~/testbed-mpi/4_hosts.txt")
+    assert "node3 slots=1" in r.stdout and "node0 slots=1" in r.stdout
+    r = bed.ssh(bed.hosts[0].name, f"mpirun --allow-run-as-root -np 4 --hostfile ~/testbed-mpi/hosts.txt "
+                                   f"--mca btl_tcp_if_include {bed.spec.provider.subnet} ~/testbed-mpi/hello_mpi",
+                timeout=120)
+    assert sorted(ln for ln in r.stdout.splitlines() if ln.startswith("hello from rank")) == \
+        [f"hello from rank {i} of 4 on node{i}" for i in range(4)], r.stderr
+    # venv with the wheel, ~/.deepspeed_env, the artifact's invalid JSON fixed
+    assert set(_on_all(bed, "~/vit_env/bin/python -c 'import tbprobe; print(tbprobe.__version__)'").values()) == {"1.0"}
+    assert "NCCL_SOCKET_IFNAME=^docker,lo" in bed.ssh("node2", "cat ~/.deepspeed_env").stdout
+    assert bed.ssh("node1", "python3 -m json.tool ~/Scalable_ViT_DT/tesla/deepspeed_config.json").returncode == 0
+
+
+def test_check_mode_changes_nothing(bed: Any) -> None:
+    res = setup.apply(bed.name, roles=["shell"], extra_vars={"shell_name": "bash"}, check=True)
+    assert res.ok and res.check and res.changed > 0  # it would change the shell back to bash ...
+    assert set(_on_all(bed, "getent passwd root | cut -d: -f7").values()) == {"/usr/bin/zsh"}  # ... but did not
+
+
+def test_limit_reruns_some_hosts(bed: Any) -> None:
+    res = setup.apply(bed.name, roles=["packages"], limit=["node1,node2"])
+    assert res.ok and set(res.hosts) == {"node1", "node2"} and res.changed == 0
+
+
+def test_source_build_once_installed_everywhere_and_survives_ssh_drop(bed: Any, served: dict[str, Any]) -> None:
+    cp_dir = str(setup._control_dir(setup.ansible_dir()))
+    killed: list[int] = []
+
+    def drop_ssh(ev: dict[str, Any]) -> None:
+        """On the first poll of the build, kill Ansible's SSH master connections (ours, by their socket dir)."""
+        if ev.get("event") != "runner_on_async_poll" or killed:
+            return
+        for p in Path("/proc").iterdir():
+            if not p.name.isdigit():
+                continue
+            try:
+                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if cmd.startswith("ssh") and cp_dir in cmd:
+                try:
+                    os.kill(int(p.name), signal.SIGKILL)
+                    killed.append(int(p.name))
+                except ProcessLookupError:
+                    pass
+
+    ev = {"source_build_name": "tbhello", "source_build_repo": f"{served['url']}/tbhello.git",
+          "source_build_version": "main",
+          "source_build_steps": ["sleep 8", "make", 'make install DESTDIR="$TESTBED_STAGE" PREFIX=/usr/local'],
+          "source_build_verify": "/usr/local/bin/tb-hello"}
+    t = time.monotonic()
+    first = setup.apply(bed.name, roles=["source_build"], extra_vars=ev, on_event=drop_ssh)
+    TIMINGS["source_build first"] = time.monotonic() - t
+    assert first.ok, first.to_json()
+    assert killed, "the SSH connection was never dropped during the build"
+    assert set(_on_all(bed, "/usr/local/bin/tb-hello").values()) == {"hello from tb-hello"}
+    built = _on_all(bed, "grep -c 'testbed: build of tbhello done' ~/src/tbhello/.testbed-build.log || true")
+    assert sorted(built.values()).count("1") == 1, built  # built on one host, exactly once
+    t = time.monotonic()
+    again = setup.apply(bed.name, roles=["source_build"], extra_vars=ev)
+    TIMINGS["source_build no-op"] = time.monotonic() - t
+    assert again.ok and again.changed == 0, again.to_json()
+
+
+def test_dataset_over_http_and_wrong_checksum(bed: Any, served: dict[str, Any]) -> None:
+    url = served["url"]
+    items = [{"name": "blob", "url": f"{url}/blob.bin", "dest": "~/data/blob.bin", "sha256": served["blob_sha"]},
+             {"name": "tbdata", "url": f"{url}/tbdata.tar.gz", "dest": "~/data/tbdata.tar.gz",
+              "sha256": served["tar_sha"], "extract_to": "~/data", "creates": "~/data/tbdata",
+              "via_controller": False}]
+    _apply_twice(bed, "dataset", roles=["dataset"], extra_vars={"dataset_items": items})
+    sums = _on_all(bed, "sha256sum ~/data/blob.bin | cut -d' ' -f1; cat ~/data/tbdata/train.csv | wc -l")
+    assert set(sums.values()) == {served["blob_sha"] + "\n2"}
+    assert (bed.home / "cache" / "datasets" / served["blob_sha"] / "blob.bin").exists()  # fetched once here
+    bad = [{"name": "bad", "url": f"{url}/blob.bin", "dest": "~/data/bad.bin", "sha256": "0" * 64}]
+    res = setup.apply(bed.name, roles=["dataset"], extra_vars={"dataset_items": bad})
+    assert not res.ok and all(h.failed for h in res.hosts.values())
+    err = res.hosts["node0"].error or ""
+    assert "sha256 mismatch" in err and "0" * 64 in err and served["blob_sha"] in err and "NOT installed" in err
+    assert set(_on_all(bed, "test -e ~/data/bad.bin && echo present || echo absent").values()) == {"absent"}
+
+
+def test_memlock_reboots_once_and_a_new_session_sees_unlimited(bed: Any) -> None:
+    boot = _on_all(bed, "cat /proc/sys/kernel/random/boot_id")
+    assert set(_on_all(bed, "ulimit -l").values()) != {"unlimited"}
+    _apply_twice(bed, "memlock", roles=["memlock"])
+    after = _on_all(bed, "cat /proc/sys/kernel/random/boot_id")
+    assert all(after[h] != boot[h] for h in boot), "memlock did not reboot the hosts"
+    assert set(_on_all(bed, "ulimit -l").values()) == {"unlimited"}
+    # the no-op run did not reboot again
+    assert _on_all(bed, "cat /proc/sys/kernel/random/boot_id") == after
+
+
+def test_gpu_and_tpu_checks_say_plainly_there_is_no_hardware(bed: Any) -> None:
+    messages: list[str] = []
+
+    def collect(ev: dict[str, Any]) -> None:
+        res = (ev.get("event_data") or {}).get("res") or {}
+        if isinstance(res.get("msg"), str):
+            messages.append(res["msg"])
+
+    ok = setup.apply(bed.name, roles=["gpu_check", "tpu_check"], on_event=collect,
+                     extra_vars={"gpu_check_required": False, "tpu_check_required": False})
+    assert ok.ok and ok.changed == 0
+    assert any("has no usable NVIDIA GPU (nvidia-smi is not installed)" in m and "going on" in m for m in messages)
+    assert any("has no TPU" in m for m in messages)
+    bad = setup.apply(bed.name, roles=["gpu_check"], extra_vars={"gpu_check_required": True})
+    assert not bad.ok
+    assert "gpu_check_required: true" in (bad.hosts["node1"].error or "")
+
+
+def test_report_timings() -> None:
+    """Not a check: prints the measured times (pytest -s) for the closing note."""
+    print("\nset-up timings on 4 local hosts:", {k: round(v, 1) for k, v in TIMINGS.items()})
