@@ -45,6 +45,8 @@ def fire(plan: dict[str, Any], fault: dict[str, Any]) -> dict[str, Any]:
         res = run_remote.run_step(plan, {"hosts": [host], "commands": {host: fault["command"]}}, timeout=120)
         detail.update(command=fault["command"], ok=res[0].ok, exit_code=res[0].exit_code,
                       output=(res[0].stdout + res[0].stderr)[-400:])
+    elif action == "in-workload":
+        detail["ok"] = True
     elif action in ("kill-host", "cut-network"):
         prov = _provider(plan["testbed"])
         op = getattr(prov, "kill_host" if action == "kill-host" else "cut_network", None)

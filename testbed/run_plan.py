@@ -154,10 +154,13 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
                faults: list[str] | None = None, only_hosts: list[str] | None = None) -> dict[str, Any]:
     """Render every command of one run. Raises UsageError (bad template, unknown fault) before any host."""
     rid = run_id or new_run_id(suite.name)
+    if faults is None and "fault" in suite.parameters and "fault" in params:  # a 'fault' parameter picks it
+        faults = [] if params["fault"] in ("", "none", None) else [str(params["fault"])]
+    chosen = list(dict.fromkeys(suite.default_faults if faults is None else faults))
     rdir = run_dir(rid)
     base: dict[str, Any] = {**params, "params": params, "testbed": tb.context, "suite": suite.name, "run_id": rid,
                             "run_dir": Raw(rdir), "hostfile": "hostfile", "attempt": 0, "recovering": False,
-                            "testbed_hosts": len(tb.hosts)}
+                            "testbed_hosts": len(tb.hosts), "faults": chosen}
     params = dict(params)
     for k, v in params.items():  # a default may be a template (``{{ testbed.python | default('python3') }}``)
         if isinstance(v, str) and "{{" in v and k in suite.parameters and suite.parameters[k].default == v:
@@ -207,7 +210,6 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
                                      for h in sel}})
         return out
 
-    chosen = list(dict.fromkeys(suite.default_faults if faults is None else faults))
     for f in chosen:
         if f not in suite.faults:
             import difflib
@@ -259,7 +261,8 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
         if s.ref:
             cmd += f" && git -C {path} checkout --quiet {shlex.quote(s.ref)}"
         if s.submodules:
-            cmd += f" && git -C {path} submodule update --init --recursive --quiet"
+            cmd += (f" && git -C {path} -c url.https://github.com/.insteadOf=git@github.com: "
+                    "submodule update --init --recursive --quiet")  # ssh submodule URLs need no key
         sources.append({"name": s.name, "kind": "run", "hosts": [h.name for h in hosts], "timeout": None,
                         "cwd": None, "commands": {h.name: cmd for h in hosts}})
     files = {}
@@ -304,6 +307,7 @@ def dry_run_lines(plan: dict[str, Any]) -> list[dict[str, Any]]:
     for f in plan["faults"]:
         trig = f"at {f['at']:g} s" if f["at"] is not None else f"when rank {f['watch_rank']} logs /{f['when']}/"
         what = {"signal": f"kill -s {f['signal'][3:]} <rank {f['rank']} process group>",
+                "in-workload": "injected by the workload itself (its command carries the flag)",
                 "command": f["command"], "kill-host": f"kill host {f['host']}",
                 "cut-network": f"cut the network of {f['host']}"}[f["action"]]
         add("fault", f"{f['name']} ({trig})", f["host"], what, f["rank"])

@@ -98,7 +98,9 @@ def ranks(st: Store, run_id: str) -> list[dict[str, Any]]:
 
 
 def event(st: Store, run_id: str, kind: str, host: str | None = None, ts: float | None = None,
-          **detail: Any) -> None:
+          info: dict[str, Any] | None = None, **more: Any) -> None:
+    """One events row; ``info`` and ``more`` form its detail JSON."""
+    detail = {**(info or {}), **more}
     with st.tx() as db:
         db.execute("INSERT INTO events(run_id, ts, kind, host, detail) VALUES (?,?,?,?,?)",
                    (run_id, ts or time.time(), kind, host, json.dumps(detail, default=str)))

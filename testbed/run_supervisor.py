@@ -224,7 +224,7 @@ class Supervisor:
             detail = {"fault": f["name"], "action": f["action"], "ok": False, "error": str(e)}
         self.fired.append(f["name"])
         self.save()
-        rs.event(self.st, self.run_id, "fault", f["host"], ts=ts, **detail)
+        rs.event(self.st, self.run_id, "fault", f["host"], ts=ts, info=detail)
         log.info("fault fired: %s", detail)
 
     def recover(self, f: dict[str, Any], att: Attempt) -> Attempt:
@@ -237,7 +237,7 @@ class Supervisor:
                  steps=[s["name"] for s in steps], after=att.first_failure[1] if att.first_failure else None)
         restored = faults_mod.restore(self.plan, f)
         if restored:
-            rs.event(self.st, self.run_id, "restore", f["host"], **restored)
+            rs.event(self.st, self.run_id, "restore", f["host"], info=restored)
         new: Attempt | None = None
         for s in steps:
             if s["kind"] == "relaunch":

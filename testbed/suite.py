@@ -111,7 +111,9 @@ class Fault(Strict):
     """A fault fired during the run: at a time after launch or when a log line appears."""
 
     description: str = ""
-    action: Literal["signal", "command", "kill-host", "cut-network"]
+    action: Literal["signal", "command", "kill-host", "cut-network", "in-workload"] = Field(
+        description="in-workload: the workload injects it itself (a flag its command adds when the fault is in "
+                    "{{ faults }}); firing only records the event")
     signal: str = "SIGKILL"
     command: str | None = None
     restore: str | None = Field(None, description="command that undoes it (run before recovery)")
@@ -132,10 +134,12 @@ class Fault(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> Fault:
-        if (self.at is None) == (self.when is None):
+        if (self.at is None) == (self.when is None) and self.action != "in-workload":
             raise ValueError("a fault needs exactly one trigger: 'at' (seconds) or 'when' (log regex)")
         if self.action == "command" and not self.command:
             raise ValueError("a 'command' fault needs 'command'")
+        if self.action == "in-workload" and self.at is None and self.when is None:
+            self.at = 0.0
         if self.action == "signal" and self.rank is None:
             raise ValueError("a 'signal' fault needs 'rank'")
         if self.when is not None:

@@ -21,6 +21,25 @@ import torch.distributed as dist
 PEER_LOST = 75
 
 
+def route_ifname(addr: str) -> str | None:
+    """The interface that reaches ``addr`` (so gloo does not pick the hostname's 127.0.1.1)."""
+    import socket
+    import subprocess
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((addr, 9))
+            local = s.getsockname()[0]
+        out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return None
+    for ln in out.splitlines():
+        parts = ln.split()
+        if len(parts) > 3 and parts[3].split("/")[0] == local:
+            return parts[1]
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rank", type=int, required=True)
@@ -37,8 +56,13 @@ def main() -> int:
     ap.add_argument("--ckpt", default="ckpt.pt")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://{a.master_addr}:{a.port}", rank=a.rank,
-                            world_size=a.world_size, timeout=datetime.timedelta(seconds=a.timeout))
+    if "GLOO_SOCKET_IFNAME" not in os.environ and (ifname := route_ifname(a.master_addr)):
+        os.environ["GLOO_SOCKET_IFNAME"] = ifname
+    # rendezvous (tcp://master:port) may wait long for slow starters; collectives time out after --timeout
+    store = dist.TCPStore(a.master_addr, a.port, a.world_size, is_master=a.rank == 0,
+                          timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group("gloo", store=store, rank=a.rank, world_size=a.world_size,
+                            timeout=datetime.timedelta(seconds=a.timeout))
     torch.manual_seed(2021)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
