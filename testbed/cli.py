@@ -388,6 +388,30 @@ def list_testbeds(json_out: JsonOpt = False) -> None:
     console().print(t)
 
 
+@list_app.command("profiles")
+def list_profiles(json_out: JsonOpt = False) -> None:
+    """Set-up profiles (playbooks/profiles/) with their roles. Example: testbed list profiles"""
+    from testbed import setup as setup_mod
+
+    rows = []
+    for name in setup_mod.available_profiles():
+        plan = setup_mod.load_profile(name)
+        rows.append({"name": name, "roles": plan.roles})
+    if json_out:
+        _print_json({"profiles": rows, "roles": setup_mod.available_roles()})
+        return
+    from rich.table import Table
+
+    t = Table(title="profiles", title_justify="left")
+    t.add_column("profile")
+    t.add_column("roles, in order")
+    for r in rows:
+        t.add_row(r["name"], ", ".join(r["roles"]))
+    c = console()
+    c.print(t)
+    c.print("roles: " + ", ".join(setup_mod.available_roles()))
+
+
 @list_app.command("runs")
 def list_runs(json_out: JsonOpt = False) -> None:
     """Recent runs recorded in state. Example: testbed list runs"""
@@ -422,6 +446,15 @@ def _run_status(run_id: str, json_out: bool) -> None:
     runner.status_command(run_id, json_out=json_out)
 
 
+def _register_verbs() -> None:
+    """The run, collect and report verbs live in their own modules (light to import)."""
+    from testbed import cli_collect, cli_runs
+
+    cli_runs.register(app, list_app)
+    cli_collect.register(app)
+
+
+_register_verbs()
 app.add_typer(list_app, name="list")
 
 
@@ -473,6 +506,50 @@ def doctor(json_out: JsonOpt = False) -> None:
         console().print(t)
     if not ok:
         raise typer.Exit(1)
+
+
+@app.command()
+def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local testbed up afterwards.")] = False,
+         results: Annotated[str, typer.Option("--to", help="Results folder.")] = "results") -> None:
+    """The whole loop on the local testbed: provision, exec, setup, run, collect, report (then destroy).
+
+    Each step is the command a user would type, printed before it runs.
+    Example: testbed demo --keep
+    """
+    import glob
+
+    from rich.rule import Rule
+
+    c = console()
+    steps: list[list[str]] = [
+        ["provision", "local"],
+        ["exec", "local", "--", "echo $(hostname) $(hostname -I) up $(cut -d' ' -f1 /proc/uptime)s"],
+        ["setup", "local", "--profile", "local-suites"],
+        ["run", "mpi-hello", "--on", "local", "--no-setup"],
+        ["run", "fault-drill", "--on", "local", "--no-setup"],
+        ["collect", "--all", "--to", results],
+    ]
+    t0 = time.monotonic()
+    cmd = typer.main.get_command(app)
+    try:
+        for args in steps:
+            c.print(Rule(f"[bold]testbed {' '.join(args)}[/bold]", align="left"))
+            rc = cmd.main(args, prog_name="testbed", standalone_mode=False)
+            if isinstance(rc, int) and rc != 0:
+                raise TestbedError(f"demo step 'testbed {' '.join(args)}' failed (exit {rc})", where="demo",
+                                   fix="run that command by hand to see why (testbed doctor checks the machine)")
+        reports = []
+        for run_dir in sorted(glob.glob(os.path.join(results, "*", "*", "manifest.json"))):
+            d = os.path.dirname(run_dir)
+            c.print(Rule(f"[bold]testbed report {d}[/bold]", align="left"))
+            cmd.main(["report", d], prog_name="testbed", standalone_mode=False)
+            reports.append(d)
+    finally:
+        if not keep:
+            c.print(Rule("[bold]testbed destroy local[/bold]", align="left"))
+            cmd.main(["destroy", "local", "--yes"], prog_name="testbed", standalone_mode=False)
+    c.print(f"\n[bold green]demo done[/bold green] in {time.monotonic() - t0:.0f} s; results in {results}/ "
+            f"({len(reports)} runs with a manifest and a report)")
 
 
 # entry point ----------------------------------------------------------------------------------------
