@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -117,6 +117,7 @@ class _Listing:
     run_dir: str = ""
     rsync: bool = False
     files: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> (size, sha256)
+    mtimes: dict[str, int] = field(default_factory=dict)  # path -> mtime on the host (s)
     nomatch: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     fact_lines: list[str] = field(default_factory=list)
@@ -302,40 +303,62 @@ def _remote_dir(info: dict[str, Any], run_id: str) -> str:
     return shlex.quote(d)
 
 
-def listing_script(run_dir_words: str, patterns: list[str]) -> str:
-    """The bash script run on a host: run folder, rsync presence, then ``F\\tsize\\tsha256\\tpath`` lines."""
+def listing_script(run_dir_words: str, patterns: list[str], known: Sequence[tuple[int, int, str, str]] = ()) -> str:
+    """The bash script run on a host: run folder, rsync presence, then ``F<TAB>size<TAB>mtime<TAB>sha256<TAB>path``.
+
+    ``known``: (size, mtime, sha256, path) of files already collected; a file whose size and mtime are unchanged
+    (rsync's quick check) gets its known checksum instead of being hashed again, so a re-collect reads nothing.
+    """
     pats = " ".join(shlex.quote(p) for p in patterns)
-    return f"""set -u
+    known_lines = "".join(f"{size}\t{mtime}\t{sha}\t{path}\n" for size, mtime, sha, path in known
+                          if "\n" not in path)
+    return rf"""set -u
 export LC_ALL=C
 if ! cd -- {run_dir_words} 2>/dev/null; then echo "@NODIR"; else
 echo "@DIR $(pwd -P)"
 if command -v rsync >/dev/null 2>&1; then echo "@RSYNC 1"; else echo "@RSYNC 0"; fi
 shopt -s nullglob dotglob globstar
-declare -A seen=()
+declare -A seen=() K=()
 files=()
+while IFS=$'\t' read -r ksz kmt ksha kpath; do K["$kpath"]="$ksz $kmt $ksha"; done <<'TB_KNOWN_EOF'
+{known_lines}TB_KNOWN_EOF
 add() {{
-  case "$1" in *$'\\n'*) echo "@NOTE skipped a file with a newline in its name"; return ;; esac
+  case "$1" in *$'\n'*) echo "@NOTE skipped a file with a newline in its name"; return ;; esac
   local f="${{1#./}}"
   if [[ -z "${{seen[$f]+x}}" ]]; then seen[$f]=1; files+=("$f"); fi
 }}
 for pat in {pats}; do
   n=0
-  IFS=$'\\n'
+  IFS=$'\n'
   for m in $pat; do
     if [[ -d $m ]]; then
       while IFS= read -r -d '' x; do add "$x"; n=$((n+1)); done < <(find -L "$m" -type f -print0 2>/dev/null)
     elif [[ -f $m ]]; then add "$m"; n=$((n+1)); fi
   done
   unset IFS
-  [[ $n -eq 0 ]] && printf '@NOMATCH %s\\n' "$pat"
+  [[ $n -eq 0 ]] && printf '@NOMATCH %s\n' "$pat"
 done
 if ((${{#files[@]}})); then
-  mapfile -t S < <(printf '%s\\0' "${{files[@]}}" | xargs -0 stat -L -c %s --)
-  mapfile -t H < <(printf '%s\\0' "${{files[@]}}" | xargs -0 sha256sum -- | sed 's/^\\\\//' | cut -c1-64)
-  if [[ ${{#S[@]}} -ne ${{#files[@]}} || ${{#H[@]}} -ne ${{#files[@]}} ]]; then
+  mapfile -t S < <(printf '%s\0' "${{files[@]}}" | xargs -0 stat -L -c '%s %Y' --)
+  declare -a Hm=() todo=()
+  if [[ ${{#S[@]}} -eq ${{#files[@]}} ]]; then
+    for i in "${{!files[@]}}"; do
+      k=${{K[${{files[i]}}]-}}
+      if [[ -n $k && "${{k% *}}" == "${{S[i]}}" ]]; then Hm[i]=${{k##* }}; else todo+=("$i"); fi
+    done
+    if ((${{#todo[@]}})); then
+      mapfile -t H < <(for i in "${{todo[@]}}"; do printf '%s\0' "${{files[i]}}"; done \
+                       | xargs -0 sha256sum -- | sed 's/^\\//' | cut -c1-64)
+      j=0
+      for i in "${{todo[@]}}"; do Hm[i]=${{H[j]-}}; j=$((j+1)); done
+    fi
+  fi
+  if [[ ${{#S[@]}} -ne ${{#files[@]}} || ${{#Hm[@]}} -ne ${{#files[@]}} ]]; then
     echo "@ERR a file vanished or is unreadable while it was being checksummed"
   else
-    for i in "${{!files[@]}}"; do printf 'F\\t%s\\t%s\\t%s\\n' "${{S[i]}}" "${{H[i]}}" "${{files[i]}}"; done
+    for i in "${{!files[@]}}"; do
+      printf 'F\t%s\t%s\t%s\t%s\n' "${{S[i]% *}}" "${{S[i]#* }}" "${{Hm[i]}}" "${{files[i]}}"
+    done
   fi
 fi
 fi
@@ -380,9 +403,10 @@ def parse_listing(stdout: str) -> tuple[_Listing, str | None]:
     lst = _Listing()
     for ln in stdout.splitlines():
         if ln.startswith("F\t"):
-            parts = ln.split("\t", 3)
-            if len(parts) == 4 and parts[1].isdigit() and len(parts[2]) == 64:
-                lst.files[parts[3]] = (int(parts[1]), parts[2])
+            parts = ln.split("\t", 4)
+            if len(parts) == 5 and parts[1].isdigit() and parts[2].lstrip("-").isdigit() and len(parts[3]) == 64:
+                lst.files[parts[4]] = (int(parts[1]), parts[3])
+                lst.mtimes[parts[4]] = int(parts[2])
         elif ln == "@NODIR":
             return lst, ln
         elif ln.startswith("@DIR "):
@@ -404,11 +428,14 @@ def _collect_host(ctx: _Ctx, h: Host, want_facts: bool, want_sw: bool) -> tuple[
     t0 = time.monotonic()
     hc = HostCollect(h.name)
     pats, hc.notes = _patterns(ctx.info, h.name)
-    script = listing_script(_remote_dir(ctx.info, ctx.run_id), pats)
+    script = ""
+    if want_facts or want_sw:  # gathered in the background while the listing hashes
+        script = "tb_facts=$(mktemp)\n( " + mf.facts_script(
+            facts=want_facts, python=str(ctx.info.get("python") or "python3") if want_sw else None,
+            sources=ctx.info.get("sources") if want_sw else None) + ') > "$tb_facts" 2>/dev/null &\ntb_fpid=$!\n'
+    script += "(\n" + listing_script(_remote_dir(ctx.info, ctx.run_id), pats, _known(ctx, h.name)) + ")\n"
     if want_facts or want_sw:
-        script += mf.facts_script(facts=want_facts, python=(str(ctx.info.get("python") or "python3")
-                                                             if want_sw else None),
-                                  sources=ctx.info.get("sources") if want_sw else None)
+        script += 'wait "$tb_fpid"; cat "$tb_facts"; rm -f "$tb_facts"\n'
     script += "echo @END\n"
     lst, err = _list_host(ctx, h.name, script)
     if lst is None:
@@ -426,6 +453,25 @@ def _collect_host(ctx: _Ctx, h: Host, want_facts: bool, want_sw: bool) -> tuple[
         hc.error = f"cannot write {e.filename or 'results'}: {e.strerror}"
     hc.seconds = round(time.monotonic() - t0, 3)
     return hc, lst.fact_lines
+
+
+def _known(ctx: _Ctx, host: str) -> list[tuple[int, int, str, str]]:
+    """(size, mtime, sha256, path) of this host's verified files whose local copy still has the recorded size.
+
+    A local copy carries the host file's mtime (rsync -t; set after sftp), so an unchanged host file matches.
+    """
+    hdir = ctx.folder / host
+    out = []
+    for path, (sha, size, _) in ctx.rows(host).items():
+        if size < 0:
+            continue
+        try:
+            st = (hdir / path).stat()
+        except OSError:
+            continue
+        if st.st_size == size:
+            out.append((size, int(st.st_mtime), sha, path))
+    return out
 
 
 def _plan(ctx: _Ctx, host: str, lst: _Listing, hc: HostCollect) -> tuple[list[str], list[str]]:
@@ -706,6 +752,9 @@ def _fetch_sftp(ctx: _Ctx, host: str, lst: _Listing, paths: list[str], hc: HostC
         with contextlib.suppress(OSError):
             if tmp.stat().st_size == lst.files[p][0]:
                 (hdir / p).parent.mkdir(parents=True, exist_ok=True)
+                mtime = lst.mtimes.get(p)
+                if mtime is not None:
+                    os.utime(tmp, (mtime, mtime))  # like rsync -t: the next listing's quick check matches
                 os.replace(tmp, hdir / p)
     for d in (next(iter(staged.values())).parent, ctx.folder / ".partial"):
         with contextlib.suppress(OSError):

@@ -46,6 +46,16 @@ def test_listing_script_globs_dirs_checksums_and_odd_names(tmp_path):
     assert not (run / "pwned").exists() and not Path("pwned").exists()
     assert any("newline" in n for n in lst.notes)
     assert parse_listing(_bash(listing_script(f"'{tmp_path}/nope'", pats)))[1] == "@NODIR"
+    assert lst.mtimes["out/a.csv"] == int((run / "out/a.csv").stat().st_mtime)
+    # known files with unchanged size and mtime are not hashed again (their recorded checksum is echoed)
+    st = (run / "out/a.csv").stat()
+    tab = (run / "tab\tname.log").stat()
+    known = [(st.st_size, int(st.st_mtime), "f" * 64, "out/a.csv"), (2, 1, "e" * 64, "rank0.out"),
+             (1, int(tab.st_mtime), "d" * 64, "tab\tname.log")]
+    lst2, _ = parse_listing(_bash(listing_script(f"'{run}'", pats, known)))
+    assert lst2.files["out/a.csv"] == (1, "f" * 64)  # quick check matched
+    assert lst2.files["rank0.out"] == lst.files["rank0.out"]  # mtime differs: hashed
+    assert lst2.files["tab\tname.log"] == (1, "d" * 64)  # a tab in the name does not break the lookup
 
 
 def test_facts_script_reports_host_and_software():
