@@ -1,0 +1,190 @@
+"""Runs on a real local testbed: local suites end to end, fault on a log line with recovery, the CLI killed
+mid-run and reattached, a host killed mid-run (fail fast naming it), a campaign interrupted and resumed, and
+shell metacharacters staying inert."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from testbed import run_state as rs
+from testbed import runner
+from testbed.state import Store
+
+PY = sys.executable
+SLEEPY = """\
+name: sleepy
+parameters:
+  seconds: {type: float, default: 4}
+  n: {type: int, default: 0}
+  hosts: {type: int, default: 2}
+matrix:
+  n: [1, 2, 3]
+placement: {hosts: "{{ hosts }}"}
+steps:
+  launch:
+    command: "sleep {{ seconds }}; echo done rank {{ rank }} n {{ n }}"
+timeouts: {poll: 0.5, grace: 2, unreachable: 3}
+"""
+ECHO = """\
+name: echo
+parameters:
+  msg: {type: str, default: hi}
+placement: {hosts: 1}
+steps:
+  launch:
+    command: "echo {{ msg }} > said.txt; printf '%s\\n' {{ msg }}"
+timeouts: {poll: 0.5}
+"""
+
+
+@pytest.fixture(scope="module")
+def bed(shared_local_testbed):  # type: ignore[no-untyped-def]
+    b = shared_local_testbed
+    (b.cwd / "experiments").mkdir(exist_ok=True)
+    (b.cwd / "experiments" / "sleepy.yml").write_text(SLEEPY)
+    (b.cwd / "experiments" / "echo.yml").write_text(ECHO)
+    os.chdir(b.cwd)
+    os.environ["TESTBED_HOME"] = str(b.home)
+    return b
+
+
+def cli(bed, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    return subprocess.run([PY, "-m", "testbed.cli_runs", *args], cwd=bed.cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "TESTBED_HOME": str(bed.home)}, check=False)
+
+
+def start(bed, suite: str, params: dict, **kw) -> str:  # type: ignore[no-untyped-def]
+    return runner.start_run(runner.plan_run(suite, bed.name, params, **kw))
+
+
+def events(run_id: str) -> list[dict]:
+    return rs.events(Store.open_default(), run_id)
+
+
+def test_mpi_hello_end_to_end(bed) -> None:  # type: ignore[no-untyped-def]
+    t0 = time.monotonic()
+    r = cli(bed, "run", "mpi-hello", "--on", bed.name, "--no-setup")
+    assert r.returncode == 0, r.stderr
+    run_id = r.stderr.split("run ", 1)[1].split()[0]
+    out = bed.ssh("node0", f"cat ~/.testbed-runs/{run_id}/rank0.out").stdout
+    hellos = sorted(ln for ln in out.splitlines() if ln.startswith("Hello world"))
+    assert hellos == [f"Hello world from processor node{i}, rank {i} out of 4 processors" for i in range(4)]
+    print(f"mpi-hello end to end: {time.monotonic() - t0:.1f} s")
+
+
+def test_matmul_baseline_writes_per_rank_csv(bed) -> None:  # type: ignore[no-untyped-def]
+    run_id = start(bed, "matmul-baseline", {"size": "64", "iterations": "2", "hosts": "2", "python": PY})
+    row = runner.wait(run_id, timeout=120)
+    assert row["status"] == "succeeded", row["reason"]
+    csv = bed.ssh("node1", f"cat ~/.testbed-runs/{run_id}/matmul_rank1.csv").stdout.splitlines()
+    assert csv[0] == "rank,host,iteration,size,seconds,gflops"
+    assert csv[1].startswith("1,node1,0,64,")
+    assert row["info"]["outputs"]["node0"][0] == "matmul_rank*.csv"
+
+
+def test_fault_drill_fault_on_log_line_and_recovery(bed) -> None:  # type: ignore[no-untyped-def]
+    t0 = time.monotonic()
+    run_id = start(bed, "fault-drill", {"ranks": "2", "python": PY})
+    row = runner.wait(run_id, timeout=240)
+    print(f"fault-drill end to end: {time.monotonic() - t0:.1f} s")
+    assert row["status"] == "succeeded", row["reason"]
+    evs = events(run_id)
+    kinds = [e["kind"] for e in evs]
+    assert kinds.index("fault") < kinds.index("failed") < kinds.index("recovery") < kinds.index("relaunched")
+    fault = next(e for e in evs if e["kind"] == "fault")
+    assert fault["detail"]["signal"] == "SIGKILL" and fault["host"] == "node1" and fault["detail"]["rank"] == 1
+    failed = [e["detail"]["reason"] for e in evs if e["kind"] == "failed"]
+    assert any("node1 rank 1: signal 9 (SIGKILL)" in f for f in failed)
+    log = bed.ssh("node0", f"cat ~/.testbed-runs/{run_id}/train_log.csv").stdout.splitlines()
+    assert log[0] == "time,attempt,epoch,step,loss"
+    rows = [ln.split(",") for ln in log[1:]]
+    first = [int(r[3]) for r in rows if r[1] == "0"]
+    second = [int(r[3]) for r in rows if r[1] == "1"]
+    assert first and second and second[0] <= max(first) + 1 and second[-1] == 24  # continues from the checkpoint
+    assert second[0] > 1  # not from scratch
+    ranks = rs.ranks(Store.open_default(), run_id)
+    assert all(r["status"] == "succeeded" and r["exit_code"] == 0 for r in ranks)
+
+
+def test_metacharacters_stay_inert(bed) -> None:  # type: ignore[no-untyped-def]
+    evil = "a'b; touch /tmp/pwned-tb; $(touch /tmp/pwned-tb2) `id` && echo x | cat > /tmp/pwned-tb3"
+    run_id = start(bed, "echo", {"msg": evil})
+    row = runner.wait(run_id, timeout=60)
+    assert row["status"] == "succeeded", row["reason"]
+    assert bed.ssh("node0", f"cat ~/.testbed-runs/{run_id}/said.txt").stdout == evil + "\n"
+    assert bed.ssh("node0", "ls /tmp/pwned-tb /tmp/pwned-tb2 /tmp/pwned-tb3 2>&1; true").stdout.count("No such") == 3
+
+
+def test_cli_killed_mid_run_then_reattach(bed) -> None:  # type: ignore[no-untyped-def]
+    p = subprocess.Popen([PY, "-m", "testbed.cli_runs", "run", "sleepy", "--on", bed.name, "-p", "seconds=5"],
+                         cwd=bed.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "TESTBED_HOME": str(bed.home)}, start_new_session=True)
+    st = Store.open_default()
+    deadline = time.monotonic() + 60
+    run_id = None
+    while time.monotonic() < deadline:
+        rows = st.query("SELECT id, status FROM runs WHERE suite='sleepy' AND campaign IS NULL "
+                        "ORDER BY created DESC LIMIT 1")
+        if rows and rows[0]["status"] == "running":
+            run_id = rows[0]["id"]
+            break
+        time.sleep(0.2)
+    assert run_id, "the run never started"
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait(10)
+    logs = cli(bed, "logs", run_id, "-f", timeout=60)  # reattaches and streams until the end
+    assert logs.returncode == 0, logs.stderr
+    assert "done rank 0 n 0" in logs.stdout and "done rank 1 n 0" in logs.stdout
+    assert rs.require(st, run_id)["status"] == "succeeded"
+    status = cli(bed, "status", run_id, "--json")
+    assert '"status": "succeeded"' in status.stdout
+
+
+def test_campaign_interrupted_and_resumed(bed) -> None:  # type: ignore[no-untyped-def]
+    args = ["run", "sleepy", "--on", bed.name, "--matrix", "-p", "hosts=4", "-p", "seconds=2"]
+    p = subprocess.Popen([PY, "-m", "testbed.cli_runs", *args], cwd=bed.cwd, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "TESTBED_HOME": str(bed.home)},
+                         start_new_session=True)
+    st = Store.open_default()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # interrupt once the first run finished and the second started
+        rows = st.query("SELECT status FROM runs WHERE campaign IS NOT NULL ORDER BY created")
+        if len(rows) >= 2 and rows[0]["status"] == "succeeded":
+            break
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait(10)
+    before = {r["id"] for r in st.query("SELECT id FROM runs WHERE campaign IS NOT NULL")}
+    assert len(before) == 2
+    r = cli(bed, *args, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "resuming; 1/3 runs already finished" in r.stderr
+    runs = st.query("SELECT id, params, status FROM runs WHERE campaign IS NOT NULL ORDER BY created")
+    assert len(runs) == 3 and before <= {x["id"] for x in runs}  # nothing repeated
+    assert sorted(__import__("json").loads(x["params"])["n"] for x in runs) == [1, 2, 3]
+    assert all(x["status"] == "succeeded" for x in runs)
+
+
+def test_host_killed_mid_run_fails_fast_naming_it(bed) -> None:  # type: ignore[no-untyped-def]
+    run_id = start(bed, "sleepy", {"hosts": "4", "seconds": "60"})
+    st = Store.open_default()
+    deadline = time.monotonic() + 60
+    while rs.require(st, run_id)["status"] != "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    t0 = time.monotonic()
+    bed.provider.kill_host("node3")
+    try:
+        row = runner.wait(run_id, timeout=60)
+        assert time.monotonic() - t0 < 40  # well before the 60 s sleep ends
+        assert row["status"] == "failed"
+        assert row["reason"].startswith("node3 rank 3: host unreachable")
+        ranks = {r["host"]: r for r in rs.ranks(st, run_id)}
+        assert ranks["node3"]["status"] == "failed" and ranks["node0"]["status"] == "stopped"
+    finally:
+        bed.provider.provision()  # bring node3 back for anyone after us
