@@ -3,8 +3,10 @@
 Per host, in parallel (one thread each):
 
 1. one remote command (``bash -s`` over the testbed's SSH config) expands the run's output globs inside the run
-   folder, prints size and sha256 of every matched file, says whether ``rsync`` is installed and, when the
-   manifest still lacks them, prints the host's facts and the run's software: one round trip;
+   folder, prints size, mtime and sha256 of every matched file (a file already collected whose size and mtime
+   are unchanged is not hashed again), says whether ``rsync`` is installed and, when the manifest still lacks
+   them, prints the host's facts: one round trip. The run's software (Python, pip freeze, source commits) is
+   read from the first host in a second session started beside the transfers, once per results folder;
 2. files whose verified copy is already in results/ (same sha256, recorded in the ``collected`` table) are
    skipped; a local file with other content is never overwritten, unless it is the partial file of an
    interrupted collect (its row in ``collected`` has ``size = -1``: pending);
@@ -225,16 +227,22 @@ def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | Non
     ctx = _Ctx(st, lock, testbed, run_id, folder, info, progress, timeout, io_timeout, bwlimit_kbps, force_sftp)
     gathered: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 
-    def one(i: int, h: Host) -> HostCollect:
-        want_facts = not (old_facts.get(h.name) or {}).get("kernel")
-        want_sw = i == 0 and not have_software
-        hc, fact_lines = _collect_host(ctx, h, want_facts, want_sw)
+    def one(h: Host) -> HostCollect:
+        hc, fact_lines = _collect_host(ctx, h, not (old_facts.get(h.name) or {}).get("kernel"))
         if fact_lines:
             gathered[h.name] = mf.parse_fact_lines(fact_lines)
         return hc
 
+    sw_lines: list[str] = []
+    sw_thread = None
+    if not have_software and hosts:  # pip freeze is slow: its own session, beside the transfers
+        sw_thread = threading.Thread(target=lambda: sw_lines.extend(_gather_software(ctx, hosts[0].name)),
+                                     daemon=True, name="collect-software")
+        sw_thread.start()
     with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts))), thread_name_prefix="collect") as pool:
-        res.hosts = list(pool.map(one, range(len(hosts)), hosts))
+        res.hosts = list(pool.map(one, hosts))
+    if sw_thread is not None:
+        sw_thread.join()
 
     facts = {name: dict(f) for name, f in old_facts.items() if isinstance(f, dict)}
     software: dict[str, Any] = {}
@@ -242,11 +250,11 @@ def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | Non
         osw = old.get("software") or {}
         software = {"python": osw.get("python"), "pip_freeze": osw.get("pip_freeze"),
                     "_commits": {k: (v or {}).get("commit") for k, v in (osw.get("sources") or {}).items()}}
-    for name, (f, sw) in gathered.items():
+    for name, (f, _) in gathered.items():
         if f:
             facts[name] = f
-        if sw:
-            software = sw
+    if sw_lines:
+        software = mf.parse_fact_lines(sw_lines)[1] or software
     files = [{"host": r["host"], "path": r["path"], "sha256": r["sha256"], "size": r["size"]}
              for r in st.query("SELECT host, path, sha256, size FROM collected WHERE run_id=? AND size>=0",
                                (run_id,))]
@@ -369,27 +377,44 @@ def _ssh_opts(ctx: _Ctx) -> list[str]:
     return ["-F", str(ssh.ssh_config_path(ctx.testbed)), "-o", f"ConnectTimeout={max(1, int(ctx.timeout))}"]
 
 
-def _list_host(ctx: _Ctx, host: str, script: str) -> tuple[_Listing | None, str | None]:
-    """Run the listing script on ``host``: (listing, None) or (None, error)."""
+def _run_script(ctx: _Ctx, host: str, script: str, timeout: float) -> tuple[str, str, int | None]:
+    """Run a bash script on ``host`` (stdin, one ssh session): (stdout, stderr, exit code or None on timeout)."""
     argv = ["ssh", *_ssh_opts(ctx), host, "--", "bash -s"]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True)
+        rc: int | None
         try:
-            proc.communicate(script.encode(), timeout=ctx.timeout)
+            proc.communicate(script.encode(), timeout=timeout)
+            rc = proc.returncode
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            return None, f"{host} did not answer within {ctx.timeout:g} s (unreachable?)"
+            rc = None
         out.seek(0)
         err.seek(0)
-        stdout = out.read().decode(errors="replace")
-        stderr = err.read().decode(errors="replace")
-    if proc.returncode == 255:
+        return out.read().decode(errors="replace"), err.read().decode(errors="replace"), rc
+
+
+def _gather_software(ctx: _Ctx, host: str) -> list[str]:
+    """The run's Python, pip freeze and source commits from ``host`` (fact lines; [] when that failed)."""
+    script = mf.facts_script(facts=False, python=str(ctx.info.get("python") or "python3"),
+                             sources=ctx.info.get("sources")) + "echo @END\n"
+    stdout, _, rc = _run_script(ctx, host, script, max(ctx.timeout, 120))
+    lines = stdout.splitlines()
+    return [ln for ln in lines if ln.startswith(mf.FACT_PREFIXES)] if rc == 0 and lines[-1:] == ["@END"] else []
+
+
+def _list_host(ctx: _Ctx, host: str, script: str) -> tuple[_Listing | None, str | None]:
+    """Run the listing script on ``host``: (listing, None) or (None, error)."""
+    stdout, stderr, rc = _run_script(ctx, host, script, ctx.timeout)
+    if rc is None:
+        return None, f"{host} did not answer within {ctx.timeout:g} s (unreachable?)"
+    if rc == 255:
         return None, ssh.describe_ssh_failure(stderr, host, ctx.testbed)
     if "@END" not in stdout.splitlines()[-1:]:
         last = (stderr.strip().splitlines() or ["no output"])[-1]
-        return None, f"listing the run folder on {host} failed (exit {proc.returncode}): {last}"
+        return None, f"listing the run folder on {host} failed (exit {rc}): {last}"
     lst, problem = parse_listing(stdout)
     if problem == "@NODIR":
         return None, f"the run folder {ctx.info.get('run_dir') or RUNS_DIR + '/' + ctx.run_id} does not exist on {host}"
@@ -424,17 +449,15 @@ def parse_listing(stdout: str) -> tuple[_Listing, str | None]:
     return lst, None
 
 
-def _collect_host(ctx: _Ctx, h: Host, want_facts: bool, want_sw: bool) -> tuple[HostCollect, list[str]]:
+def _collect_host(ctx: _Ctx, h: Host, want_facts: bool) -> tuple[HostCollect, list[str]]:
     t0 = time.monotonic()
     hc = HostCollect(h.name)
     pats, hc.notes = _patterns(ctx.info, h.name)
     script = ""
-    if want_facts or want_sw:  # gathered in the background while the listing hashes
-        script = "tb_facts=$(mktemp)\n( " + mf.facts_script(
-            facts=want_facts, python=str(ctx.info.get("python") or "python3") if want_sw else None,
-            sources=ctx.info.get("sources") if want_sw else None) + ') > "$tb_facts" 2>/dev/null &\ntb_fpid=$!\n'
+    if want_facts:  # gathered in the background while the listing hashes
+        script = "tb_facts=$(mktemp)\n( " + mf.facts_script(facts=True) + ') > "$tb_facts" 2>/dev/null &\ntb_fpid=$!\n'
     script += "(\n" + listing_script(_remote_dir(ctx.info, ctx.run_id), pats, _known(ctx, h.name)) + ")\n"
-    if want_facts or want_sw:
+    if want_facts:
         script += 'wait "$tb_fpid"; cat "$tb_facts"; rm -f "$tb_facts"\n'
     script += "echo @END\n"
     lst, err = _list_host(ctx, h.name, script)
