@@ -81,6 +81,10 @@ def _print_collect(results: list[CollectResult]) -> None:
         c.print("no run to collect")
         return
     for r in results:
+        for note in r.notes:
+            c.print(f"[dim]note ({escape(r.run_id)}): {escape(note)}[/dim]")
+        if not r.hosts:
+            continue
         t = Table(title=f"{r.run_id} -> {r.path}", title_justify="left")
         for col in ("host", "method", "files", "sent", "bytes", "unchanged", "seconds", "status"):
             t.add_column(col)

@@ -88,6 +88,7 @@ class CollectResult:
     hosts: list[HostCollect] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -111,6 +112,7 @@ class CollectResult:
         return {"run_id": self.run_id, "suite": self.suite, "path": str(self.path),
                 "manifest": str(self.manifest) if self.manifest else None, "ok": self.ok, "error": self.error,
                 "files_sent": self.files_sent, "bytes_sent": self.bytes_sent, "seconds": self.seconds,
+                "notes": self.notes,
                 "hosts": [asdict(h) for h in self.hosts]}
 
 
@@ -139,9 +141,22 @@ def collect_runs(run_ids: list[str] | None, to: Path, *, all_runs: bool = False,
     ids = _resolve_ids(st, run_ids or [], all_runs)
     out = []
     for rid in ids:
+        row = st.query("SELECT suite, status, ended FROM runs WHERE id=?", (rid,))[0]
+        if all_runs and not run_ended(row):
+            out.append(CollectResult(rid, row["suite"], run_folder(to, row["suite"], rid),
+                                     notes=[f"still {row['status']}: skipped by --all (name it to collect it now)"]))
+            continue
         out.append(_collect_run(st, rid, Path(to), progress=progress, timeout=timeout, io_timeout=io_timeout,
                                 bwlimit_kbps=bwlimit_kbps, force_sftp=force_sftp))
     return out
+
+
+UNFINISHED = ("pending", "queued", "starting", "running")
+
+
+def run_ended(row: Any) -> bool:
+    """Whether a ``runs`` row is over (its files will not change any more)."""
+    return row["ended"] is not None or row["status"] not in UNFINISHED
 
 
 def run_folder(to: Path, suite: str, run_id: str) -> Path:
@@ -212,7 +227,10 @@ def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | Non
     res = CollectResult(run_id, suite, folder)
     tb = st.testbed(testbed)
     if tb is None:
-        res.error = f"testbed '{testbed}' of this run is not provisioned any more: its hosts cannot be reached"
+        if (folder / mf.MANIFEST).is_file():
+            res.notes.append(f"testbed '{testbed}' is gone; kept the results collected before")
+        else:
+            res.error = f"testbed '{testbed}' of this run is not provisioned any more: its hosts cannot be reached"
         return res
     hosts = _run_hosts(st, run_id, testbed, info)
     bad = [h.name for h in hosts if not _SAFE_NAME.match(h.name)]
@@ -224,7 +242,11 @@ def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | Non
     old_facts = {h.get("name"): h.get("facts") or {} for h in old.get("hosts") or [] if isinstance(h, dict)}
     have_software = bool((old.get("software") or {}).get("pip_freeze"))
     lock = threading.Lock()
-    ctx = _Ctx(st, lock, testbed, run_id, folder, info, progress, timeout, io_timeout, bwlimit_kbps, force_sftp)
+    ctx = _Ctx(st, lock, testbed, run_id, folder, info, progress, timeout, io_timeout, bwlimit_kbps, force_sftp,
+               final=run_ended(row))
+    if not ctx.final:
+        res.notes.append(f"run is still {row['status']}: files collected now may be replaced by their final "
+                         f"version on the next collect")
     gathered: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 
     def one(h: Host) -> HostCollect:
@@ -244,7 +266,7 @@ def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | Non
     if sw_thread is not None:
         sw_thread.join()
 
-    facts = {name: dict(f) for name, f in old_facts.items() if isinstance(f, dict)}
+    facts: dict[str, dict[str, Any]] = {str(name): dict(f) for name, f in old_facts.items() if isinstance(f, dict)}
     software: dict[str, Any] = {}
     if have_software:
         osw = old.get("software") or {}
@@ -255,11 +277,12 @@ def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | Non
             facts[name] = f
     if sw_lines:
         software = mf.parse_fact_lines(sw_lines)[1] or software
-    files = [{"host": r["host"], "path": r["path"], "sha256": r["sha256"], "size": r["size"]}
-             for r in st.query("SELECT host, path, sha256, size FROM collected WHERE run_id=? AND size>=0",
-                               (run_id,))]
+    listed = {(r["host"], r["path"]): (r["sha256"], r["size"]) for r in st.query(
+        "SELECT host, path, sha256, size FROM collected WHERE run_id=? AND size>=0", (run_id,))}
+    listed.update(ctx.verified)
     host_names = {h.name for h in hosts}
-    files = [f for f in files if f["host"] in host_names and (folder / f["host"] / f["path"]).is_file()]
+    files = [{"host": h, "path": p, "sha256": sha, "size": size} for (h, p), (sha, size) in listed.items()
+             if h in host_names and (folder / h / p).is_file()]
     man = mf.build(st, run_id, hosts=hosts, facts=facts, software=software, files=files, provider=tb["provider"])
     res.manifest = mf.write(folder, man)
     res.seconds = round(time.monotonic() - t0, 3)
@@ -279,6 +302,15 @@ class _Ctx:
     io_timeout: float
     bwlimit_kbps: int | None
     force_sftp: bool
+    final: bool = True  # the run has ended: verified files are final (else recorded pending: replaceable)
+    verified: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)  # this collect's files
+
+    def done(self, host: str, items: list[tuple[str, str, int]]) -> None:
+        """Files verified in results/ (path, sha256, size): recorded, and listed in the manifest."""
+        with self.lock:
+            for p, sha, size in items:
+                self.verified[(host, p)] = (sha, size)
+        self.record(host, [(p, sha, size if self.final else PENDING) for p, sha, size in items])
 
     def tick(self, host: str, advance: int, total: int = 0) -> None:
         if self.progress is not None and (advance or total):
@@ -514,6 +546,8 @@ def _plan(ctx: _Ctx, host: str, lst: _Listing, hc: HostCollect) -> tuple[list[st
         row = rows.get(path)
         if row and row[1] >= 0 and row[0] == sha and st.st_size == size and st.st_mtime <= row[2] + 1:
             hc.unchanged += 1
+            with ctx.lock:
+                ctx.verified[(host, path)] = (sha, size)
             continue
         if local.is_file() and st.st_size == size and sha256_file(local) == sha:
             hc.unchanged += 1
@@ -522,7 +556,7 @@ def _plan(ctx: _Ctx, host: str, lst: _Listing, hc: HostCollect) -> tuple[list[st
             send.append(path)  # the partial file of an interrupted collect: resume it
         else:
             conflicts.append(path)
-    ctx.record(host, confirmed)
+    ctx.done(host, confirmed)
     return send, conflicts
 
 
@@ -546,7 +580,7 @@ def _transfer_host(ctx: _Ctx, host: str, lst: _Listing, hc: HostCollect) -> None
     for attempt in (1, 2):
         err = _fetch(ctx, host, lst, todo, hc)
         good, bad = _verify(hdir, lst, todo)
-        ctx.record(host, [(p, lst.files[p][1], lst.files[p][0]) for p in good])
+        ctx.done(host, [(p, lst.files[p][1], lst.files[p][0]) for p in good])
         hc.sent += len(good)
         hc.bytes_sent += sum(lst.files[p][0] for p in good)
         if err is not None:
@@ -568,7 +602,8 @@ def _transfer_host(ctx: _Ctx, host: str, lst: _Listing, hc: HostCollect) -> None
 
 
 def _verify(hdir: Path, lst: _Listing, paths: list[str]) -> tuple[list[str], list[str]]:
-    good, bad = [], []
+    good: list[str] = []
+    bad: list[str] = []
     for p in paths:
         local = hdir / p
         ok = local.is_file() and local.stat().st_size == lst.files[p][0] and sha256_file(local) == lst.files[p][1]

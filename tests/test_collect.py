@@ -335,3 +335,30 @@ def test_credentials_in_controller_env_never_reach_results(local_testbed, monkey
     assert m["events"][0]["detail"]["note"] == "OS_PASSWORD=***"
     assert m["software"]["sources"]["app"]["repo"] == "https://***@github.com/x/app"
     assert "AWS_SECRET_ACCESS_KEY" not in json.dumps(m)  # no environment in the manifest
+
+
+def test_running_run_collected_then_replaced_by_final_version(local_testbed):
+    bed = local_testbed(hosts=1)
+    run_id, run_dir = make_run(bed, outputs={"*": ["log.txt"]}, files={"node0": {"log.txt": b"epoch 1\n"}})
+    with bed.store.tx() as db:
+        db.execute("UPDATE runs SET status='running', ended=NULL WHERE id=?", (run_id,))
+    # --all leaves a running run alone; naming it collects what it has so far
+    skipped = collect_runs(None, Path("results"), all_runs=True)[0]
+    assert skipped.ok and not skipped.hosts and "skipped" in skipped.notes[0]
+    r = collect_runs([run_id], Path("results"))[0]
+    assert r.ok and r.hosts[0].sent == 6 and "still running" in r.notes[0]
+    local = Path("results/demo") / run_id / "node0/log.txt"
+    assert local.read_bytes() == b"epoch 1\n"
+    m = json.loads((Path("results/demo") / run_id / "manifest.json").read_text())
+    assert {f["path"] for f in m["files"]} >= {"log.txt", "rank0.out"}
+    # the run goes on and ends: the early copy is replaced by the final one, not refused
+    put(bed, "node0", f"{run_dir}/log.txt", b"epoch 1\nepoch 2\n")
+    with bed.store.tx() as db:
+        db.execute("UPDATE runs SET status='succeeded', ended=? WHERE id=?", (time.time(), run_id))
+    r2 = collect_runs([run_id], Path("results"))[0]
+    assert r2.ok, r2.problems()
+    assert local.read_bytes() == b"epoch 1\nepoch 2\n" and r2.hosts[0].sent == 1
+    rows = bed.store.query("SELECT path, size FROM collected WHERE run_id=?", (run_id,))
+    assert all(row["size"] >= 0 for row in rows)
+    m = json.loads((Path("results/demo") / run_id / "manifest.json").read_text())
+    assert {f["path"]: f["sha256"] for f in m["files"]}["log.txt"] == hashlib.sha256(local.read_bytes()).hexdigest()
