@@ -12,9 +12,11 @@ File format (data-driven; the first line holds what the message must contain)::
     # set: VAR=value VAR2=value                 ({tmp} is the case's working directory)
     # code: 1                                   (optional; default: 2, bad input)
     # touches: state                            (optional; the command may record the testbed)
+    # install: experiments                      (optional; where the .yml goes, default inventories)
+    # xfail: reason                             (optional; a known bug, strict: fixing it flips the test)
 
-``*.yml`` files are installed as ``inventories/<stem>.yml`` of an empty working directory; ``*.args`` files
-hold the command line (shell words) on their first non-comment line.
+``*.yml`` files are installed as ``inventories/<stem>.yml`` (or ``experiments/``) of an empty working directory;
+``*.args`` files hold the command line (shell words) on their first non-comment line.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class Case:
     set: dict[str, str] = field(default_factory=dict)
     code: int = 2
     touches_state: bool = False
+    install: str = "inventories"
+    xfail: str | None = None
 
 
 def parse_case(path: Path) -> Case:
@@ -56,7 +60,7 @@ def parse_case(path: Path) -> Case:
     expect = [f.strip() for f in m.group(1).split("&&") if f.strip()]
     meta: dict[str, str] = {}
     for ln in lines[1:]:
-        mm = re.match(r"#\s*(cmd|unset|set|code|touches):\s*(.*)$", ln)
+        mm = re.match(r"#\s*(cmd|unset|set|code|touches|install|xfail):\s*(.*)$", ln)
         if mm:
             meta[mm.group(1)] = mm.group(2).strip()
     if path.suffix == ".args":
@@ -65,10 +69,12 @@ def parse_case(path: Path) -> Case:
         argv = shlex.split(meta.get("cmd", "provision {name}").replace("{name}", path.stem))
     sets = dict(kv.split("=", 1) for kv in shlex.split(meta.get("set", "")))
     return Case(path, expect, argv, meta.get("unset", "").split(), sets, int(meta.get("code", "2")),
-                meta.get("touches") == "state")
+                meta.get("touches") == "state", meta.get("install", "inventories"), meta.get("xfail"))
 
 
 CASES = sorted(p for p in CORPUS.iterdir() if p.suffix in (".yml", ".args"))
+PARAMS = [pytest.param(p, id=p.name, marks=[pytest.mark.xfail(strict=True, reason=x)] if (x := parse_case(p).xfail)
+                       else []) for p in CASES]
 
 
 def _kernel_objects(home: Path, testbed: str) -> list[str]:
@@ -99,9 +105,10 @@ def _recorded(home: Path) -> list[tuple[str, ...]]:
 
 def _prepare(case: Case, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Working directory with the case's inventory, isolated TESTBED_HOME and the case's environment."""
-    (tmp / "inventories").mkdir()
+    for d in ("inventories", "experiments"):
+        (tmp / d).mkdir()
     if case.path.suffix == ".yml":
-        (tmp / "inventories" / case.path.name).write_text(case.path.read_text())
+        (tmp / case.install / case.path.name).write_text(case.path.read_text())
     env = dict(os.environ)
     for pat in case.unset:
         for k in list(env):
@@ -164,7 +171,7 @@ def test_corpus_is_big_enough() -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("path", CASES, ids=[p.name for p in CASES])
+@pytest.mark.parametrize("path", PARAMS)
 def test_bad_input(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                    capsys: pytest.CaptureFixture[str]) -> None:
     case = parse_case(path)
