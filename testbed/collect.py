@@ -343,6 +343,16 @@ def _remote_dir(info: dict[str, Any], run_id: str) -> str:
     return shlex.quote(d)
 
 
+_PY_HASH = shlex.quote("""import hashlib, sys
+for p in sys.stdin.buffer.read().split(b"\\0")[:-1]:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    print(h.hexdigest())
+""")
+
+
 def listing_script(run_dir_words: str, patterns: list[str], known: Sequence[tuple[int, int, str, str]] = ()) -> str:
     """The bash script run on a host: run folder, rsync presence, then ``F<TAB>size<TAB>mtime<TAB>sha256<TAB>path``.
 
@@ -362,6 +372,10 @@ declare -A seen=() K=()
 files=()
 while IFS=$'\t' read -r ksz kmt ksha kpath; do K["$kpath"]="$ksz $kmt $ksha"; done <<'TB_KNOWN_EOF'
 {known_lines}TB_KNOWN_EOF
+tb_hash() {{  # NUL-separated paths in, one hex digest per line out (python's sha256 uses SHA-NI; coreutils may not)
+  if command -v python3 >/dev/null 2>&1; then python3 -c {_PY_HASH}
+  else xargs -0 sha256sum -- | sed 's/^\\//' | cut -c1-64; fi
+}}
 add() {{
   case "$1" in *$'\n'*) echo "@NOTE skipped a file with a newline in its name"; return ;; esac
   local f="${{1#./}}"
@@ -387,10 +401,11 @@ if ((${{#files[@]}})); then
       if [[ -n $k && "${{k% *}}" == "${{S[i]}}" ]]; then Hm[i]=${{k##* }}; else todo+=("$i"); fi
     done
     if ((${{#todo[@]}})); then
-      mapfile -t H < <(for i in "${{todo[@]}}"; do printf '%s\0' "${{files[i]}}"; done \
-                       | xargs -0 sha256sum -- | sed 's/^\\//' | cut -c1-64)
-      j=0
-      for i in "${{todo[@]}}"; do Hm[i]=${{H[j]-}}; j=$((j+1)); done
+      mapfile -t H < <(for i in "${{todo[@]}}"; do printf '%s\0' "${{files[i]}}"; done | tb_hash)
+      if [[ ${{#H[@]}} -eq ${{#todo[@]}} ]]; then
+        j=0
+        for i in "${{todo[@]}}"; do Hm[i]=${{H[j]}}; j=$((j+1)); done
+      fi
     fi
   fi
   if [[ ${{#S[@]}} -ne ${{#files[@]}} || ${{#Hm[@]}} -ne ${{#files[@]}} ]]; then

@@ -126,3 +126,29 @@ def test_build_manifest_from_state(tmp_path):
     path = mf.write(tmp_path / "out", m)
     assert mf.load(path.parent) == json.loads(path.read_text()) == m
     assert mf.load(tmp_path / "nothing") == {}
+
+
+def test_listing_reports_unreadable_files_and_hashes_without_python(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "a.txt").write_bytes(b"a")
+    (run / "b.txt").write_bytes(b"b")
+    script = listing_script(f"'{run}'", ["*.txt"])
+    # without python3 on the host: coreutils sha256sum gives the same digests
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for tool in ("bash", "stat", "xargs", "sha256sum", "sed", "cut", "find", "pwd"):
+        src = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
+        if src.startswith("/"):
+            (fake / tool).symlink_to(src)
+    out = subprocess.run([str(fake / "bash"), "-s"], input=script, capture_output=True, text=True,
+                         env={"PATH": str(fake)}, check=True).stdout
+    lst, problem = parse_listing(out)
+    assert problem is None and lst.files["a.txt"] == (1, hashlib.sha256(b"a").hexdigest())
+    # a file the hasher could not read is an error, never a silently missing file
+    (fake / "python3").write_text("#!/bin/sh\necho 'PermissionError' >&2; exit 1\n")
+    (fake / "python3").chmod(0o755)
+    (fake / "sh").symlink_to("/bin/sh")
+    out = subprocess.run([str(fake / "bash"), "-s"], input=script, capture_output=True, text=True,
+                         env={"PATH": str(fake)}, check=True).stdout
+    assert parse_listing(out)[1] == "a file vanished or is unreadable while it was being checksummed"
