@@ -195,3 +195,11 @@ def test_artifact_suites_on_samples(tmp_path):
     piv = list(csv.DictReader((res.path.parent / "collectives_emu_vs_ori.csv").open()))
     assert [(r["collective"], r["size"], float(r["emu_over_ori"])) for r in piv] == [("allreduce", "1024", 0.8),
                                                                                       ("allreduce", "1048576", 0.8)]
+
+
+def test_fault_drill_event_times_from_manifest_iso_or_state_floats() -> None:
+    from testbed.report.suites.fault_drill import event_time
+
+    assert event_time("2026-11-22T02:47:56.933Z") == pytest.approx(1795315676.933)
+    assert event_time(1795315676.5) == 1795315676.5
+    assert event_time("not a time") is None and event_time(None) is None

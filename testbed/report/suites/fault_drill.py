@@ -33,6 +33,20 @@ def load_logs(run: RunDir, rep: Report) -> list[Logged]:
     return logged
 
 
+def event_time(ts: object) -> float | None:
+    """An event's time as unix seconds: the manifest writes ISO 8601 (``...Z``); state keeps floats."""
+    if isinstance(ts, int | float):
+        return float(ts)
+    if isinstance(ts, str):
+        from datetime import datetime
+
+        try:
+            return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
 def nearest_step(logged: list[Logged], ts: float) -> int | None:
     """The global step of the row logged nearest in time to ``ts``."""
     if not logged:
@@ -55,13 +69,14 @@ def report(run: RunDir, rep: Report) -> None:
     marks = []
     ev_rows = []
     for ev in run.events:
-        kind, ts = str(ev.get("kind")), ev.get("ts")
-        if kind not in MARKS or not isinstance(ts, int | float):
+        kind, ts = str(ev.get("kind")), event_time(ev.get("ts"))
+        if kind not in MARKS or ts is None:
             continue
         step = nearest_step(logged, float(ts))
         ev_rows.append([kind, ev.get("host"), ts, step])
-        if step is not None:
-            marks.append((float(step), f"{kind} ({ev.get('host') or '?'})", MARKS[kind]))
+        if step is not None and kind not in {m[1].split(" ")[0] for m in marks} \
+                and not (kind == "failed" and any(m[1].startswith("fault") for m in marks)):
+            marks.append((float(step), f"{kind} ({ev['host']})" if ev.get("host") else kind, MARKS[kind]))
     rep.table("event_steps", ["kind", "host", "ts", "nearest_global_step"], ev_rows,
               "Fault and recovery events mapped to the nearest logged step (by time)")
 
