@@ -523,7 +523,7 @@ def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local test
     c = console()
     steps: list[list[str]] = [
         ["provision", "local"],
-        ["exec", "local", "--", "echo $(hostname) $(hostname -I) $(nproc) cpus, boot $(cut -c1-8 /proc/sys/kernel/random/boot_id)"],
+        ["exec", "local", "--", "echo $(hostname) $(hostname -I) boot $(cut -c1-8 /proc/sys/kernel/random/boot_id)"],
         ["setup", "local", "--profile", "local-suites"],
         ["run", "mpi-hello", "--on", "local", "--no-setup"],
         ["run", "fault-drill", "--on", "local", "--no-setup"],
