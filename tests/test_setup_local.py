@@ -99,7 +99,7 @@ def served(bed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
     srv = http.server.ThreadingHTTPServer((gw, 0), functools.partial(_Quiet, directory=str(root)))
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     url = f"http://{gw}:{srv.server_address[1]}"
-    yield {"url": url, "root": root, "blob_sha": hashlib.sha256(blob).hexdigest(),
+    yield {"url": url, "host": gw, "root": root, "blob_sha": hashlib.sha256(blob).hexdigest(),
            "tar_sha": hashlib.sha256(buf.getvalue()).hexdigest()}
     srv.shutdown()
 
@@ -131,6 +131,7 @@ def test_tesla_profile_then_noop(bed: Any, served: dict[str, Any]) -> None:
     offline = {"tesla_pip_packages": ["tbprobe==1.0"], "tesla_verify_imports": ["tbprobe"],
                "python_env_pip_extra_index_urls": [], "python_env_pip_no_index": True,
                "python_env_pip_find_links": [f"{url}/wheels/"],
+               "python_env_pip_extra_args": f"--trusted-host {served['host']}",
                "tesla_repo": f"{url}/vit.git", "tesla_version": "main"}
     first = _apply_twice(bed, "tesla", profile="tesla", extra_vars=offline)
     assert first.changed > 0 and set(first.hosts) == {h.name for h in bed.hosts}
