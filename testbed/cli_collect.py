@@ -44,6 +44,8 @@ def collect_cmd(
 
     Example: testbed collect --all --to results/
     """
+    import threading
+
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
@@ -53,12 +55,16 @@ def collect_cmd(
     bar = Progress(TextColumn("collect"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=err,
                    transient=True, disable=json_out or not err.is_terminal)
     task = bar.add_task("collect", total=0)
+    lock = threading.Lock()
+    grand = [0]
 
-    def progress(_host: str, advance: int, total: int) -> None:
-        if total:
-            bar.update(task, total=(bar.tasks[0].total or 0) + total)
-        if advance:
-            bar.advance(task, advance)
+    def progress(_host: str, advance: int, total: int) -> None:  # called from the per-host threads
+        with lock:
+            if total:
+                grand[0] += total
+                bar.update(task, total=grand[0])
+            if advance:
+                bar.advance(task, advance)
 
     with bar:
         results = collect_runs(runs or None, to, all_runs=all_runs, progress=progress)
