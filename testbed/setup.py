@@ -557,6 +557,16 @@ def _check_limit(limit: list[str] | None, names: list[str]) -> list[str] | None:
     return out
 
 
+def _controller_site_packages() -> str | None:
+    """The site-packages of testbed's own env when it holds torch (what the local suites need)."""
+    import importlib.util
+    import sysconfig
+
+    if importlib.util.find_spec("torch") is None:
+        return None
+    return sysconfig.get_paths()["purelib"]
+
+
 def apply(testbed: str, *, profile: str | None = None, suite: str | None = None, roles: list[str] | None = None,
           check: bool = False, limit: list[str] | None = None, extra_vars: dict[str, Any] | None = None,
           on_event: EventHandler | None = None, forks: int | None = None) -> SetupResult:
@@ -580,6 +590,9 @@ def apply(testbed: str, *, profile: str | None = None, suite: str | None = None,
     provider = (rec or {}).get("provider") or (spec.kind if spec is not None else "")
     variables["testbed_provider"] = provider
     variables["testbed_offline"] = provider == "local"  # local hosts have no route out of this machine
+    shared = _controller_site_packages() if provider == "local" else None
+    if shared:  # local hosts see this machine's files: they can use the controller's env as a shared one
+        variables["testbed_controller_site_packages"] = shared
     extravars = {**(dict(spec.vars) if spec is not None else {}), **(extra_vars or {})}
 
     base = ansible_dir()
