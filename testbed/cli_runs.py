@@ -104,15 +104,17 @@ def _setup(s: Any, testbed: str, no_setup: bool) -> None:
 
 
 def _collect(run_ids: list[str]) -> None:
-    import importlib.util
+    """``run --collect``: the run's outputs into results/ as soon as it ended; problems are one error."""
     from pathlib import Path
 
-    if importlib.util.find_spec("testbed.collect") is None:
-        _console(stderr=True).print("[yellow]--collect: testbed.collect is not available[/yellow]")
-        return
-    from testbed import collect  # type: ignore[attr-defined]
+    from testbed import collect
 
-    collect.collect_runs(run_ids, to=Path("results"))
+    results = collect.collect_runs(run_ids, to=Path("results"))
+    for r in results:
+        _console().print(f"collected {r.run_id} -> {r.path} ({r.files_sent} files sent)")
+    problem = collect.format_problems(results)
+    if problem is not None:
+        raise problem
 
 
 def _show_dry_run(plan: dict[str, Any], json_out: bool) -> None:
