@@ -555,8 +555,20 @@ def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local test
 # entry point ----------------------------------------------------------------------------------------
 def main() -> None:
     """Console-script entry: run the app and turn every error into one message and an exit code."""
+    usage_errors, aborts = _click_exceptions()
     try:
-        app()
+        rc = app(standalone_mode=False)
+    except usage_errors as e:  # Typer/Click's own usage errors, in our one-message format
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `testbed`: the help, as asked for
+            sys.stdout.write(e.format_message() + "\n")
+            sys.exit(0)
+        cmd = e.ctx.command_path if e.ctx is not None else "testbed"
+        err = UsageError(e.format_message(), where=f"command line ({cmd})", fix=f"see '{cmd} --help'")
+        console(stderr=True).print(f"[bold red]error:[/bold red] {_escape(err.render())}")
+        sys.exit(2)
+    except aborts:
+        console(stderr=True).print("[yellow]interrupted[/yellow]")
+        sys.exit(130)
     except TestbedError as e:
         if _debug:
             import traceback
@@ -573,6 +585,25 @@ def main() -> None:
         console(stderr=True).print(f"[bold red]internal error:[/bold red] {type(e).__name__}: {_escape(str(e))}\n"
                                    "  fix:   run again with --debug for the traceback and report it")
         sys.exit(1)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _click_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """Usage-error and abort classes of the Click that Typer uses (recent Typer vendors its own)."""
+    import importlib
+
+    usage: list[type[BaseException]] = []
+    aborts: list[type[BaseException]] = []
+    for mod in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            continue
+        for name, bucket in (("UsageError", usage), ("Abort", aborts)):
+            cls = getattr(m, name, None)
+            if isinstance(cls, type) and issubclass(cls, BaseException):
+                bucket.append(cls)
+    return tuple(usage), tuple(aborts)
 
 
 def _escape(s: str) -> str:

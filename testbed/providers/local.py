@@ -294,7 +294,9 @@ class LocalProvider(Provider):
     def _start_host(self, sl: HostSlot) -> None:
         run("ip", "netns", "add", sl.netns)
         self.store.add_resource(self.name, "netns", sl.netns, veth=sl.veth, host=sl.name)
-        run("ip", "link", "add", sl.veth, "type", "veth", "peer", "name", "eth0", "netns", sl.netns)
+        # a stable MAC per host: a host restarted after a kill keeps it, so no stale ARP entry on the bridge
+        mac = f"02:{self.tag[0:2]}:{self.tag[2:4]}:{self.tag[4:6]}:{sl.index // 256:02x}:{sl.index % 256:02x}"
+        run("ip", "link", "add", sl.veth, "type", "veth", "peer", "name", "eth0", "address", mac, "netns", sl.netns)
         run("ip", "link", "set", sl.veth, "master", self.bridge, "up")
         ns = ("ip", "-n", sl.netns)
         run(*ns, "link", "set", "lo", "up")
@@ -369,6 +371,8 @@ class LocalProvider(Provider):
             _wait_gone([int(p) for p in pids if p.isdigit()])
         run("ip", "link", "del", sl.veth, check=False)
         run("ip", "netns", "del", sl.netns, check=False)
+        if sl.address:
+            run("ip", "neigh", "flush", "to", sl.address, check=False)
         sl.pidfile.unlink(missing_ok=True)
         if not keep_disk:
             shutil.rmtree(sl.root, ignore_errors=True)
@@ -379,8 +383,9 @@ class LocalProvider(Provider):
             for r in self.store.resources(self.name, "netns"):
                 if r["id"] not in known:  # a host from an older, larger spec
                     i = len(known)
-                    known[r["id"]] = HostSlot(i, r["info"].get("host", r["id"]), "", r["id"],
-                                              r["info"].get("veth", ""), self.base / "hosts" / r["info"].get("host", "x"))
+                    host = r["info"].get("host", r["id"])
+                    veth = r["info"].get("veth", "")
+                    known[r["id"]] = HostSlot(i, host, "", r["id"], veth, self.base / "hosts" / host)
             hosts = [sl.name for sl in known.values()]
             ssh.close_connections(self.name, hosts, remove=True)
             for sl in known.values():
