@@ -60,7 +60,9 @@ case "$(basename "$0")" in reboot) sig=USR1 ;; esac
 for a in "$@"; do
   case "$a" in -r|--reboot) sig=USR1 ;; -c) exit 0 ;; esac
 done
-setsid sh -c "sleep 1; kill -$sig 1" >/dev/null 2>&1 </dev/null &
+# the calling shell may be zsh, which HUPs its background jobs on exit: the delayed signal ignores HUP
+trap '' HUP
+nohup setsid sh -c "sleep 1; kill -$sig 1" >/dev/null 2>&1 </dev/null &
 exit 0
 """
 
