@@ -221,28 +221,22 @@ class TpuProvider(Provider):
                 raise self._err(e, action, where) from None
             raise
 
-    def _get_node(self, nid: str) -> Any | None:
-        """The node, or None when it does not exist."""
+    def _get_or_none(self, fn: Any, name: str, what: str) -> Any | None:
+        """A node or queued resource by full name, or None when it does not exist."""
         try:
-            return self.client().get_node(name=self.node_name(nid), retry=self._retry(),
-                                          timeout=self.polling.rpc_timeout)
+            return fn(name=name, retry=self._retry(), timeout=self.polling.rpc_timeout)
         except Exception as e:
             if is_not_found(e):
                 return None
             if is_api_error(e):
-                raise self._err(e, f"read TPU node {nid}", self.node_name(nid)) from None
+                raise self._err(e, f"read {what}", name) from None
             raise
 
+    def _get_node(self, nid: str) -> Any | None:
+        return self._get_or_none(self.client().get_node, self.node_name(nid), f"TPU node {nid}")
+
     def _get_qr(self, qid: str) -> Any | None:
-        try:
-            return self.client().get_queued_resource(name=self.qr_name(qid), retry=self._retry(),
-                                                     timeout=self.polling.rpc_timeout)
-        except Exception as e:
-            if is_not_found(e):
-                return None
-            if is_api_error(e):
-                raise self._err(e, f"read queued resource {qid}", self.qr_name(qid)) from None
-            raise
+        return self._get_or_none(self.client().get_queued_resource, self.qr_name(qid), f"queued resource {qid}")
 
     def _op_done(self, op: Any, what: str, where: str) -> bool:
         """Poll an operation once; True when done, a TestbedError when it ended in error."""

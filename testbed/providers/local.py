@@ -364,13 +364,18 @@ class LocalProvider(Provider):
                                script], capture_output=True, text=True, timeout=timeout, check=False)
 
     # destroy --------------------------------------------------------------------------------------
+    def _kill_processes(self, sl: HostSlot) -> None:
+        """SIGKILL every process in the host's namespace (its init first among them) and wait them out."""
+        if not self._netns_exists(sl):
+            return
+        pids = run("ip", "netns", "pids", sl.netns, check=False).stdout.split()
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(p), 9)
+        _wait_gone([int(p) for p in pids if p.isdigit()])
+
     def _teardown_host(self, sl: HostSlot, keep_disk: bool) -> None:
-        if self._netns_exists(sl):
-            pids = run("ip", "netns", "pids", sl.netns, check=False).stdout.split()
-            for p in pids:
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(p), 9)
-            _wait_gone([int(p) for p in pids if p.isdigit()])
+        self._kill_processes(sl)
         run("ip", "link", "del", sl.veth, check=False)
         run("ip", "netns", "del", sl.netns, check=False)
         if sl.address:
@@ -404,13 +409,7 @@ class LocalProvider(Provider):
     # faults ---------------------------------------------------------------------------------------
     def kill_host(self, host: str) -> None:
         """Kill every process of ``host`` at once (like pulling its power); provision brings it back."""
-        sl = self.slot(host)
-        if self._netns_exists(sl):
-            pids = run("ip", "netns", "pids", sl.netns, check=False).stdout.split()
-            for p in pids:
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(p), 9)
-            _wait_gone([int(p) for p in pids if p.isdigit()])
+        self._kill_processes(self.slot(host))
         self.store.set_host_state(self.name, host, "down")
 
     def cut_network(self, host: str) -> None:
@@ -441,8 +440,9 @@ class LocalProvider(Provider):
                 continue
             if not self._alive(sl):
                 h.state = "down"
-            elif run("ip", "-j", "link", "show", sl.veth, check=False).stdout.find('"UP"') < 0 and h.state == "cut":
-                h.state = "cut"
+            else:  # alive: cut off when its link into the bridge is administratively down
+                link = json.loads(run("ip", "-j", "link", "show", sl.veth, check=False).stdout or "[{}]")
+                h.state = "up" if "UP" in (link[0].get("flags") or []) else "cut"
         return hosts
 
 

@@ -29,11 +29,11 @@ class Halt(Exception):
     pass
 
 
-def _on_usr1(signum, frame):  # noqa: ARG001
+def _on_usr1(signum, frame):
     raise Reboot
 
 
-def _on_term(signum, frame):  # noqa: ARG001
+def _on_term(signum, frame):
     raise Halt
 
 
