@@ -162,13 +162,13 @@ def status(target: Annotated[str | None, typer.Argument(help="A testbed name or 
     tb = _known_testbed(st, target)
     hosts = st.hosts(target)
     extra: dict[str, Any] = {}
-    try:
+    try:  # a spec that no longer loads still lets status show what state knows
         p = provider_for(target, st)
         extra = p.describe()
         if probe:
             hosts = p.refresh()
     except TestbedError:
-        p = None
+        pass
     if probe:
         from testbed import remote
 

@@ -577,7 +577,7 @@ def apply(testbed: str, *, profile: str | None = None, suite: str | None = None,
     rec, hosts, spec = _load_spec(testbed)
     if not hosts:
         raise UsageError(f"testbed '{testbed}' has no hosts", where="state",
-                         fix=f"provision it first: testbed up {testbed}")
+                         fix=f"provision it first: testbed provision {testbed}")
     default_profile = (spec.profile if spec is not None else None) or "base"
     plan = resolve_plan(profile=profile, suite=suite, roles=roles, default_profile=default_profile)
     names = [h.name for h in hosts]
