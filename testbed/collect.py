@@ -119,6 +119,7 @@ class CollectResult:
 @dataclass
 class _Listing:
     run_dir: str = ""
+    home: str = ""
     rsync: bool = False
     files: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> (size, sha256)
     mtimes: dict[str, int] = field(default_factory=dict)  # path -> mtime on the host (s)
@@ -200,7 +201,13 @@ def _run_hosts(st: Store, run_id: str, testbed: str, info: dict[str, Any]) -> li
 
 
 def _patterns(info: dict[str, Any], host: str) -> tuple[list[str], list[str]]:
-    """(patterns, notes): the logs plus the run's declared outputs for ``host``; unsafe patterns dropped."""
+    """(patterns, notes): the logs plus the run's declared outputs for ``host``.
+
+    Outputs may be relative to the run folder, ``~/``-relative or absolute; suites are checked when they load
+    (``suite.output_pattern_problem``), so a pattern refused here comes from a hand-edited state only.
+    """
+    from testbed.suite import output_pattern_problem
+
     outputs = info.get("outputs") or {}
     declared: list[str] = []
     if isinstance(outputs, list):
@@ -209,12 +216,50 @@ def _patterns(info: dict[str, Any], host: str) -> tuple[list[str], list[str]]:
         declared = [str(p) for p in (outputs.get("*") or [])] + [str(p) for p in (outputs.get(host) or [])]
     pats, notes = list(LOG_PATTERNS), []
     for p in declared:
-        parts = p.split("/")
-        if not p or p.startswith("/") or ".." in parts or "\n" in p:
-            notes.append(f"output pattern {p!r} ignored: patterns are relative to the run folder")
+        problem = output_pattern_problem(p)
+        if problem:
+            notes.append(f"output pattern {p!r} ignored: {problem}")
         elif p not in pats:
             pats.append(p)
     return pats, notes
+
+
+HOME_DIR = "@home"
+"""Where files matched by ``~/`` output globs land in a host's results folder (``<host>/@home/<path>``)."""
+ROOT_DIR = "@root"
+"""Where files matched by absolute output globs land (``<host>/@root/<absolute path>``)."""
+
+
+def host_path(lst: _Listing, key: str) -> str:
+    """The file's path on the host, for a path in a host's results folder."""
+    if key.startswith(HOME_DIR + "/"):
+        return f"{lst.home}/{key[len(HOME_DIR) + 1:]}"
+    if key.startswith(ROOT_DIR + "/"):
+        return "/" + key[len(ROOT_DIR) + 1:]
+    return f"{lst.run_dir}/{key}"
+
+
+def origin(key: str, run_dir: str) -> str:
+    """Where a file of a host's results folder came from on the host (``~/``, absolute or in the run folder)."""
+    if key.startswith(HOME_DIR + "/"):
+        return "~/" + key[len(HOME_DIR) + 1:]
+    if key.startswith(ROOT_DIR + "/"):
+        return "/" + key[len(ROOT_DIR) + 1:]
+    return f"{run_dir.rstrip('/')}/{key}"
+
+
+def _roots(lst: _Listing, paths: list[str]) -> list[tuple[str, str, list[str]]]:
+    """(host folder, local sub-folder, paths relative to both) for each root the paths live under."""
+    groups: dict[str, list[str]] = {}
+    for p in paths:
+        top = p.split("/", 1)[0]
+        groups.setdefault(top if top in (HOME_DIR, ROOT_DIR) else "", []).append(
+            p[len(top) + 1:] if top in (HOME_DIR, ROOT_DIR) else p)
+    out = []
+    for top, rel in groups.items():
+        remote = {"": lst.run_dir, HOME_DIR: lst.home, ROOT_DIR: ""}[top]
+        out.append((remote, top, rel))
+    return out
 
 
 def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | None, timeout: float,
@@ -281,7 +326,9 @@ def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | Non
         "SELECT host, path, sha256, size FROM collected WHERE run_id=? AND size>=0", (run_id,))}
     listed.update(ctx.verified)
     host_names = {h.name for h in hosts}
-    files = [{"host": h, "path": p, "sha256": sha, "size": size} for (h, p), (sha, size) in listed.items()
+    rdir = str(info.get("run_dir") or f"{RUNS_DIR}/{run_id}")
+    files = [{"host": h, "path": p, "from": origin(p, rdir), "sha256": sha, "size": size}
+             for (h, p), (sha, size) in listed.items()
              if h in host_names and (folder / h / p).is_file()]
     man = mf.build(st, run_id, hosts=hosts, facts=facts, software=software, files=files, provider=tb["provider"])
     res.manifest = mf.write(folder, man)
@@ -366,6 +413,11 @@ def listing_script(run_dir_words: str, patterns: list[str], known: Sequence[tupl
 export LC_ALL=C
 if ! cd -- {run_dir_words} 2>/dev/null; then echo "@NODIR"; else
 echo "@DIR $(pwd -P)"
+echo "@HOME $HOME"
+tb_ref=$(mktemp)  # files outside the run folder count only when written since the run folder was made
+tb_since=$(stat -c %Z tb-rank.sh 2>/dev/null || echo 0)
+touch -d "@$((tb_since - 2))" "$tb_ref" 2>/dev/null || touch -t 197001010000 "$tb_ref"
+trap 'rm -f "$tb_ref"' EXIT
 if command -v rsync >/dev/null 2>&1; then echo "@RSYNC 1"; else echo "@RSYNC 0"; fi
 shopt -s nullglob dotglob globstar
 declare -A seen=() K=()
@@ -376,24 +428,39 @@ tb_hash() {{  # NUL-separated paths in, one hex digest per line out (python's sh
   if command -v python3 >/dev/null 2>&1; then python3 -c {_PY_HASH}
   else xargs -0 sha256sum -- | sed 's/^\\//' | cut -c1-64; fi
 }}
-add() {{
+add() {{  # a matched path -> its place in the results folder: run-relative, @home/..., @root/...
   case "$1" in *$'\n'*) echo "@NOTE skipped a file with a newline in its name"; return ;; esac
   local f="${{1#./}}"
-  if [[ -z "${{seen[$f]+x}}" ]]; then seen[$f]=1; files+=("$f"); fi
+  case "$kind" in
+    home) f="{HOME_DIR}/${{f#"$HOME"/}}" ;;
+    root) f="{ROOT_DIR}$f" ;;
+    *) case "$f" in {HOME_DIR}/*|{ROOT_DIR}/*)
+         echo "@NOTE skipped $f: {HOME_DIR}/ and {ROOT_DIR}/ hold the files from outside the run folder"; return ;;
+       esac ;;
+  esac
+  if [[ -z "${{seen[$f]+x}}" ]]; then seen[$f]=1; tb_src["$f"]=$1; files+=("$f"); fi
 }}
+declare -A tb_src=()
 for pat in {pats}; do
-  n=0
+  n=0; old=0
+  case "$pat" in "~/"*) kind=home; glob="${{pat#"~/"}}" ;; /*) kind=root; glob=$pat ;; *) kind=run; glob=$pat ;; esac
   IFS=$'\n'
-  for m in $pat; do
-    if [[ -d $m ]]; then
-      while IFS= read -r -d '' x; do add "$x"; n=$((n+1)); done < <(find -L "$m" -type f -print0 2>/dev/null)
-    elif [[ -f $m ]]; then add "$m"; n=$((n+1)); fi
-  done
+  if [[ $kind == home ]]; then ms=("$HOME"/$glob); else ms=($glob); fi
   unset IFS
-  [[ $n -eq 0 ]] && printf '@NOMATCH %s\n' "$pat"
+  for m in "${{ms[@]}}"; do
+    if [[ -d $m ]]; then
+      newer=(); [[ $kind == run ]] || newer=(-newer "$tb_ref")
+      while IFS= read -r -d '' x; do add "$x"; n=$((n+1))
+      done < <(find -L "$m" -type f "${{newer[@]}}" -print0 2>/dev/null)
+    elif [[ -f $m ]]; then
+      if [[ $kind == run || $m -nt $tb_ref ]]; then add "$m"; n=$((n+1)); else old=$((old+1)); fi
+    fi
+  done
+  [[ $old -gt 0 ]] && printf '@NOTE %s: %s matching file(s) left out: not written during this run\n' "$pat" "$old"
+  [[ $n -eq 0 && $old -eq 0 ]] && printf '@NOMATCH %s\n' "$pat"
 done
 if ((${{#files[@]}})); then
-  mapfile -t S < <(printf '%s\0' "${{files[@]}}" | xargs -0 stat -L -c '%s %Y' --)
+  mapfile -t S < <(for f in "${{files[@]}}"; do printf '%s\0' "${{tb_src[$f]}}"; done | xargs -0 stat -L -c '%s %Y' --)
   declare -a Hm=() todo=()
   if [[ ${{#S[@]}} -eq ${{#files[@]}} ]]; then
     for i in "${{!files[@]}}"; do
@@ -401,7 +468,7 @@ if ((${{#files[@]}})); then
       if [[ -n $k && "${{k% *}}" == "${{S[i]}}" ]]; then Hm[i]=${{k##* }}; else todo+=("$i"); fi
     done
     if ((${{#todo[@]}})); then
-      mapfile -t H < <(for i in "${{todo[@]}}"; do printf '%s\0' "${{files[i]}}"; done | tb_hash)
+      mapfile -t H < <(for i in "${{todo[@]}}"; do printf '%s\0' "${{tb_src[${{files[i]}}]}}"; done | tb_hash)
       if [[ ${{#H[@]}} -eq ${{#todo[@]}} ]]; then
         j=0
         for i in "${{todo[@]}}"; do Hm[i]=${{H[j]}}; j=$((j+1)); done
@@ -483,6 +550,8 @@ def parse_listing(stdout: str) -> tuple[_Listing, str | None]:
             return lst, ln
         elif ln.startswith("@DIR "):
             lst.run_dir = ln[5:]
+        elif ln.startswith("@HOME "):
+            lst.home = ln[6:].rstrip("/")
         elif ln.startswith("@RSYNC "):
             lst.rsync = ln.endswith("1")
         elif ln.startswith("@NOMATCH "):
@@ -582,7 +651,7 @@ def _transfer_host(ctx: _Ctx, host: str, lst: _Listing, hc: HostCollect) -> None
         p = conflicts[0]
         local_sha = sha256_file(hdir / p) if (hdir / p).is_file() else "not a file"
         more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
-        hc.error = (f"refusing to overwrite {hdir / p}{more}: it differs from {host}:{lst.run_dir}/{p} "
+        hc.error = (f"refusing to overwrite {hdir / p}{more}: it differs from {host}:{host_path(lst, p)} "
                     f"(local sha256 {local_sha[:12]}…, host {lst.files[p][1][:12]}…); results are never "
                     f"overwritten with different content: move the local copy away or collect into another --to")
         hc.missing += conflicts
@@ -605,7 +674,7 @@ def _transfer_host(ctx: _Ctx, host: str, lst: _Listing, hc: HostCollect) -> None
         if not bad:
             break
         if attempt == 2:
-            hc.error = hc.error or (f"checksum mismatch for {host}:{lst.run_dir}/{bad[0]}"
+            hc.error = hc.error or (f"checksum mismatch for {host}:{host_path(lst, bad[0])}"
                                     f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''} after a retry: "
                                     f"the file changes on the host or the transfer corrupts it")
             hc.missing += bad
@@ -646,7 +715,18 @@ def _fetch(ctx: _Ctx, host: str, lst: _Listing, paths: list[str], hc: HostCollec
 
 
 def _fetch_rsync(ctx: _Ctx, host: str, lst: _Listing, paths: list[str], hc: HostCollect) -> str | None:
-    hdir = ctx.folder / host
+    """One rsync per root the paths live under (the run folder, the home folder, ``/``)."""
+    for remote_root, local_sub, rel in _roots(lst, paths):
+        err = _rsync_root(ctx, host, remote_root, ctx.folder / host / local_sub if local_sub else ctx.folder / host,
+                          rel, hc)
+        if err is not None:
+            return err
+    return None
+
+
+def _rsync_root(ctx: _Ctx, host: str, remote_root: str, hdir: Path, paths: list[str],
+                hc: HostCollect) -> str | None:
+    hdir.mkdir(parents=True, exist_ok=True)
     rsh = shlex.join(["ssh", *_ssh_opts(ctx), "-o", "ControlMaster=no"])
     with tempfile.NamedTemporaryFile("wb", prefix="testbed-files-") as fl, tempfile.TemporaryFile() as err:
         fl.write(b"".join(p.encode() + b"\0" for p in paths))
@@ -655,7 +735,7 @@ def _fetch_rsync(ctx: _Ctx, host: str, lst: _Listing, paths: list[str], hc: Host
                 f"--timeout={max(1, int(ctx.io_timeout))}", "-e", rsh]
         if ctx.bwlimit_kbps:
             argv.append(f"--bwlimit={int(ctx.bwlimit_kbps)}")
-        argv += [f"{host}:{lst.run_dir}/", f"{hdir}/"]
+        argv += [f"{host}:{remote_root}/", f"{hdir}/"]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
         assert proc.stdout is not None
@@ -783,7 +863,7 @@ def _fetch_sftp(ctx: _Ctx, host: str, lst: _Listing, paths: list[str], hc: HostC
             hc.resumed += 1
         else:
             tmp.unlink(missing_ok=True)
-        src = _sftp_arg(f"{lst.run_dir}/{p}", remote=True)
+        src = _sftp_arg(host_path(lst, p), remote=True)
         lines.append(f"{verb} {src} {_sftp_arg(str(tmp.absolute()), remote=False)}")
     alive = max(1, int(ctx.io_timeout) // 3)
     argv = ["sftp", *_ssh_opts(ctx), "-o", "ControlMaster=no", "-o", "ControlPath=none",

@@ -193,6 +193,11 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     addr = {h.name: h.address for h in hosts}
     env_lines = _env_lines(suite.env)
 
+    def environment(ctx: dict[str, Any]) -> str | None:
+        if not suite.environment:
+            return None
+        return render(suite.environment, ctx, shell=False, where=f"{suite.name}: environment") or None
+
     def ranks_for(attempt: int, command: str) -> list[dict[str, Any]]:
         out = []
         for k, (h, local) in enumerate(rank_slots):
@@ -202,7 +207,8 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
                    for key, v in launch.env.items()}
             out.append({"rank": k, "host": h, "address": addr[h], "attempt": attempt,
                         "command": render(command, ctx, where=f"{suite.name}: steps.launch.command"),
-                        "env": env, "cwd": render(launch.cwd, ctx, where="launch.cwd") if launch.cwd else None})
+                        "env": env, "cwd": render(launch.cwd, ctx, where="launch.cwd") if launch.cwd else None,
+                        "environment": environment(ctx)})
         return out
 
     ranks = ranks_for(0, launch.command)
@@ -222,7 +228,8 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
             out.append({"name": name, "kind": "run", "hosts": sel, "timeout": s.timeout,
                         "cwd": render(s.cwd, ctx, where=f"{where}.cwd") if s.cwd else None,
                         "commands": {h: render(s.run, {**ctx, "host": h, "address": addr[h]}, where=where)
-                                     for h in sel}})
+                                     for h in sel},
+                        "environments": {h: environment({**ctx, "host": h, "address": addr[h]}) for h in sel}})
         return out
 
     for f in chosen:

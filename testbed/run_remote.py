@@ -44,8 +44,38 @@ def cd_run(run_dir: str) -> str:
     return f'cd "$HOME"/{shlex.quote(rel)}' if run_dir.startswith("~/") else f"cd {shlex.quote(rel)}"
 
 
-def step_script(plan: dict[str, Any], command: str, cwd: str | None = None) -> str:
-    lines = [cd_run(plan["run_dir"]) + " || exit 97", *plan["env"]]
+ENV_MISSING = 96
+"""Exit status of a step or rank whose suite environment does not exist on the host."""
+
+
+def activate(prefix: str | None) -> list[str]:
+    """Shell lines entering the venv or conda env at ``prefix`` (``~/`` allowed), or failing clearly.
+
+    A venv is entered with its own ``bin/activate``; a conda env (no ``bin/activate`` of its own) by putting its
+    ``bin`` first on PATH, setting ``CONDA_PREFIX`` and sourcing its ``etc/conda/activate.d`` scripts, which is
+    what ``conda activate`` does without needing conda's shell hook on the host.
+    """
+    if not prefix:
+        return []
+    from testbed.suite import shell_quote
+
+    p = shell_quote(prefix.rstrip("/") or "/").replace("~/", '"$HOME"/', 1) if prefix.startswith("~/") \
+        else shell_quote(prefix)
+    return [
+        f"tb_env={p}",
+        'if [ ! -x "$tb_env/bin/python" ] && [ ! -d "$tb_env/bin" ]; then '
+        'echo "testbed: the suite\'s environment $tb_env does not exist on $(hostname); apply the suite\'s profile '
+        f'(testbed setup ... --suite ...) or fix \'environment:\' in the suite" >&2; exit {ENV_MISSING}; fi',
+        'if [ -f "$tb_env/bin/activate" ] && [ ! -d "$tb_env/conda-meta" ]; then . "$tb_env/bin/activate"; else '
+        'PATH="$tb_env/bin:$PATH"; CONDA_PREFIX="$tb_env"; CONDA_DEFAULT_ENV="$tb_env"; '
+        'export PATH CONDA_PREFIX CONDA_DEFAULT_ENV; '
+        'for tb_f in "$tb_env"/etc/conda/activate.d/*.sh; do [ -f "$tb_f" ] && . "$tb_f"; done; fi',
+    ]
+
+
+def step_script(plan: dict[str, Any], command: str, cwd: str | None = None, environment: str | None = None) -> str:
+    lines = [cd_run(plan["run_dir"]) + " || exit 97", "export PYTHONUNBUFFERED=1", *activate(environment),
+             *plan["env"]]
     if cwd:
         lines.append(f"cd {cwd} || exit 97")
     return "\n".join([*lines, command]) + "\n"
@@ -55,7 +85,8 @@ def rank_script(plan: dict[str, Any], r: dict[str, Any]) -> str:
     from testbed.suite import shell_quote
 
     env = [f"export {k}={shell_quote(v)}" for k, v in r["env"].items()]
-    body = [cd_run(plan["run_dir"]) + " || exit 97", *plan["env"], *env]
+    body = [cd_run(plan["run_dir"]) + " || exit 97", "export PYTHONUNBUFFERED=1", *activate(r.get("environment")),
+            *plan["env"], *env]
     if r.get("cwd"):
         body.append(f"cd {r['cwd']} || exit 97")
     return "\n".join([*body, r["command"]]) + "\n"
@@ -208,7 +239,9 @@ def run_step(plan: dict[str, Any], step: dict[str, Any], timeout: float) -> list
     import asyncio
 
     async def go() -> list[remote.HostResult]:
-        coros = [remote.run_async(plan["testbed"], [h], sh(step_script(plan, step["commands"][h], step.get("cwd"))),
+        envs = step.get("environments") or {}
+        coros = [remote.run_async(plan["testbed"], [h],
+                                  sh(step_script(plan, step["commands"][h], step.get("cwd"), envs.get(h))),
                                   timeout=step.get("timeout") or timeout) for h in step["hosts"]]
         return [x for res in await asyncio.gather(*coros) for x in res]
 

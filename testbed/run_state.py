@@ -137,4 +137,8 @@ def describe_exit(code: int) -> str:
             return f"signal {code - 128} ({signal.Signals(code - 128).name})"
         except ValueError:
             return f"signal {code - 128}"
+    if code == 96:
+        return "exit 96 (the suite's environment does not exist on the host: apply its profile first)"
+    if code == 97:
+        return "exit 97 (the run folder or the step's working folder is missing on the host)"
     return f"exit {code}"

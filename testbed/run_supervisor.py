@@ -288,8 +288,23 @@ class Supervisor:
             log.error("internal error: %s", traceback.format_exc())
             return self.finish("failed", f"internal error in the supervisor: {type(e).__name__}: {e}")
 
+    def missed(self) -> None:
+        """Record every chosen fault that never fired (its log line never appeared, or the run ended first)."""
+        for f in self.plan["faults"]:
+            if f["name"] in self.fired:
+                continue
+            if f["when"] is not None:
+                why = (f"rank {f['watch_rank']} on {f['watch_host']} never logged a line matching /{f['when']}/ "
+                       f"(rank{f['watch_rank']}.out and .err)")
+            else:
+                why = f"the run ended before {float(f['at']):g} s after launch"
+            rs.event(self.st, self.run_id, "fault-missed", f["host"], fault=f["name"], reason=why)
+            log.info("fault never fired: %s: %s", f["name"], why)
+
     def finish(self, status: str, reason: str | None, host: str | None = None) -> str:
         now = time.time()
+        if rs.get(self.st, self.run_id) and rs.require(self.st, self.run_id)["status"] in rs.ACTIVE:
+            self.missed()
         if rs.update(self.st, self.run_id, status=status, reason=reason, ended=now, only_active=True):
             with self.st.tx() as db:
                 db.execute("UPDATE run_hosts SET status='stopped', ended=?, reason=COALESCE(reason, ?) "

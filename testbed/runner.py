@@ -119,6 +119,8 @@ def describe_event(ev: dict[str, Any]) -> str:
             ("" if d.get("ok", True) else f" (did not work: {d.get('error') or d.get('output', '')})")
     if k == "failed":
         return f"failure: {d.get('reason')}"
+    if k == "fault-missed":
+        return f"fault '{d.get('fault')}' never fired: {d.get('reason')}"
     if k == "recovery":
         return f"recovery after '{d.get('fault')}' (attempt {d.get('attempt')}): {', '.join(d.get('steps', []))}"
     if k == "relaunched":
@@ -198,7 +200,7 @@ def status_command(run_id: str, *, json_out: bool = False) -> None:
                   escape(r["reason"] or ""))
     c.print(t)
     for e in data["events"]:
-        if e["kind"] in ("fault", "failed", "recovery", "relaunched", "restore", "stopping"):
+        if e["kind"] in ("fault", "fault-missed", "failed", "recovery", "relaunched", "restore", "stopping"):
             ev = {"kind": e["kind"], "host": e["host"], "detail": e}
             c.print(f"[dim]{_ts(e['ts'])}[/dim] {escape(describe_event(ev))}")
     if restarted:

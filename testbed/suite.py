@@ -176,7 +176,11 @@ class Suite(Strict):
     env: dict[str, str] = Field(default_factory=dict)
     steps: Steps
     timeouts: Timeouts = Field(default_factory=Timeouts)
-    outputs: list[str] | dict[str, list[str]] = Field(default_factory=list)
+    outputs: list[str] | dict[str, list[str]] = Field(
+        default_factory=list, description="globs of files to collect: relative to the run folder, '~/'-relative "
+        "or absolute; a list for every host, or a mapping of host selections (all, master, ...) to lists")
+    environment: str | None = Field(None, description="the venv or conda env (its prefix, e.g. ~/vit_env) every "
+                                    "step and rank runs in; a template (per host and rank)")
     checks: list[Check] = Field(default_factory=list)
     faults: dict[str, Fault] = Field(default_factory=dict)
     default_faults: list[str] = Field(default_factory=list)
@@ -241,7 +245,48 @@ def load_suite(name_or_path: str) -> Suite:
     data.setdefault("name", path.stem)
     suite = yamlfile.validate(Suite, data, path, located)
     suite.source = str(path)
+    outs = suite.outputs.items() if isinstance(suite.outputs, dict) else [(None, suite.outputs)]
+    for key, globs in outs:
+        for i, pattern in enumerate(globs):
+            problem = output_pattern_problem(pattern)
+            if problem:
+                loc: tuple[Any, ...] = ("outputs", key, i) if key is not None else ("outputs", i)
+                line = located.line(loc)
+                raise UsageError(f"{path.name}: output pattern {pattern!r} cannot be collected: {problem}",
+                                 where=f"{path}:{line}" if line else str(path),
+                                 fix="write a glob relative to the run folder (out/*.csv), to the home folder "
+                                     "(~/repo/log/**) or absolute (/tmp/app_*.log), starting with a fixed folder")
     return suite
+
+
+def output_pattern_problem(pattern: str) -> str | None:
+    """Why collect could not honour an output glob (None: it can).
+
+    Accepted: relative to the run folder (``out/*.csv``), to the home folder (``~/repo/log/**``) or absolute
+    (``/tmp/app_*.log``). Refused: empty, control characters, ``..``, another user's home (``~user``), shell
+    expansions (``$VAR``, backquotes, braces) and globs so broad they would copy a whole disk or home folder.
+    """
+    if not isinstance(pattern, str) or not pattern.strip():
+        return "it is empty"
+    if any(ord(c) < 32 for c in pattern):
+        return "it holds a control character (newline, tab, ...)"
+    if any(c in pattern for c in "$`{}\\"):
+        return "shell expansions ($VAR, `cmd`, {a,b}, backslashes) are not applied to output globs"
+    if pattern.startswith("~") and not pattern.startswith("~/"):
+        return "only your own home folder (~/...) can be named, not another user's"
+    parts = [p for p in pattern.split("/") if p]
+    if ".." in parts:
+        return "'..' is not allowed (name the folder directly, absolute or under ~/)"
+    if pattern.startswith(("/", "~/")):
+        first = parts[1] if pattern.startswith("~/") and len(parts) > 1 else (parts[0] if parts else "")
+        if not first or pattern.rstrip("/") in ("/", "~") or (pattern.startswith("/") and _is_glob(first)) \
+                or first == "**":
+            return "it is too broad (it would copy a whole disk or home folder)"
+    return None
+
+
+def _is_glob(part: str) -> bool:
+    return any(c in part for c in "*?[")
 
 
 def list_suites() -> dict[str, Path]:

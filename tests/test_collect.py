@@ -362,3 +362,40 @@ def test_running_run_collected_then_replaced_by_final_version(local_testbed):
     assert all(row["size"] >= 0 for row in rows)
     m = json.loads((Path("results/demo") / run_id / "manifest.json").read_text())
     assert {f["path"]: f["sha256"] for f in m["files"]}["log.txt"] == hashlib.sha256(local.read_bytes()).hexdigest()
+
+
+def test_outputs_under_home_and_absolute_paths(local_testbed):
+    """``~/`` and absolute output globs are collected (rsync and sftp) under @home/ and @root/, with their origin
+    in the manifest; a matching file older than the run folder belongs to an earlier run and is left alone."""
+    bed = local_testbed(hosts=2)
+    tag = secrets.token_hex(3)
+    for h in bed.hosts:
+        sh(bed, h.name, f"mkdir -p /tmp/tb-{tag} ~/proj-{tag}/log/old && echo stale > /tmp/tb-{tag}/app_9.log "
+                        f"&& echo stale > ~/proj-{tag}/log/old/x.csv")
+    time.sleep(3)  # the stale files are older than the run folder made next
+    run_id, run_dir = make_run(bed, outputs={"*": [f"~/proj-{tag}/log/**", f"/tmp/tb-{tag}/app_*.log", "own.txt"]},
+                               files={h.name: {"own.txt": h.name.encode(), "tb-rank.sh": b"#!/bin/sh\n"}
+                                      for h in bed.hosts})
+    for h in bed.hosts:
+        sh(bed, h.name, f"mkdir -p ~/proj-{tag}/log/run1 && echo 'epoch,loss' > ~/proj-{tag}/log/run1/metrics.csv "
+                        f"&& echo {h.name} > /tmp/tb-{tag}/app_0.log")
+    sh(bed, "node1", "while p=$(command -v rsync); do mv \"$p\" \"$p.hidden\"; hash -r; done")
+    r = collect_runs([run_id], Path("results"))[0]
+    assert r.ok, r.problems()
+    assert {h.host: h.method for h in r.hosts} == {"node0": "rsync", "node1": "sftp"}
+    folder = Path("results/demo") / run_id
+    for h in bed.hosts:
+        got = tree(folder / h.name)
+        assert f"@home/proj-{tag}/log/run1/metrics.csv" in got and f"@root/tmp/tb-{tag}/app_0.log" in got, got
+        assert not any("old/x.csv" in k or "app_9" in k for k in got), got  # written before the run
+        assert (folder / h.name / f"@root/tmp/tb-{tag}/app_0.log").read_text() == f"{h.name}\n"
+        assert got["own.txt"] == hashlib.sha256(h.name.encode()).hexdigest()
+        hc = next(x for x in r.hosts if x.host == h.name)
+        assert any("not written during this run" in n for n in hc.notes), hc.notes
+    m = json.loads((folder / "manifest.json").read_text())
+    origins = {(f["host"], f["path"]): f["from"] for f in m["files"]}
+    assert origins[("node0", f"@root/tmp/tb-{tag}/app_0.log")] == f"/tmp/tb-{tag}/app_0.log"
+    assert origins[("node1", f"@home/proj-{tag}/log/run1/metrics.csv")] == f"~/proj-{tag}/log/run1/metrics.csv"
+    assert origins[("node0", "own.txt")] == f"{run_dir}/own.txt"
+    again = collect_runs([run_id], Path("results"))[0]  # unchanged: nothing sent
+    assert again.ok and again.files_sent == 0, again.problems()

@@ -37,6 +37,10 @@ def add_summary(run: RunDir, rep: Report) -> None:
         rep.table("events", ["ts", "kind", "host", "detail"],
                   [[e.get("ts"), e.get("kind"), e.get("host"), _scalar(e.get("detail"))] for e in run.events],
                   "Events")
+        for e in run.events:
+            detail = e.get("detail") if isinstance(e.get("detail"), dict) else {}
+            if e.get("kind") == "fault-missed":
+                rep.check(f"fault '{detail.get('fault')}' fired", False, str(detail.get("reason") or "never fired"))
     rep.skip(run.notes)
 
 
