@@ -44,9 +44,14 @@ def _save(st: Store, cid: str, points: list[dict[str, Any]], status: str | None 
             db.execute("UPDATE campaigns SET status=? WHERE id=?", (status, cid))
 
 
-def create_or_resume(suite: str, testbed: str, points: list[dict[str, Any]], faults: list[str] | None) -> str:
-    """The campaign for these points: a new one, or the unfinished one with the same id (resumed)."""
-    cid = campaign_id(suite, testbed, points, faults)
+def create_or_resume(suite: str, testbed: str, points: list[dict[str, Any]], faults: list[str] | None,
+                     sources: dict[str, str] | None = None) -> str:
+    """The campaign for these points: a new one, or the unfinished one with the same id (resumed).
+
+    ``sources``: --source overrides, applied to every run (a different override is a different campaign).
+    """
+    cid = campaign_id(suite, testbed, points, faults) if not sources else \
+        campaign_id(suite, testbed, [*points, {"__sources__": sources}], faults)
     st = Store.open_default()
     row = get(st, cid)
     if row is None:
@@ -54,7 +59,7 @@ def create_or_resume(suite: str, testbed: str, points: list[dict[str, Any]], fau
             db.execute("INSERT INTO campaigns(id, suite, testbed, points, status, created, info) VALUES "
                        "(?,?,?,?,?,?,?)", (cid, suite, testbed, json.dumps(
                            [{"params": p, "run_id": None, "status": "todo"} for p in points]),
-                           "running", time.time(), json.dumps({"faults": faults})))
+                           "running", time.time(), json.dumps({"faults": faults, "sources": sources or {}})))
     elif row["status"] != "running":
         _save(st, cid, row["points"], "running")
     st.close()
@@ -72,10 +77,11 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
         raise UsageError(f"no campaign '{cid}'", where="state", fix="testbed run SUITE --matrix")
     points, suite, testbed = row["points"], row["suite"], row["testbed"]
     faults = row["info"].get("faults")
+    src = row["info"].get("sources") or None
     all_hosts = [h.name for h in st.hosts(testbed)]
     needs = []
     for p in points:  # every point checked up front (bad templates, too few hosts) before anything starts
-        needs.append(len(runner.plan_run(suite, testbed, p["params"], faults=faults)["hosts"]))
+        needs.append(len(runner.plan_run(suite, testbed, p["params"], faults=faults, sources=src)["hosts"]))
     skipped = sum(1 for p in points if p["status"] in DONE)
     if skipped:
         progress(f"campaign {cid}: resuming; {skipped}/{len(points)} runs already finished (not repeated)")
@@ -104,7 +110,8 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
             free = [h for h in all_hosts if h not in busy]
             if len(free) < needs[i]:
                 break  # keep the matrix order: wait for hosts
-            plan = runner.plan_run(suite, testbed, p["params"], faults=faults, only_hosts=free)
+            plan = runner.plan_run(suite, testbed, p["params"], faults=faults, only_hosts=free,
+                                       sources=src)
             p.update(run_id=plan["run_id"], status="pending")
             _save(st, cid, points)
             runner.start_run(plan, campaign=cid)

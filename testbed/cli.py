@@ -225,6 +225,9 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.")],
           = None,
           var: Annotated[list[str] | None, typer.Option("--var", "-e", help="Extra variable key=value (repeatable).")]
           = None,
+          source: Annotated[list[str] | None, typer.Option("--source", help="NAME=PATH|URL[@REF]: build a profile's "
+                                                                            "source from a local checkout, fork or "
+                                                                            "mirror (repeatable).")] = None,
           json_out: JsonOpt = False) -> None:
     """Apply Ansible roles to the testbed: a profile, a suite's profile, or single roles.
 
@@ -244,6 +247,9 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.")],
             raise UsageError(f"bad --var '{kv}'", where="command line", fix="use --var key=value")
         k, v = kv.split("=", 1)
         extra[k.strip()] = v
+    builds = _setup_sources(name, profile, suite, source or [])
+    if builds:
+        extra["testbed_source_overrides"] = builds
     kw: dict[str, Any] = {"profile": profile, "suite": suite, "roles": role or None, "check": check,
                           "limit": [x.strip() for x in limit.split(",") if x.strip()] if limit else None,
                           "extra_vars": extra or None}
@@ -257,6 +263,29 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.")],
                            fix="read the Ansible output above; fix the role or the host, then run setup again")
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _setup_sources(name: str, profile: str | None, suite: str | None, given: list[str]) -> dict[str, Any]:
+    """--source and the testbed spec's ``sources:`` as the source_build role's overrides (checked here)."""
+    from testbed import sources
+    from testbed.spec import load_testbed
+
+    spec = load_testbed(name)
+    src_of_suite: dict[str, str] = {}
+    if suite:
+        from testbed.suite import load_suite
+
+        s = load_suite(suite)
+        profile, src_of_suite = s.profile, {x.name: x.repo for x in s.sources}
+    builds = sources.profile_builds(profile or spec.profile)
+    cli = sources.parse(given)
+    known = {**{k: f"suite source {v}" for k, v in src_of_suite.items()},
+             **{k: f"profile build {v}" for k, v in builds.items()}}
+    merged = {k: v for k, v in spec.sources.items() if k in known}
+    merged.update(cli)
+    if not merged:
+        return {}
+    return sources.for_setup(sources.resolve_all(merged, known), src_of_suite, builds)
 
 
 # exec / ssh ------------------------------------------------------------------------------------------

@@ -40,6 +40,9 @@ def run(
                                                             "nothing.")] = False,
     collect: Annotated[bool, typer.Option("--collect", help="Collect outputs into results/ afterwards.")] = False,
     no_setup: Annotated[bool, typer.Option("--no-setup", help="Skip applying the suite's profile.")] = False,
+    source: Annotated[list[str] | None, typer.Option("--source", help="NAME=PATH|URL[@REF]: run a suite source or "
+                                                                      "profile build from a local checkout, a fork "
+                                                                      "or a mirror (repeatable).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a suite on a testbed: setup, prepare, launch detached ranks, faults, recovery, post.
@@ -49,19 +52,21 @@ def run(
     Example: testbed run fault-drill --on local
     """
     from testbed import runner
+    from testbed import sources as sources_mod
     from testbed import suite as suite_mod
     from testbed.errors import TestbedError
 
     s = suite_mod.load_suite(suite)
     given = suite_mod.parse_assignments(param or [])
+    src = sources_mod.parse(source or [])
     faults = [] if no_faults else (fault or None)
     tb = on or s.testbed or "local"
     if matrix:
-        return _campaign(s, tb, given, faults, detach, dry_run, no_setup, collect, json_out)
-    plan = runner.plan_run(s, on, given, faults=faults, dry_run=dry_run)
+        return _campaign(s, tb, given, faults, detach, dry_run, no_setup, collect, json_out, src)
+    plan = runner.plan_run(s, on, given, faults=faults, dry_run=dry_run, sources=src)
     if dry_run:
         return _show_dry_run(plan, json_out)
-    _setup(s, plan["testbed"], no_setup)
+    _setup(s, plan["testbed"], no_setup, plan.get("source_overrides"))
     run_id = runner.start_run(plan)
     c = _console(stderr=True)
     c.print(f"run [bold]{run_id}[/bold] on {plan['testbed']} "
@@ -89,15 +94,19 @@ def run(
     c.print(f"[green]run {run_id} succeeded[/green]")
 
 
-def _setup(s: Any, testbed: str, no_setup: bool) -> None:
+def _setup(s: Any, testbed: str, no_setup: bool, overrides: dict[str, Any] | None = None) -> None:
     import importlib.util
 
     if no_setup or not s.profile or importlib.util.find_spec("testbed.setup") is None:
         return
     from testbed import setup
+    from testbed import sources as sources_mod
     from testbed.errors import TestbedError
 
-    result = setup.apply_with_progress(testbed, console=_console(stderr=True), profile=s.profile)
+    resolved = {k: sources_mod.Override(**v) for k, v in (overrides or {}).items()}
+    builds = sources_mod.for_setup(resolved, {x.name: x.repo for x in s.sources}, sources_mod.profile_builds(s.profile))
+    extra = {"testbed_source_overrides": builds} if builds else None
+    result = setup.apply_with_progress(testbed, console=_console(stderr=True), profile=s.profile, extra_vars=extra)
     if not getattr(result, "ok", True):
         raise TestbedError(f"setup of '{testbed}' with profile '{s.profile}' failed", where=f"testbed {testbed}",
                            fix="see the summary above; fix and rerun, or pass --no-setup")
@@ -140,7 +149,7 @@ def _show_dry_run(plan: dict[str, Any], json_out: bool) -> None:
 
 
 def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, detach: bool, dry_run: bool,
-              no_setup: bool, collect: bool, json_out: bool) -> None:
+              no_setup: bool, collect: bool, json_out: bool, src: dict[str, str] | None = None) -> None:
     import subprocess
     import sys
 
@@ -149,7 +158,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
 
     points = suite_mod.expand_matrix(s, given)
     if dry_run:
-        plans = [runner.plan_run(s, tb, p, faults=faults, dry_run=True) for p in points]
+        plans = [runner.plan_run(s, tb, p, faults=faults, dry_run=True, sources=src) for p in points]
         if json_out:
             from testbed.run_plan import dry_run_lines
 
@@ -158,8 +167,9 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
         for p in plans:
             _show_dry_run(p, False)
         return
-    _setup(s, tb, no_setup)
-    cid = campaign.create_or_resume(s.name, tb, points, faults)
+    first = runner.plan_run(s, tb, points[0], faults=faults, sources=src)  # checks the overrides before any host
+    _setup(s, tb, no_setup, first.get("source_overrides"))
+    cid = campaign.create_or_resume(s.name, tb, points, faults, src)
     c = _console(stderr=True)
     c.print(f"campaign [bold]{cid}[/bold]: {len(points)} runs of {s.name} on {tb}")
     if detach:

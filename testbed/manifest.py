@@ -103,7 +103,8 @@ def facts_script(*, facts: bool, python: str | None = None, sources: dict[str, A
         ]
     if python is not None:
         lines += [
-            f"tb_py={shlex.quote(python or 'python3')}",
+            "tb_py=" + ('"$HOME"/' + shlex.quote(python[2:]) if python.startswith("~/")
+                        else shlex.quote(python or "python3")),
             'command -v "$tb_py" >/dev/null 2>&1 || tb_py=python3',
             'if command -v "$tb_py" >/dev/null 2>&1; then',
             "  printf \"@P %s\\n\" \"$(\"$tb_py\" -c 'import platform,sys;print(platform.python_version(), "
@@ -115,8 +116,9 @@ def facts_script(*, facts: bool, python: str | None = None, sources: dict[str, A
         for name, src in sorted((sources or {}).items()):
             path = str((src or {}).get("path") or "")
             if path:
+                word = '"$HOME"/' + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
                 lines.append(f"printf '@S %s\\t%s\\n' {shlex.quote(str(name))} "
-                             f"\"$(git -C {shlex.quote(path)} rev-parse HEAD 2>/dev/null)\"")
+                             f"\"$(git -C {word} rev-parse HEAD 2>/dev/null)\"")
     return "\n".join(lines) + "\n"
 
 
@@ -212,6 +214,9 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
         src = src if isinstance(src, dict) else {}
         sources_out[name] = {"repo": src.get("repo"), "ref": src.get("ref"),
                              "commit": commits.get(name) or src.get("commit") or None}
+        for extra in ("override", "uncommitted_changes"):
+            if src.get(extra):
+                sources_out[name][extra] = src[extra]
     events = [{"ts": iso(e["ts"]), "kind": e["kind"], "host": e["host"], "detail": json.loads(e["detail"] or "{}")}
               for e in store.query("SELECT ts, kind, host, detail FROM events WHERE run_id=? ORDER BY seq",
                                    (run_id,))]

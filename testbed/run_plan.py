@@ -166,8 +166,15 @@ def _env_lines(env: dict[str, str]) -> list[str]:
 
 
 def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id: str | None = None,
-               faults: list[str] | None = None, only_hosts: list[str] | None = None) -> dict[str, Any]:
-    """Render every command of one run. Raises UsageError (bad template, unknown fault) before any host."""
+               faults: list[str] | None = None, only_hosts: list[str] | None = None,
+               overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Render every command of one run. Raises UsageError (bad template, unknown fault) before any host.
+
+    ``overrides``: resolved source overrides (``testbed.sources.Override`` by name).
+    """
+    from testbed import sources as sources_mod
+
+    overrides = overrides or {}
     rid = run_id or new_run_id(suite.name)
     if faults is None and "fault" in suite.parameters and "fault" in params:  # a 'fault' parameter picks it
         faults = [] if params["fault"] in ("", "none", None) else [str(params["fault"])]
@@ -276,18 +283,32 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     checks = [{"name": c.name, "file": c.file, "contains": c.contains,
                "hosts": _select(c.on, hosts, ranks, f"{suite.name}: checks.{c.name}")} for c in suite.checks]
     sources = []
+    files: dict[str, str] = {}
+    source_info: dict[str, dict[str, Any]] = {}
     for s in suite.sources:
         path = shell_quote(s.path)
-        cmd = (f"if [ -d {path}/.git ]; then git -C {path} fetch --quiet origin; "
-               f"else git clone --quiet {shlex.quote(s.repo)} {path}; fi")
-        if s.ref:
-            cmd += f" && git -C {path} checkout --quiet {shlex.quote(s.ref)}"
+        o = overrides.get(s.name)
+        source_info[s.name] = {"repo": s.repo, "ref": s.ref, "path": s.path}
+        if o is not None and o.kind == "path":
+            files[f"src-{s.name}.bundle"] = o.bundle
+            cmd = sources_mod.checkout_command(path, o, shlex.quote(f"src-{s.name}.bundle"))
+            source_info[s.name] = {"repo": o.location, "ref": o.ref or o.commit, "path": s.path,
+                                   "override": o.given, "commit": o.commit, "uncommitted_changes": o.dirty}
+            sources.append({"name": s.name, "kind": "run", "hosts": [h.name for h in hosts], "timeout": None,
+                            "cwd": None, "commands": {h.name: cmd for h in hosts}})
+            continue
+        repo, ref = (o.location, o.ref) if o is not None else (s.repo, s.ref)
+        if o is not None:
+            source_info[s.name] = {"repo": repo, "ref": ref, "path": s.path, "override": o.given}
+        cmd = (f"if [ -d {path}/.git ]; then git -C {path} remote set-url origin {shlex.quote(repo)} && "
+               f"git -C {path} fetch --quiet origin; else git clone --quiet {shlex.quote(repo)} {path}; fi")
+        if ref:
+            cmd += f" && git -C {path} -c advice.detachedHead=false checkout --quiet {shlex.quote(ref)}"
         if s.submodules:
             cmd += (f" && git -C {path} -c url.https://github.com/.insteadOf=git@github.com: "
                     "submodule update --init --recursive --quiet")  # ssh submodule URLs need no key
         sources.append({"name": s.name, "kind": "run", "hosts": [h.name for h in hosts], "timeout": None,
                         "cwd": None, "commands": {h.name: cmd for h in hosts}})
-    files = {}
     for rel in suite.files:
         p = (suite.dir / rel).resolve()
         if not p.is_file():
@@ -300,7 +321,8 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
         "profile": suite.profile, "placeholder_hosts": tb.placeholder, "run_dir": rdir,
         "hosts": [{"name": h.name, "address": h.address} for h in hosts], "master": hosts[0].name,
         "files": files, "generated": {"hostfile": hostfile}, "env": env_lines,
-        "sources": sources, "prepare": steps(suite.steps.prepare, "prepare"), "ranks": ranks,
+        "sources": sources, "source_info": source_info, "prepare": steps(suite.steps.prepare, "prepare"),
+        "ranks": ranks, "source_overrides": {k: o.to_dict() for k, o in overrides.items()},
         "faults": fplans, "post": steps(suite.steps.post, "post"), "checks": checks, "outputs": outputs,
         "timeouts": suite.timeouts.model_dump(),
     }

@@ -39,7 +39,11 @@ def create(st: Store, plan: dict[str, Any], campaign: str | None = None) -> None
     now = time.time()
     info = {"outputs": plan["outputs"], "run_dir": plan["run_dir"], "hosts": [h["name"] for h in plan["hosts"]],
             "faults": [f["name"] for f in plan["faults"]], "world_size": len(plan["ranks"]),
-            "plan": str(save_plan(plan)), "attempt": 0, "fired": [], "recovered": []}
+            "plan": str(save_plan(plan)), "attempt": 0, "fired": [], "recovered": [],
+            "sources": plan.get("source_info") or {}}
+    env = next((r.get("environment") for r in plan["ranks"] if r.get("environment")), None)
+    if env:
+        info["python"] = env.rstrip("/") + "/bin/python"  # the manifest's pip freeze is of the run's environment
     with st.tx() as db:
         db.execute("INSERT INTO runs(id, suite, testbed, params, status, campaign, created, info) "
                    "VALUES (?,?,?,?,?,?,?,?)", (plan["run_id"], plan["suite"], plan["testbed"],

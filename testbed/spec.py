@@ -139,6 +139,8 @@ class TestbedSpec(Strict):
     profile: str | None = "base"
     groups: dict[str, list[str]] = Field(default_factory=dict)
     vars: dict[str, object] = Field(default_factory=dict, description="variables handed to set-up roles")
+    sources: dict[str, str] = Field(default_factory=dict, description="source overrides for every run and set-up "
+                                    "on this testbed (name: PATH|URL[@REF]), e.g. offline mirrors; --source wins")
     source: str | None = Field(None, exclude=True)
 
     @field_validator("groups")

@@ -1,0 +1,271 @@
+"""Source overrides: run an artifact from a local checkout, a fork or an offline mirror.
+
+``--source NAME=PATH|URL[@REF]`` (``testbed run`` and ``testbed setup``) and a testbed spec's ``sources:``
+mapping replace the repository of a suite source (``sources:`` in the suite) or of a profile build
+(``source_build_name``); a name matches either, and an override of a suite source also applies to the profile
+builds of the same repository. Everything is checked on the controller before any host is touched:
+
+- a **local path** (or ``file://`` URL) is snapshotted into a git bundle under the state home: a git
+  repository at REF (default: HEAD, plus uncommitted changes to tracked files, as ``git stash create`` sees
+  them), or a plain folder as it is (every file, a fresh commit). The bundle travels with the run (or set-up)
+  and the host checks out exactly that commit, so hosts need no network and the manifest names the commit;
+- a **URL** is asked for its refs (``git ls-remote``); the hosts clone it themselves. A REF that is neither a
+  branch nor a tag of it is refused, except a commit id, which only a clone can check (the host's checkout
+  fails with its own message then).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testbed import paths
+from testbed.errors import UsageError
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+HEX_RE = re.compile(r"^[0-9a-f]{7,40}$")
+BUNDLE_REF = "refs/heads/testbed-source"
+GIT_TIMEOUT = 60
+
+
+@dataclass
+class Override:
+    """One resolved override."""
+
+    name: str
+    given: str  # as the user wrote it (for messages and the manifest)
+    kind: str  # "path" (bundled here) or "url" (cloned by the hosts)
+    location: str  # absolute path or URL
+    ref: str | None = None
+    commit: str | None = None  # path kind: the commit in the bundle
+    bundle: str | None = None  # path kind: the bundle on the controller
+    dirty: bool = False  # path kind: uncommitted changes were included
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v not in (None, False)}
+
+
+def parse(items: list[str], where: str = "--source") -> dict[str, str]:
+    """``["name=spec", ...]`` -> {name: spec}; malformed items are refused."""
+    out: dict[str, str] = {}
+    for it in items:
+        name, sep, spec = it.partition("=")
+        name = name.strip()
+        if not sep or not NAME_RE.match(name) or not spec.strip():
+            raise UsageError(f"'{where} {it}' is not NAME=PATH|URL[@REF]", where=where,
+                             fix="e.g. --source jitc=~/src/open-jitc or --source vit=https://github.com/me/fork@main")
+        out[name] = spec.strip()
+    return out
+
+
+def _split_ref(spec: str) -> tuple[str, str | None]:
+    """(location, ref): the ref is what follows the last '@' when what precedes it is a path or a URL."""
+    at = spec.rfind("@")
+    if at <= 0 or at == len(spec) - 1:
+        return spec, None
+    loc, ref = spec[:at], spec[at + 1:]
+    if _is_url(loc) or Path(loc).expanduser().exists():
+        return loc, ref
+    return spec, None
+
+
+def _is_url(s: str) -> bool:
+    return "://" in s or bool(re.match(r"^[\w.-]+@[\w.-]+:", s))
+
+
+def _git(args: list[str], cwd: str | Path | None = None, *, env_extra: dict[str, str] | None = None,
+         timeout: float = GIT_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env_extra or {})}
+    try:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(["git", *args], 124, "", f"git {args[0]} timed out after {timeout:g} s")
+    except FileNotFoundError:
+        raise UsageError("git is not installed on this machine", where="controller",
+                         fix="apt-get install git (source overrides need it)") from None
+
+
+def resolve(name: str, spec: str, where: str = "--source") -> Override:
+    """Check one override and, for a local path, make its bundle. Raises UsageError before any host."""
+    loc, ref = _split_ref(spec)
+    if loc.startswith("file://"):
+        loc = loc[len("file://"):]
+    if _is_url(loc):
+        return _resolve_url(name, spec, loc, ref, where)
+    path = Path(loc).expanduser()
+    if not path.is_dir():
+        raise UsageError(f"source override {name}={spec}: {path} is not a folder", where=where,
+                         fix="give an existing checkout or folder, or a URL (https://..., git@host:repo)")
+    return _resolve_path(name, spec, path.resolve(), ref, where)
+
+
+def _resolve_url(name: str, spec: str, url: str, ref: str | None, where: str) -> Override:
+    r = _git(["ls-remote", url])
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        raise UsageError(f"source override {name}={spec}: cannot reach the repository ({last})", where=where,
+                         fix="check the URL and your credentials, or give a local checkout or mirror")
+    if ref:
+        refs = {ln.split("\t", 1)[1] for ln in r.stdout.splitlines() if "\t" in ln}
+        shas = {ln.split("\t", 1)[0] for ln in r.stdout.splitlines() if "\t" in ln}
+        known = {ref, f"refs/heads/{ref}", f"refs/tags/{ref}"} & refs
+        if not known and not any(s.startswith(ref) for s in shas) and not HEX_RE.match(ref):
+            raise UsageError(f"source override {name}={spec}: {url} has no branch or tag '{ref}'", where=where,
+                             fix="name an existing branch, tag or commit id (git ls-remote " + url + ")")
+    return Override(name, spec, "url", url, ref)
+
+
+def _resolve_path(name: str, spec: str, path: Path, ref: str | None, where: str) -> Override:
+    top = _git(["rev-parse", "--show-toplevel"], cwd=path)
+    bare = _git(["rev-parse", "--is-bare-repository"], cwd=path)
+    is_repo = (top.returncode == 0 and Path(top.stdout.strip()).resolve() == path) or \
+        (bare.returncode == 0 and bare.stdout.strip() == "true" and _git(["rev-parse", "--git-dir"], cwd=path)
+         .stdout.strip() in (".", str(path)))
+    cache = paths.home() / "sources"
+    cache.mkdir(parents=True, exist_ok=True)
+    dirty = False
+    if is_repo:
+        if ref:
+            r = _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=path)
+            if r.returncode != 0:
+                raise UsageError(f"source override {name}={spec}: {path} has no commit, branch or tag '{ref}'",
+                                 where=where, fix=f"git -C {shlex.quote(str(path))} log --oneline shows what it has")
+            commit = r.stdout.strip()
+        else:
+            head = _git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=path)
+            if head.returncode != 0:
+                raise UsageError(f"source override {name}={spec}: {path} has no commit yet", where=where,
+                                 fix="commit something first, or give a plain folder")
+            commit = head.stdout.strip()
+            stash = _git(["stash", "create"], cwd=path) if bare.stdout.strip() != "true" else None
+            if stash is not None and stash.returncode == 0 and stash.stdout.strip():
+                commit, dirty = stash.stdout.strip(), True
+        bundle = cache / f"{name}-{commit[:16]}.bundle"
+        if not bundle.is_file():
+            _bundle_from_repo(path, commit, bundle, name, spec, where)
+    else:
+        if ref:
+            raise UsageError(f"source override {name}={spec}: {path} is not a git repository, so it has no "
+                             f"'{ref}'", where=where, fix="drop @REF to use the folder as it is")
+        commit, bundle = _bundle_from_folder(path, cache, name, spec, where)
+    return Override(name, spec, "path", str(path), ref, commit, str(bundle), dirty)
+
+
+def _bundle_from_repo(repo: Path, commit: str, bundle: Path, name: str, spec: str, where: str) -> None:
+    """A bundle holding ``commit`` of ``repo`` under BUNDLE_REF; the user's repository is left untouched
+    (a scratch repository borrows its objects through ``objects/info/alternates``)."""
+    import tempfile
+
+    git_dir = _git(["rev-parse", "--absolute-git-dir"], cwd=repo).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="testbed-src-") as tmp:
+        _git(["init", "-q", "--bare", tmp])
+        (Path(tmp) / "objects" / "info").mkdir(parents=True, exist_ok=True)
+        (Path(tmp) / "objects" / "info" / "alternates").write_text(str(Path(git_dir) / "objects") + "\n")
+        for args in (["update-ref", BUNDLE_REF, commit], ["bundle", "create", str(bundle) + ".tmp", BUNDLE_REF]):
+            r = _git(args, cwd=tmp, timeout=600)
+            if r.returncode != 0:
+                raise UsageError(f"source override {name}={spec}: cannot bundle {repo} at {commit[:12]} "
+                                 f"({(r.stderr.strip().splitlines() or ['?'])[-1]})", where=where,
+                                 fix="check the repository (git fsck), or give a plain folder")
+    Path(str(bundle) + ".tmp").replace(bundle)
+
+
+def _bundle_from_folder(folder: Path, cache: Path, name: str, spec: str, where: str) -> tuple[str, Path]:
+    """Every file of ``folder`` as one commit in a bundle (deterministic: same files, same commit)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="testbed-src-") as tmp:
+        env = {"GIT_DIR": tmp, "GIT_WORK_TREE": str(folder), "GIT_AUTHOR_NAME": "testbed",
+               "GIT_AUTHOR_EMAIL": "testbed@localhost", "GIT_COMMITTER_NAME": "testbed",
+               "GIT_COMMITTER_EMAIL": "testbed@localhost", "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
+               "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
+        for args in (["init", "-q", "--bare", tmp], ["add", "-A", "-f", "."],
+                     ["commit", "-q", "--no-verify", "--no-gpg-sign", "-m", f"snapshot of {folder}"]):
+            r = _git(args, cwd=folder, env_extra=env, timeout=600)
+            if r.returncode != 0:
+                raise UsageError(f"source override {name}={spec}: cannot snapshot {folder} "
+                                 f"({(r.stderr.strip().splitlines() or ['?'])[-1]})", where=where,
+                                 fix="check that every file in the folder is readable")
+        commit = _git(["rev-parse", "HEAD"], cwd=folder, env_extra=env).stdout.strip()
+        bundle = cache / f"{name}-{commit[:16]}.bundle"
+        if not bundle.is_file():
+            _git(["update-ref", BUNDLE_REF, commit], cwd=folder, env_extra=env)
+            r = _git(["bundle", "create", str(bundle) + ".tmp", BUNDLE_REF], cwd=folder, env_extra=env, timeout=600)
+            if r.returncode != 0:
+                raise UsageError(f"source override {name}={spec}: cannot bundle {folder} ({r.stderr.strip()})",
+                                 where=where, fix="check free space under the state home")
+            Path(str(bundle) + ".tmp").replace(bundle)
+    return commit, bundle
+
+
+def repo_key(url: str) -> str:
+    """A repository URL normalised for matching (scheme, user, ``.git`` and case dropped)."""
+    u = url.strip().lower()
+    u = re.sub(r"^git@([^:]+):", r"\1/", u)
+    u = re.sub(r"^[a-z+]+://(?:[^@/]+@)?", "", u)
+    return u.removesuffix("/").removesuffix(".git")
+
+
+def profile_builds(profile: str | None) -> dict[str, str]:
+    """{source_build_name: repo} of a profile's source_build roles whose name is not a template."""
+    if not profile:
+        return {}
+    from ruamel.yaml import YAML
+
+    found = paths.find_resource("playbooks/profiles", f"{profile}.yml")
+    if found is None:
+        return {}
+    data = YAML(typ="safe").load(found.read_text()) or {}
+    out: dict[str, str] = {}
+    for r in data.get("roles") or []:
+        if isinstance(r, dict) and r.get("role") == "source_build":
+            v = r.get("vars") or {}
+            name, repo = str(v.get("source_build_name", "")), str(v.get("source_build_repo", ""))
+            if name and "{{" not in name:
+                out[name] = repo
+    return out
+
+
+def for_setup(overrides: dict[str, Override], suite_sources: dict[str, str],
+              builds: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The extra var ``testbed_source_overrides`` for the source_build role: {build name: override}."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, o in overrides.items():
+        targets = [name] if name in builds else []
+        if name in suite_sources:
+            key = repo_key(suite_sources[name])
+            targets += [b for b, repo in builds.items() if repo_key(repo) == key and b not in targets]
+        for b in targets:
+            out[b] = {"kind": o.kind, "location": o.location, "ref": o.ref, "commit": o.commit, "bundle": o.bundle}
+    return out
+
+
+def resolve_all(given: dict[str, str], known: dict[str, str], *, where: str = "--source") -> dict[str, Override]:
+    """Resolve ``given`` (name -> spec); ``known`` maps the names that may be overridden to what they are."""
+    import difflib
+
+    out: dict[str, Override] = {}
+    for name, spec in given.items():
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            raise UsageError(f"there is no source named '{name}' to override", where=f"{where} {name}=...",
+                             fix=(f"did you mean '{close[0]}'? " if close else "")
+                             + f"sources: {', '.join(sorted(known)) or 'none'}")
+        out[name] = resolve(name, spec, where)
+    return out
+
+
+def checkout_command(path_words: str, o: Override, bundle_word: str) -> str:
+    """Shell: put the override's commit (from the bundle in the run folder) at ``path_words`` on a host."""
+    c = shlex.quote(o.commit or "")
+    return (f'tb_b="$(pwd)"/{bundle_word}; if [ -d {path_words}/.git ]; then '
+            f'git -C {path_words} fetch --quiet "$tb_b" {BUNDLE_REF}; else '
+            f'mkdir -p {path_words} && git clone --quiet --no-checkout "$tb_b" {path_words}; fi '
+            f"&& git -C {path_words} -c advice.detachedHead=false checkout --quiet --force {c}")
