@@ -182,11 +182,12 @@ def _bundle_from_folder(folder: Path, cache: Path, name: str, spec: str, where: 
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="testbed-src-") as tmp:
-        env = {"GIT_DIR": tmp, "GIT_WORK_TREE": str(folder), "GIT_AUTHOR_NAME": "testbed",
+        _git(["init", "-q", tmp])
+        env = {"GIT_DIR": str(Path(tmp) / ".git"), "GIT_WORK_TREE": str(folder), "GIT_AUTHOR_NAME": "testbed",
                "GIT_AUTHOR_EMAIL": "testbed@localhost", "GIT_COMMITTER_NAME": "testbed",
                "GIT_COMMITTER_EMAIL": "testbed@localhost", "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
                "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
-        for args in (["init", "-q", "--bare", tmp], ["add", "-A", "-f", "."],
+        for args in (["add", "-A", "-f", "."],
                      ["commit", "-q", "--no-verify", "--no-gpg-sign", "-m", f"snapshot of {folder}"]):
             r = _git(args, cwd=folder, env_extra=env, timeout=600)
             if r.returncode != 0:
@@ -214,20 +215,15 @@ def repo_key(url: str) -> str:
 
 
 def profile_builds(profile: str | None) -> dict[str, str]:
-    """{source_build_name: repo} of a profile's source_build roles whose name is not a template."""
+    """{source_build_name: repo} of a profile's source_build roles (includes too) whose name is no template."""
     if not profile:
         return {}
-    from ruamel.yaml import YAML
+    from testbed.setup import load_profile
 
-    found = paths.find_resource("playbooks/profiles", f"{profile}.yml")
-    if found is None:
-        return {}
-    data = YAML(typ="safe").load(found.read_text()) or {}
     out: dict[str, str] = {}
-    for r in data.get("roles") or []:
-        if isinstance(r, dict) and r.get("role") == "source_build":
-            v = r.get("vars") or {}
-            name, repo = str(v.get("source_build_name", "")), str(v.get("source_build_repo", ""))
+    for step in load_profile(profile).steps:
+        if step.role == "source_build":
+            name, repo = str(step.vars.get("source_build_name", "")), str(step.vars.get("source_build_repo", ""))
             if name and "{{" not in name:
                 out[name] = repo
     return out
