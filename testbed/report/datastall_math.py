@@ -80,6 +80,8 @@ def _split_model(rest: str, models: tuple[str, ...]) -> tuple[str, int | None] |
 def classify(name: str, folder: str = "", models: tuple[str, ...] = KNOWN_MODELS) -> OutputKind | None:
     """Which figure an ``output*.txt`` file feeds, from its name (and folder ``outputsfigN`` when present)."""
     stem = name.removesuffix(".txt")
+    if stem == "output_fill_cache":  # the fill-cache epoch of figures 3-100, 5 and 6 feeds no figure
+        return None
     hint = m[1] if (m := re.fullmatch(r"outputsfig(\d)", folder)) else ""
     if m := re.fullmatch(r"output_100(.+)", stem):
         return OutputKind("3-100", model=m[1])

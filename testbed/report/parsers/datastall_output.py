@@ -19,7 +19,8 @@ from testbed.report.textio import load_text, skip_note, summarise_skips
 _BATCH = re.compile(r"^batch\s+(\d+)\s+data_time:\s*(\S+)\s+cpu2gpu_time:\s*(\S+)\s+gpu_time:\s*(\S+)\s*$")
 _TOTALS = re.compile(r"^\s*([0-9.eE+-]+)\s+([0-9.eE+-]+)\s+([0-9.eE+-]+)\s*$")
 _HEADER = re.compile(r"batch_size:\s*(\d+)\s+batch_cpu2gpu_time:\s*(\S+)\s+batch_gpu_compute_time:\s*(\S+)")
-_NOISE = ("We don't find", "=> creating model", "using CPU", "NOT using MinIO", "Using MinIO", "=> ", "Use GPU")
+_NOISE = ("We don't find the matching batch size", "=> creating model", "using CPU", "NOT using MinIO",
+          "Using MinIO", "=> ", "Use GPU")
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,9 @@ def parse_emulator_output(src: Path | str) -> EmulatorOutput:
             elif m := _HEADER.search(line):
                 out.batch_size = int(m[1])
                 out.batch_cpu2gpu_time, out.batch_gpu_compute_time = float(m[2]), float(m[3])
+            elif line.startswith("We don't find") and not line.startswith(_NOISE):  # no profile row: it exits 0
+                out.interrupted = f"the emulator found no profile data: {line.strip()[:120]}"
+                out.skipped.append(f"{label}:{lineno}: {line.strip()[:160]} (the emulator stopped: nothing measured)")
             elif not line.startswith(_NOISE):
                 notes.append(skip_note(label, lineno, line))
         except ValueError as exc:

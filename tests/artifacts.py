@@ -1,0 +1,202 @@
+"""The seed artifacts' real code (../shared/artifacts) for conformance tests: unpacking, parsers, commands.
+
+Nothing here copies the artifacts: their archives are unpacked into a temporary folder per test session, and
+their argument parsers are read from the real source with ``ast`` and rebuilt as real ``argparse`` parsers
+(same option strings, types, actions, choices, ``allow_abbrev``), so an argv the suite renders is accepted
+here exactly when the artifact's own parser would accept it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import re
+import shlex
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+ARTIFACTS = Path(os.environ.get("TESTBED_ARTIFACTS", SHARED / "artifacts"))
+FIXTURES = SHARED / "fixtures"
+_UNPACKED: dict[str, Path] = {}
+_ROOT = Path(tempfile.mkdtemp(prefix="testbed-artifacts-"))
+
+
+def artifact(name: str) -> Path:
+    """The repository ``name`` at its pinned commit (unpacked once per session); skips when absent."""
+    if name in _UNPACKED:
+        return _UNPACKED[name]
+    tgz = ARTIFACTS / f"{name}.tar.gz"
+    if not tgz.is_file():
+        pytest.skip(f"{tgz} is absent (the artifacts live in ../shared/artifacts)")
+    dest = _ROOT / name
+    with tarfile.open(tgz) as tf:
+        tf.extractall(dest, filter="data")
+    inner = [p for p in dest.iterdir() if p.is_dir()]
+    _UNPACKED[name] = inner[0] if len(inner) == 1 and not (dest / ".git").exists() else dest
+    return _UNPACKED[name]
+
+
+# --- argument parsers, read statically -------------------------------------------------------------------------
+class ParseError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ParseError(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
+        raise ParseError(message or f"exit {status}")
+
+
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+# helpers that add arguments to a parser, as the libraries define them
+_KNOWN_ADDERS = {
+    "add_config_arguments": [  # deepspeed.add_config_arguments (deepspeed/__init__.py _add_core_arguments)
+        (["--deepspeed"], {"action": "store_true", "default": False}),
+        (["--deepspeed_config"], {"default": None, "type": str}),
+        (["--deepscale"], {"action": "store_true", "default": False}),
+        (["--deepscale_config"], {"default": None, "type": str}),
+    ],
+}
+
+
+@dataclass
+class StaticParser:
+    """What ``ast`` found: every add_argument call of a script, and the rebuilt parser."""
+
+    path: Path
+    arguments: list[tuple[list[str], dict[str, object]]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    allow_abbrev: bool = True
+
+    @property
+    def options(self) -> set[str]:
+        return {o for names, _ in self.arguments for o in names if o.startswith("-")}
+
+    def build(self) -> argparse.ArgumentParser:
+        p = _Parser(prog=self.path.name, allow_abbrev=self.allow_abbrev, add_help=True)
+        for names, kw in self.arguments:
+            p.add_argument(*names, **kw)  # type: ignore[arg-type]
+        return p
+
+    def parse(self, argv: list[str]) -> argparse.Namespace:
+        return self.build().parse_args(argv)
+
+
+def _literal(node: ast.AST) -> object:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return _UNKNOWN
+
+
+_UNKNOWN = object()
+
+
+def read_parser(path: Path) -> StaticParser:
+    """Every ``*.add_argument(...)`` in ``path`` (and known adders such as deepspeed's) as a StaticParser."""
+    tree = ast.parse(path.read_text(errors="replace"), str(path))
+    sp = StaticParser(path)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        attr = node.func.attr
+        if attr == "ArgumentParser" or (isinstance(node.func, ast.Attribute) and attr == "ArgumentParser"):
+            for kw in node.keywords:
+                if kw.arg == "allow_abbrev" and isinstance(kw.value, ast.Constant):
+                    sp.allow_abbrev = bool(kw.value.value)
+        if attr in _KNOWN_ADDERS:
+            sp.arguments += [(list(n), dict(k)) for n, k in _KNOWN_ADDERS[attr]]
+            continue
+        if attr != "add_argument":
+            continue
+        names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        if not names:
+            sp.notes.append(f"line {node.lineno}: add_argument without literal names")
+            continue
+        kwargs: dict[str, object] = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                continue
+            if kw.arg == "type":
+                t = kw.value.id if isinstance(kw.value, ast.Name) else None
+                kwargs["type"] = _TYPES.get(t or "", str)  # a custom converter accepts any string here
+                if t not in _TYPES:
+                    sp.notes.append(f"line {node.lineno}: {names[0]} has type {ast.unparse(kw.value)} (taken as str)")
+            elif kw.arg in ("action", "nargs", "dest", "required", "const", "default", "choices", "metavar"):
+                v = _literal(kw.value)
+                if v is _UNKNOWN:
+                    if kw.arg == "choices":
+                        sp.notes.append(f"line {node.lineno}: {names[0]} choices are computed (not checked)")
+                    continue
+                if kw.arg == "action" and v not in ("store", "store_true", "store_false", "store_const",
+                                                    "append", "append_const", "count", "version",
+                                                    "extend", "help"):
+                    continue
+                kwargs[kw.arg] = v
+        if kwargs.get("action") == "version":
+            kwargs.setdefault("version", "")
+        sp.arguments.append((names, kwargs))
+    return sp
+
+
+# --- commands --------------------------------------------------------------------------------------------------
+_SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")", "then", "else", "fi", "do", "done"}
+_REDIRECT = re.compile(r"^\d*[<>]{1,2}&?\d*$|^&>$")
+
+
+@dataclass
+class PyCall:
+    """``python[3] script.py args`` found in a command, with the folder it runs in."""
+
+    script: str
+    argv: list[str]
+    cwd: str | None
+
+
+def python_calls(command: str, cwd: str | None = None) -> list[PyCall]:
+    """Every Python script invocation in a shell command, following ``cd DIR`` before it."""
+    out: list[PyCall] = []
+    lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=";&|()<>")
+    lexer.whitespace_split = True
+    toks = list(lexer)
+    here = cwd
+    i = 0
+    while i < len(toks):
+        t = toks[i]
+        if t == "cd" and i + 1 < len(toks):
+            nxt = toks[i + 1]
+            here = nxt if nxt.startswith(("/", "~", "$HOME")) or here is None else f"{here}/{nxt}"
+            i += 2
+            continue
+        if re.fullmatch(r"(?:.*/)?python(?:3(?:\.\d+)?)?", t) and i + 1 < len(toks) and toks[i + 1].endswith(".py"):
+            script = toks[i + 1]
+            argv: list[str] = []
+            j = i + 2
+            while j < len(toks) and toks[j] not in _SEPARATORS:
+                if _REDIRECT.match(toks[j]) or toks[j] in ("<", ">", ">>", "2>", "&>"):
+                    j += 2
+                    continue
+                argv.append(toks[j])
+                j += 1
+            out.append(PyCall(script, argv, here))
+            i = j
+            continue
+        i += 1
+    return out
+
+
+def host_path_to_artifact(path: str, mounts: dict[str, Path]) -> Path | None:
+    """A host path (``~/open-jitc/UserLevel``, ``$HOME/...``) in the unpacked artifact it belongs to."""
+    p = path.replace("$HOME/", "~/").replace('"$HOME"/', "~/")
+    for prefix, root in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
+        if p == prefix or p.startswith(prefix.rstrip("/") + "/"):
+            return root / p[len(prefix):].lstrip("/")
+    return None
