@@ -35,8 +35,18 @@ echo "$rc" > "rank$k.exit.tmp" && mv "rank$k.exit.tmp" "rank$k.exit"
 
 
 def sh(script: str) -> str:
-    """A command line running ``script`` with /bin/sh whatever the login shell is (bash, zsh, ...)."""
-    return "sh -c " + shlex.quote(script)
+    """A one-line command running ``script`` with /bin/sh whatever the login shell is (bash, zsh, tcsh, fish).
+
+    A script of several lines travels base64-encoded and is ``eval``'d by sh: a quoted newline is a syntax
+    error for csh-family login shells (tcsh says "Unmatched quote" and runs the rest itself), and stdin stays
+    free for the script (``tar xzf -``).
+    """
+    if "\n" not in script.strip("\n"):
+        return "sh -c " + shlex.quote(script)
+    import base64
+
+    b64 = base64.b64encode(script.encode()).decode()
+    return f"sh -c 'eval \"$(echo {b64} | base64 -d)\"'"
 
 
 def cd_run(run_dir: str) -> str:

@@ -171,6 +171,10 @@ def python_calls(command: str, cwd: str | None = None) -> list[PyCall]:
     i = 0
     while i < len(toks):
         t = toks[i]
+        if t == "-c" and i > 0 and re.fullmatch(r"(?:.*/)?(?:ba|z|tc|c|da)?sh", toks[i - 1]) and i + 1 < len(toks):
+            out += python_calls(toks[i + 1], here)  # sh -c 'python3 x.py ...' (e.g. under mpirun)
+            i += 2
+            continue
         if t == "cd" and i + 1 < len(toks):
             nxt = toks[i + 1]
             here = nxt if nxt.startswith(("/", "~", "$HOME")) or here is None else f"{here}/{nxt}"
@@ -181,6 +185,9 @@ def python_calls(command: str, cwd: str | None = None) -> list[PyCall]:
             argv: list[str] = []
             j = i + 2
             while j < len(toks) and toks[j] not in _SEPARATORS:
+                if toks[j].isdigit() and j + 1 < len(toks) and toks[j + 1][:1] in "<>":
+                    j += 1  # the file descriptor of a redirection (2>&1)
+                    continue
                 if _REDIRECT.match(toks[j]) or toks[j] in ("<", ">", ">>", "2>", "&>"):
                     j += 2
                     continue

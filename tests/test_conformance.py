@@ -1,0 +1,201 @@
+"""The five artifact suites against the artifacts' real code (../shared/artifacts; skipped when absent).
+
+For every suite, every matrix point and every value of each choice parameter, the rendered plan is checked
+against the real repository at its pinned commit:
+- every working folder and every Python script a step or rank uses exists in the real tree (or is made by an
+  earlier step, listed in ``MADE``);
+- every argv given to a Python script is accepted by that script's own argument parser (read with ``ast`` and
+  rebuilt as a real argparse parser: same options, types, actions, choices and prefix matching);
+- every declared output and every log line a fault waits for is one the code really writes or prints.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from artifacts import ParseError, artifact, host_path_to_artifact, python_calls, read_parser
+
+from testbed.run_plan import HostInfo, TestbedInfo, build_plan
+from testbed.suite import load_suite, resolve_params
+
+# suite -> {host path prefix: artifact name (and sub-folder)}
+MOUNTS = {
+    "jitc": {"~/open-jitc": ("open-jitc", "")},
+    "tesla": {"~/Scalable_ViT_DT": ("Scalable_ViT_DT", "")},
+    "datastall-emulator": {"~/gpufs": ("gpufs", "")},
+    "isca-resnet18": {"~/ISCA_AE": ("ISCA_AE", "")},
+    "neuronabox": {"~/NeuronaBox": ("NeuronaBox", ""), "~/NeuronaBox/nccl": ("NeuronaBox-NCCL", "")},
+}
+# files the profile or an earlier step makes (not in the repository): suite -> host paths
+MADE = {
+    "tesla": {"~/Scalable_ViT_DT/tesla/setup/hello_mpi"},
+}
+
+
+def mounts(suite: str) -> dict[str, Path]:
+    out = {}
+    for prefix, (name, sub) in MOUNTS[suite].items():
+        out[prefix] = artifact(name) / sub if sub else artifact(name)
+    return out
+
+
+def points(suite_name: str) -> list[dict[str, Any]]:
+    """Every matrix point, plus the defaults with each value of each choice parameter."""
+    s = load_suite(suite_name)
+    pts: list[dict[str, Any]] = []
+    raw = s.matrix if isinstance(s.matrix, list) else (
+        [dict(zip(s.matrix, c, strict=True)) for c in itertools.product(*s.matrix.values())] if s.matrix else [])
+    pts += [dict(p) for p in raw]
+    for name, p in s.parameters.items():
+        for v in p.choices or []:
+            pts.append({name: v})
+    return pts
+
+
+def plan_for(suite_name: str, given: dict[str, Any], faults: list[str] | None = None) -> dict[str, Any]:
+    s = load_suite(suite_name)
+    params = resolve_params(s, {k: str(v) for k, v in given.items()})
+    n = max(8, s.requires.hosts)
+    hosts = [HostInfo(f"host{i}", f"10.0.0.{i + 2}", ["master"] if i == 0 else ["workers"], {}) for i in range(n)]
+    tb = TestbedInfo("conformance", (s.requires.providers or ["lab"])[0], hosts,
+                     {"name": "conformance", "provider": "lab", "subnet": "10.0.0.0/24", "ssh_config": "x"})
+    return build_plan(s, tb, params, faults=faults)
+
+
+def commands(plan: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+    """(where, command, cwd) of every step and rank of the plan (recovery included)."""
+    out: list[tuple[str, str, str | None]] = []
+    for phase in ("prepare", "post"):
+        for st in plan[phase]:
+            for h, cmd in st["commands"].items():
+                out.append((f"{phase} '{st['name']}' on {h}", cmd, st.get("cwd")))
+    for r in plan["ranks"]:
+        out.append((f"launch rank {r['rank']}", r["command"], r.get("cwd")))
+    for f in plan["faults"]:
+        for steps in f["recovery"].values():
+            for st in steps:
+                for r in st.get("ranks") or []:
+                    out.append((f"recovery rank {r['rank']}", r["command"], r.get("cwd")))
+    return out
+
+
+SUITES = sorted(MOUNTS)
+CASES = [(s, p) for s in SUITES for p in points(s)]
+
+
+def _id(case: tuple[str, dict[str, Any]]) -> str:
+    return case[0] + ":" + ",".join(f"{k}={v}" for k, v in case[1].items())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
+def test_paths_and_flags_conform_to_the_real_code(case: tuple[str, dict[str, Any]]) -> None:
+    suite_name, given = case
+    m = mounts(suite_name)
+    s = load_suite(suite_name)
+    plan = plan_for(suite_name, given, faults=list(s.faults) if "fault" not in s.parameters else None)
+    problems: list[str] = []
+    made = MADE.get(suite_name, set())
+    checked = 0
+    for where, cmd, cwd in commands(plan):
+        if cwd:
+            local = host_path_to_artifact(cwd, m)
+            if local is not None and not local.is_dir():
+                problems.append(f"{where}: working folder {cwd} is not in the repository")
+        for call in python_calls(cmd, cwd):
+            base = call.cwd or "~"
+            host_script = call.script if call.script.startswith(("/", "~", "$HOME")) else f"{base}/{call.script}"
+            local = host_path_to_artifact(host_script, m)
+            if local is None:
+                continue  # a script outside the artifact (e.g. python -c)
+            if not local.is_file():
+                if host_script not in made:
+                    problems.append(f"{where}: script {host_script} is not in the repository")
+                continue
+            sp = read_parser(local)
+            checked += 1
+            try:
+                sp.parse(call.argv)
+            except ParseError as e:
+                problems.append(f"{where}: {host_script} {' '.join(call.argv)!r} is refused by its parser: {e}")
+    assert not problems, "\n".join(problems)
+    PARSED[suite_name] = PARSED.get(suite_name, 0) + checked
+
+
+PARSED: dict[str, int] = {}
+
+
+def test_every_suite_had_its_scripts_checked() -> None:
+    """The checks above really ran the real parsers (a suite whose commands hid every script would pass)."""
+    if not PARSED:
+        pytest.skip("no conformance case ran")
+    want = {"jitc", "tesla", "datastall-emulator", "isca-resnet18", "neuronabox"}
+    assert {k for k, v in PARSED.items() if v > 0} >= want & set(PARSED), PARSED
+
+
+def _samples(arg: Any) -> list[str]:
+    """Lines a print of ``arg`` (a string or f-string node) can produce, its fields filled with a few values."""
+    import ast
+
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return [arg.value]
+    if not isinstance(arg, ast.JoinedStr):
+        return []
+    out = []
+    for v in ("5", "0", "1", "10", "x"):
+        out.append("".join(p.value if isinstance(p, ast.Constant) else v for p in arg.values))
+    return out
+
+
+def _printing_ranks(sources: list[Path], when: str) -> list[int | None]:
+    """For each print/log call that can print a line matching ``when``: the rank an enclosing ``if ... rank == N``
+    limits it to (None: printed on every rank)."""
+    import ast
+
+    found: list[int | None] = []
+
+    def visit(node: ast.AST, rank: int | None) -> None:
+        if isinstance(node, ast.If):
+            cond = ast.unparse(node.test)
+            m = re.search(r"\brank\s*==\s*(\d+)|\b(\d+)\s*==\s*rank\b", cond)
+            inner = int(m[1] or m[2]) if m else rank
+            for child in node.body:
+                visit(child, inner)
+            for child in node.orelse:
+                visit(child, rank)
+            return
+        if isinstance(node, ast.Call) and node.args:
+            fn = ast.unparse(node.func)
+            if fn.split(".")[-1] in ("print", "info", "warning", "write") and any(
+                    re.search(when, line) for line in _samples(node.args[0])):
+                found.append(rank)
+        for child in ast.iter_child_nodes(node):
+            visit(child, rank)
+
+    for p in sources:
+        try:
+            visit(ast.parse(p.read_text(errors="replace")), None)
+        except SyntaxError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("suite_name", SUITES)
+def test_fault_triggers_are_printed_by_the_watched_rank(suite_name: str) -> None:
+    """Every ``when:`` regex of a fault names a line the artifact's code prints, on the rank that is watched."""
+    s = load_suite(suite_name)
+    roots = list(mounts(suite_name).values())
+    files = [p for r in roots for p in r.rglob("*.py")]
+    for name, f in s.faults.items():
+        if not f.when:
+            continue
+        ranks = _printing_ranks(files, f.when)
+        assert ranks, f"{suite_name}: fault '{name}' waits for /{f.when}/, which no print or log call of the code emits"
+        plan = plan_for(suite_name, {"fault": name} if "fault" in s.parameters else {}, faults=[name])
+        watched = next(x for x in plan["faults"] if x["name"] == name)["watch_rank"]
+        assert None in ranks or watched in ranks, (
+            f"{suite_name}: fault '{name}' watches rank {watched}, but /{f.when}/ is printed only by rank(s) "
+            f"{sorted(r for r in ranks if r is not None)}")
