@@ -411,6 +411,7 @@ def listing_script(run_dir_words: str, patterns: list[str], known: Sequence[tupl
                           if "\n" not in path)
     return rf"""set -u
 export LC_ALL=C
+: "${{HOME:=/nonexistent}}"
 if ! cd -- {run_dir_words} 2>/dev/null; then echo "@NODIR"; else
 echo "@DIR $(pwd -P)"
 echo "@HOME $HOME"

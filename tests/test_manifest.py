@@ -137,7 +137,7 @@ def test_listing_reports_unreadable_files_and_hashes_without_python(tmp_path):
     # without python3 on the host: coreutils sha256sum gives the same digests
     fake = tmp_path / "bin"
     fake.mkdir()
-    for tool in ("bash", "stat", "xargs", "sha256sum", "sed", "cut", "find", "pwd"):
+    for tool in ("bash", "stat", "xargs", "sha256sum", "sed", "cut", "find", "pwd", "mktemp", "touch", "rm"):
         src = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
         if src.startswith("/"):
             (fake / tool).symlink_to(src)

@@ -110,7 +110,8 @@ def test_jitc_dry_run_documented_commands() -> None:
                                 "--master-ip host0 --all_reduce_timeout 100 --num-nodes 2 --rank 0")
     assert "--rank 1" in launch[1] and launch[1].endswith("--error_before_opt_step")
     assert "--error_before_opt_step" not in launch[0]
-    assert "sudo make" in commands(plan, "prepare")
+    assert any("test -f tracer.so" in c for c in commands(plan, "prepare"))
+    assert "rm -rf /tmp/jit_checkpoints" in commands(plan, "prepare")
     recovery = commands(plan, "recovery")
     assert len(recovery) == 2 and all(c.endswith("--from_checkpoint") and "--error" not in c for c in recovery)
     shred = runner.plan_run("jitc", None, {"fault": "shred-libtorch"}, dry_run=True)
@@ -128,14 +129,18 @@ def test_datastall_dry_run_documented_commands() -> None:
     assert [p["mem_limit"] for p in fig3] == ["8g", "8g", "7g", "9g", "8g", "8g", "8g", "8g"]
     plan = runner.plan_run(s, None, fig3[1], dry_run=True)
     script = commands(plan, "launch")[0].splitlines()
-    assert "sync; echo 3 | sudo tee /proc/sys/vm/drop_caches" in script
+    assert script[0] == "set -e" and "sync; echo 3 | sudo tee /proc/sys/vm/drop_caches >/dev/null" in script
+    # as figure3.sh: --profile-batches -1 and --emulator-version=1, stdout and stderr into the output file
     assert ("cgexec -g memory:myGroup python main-measure-time-emulator.py -a resnet18 -j 8 --epoch 2 -b 256 "
-            "--gpu-type p100 --gpu-count 8 ~/data/imagenette2 > outputsfig3/outputresnet18.txt") in script
-    assert "vmtouch ~/data/imagenette2/train/ > outputsfig3/cache_resultresnet18.txt" in script
+            "--profile-batches -1 --gpu-type p100 --gpu-count 8 --emulator-version=1 ~/data/imagenette2 "
+            "> outputsfig3/outputresnet18.txt 2>&1") in script
+    assert "vmtouch ~/data/imagenette2/train/ > outputsfig3/cache_resultresnet18.txt 2>&1" in script
     fig4 = suite.expand_matrix(s, {"figure": "4"})
     assert [p["mem_limit"] for p in fig4] == ["6g", "8g", "10g", "12g", "14g", "16g"]
     fig5 = runner.plan_run(s, None, suite.expand_matrix(s, {"figure": "5"})[3], dry_run=True)
-    assert "--gpu-count 1 ~/data/imagenette2 > outputsfig5/output_alexnet6.txt" in commands(fig5, "launch")[0]
+    launch5 = commands(fig5, "launch")[0]
+    assert "--gpu-count 1 --emulator-version=1 ~/data/imagenette2 > outputsfig5/output_alexnet6.txt 2>&1" in launch5
+    assert "cgexec" not in launch5 and "output_fill_cache.txt" in launch5  # figure5.sh: no cgroup, a fill epoch
 
 
 def test_isca_dry_run_documented_commands() -> None:
