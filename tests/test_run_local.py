@@ -43,12 +43,36 @@ timeouts: {poll: 0.5}
 """
 
 
+ENVIRONED = """\
+name: environed
+parameters:
+  env: {type: str, default: ~/tb-env-test}
+environment: "{{ env }}"
+placement: {hosts: 2}
+steps:
+  prepare:
+    - name: which python
+      run: command -v python > which.txt
+  launch:
+    command: >-
+      python -c 'import os, sys; print(sys.prefix, os.environ.get("PYTHONUNBUFFERED")); print("step 1")'
+faults:
+  never:
+    action: signal
+    rank: 1
+    when: "step 999"
+default_faults: [never]
+timeouts: {poll: 0.5, grace: 2}
+"""
+
+
 @pytest.fixture(scope="module")
 def bed(shared_local_testbed):  # type: ignore[no-untyped-def]
     b = shared_local_testbed
     (b.cwd / "experiments").mkdir(exist_ok=True)
     (b.cwd / "experiments" / "sleepy.yml").write_text(SLEEPY)
     (b.cwd / "experiments" / "echo.yml").write_text(ECHO)
+    (b.cwd / "experiments" / "environed.yml").write_text(ENVIRONED)
     os.chdir(b.cwd)
     os.environ["TESTBED_HOME"] = str(b.home)
     return b
@@ -188,3 +212,25 @@ def test_host_killed_mid_run_fails_fast_naming_it(bed) -> None:  # type: ignore[
         assert ranks["node3"]["status"] == "failed" and ranks["node0"]["status"] == "stopped"
     finally:
         bed.provider.provision()  # bring node3 back for anyone after us
+
+
+def test_suite_environment_unbuffered_and_a_fault_that_never_fired(bed) -> None:  # type: ignore[no-untyped-def]
+    """Every step and rank runs inside the suite's environment with unbuffered Python; a log-line fault that
+    never fired is an event; a missing environment fails the run with a message naming it."""
+    for h in ("node0", "node1"):
+        r = bed.ssh(h, "rm -rf ~/tb-env-test && python3 -m venv --without-pip ~/tb-env-test")
+        assert r.returncode == 0, r.stderr
+    run_id = start(bed, "environed", {})
+    row = runner.wait(run_id, timeout=120)
+    assert row["status"] == "succeeded", row["reason"]
+    home = bed.ssh("node0", "echo $HOME").stdout.strip()
+    which = bed.ssh("node1", f"cat ~/.testbed-runs/{run_id}/which.txt").stdout.strip()
+    assert which == f"{home}/tb-env-test/bin/python"
+    out = bed.ssh("node1", f"cat ~/.testbed-runs/{run_id}/rank1.out").stdout
+    assert out.splitlines()[0] == f"{home}/tb-env-test 1", out
+    missed = [e for e in events(run_id) if e["kind"] == "fault-missed"]
+    assert len(missed) == 1 and missed[0]["detail"]["fault"] == "never"
+    assert "rank 1 on node1 never logged a line matching /step 999/" in missed[0]["detail"]["reason"]
+    bad = start(bed, "environed", {"env": "~/no-such-env"}, faults=[])
+    row = runner.wait(bad, timeout=120)
+    assert row["status"] == "failed" and "environment does not exist" in row["reason"], row["reason"]
