@@ -91,8 +91,10 @@ def test_tesla_dry_run_documented_commands() -> None:
     assert launch[0].startswith("NCCL_IB_DISABLE=1 ") is False  # env goes through -x and the rank script
     assert "mpirun -np 5 --hostfile" in launch[0]
     assert "-x MASTER_ADDR=ecetesla0.uwaterloo.ca" in launch[0]
-    assert "deepspeed/run_distributed_training.py --deepspeed_config deepspeed_config.json --epochs 10 " \
-           "--dataset_percentage 1.0" in launch[0]
+    assert "deepspeed/run_distributed_training.py --deepspeed_config deepspeed_config.json --epochs 10'" in launch[0]
+    weak = commands(runner.plan_run("tesla", "tesla", {"gpus": "3", "dataset_percentage": "0.3"}, dry_run=True),
+                    "launch")[0]
+    assert "--epochs 10 --dataset_percentage 0.3'" in weak  # log/3_GPUs/p0.3_b16_e10, as the artifact's
     assert plan["generated"]["hostfile"].splitlines()[0] == "ecetesla0 slots=1"
     cfg = next(c for c in cmds if "deepspeed_config.json" in c and c.startswith("printf"))
     import json
