@@ -77,11 +77,15 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
         raise UsageError(f"no campaign '{cid}'", where="state", fix="testbed run SUITE --matrix")
     points, suite, testbed = row["points"], row["suite"], row["testbed"]
     faults = row["info"].get("faults")
-    src = row["info"].get("sources") or None
+    from testbed import sources as sources_mod
+    from testbed.suite import load_suite
+
+    # resolved once: every run of the campaign gets the same snapshot (and a URL is asked once, not per point)
+    overrides = sources_mod.for_suite(load_suite(suite), testbed, row["info"].get("sources") or None)
     all_hosts = [h.name for h in st.hosts(testbed)]
     needs = []
     for p in points:  # every point checked up front (bad templates, too few hosts) before anything starts
-        needs.append(len(runner.plan_run(suite, testbed, p["params"], faults=faults, sources=src)["hosts"]))
+        needs.append(len(runner.plan_run(suite, testbed, p["params"], faults=faults, overrides=overrides)["hosts"]))
     skipped = sum(1 for p in points if p["status"] in DONE)
     if skipped:
         progress(f"campaign {cid}: resuming; {skipped}/{len(points)} runs already finished (not repeated)")
@@ -111,7 +115,7 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
             if len(free) < needs[i]:
                 break  # keep the matrix order: wait for hosts
             plan = runner.plan_run(suite, testbed, p["params"], faults=faults, only_hosts=free,
-                                       sources=src)
+                                       overrides=overrides)
             p.update(run_id=plan["run_id"], status="pending")
             _save(st, cid, points)
             runner.start_run(plan, campaign=cid)

@@ -270,22 +270,15 @@ def _setup_sources(name: str, profile: str | None, suite: str | None, given: lis
     from testbed import sources
     from testbed.spec import load_testbed
 
-    spec = load_testbed(name)
-    src_of_suite: dict[str, str] = {}
+    suite_sources: dict[str, str] = {}
     if suite:
         from testbed.suite import load_suite
 
         s = load_suite(suite)
-        profile, src_of_suite = s.profile, {x.name: x.repo for x in s.sources}
-    builds = sources.profile_builds(profile or spec.profile)
-    cli = sources.parse(given)
-    known = {**{k: f"suite source {v}" for k, v in src_of_suite.items()},
-             **{k: f"profile build {v}" for k, v in builds.items()}}
-    merged = {k: v for k, v in spec.sources.items() if k in known}
-    merged.update(cli)
-    if not merged:
-        return {}
-    return sources.for_setup(sources.resolve_all(merged, known), src_of_suite, builds)
+        profile, suite_sources = s.profile, {x.name: x.repo for x in s.sources}
+    builds = sources.profile_builds(profile or load_testbed(name).profile)
+    resolved = sources.overrides_for(sources.spec_sources(name), sources.parse(given), suite_sources, builds)
+    return sources.for_setup(resolved, suite_sources, builds) if resolved else {}
 
 
 # exec / ssh ------------------------------------------------------------------------------------------

@@ -103,9 +103,12 @@ def _setup(s: Any, testbed: str, no_setup: bool, overrides: dict[str, Any] | Non
     from testbed import sources as sources_mod
     from testbed.errors import TestbedError
 
-    resolved = {k: sources_mod.Override(**v) for k, v in (overrides or {}).items()}
-    builds = sources_mod.for_setup(resolved, {x.name: x.repo for x in s.sources}, sources_mod.profile_builds(s.profile))
-    extra = {"testbed_source_overrides": builds} if builds else None
+    extra = None
+    if overrides:
+        resolved = {k: sources_mod.Override(**v) for k, v in overrides.items()}
+        builds = sources_mod.for_setup(resolved, {x.name: x.repo for x in s.sources},
+                                       sources_mod.profile_builds(s.profile))
+        extra = {"testbed_source_overrides": builds} if builds else None
     result = setup.apply_with_progress(testbed, console=_console(stderr=True), profile=s.profile, extra_vars=extra)
     if not getattr(result, "ok", True):
         raise TestbedError(f"setup of '{testbed}' with profile '{s.profile}' failed", where=f"testbed {testbed}",

@@ -2,11 +2,13 @@
 
 Per host, in parallel (one thread each):
 
-1. one remote command (``bash -s`` over the testbed's SSH config) expands the run's output globs inside the run
-   folder, prints size, mtime and sha256 of every matched file (a file already collected whose size and mtime
-   are unchanged is not hashed again), says whether ``rsync`` is installed and, when the manifest still lacks
-   them, prints the host's facts: one round trip. The run's software (Python, pip freeze, source commits) is
-   read from the first host in a second session started beside the transfers, once per results folder;
+1. one remote command (``bash -s`` over the testbed's SSH config) expands the run's output globs (relative to the
+   run folder, ``~/``-relative or absolute; files from outside the run folder only when written since the run
+   folder was made, and placed under ``@home/`` and ``@root/``), prints size, mtime and sha256 of every matched
+   file (a file already collected whose size and mtime are unchanged is not hashed again), says whether
+   ``rsync`` is installed and, when the manifest still lacks them, prints the host's facts: one round trip.
+   The run's software (Python, pip freeze, source commits) is read from the first host in a second session
+   started beside the transfers, once per results folder;
 2. files whose verified copy is already in results/ (same sha256, recorded in the ``collected`` table) are
    skipped; a local file with other content is never overwritten, unless it is the partial file of an
    interrupted collect (its row in ``collected`` has ``size = -1``: pending);
@@ -382,12 +384,9 @@ class _Ctx:
 # host level --------------------------------------------------------------------------------------
 def _remote_dir(info: dict[str, Any], run_id: str) -> str:
     """Shell words for the run folder on the host (``~/`` expanded by the host's shell)."""
-    d = str(info.get("run_dir") or f"{RUNS_DIR}/{run_id}")
-    if d == "~":
-        return '"$HOME"'
-    if d.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(d[2:])
-    return shlex.quote(d)
+    from testbed.suite import path_word
+
+    return path_word(str(info.get("run_dir") or f"{RUNS_DIR}/{run_id}"))
 
 
 _PY_HASH = shlex.quote("""import hashlib, sys

@@ -87,6 +87,8 @@ def facts_script(*, facts: bool, python: str | None = None, sources: dict[str, A
 
     Every value reaches the shell quoted; the output is parsed by :func:`parse_fact_lines`.
     """
+    from testbed.suite import path_word
+
     lines: list[str] = []
     if facts:
         lines += [
@@ -103,8 +105,7 @@ def facts_script(*, facts: bool, python: str | None = None, sources: dict[str, A
         ]
     if python is not None:
         lines += [
-            "tb_py=" + ('"$HOME"/' + shlex.quote(python[2:]) if python.startswith("~/")
-                        else shlex.quote(python or "python3")),
+            "tb_py=" + path_word(python or "python3"),
             'command -v "$tb_py" >/dev/null 2>&1 || tb_py=python3',
             'if command -v "$tb_py" >/dev/null 2>&1; then',
             "  printf \"@P %s\\n\" \"$(\"$tb_py\" -c 'import platform,sys;print(platform.python_version(), "
@@ -116,9 +117,8 @@ def facts_script(*, facts: bool, python: str | None = None, sources: dict[str, A
         for name, src in sorted((sources or {}).items()):
             path = str((src or {}).get("path") or "")
             if path:
-                word = '"$HOME"/' + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
                 lines.append(f"printf '@S %s\\t%s\\n' {shlex.quote(str(name))} "
-                             f"\"$(git -C {word} rev-parse HEAD 2>/dev/null)\"")
+                             f"\"$(git -C {path_word(path)} rev-parse HEAD 2>/dev/null)\"")
     return "\n".join(lines) + "\n"
 
 

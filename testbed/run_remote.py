@@ -50,8 +50,9 @@ def sh(script: str) -> str:
 
 
 def cd_run(run_dir: str) -> str:
-    rel = run_dir[2:] if run_dir.startswith("~/") else run_dir
-    return f'cd "$HOME"/{shlex.quote(rel)}' if run_dir.startswith("~/") else f"cd {shlex.quote(rel)}"
+    from testbed.suite import path_word
+
+    return f"cd {path_word(run_dir)}"
 
 
 ENV_MISSING = 96
@@ -67,13 +68,11 @@ def activate(prefix: str | None) -> list[str]:
     """
     if not prefix:
         return []
-    from testbed.suite import shell_quote
+    from testbed.suite import path_word
 
-    p = shell_quote(prefix.rstrip("/") or "/").replace("~/", '"$HOME"/', 1) if prefix.startswith("~/") \
-        else shell_quote(prefix)
     return [
-        f"tb_env={p}",
-        'if [ ! -x "$tb_env/bin/python" ] && [ ! -d "$tb_env/bin" ]; then '
+        f"tb_env={path_word(prefix.rstrip('/') or '/')}",
+        'if [ ! -d "$tb_env/bin" ]; then '
         'echo "testbed: the suite\'s environment $tb_env does not exist on $(hostname); apply the suite\'s profile '
         f'(testbed setup ... --suite ...) or fix \'environment:\' in the suite" >&2; exit {ENV_MISSING}; fi',
         'if [ -f "$tb_env/bin/activate" ] && [ ! -d "$tb_env/conda-meta" ]; then . "$tb_env/bin/activate"; else '
@@ -122,7 +121,9 @@ def upload(plan: dict[str, Any], hosts: list[str], extra: dict[str, bytes] | Non
     files["tb-rank.sh"] = WRAPPER.encode()
     files.update(extra or {})
     rd = plan["run_dir"]
-    mk = f'mkdir -p "$HOME"/{shlex.quote(rd[2:])}' if rd.startswith("~/") else f"mkdir -p {shlex.quote(rd)}"
+    from testbed.suite import path_word
+
+    mk = f"mkdir -p {path_word(rd)}"
     return remote.run(plan["testbed"], hosts, sh(f"{mk} && {cd_run(rd)} && tar xzf -"), timeout=timeout,
                       stdin=_tar(files))
 

@@ -303,7 +303,8 @@ class Supervisor:
 
     def finish(self, status: str, reason: str | None, host: str | None = None) -> str:
         now = time.time()
-        if rs.get(self.st, self.run_id) and rs.require(self.st, self.run_id)["status"] in rs.ACTIVE:
+        row = rs.get(self.st, self.run_id)
+        if row is not None and row["status"] in rs.ACTIVE:
             self.missed()
         if rs.update(self.st, self.run_id, status=status, reason=reason, ended=now, only_active=True):
             with self.st.tx() as db:

@@ -8,7 +8,6 @@ the hosts (``~/.testbed-runs/<run-id>/``); a supervisor that died is restarted a
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -27,35 +26,13 @@ __all__ = ["RUNS_ROOT", "follow", "logs_command", "plan_run", "start_run", "stat
            "wait"]
 
 
-def source_overrides(s: Suite, testbed: str | None, given: dict[str, str] | None) -> dict[str, Any]:
-    """The run's source overrides: the testbed spec's ``sources:`` under ``given`` (--source), resolved and
-    checked (unknown name, missing path, unknown ref: UsageError before any host)."""
-    from testbed import sources
-
-    merged: dict[str, str] = {}
-    if testbed:
-        from testbed.spec import load_testbed
-
-        with contextlib.suppress(TestbedError):
-            merged.update(load_testbed(testbed).sources)
-    merged.update(given or {})
-    if not merged:
-        return {}
-    known = {src.name: f"suite source {src.repo}" for src in s.sources}
-    for b, repo in sources.profile_builds(s.profile).items():
-        known.setdefault(b, f"profile build {repo}")
-    spec_only = {k for k in merged if k not in (given or {}) and k not in known}
-    for k in spec_only:  # a testbed's mirrors cover many suites: names this suite lacks are not errors
-        merged.pop(k)
-    return sources.resolve_all(merged, known)
-
-
 def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *, faults: list[str] | None = None,
              dry_run: bool = False, only_hosts: list[str] | None = None, run_id: str | None = None,
-             sources: dict[str, str] | None = None) -> dict[str, Any]:
+             sources: dict[str, str] | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Check the suite against the testbed and render the whole run (nothing touches a host).
 
-    ``sources``: --source overrides (name -> PATH|URL[@REF]).
+    ``sources``: --source overrides (name -> PATH|URL[@REF]), resolved with the testbed spec's ``sources:``;
+    ``overrides``: ones already resolved (a campaign resolves once for all its runs).
     """
     s = load_suite(suite) if isinstance(suite, str) else suite
     tb_name = testbed or s.testbed or ("local" if not dry_run else None)
@@ -71,7 +48,10 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
             raise UsageError(f"suite '{s.name}' needs {req.accelerator} hosts; '{tb.name}' has "
                              f"{', '.join(sorted(map(str, accel)))}", where=f"--on {tb.name}",
                              fix="use a testbed with that accelerator, or --dry-run")
-    overrides = source_overrides(s, tb_name, sources)
+    if overrides is None:
+        from testbed import sources as sources_mod
+
+        overrides = sources_mod.for_suite(s, tb_name, sources)
     return build_plan(s, tb, resolve_params(s, params), run_id=run_id, faults=faults, only_hosts=only_hosts,
                       overrides=overrides)
 

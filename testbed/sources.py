@@ -30,6 +30,8 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 HEX_RE = re.compile(r"^[0-9a-f]{7,40}$")
 BUNDLE_REF = "refs/heads/testbed-source"
 GIT_TIMEOUT = 60
+_FIXED_DATES = {"GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
+"""Snapshot commits carry fixed dates, so the same files always give the same commit (and one bundle)."""
 
 
 @dataclass
@@ -144,7 +146,8 @@ def _resolve_path(name: str, spec: str, path: Path, ref: str | None, where: str)
                 raise UsageError(f"source override {name}={spec}: {path} has no commit yet", where=where,
                                  fix="commit something first, or give a plain folder")
             commit = head.stdout.strip()
-            stash = _git(["stash", "create"], cwd=path) if bare.stdout.strip() != "true" else None
+            stash = _git(["stash", "create"], cwd=path, env_extra=_FIXED_DATES) \
+                if bare.stdout.strip() != "true" else None
             if stash is not None and stash.returncode == 0 and stash.stdout.strip():
                 commit, dirty = stash.stdout.strip(), True
         bundle = cache / f"{name}-{commit[:16]}.bundle"
@@ -185,8 +188,7 @@ def _bundle_from_folder(folder: Path, cache: Path, name: str, spec: str, where: 
         _git(["init", "-q", tmp])
         env = {"GIT_DIR": str(Path(tmp) / ".git"), "GIT_WORK_TREE": str(folder), "GIT_AUTHOR_NAME": "testbed",
                "GIT_AUTHOR_EMAIL": "testbed@localhost", "GIT_COMMITTER_NAME": "testbed",
-               "GIT_COMMITTER_EMAIL": "testbed@localhost", "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
-               "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
+               "GIT_COMMITTER_EMAIL": "testbed@localhost", **_FIXED_DATES}
         for args in (["add", "-A", "-f", "."],
                      ["commit", "-q", "--no-verify", "--no-gpg-sign", "-m", f"snapshot of {folder}"]):
             r = _git(args, cwd=folder, env_extra=env, timeout=600)
@@ -241,6 +243,39 @@ def for_setup(overrides: dict[str, Override], suite_sources: dict[str, str],
         for b in targets:
             out[b] = {"kind": o.kind, "location": o.location, "ref": o.ref, "commit": o.commit, "bundle": o.bundle}
     return out
+
+
+def spec_sources(testbed: str | None) -> dict[str, str]:
+    """The testbed spec's ``sources:`` (mirrors); {} when there is no testbed or its spec does not load."""
+    if not testbed:
+        return {}
+    import contextlib
+
+    from testbed.errors import TestbedError
+    from testbed.spec import load_testbed
+
+    with contextlib.suppress(TestbedError):
+        return dict(load_testbed(testbed).sources)
+    return {}
+
+
+def overrides_for(mirrors: dict[str, str], given: dict[str, str] | None, suite_sources: dict[str, str],
+                  builds: dict[str, str]) -> dict[str, Override]:
+    """``given`` (--source) over a testbed's ``mirrors``, for a suite's sources (name -> repo) and its profile's
+    builds, resolved and checked. A mirror for a name this suite lacks is not an error."""
+    known = {**{k: f"suite source {v}" for k, v in suite_sources.items()},
+             **{k: f"profile build {v}" for k, v in builds.items() if k not in suite_sources}}
+    merged = {k: v for k, v in mirrors.items() if k in known}
+    merged.update(given or {})
+    return resolve_all(merged, known) if merged else {}
+
+
+def for_suite(suite: Any, testbed: str | None, given: dict[str, str] | None) -> dict[str, Override]:
+    """:func:`overrides_for` a loaded suite; nothing is read beyond the spec when there is nothing to override."""
+    mirrors = spec_sources(testbed)
+    if not given and not mirrors:
+        return {}
+    return overrides_for(mirrors, given, {x.name: x.repo for x in suite.sources}, profile_builds(suite.profile))
 
 
 def resolve_all(given: dict[str, str], known: dict[str, str], *, where: str = "--source") -> dict[str, Override]:

@@ -402,6 +402,15 @@ def shell_quote(value: Any) -> str:
     return shlex.quote(s)
 
 
+def path_word(path: str) -> str:
+    """A host path as one shell word, ``~`` and ``~/`` expanded by the host's shell (``"$HOME"/rest``)."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:]) if len(path) > 2 else '"$HOME"'
+    return shlex.quote(path)
+
+
 _ENVS: dict[bool, Any] = {}
 
 

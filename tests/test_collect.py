@@ -64,6 +64,19 @@ def make_run(bed: Any, *, suite: str = "demo", hosts: list[str] | None = None,
     return run_id, run_dir
 
 
+def hide_rsync(bed: Any, host: str) -> None:
+    """Make ``host`` a host without rsync (its root is copy-on-write: the controller and the others keep theirs)."""
+    sh(bed, host, "while p=$(command -v rsync); do mv \"$p\" \"$p.hidden\"; hash -r; done")
+
+
+def collect_rsync_and_sftp(run_id: str) -> Any:
+    """Collect ``run_id`` (node1 without rsync): the result, checked ok with node0 on rsync and node1 on sftp."""
+    r = collect_runs([run_id], Path("results"))[0]
+    assert r.ok, r.problems()
+    assert {h.host: h.method for h in r.hosts} == {"node0": "rsync", "node1": "sftp"}
+    return r
+
+
 def host_sha(bed: Any, host: str, path: str) -> str:
     return sh(bed, host, f"sha256sum '{path}'").split()[0]
 
@@ -270,13 +283,10 @@ def test_sftp_fallback_when_host_has_no_rsync(local_testbed):
     files = {h.name: {"data/a.bin": secrets.token_bytes(300_000), f"data/{odd}": b"odd", "data/sub/x.txt": b"x"}
              for h in bed.hosts}
     run_id, _ = make_run(bed, outputs={"*": ["data"]}, files=files)
-    # hide rsync on node1 only (its root is copy-on-write: the controller and node0 keep theirs)
-    sh(bed, "node1", "while p=$(command -v rsync); do mv \"$p\" \"$p.hidden\"; hash -r; done")
+    hide_rsync(bed, "node1")
     assert bed.ssh("node1", "command -v rsync").returncode != 0
     assert bed.ssh("node0", "command -v rsync").returncode == 0 and Path("/usr/bin/rsync").exists()
-    r = collect_runs([run_id], Path("results"))[0]
-    assert r.ok, r.problems()
-    assert {h.host: h.method for h in r.hosts} == {"node0": "rsync", "node1": "sftp"}
+    r = collect_rsync_and_sftp(run_id)
     folder = Path("results/demo") / run_id
     for h in bed.hosts:
         got = tree(folder / h.name)
@@ -379,10 +389,8 @@ def test_outputs_under_home_and_absolute_paths(local_testbed):
     for h in bed.hosts:
         sh(bed, h.name, f"mkdir -p ~/proj-{tag}/log/run1 && echo 'epoch,loss' > ~/proj-{tag}/log/run1/metrics.csv "
                         f"&& echo {h.name} > /tmp/tb-{tag}/app_0.log")
-    sh(bed, "node1", "while p=$(command -v rsync); do mv \"$p\" \"$p.hidden\"; hash -r; done")
-    r = collect_runs([run_id], Path("results"))[0]
-    assert r.ok, r.problems()
-    assert {h.host: h.method for h in r.hosts} == {"node0": "rsync", "node1": "sftp"}
+    hide_rsync(bed, "node1")
+    r = collect_rsync_and_sftp(run_id)
     folder = Path("results/demo") / run_id
     for h in bed.hosts:
         got = tree(folder / h.name)

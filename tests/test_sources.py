@@ -48,6 +48,7 @@ def test_git_checkout_at_ref_head_and_uncommitted(tb_home: Path, repo: Path) -> 
     mine = sources.resolve("x", str(repo))
     assert mine.dirty and mine.commit != head.commit
     assert bundle_files(mine.bundle or "", mine.commit or "", tb_home)["main.py"] == "print('mine')\n"
+    assert sources.resolve("x", str(repo)).commit == mine.commit  # the same changes: the same snapshot
     assert git(repo, "status", "--porcelain") == "M main.py"  # the user's repository is left as it was
     assert "refs/heads/testbed-source" not in git(repo, "show-ref")
 
