@@ -15,6 +15,7 @@ import typer
 if TYPE_CHECKING:
     from testbed.collect import CollectResult
     from testbed.report import ReportResult
+    from testbed.report.campaign import IndexResult
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 
@@ -107,26 +108,39 @@ def _print_collect(results: list[CollectResult]) -> None:
 
 
 def report_cmd(
-    run_dir: Annotated[Path, typer.Argument(help="A collected run: results/<suite>/<run-id>.")],
+    path: Annotated[Path, typer.Argument(help="A run (results/<suite>/<run-id>), a suite folder (results/<suite>/: "
+                                               "one report across its runs) or results/ (an index of everything).")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="md or html.")] = "md",
+    campaign: Annotated[str | None, typer.Option("--campaign", help="Report the runs of this campaign id found "
+                                                                    "under PATH.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Write the run's report (Markdown or HTML, PNG figures, tidy CSVs) into <run_dir>/report/.
+    """Write reports (Markdown or HTML, PNG figures, tidy CSVs): of a run into <run>/report/, across the runs of a
+    suite folder into results/<suite>/report/, of one campaign into results/<suite>/campaign-<ID>/; for results/,
+    every run's report and results/index.md and index.html.
 
     Example: testbed report results/mpi-hello/mpi-hello-20240501-120000-ab12 --format html
     """
-    from testbed.report import build_report
+    from testbed.report.campaign import IndexResult, report_path
 
-    rr = build_report(run_dir, fmt)
-    if json_out:
-        _print_json(_report_dict(rr))
+    res = report_path(path, fmt, campaign)
+    if isinstance(res, IndexResult):
+        if json_out:
+            _print_json({"index": [str(p) for p in res.paths], "runs": res.runs,
+                         "campaigns": [_report_dict(c) for c in res.campaigns],
+                         "skipped": [{"folder": f, "why": w} for f, w in res.skipped]})
+        else:
+            _print_index(res)
         return
-    _print_report(rr)
+    if json_out:
+        _print_json(_report_dict(res))
+        return
+    _print_report(res)
 
 
 def _report_dict(rr: ReportResult) -> dict[str, Any]:
     return {"suite": rr.suite, "path": str(rr.path), "figures": [str(f) for f in rr.figures],
-            "csvs": [str(c) for c in rr.csvs], "passed": rr.passed,
+            "csvs": [str(c) for c in rr.csvs], "passed": rr.passed, "runs": rr.runs,
             "checks": [{"name": n, "passed": p, "detail": d} for n, p, d in rr.checks], "skipped": rr.skipped}
 
 
@@ -135,7 +149,7 @@ def _print_report(rr: ReportResult) -> None:
     from rich.markup import escape
 
     c = Console(highlight=False, soft_wrap=True)
-    c.print(f"report: {escape(str(rr.path))}")
+    c.print(f"report: {escape(str(rr.path))}" + (f" ({len(rr.runs)} runs)" if rr.runs else ""))
     for f in rr.figures:
         c.print(f"figure: {escape(str(f))}")
     for n, p, d in rr.checks:
@@ -143,6 +157,23 @@ def _print_report(rr: ReportResult) -> None:
         c.print(f"check {mark} {escape(n)}{': ' + escape(d) if d else ''}")
     for s in rr.skipped:
         c.print(f"[dim]skipped: {escape(s)}[/dim]")
+
+
+def _print_index(res: IndexResult) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    c = Console(highlight=False, soft_wrap=True)
+    for p in res.paths:
+        c.print(f"index: {escape(str(p))}")
+    for r in res.runs:
+        mark = "[red]error[/red]" if r["error"] else ("[green]pass[/green]" if r["passed"] else "[red]FAIL[/red]")
+        c.print(f"run {mark} {escape(r['run_id'])}: {escape(str(r['report'] or r['error']))}")
+    for rr in res.campaigns:
+        mark = "[green]pass[/green]" if rr.passed else "[red]FAIL[/red]"
+        c.print(f"campaign {mark} {escape(rr.suite)} ({len(rr.runs)} runs): {escape(str(rr.path))}")
+    for folder, why in res.skipped:
+        c.print(f"[dim]skipped: {escape(folder)}: {escape(why)}[/dim]")
 
 
 def register(app: typer.Typer) -> None:

@@ -25,6 +25,7 @@ class ReportResult:
     skipped: list[str] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     suite: str = ""
+    runs: list[str] = field(default_factory=list)  # the run ids of a campaign report
 
     @property
     def passed(self) -> bool:

@@ -31,6 +31,18 @@ KNOWN_MODELS = (
 )
 
 
+SHEET_IMAGES_PER_EPOCH = 13395
+"""The constant behind the artifact's time5.dat (images/s = 13,395 / epoch time on every cell)."""
+
+# The points of the artifact's own figure scripts (figure3.sh ... figure6.sh, grapher_a.py's sizes).
+FIG3_MODELS = ("shufflenet_v2_x0_5", "alexnet", "resnet18", "squeezenet1_0", "squeezenet1_1", "mobilenet_v2",
+               "resnet50", "vgg11")
+FIG4_LIMITS_GB = (6.0, 8.0, 10.0, 12.0, 14.0, 16.0)
+FIG5_MODELS = ("alexnet", "resnet18", "mobilenet_v2", "resnet50")
+FIG5_WORKERS = (1, 2, 3, 6, 12, 24)
+FIG6_MODELS = FIG5_MODELS
+
+
 def fetch_stall_fraction(at35: Totals, at100: Totals) -> float:
     return (at35.data - at100.data) / at35.total
 
@@ -65,6 +77,30 @@ class OutputKind:
     model: str | None = None
     limit_gb: float | None = None
     workers: int | None = None
+
+
+def point_key(kind: OutputKind) -> object:
+    """The point an output stands for within its figure: model, limit (GB) or (model, workers)."""
+    if kind.figure == "4":
+        return kind.limit_gb
+    if kind.figure == "5":
+        return (kind.model, kind.workers)
+    return kind.model
+
+
+def params_point(params: dict[str, object]) -> tuple[str, object] | None:
+    """(figure, point key) a run was launched for, from its parameters (figure, model, mem_limit, workers)."""
+    fig, model = str(params.get("figure") or ""), params.get("model")
+    try:
+        if fig in ("3", "3-100", "6") and isinstance(model, str):
+            return fig, model
+        if fig == "4":
+            return fig, float(str(params.get("mem_limit", "")).lower().removesuffix("g"))
+        if fig == "5" and isinstance(model, str):
+            return fig, (model, int(str(params.get("workers"))))
+    except ValueError:
+        return None
+    return None
 
 
 def _split_model(rest: str, models: tuple[str, ...]) -> tuple[str, int | None] | None:

@@ -9,7 +9,20 @@ from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
-Cell = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class Link:
+    """A table cell that links to another file (a path relative to the report); CSVs keep its text."""
+
+    text: str
+    href: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+Cell = str | int | float | bool | Link | None
 Check = tuple[str, bool | None, str]
 """(name, passed, detail); passed is None when the check could not be evaluated."""
 

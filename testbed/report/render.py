@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import math
 
-from testbed.report.model import Cell, Figure, Heading, Report, Table, Text
+from testbed.report.model import Cell, Figure, Heading, Link, Report, Table, Text
 from testbed.report.tidy_csv import _verdict
 
 
@@ -25,6 +25,9 @@ def fmt_cell(value: Cell | object) -> str:
 
 
 def _md_cell(value: Cell | object) -> str:
+    if isinstance(value, Link):
+        label = _md_text(value.text).replace("[", "(").replace("]", ")").replace("|", "\\|")
+        return f"[{label}]({value.href.replace(' ', '%20').replace(')', '%29').replace('|', '%7C')})"
     text = _md_text(fmt_cell(value)).replace("\\", "\\\\").replace("|", "\\|")
     return " ".join(text.split())
 
@@ -111,6 +114,9 @@ def _html_table(tab: Table) -> str:
     for row in tab.rows:
         cells = []
         for c in row:
+            if isinstance(c, Link):
+                cells.append(f'<td><a href="{e(c.href)}">{e(c.text)}</a></td>')
+                continue
             cls = ' class="num"' if isinstance(c, int | float) and not isinstance(c, bool) else ""
             cells.append(f"<td{cls}>{e(fmt_cell(c))}</td>")
         parts.append("<tr>" + "".join(cells) + "</tr>")

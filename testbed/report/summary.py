@@ -38,7 +38,8 @@ def add_summary(run: RunDir, rep: Report) -> None:
                   [[e.get("ts"), e.get("kind"), e.get("host"), _scalar(e.get("detail"))] for e in run.events],
                   "Events")
         for e in run.events:
-            detail = e.get("detail") if isinstance(e.get("detail"), dict) else {}
+            raw = e.get("detail")
+            detail: dict[str, Any] = raw if isinstance(raw, dict) else {}
             if e.get("kind") == "fault-missed":
                 rep.check(f"fault '{detail.get('fault')}' fired", False, str(detail.get("reason") or "never fired"))
     rep.skip(run.notes)

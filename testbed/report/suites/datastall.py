@@ -8,10 +8,12 @@ from pathlib import Path
 from testbed.report import plotting
 from testbed.report.datastall_math import (
     KNOWN_MODELS,
+    SHEET_IMAGES_PER_EPOCH,
     classify,
     fetch_stall_fraction,
     fig4a,
     images_per_second,
+    point_key,
     prep_stall_pct,
 )
 from testbed.report.model import Report
@@ -25,10 +27,17 @@ from testbed.report.rundir import RunDir
 FIG4_EPOCH = 2
 
 
-@reporter("datastall-emulator", "datastall")
-def report(run: RunDir, rep: Report) -> None:
+Found = tuple[str, object, Path, EmulatorOutput]
+"""(figure, point key, path, parsed output): the point key is the model, the limit in GB or (model, workers)."""
+Outputs = dict[str, dict[object, tuple[Path, EmulatorOutput]]]
+
+
+def load_outputs(run: RunDir, rep: Report) -> list[Found]:
+    """Every ``output*.txt`` of the run that feeds a figure, parsed; what a parser skipped goes to ``rep``."""
     models = KNOWN_MODELS + tuple(str(m) for m in run.params.get("models", []) if isinstance(m, str))
-    outs: dict[str, dict[object, tuple[Path, EmulatorOutput]]] = {"3": {}, "3-100": {}, "4": {}, "5": {}, "6": {}}
+    if isinstance(run.params.get("model"), str):
+        models += (str(run.params["model"]),)
+    found: list[Found] = []
     for _, path in run.files(r"output.*\.txt"):
         kind = classify(path.name, path.parent.name, models)
         if kind is None:
@@ -36,18 +45,33 @@ def report(run: RunDir, rep: Report) -> None:
         parsed = parse_emulator_output(path)
         rep.skip([f"{run.rel(path)}: {s.split(': ', 1)[-1]}" if s.startswith(path.name) else s
                   for s in parsed.skipped])
-        key = kind.model if kind.figure in ("3", "3-100", "6") else (
-            kind.limit_gb if kind.figure == "4" else (kind.model, kind.workers))
-        outs[kind.figure][key] = (path, parsed)
-    cache = _cache(run)
-    _fig3(rep, outs["3"], outs["3-100"], cache)
-    _fig4(rep, outs["4"], cache)
-    _fig5(rep, outs["5"], run.params.get("images_per_epoch"))
-    _fig6(rep, outs["6"])
+        found.append((kind.figure, point_key(kind), path, parsed))
+    return found
+
+
+def empty_outputs() -> Outputs:
+    return {"3": {}, "3-100": {}, "4": {}, "5": {}, "6": {}}
+
+
+@reporter("datastall-emulator", "datastall")
+def report(run: RunDir, rep: Report) -> None:
+    outs = empty_outputs()
+    for figure, key, path, parsed in load_outputs(run, rep):
+        outs[figure][key] = (path, parsed)
+    figures(rep, outs, load_cache(run), run.params.get("images_per_epoch"))
     _inputs(run, rep)
 
 
-def _cache(run: RunDir) -> dict[str, float]:
+def figures(rep: Report, outs: Outputs, cache: dict[str, float], images_param: object) -> None:
+    """Figures 3, 4(a), 5 and 6 from the outputs found (one run's, or a campaign's)."""
+    _fig3(rep, outs["3"], outs["3-100"], cache)
+    _fig4(rep, outs["4"], cache)
+    _fig5(rep, outs["5"], images_param)
+    _fig6(rep, outs["6"])
+
+
+def load_cache(run: RunDir) -> dict[str, float]:
+    """vmtouch residency (percent) by the part of ``cache_result<part>.txt`` after ``cache_result``."""
     found = {}
     for _, path in run.files(r"cache_result.*\.txt"):
         res = parse_vmtouch(path)
@@ -122,11 +146,14 @@ def _fig5(rep: Report, by_mw: dict, images_param: object) -> None:
             continue
         images = float(images_param) if isinstance(images_param, int | float) else ep.batches * (out.batch_size or 0)
         rows.append([model, workers, ep.batches, out.batch_size, images, t.total,
-                     images_per_second(t, images) if images else None])
+                     images_per_second(t, images) if images else None,
+                     images_per_second(t, SHEET_IMAGES_PER_EPOCH)])
     rep.text("images/s = images / (data + cpu2gpu + gpu) of the final epoch; images = batches x batch size "
-             "(or the suite's images_per_epoch).")
+             "(or the suite's images_per_epoch). artifact_images_per_s is what the artifact's time5.dat plots: "
+             f"{SHEET_IMAGES_PER_EPOCH:,} / epoch time, a constant that is not the epoch's image count "
+             "(its sheet's error: an epoch here reads 342 batches of 256); same curves, another scale.")
     rep.table("fig5_throughput", ["model", "workers", "batches", "batch_size", "images", "epoch_s",
-                                  "images_per_s"], rows)
+                                  "images_per_s", "artifact_images_per_s"], rows)
     series = {}
     for model in sorted({r[0] for r in rows}):
         pts = [(r[1], r[6]) for r in rows if r[0] == model and r[6] is not None]
@@ -149,6 +176,9 @@ def _fig6(rep: Report, by_model: dict) -> None:
         rows.append([model, t.data, t.cpu2gpu, t.gpu, prep_stall_pct(t)])
     rep.table("fig6_prep_stall", ["model", "data_s", "cpu2gpu_s", "gpu_s", "prep_stall_pct"], rows,
               "prep stall % = 100 x data / (data + cpu2gpu + gpu)")
+    rep.text("The artifact's time6.dat (76.60, 33.69, 46.59, 2.01) does not follow from its committed "
+             "outputsfig6 totals by this or any simple ratio of them; its grapher's title says 8 workers where "
+             "figure6.sh runs 24, so the sheet came from another run and cannot be checked here.")
     if rows:
         rep.figure("fig6_prep_stall", plotting.bars([r[0] for r in rows], {"prep stall": [r[4] for r in rows]},
                                                     ylabel="% of epoch time"), "Figure 6: prep stall per model.")

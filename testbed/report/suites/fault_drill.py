@@ -66,7 +66,7 @@ def report(run: RunDir, rep: Report) -> None:
               [[lg.host, lg.rank, lg.row.attempt, lg.row.epoch, lg.row.step, lg.gstep, lg.row.time, lg.row.loss]
                for lg in logged], "Training log, all ranks")
 
-    marks = []
+    marks: list[tuple[float, str, str]] = []
     ev_rows = []
     for ev in run.events:
         kind, ts = str(ev.get("kind")), event_time(ev.get("ts"))

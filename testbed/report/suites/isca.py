@@ -55,7 +55,7 @@ def report(run: RunDir, rep: Report) -> None:
               [[n, e.epoch, e.train_loss, e.train_accuracy, e.valid_loss, e.valid_accuracy]
                for n, lg in sorted(logs.items()) for e in lg.epochs], "End-of-epoch metrics")
     for name, log in sorted(logs.items()):
-        _outcome_check(rep, name, log, ff, specs.get(name))
+        outcome_check(rep, name, log, ff, specs.get(name))
     _overheads(run, rep)
 
 
@@ -69,7 +69,46 @@ def _plot(rep: Report, name: str, log: ReplayLog, ff: ReplayLog | None) -> None:
                    f"{name}: per-step training {metric} against the fault-free run.")
 
 
-def _outcome_check(rep: Report, name: str, log: ReplayLog, ff: ReplayLog | None, spec: object) -> None:
+def outcome(log: ReplayLog, ff: ReplayLog | None, spec: object = None) -> str:
+    """The paper's outcome of one injection: Immediate INFs/NaNs, INFs/NaNs later, Masked, Degraded, Incomplete.
+
+    Masked: final train accuracy within 2% (relative) of the fault-free run's; Degraded: further below it.
+    """
+    bad = log.first_nonfinite
+    if bad is not None or log.nan_terminated:
+        meta = getattr(spec, "meta", {}) or {}
+        at = (int(meta.get("target_epoch", -1)), int(meta.get("target_step", -1))) if meta else None
+        injected = at if at and at[0] >= 0 else _injected_at(log)
+        return "Immediate INFs/NaNs" if bad is None or (bad.epoch, bad.step) == injected else "INFs/NaNs later"
+    final, ff_final = log.final, ff.final if ff else None
+    if final is None:
+        return "Incomplete"
+    if ff_final is None:
+        return "No fault-free reference"
+    rel = (ff_final.train_accuracy - final.train_accuracy) / ff_final.train_accuracy
+    return "Masked" if rel <= MASKED_TOLERANCE else "Degraded"
+
+
+def expected_outcome(name: str) -> str | None:
+    """The outcome an injection is named after (the artifact's examples name theirs), else None."""
+    if "infs_nans" in name:
+        return "INFs/NaNs later" if "short_term" in name else "Immediate INFs/NaNs"
+    if "masked" in name:
+        return "Masked"
+    if "degrade" in name:
+        return "Degraded"
+    return None
+
+
+def _injected_at(log: ReplayLog) -> tuple[int, int] | None:
+    try:
+        return int(log.info["Inject to epoch"]), int(log.info["Inject to step"])
+    except (KeyError, ValueError):
+        return None
+
+
+def outcome_check(rep: Report, name: str, log: ReplayLog, ff: ReplayLog | None, spec: object) -> None:
+    """The artifact README's check for an injection named like one of its examples."""
     final = log.final
     ff_final = ff.final if ff else None
     if "infs_nans" in name:
@@ -97,9 +136,10 @@ def _outcome_check(rep: Report, name: str, log: ReplayLog, ff: ReplayLog | None,
                   f"{final.train_accuracy:.4f}{ref}")
 
 
-def _elapsed(run: RunDir, rep: Report) -> dict[str, float]:
+def elapsed(paths: list[Path], rep: Report) -> dict[str, float]:
+    """``train_recorder_<variant>.txt`` -> {variant: elapsed seconds} (the last value of each file)."""
     out = {}
-    for _, path in run.files(r"train_recorder_.*\.txt"):
+    for path in paths:
         parsed = parse_elapsed(path)
         rep.skip(parsed.skipped)
         if parsed.rows:
@@ -108,7 +148,11 @@ def _elapsed(run: RunDir, rep: Report) -> dict[str, float]:
 
 
 def _overheads(run: RunDir, rep: Report) -> None:
-    t = _elapsed(run, rep)
+    overheads(rep, elapsed([p for _, p in run.files(r"train_recorder_.*\.txt")], rep))
+
+
+def overheads(rep: Report, t: dict[str, float]) -> None:
+    """Detection and replay overheads (as the artifact's calc_overhead.py computes them) with their checks."""
     if not t:
         return
     rows = []

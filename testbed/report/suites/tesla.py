@@ -16,7 +16,8 @@ PANELS = (("gpu_load_pct", "GPU load (%)"), ("gpu_used_mem_mb", "GPU memory used
           ("gpu_temp_c", "GPU temperature (C)"), ("computation_time", "epoch time (s)"))
 
 
-def _label(c: RunConfig) -> str:
+def label(c: RunConfig) -> str:
+    """``<N>gpu_p<fraction>_b<micro>_e<epochs>``."""
     return f"{c.gpus}gpu_p{c.fraction:g}_b{c.micro_batch}_e{c.epochs}"
 
 
@@ -45,8 +46,8 @@ def report(run: RunDir, rep: Report) -> None:
         configs.setdefault(config_from_path(path), []).extend(parsed.rows)
     rep.heading("Per-epoch GPU metrics")
     all_rows = []
-    for cfg, rows in sorted(configs.items(), key=lambda kv: _label(kv[0]) if kv[0] else ""):
-        name = _label(cfg) if cfg else "metrics"
+    for cfg, rows in sorted(configs.items(), key=lambda kv: label(kv[0]) if kv[0] else ""):
+        name = label(cfg) if cfg else "metrics"
         rows = list({(r.rank, r.epoch, r.gpu_id): r for r in rows}.values())  # one row per rank, epoch, GPU
         configs[cfg] = rows
         all_rows += [[name, cfg.gpus if cfg else None, cfg.fraction if cfg else None, r.rank, r.epoch,
@@ -57,13 +58,16 @@ def report(run: RunDir, rep: Report) -> None:
     rep.table("metrics", ["config", "gpus", "fraction", "rank", "epoch", "computation_time_s", "gpu_id", "gpu_name",
                           "gpu_load_pct", "gpu_used_mem_mb", "gpu_free_mem_mb", "gpu_total_mem_mb", "gpu_temp_c"],
               all_rows, "metrics.csv, all configurations")
-    _scaling(rep, {c: rows for c, rows in configs.items() if c is not None and rows})
+    scaling(rep, {c: rows for c, rows in configs.items() if c is not None and rows})
     _vit_logs(run, rep)
     _baseline(run, rep)
 
 
-def _scaling(rep: Report, configs: dict[RunConfig, list[MetricRow]]) -> None:
-    """Strong: the full data set (p1) on N GPUs. Weak: p = 0.1 x N of the data on N GPUs."""
+def scaling(rep: Report, configs: dict[RunConfig, list[MetricRow]]) -> None:
+    """Strong: the full data set (p1) on N GPUs. Weak: p = 0.1 x N of the data on N GPUs.
+
+    Speedup = t(1 GPU) / t(N); efficiency = ideal / t(N), ideal = t(1) / N (strong) or t(1) (weak).
+    """
     epoch_s = {c: fmean(r.computation_time for r in rows) for c, rows in configs.items()}
     strong = sorted((c.gpus, t) for c, t in epoch_s.items() if c.fraction == 1)
     weak = sorted((c.gpus, t) for c, t in epoch_s.items() if abs(c.fraction - 0.1 * c.gpus) < 1e-9)
@@ -92,7 +96,7 @@ def _vit_logs(run: RunDir, rep: Report) -> None:
         cfg = config_from_path(path)
         parsed = parse_vit_log(path)
         rep.skip(parsed.skipped)
-        rows += [[_label(cfg) if cfg else "", e.rank, e.epoch, e.loss, e.accuracy, e.seconds] for e in parsed.rows]
+        rows += [[label(cfg) if cfg else "", e.rank, e.epoch, e.loss, e.accuracy, e.seconds] for e in parsed.rows]
     if rows:
         rep.heading("Training log")
         rep.table("vit_training", ["config", "rank", "epoch", "loss", "accuracy", "seconds"], rows)

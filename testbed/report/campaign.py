@@ -1,0 +1,398 @@
+"""Reports across runs: one report per suite folder or campaign, and the index of a whole results folder.
+
+A folder is a run only when it holds the ``manifest.json`` that collect writes (a JSON object naming the suite
+or the run id). Everything else met while looking for runs (the ``report/`` folders testbed writes, an
+artifact's committed ``log/`` folder copied next to the runs, stray folders) is skipped with its reason.
+
+- ``results/<suite>/`` -> ``results/<suite>/report/report.<fmt>``: the suite's campaign reporter over every run
+  (registered with ``@campaign_reporter``; a generic table of runs otherwise).
+- ``results/ --campaign ID`` -> ``results/<suite>/campaign-<ID>/report.<fmt>``: the runs of one campaign, known
+  from the manifest's ``campaign`` or from the state's record of the campaign.
+- ``results/`` -> ``results/index.md`` and ``index.html``: every run (its report built) and campaign.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import UsageError
+from testbed.report import render, tidy_csv
+from testbed.report.build import ReportResult, build_report
+from testbed.report.model import Link, Report
+from testbed.report.registry import get_campaign_reporter
+from testbed.report.rundir import REPORT_DIR, RunDir
+from testbed.report.summary import _scalar
+
+MANIFEST = "manifest.json"
+CAMPAIGN_PREFIX = "campaign-"
+INDEX = "index"
+
+
+@dataclass
+class Campaign:
+    """The runs of one suite reported together; ``files`` looks through all of them."""
+
+    suite: str
+    runs: list[RunDir]
+    out_dir: Path
+    name: str = ""
+
+    def files(self, pattern: str | re.Pattern[str]) -> list[tuple[RunDir, str, Path]]:
+        """(run, host, path) of every matching file of every run (``RunDir.files`` per run)."""
+        return [(run, host, path) for run in self.runs for host, path in run.files(pattern)]
+
+    def rel(self, path: Path) -> str:
+        """A path relative to the folder holding the runs."""
+        for run in self.runs:
+            if path.is_relative_to(run.path):
+                return f"{run.run_id}/{run.rel(path)}"
+        return str(path)
+
+
+@dataclass
+class Scan:
+    """What a results folder holds: runs, unreadable manifests, and every other folder skipped."""
+
+    root: Path
+    runs: list[RunDir] = field(default_factory=list)
+    bad: list[tuple[Path, str]] = field(default_factory=list)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+
+@dataclass
+class IndexResult:
+    """What ``build_index`` wrote."""
+
+    paths: list[Path]
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    campaigns: list[ReportResult] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+# --- discovery -------------------------------------------------------------------------------------------------
+def read_run(path: Path) -> tuple[RunDir | None, str | None]:
+    """(run, None) when ``path`` holds a run manifest; (None, why) when it holds an unusable one."""
+    mpath = path / MANIFEST
+    try:
+        data = json.loads(mpath.read_text(encoding="utf-8"))
+    except OSError as exc:
+        return None, f"{MANIFEST} unreadable: {exc.strerror or exc}"
+    except ValueError as exc:
+        return None, f"{MANIFEST} is not JSON ({exc})"
+    if not isinstance(data, dict) or not (data.get("suite") or data.get("run_id")):
+        return None, f"{MANIFEST} is not a run manifest (no suite or run_id)"
+    return RunDir(path, data), None
+
+
+def _why_not(path: Path) -> str:
+    if path.name == REPORT_DIR or path.name.startswith(CAMPAIGN_PREFIX):
+        return "a report folder written by testbed"
+    if path.name.startswith("."):
+        return "hidden folder"
+    return f"no {MANIFEST}: not a run, and no run folder inside"
+
+
+def scan(root: Path) -> Scan:
+    """Runs directly under ``root`` (a suite folder) and one level deeper (a results folder), never deeper."""
+    root = Path(root)
+    if not root.is_dir():
+        raise UsageError(f"no results folder at {root}", where=str(root),
+                         fix="pass a run folder, results/<suite>/ or results/ (see `testbed collect --to`)")
+    found = Scan(root)
+
+    def subdirs(path: Path) -> list[Path]:
+        try:
+            return sorted(p for p in path.iterdir() if p.is_dir() and not p.is_symlink())
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror}", where=str(path),
+                             fix="check the folder's permissions") from exc
+
+    def visit(path: Path, depth: int) -> bool:
+        """Whether ``path`` is a run or holds runs; a non-run folder beside runs is recorded as skipped."""
+        if (path / MANIFEST).is_file():
+            run, why = read_run(path)
+            if run is None:
+                found.bad.append((path, why or "unusable manifest"))
+            else:
+                found.runs.append(run)
+            return True
+        if depth == 0 or path.name == REPORT_DIR or path.name.startswith((CAMPAIGN_PREFIX, ".")):
+            return False
+        seen = [(p, visit(p, depth - 1)) for p in subdirs(path)]
+        if not any(ok for _, ok in seen):
+            return False
+        found.skipped += [(p, _why_not(p)) for p, ok in seen if not ok]
+        return True
+
+    if (root / MANIFEST).is_file():  # a run folder itself: its host folders are never looked into
+        visit(root, 0)
+        return found
+    for child in subdirs(root):
+        if not visit(child, 1):
+            found.skipped.append((child, _why_not(child)))
+    return found
+
+
+def _refuse_bad(found: Scan) -> None:
+    if found.bad:
+        path, why = found.bad[0]
+        more = f" (and {len(found.bad) - 1} more)" if len(found.bad) > 1 else ""
+        raise UsageError(f"unreadable run manifest: {why}{more}", where=str(path / MANIFEST),
+                         fix="collect the run again (`testbed collect RUN`) or move the folder out of the results")
+
+
+def _no_runs(found: Scan) -> UsageError:
+    why = "; ".join(f"{p.name}/: {w}" for p, w in found.skipped[:5])
+    return UsageError(f"no collected runs under {found.root}" + (f" (skipped {why})" if why else ""),
+                      where=str(found.root),
+                      fix="pass results/<suite>/<run-id>, results/<suite>/ or results/ of `testbed collect --to`")
+
+
+# --- campaign ids ------------------------------------------------------------------------------------------------
+def campaign_of(run: RunDir, recorded: dict[str, str]) -> str | None:
+    """The run's campaign id: the manifest's ``campaign``, else the state's record of the run."""
+    cid = run.manifest.get("campaign")
+    return str(cid) if cid else recorded.get(run.run_id)
+
+
+def recorded_campaigns() -> dict[str, str]:
+    """run id -> campaign id from this machine's state (empty when there is no state)."""
+    from testbed import paths
+
+    db = paths.home() / "state.db"
+    if not db.is_file():
+        return {}
+    from testbed.state import Store
+
+    try:
+        st = Store(db)
+    except Exception:  # a state this version cannot open: campaigns are then only known from manifests
+        return {}
+    try:
+        out: dict[str, str] = {}
+        for row in st.query("SELECT id, points FROM campaigns"):
+            for point in json.loads(row["points"] or "[]"):
+                if isinstance(point, dict) and point.get("run_id"):
+                    out[str(point["run_id"])] = str(row["id"])
+        for row in st.query("SELECT id, campaign FROM runs WHERE campaign IS NOT NULL"):
+            out[str(row["id"])] = str(row["campaign"])
+        return out
+    finally:
+        st.close()
+
+
+# --- reports -------------------------------------------------------------------------------------------------------
+def _check_fmt(fmt: str) -> None:
+    if fmt not in ("md", "html"):
+        raise UsageError(f"unknown report format {fmt!r}", where="--format", fix="use one of: md, html")
+
+
+def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", name: str = "") -> ReportResult:
+    """One report over ``runs`` (all of one suite) written to ``out_dir/report.<fmt>``."""
+    _check_fmt(fmt)
+    suites = sorted({r.suite for r in runs})
+    if len(suites) != 1:
+        raise UsageError(f"runs of {len(suites)} suites ({', '.join(suites) or 'none'}) in one campaign report",
+                         where=str(out_dir.parent), fix="pass results/<suite>/ or --campaign ID")
+    runs = sorted(runs, key=lambda r: (str(r.manifest.get("started") or ""), r.run_id))
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot write the report folder: {exc.strerror}", where=str(out_dir),
+                         fix="check the results folder's permissions") from exc
+    camp = Campaign(suites[0], runs, out_dir, name)
+    title = f"{camp.suite} campaign {name}: {len(runs)} runs" if name else f"{camp.suite}: {len(runs)} runs"
+    rep = Report(out_dir, title)
+    run_table(camp, rep, fmt)
+    fn = get_campaign_reporter(camp.suite)
+    if fn is None:
+        rep.text(f"No campaign reporter is registered for suite {camp.suite!r}: the runs are listed above; "
+                 "each run's own report has its results.")
+    else:
+        try:
+            fn(camp, rep)
+        except Exception as exc:  # a broken output must still give a report
+            rep.skip([f"{camp.suite} campaign reporter stopped: {type(exc).__name__}: {exc}"])
+            rep.check("report complete", False, f"reporter error: {exc}")
+    csvs = tidy_csv.write_all(rep)
+    path = out_dir / f"report.{fmt}"
+    path.write_text(render.to_html(rep) if fmt == "html" else render.to_markdown(rep), encoding="utf-8")
+    res = ReportResult(path, [f.path for f in rep.figures], csvs, list(rep.skipped), list(rep.checks), camp.suite)
+    res.runs = [r.run_id for r in runs]
+    return res
+
+
+def run_table(camp: Campaign, rep: Report, fmt: str = "md") -> None:
+    """The runs: id (linked to its report when built), parameters, status, testbed."""
+    rep.heading("Runs")
+    rows = []
+    for run in camp.runs:
+        own = run.path / REPORT_DIR / f"report.{fmt}"
+        rid: Any = Link(run.run_id, os.path.relpath(own, camp.out_dir)) if own.is_file() else run.run_id
+        rows.append([rid, params_text(run.params), run.manifest.get("status"), testbed_of(run)])
+    rep.table("runs", ["run", "parameters", "status", "testbed"], rows)
+
+
+def params_text(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_scalar(v)}" for k, v in sorted(params.items()))
+
+
+def testbed_of(run: RunDir) -> str | None:
+    tb = run.manifest.get("testbed")
+    return str(tb.get("name")) if isinstance(tb, dict) and tb.get("name") else None
+
+
+def report_suite_folder(folder: Path, fmt: str = "md") -> ReportResult:
+    """``results/<suite>/`` -> ``results/<suite>/report/``."""
+    found = scan(folder)
+    _refuse_bad(found)
+    if not found.runs:
+        raise _no_runs(found)
+    res = build_campaign_report(found.runs, Path(folder) / REPORT_DIR, fmt)
+    res.skipped = [f"{p.name}/: {w}" for p, w in found.skipped] + res.skipped
+    return res
+
+
+def report_campaign(root: Path, cid: str, fmt: str = "md") -> ReportResult:
+    """The runs of campaign ``cid`` found under ``root`` -> ``<suite folder>/campaign-<cid>/``."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", cid):
+        raise UsageError(f"not a campaign id: {cid!r}", where="--campaign", fix="use an id `testbed run --matrix` "
+                         "printed, like mpi-hello-1a2b3c4d")
+    found = scan(root)
+    _refuse_bad(found)
+    recorded = recorded_campaigns()
+    runs = [r for r in found.runs if campaign_of(r, recorded) == cid]
+    if not runs:
+        known = sorted({c for r in found.runs if (c := campaign_of(r, recorded))})
+        raise UsageError(f"no collected run of campaign {cid!r} under {root}", where=str(root),
+                         fix=(f"known campaigns here: {', '.join(known)}" if known else
+                              "collect the campaign's runs first (`testbed collect --all`), or pass results/<suite>/"))
+    parent = runs[0].path.parent
+    return build_campaign_report(runs, parent / f"{CAMPAIGN_PREFIX}{cid}", fmt, name=cid)
+
+
+def build_index(root: Path, fmt: str = "md") -> IndexResult:
+    """Every run's report, one campaign report per suite folder and per campaign id, and ``index.md``/``.html``."""
+    _check_fmt(fmt)
+    root = Path(root)
+    found = scan(root)
+    if not found.runs and not found.bad:
+        raise _no_runs(found)
+    recorded = recorded_campaigns()
+    skipped = [(_rel(p, root), w) for p, w in found.skipped] + [(_rel(p, root), w) for p, w in found.bad]
+    rows: list[dict[str, Any]] = []
+    for run in sorted(found.runs, key=lambda r: (r.suite, str(r.manifest.get("started") or ""), r.run_id)):
+        row: dict[str, Any] = {"run": run, "campaign": campaign_of(run, recorded), "report": None, "checks": None}
+        try:
+            rr = build_report(run.path, fmt)
+        except UsageError as exc:
+            row["error"] = exc.what
+        else:
+            row["report"], row["checks"] = rr.path, rr.checks
+        rows.append(row)
+    campaigns: list[tuple[str, ReportResult]] = []
+    by_folder: dict[Path, list[RunDir]] = {}
+    for run in found.runs:
+        by_folder.setdefault(run.path.parent, []).append(run)
+    for folder, runs in sorted(by_folder.items()):
+        if folder == root or len({r.suite for r in runs}) != 1:
+            continue
+        campaigns.append((f"{folder.name}/ (all runs)", build_campaign_report(runs, folder / REPORT_DIR, fmt)))
+    by_cid: dict[str, list[RunDir]] = {}
+    for row in rows:
+        if row["campaign"]:
+            by_cid.setdefault(row["campaign"], []).append(row["run"])
+    for cid, runs in sorted(by_cid.items()):
+        if len({r.suite for r in runs}) == 1:
+            out = runs[0].path.parent / f"{CAMPAIGN_PREFIX}{cid}"
+            campaigns.append((cid, build_campaign_report(runs, out, fmt, name=cid)))
+    paths = []
+    for ext in ("md", "html"):
+        rep = index_report(root, rows, campaigns, skipped, ext)
+        path = root / f"{INDEX}.{ext}"
+        path.write_text(render.to_html(rep) if ext == "html" else render.to_markdown(rep), encoding="utf-8")
+        paths.append(path)
+    out_rows = [{"run_id": r["run"].run_id, "suite": r["run"].suite, "campaign": r["campaign"],
+                 "status": r["run"].manifest.get("status"), "report": str(r["report"]) if r["report"] else None,
+                 "passed": _passed(r["checks"]), "error": r.get("error")} for r in rows]
+    return IndexResult(paths, out_rows, [c for _, c in campaigns], skipped)
+
+
+def index_report(root: Path, rows: list[dict[str, Any]], campaigns: list[tuple[str, ReportResult]],
+                 skipped: list[tuple[str, str]], fmt: str) -> Report:
+    """The index as a Report (rendered like any other): runs, campaigns, skipped folders."""
+    rep = Report(root, f"Results in {root.name or root}")
+
+    def link(text: str, path: Path | None) -> Any:
+        return Link(text, os.path.relpath(path, root)) if path is not None else text
+
+    rep.heading("Runs")
+    rep.table("index_runs", ["suite", "run", "testbed", "parameters", "status", "checks", "campaign"], [
+        [r["run"].suite, link(r["run"].run_id, r["report"]), testbed_of(r["run"]), params_text(r["run"].params),
+         r["run"].manifest.get("status"), r.get("error") or _checks_text(r["checks"]), r["campaign"]]
+        for r in rows])
+    if campaigns:
+        rep.heading("Campaigns")
+        rep.table("index_campaigns", ["campaign", "suite", "runs", "checks"],
+                  [[link(name, c.path), c.suite, len(c.runs), _checks_text(c.checks)] for name, c in campaigns])
+    rep.heading("Skipped")
+    if skipped:
+        rep.table("index_skipped", ["folder", "why"], [[p, w] for p, w in skipped])
+    else:
+        rep.text("Nothing was skipped: every folder holds runs.")
+    return rep
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root)) + "/"
+    except ValueError:
+        return str(path)
+
+
+def _passed(checks: Iterable[tuple[str, bool | None, str]] | None) -> bool | None:
+    if checks is None:
+        return None
+    return all(p is not False for _, p, _ in checks)
+
+
+def _checks_text(checks: list[tuple[str, bool | None, str]] | None) -> str:
+    if checks is None:
+        return ""
+    if not checks:
+        return "none"
+    fail = sum(1 for _, p, _ in checks if p is False)
+    ok = sum(1 for _, p, _ in checks if p)
+    na = len(checks) - fail - ok
+    return f"{ok} pass, {fail} FAIL" + (f", {na} n/a" if na else "") if fail else \
+        f"{ok} pass" + (f", {na} n/a" if na else "")
+
+
+def report_path(path: Path, fmt: str = "md", campaign: str | None = None) -> ReportResult | IndexResult:
+    """What ``testbed report PATH [--campaign ID]`` does: a run, a suite folder, a campaign or the index."""
+    path = Path(path)
+    _check_fmt(fmt)
+    if campaign:
+        return report_campaign(path, campaign, fmt)
+    if not path.is_dir():
+        raise UsageError(f"no run or results folder at {path}", where=str(path),
+                         fix="pass results/<suite>/<run-id>, results/<suite>/ or results/ (see `testbed collect`)")
+    if (path / MANIFEST).is_file():
+        run, why = read_run(path)
+        if run is None:
+            raise UsageError(f"unreadable run manifest: {why}", where=str(path / MANIFEST),
+                             fix="collect the run again (`testbed collect RUN`)")
+        return build_report(path, fmt)
+    found = scan(path)
+    holders = {p.parent for p in [r.path for r in found.runs] + [b for b, _ in found.bad]}
+    if holders == {path}:
+        return report_suite_folder(path, fmt)
+    if holders:
+        return build_index(path, fmt)
+    raise _no_runs(found)
