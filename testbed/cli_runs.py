@@ -123,7 +123,7 @@ def _collect(run_ids: list[str]) -> None:
 
     results = collect.collect_runs(run_ids, to=Path("results"))
     for r in results:
-        _console().print(f"collected {r.run_id} -> {r.path} ({r.files_sent} files sent)")
+        _console(stderr=True).print(f"collected {r.run_id} -> {r.path} ({r.files_sent} files sent)")
     problem = collect.format_problems(results)
     if problem is not None:
         raise problem

@@ -399,13 +399,17 @@ for p in sys.stdin.buffer.read().split(b"\\0")[:-1]:
 """)
 
 
-def listing_script(run_dir_words: str, patterns: list[str], known: Sequence[tuple[int, int, str, str]] = ()) -> str:
+def listing_script(run_dir_words: str, patterns: list[str], known: Sequence[tuple[int, int, str, str]] = (),
+                   source_words: Sequence[str] = ()) -> str:
     """The bash script run on a host: run folder, rsync presence, then ``F<TAB>size<TAB>mtime<TAB>sha256<TAB>path``.
 
     ``known``: (size, mtime, sha256, path) of files already collected; a file whose size and mtime are unchanged
     (rsync's quick check) gets its known checksum instead of being hashed again, so a re-collect reads nothing.
+    ``source_words``: the run's source checkouts (shell words); files outside the run folder that git tracks there
+    unchanged are the artifact's own (an output folder committed with the paper's results), never this run's.
     """
     pats = " ".join(shlex.quote(p) for p in patterns)
+    srcs = " ".join(source_words)
     known_lines = "".join(f"{size}\t{mtime}\t{sha}\t{path}\n" for size, mtime, sha, path in known
                           if "\n" not in path)
     return rf"""set -u
@@ -428,8 +432,17 @@ tb_hash() {{  # NUL-separated paths in, one hex digest per line out (python's sh
   if command -v python3 >/dev/null 2>&1; then python3 -c {_PY_HASH}
   else xargs -0 sha256sum -- | sed 's/^\\//' | cut -c1-64; fi
 }}
+declare -A tb_pristine=()
+for tb_s in {srcs}; do  # tracked and unchanged in a source checkout: the artifact's files, not outputs
+  [[ -d $tb_s/.git ]] || continue
+  unset tb_mod; declare -A tb_mod=()
+  while IFS= read -r -d '' x; do tb_mod["$x"]=1; done < <(git -C "$tb_s" ls-files -m -z 2>/dev/null)
+  while IFS= read -r -d '' x; do [[ -n ${{tb_mod[$x]+x}} ]] || tb_pristine["$tb_s/$x"]=1
+  done < <(git -C "$tb_s" ls-files -z 2>/dev/null)
+done
 add() {{  # a matched path -> its place in the results folder: run-relative, @home/..., @root/...
   case "$1" in *$'\n'*) echo "@NOTE skipped a file with a newline in its name"; return ;; esac
+  if [[ $kind != run && -n ${{tb_pristine[$1]+x}} ]]; then pr=$((pr+1)); return 1; fi
   local f="${{1#./}}"
   case "$kind" in
     home) f="{HOME_DIR}/${{f#"$HOME"/}}" ;;
@@ -442,7 +455,7 @@ add() {{  # a matched path -> its place in the results folder: run-relative, @ho
 }}
 declare -A tb_src=()
 for pat in {pats}; do
-  n=0; old=0
+  n=0; old=0; pr=0
   case "$pat" in "~/"*) kind=home; glob="${{pat#"~/"}}" ;; /*) kind=root; glob=$pat ;; *) kind=run; glob=$pat ;; esac
   IFS=$'\n'
   if [[ $kind == home ]]; then ms=("$HOME"/$glob); else ms=($glob); fi
@@ -450,14 +463,16 @@ for pat in {pats}; do
   for m in "${{ms[@]}}"; do
     if [[ -d $m ]]; then
       newer=(); [[ $kind == run ]] || newer=(-newer "$tb_ref")
-      while IFS= read -r -d '' x; do add "$x"; n=$((n+1))
+      while IFS= read -r -d '' x; do add "$x" && n=$((n+1))
       done < <(find -L "$m" -type f "${{newer[@]}}" -print0 2>/dev/null)
     elif [[ -f $m ]]; then
-      if [[ $kind == run || $m -nt $tb_ref ]]; then add "$m"; n=$((n+1)); else old=$((old+1)); fi
+      if [[ $kind == run || $m -nt $tb_ref ]]; then add "$m" && n=$((n+1)); else old=$((old+1)); fi
     fi
   done
   [[ $old -gt 0 ]] && printf '@NOTE %s: %s matching file(s) left out: not written during this run\n' "$pat" "$old"
-  [[ $n -eq 0 && $old -eq 0 ]] && printf '@NOMATCH %s\n' "$pat"
+  [[ $pr -gt 0 ]] && printf '@NOTE %s: %s matching file(s) left out: the source checkout holds them unchanged\n' \
+    "$pat" "$pr"
+  [[ $n -eq 0 && $old -eq 0 && $pr -eq 0 ]] && printf '@NOMATCH %s\n' "$pat"
 done
 if ((${{#files[@]}})); then
   mapfile -t S < <(for f in "${{files[@]}}"; do printf '%s\0' "${{tb_src[$f]}}"; done | xargs -0 stat -L -c '%s %Y' --)
@@ -485,6 +500,14 @@ if ((${{#files[@]}})); then
 fi
 fi
 """
+
+
+def _source_words(info: dict[str, Any]) -> list[str]:
+    """Shell words for the run's source checkouts on a host."""
+    from testbed.suite import path_word
+
+    return [path_word(str(s["path"])) for s in (info.get("sources") or {}).values()
+            if isinstance(s, dict) and s.get("path")]
 
 
 def _ssh_opts(ctx: _Ctx) -> list[str]:
@@ -572,7 +595,8 @@ def _collect_host(ctx: _Ctx, h: Host, want_facts: bool) -> tuple[HostCollect, li
     script = ""
     if want_facts:  # gathered in the background while the listing hashes
         script = "tb_facts=$(mktemp)\n( " + mf.facts_script(facts=True) + ') > "$tb_facts" 2>/dev/null &\ntb_fpid=$!\n'
-    script += "(\n" + listing_script(_remote_dir(ctx.info, ctx.run_id), pats, _known(ctx, h.name)) + ")\n"
+    script += "(\n" + listing_script(_remote_dir(ctx.info, ctx.run_id), pats, _known(ctx, h.name),
+                                      _source_words(ctx.info)) + ")\n"
     if want_facts:
         script += 'wait "$tb_fpid"; cat "$tb_facts"; rm -f "$tb_facts"\n'
     script += "echo @END\n"

@@ -225,6 +225,7 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
         "run_id": run_id,
         "suite": row["suite"],
         "params": json.loads(row["params"] or "{}"),
+        "campaign": row["campaign"],
         "status": row["status"],
         "testbed": {"name": row["testbed"], "provider": provider},
         "hosts": host_recs,
