@@ -6,7 +6,7 @@
 VENV   ?= .venv
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 APT_PACKAGES = openssh-server openssh-client iproute2 rsync openmpi-bin libopenmpi-dev git make gcc \
-               sudo zsh tcsh pssh procps psmisc curl ca-certificates
+               sudo zsh tcsh pssh procps psmisc curl ca-certificates cgroup-tools tmux build-essential
 STAMP  = $(VENV)/.installed
 
 .PHONY: demo test deps venv lint clean

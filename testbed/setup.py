@@ -12,6 +12,7 @@ A **profile** is ``playbooks/profiles/<name>.yml``::
     roles:
       - role: mpi
         vars: {mpi_slots: 1}
+        when: "mpi_wanted | bool"  # an Ansible condition: the role's tasks are skipped when false (optional)
 
 Variable precedence, lowest first: role defaults < profile ``vars`` < a role entry's ``vars`` <
 the testbed spec's ``vars`` < ``extra_vars``.
@@ -50,6 +51,7 @@ class RoleStep:
 
     role: str
     vars: dict[str, Any] = field(default_factory=dict)
+    when: str | None = None
 
 
 @dataclass
@@ -140,9 +142,15 @@ def load_profile(name: str, _seen: tuple[str, ...] = ()) -> Plan:
             entry = {"role": entry}
         if not isinstance(entry, dict) or "role" not in entry:
             raise UsageError(f"profile '{name}': roles[{i}] needs a 'role:' key", where=str(path),
-                             fix="write '- role: <name>' with optional 'vars:'")
+                             fix="write '- role: <name>' with optional 'vars:' and 'when:'")
+        extra = set(entry) - {"role", "vars", "when"}
+        if extra or not isinstance(entry.get("vars") or {}, dict) or not isinstance(entry.get("when", ""), str):
+            raise UsageError(f"profile '{name}': roles[{i}] ({entry['role']}) has unknown keys or bad values",
+                             where=str(path), fix="a role entry has role:, vars: (a mapping) and when: (a "
+                                                  "condition string) only" + (f"; remove {', '.join(sorted(extra))}"
+                                                                              if extra else ""))
         _check_role(str(entry["role"]), f"{path}: roles[{i}]")
-        steps.append(RoleStep(str(entry["role"]), dict(entry.get("vars") or {})))
+        steps.append(RoleStep(str(entry["role"]), dict(entry.get("vars") or {}), entry.get("when") or None))
     return Plan(name=name, steps=steps, vars=pvars, description=str(data.get("description", "")))
 
 
@@ -461,7 +469,8 @@ def build_inventory(testbed: str, hosts: list[Host], variables: dict[str, Any] |
 
 def build_playbook(plan: Plan) -> list[dict[str, Any]]:
     """One play over all hosts applying the plan's roles in order."""
-    roles = [{"role": s.role, "vars": s.vars} if s.vars else {"role": s.role} for s in plan.steps]
+    roles = [{"role": s.role, **({"vars": s.vars} if s.vars else {}), **({"when": s.when} if s.when else {})}
+             for s in plan.steps]
     return [{
         "name": f"testbed set-up: {plan.name}",
         "hosts": "all",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import itertools
 import os
 import re
 import shlex
@@ -17,8 +18,12 @@ import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from testbed.run_plan import HostInfo, TestbedInfo, build_plan
+from testbed.suite import load_suite, resolve_params
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 ARTIFACTS = Path(os.environ.get("TESTBED_ARTIFACTS", SHARED / "artifacts"))
@@ -159,6 +164,7 @@ class PyCall:
     script: str
     argv: list[str]
     cwd: str | None
+    compiled: bool = False  # a C/CUDA source handed to a compiler (only its existence is checked)
 
 
 def python_calls(command: str, cwd: str | None = None) -> list[PyCall]:
@@ -179,6 +185,14 @@ def python_calls(command: str, cwd: str | None = None) -> list[PyCall]:
             nxt = toks[i + 1]
             here = nxt if nxt.startswith(("/", "~", "$HOME")) or here is None else f"{here}/{nxt}"
             i += 2
+            continue
+        if re.fullmatch(r"(?:.*/)?(?:nvcc|mpicc|mpicxx|mpic\+\+|gcc|g\+\+|cc|c\+\+)", t):
+            j = i + 1
+            while j < len(toks) and toks[j] not in _SEPARATORS:
+                if re.search(r"\.(?:c|cc|cpp|cu)$", toks[j]) and not toks[j - 1] == "-o":
+                    out.append(PyCall(toks[j], [], here, compiled=True))
+                j += 1
+            i = j
             continue
         if re.fullmatch(r"(?:.*/)?python(?:3(?:\.\d+)?)?", t) and i + 1 < len(toks) and toks[i + 1].endswith(".py"):
             script = toks[i + 1]
@@ -207,3 +221,120 @@ def host_path_to_artifact(path: str, mounts: dict[str, Path]) -> Path | None:
         if p == prefix or p.startswith(prefix.rstrip("/") + "/"):
             return root / p[len(prefix):].lstrip("/")
     return None
+
+
+# --- what a suite renders --------------------------------------------------------------------------------------
+def points(suite_name: str) -> list[dict[str, Any]]:
+    """Every matrix point, plus the defaults with each value of each choice parameter."""
+    s = load_suite(suite_name)
+    pts: list[dict[str, Any]] = []
+    raw = s.matrix if isinstance(s.matrix, list) else (
+        [dict(zip(s.matrix, c, strict=True)) for c in itertools.product(*s.matrix.values())] if s.matrix else [])
+    pts += [dict(p) for p in raw]
+    for name, p in s.parameters.items():
+        for v in p.choices or []:
+            pts.append({name: v})
+    return pts
+
+
+def plan_for(suite_name: str, given: dict[str, Any], faults: list[str] | None = None) -> dict[str, Any]:
+    s = load_suite(suite_name)
+    params = resolve_params(s, {k: str(v) for k, v in given.items()})
+    n = max(8, s.requires.hosts)
+    hosts = [HostInfo(f"host{i}", f"10.0.0.{i + 2}", ["master"] if i == 0 else ["workers"], {}) for i in range(n)]
+    tb = TestbedInfo("conformance", (s.requires.providers or ["lab"])[0], hosts,
+                     {"name": "conformance", "provider": "lab", "subnet": "10.0.0.0/24", "ssh_config": "x"})
+    return build_plan(s, tb, params, faults=faults)
+
+
+def commands(plan: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+    """(where, command, cwd) of every step and rank of the plan (recovery included)."""
+    out: list[tuple[str, str, str | None]] = []
+    for phase in ("prepare", "post"):
+        for st in plan[phase]:
+            for h, cmd in st["commands"].items():
+                out.append((f"{phase} '{st['name']}' on {h}", cmd, st.get("cwd")))
+    for r in plan["ranks"]:
+        out.append((f"launch rank {r['rank']}", r["command"], r.get("cwd")))
+    for f in plan["faults"]:
+        for steps in f["recovery"].values():
+            for st in steps:
+                for r in st.get("ranks") or []:
+                    out.append((f"recovery rank {r['rank']}", r["command"], r.get("cwd")))
+    return out
+
+
+def rendered_argvs(suite_name: str, script: str) -> list[list[str]]:
+    """Every distinct argv a suite gives ``script`` (a path ending) over its points, recovery ranks included."""
+    out: list[list[str]] = []
+    for given in points(suite_name):
+        s = load_suite(suite_name)
+        plan = plan_for(suite_name, given, faults=list(s.faults) if "fault" not in s.parameters else None)
+        for _, cmd, cwd in commands(plan):
+            for call in python_calls(cmd, cwd):
+                if call.script.endswith(script) and call.argv not in out:
+                    out.append(call.argv)
+    return out
+
+
+# --- the real parser, run where the script's imports load ------------------------------------------------------
+PARSE_ONLY = r'''
+import argparse, json, os, runpy, signal, socket, sys, tempfile
+script = os.path.abspath(sys.argv[1])
+argvs = json.load(sys.stdin)
+
+
+class Parsed(BaseException):
+    pass
+
+
+class Refused(BaseException):
+    pass
+
+
+real_parse = argparse.ArgumentParser.parse_args
+
+
+def parse_only(self, args=None, namespace=None):
+    raise Parsed(vars(real_parse(self, args, namespace)))
+
+
+def refuse(self, message):
+    raise Refused(message)
+
+
+class Unparsed(BaseException):
+    pass
+
+
+def no_network(*_a, **_k):
+    raise Unparsed("the script opened a connection before parsing its arguments")
+
+
+def too_long(*_a):
+    raise Unparsed("the script did not reach parse_args within 120 s")
+
+
+argparse.ArgumentParser.parse_args = parse_only
+argparse.ArgumentParser.error = refuse
+socket.socket.connect = socket.socket.bind = socket.socket.accept = no_network  # parse only: never wait on a peer
+signal.signal(signal.SIGALRM, too_long)
+sys.path.insert(0, os.path.dirname(script))
+os.chdir(tempfile.mkdtemp())  # what the script's top level makes (./output) lands here, not in the checkout
+results = []
+for argv in argvs:
+    sys.argv = [script, *argv]
+    signal.alarm(120)
+    try:
+        runpy.run_path(script, run_name="__main__")
+        results.append({"argv": argv, "error": "the script ended without parsing its arguments"})
+    except Parsed as p:
+        results.append({"argv": argv, "args": {k: repr(v) for k, v in p.args[0].items()}})
+    except (Refused, Unparsed) as r:
+        results.append({"argv": argv, "error": str(r)})
+    finally:
+        signal.alarm(0)
+print("@RESULT " + json.dumps(results))
+'''
+"""Runs a script as ``__main__`` once per argv (stdin: a JSON list) up to its ``parse_args``, with its own parser:
+the parsed namespace or the parser's refusal, per argv; nothing past parsing runs. Imports load once."""

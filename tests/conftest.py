@@ -35,8 +35,10 @@ def local_testbed(tmp_path: Path, need_local: None) -> Iterator[object]:
     beds: list[LocalBed] = []
     stack: list[object] = []
 
-    def make(hosts: int = 4, user: str = "root", name: str = "tb", groups: dict[str, list[str]] | None = None):
-        cm = local_bed(tmp_path / f"bed-{len(beds)}", name=name, hosts_n=hosts, user=user, groups=groups or {})
+    def make(hosts: int = 4, user: str = "root", name: str = "tb", groups: dict[str, list[str]] | None = None,
+             vars: dict[str, object] | None = None):
+        cm = local_bed(tmp_path / f"bed-{len(beds)}", name=name, hosts_n=hosts, user=user, groups=groups or {},
+                       vars=vars or {})
         bed = cm.__enter__()
         stack.append(cm)
         beds.append(bed)

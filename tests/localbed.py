@@ -57,6 +57,7 @@ class LocalBed:
     provider: LocalProvider | None = None
     hosts: list[Host] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    vars: dict[str, object] = field(default_factory=dict)  # the spec's vars: (set-up variables)
 
     @property
     def home(self) -> Path:
@@ -82,10 +83,10 @@ class LocalBed:
         for _ in range(5):
             subnet = free_subnet()
             self.spec = TestbedSpec(name=self.name, provider=LocalSettings(hosts=self.hosts_n, subnet=subnet),
-                                    user=self.user, groups=self.groups)
+                                    user=self.user, groups=self.groups, vars=self.vars)
             spec_file = self.cwd / "inventories" / f"{self.name}.yml"
             spec_file.write_text(json.dumps({"provider": {"kind": "local", "hosts": self.hosts_n, "subnet": subnet},
-                                             "user": self.user, "groups": self.groups}))
+                                             "user": self.user, "groups": self.groups, "vars": self.vars}))
             self.spec.source = str(spec_file)
             self.provider = LocalProvider(self.spec, self.store)
             try:
@@ -121,3 +122,16 @@ def local_bed(cwd: Path, name: str = "tb", **kw: object) -> Iterator[LocalBed]:
             os.environ.pop("TESTBED_HOME", None)
         else:
             os.environ["TESTBED_HOME"] = old_env
+
+
+def can_raise_memlock() -> bool:
+    """Whether this machine may raise RLIMIT_MEMLOCK (CAP_SYS_RESOURCE): the memlock role's `unlimited` needs it."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    try:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (soft, resource.RLIM_INFINITY))
+    except (ValueError, OSError):
+        return False
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (soft, hard))
+    return True

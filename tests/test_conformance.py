@@ -11,16 +11,14 @@ against the real repository at its pinned commit:
 
 from __future__ import annotations
 
-import itertools
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from artifacts import ParseError, artifact, host_path_to_artifact, python_calls, read_parser
+from artifacts import ParseError, artifact, commands, host_path_to_artifact, plan_for, points, python_calls, read_parser
 
-from testbed.run_plan import HostInfo, TestbedInfo, build_plan
-from testbed.suite import load_suite, resolve_params
+from testbed.suite import load_suite
 
 # suite -> {host path prefix: artifact name (and sub-folder)}
 MOUNTS = {
@@ -40,46 +38,6 @@ def mounts(suite: str) -> dict[str, Path]:
     out = {}
     for prefix, (name, sub) in MOUNTS[suite].items():
         out[prefix] = artifact(name) / sub if sub else artifact(name)
-    return out
-
-
-def points(suite_name: str) -> list[dict[str, Any]]:
-    """Every matrix point, plus the defaults with each value of each choice parameter."""
-    s = load_suite(suite_name)
-    pts: list[dict[str, Any]] = []
-    raw = s.matrix if isinstance(s.matrix, list) else (
-        [dict(zip(s.matrix, c, strict=True)) for c in itertools.product(*s.matrix.values())] if s.matrix else [])
-    pts += [dict(p) for p in raw]
-    for name, p in s.parameters.items():
-        for v in p.choices or []:
-            pts.append({name: v})
-    return pts
-
-
-def plan_for(suite_name: str, given: dict[str, Any], faults: list[str] | None = None) -> dict[str, Any]:
-    s = load_suite(suite_name)
-    params = resolve_params(s, {k: str(v) for k, v in given.items()})
-    n = max(8, s.requires.hosts)
-    hosts = [HostInfo(f"host{i}", f"10.0.0.{i + 2}", ["master"] if i == 0 else ["workers"], {}) for i in range(n)]
-    tb = TestbedInfo("conformance", (s.requires.providers or ["lab"])[0], hosts,
-                     {"name": "conformance", "provider": "lab", "subnet": "10.0.0.0/24", "ssh_config": "x"})
-    return build_plan(s, tb, params, faults=faults)
-
-
-def commands(plan: dict[str, Any]) -> list[tuple[str, str, str | None]]:
-    """(where, command, cwd) of every step and rank of the plan (recovery included)."""
-    out: list[tuple[str, str, str | None]] = []
-    for phase in ("prepare", "post"):
-        for st in plan[phase]:
-            for h, cmd in st["commands"].items():
-                out.append((f"{phase} '{st['name']}' on {h}", cmd, st.get("cwd")))
-    for r in plan["ranks"]:
-        out.append((f"launch rank {r['rank']}", r["command"], r.get("cwd")))
-    for f in plan["faults"]:
-        for steps in f["recovery"].values():
-            for st in steps:
-                for r in st.get("ranks") or []:
-                    out.append((f"recovery rank {r['rank']}", r["command"], r.get("cwd")))
     return out
 
 
@@ -113,7 +71,10 @@ def test_paths_and_flags_conform_to_the_real_code(case: tuple[str, dict[str, Any
                 continue  # a script outside the artifact (e.g. python -c)
             if not local.is_file():
                 if host_script not in made:
-                    problems.append(f"{where}: script {host_script} is not in the repository")
+                    problems.append(f"{where}: {'source' if call.compiled else 'script'} {host_script} is not in "
+                                    "the repository")
+                continue
+            if call.compiled:
                 continue
             sp = read_parser(local)
             checked += 1

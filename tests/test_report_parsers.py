@@ -180,5 +180,9 @@ def test_neuronabox_collective_and_steps():
     emu = parse_collective(S / "neuronabox/all_reduce_emu.out").rows
     assert [(r.size, r.loop, r.bypass, r.ns_per_op) for r in emu] == [(1024, 100, True, 1000.0),
                                                                        (1048576, 100, True, 1024000.0)]
+    # one mpirun output holds both ranks, interleaved: the peer's rank is ori whatever line came before it
+    both = ("size = 1024, loop = 100\nsize = 1024, loop = 100\nMOD_KERNEL_BYPASS = 0\nMOD_KERNEL_BYPASS = 1\n"
+            "[rk0] average time for sum_e2e: 900.0\n[rk1] average time for sum_e2e: 1000.0\n")
+    assert [(r.rank, r.bypass) for r in parse_collective(both).rows] == [(0, True), (1, False)]
     steps = parse_step_times(S / "neuronabox/results0.txt")
     assert [s.ns for s in steps.rows] == [2000000, 1500000] and len(steps.skipped) == 1

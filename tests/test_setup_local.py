@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from localbed import can_raise_memlock
 
 from testbed import setup
 
@@ -225,21 +226,9 @@ def test_dataset_over_http_and_wrong_checksum(bed: Any, served: dict[str, Any]) 
     assert set(_on_all(bed, "test -e ~/data/bad.bin && echo present || echo absent").values()) == {"absent"}
 
 
-def _can_raise_memlock() -> bool:
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    try:
-        resource.setrlimit(resource.RLIMIT_MEMLOCK, (soft, resource.RLIM_INFINITY))
-    except (ValueError, OSError):
-        return False
-    resource.setrlimit(resource.RLIMIT_MEMLOCK, (soft, hard))
-    return True
-
-
 def test_memlock_reboots_once_and_a_new_session_sees_the_limit(bed: Any) -> None:
     """`unlimited` where this machine may raise RLIMIT_MEMLOCK; else (no CAP_SYS_RESOURCE) a lower value."""
-    want = "unlimited" if _can_raise_memlock() else "4096"
+    want = "unlimited" if can_raise_memlock() else "4096"
     boot = _on_all(bed, "cat /proc/sys/kernel/random/boot_id")
     assert set(_on_all(bed, "ulimit -l").values()) != {want}
     _apply_twice(bed, "memlock", roles=["memlock"], extra_vars={"memlock_limit": want})

@@ -27,20 +27,24 @@ class CollRow:
 
 
 def parse_collective(src: Path | str) -> Parsed[CollRow]:
-    """One row per ``average time`` line, with the latest ``size = , loop =`` and MOD_KERNEL_BYPASS seen."""
+    """One row per ``[rkN] average time`` line, with the latest ``size = , loop =`` seen.
+
+    Both ranks print into the one mpirun output, interleaved, so a ``MOD_KERNEL_BYPASS = `` line says nothing
+    about the next row's rank: eval/coll/*.cu set MOD_KERNEL_BYPASS=1 on rank 0 (the emulated node) and 0 on the
+    others, so a row's bypass is its rank's. The printed values are kept in ``meta["bypass_printed"]``.
+    """
     text, _ = load_text(src)
     out: Parsed[CollRow] = Parsed()
     size = loop = None
-    bypass: bool | None = None
     for line in text.splitlines():
         if m := _SIZE.search(line):
             size, loop = int(m[1]), int(m[2])
         elif m := _BYPASS.search(line):
-            bypass = m[1] == "1"
+            out.meta.setdefault("bypass_printed", []).append(m[1] == "1")
         elif m := _HOST.search(line):
             out.meta.setdefault("hosts", {})[int(m[1])] = m[3]
         elif m := _AVG.search(line):
-            out.rows.append(CollRow(size, loop, int(m[1]), m[2], float(m[3]), bypass))
+            out.rows.append(CollRow(size, loop, int(m[1]), m[2], float(m[3]), int(m[1]) == 0))
     return out
 
 

@@ -1,0 +1,110 @@
+"""The datastall-emulator and jitc scripts' own parsers, on local hosts, with the argv lists the suites render.
+
+The datastall profile is applied with ``datastall_stack: check``: the artifact's own C extensions (mlock, minio)
+are built from their real sources (``--source``) on the hosts, into a venv at the suite's environment path
+whose torch, torchvision, pandas and Pillow come from a stock pair on this machine (torch 2.14.1 with
+torchvision 0.29.1: PyPI's torchvision loads only with PyPI's torch, not with the CPU build testbed's own env
+holds). The emulator cannot train with it (it needs the pytorch-meng/torchvision-meng forks of torch 1.x, which
+need an older Python): what runs is the real script, imported with all its imports, up to its own
+``parse_args`` (``artifacts.PARSE_ONLY``), for every argv the suite renders over its matrix and choices.
+The same host then checks open-jitc's ``main.py`` (torch, torchvision, numpy, psutil and its own model.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from artifacts import PARSE_ONLY, artifact, rendered_argvs
+from localbed import can_raise_memlock
+
+pytestmark = [pytest.mark.local, pytest.mark.slow]
+
+PAIR = ["torch==2.14.1", "torchvision==0.29.1", "pandas", "pillow", "psutil", "wheel", "setuptools"]
+ENV = "~/miniforge3/envs/datastall"  # the suite's environment: (a venv there with datastall_stack: check)
+
+
+@pytest.fixture(scope="module")
+def torch_pair() -> Iterator[str]:
+    """site-packages of a venv holding the stock pair (made once per machine, ~1 min from pip's local files)."""
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "testbed-tests" / "torch-2.14.1-tv-0.29.1"
+    py = root / "bin" / "python"
+    probe = [str(py), "-c", "import torch, torchvision.models, pandas, PIL, psutil, wheel, sysconfig; "
+                            "print(sysconfig.get_paths()['purelib'])"]
+    r = subprocess.run(probe, capture_output=True, text=True, check=False) if py.exists() else None
+    if r is None or r.returncode != 0:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True)
+        pip = subprocess.run([str(root / "bin" / "pip"), "install", "-q", *PAIR], capture_output=True, text=True,
+                             check=False, timeout=1800)
+        if pip.returncode != 0:
+            pytest.skip(f"cannot install the stock torch pair here: {pip.stderr.strip()[-500:]}")
+        r = subprocess.run(probe, capture_output=True, text=True, check=True)
+    yield r.stdout.strip()
+
+
+def _cli(bed: Any, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "testbed", *args], cwd=bed.cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "TESTBED_HOME": str(bed.home)}, check=False)
+
+
+def _parse_on_host(bed: Any, host: str, cwd: str, python: str, script: str,
+                   argvs: list[list[str]]) -> list[dict[str, Any]]:
+    code = base64.b64encode(PARSE_ONLY.encode()).decode()
+    cmd = f'cd {cwd} && {python} -c "$(echo {code} | base64 -d)" {script}'
+    r = subprocess.run(["ssh", "-F", str(bed.ssh_config), host, "--", cmd], input=json.dumps(argvs),
+                       capture_output=True, text=True, timeout=600, check=False)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("@RESULT ")]
+    assert r.returncode == 0 and lines, r.stdout[-2000:] + r.stderr[-3000:]
+    return list(json.loads(lines[-1][8:]))
+
+
+@pytest.mark.timeout(1500)
+def test_real_extensions_built_and_every_rendered_argv_parsed_by_the_real_scripts(local_testbed: Any,
+                                                                                  torch_pair: str) -> None:
+    gpufs, mlock, minio, jitc = (artifact(n) for n in ("gpufs", "mlock", "minio", "open-jitc"))
+    bed = local_testbed(hosts=2, name="stall", vars={
+        "datastall_stack": "check",
+        "python_env_shared_site_packages": [torch_pair],  # local hosts see this machine's files
+        "python_env_pip_packages": [],
+        "memlock_limit": "unlimited" if can_raise_memlock() else "4096",  # no CAP_SYS_RESOURCE: lower it instead
+    })
+    r = _cli(bed, "setup", "stall", "--profile", "datastall-emulator", "--source", f"gpufs={gpufs}",
+             "--source", f"mlock={mlock}", "--source", f"minio={minio}")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    for h in ("node0", "node1"):  # built once, installed on both; the emulator's own C extensions import
+        out = bed.ssh(h, f"{ENV}/bin/python -c 'import minio, mlock; print(minio.PyCache, mlock.PyBalloon)'")
+        assert out.returncode == 0 and "minio.PythonCache" in out.stdout, out.stderr
+
+    argvs = rendered_argvs("datastall-emulator", "main-measure-time-emulator.py")
+    assert len(argvs) >= 40  # Figures 3-6: models x memory limits x workers, and the fill-cache runs
+    res = _parse_on_host(bed, "node0", "~/gpufs/emulator/datastall", f"{ENV}/bin/python",
+                         "main-measure-time-emulator.py", argvs)
+    assert [x["argv"] for x in res] == argvs
+    refused = [f"{' '.join(x['argv'])}: {x['error']}" for x in res if "error" in x]
+    assert not refused, "\n".join(refused)
+    archs = {x["args"]["arch"].strip("'") for x in res}
+    assert {"resnet18", "alexnet", "shufflenet_v2_x0_5", "squeezenet1_1"} <= archs, archs  # torchvision's names
+    assert all(x["args"]["emulator_version"] == "1" and x["args"]["profile_batches"] == "-1" for x in res)
+
+    # a wrong flag is refused by the same harness (the check can fail)
+    bad = _parse_on_host(bed, "node0", "~/gpufs/emulator/datastall", f"{ENV}/bin/python",
+                         "main-measure-time-emulator.py", [["-a", "resnet19", "/data"], ["--emulator", "/data"]])
+    assert all("error" in x for x in bad), bad
+
+    # open-jitc's main.py, on the same host: its checkout placed as the suite's sources: would place it
+    rs = subprocess.run(["rsync", "-a", "-e", f"ssh -F {bed.ssh_config}", f"{jitc}/", "node0:open-jitc/"],
+                        capture_output=True, text=True, check=False, timeout=300)
+    assert rs.returncode == 0, rs.stderr
+    argvs = rendered_argvs("jitc", "main.py")
+    res = _parse_on_host(bed, "node0", "~/open-jitc/UserLevel", f"{ENV}/bin/python", "main.py", argvs)
+    refused = [f"{' '.join(x['argv'])}: {x['error']}" for x in res if "error" in x]
+    assert not refused, "\n".join(refused)
+    assert {x["args"]["rank"] for x in res} == {"0", "1"}
+    assert any(x["args"]["from_checkpoint"] == "True" for x in res)
