@@ -108,3 +108,50 @@ def test_real_extensions_built_and_every_rendered_argv_parsed_by_the_real_script
     assert not refused, "\n".join(refused)
     assert {x["args"]["rank"] for x in res} == {"0", "1"}
     assert any(x["args"]["from_checkpoint"] == "True" for x in res)
+
+
+def test_jitc_connect_repair_lets_a_rank_start_before_the_master(torch_pair: str, tmp_path: Path) -> None:
+    """The suite's repair of open-jitc's one-shot connect, applied to the real main.py, then run as rank 1 before
+    anything listens on the master's port: it waits and connects once the port opens (unrepaired: it dies)."""
+    import shutil
+    import socket
+    import time
+
+    from artifacts import plan_for
+
+    user_level = tmp_path / "UserLevel"
+    shutil.copytree(artifact("open-jitc") / "UserLevel", user_level)
+    step = next(s for s in plan_for("jitc", {})["prepare"] if s["name"].startswith("repair"))
+    cmd = next(iter(step["commands"].values()))
+    for _ in range(2):  # idempotent: a second run changes nothing
+        subprocess.run(["bash", "-c", cmd], cwd=user_level, check=True, timeout=60)
+    assert (user_level / "main.py").read_text().count("tb_connect_try in range") == 1
+    py = str(Path(torch_pair).parents[2] / "bin" / "python")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    main = (user_level / "main.py").read_text().replace("18080", str(port))  # a free port, not the real one
+    (user_level / "main.py").write_text(main)
+    proc = subprocess.Popen([py, "main.py", "--master-ip", "127.0.0.1", "--num-nodes", "2", "--rank", "1"],
+                            cwd=user_level, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    out = ""
+    try:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            out += line
+            if "Connecting to master" in line:  # torch imported; nothing listens yet: its connects are refused
+                break
+        time.sleep(3)
+        assert proc.poll() is None, out + proc.communicate()[0]  # unrepaired, it died of ConnectionRefusedError
+        with socket.create_server(("127.0.0.1", port)) as srv:
+            srv.settimeout(30)
+            conn, _ = srv.accept()
+            conn.close()
+        for line in proc.stdout:  # type: ignore[union-attr]
+            out += line
+            if "Connected to master" in line:
+                break
+        assert "Connected to master at 127.0.0.1" in out, out
+    finally:
+        proc.kill()
+        proc.wait()
