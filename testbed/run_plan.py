@@ -66,7 +66,8 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1) -> Test
                 raise
     st = Store.open_default()
     rec = st.testbed(name) if name else None
-    hosts = [HostInfo(h.name, h.address, h.groups, h.facts) for h in st.hosts(name)] if rec and name else []
+    # addresses in a plan are for the hosts among themselves (MASTER_ADDR, hostfiles): private IPs on clouds
+    hosts = [HostInfo(h.name, h.mesh_address, h.groups, h.facts) for h in st.hosts(name)] if rec and name else []
     st.close()
     ctx: dict[str, Any] = {**(dict(spec.vars) if spec else {}), "name": name or "dry-run",
                            "provider": rec["provider"] if rec else (spec.kind if spec else "none")}

@@ -429,8 +429,8 @@ def build_inventory(testbed: str, hosts: list[Host], variables: dict[str, Any] |
     """The Ansible inventory for the testbed's hosts: SSH through the testbed's generated ssh_config.
 
     The one place that decides how Ansible reaches hosts; ``testbed_mesh_address`` is the address the
-    hosts use among themselves (``facts['mesh_address']`` or ``facts['private_address']`` when a provider
-    knows it, else the address the controller uses).
+    hosts use among themselves (``Host.mesh_address``: a cloud's private IP when the provider knows it, else
+    the address the controller uses).
     """
     from testbed import ssh
 
@@ -445,8 +445,7 @@ def build_inventory(testbed: str, hosts: list[Host], variables: dict[str, Any] |
     for h in hosts:
         hv: dict[str, Any] = {"ansible_host": h.name, "ansible_user": h.user, "testbed_address": h.address,
                               "testbed_port": h.port,
-                              "testbed_mesh_address": h.facts.get("mesh_address") or h.facts.get("private_address")
-                              or h.address}
+                              "testbed_mesh_address": h.mesh_address}
         if h.facts.get("python"):
             hv["ansible_python_interpreter"] = h.facts["python"]
         if h.facts.get("accelerator"):

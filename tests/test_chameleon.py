@@ -189,6 +189,12 @@ def test_provision_ssh_destroy(fake: FakeChameleon, sshd: LoopbackSshd, make: Ca
     assert sorted(h.address for h in hosts) == sorted(sshd.addresses)
     assert [h.name for h in m.store.hosts(NAME)] == ["node0", "node1", "node2"]
     assert hosts[0].groups == ["master"] and hosts[1].groups == ["workers"]
+    # the nodes reach each other at their fixed IPs (a floating IP is NAT: nothing can bind to it, e.g. jitc's
+    # master socket); runs get those as MASTER_ADDR and in hostfiles
+    fixed = {p["fixed_ips"][0]["ip_address"] for p in fake.ports.values()}
+    for h in m.store.hosts(NAME):
+        assert h.facts["private_address"] and h.mesh_address == h.facts["private_address"] != h.address
+        assert h.mesh_address in fixed
     assert m.kinds() == {"lease": 1, "keypair": 1, "server": 3, "fip": 3}
     assert m.store.testbed(NAME)["status"] == "up"
     # the lease asked for nodes and floating IPs; servers went on its reservation with the testbed's key

@@ -162,6 +162,8 @@ def test_multi_host_v4_32_slice_is_four_hosts(bed: Bed) -> None:
     hosts = p.provision()
     assert [h.name for h in hosts] == [f"tb-0-w{k}" for k in range(4)]
     assert [h.address for h in hosts] == DEFAULT_POOL[:4]
+    # the workers reach each other at their internal IPs (runs get those as MASTER_ADDR), the controller at these
+    assert all(h.mesh_address == h.facts["internal_ip"] != h.address for h in hosts)
     assert [h.facts["worker"] for h in hosts] == [0, 1, 2, 3]
     assert all(h.facts["workers"] == 4 and h.facts["tpu"] for h in hosts)
     assert hosts[0].groups == ["master"] and hosts[3].groups == ["workers"]

@@ -29,6 +29,13 @@ class Host:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def mesh_address(self) -> str:
+        """The address the testbed's hosts reach this one at (a cloud's private IP, not the floating/external one
+        the controller uses): ``facts['mesh_address']``, ``private_address`` or ``internal_ip``, else ``address``."""
+        f = self.facts
+        return str(f.get("mesh_address") or f.get("private_address") or f.get("internal_ip") or self.address)
+
 
 Progress = Callable[[str], None]
 """A provider reports progress as short human lines (``"lease tb-lease: PENDING (30 s)"``)."""

@@ -185,7 +185,8 @@ class ChameleonProvider(Provider):
             servers = self._ensure_servers(api, lease)
             details = self._wait_servers(api, servers)
             addresses = self._ensure_addresses(api, lease, servers, details)
-            hosts = self._ready_hosts(servers, addresses)
+            private = {h: (self._server_ips(details[h], "fixed") or [""])[0] for h in servers}
+            hosts = self._ready_hosts(servers, addresses, private)
         except KeyboardInterrupt:
             self.store.set_testbed_status(self.name, "failed")
             raise TestbedError(f"provision of '{self.name}' interrupted; recorded so far: {self._recorded()}",
@@ -464,7 +465,9 @@ class ChameleonProvider(Provider):
             out[host] = str(fip["floating_ip_address"])
         return out
 
-    def _ready_hosts(self, servers: dict[str, str], addresses: dict[str, str]) -> list[Host]:
+    def _ready_hosts(self, servers: dict[str, str], addresses: dict[str, str],
+                     private: dict[str, str] | None = None) -> list[Host]:
+        """SSH-ready hosts; ``private``: each server's fixed IP (what the nodes reach each other at)."""
         s = self.settings
         deadline = time.monotonic() + s.ssh_timeout
         hosts = []
@@ -484,7 +487,8 @@ class ChameleonProvider(Provider):
             hosts.append(Host(name=host, address=addr, port=SSH_PORT, user=self.spec.user,
                               groups=self.spec.groups_for(host, i),
                               facts={"server_id": servers[host], "server_name": self.server_name(host),
-                                     "site": s.site, "node_type": s.node_type, "image": s.image}))
+                                     "site": s.site, "node_type": s.node_type, "image": s.image,
+                                     **({"private_address": fixed} if (fixed := (private or {}).get(host)) else {})}))
         ssh.close_connections(self.name, [h.name for h in hosts])  # addresses may have changed
         ssh.write_ssh_config(self.name, hosts)
         self.store.set_hosts(self.name, hosts)
