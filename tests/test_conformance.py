@@ -160,3 +160,32 @@ def test_fault_triggers_are_printed_by_the_watched_rank(suite_name: str) -> None
         assert None in ranks or watched in ranks, (
             f"{suite_name}: fault '{name}' watches rank {watched}, but /{f.when}/ is printed only by rank(s) "
             f"{sorted(r for r in ranks if r is not None)}")
+
+
+def test_tesla_repair_lets_the_environment_set_the_master_address(tmp_path: Path) -> None:
+    """The scripts' hard-coded MASTER_ADDR/MASTER_PORT become defaults the environment overrides, run on a copy
+    of the real tree with the exact command the suite renders."""
+    import ast
+    import shutil
+    import subprocess
+
+    tesla = tmp_path / "tesla"
+    shutil.copytree(artifact("Scalable_ViT_DT") / "tesla", tesla)
+    plan = plan_for("tesla", {"task": "train", "gpus": 2})
+    (step,) = [s for s in plan["prepare"] if "MASTER_ADDR" in s["name"]]
+    subprocess.run(["bash", "-c", next(iter(step["commands"].values()))], cwd=tesla, check=True, timeout=60)
+    for rel in ("deepspeed/run_distributed_training.py", "simple_test/test_nccl.py", "script/baseline_measure.py"):
+        tree = ast.parse((tesla / rel).read_text())
+        assigned = [n for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Subscript)
+                    and "environ" in ast.unparse(n.targets[0]) and "MASTER_" in ast.unparse(n.targets[0])]
+        assert not assigned, (rel, [ast.unparse(n) for n in assigned])
+        calls = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 and ast.unparse(n.func) == "os.environ.setdefault"]
+        assert any("MASTER_ADDR" in c and "129.97.92." in c for c in calls), (rel, calls)
+    # the repaired code really yields to the environment
+    lines = [ln.strip() for ln in (tesla / "simple_test/test_nccl.py").read_text().splitlines()
+             if "os.environ.setdefault" in ln]
+    snippet = "\n".join(["import os", *lines, "print(os.environ['MASTER_ADDR'])"])
+    out = subprocess.run(["python3", "-c", snippet], env={"MASTER_ADDR": "10.0.0.2", "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "10.0.0.2"
