@@ -167,9 +167,13 @@ class PyCall:
     compiled: bool = False  # a C/CUDA source handed to a compiler (only its existence is checked)
 
 
+_HEREDOC = re.compile(r"<<-?[ \t]*(['\"]?)(\w+)\1[^\n]*\n.*?\n[ \t]*\2[ \t]*(?=\n|$)", re.S)
+
+
 def python_calls(command: str, cwd: str | None = None) -> list[PyCall]:
     """Every Python script invocation in a shell command, following ``cd DIR`` before it."""
     out: list[PyCall] = []
+    command = _HEREDOC.sub("", command)  # a here-document's body is data (e.g. a repair script), not commands
     lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=";&|()<>")
     lexer.whitespace_split = True
     toks = list(lexer)
