@@ -36,6 +36,7 @@ test: venv
 
 lint: venv
 	$(VENV)/bin/ruff check testbed tests bench
+	$(VENV)/bin/mypy testbed
 	cd playbooks && ../$(VENV)/bin/ansible-lint roles
 
 clean:

@@ -415,7 +415,7 @@ def list_profiles(json_out: JsonOpt = False) -> None:
     """Set-up profiles (playbooks/profiles/) with their roles. Example: testbed list profiles"""
     from testbed import setup as setup_mod
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in setup_mod.available_profiles():
         plan = setup_mod.load_profile(name)
         rows.append({"name": name, "roles": plan.roles})
@@ -580,7 +580,8 @@ def main() -> None:
     usage_errors, aborts = _click_exceptions()
     try:
         rc = app(standalone_mode=False)
-    except usage_errors as e:  # Typer/Click's own usage errors, in our one-message format
+    except usage_errors as exc:  # Typer/Click's own usage errors, in our one-message format
+        e: Any = exc  # a click.UsageError (format_message, ctx), whichever Click Typer brought
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `testbed`: the help, as asked for
             sys.stdout.write(e.format_message() + "\n")
             sys.exit(0)

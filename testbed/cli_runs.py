@@ -284,7 +284,7 @@ def list_suites(json_out: JsonOpt = False) -> None:
     for col in ("name", "testbed", "matrix", "description"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["name"], r["testbed"], "yes" if r["matrix"] else "", escape(r["description"]))
+        t.add_row(str(r["name"]), str(r["testbed"]), "yes" if r["matrix"] else "", escape(str(r["description"])))
     _console().print(t)
 
 

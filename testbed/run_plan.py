@@ -222,7 +222,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     ranks = ranks_for(0, launch.command)
 
     def steps(items: list[Step], phase: str, attempt: int = 0) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
         for i, s in enumerate(items):
             name = s.name or f"{phase}-{i + 1}"
             ctx = {**base, "attempt": attempt, "recovering": attempt > 0}
@@ -250,27 +250,28 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
                              + f"faults: {', '.join(suite.faults) or 'none'}")
     fplans = []
     for n, fname in enumerate(chosen):
-        f = suite.faults[fname]
+        fault = suite.faults[fname]
         where = f"{suite.name}: faults.{fname}"
-        rank = int(render(str(f.rank), base, shell=False, where=f"{where}.rank")) if f.rank is not None else None
+        rank = (int(render(str(fault.rank), base, shell=False, where=f"{where}.rank")) if fault.rank is not None
+                else None)
         if rank is not None and not 0 <= rank < len(ranks):
             raise UsageError(f"{where}: rank {rank} does not exist (world size {len(ranks)})", where=where,
                              fix="choose a rank below the world size")
-        if f.host:
-            sel = _select(render(f.host, base, shell=False, where=f"{where}.host"), hosts, ranks, f"{where}.host")
+        if fault.host:
+            sel = _select(render(fault.host, base, shell=False, where=f"{where}.host"), hosts, ranks, f"{where}.host")
             host = sel[0]
         else:
             host = ranks[rank]["host"] if rank is not None else hosts[0].name
-        watch = f.watch_rank if f.watch_rank is not None else (rank if rank is not None else 0)
+        watch = fault.watch_rank if fault.watch_rank is not None else (rank if rank is not None else 0)
         fctx = {**base, "rank": rank, "host": host, "address": addr[host]}
         fplans.append({
-            "name": fname, "description": f.description, "action": f.action, "signal": f.signal, "rank": rank,
-            "host": host, "at": f.at, "watch_rank": watch,
-            "when": render(f.when, fctx, shell=False, where=f"{where}.when") if f.when else None,
+            "name": fname, "description": fault.description, "action": fault.action, "signal": fault.signal,
+            "rank": rank, "host": host, "at": fault.at, "watch_rank": watch,
+            "when": render(fault.when, fctx, shell=False, where=f"{where}.when") if fault.when else None,
             "watch_host": ranks[watch]["host"] if watch < len(ranks) else host,
-            "command": render(f.command, fctx, where=f"{where}.command") if f.command else None,
-            "restore": render(f.restore, fctx, where=f"{where}.restore") if f.restore else None,
-            "recovery": {str(a): steps(f.recovery if f.recovery is not None else suite.steps.recovery,
+            "command": render(fault.command, fctx, where=f"{where}.command") if fault.command else None,
+            "restore": render(fault.restore, fctx, where=f"{where}.restore") if fault.restore else None,
+            "recovery": {str(a): steps(fault.recovery if fault.recovery is not None else suite.steps.recovery,
                                        "recovery", a) for a in range(1, len(chosen) + 1)},
             "order": n,
         })

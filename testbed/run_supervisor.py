@@ -106,10 +106,10 @@ class Supervisor:
         now = time.time()
         bad = [r for r in run_remote.launch(self.plan, ranks, attempt) if not r.ok]
         if bad:
-            r = bad[0]
-            raise Abort(f"{r.host}: cannot start ranks: {r.error or r.stderr.strip()[-200:]}", r.host)
-        for r in ranks:
-            rs.set_rank(self.st, self.run_id, r["host"], r["rank"], status="running", started=now, ended=None,
+            b = bad[0]
+            raise Abort(f"{b.host}: cannot start ranks: {b.error or b.stderr.strip()[-200:]}", b.host)
+        for rk in ranks:
+            rs.set_rank(self.st, self.run_id, rk["host"], rk["rank"], status="running", started=now, ended=None,
                         exit_code=None, reason=None)
         self.save(launched_at=now, ranks=ranks)
         return Attempt(ranks, now)

@@ -216,7 +216,8 @@ class Store:
             )
 
     def resources(self, testbed: str, kind: str | None = None) -> list[dict[str, Any]]:
-        sql, args = "SELECT * FROM resources WHERE testbed=?", (testbed,)
+        sql: str = "SELECT * FROM resources WHERE testbed=?"
+        args: tuple[str, ...] = (testbed,)
         if kind:
             sql, args = sql + " AND kind=?", (testbed, kind)
         out = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -140,7 +141,7 @@ def _resolve(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[tuple[Any, .
     return tuple(clean), valid
 
 
-def _describe(err: dict[str, Any], clean_loc: tuple[Any, ...], valid: list[str]) -> tuple[str, str]:
+def _describe(err: Mapping[str, Any], clean_loc: tuple[Any, ...], valid: list[str]) -> tuple[str, str]:
     """(message, fix) for one pydantic error."""
     field = ".".join(str(p) for p in clean_loc) or "(top level)"
     t = err["type"]

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.artifacts import artifact
+from artifacts import artifact
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
 

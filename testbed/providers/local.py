@@ -288,9 +288,9 @@ class LocalProvider(Provider):
         # a fresh machine's root dotfiles, not the controller's (whose shell init may run pyenv & co.)
         root_home = sl.upper / "root"
         root_home.mkdir(mode=0o700, exist_ok=True)
-        for f in (".bashrc", ".profile"):
-            if not (root_home / f).exists() and Path("/etc/skel", f).exists():
-                shutil.copy(Path("/etc/skel", f), root_home / f)
+        for dot in (".bashrc", ".profile"):
+            if not (root_home / dot).exists() and Path("/etc/skel", dot).exists():
+                shutil.copy(Path("/etc/skel", dot), root_home / dot)
         sl.boot_id.write_text(str(uuid.uuid4()) + "\n")
 
     def _start_host(self, sl: HostSlot) -> None:
