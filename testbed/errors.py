@@ -29,3 +29,17 @@ class UsageError(TestbedError):
 
     def __init__(self, what: str, *, where: str | None = None, fix: str | None = None):
         super().__init__(what, where=where, fix=fix, code=2)
+
+
+def require_extra(module: str, extra: str, what: str) -> None:
+    """Refuse, with the install command, when an optional extra's module is missing (never ModuleNotFoundError)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        found = False
+    if not found:
+        raise UsageError(f"{what} needs the '{extra}' extra, which is not installed (no module {module})",
+                         where="this Python environment",
+                         fix=f"pip install 'testbed[{extra}]' (in the environment testbed runs from), then retry")

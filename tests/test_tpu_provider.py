@@ -482,3 +482,24 @@ def test_import_does_not_load_the_sdk() -> None:
             "'grpc'))]; print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=30)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_missing_extra_is_one_message_with_the_install_command(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No google-cloud-tpu in this environment: a usage error naming `pip install 'testbed[tpu]'`, no request made
+    (and, for chameleon, the same with python-chi)."""
+    import sys
+
+    from testbed.errors import UsageError
+
+    monkeypatch.setitem(sys.modules, "google.cloud.tpu_v2", None)  # what a missing module looks like to find_spec
+    p = bed.provider()
+    with pytest.raises(UsageError) as e:
+        p.provision()
+    assert "pip install 'testbed[tpu]'" in (e.value.fix or "") and "tpu" in e.value.what
+    assert bed.fake.api_requests() == []
+    monkeypatch.setitem(sys.modules, "chi", None)
+    from testbed.providers.chameleon_chi import Chi, Credentials
+
+    with pytest.raises(UsageError) as e:
+        Chi(Credentials("http://127.0.0.1:1/v3", "v3applicationcredential", None), site="CHI@UC")
+    assert "pip install 'testbed[chameleon]'" in (e.value.fix or "")

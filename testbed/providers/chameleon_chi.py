@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from testbed.errors import TestbedError
+from testbed.errors import TestbedError, require_extra
 
 OPENRC_FIX = ("source your Chameleon openrc (Project > API Access > application credential), which sets "
               "OS_AUTH_URL, OS_AUTH_TYPE=v3applicationcredential, OS_APPLICATION_CREDENTIAL_ID and "
@@ -165,6 +165,7 @@ class Chi:
     """python-chi configured for one site from explicit credentials; every method returns plain data."""
 
     def __init__(self, creds: Credentials, *, site: str, project: str | None = None, http_timeout: float = 60):
+        require_extra("chi", "chameleon", "the chameleon provider (python-chi)")
         _silence_loggers()
         with quiet():
             import chi  # lazy: ~1.3 s, and it reads OS_* at import

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from testbed import paths, ssh
-from testbed.errors import TestbedError, UsageError
+from testbed.errors import TestbedError, UsageError, require_extra
 from testbed.providers.base import Host, Progress, Provider, _quiet
 from testbed.providers.gcp_tpu_errors import (
     ADC_FIX,
@@ -165,6 +165,7 @@ class TpuProvider(Provider):
                              fix=f"unset {ANONYMOUS_ENV} to use Application Default Credentials")
 
     def _credentials(self) -> tuple[Any, str | None]:
+        require_extra("google.cloud.tpu_v2", "tpu", "the gcp-tpu provider (google-cloud-tpu)")
         if os.environ.get(ANONYMOUS_ENV) == "1" and self.settings.endpoint:
             from google.auth.credentials import AnonymousCredentials
 
