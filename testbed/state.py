@@ -2,6 +2,10 @@
 
 Every write is one transaction (``BEGIN IMMEDIATE``) so concurrent ``testbed`` processes serialise
 instead of corrupting the file; WAL mode lets readers go on while one process writes.
+
+The schema version lives in ``PRAGMA user_version``. A new file gets ``SCHEMA`` (the latest); an older one is
+brought up by ``MIGRATIONS`` in one transaction; a newer one (written by a later testbed) is refused, untouched.
+Version 1 files predate ``user_version`` and say so in ``meta.schema_version``.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 from testbed.providers.base import Host
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -51,7 +55,13 @@ CREATE TABLE IF NOT EXISTS collected (
   collected REAL NOT NULL, PRIMARY KEY (run_id, host, path));
 CREATE INDEX IF NOT EXISTS events_run ON events(run_id, seq);
 CREATE INDEX IF NOT EXISTS runs_testbed ON runs(testbed, created);
+CREATE INDEX IF NOT EXISTS runs_campaign ON runs(campaign, created);
 """
+
+# MIGRATIONS[v] brings a version-v file to v + 1 (statements run in one transaction with the version bump).
+MIGRATIONS: dict[int, list[str]] = {
+    1: ["CREATE INDEX IF NOT EXISTS runs_campaign ON runs(campaign, created)"],  # campaign reports, resume
+}
 
 
 def _row_to_host(r: sqlite3.Row) -> Host:
@@ -75,11 +85,36 @@ class Store:
         with contextlib.suppress(sqlite3.OperationalError):  # another process is switching it right now
             self._db.execute("PRAGMA journal_mode=WAL")
         with self.tx() as db:
+            self._migrate(db)
+        self.path.chmod(0o600)
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        """Create a new file at the latest schema, or migrate an older one; refuse a newer one."""
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if version == 0 and "meta" in tables:  # written before user_version was used
+            row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            version = int(row[0]) if row else 1
+        if version > SCHEMA_VERSION:
+            from testbed.errors import TestbedError
+
+            raise TestbedError(f"the state was written by a newer testbed (schema {version}; this one knows up "
+                               f"to {SCHEMA_VERSION}); nothing was changed", where=str(self.path),
+                               fix="upgrade testbed (pip install -U testbed), or set TESTBED_HOME to another folder")
+        if version == 0:
             for stmt in SCHEMA.split(";"):
                 if stmt.strip():
                     db.execute(stmt)
-            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        self.path.chmod(0o600)
+        else:
+            for v in range(version, SCHEMA_VERSION):
+                for stmt in MIGRATIONS[v]:
+                    db.execute(stmt)
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION:d}")
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
 
     @classmethod
     def open_default(cls) -> Store:

@@ -35,7 +35,7 @@ def test_open_creates_schema_private_and_wal(tmp_path: Path) -> None:
     st = Store(tmp_path / "s" / "state.db")
     assert stat.S_IMODE((tmp_path / "s" / "state.db").stat().st_mode) == 0o600
     assert st.query("PRAGMA journal_mode")[0][0] == "wal"
-    assert st.query("SELECT value FROM meta WHERE key='schema_version'")[0][0] == "1"
+    assert st.query("SELECT value FROM meta WHERE key='schema_version'")[0][0] == "2" and st.schema_version == 2
     st.close()
     st2 = Store(tmp_path / "s" / "state.db")  # reopening is harmless
     assert st2.testbeds() == []
@@ -207,3 +207,33 @@ def test_writer_killed_mid_transaction_leaves_no_trace(tmp_path: Path) -> None:
     st.add_resource("tb", "k", "after")  # the lock died with the process
     assert [r["id"] for r in st.resources("tb")] == ["after"]
     assert _integrity(db) == "ok"
+
+
+def test_a_version_1_state_is_migrated_in_place(tmp_path: Path) -> None:
+    """A state written by the previous testbed (schema 1, no user_version) opens, migrates, keeps everything."""
+    path = tmp_path / "state.db"
+    db = sqlite3.connect(path)
+    db.executescript((Path(__file__).parent / "samples" / "state" / "v1.sql").read_text())
+    db.close()
+    st = Store(path)
+    assert st.schema_version == 2
+    assert [h.name for h in st.hosts("old")] == ["node0"] and st.testbed("old")["status"] == "up"
+    assert st.query("SELECT status FROM runs")[0]["status"] == "succeeded"
+    assert {r["name"] for r in st.query("SELECT name FROM sqlite_master WHERE type='index'")} >= {"runs_campaign"}
+    st.close()
+    assert Store(path).schema_version == 2  # opening again changes nothing
+
+
+def test_a_newer_state_is_refused_untouched(tmp_path: Path) -> None:
+    from testbed.errors import TestbedError
+
+    path = tmp_path / "state.db"
+    Store(path).close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version=99")
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(TestbedError) as e:
+        Store(path)
+    assert "newer testbed (schema 99" in e.value.what and "upgrade" in (e.value.fix or "")
+    assert path.read_bytes() == before
