@@ -426,44 +426,12 @@ def render_summary(result: SetupResult) -> Any:
 
 # --- inventory, playbook, environment --------------------------------------------------------------------
 def build_inventory(testbed: str, hosts: list[Host], variables: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The Ansible inventory for the testbed's hosts: SSH through the testbed's generated ssh_config.
-
-    The one place that decides how Ansible reaches hosts; ``testbed_mesh_address`` is the address the
-    hosts use among themselves (``Host.mesh_address``: a cloud's private IP when the provider knows it, else
-    the address the controller uses).
-    """
+    """The testbed's one inventory (:func:`testbed.ssh.inventory`), its ssh_config written first if missing."""
     from testbed import ssh
 
-    cfg = ssh.ssh_config_path(testbed)
-    if not cfg.exists():
+    if not ssh.ssh_config_path(testbed).exists():
         ssh.write_ssh_config(testbed, hosts)
-    groups: dict[str, list[str]] = {}
-    for h in hosts:
-        for g in h.groups:
-            groups.setdefault(g, []).append(h.name)
-    hostvars: dict[str, Any] = {}
-    for h in hosts:
-        hv: dict[str, Any] = {"ansible_host": h.name, "ansible_user": h.user, "testbed_address": h.address,
-                              "testbed_port": h.port,
-                              "testbed_mesh_address": h.mesh_address}
-        if h.facts.get("python"):
-            hv["ansible_python_interpreter"] = h.facts["python"]
-        if h.facts.get("accelerator"):
-            hv["testbed_accelerator"] = h.facts["accelerator"]
-        hostvars[h.name] = hv
-    return {
-        "all": {
-            "hosts": hostvars,
-            "vars": {
-                "ansible_ssh_common_args": f"-F {cfg}",
-                "ansible_ssh_private_key_file": str(ssh.key_path(testbed)),
-                "ansible_python_interpreter": "auto_silent",
-                "testbed_name": testbed,
-                **(variables or {}),
-            },
-            "children": {g: {"hosts": {m: {} for m in members}} for g, members in sorted(groups.items())},
-        }
-    }
+    return ssh.inventory(testbed, hosts, variables)
 
 
 def build_playbook(plan: Plan) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from testbed import paths
 from testbed.errors import TestbedError
@@ -125,19 +126,29 @@ def write_ssh_config(testbed: str, hosts: list[Host], *, connect_timeout: int = 
     return p
 
 
-def write_inventory(testbed: str, hosts: list[Host], variables: dict[str, object] | None = None) -> Path:
-    """An Ansible inventory (YAML is JSON) using the generated ssh_config, usable with plain ansible."""
+def inventory(testbed: str, hosts: list[Host], variables: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one Ansible inventory of a testbed (set-up and plain ``ansible -i`` alike): SSH through its ssh_config.
+
+    ``testbed_mesh_address`` is the address the hosts use among themselves (``Host.mesh_address``: a cloud's
+    private IP when the provider knows it, else the address the controller uses).
+    """
     cfg = ssh_config_path(testbed)
     groups: dict[str, list[str]] = {}
     for h in hosts:
         for g in h.groups:
             groups.setdefault(g, []).append(h.name)
-    inv = {
+    hostvars: dict[str, Any] = {}
+    for h in hosts:
+        hv: dict[str, Any] = {"ansible_host": h.name, "ansible_user": h.user, "testbed_address": h.address,
+                              "testbed_port": h.port, "testbed_mesh_address": h.mesh_address}
+        if h.facts.get("python"):
+            hv["ansible_python_interpreter"] = h.facts["python"]
+        if h.facts.get("accelerator"):
+            hv["testbed_accelerator"] = h.facts["accelerator"]
+        hostvars[h.name] = hv
+    return {
         "all": {
-            "hosts": {h.name: {"ansible_host": h.name, "ansible_user": h.user, "testbed_address": h.address,
-                               "testbed_port": h.port,
-                               **({"ansible_python_interpreter": h.facts["python"]} if h.facts.get("python") else {})}
-                      for h in hosts},
+            "hosts": hostvars,
             "vars": {
                 "ansible_ssh_common_args": f"-F {cfg}",
                 "ansible_ssh_private_key_file": str(key_path(testbed)),
@@ -148,8 +159,12 @@ def write_inventory(testbed: str, hosts: list[Host], variables: dict[str, object
             "children": {g: {"hosts": {m: {} for m in members}} for g, members in sorted(groups.items())},
         }
     }
+
+
+def write_inventory(testbed: str, hosts: list[Host], variables: dict[str, Any] | None = None) -> Path:
+    """:func:`inventory` written to the testbed's inventory.yml (YAML is JSON), usable with plain ansible."""
     p = inventory_path(testbed)
-    p.write_text(json.dumps(inv, indent=2) + "\n")
+    p.write_text(json.dumps(inventory(testbed, hosts, variables), indent=2) + "\n")
     return p
 
 

@@ -183,6 +183,11 @@ def test_inventory_uses_the_testbed_ssh_config(home: Path) -> None:
     assert inv["all"]["hosts"]["n1"]["ansible_user"] == "cc"
     assert inv["all"]["hosts"]["n0"]["testbed_accelerator"] == "cpu"
     assert inv["all"]["children"]["workers"]["hosts"] == {"n1": {}}
+    # the plain inventory.yml users give to ansible is the same inventory (it lacked the mesh addresses, so
+    # ssh_mesh wrote /etc/hosts lines like "node1 node1" through it)
+    from testbed import ssh
+
+    assert json.loads(ssh.write_inventory("tb", hosts, {"testbed_subnet": "10.1.0.0/24"}).read_text()) == inv
 
 
 def test_playbook_and_environment_stay_under_the_home(home: Path) -> None:
