@@ -202,7 +202,7 @@ def destroy(name: Annotated[str, typer.Argument(help="Testbed name.")],
     """
     st = store()
     p = provider_for(name, st)
-    if not yes and sys.stdin.isatty() and p.kind in ("chameleon", "gcp-tpu"):
+    if not yes and sys.stdin.isatty() and p.costs_money:
         typer.confirm(f"destroy every cloud resource of testbed '{name}'?", abort=True)
     t0 = time.monotonic()
     try:
@@ -357,11 +357,10 @@ def extend(name: Annotated[str, typer.Argument(help="Testbed name (a Chameleon t
     st = store()
     _known_testbed(st, name)
     p = provider_for(name, st)
-    fn = getattr(p, "extend", None)
-    if fn is None:
+    if not p.can("extend"):
         raise UsageError(f"testbed '{name}' ({p.kind}) has no lease to extend", where="command line",
-                         fix="extend applies to Chameleon testbeds")
-    new_end = fn(hours)
+                         fix="extend applies to testbeds with a reservation (Chameleon leases)")
+    new_end = p.extend(hours)
     console().print(f"lease of {name} now ends at {new_end}")
 
 

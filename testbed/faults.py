@@ -7,13 +7,16 @@ expression appears in a rank's log. Firing and restoring are recorded as ``fault
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed import run_remote
 from testbed.errors import TestbedError
 
+if TYPE_CHECKING:
+    from testbed.providers.base import Provider
 
-def _provider(testbed: str) -> Any:
+
+def _provider(testbed: str) -> Provider:
     from testbed.providers import provider_class
     from testbed.spec import load_testbed
     from testbed.state import Store
@@ -49,11 +52,11 @@ def fire(plan: dict[str, Any], fault: dict[str, Any]) -> dict[str, Any]:
         detail["ok"] = True
     elif action in ("kill-host", "cut-network"):
         prov = _provider(plan["testbed"])
-        op = getattr(prov, "kill_host" if action == "kill-host" else "cut_network", None)
-        if op is None:
-            raise TestbedError(f"fault '{fault['name']}': {action} needs a local testbed", where=plan["testbed"],
-                               fix="run this fault on the local provider, or use a 'command' fault")
-        op(host)
+        if not prov.can(action):
+            raise TestbedError(f"fault '{fault['name']}': the {prov.kind} provider cannot {action.replace('-', ' ')}",
+                               where=plan["testbed"],
+                               fix="run this fault on a testbed whose provider can (local), or use a 'command' fault")
+        (prov.kill_host if action == "kill-host" else prov.cut_network)(host)
         detail["ok"] = True
     detail["seconds"] = round(time.time() - t0, 3)
     return detail

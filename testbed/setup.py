@@ -565,9 +565,12 @@ def apply(testbed: str, *, profile: str | None = None, suite: str | None = None,
         variables["testbed_subnet"] = str(subnet)
     provider = (rec or {}).get("provider") or (spec.kind if spec is not None else "")
     variables["testbed_provider"] = provider
-    variables["testbed_offline"] = provider == "local"  # local hosts have no route out of this machine
-    shared = _controller_site_packages() if provider == "local" else None
-    if shared:  # local hosts see this machine's files: they can use the controller's env as a shared one
+    from testbed.providers import PROVIDERS, provider_class
+
+    cls = provider_class(provider) if provider in PROVIDERS else None
+    variables["testbed_offline"] = bool(cls and cls.offline_hosts)  # no route out: install from the controller
+    shared = _controller_site_packages() if cls and cls.shares_controller_files else None
+    if shared:  # the hosts see this machine's files: they can use the controller's env as a shared one
         variables["testbed_controller_site_packages"] = shared
     extravars = {**(dict(spec.vars) if spec is not None else {}), **(extra_vars or {})}
 

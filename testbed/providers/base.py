@@ -56,6 +56,12 @@ class Provider(ABC):
     """
 
     kind: ClassVar[str]
+    # What the provider can do; callers test these, never a provider's name.
+    costs_money: ClassVar[bool] = False  # its resources bill while held (destroy asks first at a terminal)
+    offline_hosts: ClassVar[bool] = False  # hosts have no route out (set-up installs from the controller)
+    shares_controller_files: ClassVar[bool] = False  # hosts see the controller's files (its Python env)
+    # Optional operations it implements: "extend" (the lease end), "kill-host", "cut-network" (faults).
+    capabilities: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet):
         self.spec = spec
@@ -73,6 +79,26 @@ class Provider(ABC):
     @abstractmethod
     def destroy(self) -> None:
         """Release every resource recorded for this testbed; safe to repeat."""
+
+    def can(self, capability: str) -> bool:
+        """Whether this provider implements an optional operation (see ``capabilities``)."""
+        return capability in self.capabilities
+
+    def extend(self, hours: float) -> str:
+        """Move the end of the testbed's reservation ``hours`` later; the new end (ISO UTC)."""
+        raise NotImplementedError(f"{self.kind} has no reservation to extend")
+
+    def kill_host(self, host: str) -> None:
+        """Power ``host`` off abruptly (a fault)."""
+        raise NotImplementedError(f"{self.kind} cannot kill a host")
+
+    def cut_network(self, host: str) -> None:
+        """Take ``host`` off the network (a fault); ``restore_network`` undoes it."""
+        raise NotImplementedError(f"{self.kind} cannot cut a host's network")
+
+    def restore_network(self, host: str) -> None:
+        """Undo ``cut_network``."""
+        raise NotImplementedError(f"{self.kind} cannot cut a host's network")
 
     def describe(self) -> dict[str, Any]:
         """Provider-specific status from state only (no network): lease end, slice type, ..."""

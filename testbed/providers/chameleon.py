@@ -67,6 +67,8 @@ def _span(td: timedelta) -> str:
 
 
 class ChameleonProvider(Provider):
+    costs_money = True
+    capabilities = frozenset({"extend"})
     """Bare-metal nodes on a Chameleon lease."""
 
     kind = "chameleon"

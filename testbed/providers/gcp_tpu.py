@@ -111,6 +111,7 @@ def _each(fn: Callable[[Host], T], hosts: list[Host], width: int = 16) -> list[T
 
 
 class TpuProvider(Provider):
+    costs_money = True
     kind = "gcp-tpu"
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet, *,

@@ -123,6 +123,9 @@ class HostSlot:
 
 
 class LocalProvider(Provider):
+    offline_hosts = True  # the hosts' only link is a bridge on this machine
+    shares_controller_files = True  # their root is a copy-on-write overlay of this machine's /
+    capabilities = frozenset({"kill-host", "cut-network"})
     kind = "local"
 
     @property
