@@ -1,6 +1,7 @@
 # The two commands a new user types (as root on Debian/Ubuntu):
 #   make demo   provision the local testbed and run the whole loop on it
 #   make test   run the whole test suite
+#   make test-fast  the tests that need no root and no local hosts (about a minute), while you work
 # Both install what they need: the apt packages, then .venv/ with testbed and its extras.
 
 VENV   ?= .venv
@@ -9,7 +10,7 @@ APT_PACKAGES = openssh-server openssh-client iproute2 rsync openmpi-bin libopenm
                sudo zsh tcsh pssh procps psmisc curl ca-certificates cgroup-tools tmux build-essential
 STAMP  = $(VENV)/.installed
 
-.PHONY: demo test deps venv lint clean
+.PHONY: demo test test-fast deps venv lint clean
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -33,6 +34,9 @@ demo: venv
 
 test: venv
 	$(VENV)/bin/python -m pytest -q -ra
+
+test-fast: venv
+	$(VENV)/bin/python -m pytest -q -ra -m "not local and not slow"
 
 lint: venv
 	$(VENV)/bin/ruff check testbed tests bench

@@ -59,3 +59,13 @@ def shared_local_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[L
         pytest.skip(f"local testbed unavailable: {reason}")
     with local_bed(tmp_path_factory.mktemp("shared"), name="shared") as bed:
         yield bed
+
+
+_LOCAL_FIXTURES = {"need_local", "local_testbed", "shared_local_testbed"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses local hosts is `local` (root, sshd, namespaces) whatever its file says."""
+    for item in items:
+        if _LOCAL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.local)
