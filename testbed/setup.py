@@ -112,6 +112,29 @@ def _check_role(role: str, where: str) -> None:
                          fix=f"{_closest(role, known)}known roles: {', '.join(known)}")
 
 
+def role_variables(role: str) -> set[str]:
+    """The variables a role knows: the keys of its defaults/main.yml and vars/main.yml."""
+    out: set[str] = set()
+    for d in paths.resource_dirs("playbooks"):
+        for sub in ("defaults", "vars"):
+            f = d / "roles" / role / sub / "main.yml"
+            if f.is_file():
+                data = _load_yaml(f) or {}
+                out |= set(data) if isinstance(data, dict) else set()
+    return out
+
+
+def check_role_vars(names: list[str] | set[str], roles: list[str], where: str) -> None:
+    """Refuse a variable named like one of ``roles``' (``<role>_...``) that the role does not know: a typo that
+    Ansible would silently ignore (the role would run with its default)."""
+    for role in sorted(set(roles)):
+        known = role_variables(role)
+        for n in sorted(names):
+            if n.startswith(role + "_") and n not in known:
+                raise UsageError(f"role '{role}' has no variable '{n}'", where=where,
+                                 fix=f"{_closest(n, sorted(known))}see playbooks/roles/{role}/defaults/main.yml")
+
+
 def load_profile(name: str, _seen: tuple[str, ...] = ()) -> Plan:
     """Read and check a profile (and the profiles it includes) into a plan."""
     profiles = available_profiles()
@@ -150,6 +173,7 @@ def load_profile(name: str, _seen: tuple[str, ...] = ()) -> Plan:
                                                   "condition string) only" + (f"; remove {', '.join(sorted(extra))}"
                                                                               if extra else ""))
         _check_role(str(entry["role"]), f"{path}: roles[{i}]")
+        check_role_vars(set(entry.get("vars") or {}), [str(entry["role"])], f"{path}: roles[{i}] ({entry['role']})")
         steps.append(RoleStep(str(entry["role"]), dict(entry.get("vars") or {}), entry.get("when") or None))
     return Plan(name=name, steps=steps, vars=pvars, description=str(data.get("description", "")))
 
@@ -573,6 +597,11 @@ def apply(testbed: str, *, profile: str | None = None, suite: str | None = None,
     if shared:  # the hosts see this machine's files: they can use the controller's env as a shared one
         variables["testbed_controller_site_packages"] = shared
     extravars = {**(dict(spec.vars) if spec is not None else {}), **(extra_vars or {})}
+    all_roles = available_roles()
+    if spec is not None:  # before any host: a misspelt role variable would silently leave the default
+        check_role_vars(set(spec.vars), all_roles, f"{spec.source or testbed}: vars")
+    check_role_vars(set(extra_vars or {}), all_roles, "extra variables")
+    check_role_vars(set(plan.vars), all_roles, f"profile {plan.name}: vars")
 
     base = ansible_dir()
     run_dir = base / "runs" / testbed

@@ -217,4 +217,10 @@ def load_testbed(name_or_path: str) -> TestbedSpec:
     spec = yamlfile.validate(TestbedSpec, data, path, located) if isinstance(data, dict) else \
         yamlfile.validate_file(TestbedSpec, path)
     spec.source = str(path)
+    if spec.vars and isinstance(data, dict):  # a misspelt role variable, refused before any host is touched
+        from testbed.setup import available_roles, check_role_vars
+
+        for key in spec.vars:
+            line = located.line(("vars", key))
+            check_role_vars({key}, available_roles(), f"{path}:{line}" if line else f"{path}: vars")
     return spec

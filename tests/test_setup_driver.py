@@ -106,6 +106,15 @@ def test_cwd_profiles_override_and_bad_profiles_are_refused(home: Path) -> None:
         setup.load_profile("loop")
     with pytest.raises(UsageError, match="unknown keys"):
         setup.load_profile("extra")
+    # a misspelt role variable is refused (Ansible would ignore it and run the role with its default)
+    (d / "misspelt.yml").write_text("roles:\n  - role: mpi\n    vars: {mpi_slot: 2}\n")
+    with pytest.raises(UsageError, match="role 'mpi' has no variable 'mpi_slot'") as e:
+        setup.load_profile("misspelt")
+    assert "did you mean 'mpi_slots'" in (e.value.fix or "")
+    (d / "when.yml").write_text("roles:\n  - role: mpi\n    when: \"x | bool\"\n  - role: shell\n")
+    assert [s.when for s in setup.load_profile("when").steps] == ["x | bool", None]
+    assert setup.build_playbook(setup.load_profile("when"))[0]["roles"] == [{"role": "mpi", "when": "x | bool"},
+                                                                          {"role": "shell"}]
 
 
 def _ev(kind: str, host: str | None = None, task: str = "t", **data: object) -> dict:
