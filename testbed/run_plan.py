@@ -48,6 +48,7 @@ class TestbedInfo:
     hosts: list[HostInfo]
     context: dict[str, Any]  # {{ testbed.* }}: name, provider, subnet, ssh_config, vars
     placeholder: bool = False
+    elastic: bool = False  # generic placeholders (no spec to name hosts): as many as the suite asks for
 
 
 def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1) -> TestbedInfo:
@@ -86,7 +87,7 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1) -> Test
     else:
         hs = [HostInfo(f"host{i}", f"host{i}", ["master"] if i == 0 else ["workers"], {})
               for i in range(max(min_hosts, 1))]
-    return TestbedInfo(name or "dry-run", ctx["provider"], hs, ctx, placeholder=True)
+    return TestbedInfo(name or "dry-run", ctx["provider"], hs, ctx, placeholder=True, elastic=not names)
 
 
 def _spec_addresses(spec: Any) -> dict[str, str]:
@@ -141,6 +142,8 @@ def _pick_hosts(suite: Suite, tb: TestbedInfo, ctx: dict[str, Any], only: list[s
             raise UsageError(f"{suite.name}: placement.hosts rendered to {txt!r}, not a number",
                              where=suite.source or suite.name, fix="make placement.hosts a number") from None
     need = max(want or 0, suite.requires.hosts)
+    if tb.elastic and only is None and len(pool) < need:  # a dry run with no spec: stand-ins for what it asks
+        pool += [HostInfo(f"host{i}", f"host{i}", ["workers"], {}) for i in range(len(pool), need)]
     if len(pool) < need:
         raise UsageError(f"suite '{suite.name}' needs {need} hosts; testbed '{tb.name}' has {len(pool)}",
                          where=f"testbed {tb.name}", fix="use a larger testbed or lower the host count parameter")

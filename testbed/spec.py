@@ -25,6 +25,21 @@ from testbed.errors import UsageError
 
 NAME_RE = r"^[a-z][a-z0-9-]{0,30}$"
 HOSTNAME_RE = r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$"
+USER_RE = r"^[a-z_][a-z0-9_.-]{0,31}$"
+# values written into ssh_config and inventories: no whitespace or control characters (a newline in an address
+# would add an ssh_config directive such as ProxyCommand, run on this machine)
+ADDRESS_RE = r"^(?:[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[?[0-9A-Fa-f:.]+\]?)$"
+JUMP_RE = r"^[A-Za-z0-9_.@:\[\],-]{1,512}$"
+PATH_RE = r"^[^\x00-\x1f\x7f\"]{1,4096}$"
+
+
+def _ssh_value(v: str | None, pattern: str, what: str) -> str | None:
+    """A value that goes into ssh_config and inventories: refused unless it is plainly ``what``."""
+    if v is not None and not re.fullmatch(pattern, v):
+        bad = "a line break or control character" if re.search(r"[\x00-\x1f\x7f]", v) else "characters"
+        raise ValueError(f"must be {what} ({bad} not allowed: it is written into ssh_config, where a new line "
+                         "would add a directive such as ProxyCommand)")
+    return v
 
 
 class Strict(BaseModel):
@@ -50,8 +65,9 @@ class LocalSettings(Strict):
             raise ValueError(f"not an IPv4 subnet such as 10.213.0.0/24 ({e})") from None
         if net.prefixlen > 28:
             raise ValueError("the subnet is too small; use /28 or larger")
-        if net.is_loopback or net.is_multicast or net.is_link_local:
-            raise ValueError("use a private range such as 10.213.0.0/24")
+        if net.is_loopback or net.is_multicast or net.is_link_local or not net.is_private:
+            raise ValueError("use a private range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16) such as "
+                             "10.213.0.0/24: a public range would route real addresses into the bridge")
         return v
 
     @model_validator(mode="after")
@@ -68,8 +84,13 @@ class LabHost(Strict):
     port: int = Field(22, ge=1, le=65535)
     user: str | None = None
     key: str | None = None
-    proxy_jump: str | None = None
+    proxy_jump: str | None = Field(None, description="[user@]host[:port][,...]")
     groups: list[str] = Field(default_factory=list)
+
+    _address = field_validator("address")(classmethod(lambda cls, v: _ssh_value(v, ADDRESS_RE, "a hostname or IP")))
+    _user = field_validator("user")(classmethod(lambda cls, v: _ssh_value(v, USER_RE, "a login name")))
+    _key = field_validator("key")(classmethod(lambda cls, v: _ssh_value(v, PATH_RE, "a file path")))
+    _jump = field_validator("proxy_jump")(classmethod(lambda cls, v: _ssh_value(v, JUMP_RE, "[user@]host[:port]")))
 
 
 class LabSettings(Strict):
@@ -78,7 +99,10 @@ class LabSettings(Strict):
     kind: Literal["lab"] = "lab"
     hosts: list[LabHost] = Field(min_length=1)
     key: str | None = Field(None, description="private key; default: the testbed's own key")
-    proxy_jump: str | None = None
+    proxy_jump: str | None = Field(None, description="[user@]host[:port][,...]")
+
+    _key = field_validator("key")(classmethod(lambda cls, v: _ssh_value(v, PATH_RE, "a file path")))
+    _jump = field_validator("proxy_jump")(classmethod(lambda cls, v: _ssh_value(v, JUMP_RE, "[user@]host[:port]")))
     connect_timeout: int = Field(10, ge=1, le=300)
 
 
@@ -135,7 +159,7 @@ class TestbedSpec(Strict):
     name: str = Field(pattern=NAME_RE)
     description: str = ""
     provider: ProviderSettings
-    user: str = Field("root", pattern=r"^[a-z_][a-z0-9_.-]{0,31}$")
+    user: str = Field("root", pattern=USER_RE)
     profile: str | None = "base"
     groups: dict[str, list[str]] = Field(default_factory=dict)
     vars: dict[str, object] = Field(default_factory=dict, description="variables handed to set-up roles")

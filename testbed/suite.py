@@ -417,9 +417,12 @@ _ENVS: dict[bool, Any] = {}
 def _env(shell: bool) -> Any:
     if shell not in _ENVS:
         import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-        env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False,  # noqa: S701 (shell text, not HTML)
-                                 finalize=shell_quote if shell else None)
+        # a suite is data: its templates may not reach Python on the controller (e.g. through
+        # ''.__class__.__mro__ ...), even in --dry-run
+        env = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
+                                            autoescape=False, finalize=shell_quote if shell else None)
         env.filters["raw"] = lambda v: Raw(shell_quote(v) if isinstance(v, list | tuple) else str(v))
         env.filters["quote"] = lambda v: Raw(shell_quote(v))
         _ENVS[shell] = env
@@ -432,6 +435,9 @@ def render(template: str, context: dict[str, Any], *, shell: bool = True, where:
 
     try:
         return _env(shell).from_string(template).render(**context).strip()
+    except jinja2.exceptions.SecurityError as e:
+        raise UsageError(f"{where}: the template reaches for what a suite may not use ({e})", where=where,
+                         fix="use the suite's parameters, vars and filters only (templates run sandboxed)") from None
     except jinja2.UndefinedError as e:
         raise UsageError(f"{where}: {e.message}", where=where,
                          fix=f"known names: {', '.join(sorted(k for k in context if not k.startswith('_')))}") \

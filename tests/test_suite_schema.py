@@ -194,3 +194,12 @@ def test_neuronabox_dry_run_documented_commands() -> None:
 def test_requirements_are_checked_unless_dry_run(tb_home: Path) -> None:
     with pytest.raises(Exception, match="not provisioned"):
         runner.plan_run("tesla", "tesla", {}, dry_run=False)
+
+
+def test_dry_run_without_a_loadable_spec_has_as_many_stand_ins_as_the_suite_asks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """tesla's spec needs $WATID; without it a dry run still shows the five-host plan (it said 'has 1')."""
+    monkeypatch.delenv("WATID", raising=False)
+    plan = runner.plan_run("tesla", None, {"gpus": "5"}, dry_run=True)
+    assert [h["name"] for h in plan["hosts"]] == [f"host{i}" for i in range(5)]
+    assert len(runner.plan_run("tesla", None, {"gpus": "2"}, dry_run=True)["hosts"]) == 2
