@@ -140,7 +140,9 @@ class Supervisor:
             self.fail_fast(att, time.time())
             if len(att.done) == len(att.ranks):
                 failed = [(k, v) for k, v in att.done.items() if v[0] == "failed"]
-                if not failed:
+                # a timeout (or any failure) stops the ranks: they end "stopped", or even 0 if they handle TERM;
+                # the attempt failed all the same
+                if not failed and att.first_failure is None:
                     return
                 pending = [f for f in self.plan["faults"] if f["name"] in self.fired and f["name"]
                            not in self.recovered]

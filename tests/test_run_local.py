@@ -43,6 +43,16 @@ timeouts: {poll: 0.5}
 """
 
 
+# a rank that outlives timeouts.run, and one that even exits 0 when it is stopped (it traps TERM)
+SLOWPOKE = """\
+name: slowpoke
+placement: {hosts: 2}
+steps:
+  launch:
+    command: "{% if rank == 0 %}trap 'exit 0' TERM; {% endif %}sleep 60 & wait"
+timeouts: {run: 2, poll: 0.5, grace: 1, unreachable: 3}
+"""
+
 ENVIRONED = """\
 name: environed
 parameters:
@@ -73,6 +83,7 @@ def bed(shared_local_testbed):  # type: ignore[no-untyped-def]
     (b.cwd / "experiments" / "sleepy.yml").write_text(SLEEPY)
     (b.cwd / "experiments" / "echo.yml").write_text(ECHO)
     (b.cwd / "experiments" / "environed.yml").write_text(ENVIRONED)
+    (b.cwd / "experiments" / "slowpoke.yml").write_text(SLOWPOKE)
     os.chdir(b.cwd)
     os.environ["TESTBED_HOME"] = str(b.home)
     return b
@@ -134,6 +145,15 @@ def test_fault_drill_fault_on_log_line_and_recovery(bed) -> None:  # type: ignor
     assert second[0] > 1  # not from scratch
     ranks = rs.ranks(Store.open_default(), run_id)
     assert all(r["status"] == "succeeded" and r["exit_code"] == 0 for r in ranks)
+
+
+def test_a_run_that_hits_its_timeout_is_not_a_success(bed) -> None:  # type: ignore[no-untyped-def]
+    """Stopped at timeouts.run, its ranks end 'stopped' (or 0, trapping TERM): the run failed, and says why."""
+    run_id = start(bed, "slowpoke", {})
+    row = runner.wait(run_id, timeout=90)
+    assert row["status"] == "failed" and "timeouts.run" in (row["reason"] or ""), row
+    r = cli(bed, "status", run_id)
+    assert "failed" in r.stdout + r.stderr
 
 
 def test_metacharacters_stay_inert(bed) -> None:  # type: ignore[no-untyped-def]
