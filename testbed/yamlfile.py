@@ -73,6 +73,24 @@ def _plain(node: Any, path: Path, located: Located, loc: tuple[Any, ...] = ()) -
     return node
 
 
+MAX_NODES = 200_000  # values in a document once its aliases are expanded (a real spec or suite has hundreds)
+
+
+def _expanded_size(doc: Any) -> int:
+    """How many values ``doc`` holds with aliases expanded (memoised: a bomb is counted, never expanded)."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        if not isinstance(node, dict | list):
+            return 1
+        if id(node) not in sizes:
+            items = list(node.values()) if isinstance(node, dict) else node
+            sizes[id(node)] = 1 + sum(size(v) for v in items)
+        return sizes[id(node)]
+
+    return size(doc)
+
+
 def load(path: Path) -> tuple[Any, Located]:
     """Parse ``path``; a syntax error becomes a UsageError with its line and column."""
     from ruamel.yaml import YAML
@@ -96,6 +114,10 @@ def load(path: Path) -> tuple[Any, Located]:
                          fix="fix the YAML syntax") from None
     if doc is None:
         doc = {}
+    n = _expanded_size(doc)
+    if n > MAX_NODES:
+        raise UsageError(f"{path.name} expands to {n:,} values through its aliases (at most {MAX_NODES:,})",
+                         where=str(path), fix="write the values out or use fewer nested aliases (*name)")
     located = Located(doc)
     return _plain(doc, path, located), located
 
