@@ -141,6 +141,9 @@ def _pick_hosts(suite: Suite, tb: TestbedInfo, ctx: dict[str, Any], only: list[s
         except ValueError:
             raise UsageError(f"{suite.name}: placement.hosts rendered to {txt!r}, not a number",
                              where=suite.source or suite.name, fix="make placement.hosts a number") from None
+        if want < 1:
+            raise UsageError(f"{suite.name}: placement.hosts rendered to {want}: a run needs at least one host",
+                             where=suite.source or suite.name, fix="give the host count parameter a value >= 1")
     need = max(want or 0, suite.requires.hosts)
     if tb.elastic and only is None and len(pool) < need:  # a dry run with no spec: stand-ins for what it asks
         pool += [HostInfo(f"host{i}", f"host{i}", ["workers"], {}) for i in range(len(pool), need)]

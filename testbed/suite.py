@@ -10,6 +10,7 @@ shell metacharacters stay inert. ``{{ x | raw }}`` opts out (for values the suit
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import shlex
 from pathlib import Path
@@ -36,6 +37,8 @@ class Param(Strict):
     type: Literal["str", "int", "float", "bool"] = "str"
     default: Any = None
     choices: list[Any] | None = None
+    min: float | None = Field(None, description="smallest allowed value (int and float parameters)")
+    max: float | None = Field(None, description="largest allowed value (int and float parameters)")
     help: str = ""
     required: bool = False
 
@@ -301,6 +304,8 @@ def coerce(name: str, p: Param, value: Any) -> Any:
             v: Any = int(value)
         elif p.type == "float":
             v = float(value)
+            if not math.isfinite(v):
+                raise ValueError
         elif p.type == "bool":
             if isinstance(value, bool):
                 v = value
@@ -314,7 +319,12 @@ def coerce(name: str, p: Param, value: Any) -> Any:
             v = value if isinstance(value, str) else str(value)
     except (TypeError, ValueError):
         raise UsageError(f"parameter '{name}' must be {p.type}, got {value!r}", where=f"-p {name}=...",
-                         fix=f"give a {p.type} value") from None
+                         fix=f"give a {p.type} value" + (" (a finite number)" if p.type == "float" else "")) from None
+    if p.type in ("int", "float") and ((p.min is not None and v < p.min) or (p.max is not None and v > p.max)):
+        span = f"{p.min:g} to {p.max:g}" if p.min is not None and p.max is not None else (
+            f"at least {p.min:g}" if p.min is not None else f"at most {p.max:g}")
+        raise UsageError(f"parameter '{name}' = {v!r} is out of range", where=f"-p {name}=...",
+                         fix=f"give a value {span}")
     if p.choices is not None and v not in p.choices:
         raise UsageError(f"parameter '{name}' = {v!r} is not allowed", where=f"-p {name}=...",
                          fix=f"allowed values: {', '.join(map(str, p.choices))}")
