@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -78,8 +80,18 @@ class Store:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not self.path.exists():
+            self._create()
+        self._check_header()
         self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         self._db.row_factory = sqlite3.Row
+        try:
+            check = self._db.execute("PRAGMA quick_check").fetchone()[0]
+        except sqlite3.DatabaseError as e:
+            check = str(e)
+        if check != "ok":
+            self._db.close()
+            raise self._damaged(check)
         self._db.execute("PRAGMA busy_timeout=30000")
         self._db.execute("PRAGMA foreign_keys=ON")
         with contextlib.suppress(sqlite3.OperationalError):  # another process is switching it right now
@@ -87,6 +99,41 @@ class Store:
         with self.tx() as db:
             self._migrate(db)
         self.path.chmod(0o600)
+
+    def _create(self) -> None:
+        """A new state file, complete before it appears (so an empty or partial file is always damage)."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.new")
+        db = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            db.execute("BEGIN")
+            self._migrate(db)
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        tmp.chmod(0o600)
+        try:
+            os.link(tmp, self.path)
+        except FileExistsError:
+            pass  # another process made it first
+        finally:
+            tmp.unlink()
+
+    def _check_header(self) -> None:
+        try:
+            with self.path.open("rb") as f:
+                head = f.read(16)
+        except OSError as e:
+            raise self._damaged(e.strerror or str(e)) from None
+        if head != b"SQLite format 3\x00":
+            raise self._damaged("empty file" if not head else "not an SQLite database")
+
+    def _damaged(self, why: str) -> Exception:
+        from testbed.errors import TestbedError
+
+        return TestbedError(f"the state database is damaged ({why}); testbed left it as it is", where=str(self.path),
+                            fix="restore it from a backup; or move it aside (mv state.db state.db.damaged) to start "
+                                "empty, after which the testbeds it recorded (possibly still running and billing) "
+                                "are unknown to testbed and must be released in their providers' consoles")
 
     def _migrate(self, db: sqlite3.Connection) -> None:
         """Create a new file at the latest schema, or migrate an older one; refuse a newer one."""

@@ -237,3 +237,24 @@ def test_a_newer_state_is_refused_untouched(tmp_path: Path) -> None:
         Store(path)
     assert "newer testbed (schema 99" in e.value.what and "upgrade" in (e.value.fix or "")
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "garbage"])
+def test_a_damaged_state_is_named_and_left_alone(tmp_path: Path, damage: str) -> None:
+    """Never silently recreated (the hosts it recorded may be running): one message, the file untouched."""
+    from testbed.errors import TestbedError
+
+    path = tmp_path / "state.db"
+    st = Store(path)
+    st.upsert_testbed("tb", "local", None, "up")
+    st.set_hosts("tb", [Host(name=f"n{i}", address=f"10.0.0.{i + 2}") for i in range(50)])
+    st.close()
+    data = path.read_bytes()
+    path.write_bytes({"empty": b"", "truncated": data[: len(data) // 2 + 100], "garbage": b"\x00junk" * 100}[damage])
+    for f in tmp_path.glob("state.db-*"):  # what a crash leaves is only the main file
+        f.unlink()
+    before = path.read_bytes()
+    with pytest.raises(TestbedError) as e:
+        Store(path)
+    assert "state database is damaged" in e.value.what and "mv state.db" in (e.value.fix or "")
+    assert path.read_bytes() == before
