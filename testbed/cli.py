@@ -56,14 +56,30 @@ def store() -> Store:
     return Store.open_default()
 
 
-def provider_for(name: str, st: Store | None = None, progress: Any = None) -> Provider:
-    """The provider of testbed ``name`` from its spec (validated before anything is touched)."""
-    from testbed.providers import provider_class
-    from testbed.spec import load_testbed
+def provider_for(name: str, st: Store | None = None, progress: Any = None, *,
+                 recorded_ok: bool = False) -> Provider:
+    """The provider of testbed ``name`` from its spec (validated before anything is touched).
 
-    spec = load_testbed(name)
+    ``recorded_ok``: when the spec no longer loads (edited, deleted, an unset variable), use the copy recorded at
+    provision instead (destroy must work from state alone), saying so.
+    """
+    from testbed.providers import provider_class
+    from testbed.spec import TestbedSpec, load_testbed
+
+    st = st or store()
+    try:
+        spec = load_testbed(name)
+    except TestbedError as e:
+        rec = st.testbed(name) if recorded_ok else None
+        copy = (rec or {}).get("info", {}).get("spec")
+        if not copy:
+            raise
+        spec = TestbedSpec.model_validate(copy)
+        spec.source = rec["spec_path"] if rec else None
+        console(stderr=True).print(f"[yellow]note:[/yellow] the spec of '{name}' does not load ({_escape(e.what)}); "
+                                   "using the copy recorded when it was provisioned")
     cls = provider_class(spec.kind)
-    return cls(spec, st or store(), progress or _progress_printer())
+    return cls(spec, st, progress or _progress_printer())
 
 
 def _progress_printer() -> Any:
@@ -201,7 +217,7 @@ def destroy(name: Annotated[str, typer.Argument(help="Testbed name.")],
     Example: testbed destroy local
     """
     st = store()
-    p = provider_for(name, st)
+    p = provider_for(name, st, recorded_ok=True)
     if not yes and sys.stdin.isatty() and p.costs_money:
         typer.confirm(f"destroy every cloud resource of testbed '{name}'?", abort=True)
     t0 = time.monotonic()

@@ -53,6 +53,32 @@ def test_up_isolated_idempotent_and_gone(local_testbed):
     bed.provider = None
 
 
+@pytest.mark.parametrize("broken", ["deleted", "edited", "unset variable"])
+def test_destroy_works_from_state_when_the_spec_no_longer_loads(local_testbed, broken):
+    import os
+    import sys
+    from pathlib import Path
+
+    import testbed
+
+    bed = local_testbed(hosts=1, name="gone")
+    spec = bed.cwd / "inventories" / "gone.yml"
+    if broken == "deleted":
+        spec.unlink()
+    elif broken == "edited":
+        spec.write_text("provider: {kind: local, hosts: -1}\n")
+    else:
+        spec.write_text("provider: {kind: local}\nuser: ${TB_NEVER_SET_VARIABLE}\n")
+    tag = bed.provider.tag
+    r = subprocess.run([sys.executable, "-m", "testbed", "destroy", "gone", "--yes"], cwd=bed.cwd, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "TESTBED_HOME": str(bed.home),
+                                                    "PYTHONPATH": str(Path(testbed.__file__).parents[1])})
+    assert r.returncode == 0, r.stderr
+    assert "using the copy recorded when it was provisioned" in " ".join(r.stderr.split())
+    assert _kernel_objects(tag) == {"netns": [], "links": [], "procs": []}
+    assert bed.store.testbed("gone") is None
+
+
 def test_reboot_through_ansible_reboot_module(local_testbed):
     bed = local_testbed(hosts=1)
     before = bed.ssh("node0", "cat /proc/sys/kernel/random/boot_id").stdout.strip()

@@ -80,6 +80,12 @@ class Provider(ABC):
     def destroy(self) -> None:
         """Release every resource recorded for this testbed; safe to repeat."""
 
+    def record_testbed(self, status: str, info: dict[str, Any] | None = None) -> None:
+        """Record the testbed with a copy of its validated spec, so destroy works from state alone even when the
+        spec file is later edited, deleted or needs an unset variable."""
+        spec = self.spec.model_dump(mode="json", exclude={"source"})
+        self.store.upsert_testbed(self.name, self.kind, self.spec.source, status, {**(info or {}), "spec": spec})
+
     def can(self, capability: str) -> bool:
         """Whether this provider implements an optional operation (see ``capabilities``)."""
         return capability in self.capabilities

@@ -179,8 +179,7 @@ class ChameleonProvider(Provider):
         api = self._connect()  # refuses missing credentials before anything else happens
         _, public_key = ssh.ensure_keypair(self.name)
         s = self.settings
-        self.store.upsert_testbed(self.name, self.kind, self.spec.source, "provisioning",
-                                  {"site": s.site, "lease_name": self.lease_name})
+        self.record_testbed("provisioning", {"site": s.site, "lease_name": self.lease_name})
         try:
             lease = self._ensure_lease(api)
             self._ensure_keypair(api, public_key)
@@ -199,7 +198,7 @@ class ChameleonProvider(Provider):
         except TestbedError:
             self.store.set_testbed_status(self.name, "failed")
             raise
-        self.store.upsert_testbed(self.name, self.kind, self.spec.source, "up")
+        self.record_testbed("up")
         return hosts
 
     def _dates(self) -> tuple[str, str]:

@@ -267,7 +267,7 @@ class TpuProvider(Provider):
         self._validate()
         self.client()  # refuses missing ADC / project before any API request
         _, pub = ssh.ensure_keypair(self.name)
-        self.store.upsert_testbed(self.name, self.kind, self.spec.source, "provisioning", self._info())
+        self.record_testbed("provisioning", self._info())
         try:
             if self.settings.queued_resource:
                 nodes, renewed = self._ensure_queued_resource(pub)
@@ -277,7 +277,7 @@ class TpuProvider(Provider):
             self._connect_ssh(hosts, renewed)
             self.store.set_hosts(self.name, hosts)
             ssh.write_inventory(self.name, hosts, self.spec.vars)
-            self.store.upsert_testbed(self.name, self.kind, self.spec.source, "up", self._info())
+            self.record_testbed("up", self._info())
             return hosts
         except KeyboardInterrupt:
             self.store.set_testbed_status(self.name, "interrupted")

@@ -42,7 +42,7 @@ class LabProvider(Provider):
                                    where=self.spec.source or "inventory", fix="set provider.key to your private key")
         if any(h.key is None for h in hosts):
             ssh.ensure_keypair(self.name)
-        self.store.upsert_testbed(self.name, self.kind, self.spec.source, "provisioning")
+        self.record_testbed("provisioning")
         ssh.write_ssh_config(self.name, hosts, connect_timeout=self.settings.connect_timeout)
         results = remote.run(self.name, [h.name for h in hosts], "uname -srm; nproc",
                              timeout=self.settings.connect_timeout + 20)
@@ -58,7 +58,7 @@ class LabProvider(Provider):
                            f"{r.error or r.stderr.strip() or f'exit {r.exit_code}'}")
         self.store.set_hosts(self.name, hosts)
         ssh.write_inventory(self.name, hosts, self.spec.vars)
-        self.store.upsert_testbed(self.name, self.kind, self.spec.source, "degraded" if bad else "up")
+        self.record_testbed("degraded" if bad else "up")
         if bad:
             pub = ssh.key_path(self.name).with_suffix(".pub")
             raise TestbedError(f"{len(bad)} of {len(hosts)} lab hosts are unreachable: " + "; ".join(bad),

@@ -220,7 +220,7 @@ class LocalProvider(Provider):
         with self._lock():
             self._check_subnet()
             _, pub = ssh.ensure_keypair(self.name)
-            self.store.upsert_testbed(self.name, self.kind, self.spec.source, "provisioning")
+            self.record_testbed("provisioning")
             self._ensure_bridge()
             slots = self.slots()
             started = []
@@ -242,8 +242,7 @@ class LocalProvider(Provider):
                     self._ensure_user(sl, self.spec.user)
             self.store.set_hosts(self.name, hosts)
             ssh.write_inventory(self.name, hosts, self.spec.vars)
-            self.store.upsert_testbed(self.name, self.kind, self.spec.source, "up",
-                                      {"bridge": self.bridge, "subnet": str(self.network), "tag": self.tag})
+            self.record_testbed("up", {"bridge": self.bridge, "subnet": str(self.network), "tag": self.tag})
             return hosts
 
     def _netns_exists(self, sl: HostSlot) -> bool:
