@@ -521,6 +521,18 @@ def ansible_env(testbed: str, forks: int) -> dict[str, str]:
     }
 
 
+_ENV_KEEP = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "SHELL",
+             "SSH_AUTH_SOCK", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+             "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONIOENCODING", "JOB_ID")
+_ENV_KEEP_PREFIXES = ("ANSIBLE_", "AWX_", "RUNNER_", "LC_", "PROFILE_TASKS_")
+
+
+def scrub_env(env: dict[str, str]) -> dict[str, str]:
+    """The environment ansible-playbook gets: what it needs (locale, PATH, HOME, the SSH agent, proxies, its own
+    ANSIBLE_*/runner settings), nothing else (OS_PASSWORD, application credentials, cloud tokens...)."""
+    return {k: v for k, v in env.items() if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIXES)}
+
+
 # --- apply -----------------------------------------------------------------------------------------------
 def _load_spec(testbed: str) -> Any:
     from testbed.spec import load_testbed
@@ -623,17 +635,22 @@ def apply(testbed: str, *, profile: str | None = None, suite: str | None = None,
                 on_event(ev)
         return ev.get("event", "") in _KEEP
 
-    import ansible_runner
 
     cmdline = "--check --diff" if check else None
     ident = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     start = time.monotonic()
-    r = ansible_runner.run(
+    from ansible_runner.interface import init_runner
+
+    r = init_runner(
         private_data_dir=str(run_dir), ident=ident, playbook=str(pb_path), inventory=str(inv_path),
         extravars=extravars, limit=",".join(lim) if lim else None, cmdline=cmdline, forks=nforks,
         envvars=env, event_handler=handler, quiet=True, suppress_env_files=True, rotate_artifacts=20,
         settings={"suppress_ansible_output": True},
     )
+    # ansible-runner hands ansible-playbook this machine's whole environment and writes it into the run's
+    # artifacts (artifacts/<id>/command): keep only what Ansible needs, never the user's cloud secrets
+    r.config.env = scrub_env(r.config.env)
+    r.run()
     elapsed = time.monotonic() - start
     hosts_res, _, _, _ = agg.snapshot()
     error = None

@@ -227,3 +227,33 @@ def test_apply_refuses_before_touching_hosts(home: Path) -> None:
         setup.apply("tb", profile="base", limit=["node7"])
     assert "node0" in (e.value.fix or "")
     assert not (home / ".testbed" / "ansible" / "runs").exists()
+
+
+SECRETS = {"OS_PASSWORD": "Sup3r-S3cret-pw", "OS_APPLICATION_CREDENTIAL_SECRET": "app-cred-s3cret-xyz",
+           "OS_TOKEN": "gAAAAAtok3n-s3cret", "AWS_SECRET_ACCESS_KEY": "aws/s3cret+key",
+           "GOOGLE_OAUTH_ACCESS_TOKEN": "ya29.s3cret-token", "MY_API_TOKEN": "plain-api-t0ken"}
+
+
+def test_setup_leaves_no_secret_from_the_environment_under_the_home(home: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """ansible-runner wrote the whole environment into artifacts/<id>/command: a real set-up against an unreachable
+    host, with secrets planted the ways users hold them, and every byte under the state home grepped."""
+    from testbed.providers.base import Host
+    from testbed.state import Store
+
+    (home / "inventories").mkdir()
+    (home / "inventories" / "sec.yml").write_text(
+        "provider:\n  kind: lab\n  hosts:\n    - {name: n0, address: 127.0.0.1, port: 1}\nuser: root\n")
+    st = Store.open_default()
+    st.upsert_testbed("sec", "lab", "inventories/sec.yml", "up")
+    st.set_hosts("sec", [Host(name="n0", address="127.0.0.1", port=1)])
+    st.close()
+    for k, v in SECRETS.items():
+        monkeypatch.setenv(k, v)
+    res = setup.apply("sec", roles=["shell"])
+    assert res.rc != 0 and res.artifact_dir  # it ran (and could not reach the host)
+    assert (Path(res.artifact_dir) / "command").is_file()
+    leaks = [str(p) for p in (home / ".testbed").rglob("*") if p.is_file()
+             and any(v.encode() in p.read_bytes() for v in SECRETS.values())]
+    assert not leaks, leaks
+    assert "PATH" in json.loads((Path(res.artifact_dir) / "command").read_text())["env"]
