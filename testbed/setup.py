@@ -523,8 +523,11 @@ def ansible_env(testbed: str, forks: int) -> dict[str, str]:
 
 _ENV_KEEP = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "SHELL",
              "SSH_AUTH_SOCK", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-             "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONIOENCODING", "JOB_ID")
-_ENV_KEEP_PREFIXES = ("ANSIBLE_", "AWX_", "RUNNER_", "LC_", "PROFILE_TASKS_")
+             "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONIOENCODING", "JOB_ID",
+             "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "XDG_CONFIG_HOME",
+             "XDG_CACHE_HOME")
+# PIP_*: the controller downloads wheels for offline hosts with the user's pip settings (index, constraints)
+_ENV_KEEP_PREFIXES = ("ANSIBLE_", "AWX_", "RUNNER_", "LC_", "PROFILE_TASKS_", "PIP_")
 
 
 def scrub_env(env: dict[str, str]) -> dict[str, str]:
