@@ -530,6 +530,14 @@ _ENV_KEEP = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDI
 _ENV_KEEP_PREFIXES = ("ANSIBLE_", "AWX_", "RUNNER_", "LC_", "PROFILE_TASKS_", "PIP_")
 
 
+# ansible-playbook is started through this: it gets SIGTERM when the testbed process dies, even by SIGKILL
+# (Linux PR_SET_PDEATHSIG survives the exec), so a killed `testbed setup` leaves nothing working on the hosts
+_DIE_WITH_PARENT = ("import ctypes, os, signal, sys\n"
+                    "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG\n"
+                    "if os.getppid() == 1:\n    sys.exit(143)  # the parent is already gone\n"
+                    "os.execvp(sys.argv[1], sys.argv[1:])\n")
+
+
 def scrub_env(env: dict[str, str]) -> dict[str, str]:
     """The environment ansible-playbook gets: what it needs (locale, PATH, HOME, the SSH agent, proxies, its own
     ANSIBLE_*/runner settings), nothing else (OS_PASSWORD, application credentials, cloud tokens...)."""
@@ -653,6 +661,7 @@ def apply(testbed: str, *, profile: str | None = None, suite: str | None = None,
     # ansible-runner hands ansible-playbook this machine's whole environment and writes it into the run's
     # artifacts (artifacts/<id>/command): keep only what Ansible needs, never the user's cloud secrets
     r.config.env = scrub_env(r.config.env)
+    r.config.command = [sys.executable, "-c", _DIE_WITH_PARENT, *r.config.command]
     r.run()
     elapsed = time.monotonic() - start
     hosts_res, _, _, _ = agg.snapshot()

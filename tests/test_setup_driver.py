@@ -257,3 +257,56 @@ def test_setup_leaves_no_secret_from_the_environment_under_the_home(home: Path,
              and any(v.encode() in p.read_bytes() for v in SECRETS.values())]
     assert not leaks, leaks
     assert "PATH" in json.loads((Path(res.artifact_dir) / "command").read_text())["env"]
+
+
+def test_a_killed_setup_leaves_no_ansible_playbook_behind(home: Path) -> None:
+    """SIGKILL of `testbed setup` mid-run: its ansible-playbook (started with a parent-death signal) ends too."""
+    import contextlib
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import testbed
+    from testbed.providers.base import Host
+    from testbed.state import Store
+
+    mute = socket.create_server(("127.0.0.1", 0))  # accepts, never says a word: ssh waits for its banner
+    port = mute.getsockname()[1]
+    (home / "inventories").mkdir()
+    (home / "inventories" / "mute.yml").write_text(
+        f"provider:\n  kind: lab\n  hosts:\n    - {{name: n0, address: 127.0.0.1, port: {port}}}\nuser: root\n")
+    st = Store.open_default()
+    st.upsert_testbed("mute", "lab", "inventories/mute.yml", "up")
+    st.set_hosts("mute", [Host(name="n0", address="127.0.0.1", port=port)])
+    st.close()
+
+    def playbooks() -> list[str]:
+        out = subprocess.run(["pgrep", "-f", f"ansible-playbook.*{home}"], capture_output=True, text=True).stdout
+        return out.split()
+
+    cli = subprocess.Popen([sys.executable, "-m", "testbed", "setup", "mute", "--role", "shell"], cwd=home,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env={**os.environ, "PYTHONPATH": str(Path(testbed.__file__).parents[1])})
+    try:
+        deadline = time.monotonic() + 60
+        while not playbooks() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert playbooks(), "ansible-playbook never started"
+        mute.settimeout(60)
+        _conn, _ = mute.accept()  # ansible's ssh is connected and waiting: the play is under way
+        time.sleep(1)
+        cli.send_signal(signal.SIGKILL)
+        cli.wait()
+        deadline = time.monotonic() + 20
+        while playbooks() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not playbooks(), "ansible-playbook outlived the killed CLI"
+    finally:
+        cli.kill()
+        for pid in playbooks():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        mute.close()
