@@ -58,6 +58,7 @@ class LocalBed:
     hosts: list[Host] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     vars: dict[str, object] = field(default_factory=dict)  # the spec's vars: (set-up variables)
+    bridge: str | None = None  # provider.bridge (default: one testbed makes)
 
     @property
     def home(self) -> Path:
@@ -82,10 +83,13 @@ class LocalBed:
         last: Exception | None = None
         for _ in range(5):
             subnet = free_subnet()
-            self.spec = TestbedSpec(name=self.name, provider=LocalSettings(hosts=self.hosts_n, subnet=subnet),
+            self.spec = TestbedSpec(name=self.name, provider=LocalSettings(hosts=self.hosts_n, subnet=subnet,
+                                                                           bridge=self.bridge),
                                     user=self.user, groups=self.groups, vars=self.vars)
             spec_file = self.cwd / "inventories" / f"{self.name}.yml"
-            spec_file.write_text(json.dumps({"provider": {"kind": "local", "hosts": self.hosts_n, "subnet": subnet},
+            prov = {"kind": "local", "hosts": self.hosts_n, "subnet": subnet,
+                    **({"bridge": self.bridge} if self.bridge else {})}
+            spec_file.write_text(json.dumps({"provider": prov,
                                              "user": self.user, "groups": self.groups, "vars": self.vars}))
             self.spec.source = str(spec_file)
             self.provider = LocalProvider(self.spec, self.store)

@@ -147,3 +147,23 @@ def test_bad_subnet_refused(tb_home, bad):
     with pytest.raises(UsageError) as e:
         load_testbed("x")
     assert "x.yml:3" in e.value.where
+
+
+def test_destroy_leaves_a_bridge_it_did_not_make(local_testbed):
+    """A spec may name an existing bridge: destroy takes back only the address testbed added, never the bridge."""
+    import random
+
+    br = f"tbpre{random.randint(1000, 9999)}"
+    subprocess.run(["ip", "link", "add", br, "type", "bridge"], check=True)
+    try:
+        bed = local_testbed(hosts=1, name="onbr", bridge=br)
+        assert bed.ssh("node0", "true").returncode == 0
+        gw = str(bed.provider.gateway)
+        assert gw in subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", br], capture_output=True,
+                                    text=True).stdout
+        bed.provider.destroy()
+        show = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", br], capture_output=True, text=True)
+        assert show.returncode == 0, f"destroy deleted the machine's bridge {br}"
+        assert gw not in show.stdout
+    finally:
+        subprocess.run(["ip", "link", "del", br], check=False)

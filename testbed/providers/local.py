@@ -249,16 +249,21 @@ class LocalProvider(Provider):
         return Path(f"/run/netns/{sl.netns}").exists()
 
     def _ensure_bridge(self) -> None:
+        """Make (or reuse) the bridge, recording what testbed itself did so destroy undoes only that."""
         br = self.bridge
+        recorded = {r["id"]: r["info"] for r in self.store.resources(self.name, "bridge")}
         if run("ip", "link", "show", br, check=False).returncode != 0:
             run("ip", "link", "add", br, "type", "bridge")
-            self.store.add_resource(self.name, "bridge", br)
+            self.store.add_resource(self.name, "bridge", br, created=True)
+        elif br not in recorded:  # the machine's own bridge, named in the spec: never deleted by testbed
+            self.store.add_resource(self.name, "bridge", br, created=False)
         gw = f"{self.gateway}/{self.network.prefixlen}"
         addrs = run("ip", "-4", "-o", "addr", "show", "dev", br).stdout
         if gw not in addrs:
             run("ip", "addr", "add", gw, "dev", br)
+            info = {r["id"]: r["info"] for r in self.store.resources(self.name, "bridge")}.get(br) or {}
+            self.store.add_resource(self.name, "bridge", br, **{**info, "address": gw})
         run("ip", "link", "set", br, "up")
-        self.store.add_resource(self.name, "bridge", br)
 
     def _prepare_disk(self, sl: HostSlot, slots: list[HostSlot], pub: str) -> None:
         for d in (sl.upper, sl.work, sl.merged):
@@ -400,9 +405,12 @@ class LocalProvider(Provider):
             for sl in known.values():
                 self._teardown_host(sl, keep_disk=False)
                 self.store.remove_resource(self.name, "netns", sl.netns)
-            bridges = {self.bridge} | {r["id"] for r in self.store.resources(self.name, "bridge")}
-            for br in bridges:
-                run("ip", "link", "del", br, check=False)
+            for r in self.store.resources(self.name, "bridge"):
+                br, info = r["id"], r["info"]
+                if info.get("created", True):  # records from before 'created' was kept were always testbed's
+                    run("ip", "link", "del", br, check=False)
+                elif info.get("address"):  # someone else's bridge: take back only the address testbed added
+                    run("ip", "addr", "del", str(info["address"]), "dev", br, check=False)
                 self.store.remove_resource(self.name, "bridge", br)
             shutil.rmtree(self.base, ignore_errors=True)
         self.store.delete_testbed(self.name)
