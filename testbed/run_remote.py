@@ -168,6 +168,7 @@ class HostPoll:
     error: str | None = None
     ranks: dict[int, RankState] = field(default_factory=dict)
     triggers: list[str] = field(default_factory=list)
+    no_run_dir: bool = False  # the host answered, but the run folder is gone (deleted behind the run's back)
 
 
 def poll_script(plan: dict[str, Any], ranks: list[int], patterns: dict[str, tuple[int, str]]) -> str:
@@ -217,6 +218,8 @@ def poll(plan: dict[str, Any], want: dict[str, list[int]], patterns: dict[str, d
                                         _num(parts[5]))
             elif parts[:1] == ["T"] and len(parts) == 2:
                 hp.triggers.append(parts[1])
+            elif parts == ["NODIR"]:
+                hp.no_run_dir = True
         out[res.host] = hp
     return out
 

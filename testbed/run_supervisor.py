@@ -164,6 +164,10 @@ class Supervisor:
                     self.end_rank(att, r, "failed", None, f"host unreachable ({hp.error})")
             return
         att.unreachable_since.pop(host, None)
+        if hp.no_run_dir:  # nothing there can tell how the ranks end: they failed, whatever they still do
+            for r in ranks_here:
+                self.end_rank(att, r, "failed", None, f"the run folder {self.plan['run_dir']} vanished on {host}")
+            return
         for r in ranks_here:
             st = hp.ranks.get(r["rank"])
             if st is None:

@@ -156,6 +156,16 @@ def test_a_run_that_hits_its_timeout_is_not_a_success(bed) -> None:  # type: ign
     assert "failed" in r.stdout + r.stderr
 
 
+def test_a_run_whose_folder_vanishes_on_a_host_fails_naming_it(bed) -> None:  # type: ignore[no-untyped-def]
+    run_id = start(bed, "sleepy", {"seconds": "60", "n": "1", "hosts": "2"})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "rank1.pid" not in bed.ssh("node1", f"ls ~/.testbed-runs/{run_id}").stdout:
+        time.sleep(0.3)
+    bed.ssh("node1", f"rm -rf ~/.testbed-runs/{run_id}")
+    row = runner.wait(run_id, timeout=60)
+    assert row["status"] == "failed" and "vanished on node1" in (row["reason"] or ""), row
+
+
 def test_metacharacters_stay_inert(bed) -> None:  # type: ignore[no-untyped-def]
     evil = "a'b; touch /tmp/pwned-tb; $(touch /tmp/pwned-tb2) `id` && echo x | cat > /tmp/pwned-tb3"
     run_id = start(bed, "echo", {"msg": evil})
