@@ -48,6 +48,7 @@ from testbed.providers.base import Host
 from testbed.state import Store
 
 LOG_PATTERNS = ("rank*.out", "rank*.err", "rank*.exit", "rank*.start", "rank*.end")
+PARTIAL_DIR = ".testbed-partial"  # next to the file it belongs to: what an interrupted transfer received
 PENDING = -1  # ``collected.size`` of a file whose transfer started but was not verified yet
 RUNS_DIR = "~/.testbed-runs"
 
@@ -333,7 +334,11 @@ def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | Non
              for (h, p), (sha, size) in listed.items()
              if h in host_names and (folder / h / p).is_file()]
     man = mf.build(st, run_id, hosts=hosts, facts=facts, software=software, files=files, provider=tb["provider"])
-    res.manifest = mf.write(folder, man)
+    try:
+        res.manifest = mf.write(folder, man)
+    except OSError as e:  # a full disk, a read-only folder: the files stay, the manifest is written next time
+        res.error = (f"cannot write {folder / mf.MANIFEST}: {e.strerror}; the files collected so far are kept: "
+                     "free some space (or choose another --to) and collect again")
     res.seconds = round(time.monotonic() - t0, 3)
     return res
 
@@ -720,7 +725,8 @@ def _verify(hdir: Path, lst: _Listing, paths: list[str]) -> tuple[list[str], lis
 
 
 def _clean_rsync_temps(hdir: Path, sent: list[str]) -> None:
-    """Remove rsync temp files (``.name.XXXXXX``) left by a killed collect next to files now verified."""
+    """Remove rsync temp files (``.name.XXXXXX``) left by a killed collect next to files now verified, and
+    partial copies of them (with their folder once empty)."""
     for d in {(hdir / p).parent for p in sent}:
         names = {Path(p).name for p in sent if (hdir / p).parent == d}
         with contextlib.suppress(OSError):
@@ -728,6 +734,11 @@ def _clean_rsync_temps(hdir: Path, sent: list[str]) -> None:
                 m = re.fullmatch(r"\.(.+)\.[A-Za-z0-9]{6}", entry.name)
                 if m and m.group(1) in names and entry.is_file():
                     entry.unlink(missing_ok=True)
+        partial = d / PARTIAL_DIR
+        with contextlib.suppress(OSError):
+            for name in names:
+                (partial / name).unlink(missing_ok=True)
+            partial.rmdir()  # only when empty
 
 
 def _fetch(ctx: _Ctx, host: str, lst: _Listing, paths: list[str], hc: HostCollect) -> str | None:
@@ -755,7 +766,9 @@ def _rsync_root(ctx: _Ctx, host: str, remote_root: str, hdir: Path, paths: list[
     with tempfile.NamedTemporaryFile("wb", prefix="testbed-files-") as fl, tempfile.TemporaryFile() as err:
         fl.write(b"".join(p.encode() + b"\0" for p in paths))
         fl.flush()
-        argv = ["rsync", "-rtL", "--partial", "--from0", f"--files-from={fl.name}", "--info=progress2", "--stats",
+        # a partial file waits in PARTIAL_DIR (resumed next time), never under the file's own name
+        argv = ["rsync", "-rtL", f"--partial-dir={PARTIAL_DIR}", "--from0", f"--files-from={fl.name}",
+                "--info=progress2", "--stats",
                 f"--timeout={max(1, int(ctx.io_timeout))}", "-e", rsh]
         if ctx.bwlimit_kbps:
             argv.append(f"--bwlimit={int(ctx.bwlimit_kbps)}")

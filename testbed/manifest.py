@@ -246,6 +246,10 @@ def write(run_folder: Path, manifest: dict[str, Any]) -> Path:
     run_folder.mkdir(parents=True, exist_ok=True)
     path = run_folder / MANIFEST
     tmp = path.with_name(f".{MANIFEST}.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # the previous manifest (if any) stays whole
+        raise
     return path

@@ -407,3 +407,34 @@ def test_outputs_under_home_and_absolute_paths(local_testbed):
     assert origins[("node0", "own.txt")] == f"{run_dir}/own.txt"
     again = collect_runs([run_id], Path("results"))[0]  # unchanged: nothing sent
     assert again.ok and again.files_sent == 0, again.problems()
+
+
+def test_full_disk_is_one_message_and_no_partial_file_under_its_name(local_testbed, tmp_path):
+    """The results folder fills up mid-transfer: one clear problem, nothing unverified under a final name, and the
+    manifest lists only verified bytes; with room again, collect resumes and completes."""
+    import os
+    import random
+
+    bed = local_testbed(hosts=1)
+    big = random.randbytes(3 << 20)
+    run_id, _ = make_run(bed, outputs={"*": ["big.bin"]}, files={"node0": {"big.bin": big}})
+    disk = tmp_path / "small"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
+    try:
+        r = collect_runs([run_id], disk / "results")[0]
+        assert not r.ok
+        problem = " ".join(r.problems())
+        assert "space" in problem.lower(), problem
+        folder = r.path
+        assert not (folder / "node0" / "big.bin").exists()
+        man = folder / "manifest.json"
+        if man.exists():
+            assert all(f["path"] != "big.bin" for f in json.loads(man.read_text())["files"])
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+    r = collect_runs([run_id], tmp_path / "results")[0]  # room again (another disk): complete and verified
+    assert r.ok, r.problems()
+    assert (r.path / "node0" / "big.bin").read_bytes() == big
+    assert not any(".testbed-partial" in p for p in tree(r.path))
+    assert os.path.getsize(r.path / "node0" / "big.bin") == len(big)

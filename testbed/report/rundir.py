@@ -88,7 +88,8 @@ class RunDir:
             if not hdir.is_dir():
                 continue
             for p in sorted(hdir.rglob("*")):
-                if p.is_file() and rx.fullmatch(p.name):
+                # .testbed-partial/ holds what an interrupted collect received: never a result
+                if p.is_file() and rx.fullmatch(p.name) and ".testbed-partial" not in p.relative_to(hdir).parts:
                     found.append((host, p))
         return found
 
