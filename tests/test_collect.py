@@ -254,8 +254,9 @@ def test_network_cut_mid_transfer_then_resume(local_testbed):
     h0 = next(h for h in r.hosts if h.host == "node0")
     assert "node0" in h0.error and "lost" in h0.error and "big.bin" in h0.missing
     assert next(h for h in r.hosts if h.host == "node1").error is None  # the other host is complete
-    partial = folder / "node0/big.bin"
-    assert partial.is_file() and 15 * 2**20 <= partial.stat().st_size < 80 * 2**20  # kept for the resume
+    partial = folder / "node0" / collect.PARTIAL_DIR / "big.bin"  # kept for the resume, not under its own name
+    assert partial.is_file() and 15 * 2**20 <= partial.stat().st_size < 80 * 2**20
+    assert not (folder / "node0/big.bin").exists()
     row = bed.store.query("SELECT size FROM collected WHERE run_id=? AND path='big.bin'", (run_id,))
     assert row[0]["size"] == collect.PENDING
     m = json.loads((folder / "manifest.json").read_text())
@@ -267,12 +268,13 @@ def test_network_cut_mid_transfer_then_resume(local_testbed):
     size_before = partial.stat().st_size
     r2 = collect_runs([run_id], Path("results"), io_timeout=30)[0]
     assert r2.ok, r2.problems()
-    assert hashlib.sha256(partial.read_bytes()).hexdigest() == want
+    assert hashlib.sha256((folder / "node0/big.bin").read_bytes()).hexdigest() == want
+    assert not partial.parent.exists()  # the partial copy and its folder are gone
     h0 = next(h for h in r2.hosts if h.host == "node0")
     assert h0.sent == h0.rsync_transferred == h0.files == 6
     assert h0.reused_bytes >= size_before // 2  # resumed from the partial file, not sent again from zero
     assert next(h for h in r2.hosts if h.host == "node1").sent == 0
-    assert not [p for p in partial.parent.iterdir() if p.name.startswith(".big.bin.")]
+    assert not [p for p in (folder / "node0").iterdir() if p.name.startswith(".big.bin.")]
     m = json.loads((folder / "manifest.json").read_text())
     assert {f["path"]: f["sha256"] for f in m["files"] if f["host"] == "node0"}["big.bin"] == want
 
