@@ -12,8 +12,9 @@ Per host, in parallel (one thread each):
 2. files whose verified copy is already in results/ (same sha256, recorded in the ``collected`` table) are
    skipped; a local file with other content is never overwritten, unless it is the partial file of an
    interrupted collect (its row in ``collected`` has ``size = -1``: pending);
-3. the rest goes in one ``rsync --files-from`` (``--partial`` so an interrupted transfer resumes, ``--timeout``
-   so a cut link fails in seconds), or one ``sftp -b`` batch when the host has no rsync;
+3. the rest goes in one ``rsync --files-from`` (``--partial-dir=.testbed-partial`` so an interrupted transfer
+   resumes while no unverified file sits under its final name; ``--timeout`` so a cut link fails in seconds), or
+   one ``sftp -b`` batch into a staging folder when the host has no rsync;
 4. every received file is hashed and compared with the host's checksum: a mismatch is fetched once more, then
    reported naming file and host; verified files are recorded in ``collected``.
 
