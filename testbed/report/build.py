@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from testbed.errors import UsageError
 from testbed.report import render, tidy_csv
@@ -50,13 +52,22 @@ def build_report(run_dir: Path, fmt: str = "md") -> ReportResult:
     if reporter is None:
         generic(run, rep)
     else:
-        try:
-            reporter(run, rep)
-        except Exception as exc:  # a broken output must still give a report
-            rep.skip([f"{run.suite} reporter stopped: {type(exc).__name__}: {exc}"])
-            rep.check("report complete", False, f"reporter error: {exc}")
+        call_reporter(reporter, run, rep, f"{run.suite} reporter")
+    return write_report(rep, out_dir, fmt, run.suite)
+
+
+def call_reporter(fn: Callable[[Any, Report], None], subject: Any, rep: Report, what: str) -> None:
+    """Run a reporter; a broken output must still give a report (the error is a skip note and a failed check)."""
+    try:
+        fn(subject, rep)
+    except Exception as exc:
+        rep.skip([f"{what} stopped: {type(exc).__name__}: {exc}"])
+        rep.check("report complete", False, f"reporter error: {exc}")
+
+
+def write_report(rep: Report, out_dir: Path, fmt: str, suite: str) -> ReportResult:
+    """Render ``rep`` into ``out_dir/report.<fmt>`` with its tidy CSVs; what was written."""
     csvs = tidy_csv.write_all(rep)
-    text = render.to_html(rep) if fmt == "html" else render.to_markdown(rep)
     path = out_dir / f"report.{fmt}"
-    path.write_text(text, encoding="utf-8")
-    return ReportResult(path, [f.path for f in rep.figures], csvs, list(rep.skipped), list(rep.checks), run.suite)
+    path.write_text(render.to_html(rep) if fmt == "html" else render.to_markdown(rep), encoding="utf-8")
+    return ReportResult(path, [f.path for f in rep.figures], csvs, list(rep.skipped), list(rep.checks), suite)

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import UsageError
-from testbed.report import render, tidy_csv
-from testbed.report.build import ReportResult, build_report
+from testbed.report import render
+from testbed.report.build import ReportResult, build_report, call_reporter, write_report
 from testbed.report.model import Link, Report
 from testbed.report.registry import get_campaign_reporter
 from testbed.report.rundir import REPORT_DIR, RunDir
@@ -215,15 +215,8 @@ def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", na
         rep.text(f"No campaign reporter is registered for suite {camp.suite!r}: the runs are listed above; "
                  "each run's own report has its results.")
     else:
-        try:
-            fn(camp, rep)
-        except Exception as exc:  # a broken output must still give a report
-            rep.skip([f"{camp.suite} campaign reporter stopped: {type(exc).__name__}: {exc}"])
-            rep.check("report complete", False, f"reporter error: {exc}")
-    csvs = tidy_csv.write_all(rep)
-    path = out_dir / f"report.{fmt}"
-    path.write_text(render.to_html(rep) if fmt == "html" else render.to_markdown(rep), encoding="utf-8")
-    res = ReportResult(path, [f.path for f in rep.figures], csvs, list(rep.skipped), list(rep.checks), camp.suite)
+        call_reporter(fn, camp, rep, f"{camp.suite} campaign reporter")
+    res = write_report(rep, out_dir, fmt, camp.suite)
     res.runs = [r.run_id for r in runs]
     return res
 
