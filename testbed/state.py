@@ -82,22 +82,25 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not self.path.exists():
             self._create()
-        self._check_header()
+        # never open the file with a plain descriptor here: closing one drops every POSIX lock this process's
+        # other connections hold on it (SQLite's own caveat), which shows up as "disk I/O error" elsewhere
+        if self.path.stat().st_size == 0:
+            raise self._damaged("empty file")
         self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         self._db.row_factory = sqlite3.Row
         try:
-            check = self._db.execute("PRAGMA quick_check").fetchone()[0]
+            self._db.execute("PRAGMA busy_timeout=30000")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            with contextlib.suppress(sqlite3.OperationalError):  # another process is switching it right now
+                self._db.execute("PRAGMA journal_mode=WAL")
+            with self.tx() as db:
+                self._check_size()
+                self._migrate(db)
         except sqlite3.DatabaseError as e:
-            check = str(e)
-        if check != "ok":
+            if not any(w in str(e) for w in ("malformed", "not a database", "truncated")):
+                raise
             self._db.close()
-            raise self._damaged(check)
-        self._db.execute("PRAGMA busy_timeout=30000")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        with contextlib.suppress(sqlite3.OperationalError):  # another process is switching it right now
-            self._db.execute("PRAGMA journal_mode=WAL")
-        with self.tx() as db:
-            self._migrate(db)
+            raise self._damaged(str(e)) from None
         self.path.chmod(0o600)
 
     def _create(self) -> None:
@@ -118,14 +121,14 @@ class Store:
         finally:
             tmp.unlink()
 
-    def _check_header(self) -> None:
-        try:
-            with self.path.open("rb") as f:
-                head = f.read(16)
-        except OSError as e:
-            raise self._damaged(e.strerror or str(e)) from None
-        if head != b"SQLite format 3\x00":
-            raise self._damaged("empty file" if not head else "not an SQLite database")
+    def _check_size(self) -> None:
+        """A file shorter than its own page count says is truncated (checked only when no WAL holds pages)."""
+        if Path(f"{self.path}-wal").exists():
+            return
+        pages = int(self._db.execute("PRAGMA page_count").fetchone()[0])
+        size = int(self._db.execute("PRAGMA page_size").fetchone()[0])
+        if self.path.stat().st_size < pages * size:
+            raise sqlite3.DatabaseError(f"truncated: {self.path.stat().st_size} of {pages * size} bytes")
 
     def _damaged(self, why: str) -> Exception:
         from testbed.errors import TestbedError
