@@ -124,8 +124,11 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
 
     Example: testbed provision local
     """
+    from testbed.spec import check_vars
+
     st = store()
     p = provider_for(name, st)
+    check_vars(p.spec)  # set-up variables are refused before any host is made
     t0 = time.monotonic()
     try:
         hosts = p.provision()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import hashlib
 import json
 import os
@@ -112,7 +113,8 @@ def _check_role(role: str, where: str) -> None:
                          fix=f"{_closest(role, known)}known roles: {', '.join(known)}")
 
 
-def role_variables(role: str) -> set[str]:
+@functools.cache
+def role_variables(role: str) -> frozenset[str]:
     """The variables a role knows: the keys of its defaults/main.yml and vars/main.yml."""
     out: set[str] = set()
     for d in paths.resource_dirs("playbooks"):
@@ -121,7 +123,7 @@ def role_variables(role: str) -> set[str]:
             if f.is_file():
                 data = _load_yaml(f) or {}
                 out |= set(data) if isinstance(data, dict) else set()
-    return out
+    return frozenset(out)
 
 
 def check_role_vars(names: list[str] | set[str], roles: list[str], where: str) -> None:
@@ -622,7 +624,9 @@ def apply(testbed: str, *, profile: str | None = None, suite: str | None = None,
     extravars = {**(dict(spec.vars) if spec is not None else {}), **(extra_vars or {})}
     all_roles = available_roles()
     if spec is not None:  # before any host: a misspelt role variable would silently leave the default
-        check_role_vars(set(spec.vars), all_roles, f"{spec.source or testbed}: vars")
+        from testbed.spec import check_vars
+
+        check_vars(spec)
     check_role_vars(set(extra_vars or {}), all_roles, "extra variables")
     check_role_vars(set(plan.vars), all_roles, f"profile {plan.name}: vars")
 

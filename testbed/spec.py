@@ -241,10 +241,22 @@ def load_testbed(name_or_path: str) -> TestbedSpec:
     spec = yamlfile.validate(TestbedSpec, data, path, located) if isinstance(data, dict) else \
         yamlfile.validate_file(TestbedSpec, path)
     spec.source = str(path)
-    if spec.vars and isinstance(data, dict):  # a misspelt role variable, refused before any host is touched
-        from testbed.setup import available_roles, check_role_vars
-
-        for key in spec.vars:
-            line = located.line(("vars", key))
-            check_role_vars({key}, available_roles(), f"{path}:{line}" if line else f"{path}: vars")
     return spec
+
+
+def check_vars(spec: TestbedSpec) -> None:
+    """Refuse a misspelt role variable in the spec's ``vars:`` (file:line), before any host is touched.
+
+    Called by the commands that hand ``vars`` to set-up (provision, setup), not on every spec load: it reads
+    every role's defaults, which the CLI's quick commands need not pay for.
+    """
+    if not spec.vars:
+        return
+    from testbed import yamlfile
+    from testbed.setup import available_roles, check_role_vars
+
+    located = yamlfile.load(Path(spec.source))[1] if spec.source and Path(spec.source).is_file() else None
+    for key in spec.vars:
+        line = located.line(("vars", key)) if located else None
+        where = f"{spec.source}:{line}" if line else f"{spec.source or spec.name}: vars"
+        check_role_vars({key}, available_roles(), where)
