@@ -93,9 +93,10 @@ class Store:
             self._db.execute("PRAGMA foreign_keys=ON")
             with contextlib.suppress(sqlite3.OperationalError):  # another process is switching it right now
                 self._db.execute("PRAGMA journal_mode=WAL")
-            with self.tx() as db:
-                self._check_size()
-                self._migrate(db)
+            self._check_size()
+            if self.schema_version != SCHEMA_VERSION:  # the usual open writes nothing
+                with self.tx() as db:
+                    self._migrate(db)
         except sqlite3.DatabaseError as e:
             if not any(w in str(e) for w in ("malformed", "not a database", "truncated")):
                 raise
@@ -151,6 +152,8 @@ class Store:
             raise TestbedError(f"the state was written by a newer testbed (schema {version}; this one knows up "
                                f"to {SCHEMA_VERSION}); nothing was changed", where=str(self.path),
                                fix="upgrade testbed (pip install -U testbed), or set TESTBED_HOME to another folder")
+        if version == SCHEMA_VERSION and db.execute("PRAGMA user_version").fetchone()[0] == version:
+            return  # another process migrated it first
         if version == 0:
             for stmt in SCHEMA.split(";"):
                 if stmt.strip():
