@@ -74,7 +74,10 @@ def provider_for(name: str, st: Store | None = None, progress: Any = None, *,
         copy = (rec or {}).get("info", {}).get("spec")
         if not copy:
             raise
-        spec = TestbedSpec.model_validate(copy)
+        try:
+            spec = TestbedSpec.model_validate(copy)
+        except ValueError:  # a copy this version cannot read: the spec's own error is the one to show
+            raise e from None
         spec.source = rec["spec_path"] if rec else None
         console(stderr=True).print(f"[yellow]note:[/yellow] the spec of '{name}' does not load ({_escape(e.what)}); "
                                    "using the copy recorded when it was provisioned")

@@ -83,7 +83,8 @@ class Provider(ABC):
     def record_testbed(self, status: str, info: dict[str, Any] | None = None) -> None:
         """Record the testbed with a copy of its validated spec, so destroy works from state alone even when the
         spec file is later edited, deleted or needs an unset variable."""
-        spec = self.spec.model_dump(mode="json", exclude={"source"})
+        # what destroy needs (provider settings, user, groups); not vars or sources, which may carry tokens
+        spec = self.spec.model_dump(mode="json", exclude={"source", "vars", "sources"})
         self.store.upsert_testbed(self.name, self.kind, self.spec.source, status, {**(info or {}), "spec": spec})
 
     def can(self, capability: str) -> bool:
