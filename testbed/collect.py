@@ -45,11 +45,11 @@ from typing import IO, Any
 from testbed import manifest as mf
 from testbed import ssh
 from testbed.errors import TestbedError, UsageError
+from testbed.paths import PARTIAL_DIR
 from testbed.providers.base import Host
 from testbed.state import Store
 
 LOG_PATTERNS = ("rank*.out", "rank*.err", "rank*.exit", "rank*.start", "rank*.end")
-PARTIAL_DIR = ".testbed-partial"  # next to the file it belongs to: what an interrupted transfer received
 PENDING = -1  # ``collected.size`` of a file whose transfer started but was not verified yet
 RUNS_DIR = "~/.testbed-runs"
 

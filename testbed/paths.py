@@ -11,6 +11,8 @@ from pathlib import Path
 
 RESOURCE_KINDS = ("playbooks", "inventories", "templates", "experiments")
 PACKAGE_DIR = Path(__file__).resolve().parent
+# in a results folder, next to the file it belongs to: what an interrupted collect received (never a result)
+PARTIAL_DIR = ".testbed-partial"
 
 
 def home() -> Path:

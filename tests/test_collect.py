@@ -14,6 +14,7 @@ from typing import Any
 
 from testbed import collect
 from testbed.collect import collect_runs, format_problems
+from testbed.paths import PARTIAL_DIR
 
 LOGS = ("out", "err", "exit", "start", "end")
 
@@ -254,7 +255,7 @@ def test_network_cut_mid_transfer_then_resume(local_testbed):
     h0 = next(h for h in r.hosts if h.host == "node0")
     assert "node0" in h0.error and "lost" in h0.error and "big.bin" in h0.missing
     assert next(h for h in r.hosts if h.host == "node1").error is None  # the other host is complete
-    partial = folder / "node0" / collect.PARTIAL_DIR / "big.bin"  # kept for the resume, not under its own name
+    partial = folder / "node0" / PARTIAL_DIR / "big.bin"  # kept for the resume, not under its own name
     assert partial.is_file() and 15 * 2**20 <= partial.stat().st_size < 80 * 2**20
     assert not (folder / "node0/big.bin").exists()
     row = bed.store.query("SELECT size FROM collected WHERE run_id=? AND path='big.bin'", (run_id,))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import UsageError
+from testbed.paths import PARTIAL_DIR
 
 REPORT_DIR = "report"
 
@@ -89,7 +90,7 @@ class RunDir:
                 continue
             for p in sorted(hdir.rglob("*")):
                 # .testbed-partial/ holds what an interrupted collect received: never a result
-                if p.is_file() and rx.fullmatch(p.name) and ".testbed-partial" not in p.relative_to(hdir).parts:
+                if p.is_file() and rx.fullmatch(p.name) and PARTIAL_DIR not in p.relative_to(hdir).parts:
                     found.append((host, p))
         return found
 
