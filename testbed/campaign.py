@@ -19,7 +19,7 @@ from testbed import run_state as rs
 from testbed.errors import UsageError
 from testbed.state import Store
 
-DONE = ("succeeded", "failed", "stopped")
+DONE = rs.ENDED
 
 
 def campaign_id(suite: str, testbed: str, points: list[dict[str, Any]], faults: list[str] | None) -> str:

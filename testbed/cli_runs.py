@@ -89,8 +89,11 @@ def run(
 
         _print_json(run_state.require(Store.open_default(), run_id))
     if row["status"] != "succeeded":
+        from testbed import run_state
+
         raise TestbedError(f"run {run_id} {row['status']}: {row.get('reason') or 'no reason recorded'}",
-                           where=f"testbed status {run_id}", fix=f"testbed logs {run_id}")
+                           where=f"testbed status {run_id}", fix=f"testbed logs {run_id}",
+                           code=run_state.OUTCOMES.get(row["status"], 1))
     c.print(f"[green]run {run_id} succeeded[/green]")
 
 

@@ -227,6 +227,7 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
         "params": json.loads(row["params"] or "{}"),
         "campaign": row["campaign"],
         "status": row["status"],
+        "reason": row["reason"],
         "testbed": {"name": row["testbed"], "provider": provider},
         "hosts": host_recs,
         "software": {"python": software.get("python") or {"version": None, "executable": info.get("python")},

@@ -13,6 +13,9 @@ from testbed.errors import UsageError
 from testbed.state import Store
 
 ACTIVE = ("pending", "running")
+# every way a run ends: its status and the exit code of `testbed run` (and `wait`) for it
+OUTCOMES = {"succeeded": 0, "failed": 1, "stopped": 3, "timed-out": 124}
+ENDED = tuple(OUTCOMES)
 
 
 def run_home(run_id: str) -> Path:

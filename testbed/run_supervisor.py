@@ -27,10 +27,11 @@ log = logging.getLogger("testbed.supervisor")
 class Abort(Exception):
     """The run ends now with ``reason``."""
 
-    def __init__(self, reason: str, host: str | None = None):
+    def __init__(self, reason: str, host: str | None = None, status: str = "failed"):
         super().__init__(reason)
         self.reason = reason
         self.host = host
+        self.status = status
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Attempt:
     first_failure: tuple[float, str, str] | None = None  # (time, reason, host)
     stop_sent: float | None = None
     killed: bool = False
+    timed_out: bool = False  # the first failure was timeouts.run
 
 
 class Supervisor:
@@ -58,6 +60,7 @@ class Supervisor:
         self.fired: list[str] = list(self.info.get("fired", []))
         self.recovered: list[str] = list(self.info.get("recovered", []))
         self.attempt: int = int(self.info.get("attempt", 0))
+        self.started: float = float(run["started"] or self.info.get("launched_at") or time.time())
 
     # helpers -------------------------------------------------------------------------------------------
     def status(self) -> str:
@@ -144,14 +147,17 @@ class Supervisor:
                 # the attempt failed all the same
                 if not failed and att.first_failure is None:
                     return
+                assert att.first_failure is not None
+                if att.timed_out:  # no recovery after the time is up
+                    raise Abort(att.first_failure[1], None, "timed-out")
                 pending = [f for f in self.plan["faults"] if f["name"] in self.fired and f["name"]
                            not in self.recovered]
                 if pending:
                     att = self.recover(pending[0], att)
                     continue
-                assert att.first_failure is not None
                 raise Abort(att.first_failure[1], att.first_failure[2])
-            if now - att.launched > t["run"] and att.first_failure is None:
+            if now - self.started > t["run"] and att.first_failure is None:
+                att.timed_out = True
                 self.failure(att, now, f"timed out after {t['run']:g} s (timeouts.run)", None)
             time.sleep(t["poll"])
 
@@ -280,6 +286,7 @@ class Supervisor:
             else:
                 self.prepare()
                 att = self.launch(self.plan["ranks"], 0)
+                self.started = att.launched
                 rs.update(self.st, self.run_id, status="running", started=att.launched, only_active=True)
                 rs.event(self.st, self.run_id, "started", None, ts=att.launched, ranks=len(att.ranks),
                          hosts=sorted({r["host"] for r in att.ranks}), prepare_seconds=round(att.launched - t0, 2))
@@ -289,7 +296,7 @@ class Supervisor:
         except Abort as e:
             if e.reason == "stopped":
                 return "stopped"
-            return self.finish("failed", e.reason, e.host)
+            return self.finish(e.status, e.reason, e.host)
         except Exception as e:
             log.error("internal error: %s", traceback.format_exc())
             return self.finish("failed", f"internal error in the supervisor: {type(e).__name__}: {e}")

@@ -103,7 +103,8 @@ class Placement(Strict):
 
 class Timeouts(Strict):
     prepare: float = Field(1800, gt=0)
-    run: float = Field(3600, gt=0)
+    run: float = Field(3600, gt=0, description="seconds from the first launch until every rank ended, "
+                                               "recoveries included; then the run is stopped: timed-out")
     post: float = Field(600, gt=0)
     grace: float = Field(10, ge=0, description="after one rank fails, how long the others get to end")
     unreachable: float = Field(8, gt=0, description="seconds of failed polls before a host is unreachable")

@@ -148,12 +148,17 @@ def test_fault_drill_fault_on_log_line_and_recovery(bed) -> None:  # type: ignor
 
 
 def test_a_run_that_hits_its_timeout_is_not_a_success(bed) -> None:  # type: ignore[no-untyped-def]
-    """Stopped at timeouts.run, its ranks end 'stopped' (or 0, trapping TERM): the run failed, and says why."""
-    run_id = start(bed, "slowpoke", {})
-    row = runner.wait(run_id, timeout=90)
-    assert row["status"] == "failed" and "timeouts.run" in (row["reason"] or ""), row
+    """Stopped at timeouts.run, its ranks end 'stopped' (or 0, trapping TERM): the run timed out (its own status
+    and exit code 124, as timeout(1)), and says why."""
+    r = cli(bed, "run", "slowpoke", "--on", bed.name, "--no-setup", timeout=120)
+    assert r.returncode == rs.OUTCOMES["timed-out"] == 124, r.stderr
+    assert "timed-out: timed out after 2 s (timeouts.run)" in r.stderr and "Traceback" not in r.stderr
+    run_id = r.stderr.split("run ", 1)[1].split()[0]
+    row = rs.require(Store.open_default(), run_id)
+    assert row["status"] == "timed-out" and "timeouts.run" in (row["reason"] or ""), row
+    assert {x["status"] for x in rs.ranks(Store.open_default(), run_id)} <= {"stopped", "succeeded"}
     r = cli(bed, "status", run_id)
-    assert "failed" in r.stdout + r.stderr
+    assert "timed-out" in r.stdout + r.stderr
 
 
 def test_a_run_whose_folder_vanishes_on_a_host_fails_naming_it(bed) -> None:  # type: ignore[no-untyped-def]

@@ -23,9 +23,15 @@ def add_summary(run: RunDir, rep: Report) -> None:
         ["ended", m.get("ended")],
         ["duration (s)", _duration(m.get("started"), m.get("ended"))],
         ["testbed version", m.get("testbed_version")],
+        ["status", m.get("status")],
+        ["reason", m.get("reason")],
     ]
     rep.heading("Run")
     rep.table("run", ["field", "value"], [r for r in rows if r[1] is not None])
+    status = m.get("status")
+    if isinstance(status, str) and status not in ("pending", "running"):
+        rep.check("run succeeded", status == "succeeded",
+                  status + (f": {m['reason']}" if m.get("reason") else ""))
     if run.params:
         rep.table("params", ["parameter", "value"], [[k, _scalar(v)] for k, v in sorted(run.params.items())],
                   "Parameters")
