@@ -9,9 +9,10 @@ Per host, in parallel (one thread each):
    ``rsync`` is installed and, when the manifest still lacks them, prints the host's facts: one round trip.
    The run's software (Python, pip freeze, source commits) is read from the first host in a second session
    started beside the transfers, once per results folder;
-2. files whose verified copy is already in results/ (same sha256, recorded in the ``collected`` table) are
-   skipped; a local file with other content is never overwritten, unless it is the partial file of an
-   interrupted collect (its row in ``collected`` has ``size = -1``: pending);
+2. files whose verified copy is already in results/ (same sha256, recorded in the ``collected`` table, and not
+   changed since: its ctime, which no copy or ``touch`` can set back) are skipped; a local file with other
+   content is never overwritten, unless it is the partial file of an interrupted collect (its row in
+   ``collected`` has ``size = -1``: pending);
 3. the rest goes in one ``rsync --files-from`` (``--partial-dir=.testbed-partial`` so an interrupted transfer
    resumes while no unverified file sits under its final name; ``--timeout`` so a cut link fails in seconds), or
    one ``sftp -b`` batch into a staging folder when the host has no rsync;
@@ -19,7 +20,9 @@ Per host, in parallel (one thread each):
    reported naming file and host; verified files are recorded in ``collected``.
 
 An unreachable host is reported with its files missing; the other hosts are still collected. The run's
-``manifest.json`` (testbed.manifest) is rewritten after every collect. Nothing from the controller's
+``manifest.json`` (testbed.manifest) is rewritten after every collect and lists only files whose bytes on disk
+are the verified ones (files put there otherwise are named in a note); a folder holding another run's manifest
+is refused before any host is contacted. Nothing from the controller's
 environment is ever written under results/.
 """
 
@@ -286,8 +289,12 @@ def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | Non
     if bad:
         res.error = f"host name(s) unusable as folder names: {', '.join(bad)}"
         return res
-    folder.mkdir(parents=True, exist_ok=True)
     old = mf.load(folder)
+    if old and old.get("run_id") != run_id:
+        res.error = (f"{folder} holds the results of run {old.get('run_id')!r}, not of {run_id}: its files are never "
+                     f"mixed with another run's; move that folder away or collect into another --to")
+        return res
+    folder.mkdir(parents=True, exist_ok=True)
     old_facts = {h.get("name"): h.get("facts") or {} for h in old.get("hosts") or [] if isinstance(h, dict)}
     have_software = bool((old.get("software") or {}).get("pip_freeze"))
     lock = threading.Lock()
@@ -331,9 +338,16 @@ def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | Non
     listed.update(ctx.verified)
     host_names = {h.name for h in hosts}
     rdir = str(info.get("run_dir") or f"{RUNS_DIR}/{run_id}")
+    collected_at = {(r["host"], r["path"]): r["collected"] for r in st.query(
+        "SELECT host, path, collected FROM collected WHERE run_id=? AND size>=0", (run_id,))}
     files = [{"host": h, "path": p, "from": origin(p, rdir), "sha256": sha, "size": size}
              for (h, p), (sha, size) in listed.items()
-             if h in host_names and (folder / h / p).is_file()]
+             if h in host_names and ((h, p) in ctx.verified or
+                                     _unchanged_since(folder / h / p, sha, size, collected_at.get((h, p), 0)))]
+    stray = _stray_files(folder, {(f["host"], f["path"]) for f in files}, host_names)
+    if stray:
+        res.notes.append(f"{len(stray)} file(s) under {folder} are not verified files of this run and are left out "
+                         f"of its manifest: {', '.join(stray[:3])}{' …' if len(stray) > 3 else ''}")
     man = mf.build(st, run_id, hosts=hosts, facts=facts, software=software, files=files, provider=tb["provider"])
     try:
         res.manifest = mf.write(folder, man)
@@ -658,7 +672,9 @@ def _plan(ctx: _Ctx, host: str, lst: _Listing, hc: HostCollect) -> tuple[list[st
             send.append(path)
             continue
         row = rows.get(path)
-        if row and row[1] >= 0 and row[0] == sha and st.st_size == size and st.st_mtime <= row[2] + 1:
+        # the recorded checksum holds while the file's ctime (set by the kernel on any write, rename or copy over
+        # it, unlike mtime, which `cp -p` or `touch` can set back) is not after the moment it was verified
+        if row and row[1] >= 0 and row[0] == sha and st.st_size == size and st.st_ctime <= row[2]:
             hc.unchanged += 1
             with ctx.lock:
                 ctx.verified[(host, path)] = (sha, size)
@@ -713,6 +729,31 @@ def _transfer_host(ctx: _Ctx, host: str, lst: _Listing, hc: HostCollect) -> None
             (hdir / p).unlink(missing_ok=True)
         todo = bad
     _clean_rsync_temps(hdir, send)
+
+
+def _unchanged_since(path: Path, sha: str, size: int, verified_at: float) -> bool:
+    """Whether ``path`` still holds the bytes verified at ``verified_at`` (by ctime, else by hashing it)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    if not path.is_file() or st.st_size != size:
+        return False
+    return st.st_ctime <= verified_at or sha256_file(path) == sha
+
+
+def _stray_files(folder: Path, known: set[tuple[str, str]], hosts: set[str]) -> list[str]:
+    """Files in the hosts' folders that are not among ``known`` (host, path): put there by hand or another run."""
+    out = []
+    for host in sorted(hosts):
+        hdir = folder / host
+        for dirpath, dirnames, filenames in os.walk(hdir):
+            dirnames[:] = sorted(d for d in dirnames if d != PARTIAL_DIR)
+            for name in sorted(filenames):
+                rel = os.path.relpath(os.path.join(dirpath, name), hdir)
+                if (host, rel) not in known and not re.fullmatch(r"\..+\.[A-Za-z0-9]{6}", name):
+                    out.append(f"{host}/{rel}")
+    return out
 
 
 def _verify(hdir: Path, lst: _Listing, paths: list[str]) -> tuple[list[str], list[str]]:

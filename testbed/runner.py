@@ -192,7 +192,8 @@ def status_command(run_id: str, *, json_out: bool = False) -> None:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
         return
     c = Console(highlight=False)
-    color = {"succeeded": "green", "failed": "red", "timed-out": "red", "running": "cyan", "stopped": "yellow"}.get(data["status"], "")
+    color = {"succeeded": "green", "failed": "red", "timed-out": "red", "running": "cyan",
+             "stopped": "yellow"}.get(data["status"], "")
     c.print(f"run [bold]{run_id}[/bold]  suite {data['suite']}  testbed {data['testbed']}  "
             f"[{color or 'white'}]{data['status']}[/{color or 'white'}]"
             + (f": {escape(data['reason'])}" if data.get("reason") else ""))

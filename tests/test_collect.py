@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
 import subprocess
 import sys
@@ -441,3 +442,41 @@ def test_full_disk_is_one_message_and_no_partial_file_under_its_name(local_testb
     assert (r.path / "node0" / "big.bin").read_bytes() == big
     assert not any(".testbed-partial" in p for p in tree(r.path))
     assert os.path.getsize(r.path / "node0" / "big.bin") == len(big)
+
+
+def _manifest_matches_disk(folder: Path) -> None:
+    for f in json.loads((folder / "manifest.json").read_text())["files"]:
+        p = folder / f["host"] / f["path"]
+        assert p.is_file() and hashlib.sha256(p.read_bytes()).hexdigest() == f["sha256"], f
+
+
+def test_results_folder_contents_are_verified_never_trusted(local_testbed):
+    """A collected file replaced by other bytes of the same size with its old mtime (cp -p from another run) is
+    found (its ctime moved), refused and kept out of the manifest; a file put there by hand is named and left out;
+    a folder holding another run's manifest is refused before any host is touched."""
+    bed = local_testbed(hosts=2)
+    run_id, _ = make_run(bed, outputs={"*": ["data/*"]},
+                         files={"node0": {"data/a.txt": b"run-a-bytes"}, "node1": {"data/a.txt": b"w1"}})
+    assert collect_runs([run_id], Path("results"))[0].ok
+    folder = Path("results/demo") / run_id
+    local = folder / "node0/data/a.txt"
+    before = local.stat()
+    time.sleep(0.05)
+    local.write_bytes(b"other-bytes")  # same size, other run's content
+    os.utime(local, ns=(before.st_atime_ns, before.st_mtime_ns))
+    (folder / "node1/by-hand.csv").write_text("x\n")
+    r = collect_runs([run_id], Path("results"))[0]
+    h0 = next(h for h in r.hosts if h.host == "node0")
+    assert not r.ok and h0.error and "refusing to overwrite" in h0.error and "data/a.txt" in h0.error
+    assert local.read_bytes() == b"other-bytes"
+    listed = {(f["host"], f["path"]) for f in json.loads((folder / "manifest.json").read_text())["files"]}
+    assert ("node0", "data/a.txt") not in listed and ("node1", "data/a.txt") in listed
+    assert ("node1", "by-hand.csv") not in listed and any("node1/by-hand.csv" in n for n in r.notes), r.notes
+    _manifest_matches_disk(folder)
+    # another run's results folder renamed to this run's name: refused, left as it was
+    other, _ = make_run(bed, outputs={"*": ["data/*"]}, files={"node0": {"data/a.txt": b"B"}})
+    moved = folder.rename(folder.parent / other)
+    snapshot = tree(moved)
+    r2 = collect_runs([other], Path("results"))[0]
+    assert not r2.ok and r2.error and run_id in r2.error and "another --to" in r2.error and not r2.hosts
+    assert tree(moved) == snapshot
