@@ -147,15 +147,16 @@ class Supervisor:
                 # the attempt failed all the same
                 if not failed and att.first_failure is None:
                     return
-                assert att.first_failure is not None
+                first = att.first_failure
+                assert first is not None
                 if att.timed_out:  # no recovery after the time is up
-                    raise Abort(att.first_failure[1], None, "timed-out")
+                    raise Abort(first[1], None, "timed-out")
                 pending = [f for f in self.plan["faults"] if f["name"] in self.fired and f["name"]
                            not in self.recovered]
                 if pending:
                     att = self.recover(pending[0], att)
                     continue
-                raise Abort(att.first_failure[1], att.first_failure[2])
+                raise Abort(first[1], first[2])
             if now - self.started > t["run"] and att.first_failure is None:
                 att.timed_out = True
                 self.failure(att, now, f"timed out after {t['run']:g} s (timeouts.run)", None)
