@@ -317,11 +317,20 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
                     "submodule update --init --recursive --quiet")  # ssh submodule URLs need no key
         sources.append({"name": s.name, "kind": "run", "hosts": [h.name for h in hosts], "timeout": None,
                         "cwd": None, "commands": {h.name: cmd for h in hosts}})
+    home = suite.dir.resolve()
     for rel in suite.files:
-        p = (suite.dir / rel).resolve()
+        p = (suite.dir / rel).resolve()  # links followed: a link out of the folder is outside too
+        if not p.is_relative_to(home):
+            raise UsageError(f"{suite.name}: file '{rel}' is outside the suite's folder ({p}); a suite ships only "
+                             f"files from its own folder", where=f"{suite.source or suite.name}: files",
+                             fix=f"copy the file into {home} and name it relative to it")
         if not p.is_file():
             raise UsageError(f"{suite.name}: file '{rel}' not found next to the suite", where=str(p),
                              fix="fix 'files:' or add the file")
+        if p.name in files or p.name in ("hostfile", "tb-rank.sh"):
+            raise UsageError(f"{suite.name}: two files would be named '{p.name}' in the run folder",
+                             where=f"{suite.source or suite.name}: files",
+                             fix="rename one of them (files land by their name)")
         files[p.name] = str(p)
     hostfile = "".join(f"{h.name} slots={suite.placement.slots}\n" for h in hosts)
     return {
