@@ -28,6 +28,7 @@ MANIFEST = "manifest.json"
 SECRET_NAME = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_KEY|_KEY$|AUTH", re.I)
 URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 MASK = "***"
+SECRET_FIELD = re.compile(r"password|secret|token|private_key", re.I)  # keys in key files and clouds.yaml
 
 # Fact lines printed by the remote snippet: "@F key value", "@G gpu-csv", "@P python", "@Z freeze", "@S name\tsha"
 FACT_PREFIXES = ("@F ", "@G ", "@P ", "@Z ", "@S ")
@@ -46,25 +47,46 @@ def iso(ts: float | None) -> str | None:
 
 # secrets -----------------------------------------------------------------------------------------
 def secret_values(env: dict[str, str] | None = None) -> list[str]:
-    """Values of the controller's secret-looking environment variables (and of a GCP key file's secrets)."""
+    """Values of the controller's secrets, held the ways users hold them: secret-looking environment variables
+    (an openrc sourced), a GCP key file or application-default credentials, and clouds.yaml / secure.yaml."""
     env = dict(os.environ) if env is None else env
     found: set[str] = set()
     for name, value in env.items():
         if SECRET_NAME.search(name) and len(value) >= 8:  # short values would mask ordinary text
             found.add(value)
-    key_file = env.get("GOOGLE_APPLICATION_CREDENTIALS")
-    if key_file:
-        try:
-            data = json.loads(Path(key_file).read_text())
-        except (OSError, ValueError):
-            data = {}
-        if isinstance(data, dict):
-            for k in ("private_key", "private_key_id", "client_secret", "refresh_token"):
-                v = data.get(k)
-                if isinstance(v, str) and len(v) >= 4:
-                    found.add(v)
-                    found.update(ln for ln in v.splitlines() if len(ln) >= 16)  # PEM body lines
+    home = Path(env.get("HOME") or "~").expanduser()
+    gcloud = Path(env["CLOUDSDK_CONFIG"]) if env.get("CLOUDSDK_CONFIG") else home / ".config" / "gcloud"
+    for key_file in (env.get("GOOGLE_APPLICATION_CREDENTIALS"), gcloud / "application_default_credentials.json"):
+        if key_file:
+            _secret_leaves(_read_data(Path(key_file), json.loads), found)
+    import yaml
+
+    os_dirs = [Path.cwd(), home / ".config" / "openstack", Path("/etc/openstack")]
+    candidates = [Path(env["OS_CLIENT_CONFIG_FILE"])] if env.get("OS_CLIENT_CONFIG_FILE") else []
+    candidates += [d / f for d in os_dirs for f in ("clouds.yaml", "clouds.yml", "secure.yaml", "secure.yml")]
+    for f in candidates:
+        _secret_leaves(_read_data(f, yaml.safe_load), found)
     return sorted(found, key=len, reverse=True)
+
+
+def _read_data(path: Path, parse: Any) -> Any:
+    try:
+        if path.is_file() and path.stat().st_size < 1_000_000:
+            return parse(path.read_text(encoding="utf-8", errors="replace"))
+    except Exception:  # an unreadable or malformed file holds nothing to mask
+        return None
+    return None
+
+
+def _secret_leaves(data: Any, found: set[str]) -> None:
+    """Every string under a secret key (password, private_key, refresh_token, ...), with its PEM lines."""
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for k, v in items:
+        if isinstance(v, dict | list):
+            _secret_leaves(v, found)
+        elif isinstance(v, str) and len(v) >= 4 and isinstance(k, str) and SECRET_FIELD.search(k):
+            found.add(v)
+            found.update(ln for ln in v.splitlines() if len(ln) >= 16)  # PEM body lines
 
 
 def redact(obj: Any, secrets: list[str]) -> Any:

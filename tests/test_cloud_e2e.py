@@ -36,6 +36,55 @@ def _install_login(bed, address: str, user: str, pub_lines: list[str]) -> None:
     assert r.returncode == 0, r.stderr
 
 
+ENVDUMP = """\
+name: envdump
+placement: {hosts: 2}
+steps:
+  launch:
+    command: "env > env.txt; echo rank {{ rank }} done"
+outputs: [env.txt]
+timeouts: {poll: 0.5}
+"""
+
+
+def _plant_secrets(monkeypatch: pytest.MonkeyPatch, where: Path) -> list[str]:
+    """Secrets in every form users hold them besides the openrc's OS_* variables: a GCP service-account key,
+    gcloud's application-default credentials, a clouds.yaml, tokens in the environment. Returns the values."""
+    import secrets
+
+    where.mkdir()
+    values = {k: f"{k.lower()}-{secrets.token_hex(8)}" for k in
+              ("pem_line", "key_id", "adc_secret", "adc_refresh", "clouds_pw", "github", "hf", "wandb")}
+    pem = "MIIEv" + values["pem_line"] + "A" * 40
+    values["pem_line"] = pem
+    (where / "sa.json").write_text(json.dumps(
+        {"type": "service_account", "private_key_id": values["key_id"], "client_email": "sa@p.iam.gserviceaccount.com",
+         "private_key": f"-----BEGIN PRIVATE KEY-----\n{pem}\n-----END PRIVATE KEY-----\n"}))
+    (where / "gcloud").mkdir()
+    (where / "gcloud" / "application_default_credentials.json").write_text(json.dumps(
+        {"type": "authorized_user", "client_id": "1-x.apps.googleusercontent.com",
+         "client_secret": values["adc_secret"], "refresh_token": values["adc_refresh"]}))
+    (where / "clouds.yaml").write_text(f"clouds:\n  other:\n    auth:\n      password: {values['clouds_pw']}\n")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(where / "sa.json"))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(where / "gcloud"))
+    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(where / "clouds.yaml"))
+    monkeypatch.setenv("GITHUB_TOKEN", values["github"])
+    monkeypatch.setenv("HF_TOKEN", values["hf"])
+    monkeypatch.setenv("WANDB_API_KEY", values["wandb"])
+    return list(values.values())
+
+
+def _leaks(roots: list[Path], values: list[str]) -> list[str]:
+    """Every file under ``roots`` holding one of ``values`` (as "path: first bytes of the value")."""
+    out = []
+    for root in roots:
+        for p in root.rglob("*"):
+            if p.is_file() and not p.is_symlink():
+                data = p.read_bytes()
+                out += [f"{p}: {v[:10]}…" for v in values if v.encode() in data]
+    return out
+
+
 @pytest.fixture
 def bed2(local_testbed) -> Iterator[object]:
     yield local_testbed(hosts=2, name="machines")
@@ -55,6 +104,7 @@ def test_chameleon_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatc
             monkeypatch.delenv(k)
         for k, v in fake.env().items():
             monkeypatch.setenv(k, v)
+        planted = _plant_secrets(monkeypatch, Path(bed.cwd).parent / "planted")
         monkeypatch.setattr(ChameleonProvider, "poll_interval", 0.05)
         (Path(bed.cwd) / "inventories" / "chameleon.yml").write_text(
             "provider:\n  kind: chameleon\n  site: CHI@UC\n  count: 2\n  image: CC-Ubuntu20.04\n"
@@ -77,9 +127,19 @@ def test_chameleon_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatc
             res = json.loads(out[out.index("{"):])
             assert res["check"] is True
             assert all(h["unreachable"] == 0 for h in res["hosts"].values()), res
+        # a run, collected and reported: nothing testbed writes (state home, Ansible artifacts, run logs, results,
+        # manifest, reports) holds any of the secrets above
+        (Path(bed.cwd) / "experiments").mkdir(exist_ok=True)
+        (Path(bed.cwd) / "experiments" / "envdump.yml").write_text(ENVDUMP)
+        code, out, exc = _invoke("run", "envdump", "--on", "chameleon", "--no-setup", "--collect", "--json")
+        assert code == 0, (out, exc)
+        code, out, exc = _invoke("report", "results")
+        assert code == 0, (out, exc)
+        assert list(Path(bed.cwd, "results", "envdump").glob("*/*/env.txt"))
         code, out, exc = _invoke("destroy", "chameleon", "--yes")
         assert code == 0, (out, exc)
         assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
+        assert not _leaks([Path(bed.cwd)], [*planted, fake.app_cred[1]])
     finally:
         _invoke("destroy", "chameleon", "--yes")
         fake.stop()

@@ -93,6 +93,30 @@ def test_redact_secrets_and_url_credentials(tmp_path):
                    "ok": "/root/run"}
 
 
+def test_secret_values_from_the_files_users_keep(tmp_path, monkeypatch):
+    """Application-default credentials (gcloud auth application-default login) and clouds.yaml/secure.yaml of
+    OS_CLOUD users: their secrets are masked, their ordinary fields (auth_url, username, client_id) are not."""
+    gcloud = tmp_path / "gcloud"
+    gcloud.mkdir()
+    (gcloud / "application_default_credentials.json").write_text(json.dumps(
+        {"type": "authorized_user", "client_id": "764086051850-abc.apps.googleusercontent.com",
+         "client_secret": "d-FL95Q19q7MQmFpd7hHD0Ty", "refresh_token": "1//0gRefreshTokenValue123"}))
+    clouds = tmp_path / "clouds.yaml"
+    clouds.write_text("clouds:\n  chameleon:\n    auth:\n      auth_url: https://chi.uc.chameleoncloud.org:5000/v3\n"
+                      "      username: alice@uni.edu\n      password: 'pw-from-clouds-yaml'\n"
+                      "      application_credential_secret: appcred-s3cret-in-yaml\n    region_name: CHI@UC\n")
+    monkeypatch.chdir(tmp_path)
+    env = {"HOME": str(tmp_path), "CLOUDSDK_CONFIG": str(gcloud), "OS_CLIENT_CONFIG_FILE": str(clouds),
+           "OS_CLOUD": "chameleon"}
+    found = mf.secret_values(env)
+    for v in ("d-FL95Q19q7MQmFpd7hHD0Ty", "1//0gRefreshTokenValue123", "pw-from-clouds-yaml",
+              "appcred-s3cret-in-yaml"):
+        assert v in found
+    for v in ("764086051850-abc.apps.googleusercontent.com", "alice@uni.edu", "CHI@UC", "chameleon",
+              "https://chi.uc.chameleoncloud.org:5000/v3"):
+        assert v not in found
+
+
 def test_build_manifest_from_state(tmp_path):
     from testbed.providers.base import Host
 
