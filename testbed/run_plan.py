@@ -130,17 +130,21 @@ def _select(on: str, hosts: list[HostInfo], ranks: list[dict[str, Any]], where: 
     return out
 
 
+def _render_int(raw: int | str, ctx: dict[str, Any], what: str, where: str) -> int:
+    """A whole number given as one or as a template (``{{ world_size - 1 }}``); anything else is refused."""
+    txt = render(raw, ctx, shell=False, where=what) if isinstance(raw, str) else raw
+    try:
+        return int(txt)
+    except (TypeError, ValueError):
+        raise UsageError(f"{what} rendered to {txt!r}, not a whole number", where=where,
+                         fix=f"make {what.rsplit(': ', 1)[-1]} a whole number (or a template giving one)") from None
+
+
 def _pick_hosts(suite: Suite, tb: TestbedInfo, ctx: dict[str, Any], only: list[str] | None) -> list[HostInfo]:
     pool = [h for h in tb.hosts if only is None or h.name in only]
     want: int | None = None
     if suite.placement.hosts is not None:
-        raw = suite.placement.hosts
-        txt = render(raw, ctx, shell=False, where=f"{suite.name}: placement.hosts") if isinstance(raw, str) else raw
-        try:
-            want = int(txt)
-        except ValueError:
-            raise UsageError(f"{suite.name}: placement.hosts rendered to {txt!r}, not a number",
-                             where=suite.source or suite.name, fix="make placement.hosts a number") from None
+        want = _render_int(suite.placement.hosts, ctx, f"{suite.name}: placement.hosts", suite.source or suite.name)
         if want < 1:
             raise UsageError(f"{suite.name}: placement.hosts rendered to {want}: a run needs at least one host",
                              where=suite.source or suite.name, fix="give the host count parameter a value >= 1")
@@ -258,8 +262,8 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     for n, fname in enumerate(chosen):
         fault = suite.faults[fname]
         where = f"{suite.name}: faults.{fname}"
-        rank = (int(render(str(fault.rank), base, shell=False, where=f"{where}.rank")) if fault.rank is not None
-                else None)
+        rank = _render_int(fault.rank, base, f"{where}.rank", suite.source or where) if fault.rank is not None \
+            else None
         if rank is not None and not 0 <= rank < len(ranks):
             raise UsageError(f"{where}: rank {rank} does not exist (world size {len(ranks)})", where=where,
                              fix="choose a rank below the world size")
