@@ -17,8 +17,8 @@ class TestbedError(Exception):
 
     def render(self) -> str:
         parts = [self.what]
-        if self.where:
-            parts.append(f"  where: {self.where}")
+        if self.where is not None:  # a blank or padded place (a path of spaces) is shown quoted
+            parts.append(f"  where: {self.where if self.where.strip() == self.where != '' else repr(self.where)}")
         if self.fix:
             parts.append(f"  fix:   {self.fix}")
         return "\n".join(parts)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from testbed import ssh
 from testbed.errors import UsageError
-from testbed.providers.base import Host
+from testbed.hosts import Host
 
 
 @dataclass

@@ -24,7 +24,7 @@ from typing import Any
 
 from testbed import paths
 from testbed.errors import TestbedError
-from testbed.providers.base import Host
+from testbed.hosts import Host
 
 KEY_NAME = "id_ed25519"
 

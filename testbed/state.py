@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from testbed.providers.base import Host
+from testbed.hosts import Host
 
 SCHEMA_VERSION = 2
 

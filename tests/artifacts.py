@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from testbed.run_plan import HostInfo, TestbedInfo, build_plan
+from testbed.run.plan import HostInfo, TestbedInfo, build_plan
 from testbed.suite import load_suite, resolve_params
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"

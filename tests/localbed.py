@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.errors import TestbedError
-from testbed.providers.base import Host
+from testbed.hosts import Host
 from testbed.providers.local import LocalProvider, check_requirements
 from testbed.spec import LocalSettings, TestbedSpec
 from testbed.state import Store

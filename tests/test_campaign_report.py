@@ -424,7 +424,7 @@ def test_campaign_from_state(tmp_path, tb_home):
 def _app():
     import typer
 
-    from testbed import cli_collect
+    from testbed.cli import collect as cli_collect
 
     app = typer.Typer()
     cli_collect.register(app)

@@ -9,7 +9,7 @@ import typer
 from test_collect import make_run
 from typer.testing import CliRunner
 
-from testbed import cli_collect
+from testbed.cli import collect as cli_collect
 from testbed.errors import TestbedError, UsageError
 
 
@@ -76,7 +76,7 @@ def test_cli_module_imports_only_typer():
     import subprocess
     import sys
 
-    code = ("import sys; import testbed.cli_collect; "
+    code = ("import sys; import testbed.cli.collect; "
             "heavy = [m for m in ('rich.progress', 'testbed.collect', 'testbed.report', 'matplotlib') "
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

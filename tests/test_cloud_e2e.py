@@ -175,7 +175,7 @@ def test_tpu_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatch) -> 
         assert [r["stdout"].strip() for r in json.loads(out)] == ["tpu", "tpu"]
         from importlib.util import find_spec
 
-        if find_spec("testbed.cli_runs") is not None:
+        if find_spec("testbed.cli.runs") is not None:
             code, out, exc = _invoke("run", "isca-resnet18", "--on", "tpu", "--dry-run")
             assert code == 0, (out, exc)
             assert "reproduce_injections.py" in out

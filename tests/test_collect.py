@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed import collect
-from testbed.collect import collect_runs, format_problems
+from testbed.collect import collect_runs, format_problems, transfer
 from testbed.paths import PARTIAL_DIR
 
 LOGS = ("out", "err", "exit", "start", "end")
@@ -260,7 +259,7 @@ def test_network_cut_mid_transfer_then_resume(local_testbed):
     assert partial.is_file() and 15 * 2**20 <= partial.stat().st_size < 80 * 2**20
     assert not (folder / "node0/big.bin").exists()
     row = bed.store.query("SELECT size FROM collected WHERE run_id=? AND path='big.bin'", (run_id,))
-    assert row[0]["size"] == collect.PENDING
+    assert row[0]["size"] == transfer.PENDING
     m = json.loads((folder / "manifest.json").read_text())
     assert "big.bin" not in {f["path"] for f in m["files"]}
     # resume: only node0's file is fetched, identical to the host's copy
@@ -302,7 +301,7 @@ def test_sftp_fallback_when_host_has_no_rsync(local_testbed):
     # an interrupted sftp download resumes: its partial file waits in the staging folder
     local = folder / "node1/data/a.bin"
     local.unlink()
-    stage = collect._stage(collect._Ctx(bed.store, threading.Lock(), bed.name, run_id, folder, {}, None, 1, 1,
+    stage = transfer._stage(transfer.Ctx(bed.store, threading.Lock(), bed.name, run_id, folder, {}, None, 1, 1,
                                         None, False), "node1", "data/a.bin")
     stage.parent.mkdir(parents=True)
     stage.write_bytes(files["node1"]["data/a.bin"][:100_000])

@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from testbed import manifest as mf
-from testbed.collect import LOG_PATTERNS, listing_script, parse_listing
+from testbed.collect import manifest as mf
+from testbed.collect.listing import LOG_PATTERNS, listing_script, parse_listing
 from testbed.state import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,7 +118,7 @@ def test_secret_values_from_the_files_users_keep(tmp_path, monkeypatch):
 
 
 def test_build_manifest_from_state(tmp_path):
-    from testbed.providers.base import Host
+    from testbed.hosts import Host
 
     st = Store(tmp_path / "state.db")
     st.upsert_testbed("tb", "lab", None, "up")

@@ -25,7 +25,7 @@ WRITER = """
 import sys
 from pathlib import Path
 from testbed.state import Store
-from testbed.providers.base import Host
+from testbed.hosts import Host
 db, w, n = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 st = Store(db)
 st.upsert_testbed(f"w{w}", "lab", None, "up")

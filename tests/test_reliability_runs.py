@@ -39,7 +39,7 @@ def _tree_digest(root: Path) -> dict[str, str]:
 
 
 def _wait_status(run_id: str, wanted: set[str], timeout: float) -> dict[str, object]:
-    from testbed import run_state as rs
+    from testbed.run import state as rs
     from testbed.state import Store
 
     st = Store.open_default()
@@ -56,7 +56,8 @@ def _wait_status(run_id: str, wanted: set[str], timeout: float) -> dict[str, obj
 
 @pytest.mark.timeout(420)
 def test_host_killed_at_random_moment_of_a_run(shared_local_testbed) -> None:  # type: ignore[no-untyped-def]
-    from testbed import collect, runner
+    from testbed import collect
+    from testbed.run import runner
 
     bed = shared_local_testbed
     (bed.cwd / "experiments").mkdir(exist_ok=True)

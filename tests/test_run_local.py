@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from testbed import run_state as rs
-from testbed import runner
+from testbed.run import runner
+from testbed.run import state as rs
 from testbed.state import Store
 
 PY = sys.executable
@@ -90,7 +90,7 @@ def bed(shared_local_testbed):  # type: ignore[no-untyped-def]
 
 
 def cli(bed, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
-    return subprocess.run([PY, "-m", "testbed.cli_runs", *args], cwd=bed.cwd, capture_output=True, text=True,
+    return subprocess.run([PY, "-m", "testbed.cli.runs", *args], cwd=bed.cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "TESTBED_HOME": str(bed.home)}, check=False)
 
 
@@ -181,7 +181,7 @@ def test_metacharacters_stay_inert(bed) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_cli_killed_mid_run_then_reattach(bed) -> None:  # type: ignore[no-untyped-def]
-    p = subprocess.Popen([PY, "-m", "testbed.cli_runs", "run", "sleepy", "--on", bed.name, "-p", "seconds=5"],
+    p = subprocess.Popen([PY, "-m", "testbed.cli.runs", "run", "sleepy", "--on", bed.name, "-p", "seconds=5"],
                          cwd=bed.cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "TESTBED_HOME": str(bed.home)}, start_new_session=True)
     st = Store.open_default()
@@ -207,7 +207,7 @@ def test_cli_killed_mid_run_then_reattach(bed) -> None:  # type: ignore[no-untyp
 
 def test_campaign_interrupted_and_resumed(bed) -> None:  # type: ignore[no-untyped-def]
     args = ["run", "sleepy", "--on", bed.name, "--matrix", "-p", "hosts=4", "-p", "seconds=2"]
-    p = subprocess.Popen([PY, "-m", "testbed.cli_runs", *args], cwd=bed.cwd, stdout=subprocess.PIPE,
+    p = subprocess.Popen([PY, "-m", "testbed.cli.runs", *args], cwd=bed.cwd, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env={**os.environ, "TESTBED_HOME": str(bed.home)},
                          start_new_session=True)
     st = Store.open_default()

@@ -11,7 +11,7 @@ import pytest
 
 from testbed import setup
 from testbed.errors import UsageError
-from testbed.providers.base import Host
+from testbed.hosts import Host
 
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACT_PROFILES = ["tesla", "jitc", "datastall-emulator", "isca-resnet18", "neuronabox"]
@@ -238,7 +238,7 @@ def test_setup_leaves_no_secret_from_the_environment_under_the_home(home: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """ansible-runner wrote the whole environment into artifacts/<id>/command: a real set-up against an unreachable
     host, with secrets planted the ways users hold them, and every byte under the state home grepped."""
-    from testbed.providers.base import Host
+    from testbed.hosts import Host
     from testbed.state import Store
 
     (home / "inventories").mkdir()
@@ -270,7 +270,7 @@ def test_a_killed_setup_leaves_no_ansible_playbook_behind(home: Path) -> None:
     import time
 
     import testbed
-    from testbed.providers.base import Host
+    from testbed.hosts import Host
     from testbed.state import Store
 
     mute = socket.create_server(("127.0.0.1", 0))  # accepts, never says a word: ssh waits for its banner

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed import runner, sources
+from testbed import sources
 from testbed.errors import UsageError
+from testbed.run import runner
 from testbed.suite import load_suite, output_pattern_problem
 
 

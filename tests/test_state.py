@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.providers.base import Host
+from testbed.hosts import Host
 from testbed.state import Store
 
 pytestmark = pytest.mark.timeout(120)

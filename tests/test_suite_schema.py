@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed import runner, suite
+from testbed import suite
 from testbed.errors import UsageError
-from testbed.run_plan import dry_run_lines
+from testbed.run import runner
+from testbed.run.plan import dry_run_lines
 
 ARTIFACTS = ["tesla", "jitc", "datastall-emulator", "isca-resnet18", "neuronabox"]
 

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import paths, ssh
 from testbed.errors import TestbedError, UsageError
-from testbed.providers.base import Host, Provider
+from testbed.hosts import Host
+from testbed.providers.base import Provider
 from testbed.spec import ChameleonSettings
 
 if TYPE_CHECKING:

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from testbed import paths, ssh
 from testbed.errors import TestbedError, UsageError, require_extra
-from testbed.providers.base import Host, Progress, Provider, _quiet
+from testbed.hosts import Host
+from testbed.providers.base import Progress, Provider, _quiet
 from testbed.providers.gcp_tpu_errors import (
     ADC_FIX,
     api_error,

@@ -11,7 +11,8 @@ import os
 
 from testbed import remote, ssh
 from testbed.errors import TestbedError
-from testbed.providers.base import Host, Provider
+from testbed.hosts import Host
+from testbed.providers.base import Provider
 from testbed.spec import LabSettings
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from testbed import paths, ssh
 from testbed.errors import TestbedError
-from testbed.providers.base import Host, Provider
+from testbed.hosts import Host
+from testbed.providers.base import Provider
 from testbed.spec import LocalSettings
 
 INIT = Path(__file__).with_name("local_init.py")

@@ -374,7 +374,7 @@ def report_path(path: Path, fmt: str = "md", campaign: str | None = None) -> Rep
     if campaign:
         return report_campaign(path, campaign, fmt)
     if not path.is_dir():
-        raise UsageError(f"no run or results folder at {path}", where=str(path),
+        raise UsageError(f"no run or results folder at {str(path)!r}", where=str(path),
                          fix="pass results/<suite>/<run-id>, results/<suite>/ or results/ (see `testbed collect`)")
     if (path / MANIFEST).is_file():
         run, why = read_run(path)

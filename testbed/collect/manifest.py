@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from testbed.providers.base import Host
+    from testbed.hosts import Host
     from testbed.state import Store
 
 SCHEMA = 1

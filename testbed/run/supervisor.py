@@ -1,4 +1,4 @@
-"""The run supervisor: a detached controller process per run (``python -m testbed.run_supervisor RUN``).
+"""The run supervisor: a detached controller process per run (``python -m testbed.run.supervisor RUN``).
 
 It uploads the run dir, runs sources and prepare steps, launches the ranks, then polls them: it fires faults,
 fails fast (the other ranks are stopped after a grace period; the failure names the host and why), runs
@@ -16,9 +16,9 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from testbed import faults as faults_mod
-from testbed import run_remote
-from testbed import run_state as rs
+from testbed.run import faults as faults_mod
+from testbed.run import remote as run_remote
+from testbed.run import state as rs
 from testbed.state import Store
 
 log = logging.getLogger("testbed.supervisor")

@@ -1,6 +1,6 @@
 """Runs: suite -> plan -> a detached supervisor on the controller -> ranks detached on the hosts.
 
-``start_run`` records the run and starts its supervisor (``testbed.run_supervisor``) in its own session, so
+``start_run`` records the run and starts its supervisor (``testbed.run.supervisor``) in its own session, so
 the run goes on when the CLI exits or is killed; ``follow`` prints its events until it ends (Ctrl-C only
 detaches). ``status_command``, ``logs_command`` and ``stop_run`` reattach through state and the run dirs on
 the hosts (``~/.testbed-runs/<run-id>/``); a supervisor that died is restarted and resumes monitoring.
@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed import run_state as rs
 from testbed.errors import TestbedError, UsageError
-from testbed.run_plan import RUNS_ROOT, build_plan, dry_run_lines, testbed_info  # noqa: F401 (re-exported)
+from testbed.run import state as rs
+from testbed.run.plan import RUNS_ROOT, build_plan, dry_run_lines, testbed_info  # noqa: F401 (re-exported)
 from testbed.state import Store
 from testbed.suite import Suite, load_suite, resolve_params
 
@@ -59,9 +59,9 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
 def start_supervisor(run_id: str) -> int:
     """Start the run's supervisor detached (own session, no terminal); returns its pid."""
     logf = open(rs.run_home(run_id) / "supervisor.out", "ab")  # noqa: SIM115
-    pkg_parent = str(Path(__file__).resolve().parent.parent)
+    pkg_parent = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([pkg_parent, os.environ.get("PYTHONPATH", "")]).rstrip(":")}
-    p = subprocess.Popen([sys.executable, "-m", "testbed.run_supervisor", run_id], stdin=subprocess.DEVNULL,
+    p = subprocess.Popen([sys.executable, "-m", "testbed.run.supervisor", run_id], stdin=subprocess.DEVNULL,
                          stdout=logf, stderr=logf, start_new_session=True, close_fds=True, env=env,
                          cwd=os.getcwd())
     logf.close()
@@ -221,7 +221,7 @@ def status_command(run_id: str, *, json_out: bool = False) -> None:
 
 def stop_run(run_id: str, grace: float = 3) -> dict[str, Any]:
     """Stop an active run: status 'stopped', every rank's process group TERM then KILL."""
-    from testbed import run_remote
+    from testbed.run import remote as run_remote
 
     st = Store.open_default()
     run = rs.require(st, run_id)
@@ -244,7 +244,8 @@ def stop_run(run_id: str, grace: float = 3) -> dict[str, Any]:
 def logs_command(run_id: str, *, host: str | None = None, follow_logs: bool = False,
                  rank: int | None = None) -> None:
     """Print each rank's stdout/stderr from the hosts; ``follow_logs`` streams until the run ends."""
-    from testbed import remote, run_remote
+    from testbed import remote
+    from testbed.run import remote as run_remote
 
     st = Store.open_default()
     run = rs.require(st, run_id)

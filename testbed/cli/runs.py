@@ -51,10 +51,10 @@ def run(
 
     Example: testbed run fault-drill --on local
     """
-    from testbed import runner
     from testbed import sources as sources_mod
     from testbed import suite as suite_mod
     from testbed.errors import TestbedError
+    from testbed.run import runner
 
     s = suite_mod.load_suite(suite)
     given = suite_mod.parse_assignments(param or [])
@@ -84,12 +84,12 @@ def run(
     if collect:
         _collect([run_id])
     if json_out:
-        from testbed import run_state
+        from testbed.run import state as run_state
         from testbed.state import Store
 
         _print_json(run_state.require(Store.open_default(), run_id))
     if row["status"] != "succeeded":
-        from testbed import run_state
+        from testbed.run import state as run_state
 
         raise TestbedError(f"run {run_id} {row['status']}: {row.get('reason') or 'no reason recorded'}",
                            where=f"testbed status {run_id}", fix=f"testbed logs {run_id}",
@@ -135,7 +135,7 @@ def _collect(run_ids: list[str]) -> None:
 def _show_dry_run(plan: dict[str, Any], json_out: bool) -> None:
     from rich.markup import escape
 
-    from testbed.run_plan import dry_run_lines
+    from testbed.run.plan import dry_run_lines
 
     lines = dry_run_lines(plan)
     if json_out:
@@ -159,14 +159,14 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     import subprocess
     import sys
 
-    from testbed import campaign, runner
     from testbed import suite as suite_mod
+    from testbed.run import campaign, runner
 
     points = suite_mod.expand_matrix(s, given)
     if dry_run:
         plans = [runner.plan_run(s, tb, p, faults=faults, dry_run=True, sources=src) for p in points]
         if json_out:
-            from testbed.run_plan import dry_run_lines
+            from testbed.run.plan import dry_run_lines
 
             _print_json([{"params": p["params"], "commands": dry_run_lines(p)} for p in plans])
             return
@@ -179,10 +179,10 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     c = _console(stderr=True)
     c.print(f"campaign [bold]{cid}[/bold]: {len(points)} runs of {s.name} on {tb}")
     if detach:
-        from testbed import run_state
+        from testbed.run import state as run_state
 
         log = open(run_state.run_home(cid) / "campaign.out", "ab")  # noqa: SIM115
-        subprocess.Popen([sys.executable, "-m", "testbed.campaign", cid], stdin=subprocess.DEVNULL, stdout=log,
+        subprocess.Popen([sys.executable, "-m", "testbed.run.campaign", cid], stdin=subprocess.DEVNULL, stdout=log,
                          stderr=log, start_new_session=True, close_fds=True)
         c.print(f"detached: testbed list runs; rerun the same command to follow or resume {cid}")
         return
@@ -211,7 +211,7 @@ def logs(
 
     Example: testbed logs fault-drill-20250101-120000-ab12 -f
     """
-    from testbed import runner
+    from testbed.run import runner
 
     runner.logs_command(run_id, host=host, follow_logs=follow)
 
@@ -221,7 +221,7 @@ def stop(run_id: Annotated[str, typer.Argument(help="Run id.")]) -> None:
 
     Example: testbed stop mpi-hello-20250101-120000-ab12
     """
-    from testbed import runner
+    from testbed.run import runner
 
     row = runner.stop_run(run_id)
     _console().print(f"run {run_id}: {row['status']}" + (f" ({row['reason']})" if row.get("reason") else ""))
@@ -301,7 +301,7 @@ def register(app: typer.Typer, list_app: typer.Typer) -> None:
 
 
 def standalone() -> typer.Typer:
-    """An app with only these commands (tests and ``python -m testbed.cli_runs``)."""
+    """An app with only these commands (tests and ``python -m testbed.cli.runs``)."""
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True)
     list_app = typer.Typer()
     register(app, list_app)
@@ -309,7 +309,7 @@ def standalone() -> typer.Typer:
     @app.command("status")
     def status(run_id: str, json_out: JsonOpt = False) -> None:
         """Status of a run. Example: testbed status RUN"""
-        from testbed import runner
+        from testbed.run import runner
 
         runner.status_command(run_id, json_out=json_out)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from testbed import run_remote
 from testbed.errors import TestbedError
+from testbed.run import remote as run_remote
 
 if TYPE_CHECKING:
     from testbed.providers.base import Provider

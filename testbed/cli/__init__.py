@@ -484,14 +484,15 @@ def _print_runs(runs: list[dict[str, Any]]) -> None:
 
 
 def _run_status(run_id: str, json_out: bool) -> None:
-    from testbed import runner
+    from testbed.run import runner
 
     runner.status_command(run_id, json_out=json_out)
 
 
 def _register_verbs() -> None:
     """The run, collect and report verbs live in their own modules (light to import)."""
-    from testbed import cli_collect, cli_runs
+    from testbed.cli import collect as cli_collect
+    from testbed.cli import runs as cli_runs
 
     cli_runs.register(app, list_app)
     cli_collect.register(app)
@@ -623,6 +624,16 @@ def main() -> None:
     except KeyboardInterrupt:
         console(stderr=True).print("[yellow]interrupted[/yellow]")
         sys.exit(130)
+    except OSError as e:  # this machine refused (a name too long, no space, no permission): not a bug
+        if _debug:
+            raise
+        what = e.strerror or str(e) or type(e).__name__
+        err = TestbedError(f"{what}" + (f": {e.filename}" if e.filename else ""),
+                           where=str(e.filename) if e.filename else "this machine",
+                           fix="check that path (its length, permissions and the free space), then retry; "
+                               "--debug shows where it happened")
+        console(stderr=True).print(f"[bold red]error:[/bold red] {_escape(err.render())}")
+        sys.exit(1)
     except Exception as e:  # a bug: still one line unless --debug
         if _debug:
             raise

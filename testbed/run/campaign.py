@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from testbed import run_state as rs
 from testbed.errors import UsageError
+from testbed.run import state as rs
 from testbed.state import Store
 
 DONE = rs.ENDED
@@ -69,7 +69,7 @@ def create_or_resume(suite: str, testbed: str, points: list[dict[str, Any]], fau
 def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: float = 1.0,
           timeout: float = 7 * 24 * 3600) -> dict[str, Any]:
     """Dispatch the campaign's remaining points as hosts free up; wait for all; returns the campaign row."""
-    from testbed import runner
+    from testbed.run import runner
 
     st = Store.open_default()
     row = get(st, cid)
@@ -134,7 +134,7 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
 
 
 def main(argv: list[str]) -> int:
-    """``python -m testbed.campaign CID``: drive a campaign detached (``testbed run --matrix --detach``)."""
+    """``python -m testbed.run.campaign CID``: drive a campaign detached (``testbed run --matrix --detach``)."""
     row = drive(argv[0], progress=lambda s: print(s, flush=True))
     return 0 if all(p["status"] == "succeeded" for p in row.get("points", [])) else 1
 

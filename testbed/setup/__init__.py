@@ -36,7 +36,7 @@ from typing import Any
 
 from testbed import paths
 from testbed.errors import TestbedError, UsageError
-from testbed.providers.base import Host
+from testbed.hosts import Host
 
 EventHandler = Callable[[dict[str, Any]], object]
 

@@ -1,0 +1,319 @@
+"""Collect: each run's outputs and logs from every host into ``results/<suite>/<run-id>/<host>/``.
+
+Per host, in parallel (one thread each):
+
+1. one remote command (``bash -s`` over the testbed's SSH config) expands the run's output globs (relative to the
+   run folder, ``~/``-relative or absolute; files from outside the run folder only when written since the run
+   folder was made, and placed under ``@home/`` and ``@root/``), prints size, mtime and sha256 of every matched
+   file (a file already collected whose size and mtime are unchanged is not hashed again), says whether
+   ``rsync`` is installed and, when the manifest still lacks them, prints the host's facts: one round trip.
+   The run's software (Python, pip freeze, source commits) is read from the first host in a second session
+   started beside the transfers, once per results folder;
+2. files whose verified copy is already in results/ (same sha256, recorded in the ``collected`` table, and not
+   changed since: its ctime, which no copy or ``touch`` can set back) are skipped; a local file with other
+   content is never overwritten, unless it is the partial file of an interrupted collect (its row in
+   ``collected`` has ``size = -1``: pending);
+3. the rest goes in one ``rsync --files-from`` (``--partial-dir=.testbed-partial`` so an interrupted transfer
+   resumes while no unverified file sits under its final name; ``--timeout`` so a cut link fails in seconds), or
+   one ``sftp -b`` batch into a staging folder when the host has no rsync;
+4. every received file is hashed and compared with the host's checksum: a mismatch is fetched once more, then
+   reported naming file and host; verified files are recorded in ``collected``.
+
+An unreachable host is reported with its files missing; the other hosts are still collected. The run's
+``manifest.json`` (testbed.collect.manifest) is rewritten after every collect and lists only files whose bytes on disk
+are the verified ones (files put there otherwise are named in a note); a folder holding another run's manifest
+is refused before any host is contacted. Nothing from the controller's
+environment is ever written under results/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.collect import manifest as mf
+from testbed.collect.listing import (
+    LOG_PATTERNS,
+    RUNS_DIR,
+    listing_script,
+    origin,
+    output_patterns,
+    remote_dir,
+    source_words,
+)
+from testbed.collect.transfer import (
+    Ctx,
+    HostCollect,
+    ProgressFn,
+    gather_software,
+    known_files,
+    list_host,
+    transfer_host,
+    unchanged_since,
+)
+from testbed.errors import TestbedError, UsageError
+from testbed.hosts import Host
+from testbed.paths import PARTIAL_DIR
+from testbed.state import Store
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
+
+
+@dataclass
+class CollectResult:
+    """One run's collect: its results folder, manifest and per-host outcome."""
+
+    run_id: str
+    suite: str
+    path: Path
+    manifest: Path | None = None
+    hosts: list[HostCollect] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(h.error is None for h in self.hosts)
+
+    @property
+    def files_sent(self) -> int:
+        return sum(h.sent for h in self.hosts)
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(h.bytes_sent for h in self.hosts)
+
+    def problems(self) -> list[str]:
+        """One line per failed host (or the run's own failure)."""
+        out = [f"{self.run_id}: {self.error}"] if self.error else []
+        out += [f"{self.run_id} on {h.host}: {h.error}" for h in self.hosts if h.error]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "suite": self.suite, "path": str(self.path),
+                "manifest": str(self.manifest) if self.manifest else None, "ok": self.ok, "error": self.error,
+                "files_sent": self.files_sent, "bytes_sent": self.bytes_sent, "seconds": self.seconds,
+                "notes": self.notes,
+                "hosts": [asdict(h) for h in self.hosts]}
+
+
+# public API --------------------------------------------------------------------------------------
+def collect_runs(run_ids: list[str] | None, to: Path, *, all_runs: bool = False, progress: ProgressFn | None = None,
+                 store: Store | None = None, timeout: float = 30, io_timeout: float = 30,
+                 bwlimit_kbps: int | None = None, force_sftp: bool = False) -> list[CollectResult]:
+    """Collect runs (``run_ids``, or every run with ``all_runs``) into ``to``; one result per run.
+
+    Failures of a host or run are in the results (``ok``/``problems()``), never raised; an unknown run id is a
+    UsageError before any host is touched. ``timeout``: seconds for a host's listing command; ``io_timeout``:
+    seconds without data before a transfer is given up (it resumes on the next collect).
+    """
+    st = store or Store.open_default()
+    ids = _resolve_ids(st, run_ids or [], all_runs)
+    out = []
+    for rid in ids:
+        row = st.query("SELECT suite, status, ended FROM runs WHERE id=?", (rid,))[0]
+        if all_runs and not run_ended(row):
+            out.append(CollectResult(rid, row["suite"], run_folder(to, row["suite"], rid),
+                                     notes=[f"still {row['status']}: skipped by --all (name it to collect it now)"]))
+            continue
+        out.append(_collect_run(st, rid, Path(to), progress=progress, timeout=timeout, io_timeout=io_timeout,
+                                bwlimit_kbps=bwlimit_kbps, force_sftp=force_sftp))
+    return out
+
+
+UNFINISHED = ("pending", "queued", "starting", "running")
+
+
+def run_ended(row: Any) -> bool:
+    """Whether a ``runs`` row is over (its files will not change any more)."""
+    return row["ended"] is not None or row["status"] not in UNFINISHED
+
+
+def run_folder(to: Path, suite: str, run_id: str) -> Path:
+    """``<to>/<suite>/<run-id>``."""
+    return Path(to) / suite / run_id
+
+
+# run level ---------------------------------------------------------------------------------------
+def _resolve_ids(st: Store, run_ids: list[str], all_runs: bool) -> list[str]:
+    if all_runs:
+        ids = [r["id"] for r in st.query("SELECT id FROM runs ORDER BY created, id")]
+        if run_ids:
+            raise UsageError("give run ids or --all, not both", where="testbed collect",
+                             fix="testbed collect --all, or testbed collect RUN [RUN ...]")
+        return ids
+    if not run_ids:
+        raise UsageError("no run to collect", where="testbed collect",
+                         fix="name runs (see `testbed list runs`) or pass --all")
+    known = {r["id"] for r in st.query("SELECT id FROM runs")}
+    unknown = [r for r in run_ids if r not in known]
+    if unknown:
+        raise UsageError(f"no run with id {', '.join(unknown)}", where="state",
+                         fix="see `testbed list runs` for the recorded run ids")
+    return list(dict.fromkeys(run_ids))
+
+
+def _run_hosts(st: Store, run_id: str, testbed: str, info: dict[str, Any]) -> list[Host]:
+    known = {h.name: h for h in st.hosts(testbed)}
+    names = [str(h) for h in info.get("hosts") or []]
+    if not names:
+        names = list(dict.fromkeys(r["host"] for r in st.query(
+            "SELECT host FROM run_hosts WHERE run_id=? ORDER BY rank", (run_id,))))
+    if not names:
+        names = list(known)
+    return [known.get(n) or Host(name=n, address="", state="unknown") for n in names]
+
+
+def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | None, timeout: float,
+                 io_timeout: float, bwlimit_kbps: int | None, force_sftp: bool) -> CollectResult:
+    t0 = time.monotonic()
+    row = st.query("SELECT * FROM runs WHERE id=?", (run_id,))[0]
+    suite, testbed = row["suite"], row["testbed"]
+    info = json.loads(row["info"] or "{}")
+    folder = run_folder(to, suite, run_id)
+    res = CollectResult(run_id, suite, folder)
+    tb = st.testbed(testbed)
+    if tb is None:
+        if (folder / mf.MANIFEST).is_file():
+            res.notes.append(f"testbed '{testbed}' is gone; kept the results collected before")
+        else:
+            res.error = f"testbed '{testbed}' of this run is not provisioned any more: its hosts cannot be reached"
+        return res
+    hosts = _run_hosts(st, run_id, testbed, info)
+    bad = [h.name for h in hosts if not _SAFE_NAME.match(h.name)]
+    if bad:
+        res.error = f"host name(s) unusable as folder names: {', '.join(bad)}"
+        return res
+    old = mf.load(folder)
+    if old and old.get("run_id") != run_id:
+        res.error = (f"{folder} holds the results of run {old.get('run_id')!r}, not of {run_id}: its files are never "
+                     f"mixed with another run's; move that folder away or collect into another --to")
+        return res
+    folder.mkdir(parents=True, exist_ok=True)
+    old_facts = {h.get("name"): h.get("facts") or {} for h in old.get("hosts") or [] if isinstance(h, dict)}
+    have_software = bool((old.get("software") or {}).get("pip_freeze"))
+    lock = threading.Lock()
+    ctx = Ctx(st, lock, testbed, run_id, folder, info, progress, timeout, io_timeout, bwlimit_kbps, force_sftp,
+               final=run_ended(row))
+    if not ctx.final:
+        res.notes.append(f"run is still {row['status']}: files collected now may be replaced by their final "
+                         f"version on the next collect")
+    gathered: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+    def one(h: Host) -> HostCollect:
+        hc, fact_lines = _collect_host(ctx, h, not (old_facts.get(h.name) or {}).get("kernel"))
+        if fact_lines:
+            gathered[h.name] = mf.parse_fact_lines(fact_lines)
+        return hc
+
+    sw_lines: list[str] = []
+    sw_thread = None
+    if not have_software and hosts:  # pip freeze is slow: its own session, beside the transfers
+        sw_thread = threading.Thread(target=lambda: sw_lines.extend(gather_software(ctx, hosts[0].name)),
+                                     daemon=True, name="collect-software")
+        sw_thread.start()
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts))), thread_name_prefix="collect") as pool:
+        res.hosts = list(pool.map(one, hosts))
+    if sw_thread is not None:
+        sw_thread.join()
+
+    facts: dict[str, dict[str, Any]] = {str(name): dict(f) for name, f in old_facts.items() if isinstance(f, dict)}
+    software: dict[str, Any] = {}
+    if have_software:
+        osw = old.get("software") or {}
+        software = {"python": osw.get("python"), "pip_freeze": osw.get("pip_freeze"),
+                    "_commits": {k: (v or {}).get("commit") for k, v in (osw.get("sources") or {}).items()}}
+    for name, (f, _) in gathered.items():
+        if f:
+            facts[name] = f
+    if sw_lines:
+        software = mf.parse_fact_lines(sw_lines)[1] or software
+    listed = {(r["host"], r["path"]): (r["sha256"], r["size"]) for r in st.query(
+        "SELECT host, path, sha256, size FROM collected WHERE run_id=? AND size>=0", (run_id,))}
+    listed.update(ctx.verified)
+    host_names = {h.name for h in hosts}
+    rdir = str(info.get("run_dir") or f"{RUNS_DIR}/{run_id}")
+    collected_at = {(r["host"], r["path"]): r["collected"] for r in st.query(
+        "SELECT host, path, collected FROM collected WHERE run_id=? AND size>=0", (run_id,))}
+    files = [{"host": h, "path": p, "from": origin(p, rdir), "sha256": sha, "size": size}
+             for (h, p), (sha, size) in listed.items()
+             if h in host_names and ((h, p) in ctx.verified or
+                                     unchanged_since(folder / h / p, sha, size, collected_at.get((h, p), 0)))]
+    stray = _stray_files(folder, {(f["host"], f["path"]) for f in files}, host_names)
+    if stray:
+        res.notes.append(f"{len(stray)} file(s) under {folder} are not verified files of this run and are left out "
+                         f"of its manifest: {', '.join(stray[:3])}{' …' if len(stray) > 3 else ''}")
+    man = mf.build(st, run_id, hosts=hosts, facts=facts, software=software, files=files, provider=tb["provider"])
+    try:
+        res.manifest = mf.write(folder, man)
+    except OSError as e:  # a full disk, a read-only folder: the files stay, the manifest is written next time
+        res.error = (f"cannot write {folder / mf.MANIFEST}: {e.strerror}; the files collected so far are kept: "
+                     "free some space (or choose another --to) and collect again")
+    res.seconds = round(time.monotonic() - t0, 3)
+    return res
+
+
+def _collect_host(ctx: Ctx, h: Host, want_facts: bool) -> tuple[HostCollect, list[str]]:
+    t0 = time.monotonic()
+    hc = HostCollect(h.name)
+    pats, hc.notes = output_patterns(ctx.info, h.name)
+    script = ""
+    if want_facts:  # gathered in the background while the listing hashes
+        script = "tb_facts=$(mktemp)\n( " + mf.facts_script(facts=True) + ') > "$tb_facts" 2>/dev/null &\ntb_fpid=$!\n'
+    script += "(\n" + listing_script(remote_dir(ctx.info, ctx.run_id), pats, known_files(ctx, h.name),
+                                      source_words(ctx.info)) + ")\n"
+    if want_facts:
+        script += 'wait "$tb_fpid"; cat "$tb_facts"; rm -f "$tb_facts"\n'
+    script += "echo @END\n"
+    lst, err = list_host(ctx, h.name, script)
+    if lst is None:
+        hc.error = err
+        known = ctx.rows(h.name)
+        hc.missing = sorted(p for p in known if not (ctx.folder / h.name / p).is_file()) or pats
+        hc.seconds = round(time.monotonic() - t0, 3)
+        return hc, []
+    hc.files = len(lst.files)
+    hc.notes += lst.notes
+    hc.notes += [f"no file matches {p!r}" for p in lst.nomatch if p not in LOG_PATTERNS]
+    try:
+        transfer_host(ctx, h.name, lst, hc)
+    except OSError as e:  # local disk trouble: name the file
+        hc.error = f"cannot write {e.filename or 'results'}: {e.strerror}"
+    hc.seconds = round(time.monotonic() - t0, 3)
+    return hc, lst.fact_lines
+
+
+def _stray_files(folder: Path, known: set[tuple[str, str]], hosts: set[str]) -> list[str]:
+    """Files in the hosts' folders that are not among ``known`` (host, path): put there by hand or another run."""
+    out = []
+    for host in sorted(hosts):
+        hdir = folder / host
+        for dirpath, dirnames, filenames in os.walk(hdir):
+            dirnames[:] = sorted(d for d in dirnames if d != PARTIAL_DIR)
+            for name in sorted(filenames):
+                rel = os.path.relpath(os.path.join(dirpath, name), hdir)
+                if (host, rel) not in known and not re.fullmatch(r"\..+\.[A-Za-z0-9]{6}", name):
+                    out.append(f"{host}/{rel}")
+    return out
+
+
+def format_problems(results: list[CollectResult]) -> TestbedError | None:
+    """One TestbedError summarising every failed host and run, or None when all went well."""
+    lines = [p for r in results for p in r.problems()]
+    if not lines:
+        return None
+    failed_hosts = sorted({h.host for r in results for h in r.hosts if h.error})
+    what = (f"collect incomplete: {len(lines)} problem(s)\n  " + "\n  ".join(lines)) if len(lines) > 1 \
+        else f"collect incomplete: {lines[0]}"
+    where = ", ".join(failed_hosts) if failed_hosts else "state"
+    return TestbedError(what, where=where,
+                        fix="fix the cause and run the same collect again: verified files are kept and only "
+                            "missing or partial ones are fetched")

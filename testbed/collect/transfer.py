@@ -1,0 +1,503 @@
+"""Moving a host's files into results/: what to send, rsync or sftp, verification by sha256, resumption.
+
+A file whose verified copy is already in results/ is skipped; a local file with other content is never
+overwritten (unless it is the partial file of an interrupted collect); what is sent is hashed and compared with
+the host's checksum, fetched once more on a mismatch, and recorded in the ``collected`` table once verified.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from testbed import ssh
+from testbed.collect import manifest as mf
+from testbed.collect.listing import RUNS_DIR, Listing, host_path, parse_listing, roots
+from testbed.errors import TestbedError
+from testbed.paths import PARTIAL_DIR
+from testbed.state import Store
+
+PENDING = -1  # ``collected.size`` of a file whose transfer started but was not verified yet
+
+ProgressFn = Callable[[str, int, int], None]
+"""``progress(host, advance_bytes, add_to_total_bytes)``: called from the collecting threads."""
+
+_PROGRESS2 = re.compile(rb"^\s*([\d,.]+)\s+\d+%")
+_STATS_FILES = re.compile(r"Number of regular files transferred:\s*([\d,.]+)")
+_STATS_MATCHED = re.compile(r"Matched data:\s*([\d,.]+)")
+
+
+@dataclass
+class HostCollect:
+    """What collect did on one host of one run."""
+
+    host: str
+    method: str | None = None  # rsync | sftp
+    files: int = 0  # files matched on the host
+    sent: int = 0  # files transferred (and verified) this time
+    bytes_sent: int = 0
+    unchanged: int = 0  # already in results/ with the same sha256: not sent
+    rsync_transferred: int | None = None  # rsync's own count (--stats), when rsync ran
+    reused_bytes: int = 0  # bytes rsync did not send because a partial local copy had them (resume)
+    resumed: int = 0  # sftp downloads continued from a partial file (reget)
+    missing: list[str] = field(default_factory=list)  # paths (or patterns) not in results/
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+@dataclass
+class Ctx:
+    store: Store
+    lock: threading.Lock
+    testbed: str
+    run_id: str
+    folder: Path
+    info: dict[str, Any]
+    progress: ProgressFn | None
+    timeout: float
+    io_timeout: float
+    bwlimit_kbps: int | None
+    force_sftp: bool
+    final: bool = True  # the run has ended: verified files are final (else recorded pending: replaceable)
+    verified: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)  # this collect's files
+
+    def done(self, host: str, items: list[tuple[str, str, int]]) -> None:
+        """Files verified in results/ (path, sha256, size): recorded, and listed in the manifest."""
+        with self.lock:
+            for p, sha, size in items:
+                self.verified[(host, p)] = (sha, size)
+        self.record(host, [(p, sha, size if self.final else PENDING) for p, sha, size in items])
+
+    def tick(self, host: str, advance: int, total: int = 0) -> None:
+        if self.progress is not None and (advance or total):
+            self.progress(host, advance, total)
+
+    def rows(self, host: str) -> dict[str, tuple[str, int, float]]:
+        with self.lock:
+            return {r["path"]: (r["sha256"], r["size"], r["collected"]) for r in self.store.query(
+                "SELECT path, sha256, size, collected FROM collected WHERE run_id=? AND host=?",
+                (self.run_id, host))}
+
+    def record(self, host: str, items: list[tuple[str, str, int]]) -> None:
+        """Upsert (path, sha256, size) rows; size PENDING marks a transfer in progress."""
+        if not items:
+            return
+        now = time.time()
+        with self.lock, self.store.tx() as db:
+            db.executemany("INSERT OR REPLACE INTO collected(run_id, host, path, sha256, size, collected) "
+                           "VALUES (?,?,?,?,?,?)", [(self.run_id, host, p, s, n, now) for p, s, n in items])
+
+
+def _ssh_opts(ctx: Ctx) -> list[str]:
+    return ["-F", str(ssh.ssh_config_path(ctx.testbed)), "-o", f"ConnectTimeout={max(1, int(ctx.timeout))}"]
+
+
+def _run_script(ctx: Ctx, host: str, script: str, timeout: float) -> tuple[str, str, int | None]:
+    """Run a bash script on ``host`` (stdin, one ssh session): (stdout, stderr, exit code or None on timeout)."""
+    argv = ["ssh", *_ssh_opts(ctx), host, "--", "bash -s"]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True)
+        rc: int | None
+        try:
+            proc.communicate(script.encode(), timeout=timeout)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = None
+        out.seek(0)
+        err.seek(0)
+        return out.read().decode(errors="replace"), err.read().decode(errors="replace"), rc
+
+
+def gather_software(ctx: Ctx, host: str) -> list[str]:
+    """The run's Python, pip freeze and source commits from ``host`` (fact lines; [] when that failed)."""
+    script = mf.facts_script(facts=False, python=str(ctx.info.get("python") or "python3"),
+                             sources=ctx.info.get("sources")) + "echo @END\n"
+    stdout, _, rc = _run_script(ctx, host, script, max(ctx.timeout, 120))
+    lines = stdout.splitlines()
+    return [ln for ln in lines if ln.startswith(mf.FACT_PREFIXES)] if rc == 0 and lines[-1:] == ["@END"] else []
+
+
+def list_host(ctx: Ctx, host: str, script: str) -> tuple[Listing | None, str | None]:
+    """Run the listing script on ``host``: (listing, None) or (None, error)."""
+    stdout, stderr, rc = _run_script(ctx, host, script, ctx.timeout)
+    if rc is None:
+        return None, f"{host} did not answer within {ctx.timeout:g} s (unreachable?)"
+    if rc == 255:
+        return None, ssh.describe_ssh_failure(stderr, host, ctx.testbed)
+    if "@END" not in stdout.splitlines()[-1:]:
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"listing the run folder on {host} failed (exit {rc}): {last}"
+    lst, problem = parse_listing(stdout)
+    if problem == "@NODIR":
+        return None, f"the run folder {ctx.info.get('run_dir') or RUNS_DIR + '/' + ctx.run_id} does not exist on {host}"
+    if problem:
+        return None, f"{problem} on {host}; collect again once the run has finished writing"
+    return lst, None
+
+
+def known_files(ctx: Ctx, host: str) -> list[tuple[int, int, str, str]]:
+    """(size, mtime, sha256, path) of this host's verified files whose local copy still has the recorded size.
+
+    A local copy carries the host file's mtime (rsync -t; set after sftp), so an unchanged host file matches.
+    """
+    hdir = ctx.folder / host
+    out = []
+    for path, (sha, size, _) in ctx.rows(host).items():
+        if size < 0:
+            continue
+        try:
+            st = (hdir / path).stat()
+        except OSError:
+            continue
+        if st.st_size == size:
+            out.append((size, int(st.st_mtime), sha, path))
+    return out
+
+
+def _plan(ctx: Ctx, host: str, lst: Listing, hc: HostCollect) -> tuple[list[str], list[str]]:
+    """(to_send, conflicts); unchanged files are counted and (re)recorded."""
+    rows = ctx.rows(host)
+    hdir = ctx.folder / host
+    send: list[str] = []
+    conflicts: list[str] = []
+    confirmed: list[tuple[str, str, int]] = []
+    for path, (size, sha) in sorted(lst.files.items()):
+        local = hdir / path
+        try:
+            st = local.stat()
+        except FileNotFoundError:
+            send.append(path)
+            continue
+        row = rows.get(path)
+        # the recorded checksum holds while the file's ctime (set by the kernel on any write, rename or copy over
+        # it, unlike mtime, which `cp -p` or `touch` can set back) is not after the moment it was verified
+        if row and row[1] >= 0 and row[0] == sha and st.st_size == size and st.st_ctime <= row[2]:
+            hc.unchanged += 1
+            with ctx.lock:
+                ctx.verified[(host, path)] = (sha, size)
+            continue
+        if local.is_file() and st.st_size == size and sha256_file(local) == sha:
+            hc.unchanged += 1
+            confirmed.append((path, sha, size))
+        elif row and row[1] == PENDING:
+            send.append(path)  # the partial file of an interrupted collect: resume it
+        else:
+            conflicts.append(path)
+    ctx.done(host, confirmed)
+    return send, conflicts
+
+
+def transfer_host(ctx: Ctx, host: str, lst: Listing, hc: HostCollect) -> None:
+    send, conflicts = _plan(ctx, host, lst, hc)
+    hdir = ctx.folder / host
+    if conflicts:
+        p = conflicts[0]
+        local_sha = sha256_file(hdir / p) if (hdir / p).is_file() else "not a file"
+        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
+        hc.error = (f"refusing to overwrite {hdir / p}{more}: it differs from {host}:{host_path(lst, p)} "
+                    f"(local sha256 {local_sha[:12]}…, host {lst.files[p][1][:12]}…); results are never "
+                    f"overwritten with different content: move the local copy away or collect into another --to")
+        hc.missing += conflicts
+    if not send:
+        return
+    hc.method = "rsync" if lst.rsync and not ctx.force_sftp else "sftp"
+    ctx.record(host, [(p, lst.files[p][1], PENDING) for p in send])
+    ctx.tick(host, 0, sum(lst.files[p][0] for p in send))
+    todo = send
+    for attempt in (1, 2):
+        err = _fetch(ctx, host, lst, todo, hc)
+        good, bad = _verify(hdir, lst, todo)
+        ctx.done(host, [(p, lst.files[p][1], lst.files[p][0]) for p in good])
+        hc.sent += len(good)
+        hc.bytes_sent += sum(lst.files[p][0] for p in good)
+        if err is not None:
+            hc.error = hc.error or err
+            hc.missing += bad
+            return
+        if not bad:
+            break
+        if attempt == 2:
+            hc.error = hc.error or (f"checksum mismatch for {host}:{host_path(lst, bad[0])}"
+                                    f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''} after a retry: "
+                                    f"the file changes on the host or the transfer corrupts it")
+            hc.missing += bad
+            return
+        for p in bad:  # fetch these again from scratch
+            (hdir / p).unlink(missing_ok=True)
+        todo = bad
+    _clean_rsync_temps(hdir, send)
+
+
+def unchanged_since(path: Path, sha: str, size: int, verified_at: float) -> bool:
+    """Whether ``path`` still holds the bytes verified at ``verified_at`` (by ctime, else by hashing it)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    if not path.is_file() or st.st_size != size:
+        return False
+    return st.st_ctime <= verified_at or sha256_file(path) == sha
+
+
+def _verify(hdir: Path, lst: Listing, paths: list[str]) -> tuple[list[str], list[str]]:
+    good: list[str] = []
+    bad: list[str] = []
+    for p in paths:
+        local = hdir / p
+        ok = local.is_file() and local.stat().st_size == lst.files[p][0] and sha256_file(local) == lst.files[p][1]
+        (good if ok else bad).append(p)
+    return good, bad
+
+
+def _clean_rsync_temps(hdir: Path, sent: list[str]) -> None:
+    """Remove rsync temp files (``.name.XXXXXX``) left by a killed collect next to files now verified, and
+    partial copies of them (with their folder once empty)."""
+    for d in {(hdir / p).parent for p in sent}:
+        names = {Path(p).name for p in sent if (hdir / p).parent == d}
+        with contextlib.suppress(OSError):
+            for entry in d.iterdir():
+                m = re.fullmatch(r"\.(.+)\.[A-Za-z0-9]{6}", entry.name)
+                if m and m.group(1) in names and entry.is_file():
+                    entry.unlink(missing_ok=True)
+        partial = d / PARTIAL_DIR
+        with contextlib.suppress(OSError):
+            for name in names:
+                (partial / name).unlink(missing_ok=True)
+            partial.rmdir()  # only when empty
+
+
+def _fetch(ctx: Ctx, host: str, lst: Listing, paths: list[str], hc: HostCollect) -> str | None:
+    hdir = ctx.folder / host
+    hdir.mkdir(parents=True, exist_ok=True)
+    if hc.method == "rsync":
+        return _fetch_rsync(ctx, host, lst, paths, hc)
+    return _fetch_sftp(ctx, host, lst, paths, hc)
+
+
+def _fetch_rsync(ctx: Ctx, host: str, lst: Listing, paths: list[str], hc: HostCollect) -> str | None:
+    """One rsync per root the paths live under (the run folder, the home folder, ``/``)."""
+    for remote_root, local_sub, rel in roots(lst, paths):
+        err = _rsync_root(ctx, host, remote_root, ctx.folder / host / local_sub if local_sub else ctx.folder / host,
+                          rel, hc)
+        if err is not None:
+            return err
+    return None
+
+
+def _rsync_root(ctx: Ctx, host: str, remote_root: str, hdir: Path, paths: list[str],
+                hc: HostCollect) -> str | None:
+    hdir.mkdir(parents=True, exist_ok=True)
+    rsh = shlex.join(["ssh", *_ssh_opts(ctx), "-o", "ControlMaster=no"])
+    with tempfile.NamedTemporaryFile("wb", prefix="testbed-files-") as fl, tempfile.TemporaryFile() as err:
+        fl.write(b"".join(p.encode() + b"\0" for p in paths))
+        fl.flush()
+        # a partial file waits in PARTIAL_DIR (resumed next time), never under the file's own name
+        argv = ["rsync", "-rtL", f"--partial-dir={PARTIAL_DIR}", "--from0", f"--files-from={fl.name}",
+                "--info=progress2", "--stats",
+                f"--timeout={max(1, int(ctx.io_timeout))}", "-e", rsh]
+        if ctx.bwlimit_kbps:
+            argv.append(f"--bwlimit={int(ctx.bwlimit_kbps)}")
+        argv += [f"{host}:{remote_root}/", f"{hdir}/"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        assert proc.stdout is not None
+        dog = _Watchdog(proc, ctx.io_timeout)
+        text = _pump_progress(proc.stdout, lambda n: ctx.tick(host, n), dog.pet)
+        rc = proc.wait()
+        dog.stop()
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
+    m = _STATS_FILES.search(text)
+    if m:
+        hc.rsync_transferred = (hc.rsync_transferred or 0) + int(re.sub(r"\D", "", m.group(1)) or 0)
+    m = _STATS_MATCHED.search(text)
+    if m:
+        hc.reused_bytes += int(re.sub(r"\D", "", m.group(1)) or 0)
+    if rc == 0:
+        return None
+    if dog.fired:
+        return (f"the connection to {host} was lost during the transfer (no data for {ctx.io_timeout:g} s); "
+                f"collect again to resume: files already received are kept")
+    return _describe_transfer_failure(ctx, host, rc, stderr, "rsync")
+
+
+class _Watchdog:
+    """Stops a transfer that received nothing for ``limit`` seconds (SIGTERM, so rsync keeps the partial file).
+
+    rsync's own ``--timeout`` does not fire while ssh keeps the pipe open over a dead link, so this is the
+    bound on how long a cut link can hold a collect.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], limit: float):
+        self.proc, self.limit = proc, limit
+        self.last = time.monotonic()
+        self.fired = False
+        self._done = threading.Event()
+        threading.Thread(target=self._watch, daemon=True, name="collect-watchdog").start()
+
+    def pet(self) -> None:
+        self.last = time.monotonic()
+
+    def stop(self) -> None:
+        self._done.set()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.25):
+            if time.monotonic() - self.last > self.limit and self.proc.poll() is None:
+                self.fired = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGTERM)
+                if self._done.wait(3) or self.proc.poll() is not None:
+                    return
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                return
+
+
+def _pump_progress(stream: IO[bytes], advance: Callable[[int], None], activity: Callable[[], None]) -> str:
+    """Read rsync's output, feeding ``--info=progress2`` byte counts to ``advance``; returns the rest."""
+    last = 0
+    buf = b""
+    keep: list[bytes] = []
+    while True:
+        chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
+        if not chunk:
+            break
+        activity()
+        buf += chunk
+        *lines, buf = re.split(rb"[\r\n]", buf)
+        for ln in lines:
+            m = _PROGRESS2.match(ln)
+            if m:
+                n = int(re.sub(rb"\D", b"", m.group(1)) or 0)
+                if n > last:
+                    advance(n - last)
+                    last = n
+            elif ln.strip():
+                keep.append(ln)
+    keep.append(buf)
+    return b"\n".join(keep).decode(errors="replace")
+
+
+def _describe_transfer_failure(ctx: Ctx, host: str, rc: int | None, stderr: str, tool: str) -> str:
+    last = (stderr.strip().splitlines() or [f"exit {rc}"])[-1]
+    if rc == 30 or "timeout" in stderr.lower() or any(e in stderr for e in ("Broken pipe", "Connection reset",
+                                                                            "Connection timed out",
+                                                                            "No route to host")):
+        return (f"the connection to {host} was lost during the transfer ({last}); collect again to resume: "
+                f"files already received are kept")
+    if rc == 255 or "connection unexpectedly closed" in stderr:
+        return f"{ssh.describe_ssh_failure(stderr, host, ctx.testbed)} ({tool} exit {rc})"
+    return f"{tool} from {host} failed (exit {rc}): {last}"
+
+
+def _sftp_arg(path: str, *, remote: bool) -> str:
+    """``path`` as one word of an sftp batch line (unquoted, backslash-escaped; remote paths are globbed)."""
+    out = []
+    for c in path:
+        if c in "?[*\\":
+            if not remote:
+                raise TestbedError(f"the results path {path!r} contains {c!r}, which sftp cannot write to",
+                                   where=path, fix="collect into a --to folder without * ? [ or \\ in its path")
+            out.append("\\" + c)  # kept escaped for sftp's glob, which removes the escape
+        elif c.isalnum() or c in "/._-+@%,:=":
+            out.append(c)
+        else:
+            out.append("\\" + c)
+    return "".join(out)
+
+
+def _stage(ctx: Ctx, host: str, path: str) -> Path:
+    """Where sftp downloads ``path`` before it is moved into place (a partial file waits there for reget)."""
+    return ctx.folder / ".partial" / host / hashlib.sha256(path.encode()).hexdigest()[:32]
+
+
+def _fetch_sftp(ctx: Ctx, host: str, lst: Listing, paths: list[str], hc: HostCollect) -> str | None:
+    """Fetch ``paths`` with one ``sftp -b`` batch into a staging folder; partial downloads resume (``reget``)."""
+    hdir = ctx.folder / host
+    staged = {p: _stage(ctx, host, p) for p in paths}
+    next(iter(staged.values())).parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for p, tmp in staged.items():
+        verb = "get"
+        if tmp.is_file() and 0 < tmp.stat().st_size < lst.files[p][0]:
+            verb = "reget"
+            hc.resumed += 1
+        else:
+            tmp.unlink(missing_ok=True)
+        src = _sftp_arg(host_path(lst, p), remote=True)
+        lines.append(f"{verb} {src} {_sftp_arg(str(tmp.absolute()), remote=False)}")
+    alive = max(1, int(ctx.io_timeout) // 3)
+    argv = ["sftp", *_ssh_opts(ctx), "-o", "ControlMaster=no", "-o", "ControlPath=none",
+            "-o", f"ServerAliveInterval={alive}", "-o", "ServerAliveCountMax=3", "-q", "-b", "-"]
+    if ctx.bwlimit_kbps:
+        argv += ["-l", str(int(ctx.bwlimit_kbps) * 8)]
+    argv.append(host)
+
+    def local_bytes() -> int:
+        total = 0
+        for tmp in staged.values():
+            with contextlib.suppress(OSError):
+                total += tmp.stat().st_size
+        return total
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True)
+        assert proc.stdin is not None
+        proc.stdin.write(("\n".join(lines) + "\n").encode())
+        proc.stdin.close()
+        seen = local_bytes()
+        idle_since = time.monotonic()
+        stalled = False
+        while proc.poll() is None:
+            time.sleep(0.1)
+            now_bytes = local_bytes()
+            if now_bytes != seen:
+                ctx.tick(host, max(0, now_bytes - seen))
+                seen, idle_since = now_bytes, time.monotonic()
+            elif time.monotonic() - idle_since > ctx.io_timeout:
+                stalled = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        ctx.tick(host, max(0, local_bytes() - seen))
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
+    for p, tmp in staged.items():  # complete downloads go into place; _verify checks them
+        with contextlib.suppress(OSError):
+            if tmp.stat().st_size == lst.files[p][0]:
+                (hdir / p).parent.mkdir(parents=True, exist_ok=True)
+                mtime = lst.mtimes.get(p)
+                if mtime is not None:
+                    os.utime(tmp, (mtime, mtime))  # like rsync -t: the next listing's quick check matches
+                os.replace(tmp, hdir / p)
+    for d in (next(iter(staged.values())).parent, ctx.folder / ".partial"):
+        with contextlib.suppress(OSError):
+            d.rmdir()  # only when empty
+    if stalled:
+        return (f"the connection to {host} was lost during the transfer (no data for {ctx.io_timeout:g} s); "
+                f"collect again to resume: files already received are kept")
+    if proc.returncode == 0:
+        return None
+    return _describe_transfer_failure(ctx, host, proc.returncode, stderr, "sftp")
