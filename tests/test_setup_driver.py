@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from testbed import setup
+from testbed.cli import setup_view
 from testbed.errors import UsageError
 from testbed.hosts import Host
+from testbed.setup import events
 
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACT_PROFILES = ["tesla", "jitc", "datastall-emulator", "isca-resnet18", "neuronabox"]
@@ -156,7 +158,7 @@ def test_events_fold_into_counts_and_first_errors() -> None:
 
 def test_loop_failures_report_the_failed_item() -> None:
     res = {"msg": "One or more items failed", "results": [{"failed": False}, {"failed": True, "msg": "boom"}]}
-    assert setup._first_line_error(res) == "boom"
+    assert events.first_line_error(res) == "boom"
 
 
 def test_result_json_and_tables() -> None:
@@ -171,8 +173,8 @@ def test_result_json_and_tables() -> None:
     assert d["hosts"]["a"]["status"] == "changed" and d["hosts"]["b"]["status"] == "failed"
     assert d["hosts"]["b"]["error"] == "boom"
     con = Console(record=True, width=120)
-    con.print(setup.render_summary(r))
-    view = setup.SetupProgress(["a", "b"])
+    con.print(setup_view.render_summary(r))
+    view = setup_view.SetupProgress(["a", "b"])
     view.handle(_ev("runner_on_start", "a", "Build detached"))
     view.handle(_ev("runner_on_async_poll", "a", "Build detached"))
     con.print(view)

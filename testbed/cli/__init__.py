@@ -1,4 +1,6 @@
-"""The ``testbed`` command line: one thin command per verb; the work lives in the modules.
+"""The ``testbed`` command line: one thin command per verb; the work lives in the stages, which return data
+that the command modules render (``testbeds``, ``runs``, ``collect``, ``tools``, ``setup_view``; shared
+helpers in ``common``).
 
 Heavy imports (Ansible, cloud SDKs, matplotlib) happen inside the commands that need them, so
 ``testbed --help`` stays fast. Every failure a user can hit is a TestbedError rendered as one message
@@ -7,21 +9,14 @@ Heavy imports (Ansible, cloud SDKs, matplotlib) happen inside the commands that 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
+from testbed.cli.common import console, escape
 from testbed.errors import TestbedError, UsageError
-
-if TYPE_CHECKING:
-    from rich.console import Console
-
-    from testbed.providers.base import Provider
-    from testbed.state import Store
 
 app = typer.Typer(
     name="testbed",
@@ -35,13 +30,6 @@ app = typer.Typer(
 list_app = typer.Typer(help="List testbeds, suites, profiles or runs.", no_args_is_help=False)
 
 _debug = False
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-
-
-def console(stderr: bool = False) -> Console:
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False)
 
 
 @app.callback()
@@ -50,550 +38,20 @@ def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks f
     _debug = debug or bool(os.environ.get("TESTBED_DEBUG"))
 
 
-def store() -> Store:
-    from testbed.state import Store
-
-    return Store.open_default()
-
-
-def provider_for(name: str, st: Store | None = None, progress: Any = None, *,
-                 recorded_ok: bool = False) -> Provider:
-    """The provider of testbed ``name`` from its spec (validated before anything is touched).
-
-    ``recorded_ok``: when the spec no longer loads (edited, deleted, an unset variable), use the copy recorded at
-    provision instead (destroy must work from state alone), saying so.
-    """
-    from testbed.providers import provider_class
-    from testbed.spec import TestbedSpec, load_testbed
-
-    st = st or store()
-    try:
-        spec = load_testbed(name)
-    except TestbedError as e:
-        rec = st.testbed(name) if recorded_ok else None
-        copy = (rec or {}).get("info", {}).get("spec")
-        if not copy:
-            raise
-        try:
-            spec = TestbedSpec.model_validate(copy)
-        except ValueError:  # a copy this version cannot read: the spec's own error is the one to show
-            raise e from None
-        spec.source = rec["spec_path"] if rec else None
-        console(stderr=True).print(f"[yellow]note:[/yellow] the spec of '{name}' does not load ({_escape(e.what)}); "
-                                   "using the copy recorded when it was provisioned")
-    cls = provider_class(spec.kind)
-    return cls(spec, st, progress or _progress_printer())
-
-
-def _progress_printer() -> Any:
-    err = console(stderr=True)
-
-    def show(line: str) -> None:
-        err.print(f"[dim]…[/dim] {line}")
-
-    return show
-
-
-def _print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
-
-
-def _hosts_table(title: str, hosts: list[Any]) -> Any:
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left")
-    for col in ("host", "address", "port", "user", "groups", "state"):
-        t.add_column(col)
-    for h in hosts:
-        t.add_row(h.name, h.address, str(h.port), h.user, ",".join(h.groups), h.state)
-    return t
-
-
-def _known_testbed(st: Store, name: str) -> dict[str, Any]:
-    tb = st.testbed(name)
-    if tb is None:
-        from testbed.spec import load_testbed
-
-        load_testbed(name)  # an unknown name gets the 'no testbed named' message with a hint
-        raise TestbedError(f"testbed '{name}' is not provisioned", where="state", fix=f"testbed provision {name}")
-    return tb
-
-
-# provision / status / destroy ---------------------------------------------------------------------
-@app.command()
-def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventories/NAME.yml) or a .yml path.")],
-              json_out: JsonOpt = False) -> None:
-    """Create (or repair) the testbed's hosts and record them in state. Idempotent.
-
-    Example: testbed provision local
-    """
-    from testbed.spec import check_vars
-
-    st = store()
-    p = provider_for(name, st)
-    check_vars(p.spec)  # set-up variables are refused before any host is made
-    t0 = time.monotonic()
-    try:
-        hosts = p.provision()
-    except KeyboardInterrupt:
-        raise TestbedError(f"provisioning of '{p.name}' was interrupted; every resource created so far is recorded",
-                           where=f"testbed {p.name}", fix=f"run 'testbed destroy {p.name}' to release them, "
-                           f"or 'testbed provision {p.name}' to finish") from None
-    dt = time.monotonic() - t0
-    if json_out:
-        _print_json({"testbed": p.name, "provider": p.kind, "seconds": round(dt, 2),
-                     "hosts": [h.to_dict() for h in hosts]})
-        return
-    c = console()
-    c.print(_hosts_table(f"testbed {p.name} ({p.kind}): {len(hosts)} hosts up in {dt:.1f} s", hosts))
-    from testbed import ssh
-
-    c.print(f"ssh:     ssh -F {ssh.ssh_config_path(p.name)} {hosts[0].name}" if hosts else "")
-    c.print(f"ansible: ansible -i {ssh.inventory_path(p.name)} all -m ping")
-
-
-@app.command()
-def status(target: Annotated[str | None, typer.Argument(help="A testbed name or a run id; none: everything.")] = None,
-           probe: Annotated[bool, typer.Option("--probe", help="Check every host over SSH.")] = False,
-           json_out: JsonOpt = False) -> None:
-    """What state knows, without touching the network (``--probe`` checks reachability).
-
-    Example: testbed status local --probe
-    """
-    st = store()
-    if target is None:
-        tbs = st.testbeds()
-        runs = _recent_runs(st)
-        if json_out:
-            _print_json({"testbeds": [{**t, "hosts": len(st.hosts(t["name"]))} for t in tbs], "runs": runs})
-            return
-        from rich.table import Table
-
-        t = Table(title="testbeds", title_justify="left")
-        for col in ("name", "provider", "status", "hosts", "updated"):
-            t.add_column(col)
-        for tb in tbs:
-            t.add_row(tb["name"], tb["provider"], tb["status"], str(len(st.hosts(tb["name"]))),
-                      time.strftime("%Y-%m-%d %H:%M", time.localtime(tb["updated"])))
-        console().print(t if tbs else "no testbed provisioned (try: testbed provision local)")
-        if runs:
-            _print_runs(runs)
-        return
-    if st.testbed(target) is None and st.query("SELECT 1 FROM runs WHERE id=?", (target,)):
-        return _run_status(target, json_out)
-    tb = _known_testbed(st, target)
-    hosts = st.hosts(target)
-    extra: dict[str, Any] = {}
-    try:  # a spec that no longer loads still lets status show what state knows
-        p = provider_for(target, st)
-        extra = p.describe()
-        if probe:
-            hosts = p.refresh()
-    except TestbedError:
-        pass
-    if probe:
-        from testbed import remote
-
-        up = [h for h in hosts if h.state not in ("down", "preempted", "gone")]
-        res = {r.host: r for r in remote.run(target, [h.name for h in up], "true", timeout=20)}
-        for h in hosts:
-            r = res.get(h.name)
-            h.state = "up" if r and r.ok else ("unreachable" if r else h.state)
-            st.set_host_state(target, h.name, h.state)
-    if json_out:
-        _print_json({"testbed": target, "provider": tb["provider"], "status": tb["status"], **extra,
-                     "hosts": [{"name": h.name, "address": h.address, "port": h.port, "user": h.user,
-                                "groups": h.groups, "state": h.state} for h in hosts]})
-        return
-    c = console()
-    c.print(_hosts_table(f"testbed {target} ({tb['provider']}, {tb['status']})", hosts))
-    for k, v in extra.items():
-        if k == "warning":
-            c.print(f"[yellow]warning:[/yellow] {v}")
-        else:
-            c.print(f"{k}: {v}")
-
-
-@app.command()
-def destroy(name: Annotated[str, typer.Argument(help="Testbed name.")],
-            yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (no prompt is shown anyway when "
-                                                                  "stdin is not a terminal).")] = False) -> None:
-    """Release every resource of the testbed (hosts, leases, IPs, namespaces). Safe to repeat.
-
-    Example: testbed destroy local
-    """
-    st = store()
-    p = provider_for(name, st, recorded_ok=True)
-    if not yes and sys.stdin.isatty() and p.costs_money:
-        typer.confirm(f"destroy every cloud resource of testbed '{name}'?", abort=True)
-    t0 = time.monotonic()
-    try:
-        p.destroy()
-    except KeyboardInterrupt:
-        raise TestbedError(f"destroy of '{name}' was interrupted; what is left is still recorded",
-                           where=f"testbed {name}", fix=f"run 'testbed destroy {name}' again") from None
-    console().print(f"testbed {name} destroyed in {time.monotonic() - t0:.1f} s")
-
-
-@app.command()
-def setup(name: Annotated[str, typer.Argument(help="Testbed name.")],
-          profile: Annotated[str | None, typer.Option("--profile", "-P", help="Profile to apply.")] = None,
-          suite: Annotated[str | None, typer.Option("--suite", "-s", help="Apply the profile this suite needs.")]
-          = None,
-          role: Annotated[list[str] | None, typer.Option("--role", "-r", help="Apply single roles (repeatable).")]
-          = None,
-          check: Annotated[bool, typer.Option("--check", help="Show what would change; change nothing.")] = False,
-          limit: Annotated[str | None, typer.Option("--limit", "-l", help="Only these hosts (comma-separated).")]
-          = None,
-          var: Annotated[list[str] | None, typer.Option("--var", "-e", help="Extra variable key=value (repeatable).")]
-          = None,
-          source: Annotated[list[str] | None, typer.Option("--source", help="NAME=PATH|URL[@REF]: build a profile's "
-                                                                            "source from a local checkout, fork or "
-                                                                            "mirror (repeatable).")] = None,
-          json_out: JsonOpt = False) -> None:
-    """Apply Ansible roles to the testbed: a profile, a suite's profile, or single roles.
-
-    Without options the testbed's default profile (its spec's `profile:`) is applied.
-    Example: testbed setup local --profile local-suites
-    """
-    from testbed import setup as setup_mod
-
-    given = [x for x in (profile, suite, role) if x]
-    if len(given) > 1:
-        raise UsageError("give only one of --profile, --suite, --role", where="command line",
-                         fix="testbed setup local --profile local-suites")
-    _known_testbed(store(), name)
-    extra: dict[str, Any] = {}
-    for kv in var or []:
-        if "=" not in kv:
-            raise UsageError(f"bad --var '{kv}'", where="command line", fix="use --var key=value")
-        k, v = kv.split("=", 1)
-        extra[k.strip()] = v
-    builds = _setup_sources(name, profile, suite, source or [])
-    if builds:
-        extra["testbed_source_overrides"] = builds
-    kw: dict[str, Any] = {"profile": profile, "suite": suite, "roles": role or None, "check": check,
-                          "limit": [x.strip() for x in limit.split(",") if x.strip()] if limit else None,
-                          "extra_vars": extra or None}
-    if json_out:
-        result = setup_mod.apply(name, **kw)
-        sys.stdout.write(result.to_json() + "\n")
-    else:
-        result = setup_mod.apply_with_progress(name, console=console(), **kw)
-    if result.error:
-        raise TestbedError(result.error, where=result.artifact_dir or f"testbed {name}",
-                           fix="read the Ansible output above; fix the role or the host, then run setup again")
-    if not result.ok:
-        raise typer.Exit(1)
-
-
-def _setup_sources(name: str, profile: str | None, suite: str | None, given: list[str]) -> dict[str, Any]:
-    """--source and the testbed spec's ``sources:`` as the source_build role's overrides (checked here)."""
-    from testbed import sources
-    from testbed.spec import load_testbed
-
-    suite_sources: dict[str, str] = {}
-    if suite:
-        from testbed.suite import load_suite
-
-        s = load_suite(suite)
-        profile, suite_sources = s.profile, {x.name: x.repo for x in s.sources}
-    builds = sources.profile_builds(profile or load_testbed(name).profile)
-    resolved = sources.overrides_for(sources.spec_sources(name), sources.parse(given), suite_sources, builds)
-    return sources.for_setup(resolved, suite_sources, builds) if resolved else {}
-
-
-# exec / ssh ------------------------------------------------------------------------------------------
-@app.command(name="exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
-def exec_(name: Annotated[str, typer.Argument(help="Testbed name.")],
-          command: Annotated[list[str], typer.Argument(help="The command, after '--'; run by each host's shell.")],
-          hosts: Annotated[str | None, typer.Option("--hosts", "-H", help="Names, groups or globs, comma-separated.")]
-          = None,
-          timeout: Annotated[float | None, typer.Option(help="Seconds before a host's command is killed.")] = None,
-          json_out: JsonOpt = False) -> None:
-    """Run a command on every host in parallel; output grouped per host; exit 1 if any host failed.
-
-    Example: testbed exec local --hosts workers -- 'nproc; uname -r'
-    """
-    from testbed import remote
-
-    st = store()
-    _known_testbed(st, name)
-    selected = remote.select_hosts(st.hosts(name), hosts)
-    cmd = " ".join(command)
-    if not cmd.strip():
-        raise UsageError("no command given", where="command line", fix="testbed exec local -- hostname")
-    results = remote.run(name, [h.name for h in selected], cmd, timeout=timeout)
-    failed = [r for r in results if not r.ok]
-    if json_out:
-        _print_json([{"host": r.host, "exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr,
-                      **({"error": r.error} if r.error else {})} for r in results])
-    else:
-        from rich.markup import escape
-        from rich.rule import Rule
-
-        c = console()
-        for r in results:
-            mark = "[green]ok[/green]" if r.ok else f"[red]{escape(r.error or f'exit {r.exit_code}')}[/red]"
-            c.print(Rule(f"{r.host}  {mark}  {r.seconds:.2f} s", align="left"))
-            if r.stdout:
-                c.out(r.stdout.rstrip("\n"), highlight=False)
-            if r.stderr and not r.error:
-                c.print(f"[dim]{escape(r.stderr.rstrip())}[/dim]")
-        c.print(f"{len(results) - len(failed)}/{len(results)} hosts ok"
-                + (f"; failed: {', '.join(r.host for r in failed)}" if failed else ""))
-    if failed:
-        raise typer.Exit(1)
-
-
-@app.command(name="ssh")
-def ssh_(name: Annotated[str, typer.Argument(help="Testbed name.")],
-         host: Annotated[str | None, typer.Argument(help="Host name (default: the master).")] = None,
-         command: Annotated[list[str] | None, typer.Argument(help="Optional command after '--'.")] = None) -> None:
-    """Open an SSH session to a host with the testbed's key and pinned host keys.
-
-    Example: testbed ssh local node1
-    """
-    from testbed import ssh
-
-    st = store()
-    _known_testbed(st, name)
-    hosts = st.hosts(name)
-    names = [h.name for h in hosts]
-    host = host or next((h.name for h in hosts if "master" in h.groups), names[0] if names else None)
-    if host not in names:
-        raise UsageError(f"no host '{host}' in testbed '{name}'", where="command line",
-                         fix=f"hosts: {', '.join(names)}")
-    argv = ssh.ssh_argv(name, host, " ".join(command) if command else None, tty=sys.stdin.isatty(), mux="auto")
-    sys.stdout.flush()
-    os.execvp(argv[0], argv)  # noqa: S606
-
-
-@app.command()
-def extend(name: Annotated[str, typer.Argument(help="Testbed name (a Chameleon testbed).")],
-           hours: Annotated[float, typer.Option("--hours", help="Hours to add to the lease.")]) -> None:
-    """Move the end of the testbed's lease later (Chameleon).
-
-    Example: testbed extend chameleon --hours 4
-    """
-    st = store()
-    _known_testbed(st, name)
-    p = provider_for(name, st)
-    if not p.can("extend"):
-        raise UsageError(f"testbed '{name}' ({p.kind}) has no lease to extend", where="command line",
-                         fix="extend applies to testbeds with a reservation (Chameleon leases)")
-    new_end = p.extend(hours)
-    console().print(f"lease of {name} now ends at {new_end}")
-
-
-@app.command(name="forget-host")
-def forget_host(name: Annotated[str, typer.Argument(help="Testbed name.")],
-                host: Annotated[str, typer.Argument(help="Host whose pinned key to forget.")]) -> None:
-    """Forget a host's pinned SSH key (after it was really rebuilt); the next connection pins the new one.
-
-    Example: testbed forget-host tesla ecetesla3
-    """
-    from testbed import ssh
-
-    _known_testbed(store(), name)
-    ssh.forget_host_keys(name, [host])
-    console().print(f"forgot the pinned key of {host}; the next connection trusts and pins its current key")
-
-
-# list / doctor ----------------------------------------------------------------------------------------
-@list_app.callback(invoke_without_command=True)
-def list_default(ctx: typer.Context, json_out: JsonOpt = False) -> None:
-    """Testbeds defined in inventories/ and their state."""
-    if ctx.invoked_subcommand is None:
-        list_testbeds(json_out)
-
-
-@list_app.command("testbeds")
-def list_testbeds(json_out: JsonOpt = False) -> None:
-    """Testbed specs found in inventories/ (cwd first, then the shipped ones). Example: testbed list testbeds"""
-    from testbed import paths
-
-    st = store()
-    rows = []
-    for name, p in paths.list_resources("inventories").items():
-        tb = st.testbed(name)
-        rows.append({"name": name, "spec": str(p), "status": tb["status"] if tb else "not provisioned"})
-    if json_out:
-        _print_json(rows)
-        return
-    from rich.table import Table
-
-    t = Table(title="testbeds", title_justify="left")
-    for col in ("name", "status", "spec"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(r["name"], r["status"], r["spec"])
-    console().print(t)
-
-
-@list_app.command("profiles")
-def list_profiles(json_out: JsonOpt = False) -> None:
-    """Set-up profiles (playbooks/profiles/) with their roles. Example: testbed list profiles"""
-    from testbed import setup as setup_mod
-
-    rows: list[dict[str, Any]] = []
-    for name in setup_mod.available_profiles():
-        plan = setup_mod.load_profile(name)
-        rows.append({"name": name, "roles": plan.roles})
-    if json_out:
-        _print_json({"profiles": rows, "roles": setup_mod.available_roles()})
-        return
-    from rich.table import Table
-
-    t = Table(title="profiles", title_justify="left")
-    t.add_column("profile")
-    t.add_column("roles, in order")
-    for r in rows:
-        t.add_row(r["name"], ", ".join(r["roles"]))
-    c = console()
-    c.print(t)
-    c.print("roles: " + ", ".join(setup_mod.available_roles()))
-
-
-@list_app.command("runs")
-def list_runs(json_out: JsonOpt = False) -> None:
-    """Recent runs recorded in state. Example: testbed list runs"""
-    runs = _recent_runs(store(), limit=100)
-    if json_out:
-        _print_json(runs)
-    else:
-        _print_runs(runs)
-
-
-def _recent_runs(st: Store, limit: int = 10) -> list[dict[str, Any]]:
-    return [dict(r) for r in st.query(
-        "SELECT id, suite, testbed, status, created, started, ended, reason FROM runs ORDER BY created DESC LIMIT ?",
-        (limit,))]
-
-
-def _print_runs(runs: list[dict[str, Any]]) -> None:
-    from rich.table import Table
-
-    t = Table(title="runs", title_justify="left")
-    for col in ("id", "suite", "testbed", "status", "started", "reason"):
-        t.add_column(col)
-    for r in runs:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r.get("started") else ""
-        t.add_row(r["id"], r["suite"], r["testbed"], r["status"], started, r.get("reason") or "")
-    console().print(t)
-
-
-def _run_status(run_id: str, json_out: bool) -> None:
-    from testbed.run import runner
-
-    runner.status_command(run_id, json_out=json_out)
-
-
-def _register_verbs() -> None:
-    """The run, collect and report verbs live in their own modules (light to import)."""
+def _register() -> None:
+    """Each command module adds its verbs, in the order `testbed --help` lists them."""
     from testbed.cli import collect as cli_collect
     from testbed.cli import runs as cli_runs
+    from testbed.cli import testbeds, tools
 
+    testbeds.register(app, list_app)
     cli_runs.register(app, list_app)
     cli_collect.register(app)
+    tools.register(app)
+    app.add_typer(list_app, name="list")
 
 
-_register_verbs()
-app.add_typer(list_app, name="list")
-
-
-@app.command()
-def doctor(json_out: JsonOpt = False) -> None:
-    """Check this machine for what each provider needs and say how to install what is missing.
-
-    Example: testbed doctor
-    """
-    import importlib.util
-    import shutil
-
-    from testbed.providers.local import REQUIRED_TOOLS
-
-    checks: list[dict[str, Any]] = []
-
-    def add(what: str, ok: bool, fix: str, needed_by: str) -> None:
-        checks.append({"check": what, "ok": ok, "fix": "" if ok else fix, "needed_by": needed_by})
-
-    add("python >= 3.11", sys.version_info >= (3, 11), "install Python 3.11", "everything")
-    add("running as root", os.geteuid() == 0, "run as root (sudo -E testbed ...)", "local provider")
-    for tool, pkg in REQUIRED_TOOLS.items():
-        add(f"{tool} on PATH", shutil.which(tool) is not None, f"apt-get install -y {pkg}", "local provider")
-    add("sshd (/usr/sbin/sshd)", os.access("/usr/sbin/sshd", os.X_OK), "apt-get install -y openssh-server",
-        "local provider")
-    add("rsync on PATH", shutil.which("rsync") is not None, "apt-get install -y rsync", "collect")
-    add("mpirun on PATH", shutil.which("mpirun") is not None, "apt-get install -y openmpi-bin libopenmpi-dev",
-        "mpi suites")
-    add("ansible-playbook next to python",
-        os.path.exists(os.path.join(os.path.dirname(sys.executable), "ansible-playbook")),
-        "pip install testbed (ansible-core comes with it)", "setup")
-    add("python-chi installed", importlib.util.find_spec("chi") is not None,
-        "pip install 'testbed[chameleon]'", "chameleon provider")
-    add("python-blazarclient installed", importlib.util.find_spec("blazarclient") is not None,
-        "pip install python-blazarclient (python-chi forgets it)", "chameleon provider")
-    add("google-cloud-tpu installed", importlib.util.find_spec("google.cloud.tpu_v2") is not None
-        if importlib.util.find_spec("google.cloud") else False, "pip install 'testbed[tpu]'", "gcp-tpu provider")
-    ok = all(c["ok"] for c in checks if c["needed_by"] in ("everything", "local provider"))
-    if json_out:
-        _print_json({"ok": ok, "checks": checks})
-    else:
-        from rich.table import Table
-
-        t = Table(title="testbed doctor", title_justify="left")
-        for col in ("check", "ok", "needed by", "fix"):
-            t.add_column(col)
-        for c in checks:
-            t.add_row(c["check"], "[green]yes[/green]" if c["ok"] else "[red]no[/red]", c["needed_by"], c["fix"])
-        console().print(t)
-    if not ok:
-        raise typer.Exit(1)
-
-
-@app.command()
-def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local testbed up afterwards.")] = False,
-         results: Annotated[str, typer.Option("--to", help="Results folder.")] = "results") -> None:
-    """The whole loop on the local testbed: provision, exec, setup, run, collect, report (then destroy).
-
-    Each step is the command a user would type, printed before it runs.
-    Example: testbed demo --keep
-    """
-    import glob
-
-    from rich.rule import Rule
-
-    c = console()
-    steps: list[list[str]] = [
-        ["provision", "local"],
-        ["exec", "local", "--", "echo $(hostname) $(hostname -I) boot $(cut -c1-8 /proc/sys/kernel/random/boot_id)"],
-        ["setup", "local", "--profile", "local-suites"],
-        ["run", "mpi-hello", "--on", "local", "--no-setup"],
-        ["run", "fault-drill", "--on", "local", "--no-setup"],
-        ["collect", "--all", "--to", results],
-    ]
-    t0 = time.monotonic()
-    cmd = typer.main.get_command(app)
-    try:
-        for args in steps:
-            c.print(Rule(f"[bold]testbed {' '.join(args)}[/bold]", align="left"))
-            rc = cmd.main(args, prog_name="testbed", standalone_mode=False)
-            if isinstance(rc, int) and rc != 0:
-                raise TestbedError(f"demo step 'testbed {' '.join(args)}' failed (exit {rc})", where="demo",
-                                   fix="run that command by hand to see why (testbed doctor checks the machine)")
-        reports = []
-        for run_dir in sorted(glob.glob(os.path.join(results, "*", "*", "manifest.json"))):
-            d = os.path.dirname(run_dir)
-            c.print(Rule(f"[bold]testbed report {d}[/bold]", align="left"))
-            cmd.main(["report", d], prog_name="testbed", standalone_mode=False)
-            reports.append(d)
-    finally:
-        if not keep:
-            c.print(Rule("[bold]testbed destroy local[/bold]", align="left"))
-            cmd.main(["destroy", "local", "--yes"], prog_name="testbed", standalone_mode=False)
-    c.print(f"\n[bold green]demo done[/bold green] in {time.monotonic() - t0:.0f} s; results in {results}/ "
-            f"({len(reports)} runs with a manifest and a report)")
+_register()
 
 
 # entry point ----------------------------------------------------------------------------------------
@@ -609,7 +67,7 @@ def main() -> None:
             sys.exit(0)
         cmd = e.ctx.command_path if e.ctx is not None else "testbed"
         err = UsageError(e.format_message(), where=f"command line ({cmd})", fix=f"see '{cmd} --help'")
-        console(stderr=True).print(f"[bold red]error:[/bold red] {_escape(err.render())}")
+        console(stderr=True).print(f"[bold red]error:[/bold red] {escape(err.render())}")
         sys.exit(2)
     except aborts:
         console(stderr=True).print("[yellow]interrupted[/yellow]")
@@ -619,7 +77,7 @@ def main() -> None:
             import traceback
 
             traceback.print_exc()
-        console(stderr=True).print(f"[bold red]error:[/bold red] {_escape(e.render())}")
+        console(stderr=True).print(f"[bold red]error:[/bold red] {escape(e.render())}")
         sys.exit(e.code)
     except KeyboardInterrupt:
         console(stderr=True).print("[yellow]interrupted[/yellow]")
@@ -628,16 +86,16 @@ def main() -> None:
         if _debug:
             raise
         what = e.strerror or str(e) or type(e).__name__
-        err = TestbedError(f"{what}" + (f": {e.filename}" if e.filename else ""),
+        oserr = TestbedError(f"{what}" + (f": {e.filename}" if e.filename else ""),
                            where=str(e.filename) if e.filename else "this machine",
                            fix="check that path (its length, permissions and the free space), then retry; "
                                "--debug shows where it happened")
-        console(stderr=True).print(f"[bold red]error:[/bold red] {_escape(err.render())}")
+        console(stderr=True).print(f"[bold red]error:[/bold red] {escape(oserr.render())}")
         sys.exit(1)
     except Exception as e:  # a bug: still one line unless --debug
         if _debug:
             raise
-        console(stderr=True).print(f"[bold red]internal error:[/bold red] {type(e).__name__}: {_escape(str(e))}\n"
+        console(stderr=True).print(f"[bold red]internal error:[/bold red] {type(e).__name__}: {escape(str(e))}\n"
                                    "  fix:   run again with --debug for the traceback and report it")
         sys.exit(1)
     sys.exit(rc if isinstance(rc, int) else 0)
@@ -659,9 +117,3 @@ def _click_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[Bas
             if isinstance(cls, type) and issubclass(cls, BaseException):
                 bucket.append(cls)
     return tuple(usage), tuple(aborts)
-
-
-def _escape(s: str) -> str:
-    from rich.markup import escape
-
-    return escape(s)

@@ -5,8 +5,6 @@ Only typer is imported at module level: collect, Rich and the report code load i
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -17,11 +15,7 @@ if TYPE_CHECKING:
     from testbed.report import ReportResult
     from testbed.report.campaign import IndexResult
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-
-
-def _print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+from testbed.cli.common import JsonOpt, print_json
 
 
 def _human(n: float) -> str:
@@ -70,7 +64,7 @@ def collect_cmd(
     with bar:
         results = collect_runs(runs or None, to, all_runs=all_runs, progress=progress)
     if json_out:
-        _print_json([r.to_dict() for r in results])
+        print_json([r.to_dict() for r in results])
     else:
         _print_collect(results)
     problem = format_problems(results)
@@ -126,14 +120,14 @@ def report_cmd(
     res = report_path(path, fmt, campaign)
     if isinstance(res, IndexResult):
         if json_out:
-            _print_json({"index": [str(p) for p in res.paths], "runs": res.runs,
+            print_json({"index": [str(p) for p in res.paths], "runs": res.runs,
                          "campaigns": [_report_dict(c) for c in res.campaigns],
                          "skipped": [{"folder": f, "why": w} for f, w in res.skipped]})
         else:
             _print_index(res)
         return
     if json_out:
-        _print_json(_report_dict(res))
+        print_json(_report_dict(res))
         return
     _print_report(res)
 

@@ -10,20 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-
-
-def _console(stderr: bool = False) -> Any:
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False)
-
-
-def _print_json(obj: Any) -> None:
-    import json
-    import sys
-
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+from testbed.cli.common import JsonOpt, console, print_json
 
 
 def run(
@@ -68,12 +55,12 @@ def run(
         return _show_dry_run(plan, json_out)
     _setup(s, plan["testbed"], no_setup, plan.get("source_overrides"))
     run_id = runner.start_run(plan)
-    c = _console(stderr=True)
+    c = console(stderr=True)
     c.print(f"run [bold]{run_id}[/bold] on {plan['testbed']} "
             f"({len(plan['ranks'])} ranks on {', '.join(h['name'] for h in plan['hosts'])})")
     if detach:
         if json_out:
-            _print_json({"run_id": run_id, "status": "pending"})
+            print_json({"run_id": run_id, "status": "pending"})
         else:
             c.print(f"detached: testbed status {run_id} | testbed logs {run_id} -f")
         return
@@ -87,7 +74,7 @@ def run(
         from testbed.run import state as run_state
         from testbed.state import Store
 
-        _print_json(run_state.require(Store.open_default(), run_id))
+        print_json(run_state.require(Store.open_default(), run_id))
     if row["status"] != "succeeded":
         from testbed.run import state as run_state
 
@@ -102,8 +89,8 @@ def _setup(s: Any, testbed: str, no_setup: bool, overrides: dict[str, Any] | Non
 
     if no_setup or not s.profile or importlib.util.find_spec("testbed.setup") is None:
         return
-    from testbed import setup
     from testbed import sources as sources_mod
+    from testbed.cli import setup_view
     from testbed.errors import TestbedError
 
     extra = None
@@ -112,7 +99,8 @@ def _setup(s: Any, testbed: str, no_setup: bool, overrides: dict[str, Any] | Non
         builds = sources_mod.for_setup(resolved, {x.name: x.repo for x in s.sources},
                                        sources_mod.profile_builds(s.profile))
         extra = {"testbed_source_overrides": builds} if builds else None
-    result = setup.apply_with_progress(testbed, console=_console(stderr=True), profile=s.profile, extra_vars=extra)
+    result = setup_view.apply_with_progress(testbed, console=console(stderr=True), profile=s.profile,
+                                            extra_vars=extra)
     if not getattr(result, "ok", True):
         raise TestbedError(f"setup of '{testbed}' with profile '{s.profile}' failed", where=f"testbed {testbed}",
                            fix="see the summary above; fix and rerun, or pass --no-setup")
@@ -126,7 +114,7 @@ def _collect(run_ids: list[str]) -> None:
 
     results = collect.collect_runs(run_ids, to=Path("results"))
     for r in results:
-        _console(stderr=True).print(f"collected {r.run_id} -> {r.path} ({r.files_sent} files sent)")
+        console(stderr=True).print(f"collected {r.run_id} -> {r.path} ({r.files_sent} files sent)")
     problem = collect.format_problems(results)
     if problem is not None:
         raise problem
@@ -139,10 +127,10 @@ def _show_dry_run(plan: dict[str, Any], json_out: bool) -> None:
 
     lines = dry_run_lines(plan)
     if json_out:
-        _print_json({"run_id": plan["run_id"], "testbed": plan["testbed"], "params": plan["params"],
+        print_json({"run_id": plan["run_id"], "testbed": plan["testbed"], "params": plan["params"],
                      "hosts": plan["hosts"], "commands": lines})
         return
-    c = _console()
+    c = console()
     note = " (placeholder hosts: the testbed is not provisioned)" if plan["placeholder_hosts"] else ""
     c.print(f"[bold]dry run[/bold] of {plan['suite']} on {plan['testbed']}{note}; run dir {plan['run_dir']}")
     c.print("params: " + escape(", ".join(f"{k}={v}" for k, v in plan["params"].items())))
@@ -168,7 +156,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
         if json_out:
             from testbed.run.plan import dry_run_lines
 
-            _print_json([{"params": p["params"], "commands": dry_run_lines(p)} for p in plans])
+            print_json([{"params": p["params"], "commands": dry_run_lines(p)} for p in plans])
             return
         for p in plans:
             _show_dry_run(p, False)
@@ -176,7 +164,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     first = runner.plan_run(s, tb, points[0], faults=faults, sources=src)  # checks the overrides before any host
     _setup(s, tb, no_setup, first.get("source_overrides"))
     cid = campaign.create_or_resume(s.name, tb, points, faults, src)
-    c = _console(stderr=True)
+    c = console(stderr=True)
     c.print(f"campaign [bold]{cid}[/bold]: {len(points)} runs of {s.name} on {tb}")
     if detach:
         from testbed.run import state as run_state
@@ -195,7 +183,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     if collect:
         _collect(ids)
     if json_out:
-        _print_json(row)
+        print_json(row)
     ok = sum(p["status"] == "succeeded" for p in row["points"])
     c.print(f"campaign {cid}: {ok}/{len(row['points'])} runs succeeded")
     if ok != len(row["points"]):
@@ -224,7 +212,7 @@ def stop(run_id: Annotated[str, typer.Argument(help="Run id.")]) -> None:
     from testbed.run import runner
 
     row = runner.stop_run(run_id)
-    _console().print(f"run {run_id}: {row['status']}" + (f" ({row['reason']})" if row.get("reason") else ""))
+    console().print(f"run {run_id}: {row['status']}" + (f" ({row['reason']})" if row.get("reason") else ""))
 
 
 def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.")], json_out: JsonOpt = False) -> None:
@@ -238,9 +226,9 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.")],
 
     s = suite_mod.load_suite(suite)
     if json_out:
-        _print_json({**s.model_dump(mode="json"), "source": s.source})
+        print_json({**s.model_dump(mode="json"), "source": s.source})
         return
-    c = _console()
+    c = console()
     c.print(f"[bold]{s.name}[/bold]: {escape(s.description.strip())}")
     c.print(f"file: {s.source}")
     r = s.requires
@@ -278,7 +266,7 @@ def list_suites(json_out: JsonOpt = False) -> None:
             rows.append({"name": name, "description": f"INVALID: {e.what}", "testbed": "", "matrix": False,
                          "path": str(path)})
     if json_out:
-        _print_json(rows)
+        print_json(rows)
         return
     from rich.markup import escape
     from rich.table import Table
@@ -288,7 +276,7 @@ def list_suites(json_out: JsonOpt = False) -> None:
         t.add_column(col)
     for r in rows:
         t.add_row(str(r["name"]), str(r["testbed"]), "yes" if r["matrix"] else "", escape(str(r["description"])))
-    _console().print(t)
+    console().print(t)
 
 
 def register(app: typer.Typer, list_app: typer.Typer) -> None:

@@ -6,10 +6,8 @@ recorded the moment nova returns it -> wait ACTIVE -> a floating IP per server (
 until SSH answers (a real handshake) -> host keys pinned -> hosts in state (user from the spec: ``cc``) ->
 ssh_config and inventory. Running it again reuses what exists (by recorded id, else by name).
 
-destroy: deletes the floating IPs (never chi's ``Server.delete()``, which leaks them), the servers, the lease
-and the key pair; 404 counts as gone; a resource row is removed only once the cloud says it is gone, so a
-destroy that fails half-way can simply be run again. Resources that an interrupted run made before their id
-came back are found by name and released too.
+destroy (:mod:`testbed.providers.chameleon_release`): floating IPs, servers, the lease and the key pair, each
+row removed once the cloud says it is gone, so a destroy that fails half-way can simply be run again.
 
 python-chi lives behind :mod:`testbed.providers.chameleon_chi` and is imported only when a method needs it.
 """
@@ -17,7 +15,6 @@ python-chi lives behind :mod:`testbed.providers.chameleon_chi` and is imported o
 from __future__ import annotations
 
 import hashlib
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from testbed import paths, ssh
-from testbed.errors import TestbedError, UsageError
+from testbed.errors import TestbedError
 from testbed.hosts import Host
 from testbed.providers.base import Provider
 from testbed.spec import ChameleonSettings
@@ -182,7 +179,9 @@ class ChameleonProvider(Provider):
         s = self.settings
         self.record_testbed("provisioning", {"site": s.site, "lease_name": self.lease_name})
         try:
-            lease = self._ensure_lease(api)
+            from testbed.providers import chameleon_lease
+
+            lease = chameleon_lease.ensure_lease(self, api)
             self._ensure_keypair(api, public_key)
             servers = self._ensure_servers(api, lease)
             details = self._wait_servers(api, servers)
@@ -202,116 +201,6 @@ class ChameleonProvider(Provider):
         self.record_testbed("up")
         return hosts
 
-    def _dates(self) -> tuple[str, str]:
-        """Blazar start ('now' or 'YYYY-MM-DD HH:MM') and end, UTC."""
-        s = self.settings
-        try:
-            start_dt = _utcnow() if s.start in (None, "now") else datetime.strptime(str(s.start), BLAZAR_FMT)
-            end_dt = datetime.strptime(s.end, BLAZAR_FMT) if s.end else start_dt + timedelta(hours=s.hours)
-        except ValueError as e:
-            raise UsageError(f"bad lease date: {e}", where=f"{self.spec.source or 'inventory'}: provider.start/end",
-                             fix="write 'now' or 'YYYY-MM-DD HH:MM' (UTC)") from None
-        if end_dt <= start_dt + timedelta(minutes=1):
-            raise UsageError(f"the lease would end ({end_dt:%Y-%m-%d %H:%M}) before it starts",
-                             where=f"{self.spec.source or 'inventory'}: provider.start/end",
-                             fix="make end later than start, or give provider.hours")
-        return ("now" if s.start in (None, "now") else start_dt.strftime(BLAZAR_FMT)), end_dt.strftime(BLAZAR_FMT)
-
-    def _note_lease(self, lease: dict[str, Any]) -> None:
-        info: dict[str, Any] = {"lease_id": lease["id"], "lease_name": lease.get("name")}
-        with_end = lease.get("end_date")
-        if with_end:
-            info["lease_end"] = _iso(_parse_lease_time(with_end))
-        self.store.add_resource(self.name, "lease", lease["id"], name=lease.get("name"),
-                                end=info.get("lease_end"))
-        self.store.update_testbed_info(self.name, **info)
-
-    def _ensure_lease(self, api: Chi) -> dict[str, Any]:
-        s = self.settings
-        thing = f"lease {self.lease_name}"
-        for r in self.store.resources(self.name, "lease"):
-            with self._step("looking up the lease", thing):
-                lease = api.lease_get(r["id"])
-            if lease is None or lease.get("status") in LEASE_GONE:
-                self.store.remove_resource(self.name, "lease", r["id"])
-                continue
-            self._note_lease(lease)
-            self.progress(f"lease {self.lease_name}: reusing {lease['id']} ({lease.get('status')})")
-            return self._wait_lease(api, lease)
-        with self._step("looking up leases by name", thing):
-            named = [x for x in api.leases_named(self.lease_name) if x.get("status") not in LEASE_GONE]
-        for lease in named:  # made by an interrupted run before its id came back
-            self._note_lease(lease)
-        if named:
-            self.progress(f"lease {self.lease_name}: adopting {named[0]['id']} ({named[0].get('status')})")
-            return self._wait_lease(api, named[0])
-        start, end = self._dates()
-        fips = s.count if (s.floating_ips and s.reserve_floating_ips) else 0
-        self.progress(f"lease {self.lease_name}: requesting {s.count} x {s.node_type}"
-                      f"{f' + {fips} floating IPs' if fips else ''} at {s.site}, {start} to {end} UTC")
-        with self._step("creating the lease", thing):
-            lease = api.lease_create(self.lease_name, start=start, end=end, node_type=s.node_type,
-                                     count=s.count, fips=fips)
-        self._note_lease(lease)  # recorded before any waiting
-        return self._wait_lease(api, lease)
-
-    def _wait_lease(self, api: Chi, lease: dict[str, Any]) -> dict[str, Any]:
-        s = self.settings
-        lid = lease["id"]
-        thing = f"lease {self.lease_name} ({lid})"
-        start = time.monotonic()
-        deadline = start + s.lease_timeout
-        last_status, last_report = None, 0.0
-        while True:
-            status = str(lease.get("status") or "UNKNOWN").upper()
-            now = time.monotonic()
-            if status == "ACTIVE":
-                self._note_lease(lease)
-                self.progress(f"lease {self.lease_name}: ACTIVE until {lease.get('end_date', '?')[:16]} UTC")
-                return lease
-            if status == "ERROR":
-                reason = lease.get("status_reason") or lease.get("degraded") or ""
-                raise TestbedError(
-                    f"lease {self.lease_name} went to ERROR{f' ({reason})' if reason else ''}",
-                    where=self._where("blazar", thing),
-                    fix=f"run 'testbed destroy {self.name}'; then check free {s.node_type} nodes in the {s.site} "
-                        "host calendar, change provider.node_type/count/start, and provision again")
-            if status in LEASE_GONE:
-                raise TestbedError(f"lease {self.lease_name} is {status} before it became ACTIVE",
-                                   where=self._where("blazar", thing),
-                                   fix=f"run 'testbed destroy {self.name}', then 'testbed provision {self.name}'")
-            starts = lease.get("start_date")
-            if starts and status == "PENDING":
-                begin = _parse_lease_time(starts)
-                if begin - _utcnow() > timedelta(seconds=max(0.0, deadline - now) + 60):
-                    raise TestbedError(f"lease {self.lease_name} is reserved but starts only at "
-                                       f"{begin:%Y-%m-%d %H:%M} UTC", where=self._where("blazar", thing),
-                                       fix=f"run 'testbed provision {self.name}' again after it starts (the lease "
-                                           f"is recorded); 'testbed destroy {self.name}' cancels it")
-            if status != last_status or now - last_report >= REPORT_EVERY:
-                self.progress(f"lease {self.lease_name}: {status} ({int(now - start)} s)")
-                last_status, last_report = status, now
-            if now >= deadline:
-                raise TestbedError(f"lease {self.lease_name} is still {status} after {s.lease_timeout} s",
-                                   where=self._where("blazar", thing),
-                                   fix=f"run 'testbed provision {self.name}' again to keep waiting (or raise "
-                                       f"provider.lease_timeout); 'testbed destroy {self.name}' releases it")
-            self._sleep(deadline)
-            with self._step("waiting for the lease", thing):
-                got = api.lease_get(lid)
-            if got is None:
-                raise TestbedError(f"lease {self.lease_name} disappeared while starting",
-                                   where=self._where("blazar", thing),
-                                   fix=f"run 'testbed destroy {self.name}', then provision again")
-            lease = got
-
-    @staticmethod
-    def _reservation(lease: dict[str, Any], resource_type: str) -> str | None:
-        for r in lease.get("reservations") or []:
-            if r.get("resource_type") == resource_type:
-                return str(r["id"])
-        return None
-
     def _ensure_keypair(self, api: Chi, public_key: str) -> None:
         self.store.add_resource(self.name, "keypair", self.keypair_name)  # the name is the id
         with self._step("uploading the key pair", f"key pair {self.keypair_name}"):
@@ -320,7 +209,9 @@ class ChameleonProvider(Provider):
     def _ensure_servers(self, api: Chi, lease: dict[str, Any]) -> dict[str, str]:
         """One server per host on the node reservation; host -> server id (each recorded as it comes back)."""
         s = self.settings
-        rid = self._reservation(lease, "physical:host")
+        from testbed.providers import chameleon_lease
+
+        rid = chameleon_lease.reservation(lease, "physical:host")
         if rid is None:
             raise TestbedError(f"lease {self.lease_name} has no node reservation",
                                where=self._where("blazar", f"lease {lease['id']}"),
@@ -425,7 +316,9 @@ class ChameleonProvider(Provider):
                                        fix=f"check provider.network ({s.network}); destroy and provision again")
                 out[host] = fixed[0]
             return out
-        fip_rid = self._reservation(lease, "virtual:floatingip") if s.reserve_floating_ips else None
+        from testbed.providers import chameleon_lease
+
+        fip_rid = chameleon_lease.reservation(lease, "virtual:floatingip") if s.reserve_floating_ips else None
         recorded = {r["info"].get("host"): r for r in self.store.resources(self.name, "fip")}
         used = {r["id"] for r in recorded.values()}
         out = {}
@@ -500,210 +393,30 @@ class ChameleonProvider(Provider):
     # destroy ------------------------------------------------------------------------------------------
     def destroy(self) -> None:
         """Release floating IPs, servers, the lease and the key pair; safe to run again."""
-        if not self.store.resources(self.name) and self.store.testbed(self.name) is None:
-            shutil.rmtree(paths.testbed_dir(self.name), ignore_errors=True)
-            return  # nothing was ever made (or it is all gone already): no credentials needed
-        try:
-            api = self._connect()
-        except TestbedError:
-            if self.store.resources(self.name):
-                raise  # recorded resources need the API: refuse before any request
-            self.progress(f"{self.name}: nothing recorded and no credentials; skipped the search by name")
-            self._forget()
-            return
-        if self.store.testbed(self.name) is not None:
-            self.store.set_testbed_status(self.name, "destroying")
-        failures: list[str] = []
-        try:
-            self._adopt_by_name(api)
-            self._destroy_fips(api, failures)
-            servers = {r["id"]: r["info"].get("name", r["id"]) for r in self.store.resources(self.name, "server")}
-            self._delete_servers(api, servers, failures)
-            self._destroy_leases(api, failures)
-            self._destroy_fips(api, failures, after_lease=True)
-            for r in self.store.resources(self.name, "keypair"):
-                try:
-                    with self._step("deleting the key pair", f"key pair {r['id']}"):
-                        api.keypair_delete(r["id"])
-                    self.store.remove_resource(self.name, "keypair", r["id"])
-                except TestbedError as e:
-                    failures.append(e.what)
-        except KeyboardInterrupt:
-            raise TestbedError(f"destroy of '{self.name}' interrupted; still recorded: {self._recorded()}",
-                               where=self._where("testbed", f"lease {self.lease_name}"),
-                               fix=f"run 'testbed destroy {self.name}' again", code=130) from None
-        except TestbedError as e:
-            failures.append(e.what)
-        if failures:
-            self.store.set_testbed_status(self.name, "destroy-failed")
-            raise TestbedError(f"destroy of '{self.name}' left {self._recorded()}: " + "; ".join(failures),
-                               where=self._where("API", f"testbed {self.name}"),
-                               fix=f"run 'testbed destroy {self.name}' again; if it keeps failing, delete the "
-                                   "recorded ids in the Chameleon dashboard")
-        self._forget()
-        self.progress(f"{self.name}: lease, servers and floating IPs released")
 
-    def _forget(self) -> None:
-        """Local clean-up once nothing is left in the cloud: ssh masters, state rows, keys and configs."""
-        hosts = [h.name for h in self.store.hosts(self.name)]
-        ssh.close_connections(self.name, hosts, remove=True)
-        self.store.delete_testbed(self.name)
-        shutil.rmtree(paths.testbed_dir(self.name), ignore_errors=True)
+        from testbed.providers import chameleon_release
 
-    def _adopt_by_name(self, api: Chi) -> None:
-        """Record resources an interrupted run made before their ids came back (found by name)."""
-        with self._step("listing leases", f"lease {self.lease_name}"):
-            for x in api.leases_named(self.lease_name):
-                if x.get("status") not in ("TERMINATED", "DELETED"):
-                    self.store.add_resource(self.name, "lease", x["id"], name=x.get("name"))
-        known = {r["id"] for r in self.store.resources(self.name, "server")}
-        with self._step("listing servers", f"servers {self.prefix}-*"):
-            for x in api.servers_named(self.prefix + "-"):
-                if str(x["id"]) not in known:
-                    self.store.add_resource(self.name, "server", str(x["id"]), name=x.get("name"),
-                                            host=str(x.get("name", ""))[len(self.prefix) + 1:])
-        known = {r["id"] for r in self.store.resources(self.name, "fip")}
-        with self._step("listing floating IPs", f"floating IPs of {self.prefix}"):
-            for f in api.fips():
-                if str(f.get("description") or "").startswith(f"testbed {self.prefix} ") and f["id"] not in known:
-                    self.store.add_resource(self.name, "fip", f["id"], address=f.get("floating_ip_address"))
-
-    def _destroy_fips(self, api: Chi, failures: list[str], after_lease: bool = False) -> None:
-        for r in self.store.resources(self.name, "fip"):
-            thing = f"floating IP {r['info'].get('address', '')} ({r['id']})"
-            try:
-                if after_lease:  # reserved ones the lease took with it
-                    with self._step("checking a floating IP", thing):
-                        gone = api.fip_get(r["id"]) is None
-                    if gone:
-                        self.store.remove_resource(self.name, "fip", r["id"])
-                    else:
-                        failures.append(f"{thing} still exists")
-                    continue
-                with self._step("releasing a floating IP", thing):
-                    api.fip_delete(r["id"])
-                self.store.remove_resource(self.name, "fip", r["id"])
-            except TestbedError as e:
-                if r["info"].get("reserved") and not after_lease:
-                    continue  # a reserved IP may refuse deletion: the lease releases it
-                failures.append(e.what)
+        chameleon_release.destroy(self)
 
     def _delete_servers(self, api: Chi, servers: dict[str, str], failures: list[str] | None = None) -> None:
         """Delete servers (id -> name) and wait until nova no longer knows them; rows removed as they go."""
-        pending = {}
-        for sid, name in servers.items():
-            try:
-                with self._step("deleting a server", f"server {name} ({sid})"):
-                    sent = api.server_delete(sid)
-            except TestbedError as e:
-                if failures is None:
-                    raise
-                failures.append(e.what)
-                continue
-            if sent:
-                pending[sid] = name
-            else:
-                self.store.remove_resource(self.name, "server", sid)
-        deadline = time.monotonic() + self.destroy_timeout
-        while pending:
-            for sid, name in list(pending.items()):
-                with self._step("waiting for a server to go", f"server {name} ({sid})"):
-                    srv = api.server_get(sid)
-                if srv is None or str(srv.get("status", "")).upper() == "DELETED":
-                    self.store.remove_resource(self.name, "server", sid)
-                    pending.pop(sid)
-            if not pending:
-                return
-            if time.monotonic() >= deadline:
-                what = f"server(s) still deleting after {int(self.destroy_timeout)} s: {', '.join(pending.values())}"
-                if failures is None:
-                    raise TestbedError(what, where=self._where("nova", "servers"),
-                                       fix=f"run 'testbed destroy {self.name}' again later")
-                failures.append(what)
-                return
-            self._sleep(deadline)
 
-    def _destroy_leases(self, api: Chi, failures: list[str]) -> None:
-        pending = []
-        for r in self.store.resources(self.name, "lease"):
-            thing = f"lease {r['info'].get('name') or self.lease_name} ({r['id']})"
-            try:
-                with self._step("deleting the lease", thing):
-                    sent = api.lease_delete(r["id"])
-            except TestbedError as e:
-                failures.append(e.what)
-                continue
-            if sent:
-                pending.append(r["id"])
-            else:
-                self.store.remove_resource(self.name, "lease", r["id"])
-        deadline = time.monotonic() + self.destroy_timeout
-        while pending:
-            for lid in list(pending):
-                with self._step("waiting for the lease to go", f"lease {lid}"):
-                    lease = api.lease_get(lid)
-                if lease is None or lease.get("status") in ("TERMINATED", "DELETED"):
-                    self.store.remove_resource(self.name, "lease", lid)
-                    pending.remove(lid)
-            if not pending:
-                return
-            if time.monotonic() >= deadline:
-                failures.append(f"lease(s) still deleting after {int(self.destroy_timeout)} s: {', '.join(pending)}")
-                return
-            self._sleep(deadline)
+        from testbed.providers import chameleon_release
+
+        chameleon_release.delete_servers(self, api, servers, failures)
 
     # status, extend, refresh --------------------------------------------------------------------------
     def describe(self, now: datetime | None = None) -> dict[str, Any]:
         """Lease end from state (no network), with a warning when it is less than an hour away."""
-        tb = self.store.testbed(self.name) or {}
-        info = tb.get("info", {})
-        out: dict[str, Any] = {"site": info.get("site", self.settings.site), "lease": info.get("lease_id"),
-                               "lease_name": info.get("lease_name", self.lease_name)}
-        end = info.get("lease_end")
-        if not end:
-            return out
-        left = _parse_lease_time(end) - (now or _utcnow())
-        out["lease_end"] = end
-        out["remaining"] = _span(left)
-        if left <= timedelta(0):
-            out["warning"] = (f"the lease ended at {end}: its nodes are gone; run 'testbed destroy {self.name}' "
-                              "and provision again")
-        elif left < WARN_BEFORE_END:
-            out["warning"] = (f"the lease ends in {_span(left)} ({end}): run 'testbed extend {self.name} "
-                              "--hours N' or collect results now")
-        return out
+        from testbed.providers import chameleon_lease
+
+        return chameleon_lease.describe(self, now)
 
     def extend(self, hours: float) -> str:
         """Move the lease end ``hours`` later (blazar PUT /leases/{id}); returns the new end (ISO, UTC)."""
-        if not hours or hours <= 0:
-            raise UsageError(f"cannot extend by {hours} hours", where="--hours", fix="give a positive number")
-        rows = self.store.resources(self.name, "lease")
-        if not rows:
-            raise TestbedError(f"testbed '{self.name}' has no lease recorded", where="state",
-                               fix=f"run 'testbed provision {self.name}' first")
-        api = self._connect()
-        lid = rows[0]["id"]
-        thing = f"lease {self.lease_name} ({lid})"
-        with self._step("reading the lease", thing):
-            lease = api.lease_get(lid)
-        if lease is None or lease.get("status") in LEASE_GONE:
-            raise TestbedError(f"lease {self.lease_name} is gone", where=self._where("blazar", thing),
-                               fix=f"run 'testbed destroy {self.name}' and provision again")
-        old = _parse_lease_time(lease["end_date"])
-        new = old + timedelta(hours=hours)
-        try:
-            with self._step(f"extending the lease by {hours:g} h", thing):
-                lease = api.lease_set_end(lid, new.strftime(BLAZAR_FMT))
-        except TestbedError as e:
-            if "free" in e.what and "node" in e.what:
-                raise TestbedError(f"cannot extend lease {self.lease_name} by {hours:g} h: its nodes are reserved "
-                                   "by someone else after the current end", where=e.where,
-                                   fix="extend by fewer hours, or collect results and start a new lease") from None
-            raise
-        self._note_lease(lease)
-        end = _iso(_parse_lease_time(lease["end_date"]))
-        self.progress(f"lease {self.lease_name}: now ends {end} (was {_iso(old)})")
-        return end
+        from testbed.providers import chameleon_lease
+
+        return chameleon_lease.extend(self, hours)
 
     def refresh(self) -> list[Host]:
         """Hosts with their servers' real state (network)."""

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -25,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from testbed import paths, ssh
+from testbed import ssh
 from testbed.errors import TestbedError, UsageError, require_extra
 from testbed.hosts import Host
 from testbed.providers.base import Progress, Provider, _quiet
@@ -271,7 +270,9 @@ class TpuProvider(Provider):
         self.record_testbed("provisioning", self._info())
         try:
             if self.settings.queued_resource:
-                nodes, renewed = self._ensure_queued_resource(pub)
+                from testbed.providers import gcp_tpu_queued
+
+                nodes, renewed = gcp_tpu_queued.ensure_queued_resource(self, pub)
             else:
                 nodes, renewed = self._ensure_nodes(pub)
             hosts = self._hosts(nodes)
@@ -327,7 +328,9 @@ class TpuProvider(Provider):
                    if r["id"] not in self.node_ids() and not r["info"].get("queued_resource")]
         if surplus:  # the spec asks for fewer nodes than were made
             self.progress(f"deleting {len(surplus)} node(s) no longer in the spec: {', '.join(surplus)}")
-            failures = self._delete_nodes(surplus)
+            from testbed.providers import gcp_tpu_release
+
+            failures = gcp_tpu_release.delete_nodes(self, surplus)
             if failures:
                 raise failures[0]
         for nid in self.node_ids():
@@ -338,10 +341,14 @@ class TpuProvider(Provider):
                 self.store.add_resource(self.name, NODE, nid, name=self.node_name(nid), state=st)
                 if st in GONE_STATES:
                     self.progress(f"node {nid}: {st}; deleting it to create it again")
-                    self._delete_nodes([nid])
+                    from testbed.providers import gcp_tpu_release
+
+                    gcp_tpu_release.delete_nodes(self, [nid])
                     node = None
                 elif st == "DELETING":
-                    self._delete_nodes([nid])
+                    from testbed.providers import gcp_tpu_release
+
+                    gcp_tpu_release.delete_nodes(self, [nid])
                     node = None
                 elif st in ("STOPPED", "STOPPING", "HIDDEN", "HIDING"):
                     raise TestbedError(
@@ -420,88 +427,6 @@ class TpuProvider(Provider):
             time.sleep(min(self.polling.interval, max(0.0, deadline - now)))
 
     # queued resources -------------------------------------------------------------------------------
-    def _ensure_queued_resource(self, pub: str) -> tuple[list[tuple[str, Any]], set[str]]:
-        qid = self.qr_id
-        renewed: set[str] = set()
-        qr = self._get_qr(qid)
-        op = None
-        if qr is not None:
-            self.store.add_resource(self.name, QUEUED_RESOURCE, qid, name=self.qr_name(qid), state=_state(qr.state))
-            st = _state(qr.state)
-            broken = st in QR_BAD_STATES or any(
-                (n := self._get_node(nid)) is not None and _state(n) in GONE_STATES for nid in self.node_ids())
-            if broken or st == "DELETING":
-                self.progress(f"queued resource {qid}: {st}; deleting it to ask again")
-                self._delete_qrs([qid])
-                qr = None
-        if qr is None:
-            op = self._create_qr(qid, pub)
-            renewed = set(self.node_ids())
-        deadline = time.monotonic() + self.settings.create_timeout
-        self._wait_qr_active(qid, op, deadline)
-        for nid in self.node_ids():
-            self.store.add_resource(self.name, NODE, nid, name=self.node_name(nid), queued_resource=qid)
-        return self._wait_ready(dict.fromkeys(self.node_ids()), deadline), renewed
-
-    def _create_qr(self, qid: str, pub: str) -> Any:
-        from google.cloud import tpu_v2
-
-        s = self.settings
-        specs = [tpu_v2.QueuedResource.Tpu.NodeSpec(parent=self.parent, node_id=nid, node=self._node_body(pub))
-                 for nid in self.node_ids()]
-        kw: dict[str, Any] = {"tpu": tpu_v2.QueuedResource.Tpu(node_spec=specs)}
-        if s.spot or s.preemptible:
-            kw["spot"] = tpu_v2.QueuedResource.Spot()
-        else:
-            kw["guaranteed"] = tpu_v2.QueuedResource.Guaranteed()
-        self.store.add_resource(self.name, QUEUED_RESOURCE, qid, name=self.qr_name(qid), state="REQUESTED")
-        try:
-            op = self.client().create_queued_resource(parent=self.parent, queued_resource_id=qid,
-                                                      queued_resource=tpu_v2.QueuedResource(**kw),
-                                                      timeout=self.polling.rpc_timeout)
-        except Exception as e:
-            if is_already_exists(e):
-                return None
-            if is_api_error(e):
-                if is_refusal(e):
-                    self.store.remove_resource(self.name, QUEUED_RESOURCE, qid)
-                raise self._err(e, f"create queued resource {qid} ({s.count} x {s.accelerator_type})",
-                                self.qr_name(qid)) from None
-            raise
-        self.store.add_resource(self.name, QUEUED_RESOURCE, qid, name=self.qr_name(qid), state="CREATING",
-                                operation=op.operation.name)
-        self.progress(f"queued resource {qid}: requested ({s.count} x {s.accelerator_type}, "
-                      f"{'spot' if 'spot' in kw else 'guaranteed'})")
-        return op
-
-    def _wait_qr_active(self, qid: str, op: Any, deadline: float) -> None:
-        start = time.monotonic()
-        last, last_report = "", start
-        while True:
-            if op is not None and self._op_done(op, f"create queued resource {qid}", self.qr_name(qid)):
-                op = None
-            qr = self._get_qr(qid)
-            st = _state(qr.state) if qr is not None else "NOT_FOUND"
-            if st != last:
-                last = st
-                self.progress(f"queued resource {qid}: {st} ({int(time.monotonic() - start)} s)")
-            if st == "ACTIVE":
-                return
-            if st in QR_BAD_STATES or st in ("NOT_FOUND", "DELETING"):
-                raise TestbedError(f"queued resource {qid} is {st}", where=self.qr_name(qid),
-                                   fix=f"'testbed destroy {self.name}', then provision again (another zone or "
-                                       "accelerator type may have capacity)")
-            now = time.monotonic()
-            if now >= deadline:
-                raise TestbedError(
-                    f"queued resource {qid} not ACTIVE after {self.settings.create_timeout} s (state {st})",
-                    where=self.qr_name(qid),
-                    fix=f"raise provider.create_timeout and provision again (the request stays queued), or "
-                        f"'testbed destroy {self.name}' to give up")
-            if now - last_report >= self.polling.report_every:
-                last_report = now
-                self.progress(f"queued resource {qid}: {st} ({int(now - start)} s)")
-            time.sleep(min(self.polling.interval, max(0.0, deadline - now)))
 
     # hosts and SSH ----------------------------------------------------------------------------------
     def _hosts(self, nodes: list[tuple[str, Any]]) -> list[Host]:
@@ -579,114 +504,9 @@ class TpuProvider(Provider):
 
     # destroy ----------------------------------------------------------------------------------------
     def destroy(self) -> None:
-        nodes = [r["id"] for r in self.store.resources(self.name, NODE)]
-        qrs = [r["id"] for r in self.store.resources(self.name, QUEUED_RESOURCE)]
-        hosts = [h.name for h in self.store.hosts(self.name)]
-        if nodes or qrs:
-            self._validate()
-            self.client()
-            failures: list[TestbedError] = []
-            try:
-                if qrs:  # force-deleting a queued resource deletes its nodes too
-                    failures += self._delete_qrs(qrs)
-                left = [r["id"] for r in self.store.resources(self.name, NODE)]
-                if left:
-                    failures += self._delete_nodes(left)
-            except KeyboardInterrupt:
-                n = len(self.store.resources(self.name))
-                raise TestbedError(f"destroy of TPU testbed '{self.name}' was interrupted; {n} TPU resource(s) "
-                                   "may still exist", where=f"testbed {self.name} ({self.parent})",
-                                   fix=f"run 'testbed destroy {self.name}' again", code=130) from None
-            if failures:
-                self.store.set_testbed_status(self.name, "destroy-failed")
-                left_ids = ", ".join(r["id"] for r in self.store.resources(self.name))
-                first_fix = (failures[0].fix or "").split("; 'testbed destroy")[0]
-                first_fix = first_fix.removesuffix(", then retry").removesuffix("retry") or "wait a little"
-                raise TestbedError(f"could not delete TPU resource(s) {left_ids}: {failures[0].what}",
-                                   where=failures[0].where,
-                                   fix=f"{first_fix}; then run 'testbed destroy {self.name}' again "
-                                       "(it is safe to repeat)")
-        ssh.close_connections(self.name, hosts, remove=True)
-        self.store.delete_testbed(self.name)
-        shutil.rmtree(paths.testbed_dir(self.name), ignore_errors=True)
+        from testbed.providers import gcp_tpu_release
 
-    def _delete_nodes(self, nids: list[str]) -> list[TestbedError]:
-        """Delete nodes (all requests first, then wait); NotFound is gone. Returns the failures."""
-        failures: list[TestbedError] = []
-        ops: dict[str, Any] = {}
-        for nid in nids:
-            try:
-                ops[nid] = self.client().delete_node(name=self.node_name(nid), timeout=self.polling.rpc_timeout)
-                self.progress(f"node {nid}: delete requested")
-            except Exception as e:
-                if is_not_found(e):
-                    self.store.remove_resource(self.name, NODE, nid)
-                elif is_api_error(e):
-                    try:
-                        node = self._get_node(nid)
-                    except TestbedError:
-                        node = None
-                    if node is not None and _state(node) == "DELETING":
-                        ops[nid] = None
-                    else:
-                        failures.append(self._err(e, f"delete TPU node {nid}", self.node_name(nid)))
-                else:
-                    raise
-        failures += self._wait_gone(ops, "node", self._get_node, NODE, self.node_name)
-        return failures
-
-    def _delete_qrs(self, qids: list[str]) -> list[TestbedError]:
-        failures: list[TestbedError] = []
-        ops: dict[str, Any] = {}
-        for qid in qids:
-            try:
-                from google.cloud import tpu_v2
-
-                req = tpu_v2.DeleteQueuedResourceRequest(name=self.qr_name(qid), force=True)
-                ops[qid] = self.client().delete_queued_resource(request=req, timeout=self.polling.rpc_timeout)
-                self.progress(f"queued resource {qid}: delete requested")
-            except Exception as e:
-                if is_not_found(e):
-                    self.store.remove_resource(self.name, QUEUED_RESOURCE, qid)
-                elif is_api_error(e):
-                    failures.append(self._err(e, f"delete queued resource {qid}", self.qr_name(qid)))
-                else:
-                    raise
-        failures += self._wait_gone(ops, "queued resource", self._get_qr, QUEUED_RESOURCE, self.qr_name)
-        if not failures:  # its nodes went with it
-            owned = [r["id"] for r in self.store.resources(self.name, NODE) if r["info"].get("queued_resource")]
-            for nid in owned:
-                if self._get_node(nid) is None:
-                    self.store.remove_resource(self.name, NODE, nid)
-        return failures
-
-    def _wait_gone(self, ops: dict[str, Any], what: str, get: Any, kind: str, name_of: Any) -> list[TestbedError]:
-        failures: list[TestbedError] = []
-        deadline = time.monotonic() + self.polling.delete_timeout
-        pending = dict(ops)
-        while pending:
-            for rid, op in list(pending.items()):
-                try:
-                    if op is not None and not self._op_done(op, f"delete {what} {rid}", name_of(rid)):
-                        continue
-                    if get(rid) is None:
-                        self.store.remove_resource(self.name, kind, rid)
-                        self.progress(f"{what} {rid}: deleted")
-                        del pending[rid]
-                    else:
-                        pending[rid] = None  # operation over, resource still listed: wait until it vanishes
-                except TestbedError as e:
-                    failures.append(e)
-                    del pending[rid]
-            if pending and time.monotonic() >= deadline:
-                for rid in pending:
-                    failures.append(TestbedError(f"{what} {rid} still exists {int(self.polling.delete_timeout)} s "
-                                                 "after its deletion was requested", where=name_of(rid),
-                                                 fix="check it in the console"))
-                break
-            if pending:
-                time.sleep(self.polling.interval)
-        return failures
+        gcp_tpu_release.destroy(self)
 
     # status -----------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:

@@ -1,0 +1,98 @@
+"""The set-up as the terminal shows it: a live per-host table while Ansible runs, and a summary at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from testbed.setup import apply, load_spec
+from testbed.setup.events import EventAggregator, SetupResult
+
+
+# --- progress display ------------------------------------------------------------------------------------
+class SetupProgress:
+    """A Rich renderable of the running set-up; pass ``handle`` as ``on_event`` and show it in a ``Live``."""
+
+    def __init__(self, hosts: list[str], title: str = "setup", poll_seconds: float = 5):
+        self.agg = EventAggregator(hosts)
+        self.title = title
+        self.poll_seconds = poll_seconds
+
+    def handle(self, ev: dict[str, Any]) -> None:
+        self.agg.handle(ev)
+
+    def __rich__(self) -> Any:
+        return render_progress(self)
+
+
+def render_progress(view: SetupProgress) -> Any:
+    """The live table: one row per host with its current task and running counts."""
+    from rich.table import Table
+
+    hosts, current, polls, task = view.agg.snapshot()
+    elapsed = time.monotonic() - view.agg.started
+    t = Table(title=f"{view.title}  ·  {task or 'starting'}  ·  {elapsed:.0f} s", title_justify="left",
+              expand=False)
+    t.add_column("host")
+    t.add_column("task", overflow="ellipsis", max_width=60)
+    for col in ("ok", "changed", "failed", "skipped"):
+        t.add_column(col, justify="right")
+    for name, h in hosts.items():
+        now = current.get(name, "")
+        if name in polls and now != "done":
+            now = f"{now} (running {int(polls[name] * view.poll_seconds)} s)"
+        style = "red" if h.failed or h.unreachable else ("yellow" if h.changed else "")
+        if h.unreachable:
+            now = f"UNREACHABLE: {h.error or ''}"
+        elif h.failed:
+            now = f"FAILED at {h.error_task}"
+        t.add_row(name, now, str(h.ok), str(h.changed), str(h.failed), str(h.skipped), style=style)
+    return t
+
+
+def render_summary(result: SetupResult) -> Any:
+    """The final table host x ok/changed/failed/unreachable, and each failed host's first error."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    verdict = "would change" if result.check else "changed"
+    t = Table(title=f"setup {result.testbed}: {result.plan}  ({result.elapsed:.1f} s"
+                    f"{', check mode' if result.check else ''})", title_justify="left")
+    t.add_column("host")
+    for col in ("ok", verdict, "failed", "unreachable", "skipped"):
+        t.add_column(col, justify="right")
+    t.add_column("status")
+    for name, h in result.hosts.items():
+        style = {"failed": "red", "unreachable": "red", "changed": "yellow"}.get(h.status, "green")
+        t.add_row(name, str(h.ok), str(h.changed), str(h.failed), str(h.unreachable), str(h.skipped),
+                  Text(h.status, style=style))
+    parts: list[Any] = [t]
+    for name, h in result.hosts.items():
+        if h.error:
+            parts.append(Text(f"{name}: {h.error_task or 'error'}: {h.error}", style="red"))
+    if result.error:
+        parts.append(Text(result.error, style="red"))
+    return Group(*parts)
+
+
+def apply_with_progress(testbed: str, console: Any = None, **kw: Any) -> SetupResult:
+    """``apply`` with the live per-host view on ``console`` and the summary printed at the end (CLI helper)."""
+    from rich.console import Console
+    from rich.live import Live
+
+    console = console or Console()
+    _, hosts, _ = load_spec(testbed)
+    view = SetupProgress([h.name for h in hosts], title=f"setup {testbed}")
+    user_cb = kw.pop("on_event", None)
+
+    def both(ev: dict[str, Any]) -> None:
+        view.handle(ev)
+        if user_cb:
+            user_cb(ev)
+
+    with Live(view, console=console, refresh_per_second=4, transient=True):
+        result = apply(testbed, on_event=both, **kw)
+    console.print(render_summary(result))
+    return result

@@ -1,0 +1,193 @@
+"""A Chameleon testbed's lease (Blazar): made with a node reservation (and reserved floating IPs), waited on
+until ACTIVE, described from state (its end, a warning before it), and extended.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from testbed.errors import TestbedError, UsageError
+from testbed.providers.chameleon import (
+    BLAZAR_FMT,
+    LEASE_GONE,
+    REPORT_EVERY,
+    WARN_BEFORE_END,
+    ChameleonProvider,
+    _iso,
+    _parse_lease_time,
+    _span,
+    _utcnow,
+)
+
+if TYPE_CHECKING:
+    from testbed.providers.chameleon_chi import Chi
+
+
+def dates(p: ChameleonProvider) -> tuple[str, str]:
+    """Blazar start ('now' or 'YYYY-MM-DD HH:MM') and end, UTC."""
+    s = p.settings
+    try:
+        start_dt = _utcnow() if s.start in (None, "now") else datetime.strptime(str(s.start), BLAZAR_FMT)
+        end_dt = datetime.strptime(s.end, BLAZAR_FMT) if s.end else start_dt + timedelta(hours=s.hours)
+    except ValueError as e:
+        raise UsageError(f"bad lease date: {e}", where=f"{p.spec.source or 'inventory'}: provider.start/end",
+                         fix="write 'now' or 'YYYY-MM-DD HH:MM' (UTC)") from None
+    if end_dt <= start_dt + timedelta(minutes=1):
+        raise UsageError(f"the lease would end ({end_dt:%Y-%m-%d %H:%M}) before it starts",
+                         where=f"{p.spec.source or 'inventory'}: provider.start/end",
+                         fix="make end later than start, or give provider.hours")
+    return ("now" if s.start in (None, "now") else start_dt.strftime(BLAZAR_FMT)), end_dt.strftime(BLAZAR_FMT)
+
+
+def note_lease(p: ChameleonProvider, lease: dict[str, Any]) -> None:
+    info: dict[str, Any] = {"lease_id": lease["id"], "lease_name": lease.get("name")}
+    with_end = lease.get("end_date")
+    if with_end:
+        info["lease_end"] = _iso(_parse_lease_time(with_end))
+    p.store.add_resource(p.name, "lease", lease["id"], name=lease.get("name"),
+                            end=info.get("lease_end"))
+    p.store.update_testbed_info(p.name, **info)
+
+
+def ensure_lease(p: ChameleonProvider, api: Chi) -> dict[str, Any]:
+    s = p.settings
+    thing = f"lease {p.lease_name}"
+    for r in p.store.resources(p.name, "lease"):
+        with p._step("looking up the lease", thing):
+            lease = api.lease_get(r["id"])
+        if lease is None or lease.get("status") in LEASE_GONE:
+            p.store.remove_resource(p.name, "lease", r["id"])
+            continue
+        note_lease(p, lease)
+        p.progress(f"lease {p.lease_name}: reusing {lease['id']} ({lease.get('status')})")
+        return wait_lease(p, api, lease)
+    with p._step("looking up leases by name", thing):
+        named = [x for x in api.leases_named(p.lease_name) if x.get("status") not in LEASE_GONE]
+    for lease in named:  # made by an interrupted run before its id came back
+        note_lease(p, lease)
+    if named:
+        p.progress(f"lease {p.lease_name}: adopting {named[0]['id']} ({named[0].get('status')})")
+        return wait_lease(p, api, named[0])
+    start, end = dates(p)
+    fips = s.count if (s.floating_ips and s.reserve_floating_ips) else 0
+    p.progress(f"lease {p.lease_name}: requesting {s.count} x {s.node_type}"
+                  f"{f' + {fips} floating IPs' if fips else ''} at {s.site}, {start} to {end} UTC")
+    with p._step("creating the lease", thing):
+        lease = api.lease_create(p.lease_name, start=start, end=end, node_type=s.node_type,
+                                 count=s.count, fips=fips)
+    note_lease(p, lease)  # recorded before any waiting
+    return wait_lease(p, api, lease)
+
+
+def wait_lease(p: ChameleonProvider, api: Chi, lease: dict[str, Any]) -> dict[str, Any]:
+    s = p.settings
+    lid = lease["id"]
+    thing = f"lease {p.lease_name} ({lid})"
+    start = time.monotonic()
+    deadline = start + s.lease_timeout
+    last_status, last_report = None, 0.0
+    while True:
+        status = str(lease.get("status") or "UNKNOWN").upper()
+        now = time.monotonic()
+        if status == "ACTIVE":
+            note_lease(p, lease)
+            p.progress(f"lease {p.lease_name}: ACTIVE until {lease.get('end_date', '?')[:16]} UTC")
+            return lease
+        if status == "ERROR":
+            reason = lease.get("status_reason") or lease.get("degraded") or ""
+            raise TestbedError(
+                f"lease {p.lease_name} went to ERROR{f' ({reason})' if reason else ''}",
+                where=p._where("blazar", thing),
+                fix=f"run 'testbed destroy {p.name}'; then check free {s.node_type} nodes in the {s.site} "
+                    "host calendar, change provider.node_type/count/start, and provision again")
+        if status in LEASE_GONE:
+            raise TestbedError(f"lease {p.lease_name} is {status} before it became ACTIVE",
+                               where=p._where("blazar", thing),
+                               fix=f"run 'testbed destroy {p.name}', then 'testbed provision {p.name}'")
+        starts = lease.get("start_date")
+        if starts and status == "PENDING":
+            begin = _parse_lease_time(starts)
+            if begin - _utcnow() > timedelta(seconds=max(0.0, deadline - now) + 60):
+                raise TestbedError(f"lease {p.lease_name} is reserved but starts only at "
+                                   f"{begin:%Y-%m-%d %H:%M} UTC", where=p._where("blazar", thing),
+                                   fix=f"run 'testbed provision {p.name}' again after it starts (the lease "
+                                       f"is recorded); 'testbed destroy {p.name}' cancels it")
+        if status != last_status or now - last_report >= REPORT_EVERY:
+            p.progress(f"lease {p.lease_name}: {status} ({int(now - start)} s)")
+            last_status, last_report = status, now
+        if now >= deadline:
+            raise TestbedError(f"lease {p.lease_name} is still {status} after {s.lease_timeout} s",
+                               where=p._where("blazar", thing),
+                               fix=f"run 'testbed provision {p.name}' again to keep waiting (or raise "
+                                   f"provider.lease_timeout); 'testbed destroy {p.name}' releases it")
+        p._sleep(deadline)
+        with p._step("waiting for the lease", thing):
+            got = api.lease_get(lid)
+        if got is None:
+            raise TestbedError(f"lease {p.lease_name} disappeared while starting",
+                               where=p._where("blazar", thing),
+                               fix=f"run 'testbed destroy {p.name}', then provision again")
+        lease = got
+
+
+def reservation(lease: dict[str, Any], resource_type: str) -> str | None:
+    for r in lease.get("reservations") or []:
+        if r.get("resource_type") == resource_type:
+            return str(r["id"])
+    return None
+
+
+def describe(p: ChameleonProvider, now: datetime | None = None) -> dict[str, Any]:
+    """Lease end from state (no network), with a warning when it is less than an hour away."""
+    tb = p.store.testbed(p.name) or {}
+    info = tb.get("info", {})
+    out: dict[str, Any] = {"site": info.get("site", p.settings.site), "lease": info.get("lease_id"),
+                           "lease_name": info.get("lease_name", p.lease_name)}
+    end = info.get("lease_end")
+    if not end:
+        return out
+    left = _parse_lease_time(end) - (now or _utcnow())
+    out["lease_end"] = end
+    out["remaining"] = _span(left)
+    if left <= timedelta(0):
+        out["warning"] = (f"the lease ended at {end}: its nodes are gone; run 'testbed destroy {p.name}' "
+                          "and provision again")
+    elif left < WARN_BEFORE_END:
+        out["warning"] = (f"the lease ends in {_span(left)} ({end}): run 'testbed extend {p.name} "
+                          "--hours N' or collect results now")
+    return out
+
+
+def extend(p: ChameleonProvider, hours: float) -> str:
+    """Move the lease end ``hours`` later (blazar PUT /leases/{id}); returns the new end (ISO, UTC)."""
+    if not hours or hours <= 0:
+        raise UsageError(f"cannot extend by {hours} hours", where="--hours", fix="give a positive number")
+    rows = p.store.resources(p.name, "lease")
+    if not rows:
+        raise TestbedError(f"testbed '{p.name}' has no lease recorded", where="state",
+                           fix=f"run 'testbed provision {p.name}' first")
+    api = p._connect()
+    lid = rows[0]["id"]
+    thing = f"lease {p.lease_name} ({lid})"
+    with p._step("reading the lease", thing):
+        lease = api.lease_get(lid)
+    if lease is None or lease.get("status") in LEASE_GONE:
+        raise TestbedError(f"lease {p.lease_name} is gone", where=p._where("blazar", thing),
+                           fix=f"run 'testbed destroy {p.name}' and provision again")
+    old = _parse_lease_time(lease["end_date"])
+    new = old + timedelta(hours=hours)
+    try:
+        with p._step(f"extending the lease by {hours:g} h", thing):
+            lease = api.lease_set_end(lid, new.strftime(BLAZAR_FMT))
+    except TestbedError as e:
+        if "free" in e.what and "node" in e.what:
+            raise TestbedError(f"cannot extend lease {p.lease_name} by {hours:g} h: its nodes are reserved "
+                               "by someone else after the current end", where=e.where,
+                               fix="extend by fewer hours, or collect results and start a new lease") from None
+        raise
+    note_lease(p, lease)
+    end = _iso(_parse_lease_time(lease["end_date"]))
+    p.progress(f"lease {p.lease_name}: now ends {end} (was {_iso(old)})")
+    return end

@@ -1,0 +1,184 @@
+"""What a set-up did: ansible-runner's events folded into per-host counts (``EventAggregator``), and the
+``SetupResult`` that ``apply`` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+EventHandler = Callable[[dict[str, Any]], object]
+
+_COUNTED = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped")
+KEPT_EVENTS = (*_COUNTED, "runner_on_start", "runner_on_async_poll", "runner_on_async_failed", "playbook_on_stats",
+         "playbook_on_task_start", "playbook_on_play_start", "runner_item_on_failed")
+
+
+# --- results ---------------------------------------------------------------------------------------------
+@dataclass
+class HostResult:
+    """Counts of one host's task results and its first error."""
+
+    host: str
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+    error: str | None = None
+    error_task: str | None = None
+
+    @property
+    def status(self) -> str:
+        if self.unreachable:
+            return "unreachable"
+        if self.failed:
+            return "failed"
+        return "changed" if self.changed else "ok"
+
+
+@dataclass
+class SetupResult:
+    """Outcome of one ``apply``: per-host counts, first errors, time and Ansible's exit code."""
+
+    testbed: str
+    plan: str
+    roles: list[str]
+    check: bool
+    rc: int
+    status: str
+    elapsed: float
+    hosts: dict[str, HostResult]
+    artifact_dir: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and all(h.failed == 0 and h.unreachable == 0 for h in self.hosts.values())
+
+    @property
+    def changed(self) -> int:
+        return sum(h.changed for h in self.hosts.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ok"] = self.ok
+        d["changed_total"] = self.changed
+        d["elapsed"] = round(self.elapsed, 2)
+        for name, h in self.hosts.items():
+            d["hosts"][name]["status"] = h.status
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+# --- events ----------------------------------------------------------------------------------------------
+def first_line_error(res: dict[str, Any]) -> str:
+    """A short human error from a task result (msg plus the tail of stderr)."""
+    msg = str(res.get("msg") or "").strip()
+    stderr = str(res.get("stderr") or res.get("module_stderr") or "").strip()
+    stdout = str(res.get("stdout") or res.get("module_stdout") or "").strip()
+    if (res.get("results") and not msg.strip(" .")) or msg.startswith("One or more items failed"):
+        for item in res.get("results") or []:
+            if isinstance(item, dict) and item.get("failed"):
+                return first_line_error(item)
+    parts = [msg] if msg else []
+    tail = stderr or (stdout if res.get("rc") not in (None, 0) else "")
+    if tail:
+        lines = tail.splitlines()
+        parts.append(" | ".join(lines[-4:]))
+    if res.get("rc") not in (None, 0) and "rc=" not in msg:
+        parts.append(f"rc={res.get('rc')}")
+    return "; ".join(parts)[:1500] or "failed"
+
+
+class EventAggregator:
+    """Folds ansible-runner events into per-host counts, current task and first error (thread-safe)."""
+
+    def __init__(self, hosts: list[str]):
+        self.lock = threading.Lock()
+        self.hosts: dict[str, HostResult] = {h: HostResult(h) for h in hosts}
+        self.current: dict[str, str] = {h: "waiting" for h in hosts}
+        self.polls: dict[str, int] = {}
+        self.task = ""
+        self.play = ""
+        self.tasks_started = 0
+        self.stats_seen = False
+        self.started = time.monotonic()
+
+    def _host(self, name: str) -> HostResult:
+        if name not in self.hosts:
+            self.hosts[name] = HostResult(name)
+            self.current[name] = "waiting"
+        return self.hosts[name]
+
+    def handle(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("event", "")
+        d = ev.get("event_data") or {}
+        host = d.get("host") or d.get("remote_addr")
+        task = str(d.get("task") or "").strip()
+        with self.lock:
+            if kind == "playbook_on_play_start":
+                self.play = str(d.get("play") or "")
+            elif kind == "playbook_on_task_start":
+                self.task = task
+                self.tasks_started += 1
+            elif kind == "runner_on_start" and host:
+                self._host(host)
+                self.current[host] = task
+                self.polls.pop(host, None)
+            elif kind == "runner_on_async_poll" and host:
+                self.polls[host] = self.polls.get(host, 0) + 1
+            elif kind == "playbook_on_stats":
+                self._stats(d)
+            elif kind in _COUNTED and host and not self.stats_seen:
+                h = self._host(host)
+                res = d.get("res") or {}
+                if kind == "runner_on_ok":
+                    h.ok += 1
+                    h.changed += bool(res.get("changed"))
+                elif kind == "runner_on_skipped":
+                    h.skipped += 1
+                elif kind == "runner_on_unreachable":
+                    h.unreachable += 1
+                    h.error = h.error or first_line_error(res)
+                    h.error_task = h.error_task or task
+                elif kind == "runner_on_failed":
+                    if d.get("ignore_errors"):
+                        h.ignored += 1
+                    else:
+                        h.failed += 1
+                        h.error = h.error or first_line_error(res)
+                        h.error_task = h.error_task or task
+                self.current[host] = task
+            if kind == "runner_on_async_failed" and host:
+                h = self._host(host)
+                h.error = h.error or first_line_error(d.get("res") or {})
+                h.error_task = h.error_task or task
+
+    def _stats(self, d: dict[str, Any]) -> None:
+        """Ansible's own final counts replace the running ones."""
+        self.stats_seen = True
+        keys = {"ok": "ok", "changed": "changed", "failures": "failed", "dark": "unreachable",
+                "skipped": "skipped", "rescued": "rescued", "ignored": "ignored"}
+        seen: set[str] = set()
+        for k in keys:
+            seen |= set((d.get(k) or {}).keys())
+        for name in seen:
+            h = self._host(name)
+            for src, dst in keys.items():
+                setattr(h, dst, int((d.get(src) or {}).get(name, 0)))
+        for name in self.hosts:
+            self.current[name] = "done"
+
+    def snapshot(self) -> tuple[dict[str, HostResult], dict[str, str], dict[str, int], str]:
+        with self.lock:
+            return ({k: HostResult(**asdict(v)) for k, v in self.hosts.items()}, dict(self.current),
+                    dict(self.polls), self.task)
