@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ import yaml
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from test_bad_inputs import _kernel_objects, _recorded  # noqa: E402
+from test_bad_inputs import _kernel_objects, _recorded, run_main  # noqa: E402
 
 SETTINGS = settings(max_examples=int(os.environ.get("TB_PROPERTY_EXAMPLES", "120")), deadline=None,
                     derandomize=not os.environ.get("TB_PROPERTY_RANDOM"), database=None,
@@ -120,20 +119,6 @@ def _isolated(monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp
 
 
-def _main(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    from testbed import cli
-
-    monkeypatch.setattr(sys, "argv", ["testbed", *argv])
-    monkeypatch.setattr(cli, "_debug", False)
-    try:
-        cli.main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    out = capsys.readouterr()
-    return code, out.out + out.err
-
-
 def one_message(code: int, out: str, where: str) -> None:
     """The contract: success, or exit 1/2 with exactly one error that says where and what to do."""
     assert "Traceback" not in out and "internal error" not in out, f"{where}\n{out}"
@@ -188,11 +173,11 @@ def test_any_spec_gets_one_message(data: st.DataObject, monkeypatch: pytest.Monk
             except TestbedError as e:
                 assert e.code in (1, 2) and e.where and e.fix, e.render()
             return
-        code, out = _main(["provision", "gen"], mp, capsys)
+        code, out = run_main(["provision", "gen"], mp, capsys)
         one_message(code, out, text)
         nothing_made(tmp, code, "gen")
         if code == 0:
-            _main(["destroy", "gen", "--yes"], mp, capsys)
+            run_main(["destroy", "gen", "--yes"], mp, capsys)
 
 
 # --- suites and parameters -----------------------------------------------------------------------------------
@@ -237,7 +222,7 @@ def test_any_suite_and_parameters_get_one_message(data: st.DataObject, monkeypat
     with monkeypatch.context() as mp:
         tmp = _isolated(mp)
         (tmp / "experiments" / "gen.yml").write_text(text)
-        code, out = _main(argv, mp, capsys)
+        code, out = run_main(argv, mp, capsys)
         one_message(code, out, f"{argv}\n{text}")
         assert _recorded(tmp / ".testbed") == []  # a dry run records nothing, valid or not
         nothing_made(tmp, code, "local")
@@ -264,6 +249,6 @@ def test_any_command_line_gets_one_message(data: st.DataObject, monkeypatch: pyt
         tmp = _isolated(mp)
         (tmp / "experiments" / "gen.yml").write_text(yaml.safe_dump(SUITE))
         (tmp / "inventories" / "gen.yml").write_text(yaml.safe_dump(SPECS["lab"]))
-        code, out = _main(argv, mp, capsys)
+        code, out = run_main(argv, mp, capsys)
         one_message(code, out, str(argv))
         nothing_made(tmp, code, "gen")
