@@ -18,7 +18,8 @@ class TestbedError(Exception):
     def render(self) -> str:
         parts = [self.what]
         if self.where is not None:  # a blank or padded place (a path of spaces) is shown quoted
-            parts.append(f"  where: {self.where if self.where.strip() == self.where != '' else repr(self.where)}")
+            plain = self.where and self.where == self.where.strip()
+            parts.append(f"  where: {self.where if plain else repr(self.where)}")
         if self.fix:
             parts.append(f"  fix:   {self.fix}")
         return "\n".join(parts)

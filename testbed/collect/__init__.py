@@ -49,6 +49,7 @@ from testbed.collect.listing import (
     source_words,
 )
 from testbed.collect.transfer import (
+    RSYNC_TEMP,
     Ctx,
     HostCollect,
     ProgressFn,
@@ -236,13 +237,13 @@ def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | Non
             facts[name] = f
     if sw_lines:
         software = mf.parse_fact_lines(sw_lines)[1] or software
-    listed = {(r["host"], r["path"]): (r["sha256"], r["size"]) for r in st.query(
-        "SELECT host, path, sha256, size FROM collected WHERE run_id=? AND size>=0", (run_id,))}
+    rows = st.query("SELECT host, path, sha256, size, collected FROM collected WHERE run_id=? AND size>=0",
+                    (run_id,))
+    listed = {(r["host"], r["path"]): (r["sha256"], r["size"]) for r in rows}
     listed.update(ctx.verified)
     host_names = {h.name for h in hosts}
     rdir = str(info.get("run_dir") or f"{RUNS_DIR}/{run_id}")
-    collected_at = {(r["host"], r["path"]): r["collected"] for r in st.query(
-        "SELECT host, path, collected FROM collected WHERE run_id=? AND size>=0", (run_id,))}
+    collected_at = {(r["host"], r["path"]): r["collected"] for r in rows}
     files = [{"host": h, "path": p, "from": origin(p, rdir), "sha256": sha, "size": size}
              for (h, p), (sha, size) in listed.items()
              if h in host_names and ((h, p) in ctx.verified or
@@ -300,7 +301,7 @@ def _stray_files(folder: Path, known: set[tuple[str, str]], hosts: set[str]) -> 
             dirnames[:] = sorted(d for d in dirnames if d != PARTIAL_DIR)
             for name in sorted(filenames):
                 rel = os.path.relpath(os.path.join(dirpath, name), hdir)
-                if (host, rel) not in known and not re.fullmatch(r"\..+\.[A-Za-z0-9]{6}", name):
+                if (host, rel) not in known and not RSYNC_TEMP.fullmatch(name):
                     out.append(f"{host}/{rel}")
     return out
 

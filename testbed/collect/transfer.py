@@ -35,6 +35,7 @@ ProgressFn = Callable[[str, int, int], None]
 """``progress(host, advance_bytes, add_to_total_bytes)``: called from the collecting threads."""
 
 _PROGRESS2 = re.compile(rb"^\s*([\d,.]+)\s+\d+%")
+RSYNC_TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9]{6}")  # where rsync writes a file before renaming it
 _STATS_FILES = re.compile(r"Number of regular files transferred:\s*([\d,.]+)")
 _STATS_MATCHED = re.compile(r"Matched data:\s*([\d,.]+)")
 
@@ -277,7 +278,7 @@ def _clean_rsync_temps(hdir: Path, sent: list[str]) -> None:
         names = {Path(p).name for p in sent if (hdir / p).parent == d}
         with contextlib.suppress(OSError):
             for entry in d.iterdir():
-                m = re.fullmatch(r"\.(.+)\.[A-Za-z0-9]{6}", entry.name)
+                m = RSYNC_TEMP.fullmatch(entry.name)
                 if m and m.group(1) in names and entry.is_file():
                     entry.unlink(missing_ok=True)
         partial = d / PARTIAL_DIR
