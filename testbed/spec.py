@@ -13,142 +13,18 @@ groups:              # extra host groups; 'all' always exists, 'master' defaults
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from pathlib import Path
-from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from testbed import paths
 from testbed.errors import UsageError
+from testbed.providers.settings import USER_RE as USER_RE
+from testbed.providers.settings import ProviderSettings, Strict
 
 NAME_RE = r"^[a-z][a-z0-9-]{0,30}$"
-HOSTNAME_RE = r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$"
-USER_RE = r"^[a-z_][a-z0-9_.-]{0,31}$"
-# values written into ssh_config and inventories: no whitespace or control characters (a newline in an address
-# would add an ssh_config directive such as ProxyCommand, run on this machine)
-ADDRESS_RE = r"^(?:[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[?[0-9A-Fa-f:.]+\]?)$"
-JUMP_RE = r"^[A-Za-z0-9_.@:\[\],-]{1,512}$"
-PATH_RE = r"^[^\x00-\x1f\x7f\"]{1,4096}$"
-
-
-def _ssh_value(v: str | None, pattern: str, what: str) -> str | None:
-    """A value that goes into ssh_config and inventories: refused unless it is plainly ``what``."""
-    if v is not None and not re.fullmatch(pattern, v):
-        bad = "a line break or control character" if re.search(r"[\x00-\x1f\x7f]", v) else "characters"
-        raise ValueError(f"must be {what} ({bad} not allowed: it is written into ssh_config, where a new line "
-                         "would add a directive such as ProxyCommand)")
-    return v
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
-
-
-class LocalSettings(Strict):
-    """Hosts in network namespaces on this machine (needs root, sshd, iproute2)."""
-
-    kind: Literal["local"] = "local"
-    hosts: int = Field(4, ge=1, le=64, description="number of hosts")
-    name_prefix: str = Field("node", pattern=r"^[a-z][a-z0-9-]{0,15}$")
-    subnet: str = Field("10.213.0.0/24", description="IPv4 subnet of the bridge; must not clash with routes")
-    bridge: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,15}$", description="default: tb-<testbed>")
-    sshd: str = "/usr/sbin/sshd"
-
-    @field_validator("subnet")
-    @classmethod
-    def _subnet(cls, v: str) -> str:
-        try:
-            net = ipaddress.IPv4Network(v, strict=True)
-        except ValueError as e:
-            raise ValueError(f"not an IPv4 subnet such as 10.213.0.0/24 ({e})") from None
-        if net.prefixlen > 28:
-            raise ValueError("the subnet is too small; use /28 or larger")
-        if net.is_loopback or net.is_multicast or net.is_link_local or not net.is_private:
-            raise ValueError("use a private range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16) such as "
-                             "10.213.0.0/24: a public range would route real addresses into the bridge")
-        return v
-
-    @model_validator(mode="after")
-    def _fits(self) -> LocalSettings:
-        net = ipaddress.IPv4Network(self.subnet)
-        if self.hosts + 2 > net.num_addresses - 2:
-            raise ValueError(f"{self.hosts} hosts do not fit in {self.subnet}")
-        return self
-
-
-class LabHost(Strict):
-    name: str = Field(pattern=HOSTNAME_RE)
-    address: str | None = Field(None, description="hostname or IP; default: name")
-    port: int = Field(22, ge=1, le=65535)
-    user: str | None = None
-    key: str | None = None
-    proxy_jump: str | None = Field(None, description="[user@]host[:port][,...]")
-    groups: list[str] = Field(default_factory=list)
-
-    _address = field_validator("address")(classmethod(lambda cls, v: _ssh_value(v, ADDRESS_RE, "a hostname or IP")))
-    _user = field_validator("user")(classmethod(lambda cls, v: _ssh_value(v, USER_RE, "a login name")))
-    _key = field_validator("key")(classmethod(lambda cls, v: _ssh_value(v, PATH_RE, "a file path")))
-    _jump = field_validator("proxy_jump")(classmethod(lambda cls, v: _ssh_value(v, JUMP_RE, "[user@]host[:port]")))
-
-
-class LabSettings(Strict):
-    """Existing machines reached over SSH (a university cluster)."""
-
-    kind: Literal["lab"] = "lab"
-    hosts: list[LabHost] = Field(min_length=1)
-    key: str | None = Field(None, description="private key; default: the testbed's own key")
-    proxy_jump: str | None = Field(None, description="[user@]host[:port][,...]")
-
-    _key = field_validator("key")(classmethod(lambda cls, v: _ssh_value(v, PATH_RE, "a file path")))
-    _jump = field_validator("proxy_jump")(classmethod(lambda cls, v: _ssh_value(v, JUMP_RE, "[user@]host[:port]")))
-    connect_timeout: int = Field(10, ge=1, le=300)
-
-
-class ChameleonSettings(Strict):
-    """Bare-metal nodes on Chameleon Cloud through python-chi."""
-
-    kind: Literal["chameleon"] = "chameleon"
-    site: str = "CHI@UC"
-    project: str | None = Field(None, description="default: $OS_PROJECT_NAME")
-    node_type: str = "compute_skylake"
-    count: int = Field(1, ge=1, le=64)
-    image: str = "CC-Ubuntu22.04"
-    hours: float = Field(4, gt=0, le=24 * 7, description="lease duration when start/end are not given")
-    start: str | None = Field(None, description="'now' or 'YYYY-MM-DD HH:MM' (UTC)")
-    end: str | None = None
-    network: str = "sharednet1"
-    floating_ips: bool = True
-    reserve_floating_ips: bool = Field(True, description="reserve the floating IPs in the lease (Chameleon's "
-                                       "bare-metal sites require it); false: allocate them from 'public' on demand")
-    flavor: str = "baremetal"
-    lease_timeout: int = Field(600, ge=10)
-    server_timeout: int = Field(1800, ge=10)
-    ssh_timeout: int = Field(900, ge=5)
-
-
-class TpuSettings(Strict):
-    """TPU VMs (single host or multi-host slices) through google-cloud-tpu."""
-
-    kind: Literal["gcp-tpu"] = "gcp-tpu"
-    project: str | None = Field(None, description="default: $GOOGLE_CLOUD_PROJECT")
-    zone: str = "us-central1-f"
-    accelerator_type: str = "v2-8"
-    runtime_version: str = "tpu-vm-tf-2.6.0"
-    count: int = Field(1, ge=1, le=64)
-    spot: bool = False
-    preemptible: bool = False
-    queued_resource: bool = False
-    internal_ips: bool = False
-    endpoint: str | None = Field(None, description="API endpoint override, e.g. http://127.0.0.1:8080")
-    create_timeout: int = Field(1800, ge=5)
-    ssh_timeout: int = Field(600, ge=5)
-
-
-ProviderSettings = Annotated[
-    LocalSettings | LabSettings | ChameleonSettings | TpuSettings, Field(discriminator="kind")
-]
+DEFAULT_TESTBED = "local"  # where a suite runs when neither --on nor the suite names a testbed (a name, not a kind)
 
 
 class TestbedSpec(Strict):
@@ -180,13 +56,8 @@ class TestbedSpec(Strict):
         return self.provider.kind
 
     def host_names(self) -> list[str] | None:
-        """Host names known from the spec alone (local and lab); None when the cloud decides."""
-        p = self.provider
-        if isinstance(p, LocalSettings):
-            return [f"{p.name_prefix}{i}" for i in range(p.hosts)]
-        if isinstance(p, LabSettings):
-            return [h.name for h in p.hosts]
-        return None
+        """Host names known from the spec alone; None when the cloud decides."""
+        return self.provider.planned_hosts()
 
     @model_validator(mode="after")
     def _group_members(self) -> TestbedSpec:

@@ -19,7 +19,8 @@ from pathlib import Path
 from testbed.errors import TestbedError
 from testbed.hosts import Host
 from testbed.providers.local import LocalProvider, check_requirements
-from testbed.spec import LocalSettings, TestbedSpec
+from testbed.providers.settings import LocalSettings
+from testbed.spec import TestbedSpec
 from testbed.state import Store
 
 

@@ -30,3 +30,15 @@ def test_no_module_outside_providers_tests_a_provider_kind() -> None:
     found = [f"{p.relative_to(pkg)}:{i}: {ln.strip()}" for p in pkg.rglob("*.py") if "providers" not in p.parts
              for i, ln in enumerate(p.read_text().splitlines(), 1) if pat.search(ln)]
     assert not found, "\n".join(found)
+
+
+def test_no_module_outside_providers_names_a_provider_kind() -> None:
+    """Not even as a string: kinds, their settings and their facts live in providers/ (the default testbed's
+    *name* is one constant)."""
+    pkg = Path(__file__).resolve().parents[1] / "testbed"
+    kinds = "|".join(re.escape(k) for k in PROVIDERS)
+    pat = re.compile(rf"""["'](?:{kinds})["']""")
+    found = [f"{p.relative_to(pkg)}:{i}: {ln.strip()}" for p in pkg.rglob("*.py") if "providers" not in p.parts
+             for i, ln in enumerate(p.read_text().splitlines(), 1)
+             if pat.search(ln) and not ln.startswith("DEFAULT_TESTBED = ")]
+    assert not found, "\n".join(found)

@@ -10,7 +10,8 @@ import pytest
 
 from testbed import paths
 from testbed.errors import UsageError
-from testbed.spec import ChameleonSettings, LabSettings, LocalSettings, TpuSettings, inventory_path, load_testbed
+from testbed.providers.settings import ChameleonSettings, LabSettings, LocalSettings, TpuSettings
+from testbed.spec import inventory_path, load_testbed
 
 pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parent.parent

@@ -22,7 +22,8 @@ from fakes.tpu_api import DEFAULT_POOL, FakeTpuApi
 from testbed import ssh
 from testbed.errors import TestbedError, UsageError
 from testbed.providers.gcp_tpu import ANONYMOUS_ENV, FAST_POLLING, QUEUED_RESOURCE, TpuProvider
-from testbed.spec import TestbedSpec, TpuSettings
+from testbed.providers.settings import TpuSettings
+from testbed.spec import TestbedSpec
 from testbed.state import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -289,6 +290,31 @@ def test_node_stuck_creating_times_out(bed: Bed) -> None:
     assert e.what == "TPU node(s) not READY after 5 s: tb-0 (CREATING)"
     assert "testbed destroy tb" in (e.fix or "")
     p.destroy()  # deleting a CREATING node works
+    _assert_nothing_left(bed, p)
+
+
+def test_a_changed_host_key_is_refused_unless_testbed_remade_the_node(bed: Bed) -> None:
+    """The pin policy of the provider base: a key that differs from the pin is refused while the node is the same
+    one; once testbed itself recreates the node (preempted), the new key replaces the pin."""
+    p = bed.provider(spot=True)
+    p.provision()
+    kh = ssh.known_hosts_path("tb")
+    real = kh.read_text()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(kh.parent / "other")],
+                   capture_output=True, check=True)
+    forged = (kh.parent / "other.pub").read_text().split()
+    kh.write_text(f"tb-0-w0 {forged[0]} {forged[1]}\n")  # as if another machine had answered at first
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    _record("host key changed", ei.value)
+    assert "host key of tb-0-w0 changed since it was pinned" in ei.value.what
+    assert "testbed forget-host tb tb-0-w0" in (ei.value.fix or "")
+    assert kh.read_text().split() == ["tb-0-w0", *forged[:2]]  # the pin is untouched
+    bed.fake.preempt("tb-0")
+    p.provision()  # testbed deletes and recreates the node: its new key is pinned
+    assert kh.read_text() == real
+    assert _ssh_true(p, "tb-0-w0").returncode == 0
+    p.destroy()
     _assert_nothing_left(bed, p)
 
 

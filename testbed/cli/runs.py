@@ -42,12 +42,13 @@ def run(
     from testbed import suite as suite_mod
     from testbed.errors import TestbedError
     from testbed.run import runner
+    from testbed.spec import DEFAULT_TESTBED
 
     s = suite_mod.load_suite(suite)
     given = suite_mod.parse_assignments(param or [])
     src = sources_mod.parse(source or [])
     faults = [] if no_faults else (fault or None)
-    tb = on or s.testbed or "local"
+    tb = on or s.testbed or DEFAULT_TESTBED
     if matrix:
         return _campaign(s, tb, given, faults, detach, dry_run, no_setup, collect, json_out, src)
     plan = runner.plan_run(s, on, given, faults=faults, dry_run=dry_run, sources=src)

@@ -80,13 +80,15 @@ def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local test
 
     from rich.rule import Rule
 
+    from testbed.spec import DEFAULT_TESTBED as tb
+
     c = console()
     steps: list[list[str]] = [
-        ["provision", "local"],
-        ["exec", "local", "--", "echo $(hostname) $(hostname -I) boot $(cut -c1-8 /proc/sys/kernel/random/boot_id)"],
-        ["setup", "local", "--profile", "local-suites"],
-        ["run", "mpi-hello", "--on", "local", "--no-setup"],
-        ["run", "fault-drill", "--on", "local", "--no-setup"],
+        ["provision", tb],
+        ["exec", tb, "--", "echo $(hostname) $(hostname -I) boot $(cut -c1-8 /proc/sys/kernel/random/boot_id)"],
+        ["setup", tb, "--profile", "local-suites"],
+        ["run", "mpi-hello", "--on", tb, "--no-setup"],
+        ["run", "fault-drill", "--on", tb, "--no-setup"],
         ["collect", "--all", "--to", results],
     ]
     t0 = time.monotonic()
@@ -108,8 +110,8 @@ def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local test
             reports.append(d)
     finally:
         if not keep:
-            c.print(Rule("[bold]testbed destroy local[/bold]", align="left"))
-            cmd.main(["destroy", "local", "--yes"], prog_name="testbed", standalone_mode=False)
+            c.print(Rule(f"[bold]testbed destroy {tb}[/bold]", align="left"))
+            cmd.main(["destroy", tb, "--yes"], prog_name="testbed", standalone_mode=False)
     c.print(f"\n[bold green]demo done[/bold green] in {time.monotonic() - t0:.0f} s; results in {results}/ "
             f"({len(reports)} runs with a manifest and a report)")
 

@@ -1,11 +1,24 @@
-"""The provider protocol: every provider turns a testbed spec into hosts recorded in state."""
+"""The provider protocol, and the work every provider shares.
+
+A provider does only its cloud's work: ``create`` makes (or finds) the resources and returns the hosts,
+``release`` gives them back. The base class does the rest, the same way for every kind (SkyPilot's split between
+its provisioner and each cloud's ``instance.py`` is the model): the testbed's key pair, the state record before
+anything is made, the ssh_config, reaching every host over SSH with host keys pinned by one policy, the hosts and
+the one inventory in state, and the clean-up once nothing is left in the cloud.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from testbed import ssh
+from testbed.errors import TestbedError
 from testbed.hosts import Host
 
 if TYPE_CHECKING:
@@ -15,19 +28,65 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str], None]
 """A provider reports progress as short human lines (``"lease tb-lease: PENDING (30 s)"``)."""
+T = TypeVar("T")
 
 
 def _quiet(_: str) -> None:
     return None
 
 
+@dataclass
+class Made:
+    """What ``create`` made or found: the hosts, with addresses known but SSH not yet reached."""
+
+    hosts: list[Host]
+    renewed: set[str] = field(default_factory=set)  # hosts testbed (re)made in this call: their old pins go
+    host_keys: dict[str, list[str]] = field(default_factory=dict)  # keys the provider knows without asking
+    login_as: str | None = None  # the first login's user when the spec's user does not exist yet
+
+
+def each(fn: Callable[[Host], T], hosts: list[Host], width: int = 16) -> list[T]:
+    """``fn`` on every host, up to ``width`` at once (a v4-256 slice has 32 workers); the first error wins.
+
+    Daemon threads, joined in short steps: Ctrl-C reaches the caller at once and never waits for a host's
+    SSH timeout.
+    """
+    if len(hosts) <= 1:
+        return [fn(h) for h in hosts]
+    results: list[Any] = [None] * len(hosts)
+    errors: list[BaseException | None] = [None] * len(hosts)
+    gate = threading.Semaphore(width)
+
+    def work(i: int, h: Host) -> None:
+        with gate:
+            try:
+                results[i] = fn(h)
+            except BaseException as e:
+                errors[i] = e
+
+    threads = [threading.Thread(target=work, args=(i, h), daemon=True, name=f"tb-{h.name}")
+               for i, h in enumerate(hosts)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+        time.sleep(0.05)
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+    return results
+
+
 class Provider(ABC):
     """Provision and destroy the hosts of one testbed.
 
-    Rules every provider keeps:
+    A provider implements ``create`` and ``release`` (and may refine the hooks below); the rules it keeps:
     - every cloud resource id is written to state (``store.add_resource``) the moment the API returns it;
-    - ``provision`` is idempotent and records the hosts with ``store.set_hosts``;
-    - ``destroy`` is safe to run again after a partial failure and leaves no resource behind;
+    - ``create`` is idempotent: it reuses what exists and says which hosts it (re)made;
+    - ``release`` is safe to run again after a partial failure; it raises while anything is left, and the rows
+      of what is left stay in state;
     - SDKs are imported inside methods, never at module import.
     """
 
@@ -48,13 +107,202 @@ class Provider(ABC):
     def name(self) -> str:
         return self.spec.name
 
-    @abstractmethod
-    def provision(self) -> list[Host]:
-        """Create (or find) the hosts, wait until SSH answers, record them in state, return them."""
+    # what a provider implements -------------------------------------------------------------------------
+    def preflight(self) -> None:
+        """Refuse what would fail (missing tools, credentials, a bad setting) before anything is made."""
+        return None
+
+    def wants_key(self) -> bool:
+        """Whether the hosts log in with the testbed's own key pair (made on first use)."""
+        return True
 
     @abstractmethod
+    def create(self, public_key: str | None) -> Made:
+        """Make or find every resource, each id recorded as it comes back; the hosts, not yet reached."""
+
+    @abstractmethod
+    def release(self) -> None:
+        """Release every resource recorded for this testbed; raise (rows kept) while anything is left."""
+
+    def info(self) -> dict[str, Any]:
+        """What to record with the testbed (zone, lease name, bridge...), merged into its state row."""
+        return {}
+
+    def interrupted(self) -> TestbedError:
+        """The message for Ctrl-C during provision."""
+        return TestbedError(f"provision of '{self.name}' interrupted; recorded so far: {self.recorded()}",
+                            where=f"testbed {self.name}",
+                            fix=f"'testbed destroy {self.name}' releases it, or 'testbed provision {self.name}' "
+                                "resumes", code=130)
+
+    def unreachable(self, hosts: list[Host]) -> TestbedError:
+        """The message when hosts were recorded but did not answer."""
+        return TestbedError(f"{len(hosts)} host(s) of '{self.name}' did not answer: "
+                            + ", ".join(h.name for h in hosts), where=f"testbed {self.name}",
+                            fix=f"'testbed provision {self.name}' tries again")
+
+    def lock(self) -> contextlib.AbstractContextManager[None]:
+        """Held around provision and destroy (a provider whose resources are on this machine locks them)."""
+        return contextlib.nullcontext()
+
+    # reaching hosts: the defaults suit a cloud VM or bare-metal server ---------------------------------
+    @property
+    def ssh_poll(self) -> float:
+        """Seconds between SSH handshake attempts."""
+        return 2.0
+
+    @property
+    def connect_timeout(self) -> int:
+        """ssh_config's ConnectTimeout."""
+        return 10
+
+    @property
+    def ssh_timeout(self) -> float:
+        """How long every host together may take to answer SSH."""
+        return float(getattr(self.spec.provider, "ssh_timeout", 60))
+
+    def host_label(self, h: Host) -> str:
+        return h.name
+
+    def ssh_fix(self, h: Host) -> str:
+        """What to do when ``h`` never answers SSH."""
+        return (f"check that {h.address}:{h.port} is reachable from here (security group, firewall), raise "
+                f"provider.ssh_timeout, then 'testbed provision {self.name}' again; 'testbed destroy {self.name}' "
+                "releases everything")
+
+    def login_fix(self, h: Host) -> str:
+        """What to do when ``h`` answers SSH but refuses the testbed key."""
+        return (f"check the provider user ({self.spec.user}) and that the testbed key is installed, then provision "
+                f"again; 'testbed destroy {self.name}' releases everything")
+
+    def still_starting(self, h: Host) -> None:
+        """Raise when ``h`` can never answer (checked while waiting for it); default: keep waiting."""
+        return None
+
+    def ready(self, made: Made) -> None:
+        """Work after every host answers SSH and before the hosts are recorded (users, facts)."""
+        return None
+
+    # the common work -----------------------------------------------------------------------------------
+    def provision(self) -> list[Host]:
+        """Create (or find) the hosts, reach them over SSH, record them in state, return them; idempotent."""
+        with self.lock():
+            self.preflight()
+            public_key = ssh.ensure_keypair(self.name)[1] if self.wants_key() else None
+            self.record_testbed("provisioning", self.info())
+            try:
+                made = self.create(public_key)
+                self.reach(made)
+                self.ready(made)
+            except KeyboardInterrupt:
+                self.store.set_testbed_status(self.name, "interrupted")
+                raise self.interrupted() from None
+            except TestbedError:
+                self.store.set_testbed_status(self.name, "failed")
+                raise
+            hosts = made.hosts
+            self.store.set_hosts(self.name, hosts)
+            ssh.write_inventory(self.name, hosts, self.spec.vars)
+            down = [h for h in hosts if h.state == "unreachable"]
+            self.record_testbed("degraded" if down else "up", self.info())
+        if down:
+            raise self.unreachable(down)
+        return hosts
+
     def destroy(self) -> None:
-        """Release every resource recorded for this testbed; safe to repeat."""
+        """Release every resource recorded for this testbed, then forget it; safe to repeat."""
+        with self.lock():
+            self.release()
+        self.forget()
+
+    def forget(self) -> None:
+        """This machine's side of a testbed once nothing is left in the cloud: SSH masters, state, files."""
+        import shutil
+
+        from testbed import paths
+
+        ssh.close_connections(self.name, [h.name for h in self.store.hosts(self.name)], remove=True)
+        self.store.delete_testbed(self.name)
+        shutil.rmtree(paths.testbed_dir(self.name), ignore_errors=True)
+
+    def recorded(self) -> str:
+        """What state holds for this testbed, counted by kind ("1 lease, 3 servers")."""
+        counts: dict[str, int] = {}
+        for r in self.store.resources(self.name):
+            counts[r["kind"]] = counts.get(r["kind"], 0) + 1
+        return ", ".join(f"{n} {k}{'s' if n > 1 else ''}" for k, n in counts.items()) or "nothing"
+
+    def reach(self, made: Made) -> None:
+        """SSH on every host: stale masters closed, the ssh_config written, a real handshake, the host keys
+        pinned by ``pin``, then a login with the testbed key (a cloud's agent may install it after sshd starts)."""
+        hosts = made.hosts
+        before = {h.name: h.address for h in self.store.hosts(self.name)}
+        stale = [h.name for h in hosts if h.name in made.renewed or before.get(h.name, h.address) != h.address]
+        ssh.close_connections(self.name, stale)
+        ssh.write_ssh_config(self.name, hosts, connect_timeout=self.connect_timeout)
+        for name, keys in made.host_keys.items():
+            self.pin(name, keys, renewed=True)
+        deadline = time.monotonic() + self.ssh_timeout
+
+        def one(h: Host) -> None:
+            keys = self._handshake(h, deadline)
+            self.pin(h.name, keys, renewed=h.name in made.renewed or before.get(h.name, h.address) != h.address)
+            self._login(h, deadline, made.login_as)
+
+        each(one, hosts)
+        self.progress(f"{len(hosts)} host(s) answer SSH")
+
+    def pin(self, host: str, keys: list[str], *, renewed: bool) -> None:
+        """The host-key policy: pin a new host's keys; replace the pin only of a host testbed itself (re)made;
+        otherwise refuse keys that differ from the pin (someone else's machine may sit at that address now)."""
+        kh = ssh.known_hosts_path(self.name)
+        pinned = {" ".join(ln.split()[1:3]) for ln in (kh.read_text().splitlines() if kh.exists() else [])
+                  if ln.split(" ", 1)[0] == host}
+        if not pinned or renewed:
+            ssh.pin_host_keys(self.name, host, keys)
+            return
+        if not {" ".join(k.split()[:2]) for k in keys} & pinned:
+            raise TestbedError(f"the host key of {host} changed since it was pinned, and testbed did not rebuild it",
+                               where=f"testbed {self.name}: {host}",
+                               fix=f"if the host was really rebuilt, run 'testbed forget-host {self.name} {host}' and "
+                                   "provision again; otherwise do not connect (another machine may answer)")
+
+    def _handshake(self, h: Host, deadline: float) -> list[str]:
+        """Wait until ``h`` completes an SSH handshake (not just a TCP connect); its public keys."""
+        start = last = time.monotonic()
+        while True:
+            self.still_starting(h)
+            keys = ssh.scan_host_keys(h.address, h.port, timeout=min(5, max(1, deadline - time.monotonic())))
+            if keys:
+                return keys
+            now = time.monotonic()
+            if now >= deadline:
+                raise TestbedError(f"{self.host_label(h)} at {h.address}:{h.port} did not answer SSH within "
+                                   f"{int(self.ssh_timeout)} s", where=f"{h.address}:{h.port}", fix=self.ssh_fix(h))
+            if now - last > 10:
+                self.progress(f"{self.host_label(h)}: waiting for SSH on {h.address}:{h.port} ({int(now - start)} s)")
+                last = now
+            time.sleep(min(self.ssh_poll, max(0.0, deadline - now)))
+
+    def _login(self, h: Host, deadline: float, user: str | None) -> None:
+        """Log in with the testbed key until it works, the host key is refused, or the deadline passes."""
+        import subprocess
+
+        argv = ssh.ssh_argv(self.name, h.name, "true", mux="none")
+        if user:
+            argv[1:1] = ["-l", user]
+        while True:
+            try:
+                r = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+                ok, why = r.returncode == 0, ssh.describe_ssh_failure(r.stderr, h.name, self.name)
+            except subprocess.TimeoutExpired:
+                ok, why = False, f"{h.name} did not finish logging in within 30 s"
+            if ok:
+                return
+            if "host key" in why or time.monotonic() >= deadline:
+                raise TestbedError(f"cannot log in to {self.host_label(h)} ({h.address}): {why}",
+                                   where=f"{user or h.user}@{h.address}:{h.port}", fix=self.login_fix(h))
+            time.sleep(self.ssh_poll)
 
     def record_testbed(self, status: str, info: dict[str, Any] | None = None) -> None:
         """Record the testbed with a copy of its validated spec, so destroy works from state alone even when the

@@ -3,8 +3,8 @@
 provision: credentials checked (no network) -> lease with a node reservation (+ reserved floating IPs), its id
 recorded at once -> wait ACTIVE -> the testbed's key pair -> one server per node on the reservation, each id
 recorded the moment nova returns it -> wait ACTIVE -> a floating IP per server (recorded, then bound) -> wait
-until SSH answers (a real handshake) -> host keys pinned -> hosts in state (user from the spec: ``cc``) ->
-ssh_config and inventory. Running it again reuses what exists (by recorded id, else by name).
+until SSH answers (the base class: a real handshake, host keys pinned, a login) -> hosts in state (user from the
+spec: ``cc``). Running it again reuses what exists (by recorded id, else by name).
 
 destroy (:mod:`testbed.providers.chameleon_release`): floating IPs, servers, the lease and the key pair, each
 row removed once the cloud says it is gone, so a destroy that fails half-way can simply be run again.
@@ -21,11 +21,11 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from testbed import paths, ssh
+from testbed import paths
 from testbed.errors import TestbedError
 from testbed.hosts import Host
-from testbed.providers.base import Provider
-from testbed.spec import ChameleonSettings
+from testbed.providers.base import Made, Provider
+from testbed.providers.settings import ChameleonSettings
 
 if TYPE_CHECKING:
     from testbed.providers.chameleon_chi import ApiError, Chi
@@ -165,41 +165,36 @@ class ChameleonProvider(Provider):
     def _sleep(self, deadline: float) -> None:
         time.sleep(max(0.0, min(self.poll_interval, deadline - time.monotonic())))
 
-    def _recorded(self) -> str:
-        counts: dict[str, int] = {}
-        for r in self.store.resources(self.name):
-            counts[r["kind"]] = counts.get(r["kind"], 0) + 1
-        return ", ".join(f"{n} {k}{'s' if n > 1 else ''}" for k, n in counts.items()) or "nothing"
-
     # provision ----------------------------------------------------------------------------------------
-    def provision(self) -> list[Host]:
-        """Lease, servers, floating IPs, SSH; ids recorded as they come back; idempotent."""
-        api = self._connect()  # refuses missing credentials before anything else happens
-        _, public_key = ssh.ensure_keypair(self.name)
-        s = self.settings
-        self.record_testbed("provisioning", {"site": s.site, "lease_name": self.lease_name})
-        try:
-            from testbed.providers import chameleon_lease
+    _api: Chi | None = None
+    _renewed: set[str]  # hosts whose server was (re)created by this provision
 
-            lease = chameleon_lease.ensure_lease(self, api)
-            self._ensure_keypair(api, public_key)
-            servers = self._ensure_servers(api, lease)
-            details = self._wait_servers(api, servers)
-            addresses = self._ensure_addresses(api, lease, servers, details)
-            private = {h: (self._server_ips(details[h], "fixed") or [""])[0] for h in servers}
-            hosts = self._ready_hosts(servers, addresses, private)
-        except KeyboardInterrupt:
-            self.store.set_testbed_status(self.name, "failed")
-            raise TestbedError(f"provision of '{self.name}' interrupted; recorded so far: {self._recorded()}",
-                               where=self._where("testbed", f"lease {self.lease_name}"),
-                               fix=f"run 'testbed destroy {self.name}' to release them (a lease costs "
-                                   f"allocation hours), or 'testbed provision {self.name}' to resume",
-                               code=130) from None
-        except TestbedError:
-            self.store.set_testbed_status(self.name, "failed")
-            raise
-        self.record_testbed("up")
-        return hosts
+    def preflight(self) -> None:
+        self._api = self._connect()  # refuses missing credentials before anything else happens
+
+    def info(self) -> dict[str, Any]:
+        return {"site": self.settings.site, "lease_name": self.lease_name}
+
+    def create(self, public_key: str | None) -> Made:
+        """Lease, key pair, servers, floating IPs; ids recorded as they come back; what exists is reused."""
+        assert public_key is not None
+        api = self._api or self._connect()
+        self._renewed = set()
+        from testbed.providers import chameleon_lease
+
+        lease = chameleon_lease.ensure_lease(self, api)
+        self._ensure_keypair(api, public_key)
+        servers = self._ensure_servers(api, lease)
+        details = self._wait_servers(api, servers)
+        addresses = self._ensure_addresses(api, lease, servers, details)
+        private = {h: (self._server_ips(details[h], "fixed") or [""])[0] for h in servers}
+        return Made(self._hosts(servers, addresses, private), renewed=self._renewed)
+
+    def interrupted(self) -> TestbedError:
+        return TestbedError(f"provision of '{self.name}' interrupted; recorded so far: {self.recorded()}",
+                            where=self._where("testbed", f"lease {self.lease_name}"),
+                            fix=f"run 'testbed destroy {self.name}' to release them (a lease costs "
+                                f"allocation hours), or 'testbed provision {self.name}' to resume", code=130)
 
     def _ensure_keypair(self, api: Chi, public_key: str) -> None:
         self.store.add_resource(self.name, "keypair", self.keypair_name)  # the name is the id
@@ -244,6 +239,7 @@ class ChameleonProvider(Provider):
                     sid = api.server_create(name, reservation_id=rid, image=s.image, flavor=s.flavor,
                                             key_name=self.keypair_name, network=s.network)
                 self.store.add_resource(self.name, "server", sid, host=host, name=name)  # before waiting
+                self._renewed.add(host)
             out[host] = sid
         return out
 
@@ -360,43 +356,28 @@ class ChameleonProvider(Provider):
             out[host] = str(fip["floating_ip_address"])
         return out
 
-    def _ready_hosts(self, servers: dict[str, str], addresses: dict[str, str],
-                     private: dict[str, str] | None = None) -> list[Host]:
-        """SSH-ready hosts; ``private``: each server's fixed IP (what the nodes reach each other at)."""
+    def _hosts(self, servers: dict[str, str], addresses: dict[str, str],
+               private: dict[str, str] | None = None) -> list[Host]:
+        """The hosts; ``private``: each server's fixed IP (what the nodes reach each other at)."""
         s = self.settings
-        deadline = time.monotonic() + s.ssh_timeout
-        hosts = []
-        for i, host in enumerate(self.host_names()):
-            addr = addresses[host]
-            self.progress(f"{host}: waiting for SSH on {addr}")
-            try:
-                keys = ssh.wait_for_ssh(addr, SSH_PORT, timeout=max(1.0, deadline - time.monotonic()),
-                                        progress=self.progress, what=host)
-            except TestbedError as e:
-                raise TestbedError(e.what, where=self._where("ssh", f"{host} ({self.server_name(host)}) at {addr}"),
-                                   fix=f"a node can take minutes after ACTIVE to start sshd: run 'testbed provision "
-                                       f"{self.name}' again to keep waiting (or raise provider.ssh_timeout); check "
-                                       f"that the image ({s.image}) runs sshd; 'testbed destroy {self.name}' "
-                                       "releases everything") from None
-            ssh.pin_host_keys(self.name, host, keys)
-            hosts.append(Host(name=host, address=addr, port=SSH_PORT, user=self.spec.user,
-                              groups=self.spec.groups_for(host, i),
-                              facts={"server_id": servers[host], "server_name": self.server_name(host),
-                                     "site": s.site, "node_type": s.node_type, "image": s.image,
-                                     **({"private_address": fixed} if (fixed := (private or {}).get(host)) else {})}))
-        ssh.close_connections(self.name, [h.name for h in hosts])  # addresses may have changed
-        ssh.write_ssh_config(self.name, hosts)
-        self.store.set_hosts(self.name, hosts)
-        ssh.write_inventory(self.name, hosts, self.spec.vars)
-        return hosts
+        return [Host(name=host, address=addresses[host], port=SSH_PORT, user=self.spec.user,
+                     groups=self.spec.groups_for(host, i),
+                     facts={"server_id": servers[host], "server_name": self.server_name(host),
+                            "site": s.site, "node_type": s.node_type, "image": s.image,
+                            **({"private_address": fixed} if (fixed := (private or {}).get(host)) else {})})
+                for i, host in enumerate(self.host_names())]
+
+    def ssh_fix(self, h: Host) -> str:
+        return (f"a node can take minutes after ACTIVE to start sshd: run 'testbed provision {self.name}' again to "
+                f"keep waiting (or raise provider.ssh_timeout); check that the image ({self.settings.image}) runs "
+                f"sshd; 'testbed destroy {self.name}' releases everything")
 
     # destroy ------------------------------------------------------------------------------------------
-    def destroy(self) -> None:
+    def release(self) -> None:
         """Release floating IPs, servers, the lease and the key pair; safe to run again."""
-
         from testbed.providers import chameleon_release
 
-        chameleon_release.destroy(self)
+        chameleon_release.release(self)
 
     def _delete_servers(self, api: Chi, servers: dict[str, str], failures: list[str] | None = None) -> None:
         """Delete servers (id -> name) and wait until nova no longer knows them; rows removed as they go."""

@@ -8,11 +8,9 @@ name and released too.
 
 from __future__ import annotations
 
-import shutil
 import time
 from typing import TYPE_CHECKING
 
-from testbed import paths, ssh
 from testbed.errors import TestbedError
 from testbed.providers.chameleon import ChameleonProvider
 
@@ -20,10 +18,9 @@ if TYPE_CHECKING:
     from testbed.providers.chameleon_chi import Chi
 
 
-def destroy(p: ChameleonProvider) -> None:
+def release(p: ChameleonProvider) -> None:
     """Release floating IPs, servers, the lease and the key pair; safe to run again."""
     if not p.store.resources(p.name) and p.store.testbed(p.name) is None:
-        shutil.rmtree(paths.testbed_dir(p.name), ignore_errors=True)
         return  # nothing was ever made (or it is all gone already): no credentials needed
     try:
         api = p._connect()
@@ -31,7 +28,6 @@ def destroy(p: ChameleonProvider) -> None:
         if p.store.resources(p.name):
             raise  # recorded resources need the API: refuse before any request
         p.progress(f"{p.name}: nothing recorded and no credentials; skipped the search by name")
-        _forget(p)
         return
     if p.store.testbed(p.name) is not None:
         p.store.set_testbed_status(p.name, "destroying")
@@ -51,27 +47,18 @@ def destroy(p: ChameleonProvider) -> None:
             except TestbedError as e:
                 failures.append(e.what)
     except KeyboardInterrupt:
-        raise TestbedError(f"destroy of '{p.name}' interrupted; still recorded: {p._recorded()}",
+        raise TestbedError(f"destroy of '{p.name}' interrupted; still recorded: {p.recorded()}",
                            where=p._where("testbed", f"lease {p.lease_name}"),
                            fix=f"run 'testbed destroy {p.name}' again", code=130) from None
     except TestbedError as e:
         failures.append(e.what)
     if failures:
         p.store.set_testbed_status(p.name, "destroy-failed")
-        raise TestbedError(f"destroy of '{p.name}' left {p._recorded()}: " + "; ".join(failures),
+        raise TestbedError(f"destroy of '{p.name}' left {p.recorded()}: " + "; ".join(failures),
                            where=p._where("API", f"testbed {p.name}"),
                            fix=f"run 'testbed destroy {p.name}' again; if it keeps failing, delete the "
                                "recorded ids in the Chameleon dashboard")
-    _forget(p)
     p.progress(f"{p.name}: lease, servers and floating IPs released")
-
-
-def _forget(p: ChameleonProvider) -> None:
-    """Local clean-up once nothing is left in the cloud: ssh masters, state rows, keys and configs."""
-    hosts = [h.name for h in p.store.hosts(p.name)]
-    ssh.close_connections(p.name, hosts, remove=True)
-    p.store.delete_testbed(p.name)
-    shutil.rmtree(paths.testbed_dir(p.name), ignore_errors=True)
 
 
 def _adopt_by_name(p: ChameleonProvider, api: Chi) -> None:

@@ -17,17 +17,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from testbed import ssh
 from testbed.errors import TestbedError, UsageError, require_extra
 from testbed.hosts import Host
-from testbed.providers.base import Progress, Provider, _quiet
+from testbed.providers.base import Made, Progress, Provider, _quiet
 from testbed.providers.gcp_tpu_errors import (
     ADC_FIX,
     api_error,
@@ -36,7 +32,7 @@ from testbed.providers.gcp_tpu_errors import (
     is_not_found,
     is_refusal,
 )
-from testbed.spec import TpuSettings
+from testbed.providers.settings import TpuSettings
 
 if TYPE_CHECKING:
     from testbed.spec import TestbedSpec
@@ -46,7 +42,6 @@ NODE = "tpu-node"
 QUEUED_RESOURCE = "tpu-queued-resource"
 ANONYMOUS_ENV = "TESTBED_TPU_ANONYMOUS"
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
-T = TypeVar("T")
 
 GONE_STATES = {"PREEMPTED", "TERMINATED"}  # provision recreates these
 WAIT_STATES = {"CREATING", "STARTING", "RESTARTING", "REPAIRING", "REIMAGING", "UNHIDING", "STATE_UNSPECIFIED"}
@@ -74,40 +69,6 @@ FAST_POLLING = Polling(interval=0.02, ssh_interval=0.1, rpc_timeout=5, retry_ini
 def _state(obj: Any) -> str:
     st = getattr(obj, "state", None)
     return getattr(st, "name", None) or str(st or "STATE_UNSPECIFIED")
-
-
-def _each(fn: Callable[[Host], T], hosts: list[Host], width: int = 16) -> list[T]:
-    """``fn`` on every host, up to ``width`` at once (a v4-256 slice has 32 workers); the first error wins.
-
-    Daemon threads, joined in short steps: Ctrl-C reaches the caller at once and never waits for a worker's
-    SSH timeout.
-    """
-    if len(hosts) <= 1:
-        return [fn(h) for h in hosts]
-    results: list[Any] = [None] * len(hosts)
-    errors: list[BaseException | None] = [None] * len(hosts)
-    gate = threading.Semaphore(width)
-
-    def work(i: int, h: Host) -> None:
-        with gate:
-            try:
-                results[i] = fn(h)
-            except BaseException as e:
-                errors[i] = e
-
-    threads = [threading.Thread(target=work, args=(i, h), daemon=True, name=f"tpu-{h.name}")
-               for i, h in enumerate(hosts)]
-    for t in threads:
-        t.start()
-    while any(t.is_alive() for t in threads):
-        first = next((e for e in errors if e is not None), None)
-        if first is not None:
-            raise first
-        time.sleep(0.05)
-    first = next((e for e in errors if e is not None), None)
-    if first is not None:
-        raise first
-    return results
 
 
 class TpuProvider(Provider):
@@ -263,37 +224,33 @@ class TpuProvider(Provider):
         return bool(done)
 
     # provision --------------------------------------------------------------------------------------
-    def provision(self) -> list[Host]:
+    def preflight(self) -> None:
         self._validate()
         self.client()  # refuses missing ADC / project before any API request
-        _, pub = ssh.ensure_keypair(self.name)
-        self.record_testbed("provisioning", self._info())
-        try:
-            if self.settings.queued_resource:
-                from testbed.providers import gcp_tpu_queued
 
-                nodes, renewed = gcp_tpu_queued.ensure_queued_resource(self, pub)
-            else:
-                nodes, renewed = self._ensure_nodes(pub)
-            hosts = self._hosts(nodes)
-            self._connect_ssh(hosts, renewed)
-            self.store.set_hosts(self.name, hosts)
-            ssh.write_inventory(self.name, hosts, self.spec.vars)
-            self.record_testbed("up", self._info())
-            return hosts
-        except KeyboardInterrupt:
-            self.store.set_testbed_status(self.name, "interrupted")
-            n = len(self.store.resources(self.name))
-            told = (f"{n} TPU resource(s) were requested and may be running (and billing)" if n
-                    else "no TPU resource was requested yet")
-            raise TestbedError(
-                f"provisioning of TPU testbed '{self.name}' was interrupted; {told}",
-                where=f"testbed {self.name} ({self.parent})",
-                fix=f"'testbed destroy {self.name}' releases them, or 'testbed provision {self.name}' resumes",
-                code=130) from None
-        except TestbedError:
-            self.store.set_testbed_status(self.name, "failed")
-            raise
+    def create(self, public_key: str | None) -> Made:
+        """Every node (or one queued resource for all), READY; hosts of nodes made now are renewed."""
+        assert public_key is not None
+        if self.settings.queued_resource:
+            from testbed.providers import gcp_tpu_queued
+
+            nodes, renewed = gcp_tpu_queued.ensure_queued_resource(self, public_key)
+        else:
+            nodes, renewed = self._ensure_nodes(public_key)
+        hosts = self._hosts(nodes)
+        return Made(hosts, renewed={h.name for h in hosts if h.facts["node"] in renewed})
+
+    def interrupted(self) -> TestbedError:
+        n = len(self.store.resources(self.name))
+        told = (f"{n} TPU resource(s) were requested and may be running (and billing)" if n
+                else "no TPU resource was requested yet")
+        return TestbedError(
+            f"provisioning of TPU testbed '{self.name}' was interrupted; {told}",
+            where=f"testbed {self.name} ({self.parent})",
+            fix=f"'testbed destroy {self.name}' releases them, or 'testbed provision {self.name}' resumes", code=130)
+
+    def info(self) -> dict[str, Any]:
+        return self._info()
 
     def _info(self) -> dict[str, Any]:
         s = self.settings
@@ -459,54 +416,27 @@ class TpuProvider(Provider):
                            "spot": s.spot, "preemptible": s.preemptible}))
         return hosts
 
-    def _pinned(self, host: str) -> bool:
-        kh = ssh.known_hosts_path(self.name)
-        return kh.exists() and any(ln.split(" ", 1)[0] == host for ln in kh.read_text().splitlines())
+    @property
+    def ssh_poll(self) -> float:
+        return self.polling.ssh_interval
 
-    def _connect_ssh(self, hosts: list[Host], renewed: set[str]) -> None:
-        """SSH handshake on every worker, pin (new) host keys, then a real login with the testbed key."""
-        deadline = time.monotonic() + self.settings.ssh_timeout
-        fresh = [h.name for h in hosts if h.facts["node"] in renewed]
-        ssh.close_connections(self.name, fresh)
-        ssh.write_ssh_config(self.name, hosts)
+    def host_label(self, h: Host) -> str:
+        return f"TPU worker {h.name}"
 
-        def handshake(h: Host) -> list[str]:
-            try:
-                return ssh.wait_for_ssh(h.address, h.port, timeout=max(1.0, deadline - time.monotonic()),
-                                        interval=self.polling.ssh_interval, progress=self.progress,
-                                        what=f"TPU worker {h.name}")
-            except TestbedError as e:
-                raise TestbedError(e.what, where=e.where, fix=(
-                    "check that a firewall rule of the TPU's VPC network allows tcp:22 from here (or set "
-                    "internal_ips inside the VPC), raise provider.ssh_timeout, then provision again; "
-                    f"'testbed destroy {self.name}' releases the TPUs")) from None
+    def ssh_fix(self, h: Host) -> str:
+        return ("check that a firewall rule of the TPU's VPC network allows tcp:22 from here (or set internal_ips "
+                f"inside the VPC), raise provider.ssh_timeout, then provision again; 'testbed destroy {self.name}' "
+                "releases the TPUs")
 
-        for h, keys in zip(hosts, _each(handshake, hosts), strict=True):
-            if h.name in fresh or not self._pinned(h.name):
-                ssh.pin_host_keys(self.name, h.name, keys)
-        _each(lambda h: self._wait_login(h, deadline), hosts)
-        self.progress(f"{len(hosts)} TPU worker(s) answer SSH")
-
-    def _wait_login(self, h: Host, deadline: float) -> None:
-        """Log in with the testbed key (the guest agent installs metadata keys shortly after sshd is up)."""
-        while True:
-            r = subprocess.run(ssh.ssh_argv(self.name, h.name, "true", mux="none"), capture_output=True,
-                               text=True, timeout=30, check=False)
-            if r.returncode == 0:
-                return
-            why = ssh.describe_ssh_failure(r.stderr, h.name, self.name)
-            if "host key" in why or time.monotonic() >= deadline:
-                raise TestbedError(f"cannot log in to TPU worker {h.name} ({h.address}): {why}",
-                                   where=f"{h.user}@{h.address}:22",
-                                   fix="check provider user and the ssh-keys metadata, then provision again; "
-                                       f"'testbed destroy {self.name}' releases the TPUs")
-            time.sleep(self.polling.ssh_interval)
+    def login_fix(self, h: Host) -> str:
+        return f"check provider user and the ssh-keys metadata, then provision again; 'testbed destroy {self.name}' " \
+               "releases the TPUs"
 
     # destroy ----------------------------------------------------------------------------------------
-    def destroy(self) -> None:
+    def release(self) -> None:
         from testbed.providers import gcp_tpu_release
 
-        gcp_tpu_release.destroy(self)
+        gcp_tpu_release.release(self)
 
     # status -----------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:

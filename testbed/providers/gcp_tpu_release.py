@@ -3,11 +3,9 @@ on until the API no longer knows it, rows removed as they go, so a destroy can s
 
 from __future__ import annotations
 
-import shutil
 import time
 from typing import Any
 
-from testbed import paths, ssh
 from testbed.errors import TestbedError
 from testbed.providers.gcp_tpu import NODE, QUEUED_RESOURCE, TpuProvider, _state
 from testbed.providers.gcp_tpu_errors import (
@@ -16,10 +14,10 @@ from testbed.providers.gcp_tpu_errors import (
 )
 
 
-def destroy(p: TpuProvider) -> None:
+def release(p: TpuProvider) -> None:
+    """Delete every recorded queued resource and node; raises while any is left."""
     nodes = [r["id"] for r in p.store.resources(p.name, NODE)]
     qrs = [r["id"] for r in p.store.resources(p.name, QUEUED_RESOURCE)]
-    hosts = [h.name for h in p.store.hosts(p.name)]
     if nodes or qrs:
         p._validate()
         p.client()
@@ -44,9 +42,6 @@ def destroy(p: TpuProvider) -> None:
                                where=failures[0].where,
                                fix=f"{first_fix}; then run 'testbed destroy {p.name}' again "
                                    "(it is safe to repeat)")
-    ssh.close_connections(p.name, hosts, remove=True)
-    p.store.delete_testbed(p.name)
-    shutil.rmtree(paths.testbed_dir(p.name), ignore_errors=True)
 
 
 def delete_nodes(p: TpuProvider, nids: list[str]) -> list[TestbedError]:

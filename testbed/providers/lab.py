@@ -12,12 +12,13 @@ import os
 from testbed import remote, ssh
 from testbed.errors import TestbedError
 from testbed.hosts import Host
-from testbed.providers.base import Provider
-from testbed.spec import LabSettings
+from testbed.providers.base import Made, Provider
+from testbed.providers.settings import LabSettings
 
 
 class LabProvider(Provider):
     kind = "lab"
+    _why: dict[str, str]  # host -> why it did not answer (set by reach)
 
     @property
     def settings(self) -> LabSettings:
@@ -35,19 +36,30 @@ class LabProvider(Provider):
                             facts={"provider": "lab"}))
         return out
 
-    def provision(self) -> list[Host]:
-        hosts = self.hosts_from_spec()
-        for h in hosts:
+    @property
+    def connect_timeout(self) -> int:
+        return self.settings.connect_timeout
+
+    def preflight(self) -> None:
+        for h in self.hosts_from_spec():
             if h.key and not os.path.exists(h.key):
                 raise TestbedError(f"the SSH key {h.key} for {h.name} does not exist",
                                    where=self.spec.source or "inventory", fix="set provider.key to your private key")
-        if any(h.key is None for h in hosts):
-            ssh.ensure_keypair(self.name)
-        self.record_testbed("provisioning")
-        ssh.write_ssh_config(self.name, hosts, connect_timeout=self.settings.connect_timeout)
-        results = remote.run(self.name, [h.name for h in hosts], "uname -srm; nproc",
-                             timeout=self.settings.connect_timeout + 20)
-        bad = []
+
+    def wants_key(self) -> bool:
+        return any(h.key is None for h in self.hosts_from_spec())
+
+    def create(self, public_key: str | None) -> Made:
+        """Nothing to make: the hosts as the spec lists them."""
+        return Made(self.hosts_from_spec())
+
+    def reach(self, made: Made) -> None:
+        """One login per host (through its jump host, if any), which also pins its key on first use; the
+        kernel and CPU count become facts. A host that does not answer is recorded as unreachable."""
+        hosts = made.hosts
+        ssh.write_ssh_config(self.name, hosts, connect_timeout=self.connect_timeout)
+        results = remote.run(self.name, [h.name for h in hosts], "uname -srm; nproc", timeout=self.connect_timeout + 20)
+        self._why = {}
         for h, r in zip(hosts, results, strict=True):
             if r.ok:
                 lines = r.stdout.split("\n")
@@ -55,20 +67,15 @@ class LabProvider(Provider):
                 h.facts.update({"kernel": lines[0].strip(), "cpus": int(lines[1]) if lines[1].strip().isdigit() else 0})
             else:
                 h.state = "unreachable"
-                bad.append(f"{h.name} ({h.user}@{h.address}:{h.port}): "
-                           f"{r.error or r.stderr.strip() or f'exit {r.exit_code}'}")
-        self.store.set_hosts(self.name, hosts)
-        ssh.write_inventory(self.name, hosts, self.spec.vars)
-        self.record_testbed("degraded" if bad else "up")
-        if bad:
-            pub = ssh.key_path(self.name).with_suffix(".pub")
-            raise TestbedError(f"{len(bad)} of {len(hosts)} lab hosts are unreachable: " + "; ".join(bad),
-                               where=f"testbed {self.name}",
-                               fix=f"check the addresses, your user and key (the testbed key is {pub} when "
-                                   "provider.key is not set: add it to ~/.ssh/authorized_keys on each host)")
-        return hosts
+                self._why[h.name] = r.error or r.stderr.strip() or f"exit {r.exit_code}"
 
-    def destroy(self) -> None:
-        """Forget the hosts (lab machines are never deleted)."""
-        ssh.close_connections(self.name, [h.name for h in self.store.hosts(self.name)], remove=True)
-        self.store.delete_testbed(self.name)
+    def unreachable(self, hosts: list[Host]) -> TestbedError:
+        bad = [f"{h.name} ({h.user}@{h.address}:{h.port}): {self._why.get(h.name, '')}" for h in hosts]
+        pub = ssh.key_path(self.name).with_suffix(".pub")
+        return TestbedError(f"{len(bad)} of {len(self.spec.provider.planned_hosts() or [])} lab hosts are "
+                            "unreachable: " + "; ".join(bad), where=f"testbed {self.name}",
+                            fix=f"check the addresses, your user and key (the testbed key is {pub} when "
+                                "provider.key is not set: add it to ~/.ssh/authorized_keys on each host)")
+
+    def release(self) -> None:
+        """Nothing to release: lab machines are never deleted (destroy only forgets them)."""

@@ -27,8 +27,8 @@ from pathlib import Path
 from testbed import paths, ssh
 from testbed.errors import TestbedError
 from testbed.hosts import Host
-from testbed.providers.base import Provider
-from testbed.spec import LocalSettings
+from testbed.providers.base import Made, Provider
+from testbed.providers.settings import LocalSettings
 
 INIT = Path(__file__).with_name("local_init.py")
 REQUIRED_TOOLS = {"ip": "iproute2", "unshare": "util-linux", "nsenter": "util-linux", "mount": "mount",
@@ -213,38 +213,59 @@ class LocalProvider(Provider):
             return None
 
     # provision ------------------------------------------------------------------------------------
-    def provision(self) -> list[Host]:
+    @property
+    def ssh_poll(self) -> float:
+        return 0.1  # sshd starts in a fraction of a second
+
+    @property
+    def ssh_timeout(self) -> float:
+        return 30.0
+
+    def preflight(self) -> None:
         problems = check_requirements(self.settings.sshd)
         if problems:
             raise TestbedError("the local provider cannot run here: " + "; ".join(problems),
                                where="this machine", fix="run 'testbed doctor' for the install commands")
-        with self._lock():
-            self._check_subnet()
-            _, pub = ssh.ensure_keypair(self.name)
-            self.record_testbed("provisioning")
-            self._ensure_bridge()
-            slots = self.slots()
-            started = []
-            for sl in slots:
-                if self._alive(sl) and self._netns_exists(sl):
-                    continue
-                self._teardown_host(sl, keep_disk=True)
-                self._prepare_disk(sl, slots, pub)
-                self._start_host(sl)
-                started.append(sl)
-            hosts = [self._host_record(sl) for sl in slots]
-            for sl in slots:
-                ssh.pin_host_keys(self.name, sl.name, [(sl.root / "host_key.pub").read_text().strip()])
-            ssh.write_ssh_config(self.name, hosts)
-            ssh.close_connections(self.name, [sl.name for sl in started])
-            self._wait_ssh(hosts, slots)
-            if self.spec.user != "root":
-                for sl in started:
-                    self._ensure_user(sl, self.spec.user)
-            self.store.set_hosts(self.name, hosts)
-            ssh.write_inventory(self.name, hosts, self.spec.vars)
-            self.record_testbed("up", {"bridge": self.bridge, "subnet": str(self.network), "tag": self.tag})
-            return hosts
+        self._check_subnet()
+
+    def lock(self) -> contextlib.AbstractContextManager[None]:
+        return self._lock()
+
+    def info(self) -> dict[str, object]:
+        return {"bridge": self.bridge, "subnet": str(self.network), "tag": self.tag}
+
+    def create(self, public_key: str | None) -> Made:
+        """The bridge, then every host that is not running: its disk (kept across restarts) and its init."""
+        assert public_key is not None
+        self._ensure_bridge()
+        slots = self.slots()
+        started = []
+        for sl in slots:
+            if self._alive(sl) and self._netns_exists(sl):
+                continue
+            self._teardown_host(sl, keep_disk=True)
+            self._prepare_disk(sl, slots, public_key)
+            self._start_host(sl)
+            started.append(sl.name)
+        return Made([self._host_record(sl) for sl in slots], renewed=set(started),
+                    host_keys={sl.name: [(sl.root / "host_key.pub").read_text().strip()] for sl in slots},
+                    login_as="root")  # the spec's user is made once root can log in
+
+    def still_starting(self, h: Host) -> None:
+        sl = self.slot(h.name)
+        if not self._alive(sl):
+            log = (sl.root / "console.log").read_text(errors="replace")[-500:]
+            raise TestbedError(f"local host {h.name} did not start: {log.strip() or 'no output'}",
+                               where=str(sl.root / "console.log"),
+                               fix="run 'testbed doctor', then 'testbed destroy' and provision again")
+
+    def ssh_fix(self, h: Host) -> str:
+        return f"see {self.slot(h.name).root / 'console.log'}, then 'testbed destroy {self.name}' and provision again"
+
+    def ready(self, made: Made) -> None:
+        if self.spec.user != "root":
+            for name in sorted(made.renewed):
+                self._ensure_user(self.slot(name), self.spec.user)
 
     def _netns_exists(self, sl: HostSlot) -> bool:
         return Path(f"/run/netns/{sl.netns}").exists()
@@ -324,30 +345,6 @@ class LocalProvider(Provider):
         console.close()
         sl.pidfile.write_text(str(proc.pid))
 
-    def _wait_ssh(self, hosts: list[Host], slots: list[HostSlot], timeout: float = 30) -> None:
-        pending = {h.name: sl for h, sl in zip(hosts, slots, strict=True)}
-        deadline = time.monotonic() + timeout
-        while pending and time.monotonic() < deadline:
-            for name, sl in list(pending.items()):
-                if not self._alive(sl):
-                    log = (sl.root / "console.log").read_text(errors="replace")[-500:]
-                    raise TestbedError(f"local host {name} did not start: {log.strip() or 'no output'}",
-                                       where=str(sl.root / "console.log"),
-                                       fix="run 'testbed doctor', then 'testbed destroy' and provision again")
-                if ssh.tcp_open(sl.address, 22, timeout=0.5):
-                    try:
-                        r = subprocess.run([*ssh.ssh_argv(self.name, name, mux="none"), "-l", "root", "--", "true"],
-                                           capture_output=True, text=True, timeout=10, check=False)
-                    except subprocess.TimeoutExpired:
-                        continue
-                    if r.returncode == 0:
-                        del pending[name]
-            if pending:
-                time.sleep(0.1)
-        if pending:
-            raise TestbedError(f"local hosts did not answer SSH within {int(timeout)} s: {', '.join(pending)}",
-                               where=str(self.base), fix="see console.log of each host, then destroy and retry")
-
     def _host_record(self, sl: HostSlot) -> Host:
         return Host(name=sl.name, address=sl.address, port=22, user=self.spec.user,
                     groups=self.spec.groups_for(sl.name, sl.index),
@@ -392,30 +389,28 @@ class LocalProvider(Provider):
         if not keep_disk:
             shutil.rmtree(sl.root, ignore_errors=True)
 
-    def destroy(self) -> None:
-        with self._lock():
-            known = {sl.netns: sl for sl in self.slots()}
-            for r in self.store.resources(self.name, "netns"):
-                if r["id"] not in known:  # a host from an older, larger spec
-                    i = len(known)
-                    host = r["info"].get("host", r["id"])
-                    veth = r["info"].get("veth", "")
-                    known[r["id"]] = HostSlot(i, host, "", r["id"], veth, self.base / "hosts" / host)
-            hosts = [sl.name for sl in known.values()]
-            ssh.close_connections(self.name, hosts, remove=True)
-            for sl in known.values():
-                self._teardown_host(sl, keep_disk=False)
-                self.store.remove_resource(self.name, "netns", sl.netns)
-            for r in self.store.resources(self.name, "bridge"):
-                br, info = r["id"], r["info"]
-                if info.get("created", True):  # records from before 'created' was kept were always testbed's
-                    run("ip", "link", "del", br, check=False)
-                elif info.get("address"):  # someone else's bridge: take back only the address testbed added
-                    run("ip", "addr", "del", str(info["address"]), "dev", br, check=False)
-                self.store.remove_resource(self.name, "bridge", br)
-            shutil.rmtree(self.base, ignore_errors=True)
-        self.store.delete_testbed(self.name)
-        shutil.rmtree(paths.testbed_dir(self.name), ignore_errors=True)
+    def release(self) -> None:
+        """Every host's processes, links and disk, and the bridge testbed made (called under the lock)."""
+        known = {sl.netns: sl for sl in self.slots()}
+        for r in self.store.resources(self.name, "netns"):
+            if r["id"] not in known:  # a host from an older, larger spec
+                i = len(known)
+                host = r["info"].get("host", r["id"])
+                veth = r["info"].get("veth", "")
+                known[r["id"]] = HostSlot(i, host, "", r["id"], veth, self.base / "hosts" / host)
+        hosts = [sl.name for sl in known.values()]
+        ssh.close_connections(self.name, hosts, remove=True)
+        for sl in known.values():
+            self._teardown_host(sl, keep_disk=False)
+            self.store.remove_resource(self.name, "netns", sl.netns)
+        for r in self.store.resources(self.name, "bridge"):
+            br, info = r["id"], r["info"]
+            if info.get("created", True):  # records from before 'created' was kept were always testbed's
+                run("ip", "link", "del", br, check=False)
+            elif info.get("address"):  # someone else's bridge: take back only the address testbed added
+                run("ip", "addr", "del", str(info["address"]), "dev", br, check=False)
+            self.store.remove_resource(self.name, "bridge", br)
+        shutil.rmtree(self.base, ignore_errors=True)
 
     # faults ---------------------------------------------------------------------------------------
     def kill_host(self, host: str) -> None:

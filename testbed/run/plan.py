@@ -82,27 +82,12 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1) -> Test
                            fix=f"testbed provision {name} (or use --dry-run to see the commands)")
     names = spec.host_names() if spec else None
     if names:
-        addr = _spec_addresses(spec) if spec else {}
+        addr = spec.provider.planned_addresses() if spec else {}
         hs = [HostInfo(n, addr.get(n, n), spec.groups_for(n, i) if spec else [], {}) for i, n in enumerate(names)]
     else:
         hs = [HostInfo(f"host{i}", f"host{i}", ["master"] if i == 0 else ["workers"], {})
               for i in range(max(min_hosts, 1))]
     return TestbedInfo(name or "dry-run", ctx["provider"], hs, ctx, placeholder=True, elastic=not names)
-
-
-def _spec_addresses(spec: Any) -> dict[str, str]:
-    """Host addresses known from a spec alone: a lab's listed addresses, a local testbed's subnet slots."""
-    from testbed.spec import LabSettings, LocalSettings
-
-    p = spec.provider
-    if isinstance(p, LabSettings):
-        return {h.name: h.address or h.name for h in p.hosts}
-    if isinstance(p, LocalSettings):
-        import ipaddress
-
-        net = ipaddress.IPv4Network(p.subnet)
-        return {f"{p.name_prefix}{i}": str(net.network_address + 2 + i) for i in range(p.hosts)}
-    return {}
 
 
 def _select(on: str, hosts: list[HostInfo], ranks: list[dict[str, Any]], where: str) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any
 from testbed.errors import TestbedError, UsageError
 from testbed.run import state as rs
 from testbed.run.plan import RUNS_ROOT, build_plan, dry_run_lines, testbed_info  # noqa: F401 (re-exported)
+from testbed.spec import DEFAULT_TESTBED
 from testbed.state import Store
 from testbed.suite import Suite, load_suite, resolve_params
 
@@ -35,7 +36,7 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
     ``overrides``: ones already resolved (a campaign resolves once for all its runs).
     """
     s = load_suite(suite) if isinstance(suite, str) else suite
-    tb_name = testbed or s.testbed or ("local" if not dry_run else None)
+    tb_name = testbed or s.testbed or (DEFAULT_TESTBED if not dry_run else None)
     tb = testbed_info(tb_name, dry_run=dry_run, min_hosts=s.requires.hosts)
     if not dry_run:
         req = s.requires
