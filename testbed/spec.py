@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -116,10 +117,10 @@ def load_testbed(name_or_path: str) -> TestbedSpec:
 
 
 def check_vars(spec: TestbedSpec) -> None:
-    """Refuse a misspelt role variable in the spec's ``vars:`` (file:line), before any host is touched.
+    """Refuse a misspelt or ill-typed role variable in the spec's ``vars:`` (file:line), before any host is touched.
 
     Called by the commands that hand ``vars`` to set-up (provision, setup), not on every spec load: it reads
-    every role's defaults, which the CLI's quick commands need not pay for.
+    every role's argument spec, which the CLI's quick commands need not pay for.
     """
     if not spec.vars:
         return
@@ -127,7 +128,8 @@ def check_vars(spec: TestbedSpec) -> None:
     from testbed.setup import available_roles, check_role_vars
 
     located = yamlfile.load(Path(spec.source))[1] if spec.source and Path(spec.source).is_file() else None
-    for key in spec.vars:
-        line = located.line(("vars", key)) if located else None
-        where = f"{spec.source}:{line}" if line else f"{spec.source or spec.name}: vars"
-        check_role_vars({key}, available_roles(), where)
+    def where(loc: tuple[Any, ...]) -> str:
+        line = located.line(("vars", *loc)) if located else None
+        return f"{spec.source}:{line}" if line else f"{spec.source or spec.name}: vars"
+
+    check_role_vars(spec.vars, available_roles(), where)

@@ -12,11 +12,12 @@ File format (data-driven; the first line holds what the message must contain)::
     # set: VAR=value VAR2=value                 ({tmp} is the case's working directory)
     # code: 1                                   (optional; default: 2, bad input)
     # touches: state                            (optional; the command may record the testbed)
-    # install: experiments                      (optional; where the .yml goes, default inventories)
+    # install: experiments                      (optional; where the .yml goes, default inventories;
+                                                 playbooks/profiles for a profile)
     # xfail: reason                             (optional; a known bug, strict: fixing it flips the test)
 
-``*.yml`` files are installed as ``inventories/<stem>.yml`` (or ``experiments/``) of an empty working directory;
-``*.args`` files hold the command line (shell words) on their first non-comment line.
+``*.yml`` files are installed as ``inventories/<stem>.yml`` (or ``experiments/``, ``playbooks/profiles/``) of an
+empty working directory; ``*.args`` files hold the command line (shell words) on their first non-comment line.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ def _prepare(case: Case, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str
     for d in ("inventories", "experiments"):
         (tmp / d).mkdir()
     if case.path.suffix == ".yml":
+        (tmp / case.install).mkdir(parents=True, exist_ok=True)
         (tmp / case.install / case.path.name).write_text(case.path.read_text())
     env = dict(os.environ)
     for pat in case.unset:

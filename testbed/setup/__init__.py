@@ -39,18 +39,21 @@ from testbed.setup.profiles import (
     available_profiles,
     available_roles,
     build_playbook,
+    check_plan,
     check_role_vars,
     closest,
     load_profile,
     resolve_plan,
+    role_spec,
     role_variables,
     roles_dir,
     suite_profile,
 )
 
 __all__ = ["EventAggregator", "HostResult", "Plan", "SetupResult", "ansible_dir", "ansible_env", "apply",
-           "available_profiles", "available_roles", "build_inventory", "build_playbook", "check_role_vars",
-           "load_profile", "load_spec", "resolve_plan", "role_variables", "roles_dir", "scrub_env", "suite_profile"]
+           "available_profiles", "available_roles", "build_inventory", "build_playbook", "check_plan",
+           "check_role_vars", "load_profile", "load_spec", "resolve_plan", "role_spec", "role_variables", "roles_dir",
+           "scrub_env", "suite_profile"]
 
 
 # --- inventory, playbook, environment --------------------------------------------------------------------
@@ -216,8 +219,8 @@ def apply(testbed: str, *, profile: str | None = None, suite: str | None = None,
         from testbed.spec import check_vars
 
         check_vars(spec)
-    check_role_vars(set(extra_vars or {}), all_roles, "extra variables")
-    check_role_vars(set(plan.vars), all_roles, f"profile {plan.name}: vars")
+    check_role_vars(extra_vars or {}, all_roles, "extra variables (--var)")
+    check_plan(plan, extravars)  # every role's required variables are set by someone
 
     base = ansible_dir()
     run_dir = base / "runs" / testbed

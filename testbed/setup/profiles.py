@@ -1,20 +1,25 @@
 """Profiles and roles: what set-up applies (``playbooks/profiles/<name>.yml``, ``playbooks/roles/``) as a ``Plan``.
 
 A profile's ``include``s come first, then its roles in order; a role entry may carry ``vars`` and an Ansible
-``when``. Role variables are checked against each role's ``defaults/main.yml`` so a misspelt one is refused with
-file:line before any host is touched.
+``when``. Each role declares its variables in ``meta/argument_specs.yml`` (Ansible's role argument format, which
+Ansible checks again at role start): variables given to roles are checked against it (misspelt names, types,
+choices, required ones) and refused with file:line before any host is touched.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from testbed import paths
 from testbed.errors import TestbedError, UsageError
+
+Where = str | Callable[[tuple[Any, ...]], str]  # a place, or a function from a path inside the given vars to one
 
 
 # --- profiles and plans ---------------------------------------------------------------------------------
@@ -25,6 +30,14 @@ class RoleStep:
     role: str
     vars: dict[str, Any] = field(default_factory=dict)
     when: str | None = None
+    source: str = ""  # the profile file that lists it, or "--role NAME"
+    index: int | None = None  # its place in that profile's roles:
+
+    def where(self) -> str:
+        """Where the step was asked for: profile file:line, or the command line."""
+        if self.index is None:
+            return self.source or "command line"
+        return _locator(Path(self.source), ("roles", self.index))(())
 
 
 @dataclass
@@ -78,35 +91,219 @@ def _load_yaml(path: Path) -> Any:
         raise UsageError(f"cannot read {path.name}: {e}", where=str(path), fix="fix the YAML syntax") from None
 
 
-def _check_role(role: str, where: str) -> None:
+def _check_role(role: str, where: Where) -> None:
     known = available_roles()
     if role not in known:
-        raise UsageError(f"unknown role '{role}'", where=where,
+        raise UsageError(f"unknown role '{role}'", where=where(()) if callable(where) else where,
                          fix=f"{closest(role, known)}known roles: {', '.join(known)}")
 
 
-@functools.cache
-def role_variables(role: str) -> frozenset[str]:
-    """The variables a role knows: the keys of its defaults/main.yml and vars/main.yml."""
-    out: set[str] = set()
+# --- role arguments (meta/argument_specs.yml) ---------------------------------------------------------------
+CLOSE = 0.85  # how alike a name must be to a role's variable to be refused as its misspelling
+
+
+def _role_dir(role: str) -> Path | None:
+    """The folder of ``role`` that Ansible uses (the working directory's playbooks/roles first)."""
     for d in paths.resource_dirs("playbooks"):
-        for sub in ("defaults", "vars"):
-            f = d / "roles" / role / sub / "main.yml"
-            if f.is_file():
-                data = _load_yaml(f) or {}
-                out |= set(data) if isinstance(data, dict) else set()
-    return frozenset(out)
+        if (d / "roles" / role / "tasks" / "main.yml").is_file():
+            return d / "roles" / role
+    return None
 
 
-def check_role_vars(names: list[str] | set[str], roles: list[str], where: str) -> None:
-    """Refuse a variable named like one of ``roles``' (``<role>_...``) that the role does not know: a typo that
-    Ansible would silently ignore (the role would run with its default)."""
-    for role in sorted(set(roles)):
-        known = role_variables(role)
-        for n in sorted(names):
-            if n.startswith(role + "_") and n not in known:
-                raise UsageError(f"role '{role}' has no variable '{n}'", where=where,
-                                 fix=f"{closest(n, sorted(known))}see playbooks/roles/{role}/defaults/main.yml")
+@functools.cache
+def _read_spec(path: Path, mtime: float) -> dict[str, dict[str, Any]]:
+    """The options of ``main`` in one argument_specs.yml, checked enough to walk (a malformed one is refused)."""
+    opts: Any = _load_yaml(path)
+    for key in ("argument_specs", "main", "options"):
+        opts = opts.get(key) if isinstance(opts, dict) else None
+    if not isinstance(opts, dict) or not all(isinstance(o, dict) for o in opts.values()):
+        raise TestbedError(f"{path.name} has no argument_specs.main.options mapping", where=str(path),
+                           fix="write argument_specs: {main: {options: {VAR: {type: ..., description: ...}}}} "
+                               "(Ansible's role argument format)")
+    return opts
+
+
+def role_spec(role: str) -> dict[str, dict[str, Any]]:
+    """A role's variables and their specs (type, elements, choices, required, options) from its
+    meta/argument_specs.yml; a role without one gets its defaults/main.yml keys, untyped (``raw``)."""
+    d = _role_dir(role)
+    if d is None:
+        return {}
+    f = d / "meta" / "argument_specs.yml"
+    if f.is_file():
+        return _read_spec(f, f.stat().st_mtime)
+    defaults = d / "defaults" / "main.yml"
+    data = _load_yaml(defaults) if defaults.is_file() else None
+    return {k: {"type": "raw"} for k in data} if isinstance(data, dict) else {}
+
+
+def role_variables(role: str) -> frozenset[str]:
+    """The variables a role takes (its argument spec's options)."""
+    return frozenset(role_spec(role))
+
+
+def _derived(role: str) -> set[str]:
+    """Names a role computes itself (vars/main.yml): not settings."""
+    d = _role_dir(role)
+    data = _load_yaml(d / "vars" / "main.yml") if d and (d / "vars" / "main.yml").is_file() else None
+    return set(data) if isinstance(data, dict) else set()
+
+
+def _is_template(value: Any) -> bool:
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+_KINDS = {"str": "a string", "path": "a path", "int": "a whole number", "float": "a number", "bool": "true or false",
+          "list": "a list", "dict": "a mapping"}
+_PLURALS = {"str": "strings", "path": "paths", "int": "whole numbers", "float": "numbers", "bool": "booleans",
+            "list": "lists", "dict": "mappings"}
+_GOT = {"str": "a string", "int": "a number", "float": "a number", "bool": "a boolean", "list": "a list",
+        "dict": "a mapping"}
+
+
+def _kind(type_name: str) -> str:
+    return _KINDS.get(type_name, type_name)
+
+
+def _label(loc: tuple[Any, ...]) -> str:
+    """``('dataset_items', 0, 'url')`` -> ``dataset_items[0].url``."""
+    return str(loc[0]) + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+
+
+def _about(opt: dict[str, Any]) -> str:
+    """An option's description as one plain line (Ansible's C(...) markup dropped)."""
+    text = opt.get("description") or ""
+    text = " ".join(map(str, text)) if isinstance(text, list) else str(text)
+    return re.sub(r"\b[A-Z]\(([^)]*)\)", r"\1", text).strip().rstrip(".")
+
+
+def _check_value(role: str, name: str, value: Any, opt: dict[str, Any], loc: tuple[Any, ...],
+                 where: Callable[[tuple[Any, ...]], str]) -> None:
+    """Refuse ``value`` where Ansible's role argument validation would (its own type converters decide; a Jinja
+    template is left to Ansible, which checks it at role start once it has a value)."""
+    from ansible.module_utils.common.parameters import DEFAULT_TYPE_VALIDATORS
+
+    if _is_template(value) or (value is None and not opt.get("required") and opt.get("default") is None):
+        return  # (Ansible lets a null through only where the option has no default)
+    spec_file = f"playbooks/roles/{role}/meta/argument_specs.yml"
+    label, about = _label(loc), _about(opt)
+    wanted = str(opt.get("type") or "str")
+    convert = DEFAULT_TYPE_VALIDATORS.get(wanted, DEFAULT_TYPE_VALIDATORS["raw"])
+    try:
+        value = convert(value)
+    except (TypeError, ValueError):
+        of = f" of {_PLURALS.get(opt['elements'], opt['elements'])}" if opt.get("elements") else ""
+        kind = type(value).__name__
+        got = "empty (nothing after its colon)" if value is None else f"{_GOT.get(kind, kind)} ({value!r})"
+        raise UsageError(f"role '{role}': {label} must be {_kind(wanted)}{of}, not {got}", where=where(loc),
+                         fix=f"give {label} {_kind(wanted)}{of}{f' ({about})' if about else ''}; see {spec_file}"
+                         ) from None
+    if isinstance(value, list) and opt.get("elements"):
+        sub = {k: v for k, v in opt.items() if k not in ("type", "elements", "choices", "required")}
+        sub["type"] = opt["elements"]
+        for i, item in enumerate(value):
+            _check_value(role, name, item, sub, (*loc, i), where)
+        value = [v for v in value if not _is_template(v)]
+    choices = opt.get("choices")
+    if choices:
+        if isinstance(value, list):  # a list takes one or more of the choices
+            bad = [v for v in value if v not in choices]
+        else:
+            bad = [] if value in choices or (value in ("True", "False") and _bool_choice(value, choices)) else [value]
+        if bad:
+            shown = ", ".join(map(str, choices))
+            raise UsageError(f"role '{role}': {label} is {bad[0]!r}, not one of {shown}", where=where(loc),
+                             fix=f"{closest(str(bad[0]), [str(c) for c in choices])}write one of {shown} "
+                                 f"(see {spec_file})")
+    if isinstance(opt.get("options"), dict) and isinstance(value, dict):
+        _check_options(role, value, opt["options"], loc, where)
+
+
+def _bool_choice(value: str, choices: list[Any]) -> bool:
+    """Ansible maps 'True'/'False' (a YAML boolean made a string) onto the one choice spelling that boolean."""
+    from ansible.module_utils.parsing.convert_bool import BOOLEANS_FALSE, BOOLEANS_TRUE
+
+    spellings = BOOLEANS_TRUE if value == "True" else BOOLEANS_FALSE
+    return len(spellings.intersection(choices)) == 1
+
+
+def _check_options(role: str, given: dict[str, Any], options: dict[str, dict[str, Any]], loc: tuple[Any, ...],
+                   where: Callable[[tuple[Any, ...]], str]) -> None:
+    """A mapping with declared keys (a dict option's ``options``): unknown keys, missing required ones, values."""
+    spec_file = f"playbooks/roles/{role}/meta/argument_specs.yml"
+    label = _label(loc)
+    for k in given:
+        if k not in options:
+            raise UsageError(f"role '{role}': {label} has no key '{k}'", where=where((*loc, k)),
+                             fix=f"{closest(str(k), list(options))}keys: {', '.join(options)} (see {spec_file})")
+    missing = [k for k, o in options.items() if o.get("required") and k not in given]
+    if missing:
+        raise UsageError(f"role '{role}': {label} lacks {', '.join(missing)}", where=where(loc),
+                         fix=f"add {', '.join(k + ': ...' for k in missing)} (see {spec_file})")
+    for k, v in given.items():
+        _check_value(role, str(k), v, options[k], (*loc, k), where)
+
+
+def check_role_vars(given: Mapping[str, Any] | Iterable[str], roles: list[str], where: Where) -> None:
+    """Refuse variables given to ``roles`` that the roles would not take, before any host is touched.
+
+    ``given`` is a mapping of variables (or bare names). A name a role declares is checked against its argument
+    spec (type, elements, choices, keys of its items); a name that is no role's but is one role's prefix
+    (``<role>_...``) or close to a role's variable is refused as a typo that Ansible would silently ignore (the role
+    would run with its default). ``where`` names the place, or maps a path inside ``given`` to one (file:line).
+    """
+    at: Callable[[tuple[Any, ...]], str] = where if callable(where) else (lambda _loc: str(where))
+    values = given if isinstance(given, Mapping) else dict.fromkeys(given)
+    specs = {r: role_spec(r) for r in sorted(set(roles))}
+    close = {m: r for r, spec in specs.items() for m in spec}
+    for name in sorted(values, key=str):
+        n = str(name)
+        owners = [r for r, spec in specs.items() if n in spec]
+        for r in owners if isinstance(given, Mapping) else ():
+            _check_value(r, n, values[name], specs[r][n], (n,), at)
+        if owners:
+            continue
+        prefixed = sorted((r for r in specs if n.startswith(r + "_")), key=len)
+        alike = difflib.get_close_matches(n, list(close), n=1, cutoff=CLOSE)
+        role = prefixed[-1] if prefixed else close[alike[0]] if alike else None
+        if role is None:
+            continue
+        spec_file = f"playbooks/roles/{role}/meta/argument_specs.yml"
+        if n in _derived(role):
+            raise UsageError(f"role '{role}' has no variable '{n}': it is derived by the role (vars/main.yml), "
+                             "not a setting", where=at((n,)),
+                             fix=f"set the variables it is derived from instead (see {spec_file})")
+        raise UsageError(f"role '{role}' has no variable '{n}'", where=at((n,)),
+                         fix=f"{closest(n, sorted(specs[role]))}see {spec_file}")
+
+
+def check_plan(plan: Plan, given: Iterable[str] = ()) -> None:
+    """Refuse a plan with a role whose required variable nothing sets: not the role entry, the profile's vars, nor
+    ``given`` (the spec's vars and extra variables)."""
+    have = set(plan.vars) | set(given)
+    for step in plan.steps:
+        spec = role_spec(step.role)
+        missing = [n for n, o in spec.items() if o.get("required") and n not in have and n not in step.vars]
+        if missing:
+            raise UsageError(f"role '{step.role}' needs {', '.join(missing)}, which nothing sets",
+                             where=step.where(),
+                             fix=f"set {', '.join(missing)} in the role entry's vars:, the testbed spec's vars: or "
+                                 f"with --var ({missing[0]}: {_about(spec[missing[0]])})")
+
+
+def _locator(path: Path, base: tuple[Any, ...]) -> Callable[[tuple[Any, ...]], str]:
+    """A ``where`` for values under ``base`` in the YAML file ``path``: file:line (the file is parsed only then)."""
+    def where(loc: tuple[Any, ...]) -> str:
+        from ruamel.yaml import YAML
+
+        from testbed.yamlfile import Located
+
+        try:
+            line = Located(YAML(typ="rt").load(path.read_text())).line((*base, *loc))
+        except Exception:  # the file was read once already; a line number is a nicety
+            line = None
+        return f"{path}:{line}" if line else str(path)
+    return where
 
 
 def load_profile(name: str, _seen: tuple[str, ...] = ()) -> Plan:
@@ -127,28 +324,36 @@ def load_profile(name: str, _seen: tuple[str, ...] = ()) -> Plan:
     if unknown:
         raise UsageError(f"profile '{name}' has unknown keys: {', '.join(sorted(unknown))}", where=str(path),
                          fix="allowed keys: description, include, vars, roles")
+    own = data.get("vars") or {}
+    includes, entries = data.get("include") or [], data.get("roles") or []
+    if not isinstance(own, dict) or not isinstance(entries, list) or not isinstance(includes, list):
+        raise UsageError(f"profile '{name}': vars: must be a mapping, include: and roles: lists", where=str(path),
+                         fix="write 'include: [base]', 'vars: {name: value}' and 'roles: [- role: NAME]'")
     steps: list[RoleStep] = []
     pvars: dict[str, Any] = {}
-    for inc in data.get("include") or []:
+    for inc in includes:
         sub = load_profile(str(inc), (*_seen, name))
         steps += sub.steps
         pvars.update(sub.vars)
-    pvars.update(data.get("vars") or {})
-    for i, entry in enumerate(data.get("roles") or []):
+    check_role_vars(own, available_roles(), _locator(path, ("vars",)))
+    pvars.update(own)
+    for i, entry in enumerate(entries):
         if isinstance(entry, str):
             entry = {"role": entry}
+        at = _locator(path, ("roles", i))
         if not isinstance(entry, dict) or "role" not in entry:
-            raise UsageError(f"profile '{name}': roles[{i}] needs a 'role:' key", where=str(path),
+            raise UsageError(f"profile '{name}': roles[{i}] needs a 'role:' key", where=at(()),
                              fix="write '- role: <name>' with optional 'vars:' and 'when:'")
         extra = set(entry) - {"role", "vars", "when"}
         if extra or not isinstance(entry.get("vars") or {}, dict) or not isinstance(entry.get("when", ""), str):
             raise UsageError(f"profile '{name}': roles[{i}] ({entry['role']}) has unknown keys or bad values",
-                             where=str(path), fix="a role entry has role:, vars: (a mapping) and when: (a "
-                                                  "condition string) only" + (f"; remove {', '.join(sorted(extra))}"
-                                                                              if extra else ""))
-        _check_role(str(entry["role"]), f"{path}: roles[{i}]")
-        check_role_vars(set(entry.get("vars") or {}), [str(entry["role"])], f"{path}: roles[{i}] ({entry['role']})")
-        steps.append(RoleStep(str(entry["role"]), dict(entry.get("vars") or {}), entry.get("when") or None))
+                             where=at(()), fix="a role entry has role:, vars: (a mapping) and when: (a condition "
+                                               "string) only" + (f"; remove {', '.join(sorted(extra))}" if extra
+                                                                 else ""))
+        _check_role(str(entry["role"]), at)
+        check_role_vars(entry.get("vars") or {}, [str(entry["role"])], _locator(path, ("roles", i, "vars")))
+        steps.append(RoleStep(str(entry["role"]), dict(entry.get("vars") or {}), entry.get("when") or None,
+                              str(path), i))
     return Plan(name=name, steps=steps, vars=pvars, description=str(data.get("description", "")))
 
 
@@ -182,7 +387,7 @@ def resolve_plan(*, profile: str | None = None, suite: str | None = None, roles:
         steps: list[RoleStep] = []
         for r in roles:
             matches = [s for s in (base.steps if base else []) if s.role == r]
-            steps += matches or [RoleStep(r)]
+            steps += matches or [RoleStep(r, source=f"--role {r}")]
         return Plan(name="roles: " + ", ".join(roles), steps=steps, vars=base.vars if base else {})
     if suite:
         return load_profile(suite_profile(suite))
