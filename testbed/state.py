@@ -1,4 +1,8 @@
-"""SQLite state under the testbed home: testbeds, hosts, cloud resources, runs, events, collected files.
+"""SQLite state under the testbed home: testbeds, hosts, cloud resources, runs, events, campaigns, collected files.
+
+This module is the one place that speaks SQL: every other module calls ``Store``'s named methods, which take and
+return records (``testbed.hosts.Host``, the run records of ``testbed.run.models``, plain dicts for testbeds and
+resources). ``Store.query`` and ``Store.tx`` stay for raw inspection in tests and debugging.
 
 Every write is one transaction (``BEGIN IMMEDIATE``) so concurrent ``testbed`` processes serialise
 instead of corrupting the file; WAL mode lets readers go on while one process writes.
@@ -18,10 +22,14 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, TypeVar, Unpack
+
+from pydantic import BaseModel, ValidationError
 
 from testbed.hosts import Host
+from testbed.run.models import ACTIVE, CampaignPoint, CampaignRecord, RankRecord, RunEvent, RunInfo, RunRecord
 
 SCHEMA_VERSION = 2
 
@@ -64,6 +72,39 @@ CREATE INDEX IF NOT EXISTS runs_campaign ON runs(campaign, created);
 MIGRATIONS: dict[int, list[str]] = {
     1: ["CREATE INDEX IF NOT EXISTS runs_campaign ON runs(campaign, created)"],  # campaign reports, resume
 }
+
+
+class RunColumns(TypedDict, total=False):
+    """Columns of ``runs`` that ``Store.update_run`` sets."""
+
+    status: str
+    reason: str | None
+    started: float | None
+    ended: float | None
+
+
+class RankColumns(TypedDict, total=False):
+    """Columns of ``run_hosts`` that ``Store.set_rank`` sets."""
+
+    status: str
+    exit_code: int | None
+    reason: str | None
+    started: float | None
+    ended: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CollectedFile:
+    """A row of ``collected``: a file of a run verified in results/ (``size`` -1: its transfer is pending)."""
+
+    host: str
+    path: str
+    sha256: str
+    size: int
+    collected: float
+
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 def _row_to_host(r: sqlite3.Row) -> Host:
@@ -199,7 +240,24 @@ class Store:
             db.execute("COMMIT")
 
     def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        """Raw rows (tests, debugging); the package itself calls the named methods below."""
         return list(self._db.execute(sql, args))
+
+    def _record(self, model: type[_M], row: sqlite3.Row, what: str, **json_cols: Any) -> _M:
+        """``row`` as ``model`` (JSON columns decoded); a row no model accepts is one TestbedError naming it."""
+        d = dict(row)
+        try:
+            for col, default in json_cols.items():
+                d[col] = json.loads(d[col]) if d.get(col) else default
+            return model.model_validate(d)
+        except (ValueError, ValidationError) as e:
+            from testbed.errors import TestbedError
+
+            why = str(e).splitlines()[0] if not isinstance(e, ValidationError) else \
+                "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors()[:3])
+            raise TestbedError(f"{what} in the state database is unreadable ({why})", where=str(self.path),
+                               fix="it was edited by hand or by another program; restore the state file from a "
+                                   "backup") from None
 
     # testbeds -------------------------------------------------------------------------------------
     def upsert_testbed(self, name: str, provider: str, spec_path: str | None, status: str,
@@ -318,3 +376,137 @@ class Store:
     def remove_resource(self, testbed: str, kind: str, rid: str) -> None:
         with self.tx() as db:
             db.execute("DELETE FROM resources WHERE testbed=? AND kind=? AND id=?", (testbed, kind, rid))
+
+    # runs -----------------------------------------------------------------------------------------
+    def add_run(self, run: RunRecord, ranks: list[tuple[str, int]]) -> None:
+        """Record a new run and its ranks (host, rank), all pending."""
+        with self.tx() as db:
+            db.execute("INSERT INTO runs(id, suite, testbed, params, status, campaign, created, info) "
+                       "VALUES (?,?,?,?,?,?,?,?)", (run.id, run.suite, run.testbed, json.dumps(run.params),
+                                                    run.status, run.campaign, run.created,
+                                                    json.dumps(run.info.to_json())))
+            db.executemany("INSERT INTO run_hosts(run_id, host, rank, status) VALUES (?,?,?,'pending')",
+                           [(run.id, host, rank) for host, rank in ranks])
+
+    def run(self, run_id: str) -> RunRecord | None:
+        rows = self.query("SELECT * FROM runs WHERE id=?", (run_id,))
+        return self._run(rows[0]) if rows else None
+
+    def _run(self, row: sqlite3.Row) -> RunRecord:
+        return self._record(RunRecord, row, f"run '{row['id']}'", params={}, info={})
+
+    def runs(self, limit: int = 100) -> list[RunRecord]:
+        """The newest ``limit`` runs, newest first."""
+        return [self._run(r) for r in self.query("SELECT * FROM runs ORDER BY created DESC LIMIT ?", (limit,))]
+
+    def run_ids(self, *, newest_first: bool = False, limit: int = -1) -> list[str]:
+        """Run ids in the order they were created (``newest_first``: the other way)."""
+        order = "created DESC, id DESC" if newest_first else "created, id"
+        return [r["id"] for r in self.query(f"SELECT id FROM runs ORDER BY {order} LIMIT ?", (limit,))]  # noqa: S608
+
+    def update_run(self, run_id: str, *, only_active: bool = False, info: RunInfo | None = None,
+                   **columns: Unpack[RunColumns]) -> bool:
+        """Set ``columns`` of the run and merge the keys set in ``info`` into its info.
+
+        ``only_active``: only while the run is pending or running. False when nothing was changed.
+        """
+        bad = set(columns) - set(RunColumns.__annotations__)
+        if bad:
+            raise ValueError(f"not a column of runs: {sorted(bad)}")
+        with self.tx() as db:
+            row = db.execute("SELECT status, info FROM runs WHERE id=?", (run_id,)).fetchone()
+            if row is None or (only_active and row["status"] not in ACTIVE):
+                return False
+            values: dict[str, Any] = dict(columns)
+            if info is not None:
+                values["info"] = json.dumps({**json.loads(row["info"] or "{}"), **info.to_json()})
+            if values:
+                cols = ", ".join(f"{k}=?" for k in values)  # names from RunColumns only
+                db.execute(f"UPDATE runs SET {cols} WHERE id=?", (*values.values(), run_id))  # noqa: S608
+        return True
+
+    def set_rank(self, run_id: str, host: str, rank: int, **columns: Unpack[RankColumns]) -> None:
+        """Set ``columns`` of one rank of the run."""
+        bad = set(columns) - set(RankColumns.__annotations__)
+        if bad or not columns:
+            raise ValueError(f"not columns of run_hosts: {sorted(bad) or 'none given'}")
+        cols = ", ".join(f"{k}=?" for k in columns)  # names from RankColumns only
+        with self.tx() as db:
+            db.execute(f"UPDATE run_hosts SET {cols} WHERE run_id=? AND host=? AND rank=?",  # noqa: S608
+                       (*columns.values(), run_id, host, rank))
+
+    def end_active_ranks(self, run_id: str, status: str, ended: float, reason: str, *,
+                         keep_reason: bool = False) -> None:
+        """Every rank of the run still pending or running ends with ``status`` (``keep_reason``: a reason
+        already recorded stays)."""
+        new_reason = "COALESCE(reason, ?)" if keep_reason else "?"
+        with self.tx() as db:
+            db.execute(f"UPDATE run_hosts SET status=?, ended=?, reason={new_reason} "  # noqa: S608
+                       "WHERE run_id=? AND status IN (?, ?)", (status, ended, reason, run_id, *ACTIVE))
+
+    def run_ranks(self, run_id: str) -> list[RankRecord]:
+        """The run's ranks in rank order."""
+        return [self._record(RankRecord, r, f"rank {r['rank']} of run '{run_id}'")
+                for r in self.query("SELECT * FROM run_hosts WHERE run_id=? ORDER BY rank", (run_id,))]
+
+    def add_event(self, run_id: str, kind: str, host: str | None, ts: float, detail: dict[str, Any]) -> None:
+        with self.tx() as db:
+            db.execute("INSERT INTO events(run_id, ts, kind, host, detail) VALUES (?,?,?,?,?)",
+                       (run_id, ts, kind, host, json.dumps(detail, default=str)))
+
+    def events(self, run_id: str, after: int = 0) -> list[RunEvent]:
+        """The run's events after sequence number ``after``, in order."""
+        return [self._record(RunEvent, r, f"event {r['seq']} of run '{run_id}'", detail={})
+                for r in self.query("SELECT * FROM events WHERE run_id=? AND seq>? ORDER BY seq", (run_id, after))]
+
+    # campaigns ------------------------------------------------------------------------------------
+    def add_campaign(self, c: CampaignRecord) -> None:
+        with self.tx() as db:
+            db.execute("INSERT INTO campaigns(id, suite, testbed, points, status, created, info) VALUES "
+                       "(?,?,?,?,?,?,?)", (c.id, c.suite, c.testbed, json.dumps([p.model_dump() for p in c.points]),
+                                           c.status, c.created, json.dumps(c.info.model_dump())))
+
+    def campaign(self, cid: str) -> CampaignRecord | None:
+        rows = self.query("SELECT * FROM campaigns WHERE id=?", (cid,))
+        return self._record(CampaignRecord, rows[0], f"campaign '{cid}'", points=[], info={}) if rows else None
+
+    def save_campaign(self, cid: str, points: list[CampaignPoint], status: str | None = None) -> None:
+        """Write the campaign's points (and its status when given)."""
+        with self.tx() as db:
+            db.execute("UPDATE campaigns SET points=? WHERE id=?", (json.dumps([p.model_dump() for p in points]),
+                                                                     cid))
+            if status:
+                db.execute("UPDATE campaigns SET status=? WHERE id=?", (status, cid))
+
+    def campaign_of_runs(self) -> dict[str, str]:
+        """run id -> campaign id, from the campaigns' points and the runs' own column (tolerant of odd rows)."""
+        out: dict[str, str] = {}
+        for row in self.query("SELECT id, points FROM campaigns"):
+            try:
+                points = json.loads(row["points"] or "[]")
+            except ValueError:
+                continue
+            for point in points if isinstance(points, list) else []:
+                if isinstance(point, dict) and point.get("run_id"):
+                    out[str(point["run_id"])] = str(row["id"])
+        for row in self.query("SELECT id, campaign FROM runs WHERE campaign IS NOT NULL"):
+            out[str(row["id"])] = str(row["campaign"])
+        return out
+
+    # collected files ------------------------------------------------------------------------------
+    def collected(self, run_id: str, host: str | None = None, *, verified: bool = False) -> list[CollectedFile]:
+        """The run's collected files (of ``host``; ``verified``: without pending transfers)."""
+        sql = "SELECT host, path, sha256, size, collected FROM collected WHERE run_id=?"
+        args: tuple[Any, ...] = (run_id,)
+        if host is not None:
+            sql, args = sql + " AND host=?", (*args, host)
+        if verified:
+            sql += " AND size>=0"
+        return [CollectedFile(r["host"], r["path"], r["sha256"], r["size"], r["collected"])
+                for r in self.query(sql, args)]
+
+    def record_collected(self, run_id: str, host: str, items: list[tuple[str, str, int]], when: float) -> None:
+        """Upsert (path, sha256, size) rows of ``host`` collected at ``when``."""
+        with self.tx() as db:
+            db.executemany("INSERT OR REPLACE INTO collected(run_id, host, path, sha256, size, collected) "
+                           "VALUES (?,?,?,?,?,?)", [(run_id, host, p, sha, n, when) for p, sha, n in items])

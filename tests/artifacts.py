@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from testbed.run.models import Plan, RelaunchStep
 from testbed.run.plan import HostInfo, TestbedInfo, build_plan
 from testbed.suite import load_suite, resolve_params
 
@@ -241,7 +242,7 @@ def points(suite_name: str) -> list[dict[str, Any]]:
     return pts
 
 
-def plan_for(suite_name: str, given: dict[str, Any], faults: list[str] | None = None) -> dict[str, Any]:
+def plan_for(suite_name: str, given: dict[str, Any], faults: list[str] | None = None) -> Plan:
     s = load_suite(suite_name)
     params = resolve_params(s, {k: str(v) for k, v in given.items()})
     n = max(8, s.requires.hosts)
@@ -251,20 +252,20 @@ def plan_for(suite_name: str, given: dict[str, Any], faults: list[str] | None = 
     return build_plan(s, tb, params, faults=faults)
 
 
-def commands(plan: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+def commands(plan: Plan) -> list[tuple[str, str, str | None]]:
     """(where, command, cwd) of every step and rank of the plan (recovery included)."""
     out: list[tuple[str, str, str | None]] = []
-    for phase in ("prepare", "post"):
-        for st in plan[phase]:
-            for h, cmd in st["commands"].items():
-                out.append((f"{phase} '{st['name']}' on {h}", cmd, st.get("cwd")))
-    for r in plan["ranks"]:
-        out.append((f"launch rank {r['rank']}", r["command"], r.get("cwd")))
-    for f in plan["faults"]:
-        for steps in f["recovery"].values():
-            for st in steps:
-                for r in st.get("ranks") or []:
-                    out.append((f"recovery rank {r['rank']}", r["command"], r.get("cwd")))
+    for phase, steps in (("prepare", plan.prepare), ("post", plan.post)):
+        for st in steps:
+            for h, cmd in st.commands.items():
+                out.append((f"{phase} '{st.name}' on {h}", cmd, st.cwd))
+    for r in plan.ranks:
+        out.append((f"launch rank {r.rank}", r.command, r.cwd))
+    for f in plan.faults:
+        for recovery in f.recovery.values():
+            for st in recovery:
+                for r in st.ranks if isinstance(st, RelaunchStep) else []:
+                    out.append((f"recovery rank {r.rank}", r.command, r.cwd))
     return out
 
 

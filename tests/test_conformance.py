@@ -156,7 +156,7 @@ def test_fault_triggers_are_printed_by_the_watched_rank(suite_name: str) -> None
         ranks = _printing_ranks(files, f.when)
         assert ranks, f"{suite_name}: fault '{name}' waits for /{f.when}/, which no print or log call of the code emits"
         plan = plan_for(suite_name, {"fault": name} if "fault" in s.parameters else {}, faults=[name])
-        watched = next(x for x in plan["faults"] if x["name"] == name)["watch_rank"]
+        watched = next(x for x in plan.faults if x.name == name).watch_rank
         assert None in ranks or watched in ranks, (
             f"{suite_name}: fault '{name}' watches rank {watched}, but /{f.when}/ is printed only by rank(s) "
             f"{sorted(r for r in ranks if r is not None)}")
@@ -172,8 +172,8 @@ def test_tesla_repair_lets_the_environment_set_the_master_address(tmp_path: Path
     tesla = tmp_path / "tesla"
     shutil.copytree(artifact("Scalable_ViT_DT") / "tesla", tesla)
     plan = plan_for("tesla", {"task": "train", "gpus": 2})
-    (step,) = [s for s in plan["prepare"] if "MASTER_ADDR" in s["name"]]
-    subprocess.run(["bash", "-c", next(iter(step["commands"].values()))], cwd=tesla, check=True, timeout=60)
+    (step,) = [s for s in plan.prepare if "MASTER_ADDR" in s.name]
+    subprocess.run(["bash", "-c", next(iter(step.commands.values()))], cwd=tesla, check=True, timeout=60)
     for rel in ("deepspeed/run_distributed_training.py", "simple_test/test_nccl.py", "script/baseline_measure.py"):
         tree = ast.parse((tesla / rel).read_text())
         assigned = [n for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Subscript)

@@ -121,8 +121,8 @@ def test_jitc_connect_repair_lets_a_rank_start_before_the_master(torch_pair: str
 
     user_level = tmp_path / "UserLevel"
     shutil.copytree(artifact("open-jitc") / "UserLevel", user_level)
-    step = next(s for s in plan_for("jitc", {})["prepare"] if s["name"].startswith("repair"))
-    cmd = next(iter(step["commands"].values()))
+    step = next(s for s in plan_for("jitc", {}).prepare if s.name.startswith("repair"))
+    cmd = next(iter(step.commands.values()))
     for _ in range(2):  # idempotent: a second run changes nothing
         subprocess.run(["bash", "-c", cmd], cwd=user_level, check=True, timeout=60)
     assert (user_level / "main.py").read_text().count("tb_connect_try in range") == 1

@@ -14,8 +14,12 @@ import subprocess
 import textwrap
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from testbed.run.models import RunRecord
 
 pytestmark = [pytest.mark.local]
 
@@ -38,7 +42,7 @@ def _tree_digest(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _wait_status(run_id: str, wanted: set[str], timeout: float) -> dict[str, object]:
+def _wait_status(run_id: str, wanted: set[str], timeout: float) -> RunRecord:
     from testbed.run import state as rs
     from testbed.state import Store
 
@@ -47,7 +51,7 @@ def _wait_status(run_id: str, wanted: set[str], timeout: float) -> dict[str, obj
     try:
         while True:
             row = rs.require(st, run_id)
-            if row["status"] in wanted or time.monotonic() > deadline:
+            if row.status in wanted or time.monotonic() > deadline:
                 return row
             time.sleep(0.1)
     finally:
@@ -72,14 +76,14 @@ def test_host_killed_at_random_moment_of_a_run(shared_local_testbed) -> None:  #
         plan = runner.plan_run("ticker", bed.name, {}, faults=[])
         run_id = runner.start_run(plan)
         row = _wait_status(run_id, {"running", "failed", "succeeded"}, 30)
-        assert row["status"] == "running", row
+        assert row.status == "running", row
         time.sleep(rng.uniform(0.3, 2.5))
         t_kill = time.monotonic()
         bed.provider.kill_host(victim)
         row = runner.wait(run_id, timeout=60, interval=0.2)
         noticed = time.monotonic() - t_kill
-        assert row["status"] == "failed", row
-        assert victim in str(row.get("reason")), row
+        assert row.status == "failed", row
+        assert victim in str(row.reason), row
         assert noticed < 15, f"seed {seed}: the run ended {noticed:.1f} s after {victim} died"
         (res,) = collect.collect_runs([run_id], results, timeout=5, io_timeout=5)
         got = {h.host: h for h in res.hosts} if hasattr(res, "hosts") else {}

@@ -14,6 +14,7 @@ import pytest
 
 from testbed.run import runner
 from testbed.run import state as rs
+from testbed.run.models import RunEvent
 from testbed.state import Store
 
 PY = sys.executable
@@ -98,7 +99,7 @@ def start(bed, suite: str, params: dict, **kw) -> str:  # type: ignore[no-untype
     return runner.start_run(runner.plan_run(suite, bed.name, params, **kw))
 
 
-def events(run_id: str) -> list[dict]:
+def events(run_id: str) -> list[RunEvent]:
     return rs.events(Store.open_default(), run_id)
 
 
@@ -116,11 +117,11 @@ def test_mpi_hello_end_to_end(bed) -> None:  # type: ignore[no-untyped-def]
 def test_matmul_baseline_writes_per_rank_csv(bed) -> None:  # type: ignore[no-untyped-def]
     run_id = start(bed, "matmul-baseline", {"size": "64", "iterations": "2", "hosts": "2", "python": PY})
     row = runner.wait(run_id, timeout=120)
-    assert row["status"] == "succeeded", row["reason"]
+    assert row.status == "succeeded", row.reason
     csv = bed.ssh("node1", f"cat ~/.testbed-runs/{run_id}/matmul_rank1.csv").stdout.splitlines()
     assert csv[0] == "rank,host,iteration,size,seconds,gflops"
     assert csv[1].startswith("1,node1,0,64,")
-    assert row["info"]["outputs"]["node0"][0] == "matmul_rank*.csv"
+    assert row.info.outputs["node0"][0] == "matmul_rank*.csv"
 
 
 def test_fault_drill_fault_on_log_line_and_recovery(bed) -> None:  # type: ignore[no-untyped-def]
@@ -128,13 +129,13 @@ def test_fault_drill_fault_on_log_line_and_recovery(bed) -> None:  # type: ignor
     run_id = start(bed, "fault-drill", {"ranks": "2", "python": PY})
     row = runner.wait(run_id, timeout=240)
     print(f"fault-drill end to end: {time.monotonic() - t0:.1f} s")
-    assert row["status"] == "succeeded", row["reason"]
+    assert row.status == "succeeded", row.reason
     evs = events(run_id)
-    kinds = [e["kind"] for e in evs]
+    kinds = [e.kind for e in evs]
     assert kinds.index("fault") < kinds.index("failed") < kinds.index("recovery") < kinds.index("relaunched")
-    fault = next(e for e in evs if e["kind"] == "fault")
-    assert fault["detail"]["signal"] == "SIGKILL" and fault["host"] == "node1" and fault["detail"]["rank"] == 1
-    failed = [e["detail"]["reason"] for e in evs if e["kind"] == "failed"]
+    fault = next(e for e in evs if e.kind == "fault")
+    assert fault.detail["signal"] == "SIGKILL" and fault.host == "node1" and fault.detail["rank"] == 1
+    failed = [e.detail["reason"] for e in evs if e.kind == "failed"]
     assert any("node1 rank 1: signal 9 (SIGKILL)" in f for f in failed)
     log = bed.ssh("node0", f"cat ~/.testbed-runs/{run_id}/train_log.csv").stdout.splitlines()
     assert log[0] == "time,attempt,epoch,step,loss"
@@ -144,7 +145,7 @@ def test_fault_drill_fault_on_log_line_and_recovery(bed) -> None:  # type: ignor
     assert first and second and second[0] <= max(first) + 1 and second[-1] == 24  # continues from the checkpoint
     assert second[0] > 1  # not from scratch
     ranks = rs.ranks(Store.open_default(), run_id)
-    assert all(r["status"] == "succeeded" and r["exit_code"] == 0 for r in ranks)
+    assert all(r.status == "succeeded" and r.exit_code == 0 for r in ranks)
 
 
 def test_a_run_that_hits_its_timeout_is_not_a_success(bed) -> None:  # type: ignore[no-untyped-def]
@@ -155,8 +156,8 @@ def test_a_run_that_hits_its_timeout_is_not_a_success(bed) -> None:  # type: ign
     assert "timed-out: timed out after 2 s (timeouts.run)" in r.stderr and "Traceback" not in r.stderr
     run_id = r.stderr.split("run ", 1)[1].split()[0]
     row = rs.require(Store.open_default(), run_id)
-    assert row["status"] == "timed-out" and "timeouts.run" in (row["reason"] or ""), row
-    assert {x["status"] for x in rs.ranks(Store.open_default(), run_id)} <= {"stopped", "succeeded"}
+    assert row.status == "timed-out" and "timeouts.run" in (row.reason or ""), row
+    assert {x.status for x in rs.ranks(Store.open_default(), run_id)} <= {"stopped", "succeeded"}
     r = cli(bed, "status", run_id)
     assert "timed-out" in r.stdout + r.stderr
 
@@ -168,14 +169,14 @@ def test_a_run_whose_folder_vanishes_on_a_host_fails_naming_it(bed) -> None:  # 
         time.sleep(0.3)
     bed.ssh("node1", f"rm -rf ~/.testbed-runs/{run_id}")
     row = runner.wait(run_id, timeout=60)
-    assert row["status"] == "failed" and "vanished on node1" in (row["reason"] or ""), row
+    assert row.status == "failed" and "vanished on node1" in (row.reason or ""), row
 
 
 def test_metacharacters_stay_inert(bed) -> None:  # type: ignore[no-untyped-def]
     evil = "a'b; touch /tmp/pwned-tb; $(touch /tmp/pwned-tb2) `id` && echo x | cat > /tmp/pwned-tb3"
     run_id = start(bed, "echo", {"msg": evil})
     row = runner.wait(run_id, timeout=60)
-    assert row["status"] == "succeeded", row["reason"]
+    assert row.status == "succeeded", row.reason
     assert bed.ssh("node0", f"cat ~/.testbed-runs/{run_id}/said.txt").stdout == evil + "\n"
     assert bed.ssh("node0", "ls /tmp/pwned-tb /tmp/pwned-tb2 /tmp/pwned-tb3 2>&1; true").stdout.count("No such") == 3
 
@@ -200,7 +201,7 @@ def test_cli_killed_mid_run_then_reattach(bed) -> None:  # type: ignore[no-untyp
     logs = cli(bed, "logs", run_id, "-f", timeout=60)  # reattaches and streams until the end
     assert logs.returncode == 0, logs.stderr
     assert "done rank 0 n 0" in logs.stdout and "done rank 1 n 0" in logs.stdout
-    assert rs.require(st, run_id)["status"] == "succeeded"
+    assert rs.require(st, run_id).status == "succeeded"
     status = cli(bed, "status", run_id, "--json")
     assert '"status": "succeeded"' in status.stdout
 
@@ -234,17 +235,17 @@ def test_host_killed_mid_run_fails_fast_naming_it(bed) -> None:  # type: ignore[
     run_id = start(bed, "sleepy", {"hosts": "4", "seconds": "60"})
     st = Store.open_default()
     deadline = time.monotonic() + 60
-    while rs.require(st, run_id)["status"] != "running" and time.monotonic() < deadline:
+    while rs.require(st, run_id).status != "running" and time.monotonic() < deadline:
         time.sleep(0.2)
     t0 = time.monotonic()
     bed.provider.kill_host("node3")
     try:
         row = runner.wait(run_id, timeout=60)
         assert time.monotonic() - t0 < 40  # well before the 60 s sleep ends
-        assert row["status"] == "failed"
-        assert row["reason"].startswith("node3 rank 3: host unreachable")
-        ranks = {r["host"]: r for r in rs.ranks(st, run_id)}
-        assert ranks["node3"]["status"] == "failed" and ranks["node0"]["status"] == "stopped"
+        assert row.status == "failed"
+        assert (row.reason or "").startswith("node3 rank 3: host unreachable")
+        ranks = {r.host: r for r in rs.ranks(st, run_id)}
+        assert ranks["node3"].status == "failed" and ranks["node0"].status == "stopped"
     finally:
         bed.provider.provision()  # bring node3 back for anyone after us
 
@@ -257,15 +258,15 @@ def test_suite_environment_unbuffered_and_a_fault_that_never_fired(bed) -> None:
         assert r.returncode == 0, r.stderr
     run_id = start(bed, "environed", {})
     row = runner.wait(run_id, timeout=120)
-    assert row["status"] == "succeeded", row["reason"]
+    assert row.status == "succeeded", row.reason
     home = bed.ssh("node0", "echo $HOME").stdout.strip()
     which = bed.ssh("node1", f"cat ~/.testbed-runs/{run_id}/which.txt").stdout.strip()
     assert which == f"{home}/tb-env-test/bin/python"
     out = bed.ssh("node1", f"cat ~/.testbed-runs/{run_id}/rank1.out").stdout
     assert out.splitlines()[0] == f"{home}/tb-env-test 1", out
-    missed = [e for e in events(run_id) if e["kind"] == "fault-missed"]
-    assert len(missed) == 1 and missed[0]["detail"]["fault"] == "never"
-    assert "rank 1 on node1 never logged a line matching /step 999/" in missed[0]["detail"]["reason"]
+    missed = [e for e in events(run_id) if e.kind == "fault-missed"]
+    assert len(missed) == 1 and missed[0].detail["fault"] == "never"
+    assert "rank 1 on node1 never logged a line matching /step 999/" in missed[0].detail["reason"]
     bad = start(bed, "environed", {"env": "~/no-such-env"}, faults=[])
     row = runner.wait(bad, timeout=120)
-    assert row["status"] == "failed" and "environment does not exist" in row["reason"], row["reason"]
+    assert row.status == "failed" and "environment does not exist" in (row.reason or ""), row.reason

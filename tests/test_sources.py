@@ -93,12 +93,12 @@ def test_run_override_unknown_name_refused_and_bundle_planned(tb_home: Path, rep
     with pytest.raises(UsageError, match=r"no source named 'jtic'"):
         runner.plan_run(s, None, {}, dry_run=True, sources={"jtic": str(repo)})
     plan = runner.plan_run(s, None, {}, dry_run=True, sources={"jitc": str(repo)})
-    assert "src-jitc.bundle" in plan["files"] and Path(plan["files"]["src-jitc.bundle"]).is_file()
-    cmd = plan["sources"][0]["commands"][plan["hosts"][0]["name"]]
+    assert "src-jitc.bundle" in plan.files and Path(plan.files["src-jitc.bundle"]).is_file()
+    cmd = plan.sources[0].commands[plan.hosts[0].name]
     assert "src-jitc.bundle" in cmd and git(repo, "rev-parse", "HEAD") in cmd
-    assert plan["source_info"]["jitc"]["override"] == str(repo)
+    assert plan.source_info["jitc"]["override"] == str(repo)
     # the profile's build of the same repository (open-jitc) gets the same override
-    builds = sources.for_setup({"jitc": sources.Override(**plan["source_overrides"]["jitc"])},
+    builds = sources.for_setup({"jitc": sources.Override(**plan.source_overrides["jitc"])},
                                {x.name: x.repo for x in s.sources}, sources.profile_builds(s.profile))
     assert set(builds) == {"open-jitc"} and builds["open-jitc"]["commit"] == git(repo, "rev-parse", "HEAD")
 

@@ -224,6 +224,120 @@ def test_a_version_1_state_is_migrated_in_place(tmp_path: Path) -> None:
     assert Store(path).schema_version == 2  # opening again changes nothing
 
 
+def _state_from_sample(tmp_path: Path, sample: str) -> Path:
+    """A state file built by the SQL an earlier testbed's state amounted to (tests/samples/state/)."""
+    path = tmp_path / "state.db"
+    db = sqlite3.connect(path)
+    db.executescript((Path(__file__).parent / "samples" / "state" / sample).read_text())
+    db.close()
+    return path
+
+
+def test_a_version_1_state_reads_as_records_after_migration(tmp_path: Path) -> None:
+    """Schema 1 as the previous testbed wrote it: migrated, then every table is readable through the named
+    methods (typed run records included), and writable."""
+    from testbed.run.models import Rank, RunInfo
+
+    path = _state_from_sample(tmp_path, "v1.sql")
+    st = Store(path)
+    assert st.schema_version == 2 and st.query("SELECT value FROM meta WHERE key='schema_version'")[0][0] == "2"
+    assert st.testbed("old")["info"] == {"subnet": "10.213.7.0/24"}  # type: ignore[index]
+    assert [(h.name, h.address, h.groups) for h in st.hosts("old")] == [("node0", "10.213.7.2", ["master"])]
+    assert [r["id"] for r in st.resources("old", "netns")] == ["tb-old-node0"]
+    old, drill = "mpi-hello-20231114-221320-ab12", "fault-drill-20231114-221500-cd34"
+    assert st.run_ids() == [old, drill] and st.run_ids(newest_first=True, limit=1) == [drill]
+    hello = st.run(old)
+    assert hello is not None and hello.status == "succeeded" and hello.info == RunInfo() and hello.params == {}
+    run = st.run(drill)
+    assert run is not None and run.campaign == "fault-drill-0123abcd" and run.params == {"ranks": 1}
+    assert run.info.fired == ["kill-rank"] and run.info.supervisor and run.info.supervisor.pid == 4242
+    assert run.info.ranks == [Rank(rank=0, host="node0", address="10.213.7.2",
+                                   command="python3 fault_drill.py --rank 0")]
+    assert [(r.host, r.rank, r.status, r.exit_code) for r in st.run_ranks(drill)] == [("node0", 0, "failed", 137)]
+    assert [(e.seq, e.kind, e.detail["signal"]) for e in st.events(drill)] == [(2, "fault", "SIGKILL")]
+    camp = st.campaign("fault-drill-0123abcd")
+    assert camp is not None and camp.info.faults == ["kill-rank"] and [p.run_id for p in camp.points] == [drill]
+    assert st.campaign_of_runs() == {drill: "fault-drill-0123abcd"}
+    assert [(f.host, f.path, f.size) for f in st.collected(drill)] == [("node0", "rank0.out", 120)]
+    assert st.update_run(drill, info=RunInfo(attempt=1)) and st.run(drill).info.fired == ["kill-rank"]  # type: ignore[union-attr]
+    st.close()
+
+
+def test_a_version_2_state_opens_unchanged_and_reads_as_records(tmp_path: Path) -> None:
+    """Schema 2 as testbed wrote it before typed records (a finished run with a fault, recovery and a relaunch,
+    its campaign and collected files): no migration, every record readable, info given back as stored."""
+    import json
+
+    from testbed.run.models import RunInfo
+
+    path = _state_from_sample(tmp_path, "v2.sql")
+    st = Store(path)
+    assert st.schema_version == 2
+    rid = "fault-drill-20250101-120000-abcd"
+    run = st.run(rid)
+    assert run is not None and run.status == "succeeded" and run.campaign == "fault-drill-0123abcd"
+    stored = json.loads(st.query("SELECT info FROM runs WHERE id=?", (rid,))[0]["info"])
+    assert run.info.to_json() == stored and run.to_json()["info"] == stored
+    assert run.info.hosts == ["node0", "node1"] and run.info.world_size == 2 and run.info.attempt == 1
+    assert [r.attempt for r in run.info.ranks or []] == [1, 1] and run.info.launched_at
+    assert [r.status for r in st.run_ranks(rid)] == ["succeeded", "succeeded"]
+    assert [e.kind for e in st.events(rid)] == ["started", "fault", "ended"]
+    assert [e.kind for e in st.events(rid, after=2)] == ["ended"]
+    camp = st.campaign("fault-drill-0123abcd")
+    assert camp is not None and [p.status for p in camp.points] == ["succeeded", "todo"]
+    assert [f.path for f in st.collected(rid)] == ["rank0.out", "train_log.csv"]
+    assert [f.path for f in st.collected(rid, "node1", verified=True)] == []  # its transfer is pending
+    assert [h.facts for h in st.hosts("old")] == [{"cpus": 2}, {"cpus": 2}]
+    st.update_run(rid, info=RunInfo(attempt=2))
+    after = json.loads(st.query("SELECT info FROM runs WHERE id=?", (rid,))[0]["info"])
+    assert after == {**stored, "attempt": 2}  # a merge: every other key kept as it was
+
+
+def test_run_writes_go_through_named_columns(tmp_path: Path) -> None:
+    from testbed.run.models import RunInfo, RunRecord
+
+    st = Store(tmp_path / "state.db")
+    st.add_run(RunRecord(id="r1", suite="s", testbed="tb", status="pending", created=1.0,
+                         info=RunInfo(hosts=["a", "b"])), [("a", 0), ("b", 1)])
+    assert st.query("SELECT info FROM runs")[0]["info"] == '{"hosts": ["a", "b"]}'  # only what was set
+    with pytest.raises(ValueError, match="not a column"):
+        st.update_run("r1", **{"status='x' --": "y"})  # type: ignore[arg-type]
+    st.set_rank("r1", "a", 0, status="failed", exit_code=3, reason="exit 3")
+    st.end_active_ranks("r1", "stopped", 5.0, "run ended", keep_reason=True)
+    assert [(r.status, r.reason, r.ended) for r in st.run_ranks("r1")] == [("failed", "exit 3", None),
+                                                                          ("stopped", "run ended", 5.0)]
+    assert st.update_run("r1", status="succeeded", ended=6.0, only_active=True)
+    assert not st.update_run("r1", status="failed", only_active=True)  # ended: left alone
+    assert not st.update_run("nope", status="failed")
+    assert st.run("r1").status == "succeeded"  # type: ignore[union-attr]
+
+
+def test_an_unreadable_run_row_is_one_error_naming_it(tmp_path: Path) -> None:
+    from testbed.errors import TestbedError
+
+    st = Store(tmp_path / "state.db")
+    with st.tx() as db:
+        db.execute("INSERT INTO runs(id, suite, testbed, params, status, created, info) "
+                   "VALUES ('r1', 's', 'tb', '{}', 'failed', 0, '{\"hosts\": 5}')")
+    with pytest.raises(TestbedError) as e:
+        st.run("r1")
+    assert "run 'r1'" in e.value.what and "info.hosts" in e.value.what and e.value.where == str(st.path)
+
+
+def test_no_sql_outside_the_state_module() -> None:
+    """All SQL lives in testbed/state.py: other modules call Store's named methods."""
+    import re
+
+    import testbed
+
+    root = Path(testbed.__file__).parent
+    sql = re.compile(r"\b(SELECT\s.+\sFROM|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|"
+                     r"CREATE\s+(TABLE|INDEX))\b|\.(execute|executemany|executescript|query|tx)\(")
+    found = [f"{p.relative_to(root)}:{i}: {ln.strip()}" for p in sorted(root.rglob("*.py"))
+             if p != root / "state.py" for i, ln in enumerate(p.read_text().splitlines(), 1) if sql.search(ln)]
+    assert found == []
+
+
 def test_a_newer_state_is_refused_untouched(tmp_path: Path) -> None:
     from testbed.errors import TestbedError
 

@@ -12,6 +12,7 @@ import pytest
 from testbed import suite
 from testbed.errors import UsageError
 from testbed.run import runner
+from testbed.run.models import Plan
 from testbed.run.plan import dry_run_lines
 
 ARTIFACTS = ["tesla", "jitc", "datastall-emulator", "isca-resnet18", "neuronabox"]
@@ -22,7 +23,7 @@ def _env(tb_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WATID", "jdoe")
 
 
-def commands(plan: dict, phase: str | None = None) -> list[str]:
+def commands(plan: Plan, phase: str | None = None) -> list[str]:
     return [ln["command"] for ln in dry_run_lines(plan) if phase is None or ln["phase"] == phase]
 
 
@@ -84,7 +85,7 @@ def test_shell_metacharacters_are_quoted() -> None:
 
 def test_tesla_dry_run_documented_commands() -> None:
     plan = runner.plan_run("tesla", "tesla", {"gpus": "5"}, dry_run=True)
-    assert [h["name"] for h in plan["hosts"]] == [f"ecetesla{i}" for i in range(5)]
+    assert [h.name for h in plan.hosts] == [f"ecetesla{i}" for i in range(5)]
     cmds = commands(plan)
     assert "mpicc -o setup/hello_mpi setup/hello_mpi.c" in cmds
     launch = commands(plan, "launch")
@@ -96,7 +97,7 @@ def test_tesla_dry_run_documented_commands() -> None:
     weak = commands(runner.plan_run("tesla", "tesla", {"gpus": "3", "dataset_percentage": "0.3"}, dry_run=True),
                     "launch")[0]
     assert "--epochs 10 --dataset_percentage 0.3'" in weak  # log/3_GPUs/p0.3_b16_e10, as the artifact's
-    assert plan["generated"]["hostfile"].splitlines()[0] == "ecetesla0 slots=1"
+    assert plan.generated["hostfile"].splitlines()[0] == "ecetesla0 slots=1"
     cfg = next(c for c in cmds if "deepspeed_config.json" in c and c.startswith("printf"))
     import json
 
@@ -121,7 +122,7 @@ def test_jitc_dry_run_documented_commands() -> None:
     fault = commands(shred, "fault")[0]
     assert "cp \"$lib\" /tmp/libtorch_cuda.so.bak" in fault and "sudo shred \"$lib\"" in fault
     assert commands(shred, "restore")[0].startswith("sudo cp /tmp/libtorch_cuda.so.bak")
-    assert runner.plan_run("jitc", None, {}, dry_run=True)["faults"] == []  # the no-fault baseline
+    assert runner.plan_run("jitc", None, {}, dry_run=True).faults == []  # the no-fault baseline
 
 
 def test_datastall_dry_run_documented_commands() -> None:
@@ -202,5 +203,5 @@ def test_dry_run_without_a_loadable_spec_has_as_many_stand_ins_as_the_suite_asks
     """tesla's spec needs $WATID; without it a dry run still shows the five-host plan (it said 'has 1')."""
     monkeypatch.delenv("WATID", raising=False)
     plan = runner.plan_run("tesla", None, {"gpus": "5"}, dry_run=True)
-    assert [h["name"] for h in plan["hosts"]] == [f"host{i}" for i in range(5)]
-    assert len(runner.plan_run("tesla", None, {"gpus": "2"}, dry_run=True)["hosts"]) == 2
+    assert [h.name for h in plan.hosts] == [f"host{i}" for i in range(5)]
+    assert len(runner.plan_run("tesla", None, {"gpus": "2"}, dry_run=True).hosts) == 2

@@ -6,11 +6,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from testbed.cli.common import JsonOpt, console, print_json
+
+if TYPE_CHECKING:
+    from testbed.run.models import Plan
 
 
 def run(
@@ -54,11 +57,11 @@ def run(
     plan = runner.plan_run(s, on, given, faults=faults, dry_run=dry_run, sources=src)
     if dry_run:
         return _show_dry_run(plan, json_out)
-    _setup(s, plan["testbed"], no_setup, plan.get("source_overrides"))
+    _setup(s, plan.testbed, no_setup, plan.source_overrides)
     run_id = runner.start_run(plan)
     c = console(stderr=True)
-    c.print(f"run [bold]{run_id}[/bold] on {plan['testbed']} "
-            f"({len(plan['ranks'])} ranks on {', '.join(h['name'] for h in plan['hosts'])})")
+    c.print(f"run [bold]{run_id}[/bold] on {plan.testbed} "
+            f"({len(plan.ranks)} ranks on {', '.join(plan.host_names)})")
     if detach:
         if json_out:
             print_json({"run_id": run_id, "status": "pending"})
@@ -75,13 +78,13 @@ def run(
         from testbed.run import state as run_state
         from testbed.state import Store
 
-        print_json(run_state.require(Store.open_default(), run_id))
-    if row["status"] != "succeeded":
+        print_json(run_state.require(Store.open_default(), run_id).to_json())
+    if row.status != "succeeded":
         from testbed.run import state as run_state
 
-        raise TestbedError(f"run {run_id} {row['status']}: {row.get('reason') or 'no reason recorded'}",
+        raise TestbedError(f"run {run_id} {row.status}: {row.reason or 'no reason recorded'}",
                            where=f"testbed status {run_id}", fix=f"testbed logs {run_id}",
-                           code=run_state.OUTCOMES.get(row["status"], 1))
+                           code=run_state.OUTCOMES.get(row.status, 1))
     c.print(f"[green]run {run_id} succeeded[/green]")
 
 
@@ -121,23 +124,23 @@ def _collect(run_ids: list[str]) -> None:
         raise problem
 
 
-def _show_dry_run(plan: dict[str, Any], json_out: bool) -> None:
+def _show_dry_run(plan: Plan, json_out: bool) -> None:
     from rich.markup import escape
 
     from testbed.run.plan import dry_run_lines
 
     lines = dry_run_lines(plan)
     if json_out:
-        print_json({"run_id": plan["run_id"], "testbed": plan["testbed"], "params": plan["params"],
-                     "hosts": plan["hosts"], "commands": lines})
+        print_json({"run_id": plan.run_id, "testbed": plan.testbed, "params": plan.params,
+                    "hosts": [h.model_dump() for h in plan.hosts], "commands": lines})
         return
     c = console()
-    note = " (placeholder hosts: the testbed is not provisioned)" if plan["placeholder_hosts"] else ""
-    c.print(f"[bold]dry run[/bold] of {plan['suite']} on {plan['testbed']}{note}; run dir {plan['run_dir']}")
-    c.print("params: " + escape(", ".join(f"{k}={v}" for k, v in plan["params"].items())))
-    for h in plan["hosts"]:
-        c.print(f"\n[bold]{h['name']}[/bold] ({h['address']})")
-        for i, ln in enumerate(x for x in lines if x["host"] == h["name"]):
+    note = " (placeholder hosts: the testbed is not provisioned)" if plan.placeholder_hosts else ""
+    c.print(f"[bold]dry run[/bold] of {plan.suite} on {plan.testbed}{note}; run dir {plan.run_dir}")
+    c.print("params: " + escape(", ".join(f"{k}={v}" for k, v in plan.params.items())))
+    for h in plan.hosts:
+        c.print(f"\n[bold]{h.name}[/bold] ({h.address})")
+        for i, ln in enumerate(x for x in lines if x["host"] == h.name):
             rank = f" rank {ln['rank']}" if ln["rank"] is not None and ln["phase"] != "launch" else ""
             c.print(f"  {i + 1:>2}. [cyan]{ln['phase']}[/cyan] {escape(ln['step'])}{rank}: ", end="")
             c.out(ln["command"], highlight=False)
@@ -157,13 +160,13 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
         if json_out:
             from testbed.run.plan import dry_run_lines
 
-            print_json([{"params": p["params"], "commands": dry_run_lines(p)} for p in plans])
+            print_json([{"params": p.params, "commands": dry_run_lines(p)} for p in plans])
             return
         for p in plans:
             _show_dry_run(p, False)
         return
     first = runner.plan_run(s, tb, points[0], faults=faults, sources=src)  # checks the overrides before any host
-    _setup(s, tb, no_setup, first.get("source_overrides"))
+    _setup(s, tb, no_setup, first.source_overrides)
     cid = campaign.create_or_resume(s.name, tb, points, faults, src)
     c = console(stderr=True)
     c.print(f"campaign [bold]{cid}[/bold]: {len(points)} runs of {s.name} on {tb}")
@@ -180,14 +183,14 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     except KeyboardInterrupt:
         c.print(f"[yellow]detached[/yellow]: started runs go on; rerun the same command to resume {cid}")
         raise typer.Exit(130) from None
-    ids = [p["run_id"] for p in row["points"] if p["run_id"]]
+    ids = [p.run_id for p in row.points if p.run_id]
     if collect:
         _collect(ids)
     if json_out:
-        print_json(row)
-    ok = sum(p["status"] == "succeeded" for p in row["points"])
-    c.print(f"campaign {cid}: {ok}/{len(row['points'])} runs succeeded")
-    if ok != len(row["points"]):
+        print_json(row.to_json())
+    ok = sum(p.status == "succeeded" for p in row.points)
+    c.print(f"campaign {cid}: {ok}/{len(row.points)} runs succeeded")
+    if ok != len(row.points):
         raise typer.Exit(1)
 
 
@@ -213,7 +216,7 @@ def stop(run_id: Annotated[str, typer.Argument(help="Run id.")]) -> None:
     from testbed.run import runner
 
     row = runner.stop_run(run_id)
-    console().print(f"run {run_id}: {row['status']}" + (f" ({row['reason']})" if row.get("reason") else ""))
+    console().print(f"run {run_id}: {row.status}" + (f" ({row.reason})" if row.reason else ""))
 
 
 def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.")], json_out: JsonOpt = False) -> None:

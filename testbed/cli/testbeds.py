@@ -138,7 +138,7 @@ def status(target: Annotated[str | None, typer.Argument(help="A testbed name or 
         if runs:
             _print_runs(runs)
         return
-    if st.testbed(target) is None and st.query("SELECT 1 FROM runs WHERE id=?", (target,)):
+    if st.testbed(target) is None and st.run(target) is not None:
         return _run_status(target, json_out)
     tb = _known_testbed(st, target)
     hosts = st.hosts(target)
@@ -416,9 +416,9 @@ def list_runs(json_out: JsonOpt = False) -> None:
 
 
 def _recent_runs(st: Store, limit: int = 10) -> list[dict[str, Any]]:
-    return [dict(r) for r in st.query(
-        "SELECT id, suite, testbed, status, created, started, ended, reason FROM runs ORDER BY created DESC LIMIT ?",
-        (limit,))]
+    """The newest runs as JSON rows (their columns, without params and info)."""
+    return [r.model_dump(mode="json", include={"id", "suite", "testbed", "status", "created", "started", "ended",
+                                               "reason"}) for r in st.runs(limit)]
 
 
 def _print_runs(runs: list[dict[str, Any]]) -> None:

@@ -28,7 +28,6 @@ environment is ever written under results/.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -62,6 +61,7 @@ from testbed.collect.transfer import (
 from testbed.errors import TestbedError, UsageError
 from testbed.hosts import Host
 from testbed.paths import PARTIAL_DIR
+from testbed.run.models import RunRecord
 from testbed.state import Store
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
@@ -120,12 +120,13 @@ def collect_runs(run_ids: list[str] | None, to: Path, *, all_runs: bool = False,
     ids = _resolve_ids(st, run_ids or [], all_runs)
     out = []
     for rid in ids:
-        row = st.query("SELECT suite, status, ended FROM runs WHERE id=?", (rid,))[0]
-        if all_runs and not run_ended(row):
-            out.append(CollectResult(rid, row["suite"], run_folder(to, row["suite"], rid),
-                                     notes=[f"still {row['status']}: skipped by --all (name it to collect it now)"]))
+        run = st.run(rid)
+        assert run is not None  # _resolve_ids checked it
+        if all_runs and not run_ended(run):
+            out.append(CollectResult(rid, run.suite, run_folder(to, run.suite, rid),
+                                     notes=[f"still {run.status}: skipped by --all (name it to collect it now)"]))
             continue
-        out.append(_collect_run(st, rid, Path(to), progress=progress, timeout=timeout, io_timeout=io_timeout,
+        out.append(_collect_run(st, run, Path(to), progress=progress, timeout=timeout, io_timeout=io_timeout,
                                 bwlimit_kbps=bwlimit_kbps, force_sftp=force_sftp))
     return out
 
@@ -133,9 +134,9 @@ def collect_runs(run_ids: list[str] | None, to: Path, *, all_runs: bool = False,
 UNFINISHED = ("pending", "queued", "starting", "running")
 
 
-def run_ended(row: Any) -> bool:
-    """Whether a ``runs`` row is over (its files will not change any more)."""
-    return row["ended"] is not None or row["status"] not in UNFINISHED
+def run_ended(run: RunRecord) -> bool:
+    """Whether a run is over (its files will not change any more)."""
+    return run.ended is not None or run.status not in UNFINISHED
 
 
 def run_folder(to: Path, suite: str, run_id: str) -> Path:
@@ -146,7 +147,7 @@ def run_folder(to: Path, suite: str, run_id: str) -> Path:
 # run level ---------------------------------------------------------------------------------------
 def _resolve_ids(st: Store, run_ids: list[str], all_runs: bool) -> list[str]:
     if all_runs:
-        ids = [r["id"] for r in st.query("SELECT id FROM runs ORDER BY created, id")]
+        ids = st.run_ids()
         if run_ids:
             raise UsageError("give run ids or --all, not both", where="testbed collect",
                              fix="testbed collect --all, or testbed collect RUN [RUN ...]")
@@ -154,31 +155,28 @@ def _resolve_ids(st: Store, run_ids: list[str], all_runs: bool) -> list[str]:
     if not run_ids:
         raise UsageError("no run to collect", where="testbed collect",
                          fix="name runs (see `testbed list runs`) or pass --all")
-    known = {r["id"] for r in st.query("SELECT id FROM runs")}
-    unknown = [r for r in run_ids if r not in known]
+    unknown = [r for r in run_ids if st.run(r) is None]
     if unknown:
         raise UsageError(f"no run with id {', '.join(unknown)}", where="state",
                          fix="see `testbed list runs` for the recorded run ids")
     return list(dict.fromkeys(run_ids))
 
 
-def _run_hosts(st: Store, run_id: str, testbed: str, info: dict[str, Any]) -> list[Host]:
-    known = {h.name: h for h in st.hosts(testbed)}
-    names = [str(h) for h in info.get("hosts") or []]
+def _run_hosts(st: Store, run: RunRecord) -> list[Host]:
+    known = {h.name: h for h in st.hosts(run.testbed)}
+    names = list(run.info.hosts)
     if not names:
-        names = list(dict.fromkeys(r["host"] for r in st.query(
-            "SELECT host FROM run_hosts WHERE run_id=? ORDER BY rank", (run_id,))))
+        names = list(dict.fromkeys(r.host for r in st.run_ranks(run.id)))
     if not names:
         names = list(known)
     return [known.get(n) or Host(name=n, address="", state="unknown") for n in names]
 
 
-def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | None, timeout: float,
+def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | None, timeout: float,
                  io_timeout: float, bwlimit_kbps: int | None, force_sftp: bool) -> CollectResult:
     t0 = time.monotonic()
-    row = st.query("SELECT * FROM runs WHERE id=?", (run_id,))[0]
-    suite, testbed = row["suite"], row["testbed"]
-    info = json.loads(row["info"] or "{}")
+    run_id, suite, testbed = run.id, run.suite, run.testbed
+    info = run.info.to_json()  # the listing and transfer read the stored keys
     folder = run_folder(to, suite, run_id)
     res = CollectResult(run_id, suite, folder)
     tb = st.testbed(testbed)
@@ -188,7 +186,7 @@ def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | Non
         else:
             res.error = f"testbed '{testbed}' of this run is not provisioned any more: its hosts cannot be reached"
         return res
-    hosts = _run_hosts(st, run_id, testbed, info)
+    hosts = _run_hosts(st, run)
     bad = [h.name for h in hosts if not _SAFE_NAME.match(h.name)]
     if bad:
         res.error = f"host name(s) unusable as folder names: {', '.join(bad)}"
@@ -203,9 +201,9 @@ def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | Non
     have_software = bool((old.get("software") or {}).get("pip_freeze"))
     lock = threading.Lock()
     ctx = Ctx(st, lock, testbed, run_id, folder, info, progress, timeout, io_timeout, bwlimit_kbps, force_sftp,
-               final=run_ended(row))
+               final=run_ended(run))
     if not ctx.final:
-        res.notes.append(f"run is still {row['status']}: files collected now may be replaced by their final "
+        res.notes.append(f"run is still {run.status}: files collected now may be replaced by their final "
                          f"version on the next collect")
     gathered: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 
@@ -237,17 +235,17 @@ def _collect_run(st: Store, run_id: str, to: Path, *, progress: ProgressFn | Non
             facts[name] = f
     if sw_lines:
         software = mf.parse_fact_lines(sw_lines)[1] or software
-    rows = st.query("SELECT host, path, sha256, size, collected FROM collected WHERE run_id=? AND size>=0",
-                    (run_id,))
-    listed = {(r["host"], r["path"]): (r["sha256"], r["size"]) for r in rows}
+    rows = st.collected(run_id, verified=True)
+    listed = {(r.host, r.path): (r.sha256, r.size) for r in rows}
     listed.update(ctx.verified)
     host_names = {h.name for h in hosts}
-    rdir = str(info.get("run_dir") or f"{RUNS_DIR}/{run_id}")
-    collected_at = {(r["host"], r["path"]): r["collected"] for r in rows}
-    files = [{"host": h, "path": p, "from": origin(p, rdir), "sha256": sha, "size": size}
-             for (h, p), (sha, size) in listed.items()
-             if h in host_names and ((h, p) in ctx.verified or
-                                     unchanged_since(folder / h / p, sha, size, collected_at.get((h, p), 0)))]
+    rdir = run.info.run_dir or f"{RUNS_DIR}/{run_id}"
+    collected_at = {(r.host, r.path): r.collected for r in rows}
+    files: list[dict[str, Any]] = [
+        {"host": h, "path": p, "from": origin(p, rdir), "sha256": sha, "size": size}
+        for (h, p), (sha, size) in listed.items()
+        if h in host_names and ((h, p) in ctx.verified or
+                                unchanged_since(folder / h / p, sha, size, collected_at.get((h, p), 0)))]
     stray = _stray_files(folder, {(f["host"], f["path"]) for f in files}, host_names)
     if stray:
         res.notes.append(f"{len(stray)} file(s) under {folder} are not verified files of this run and are left out "

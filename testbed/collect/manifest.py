@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from testbed.hosts import Host
+    from testbed.run.models import RankRecord
     from testbed.state import Store
 
 SCHEMA = 1
@@ -196,14 +197,14 @@ def load(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _host_status(ranks: list[dict[str, Any]]) -> tuple[str | None, int | None]:
+def _host_status(ranks: list[RankRecord]) -> tuple[str | None, int | None]:
     """One status and exit code for a host from its ranks (the first failure wins)."""
     if not ranks:
         return None, None
-    codes = [r["exit_code"] for r in ranks]
+    codes = [r.exit_code for r in ranks]
     bad = [c for c in codes if c not in (0, None)]
     exit_code = bad[0] if bad else (None if None in codes else 0)
-    statuses = [r["status"] for r in ranks]
+    statuses = [r.status for r in ranks]
     status = statuses[0] if len(set(statuses)) == 1 else next(
         (s for s in statuses if s not in ("succeeded", "running", "pending")), statuses[0])
     return status, exit_code
@@ -214,13 +215,15 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
           secrets: list[str] | None = None) -> dict[str, Any]:
     """The manifest of ``run_id`` from state, the gathered facts/software and the verified files."""
     from testbed import __version__
+    from testbed.errors import UsageError
 
-    row = store.query("SELECT * FROM runs WHERE id=?", (run_id,))[0]
-    info = json.loads(row["info"] or "{}")
-    ranks: dict[str, list[dict[str, Any]]] = {}
-    for r in store.query("SELECT host, rank, status, exit_code, reason FROM run_hosts WHERE run_id=? "
-                         "ORDER BY rank", (run_id,)):
-        ranks.setdefault(r["host"], []).append(dict(r))
+    run = store.run(run_id)
+    if run is None:
+        raise UsageError(f"no run '{run_id}'", where="state", fix="see `testbed list runs` for the recorded run ids")
+    info = run.info
+    ranks: dict[str, list[RankRecord]] = {}
+    for r in store.run_ranks(run_id):
+        ranks.setdefault(r.host, []).append(r)
     host_recs = []
     for h in hosts:
         status, code = _host_status(ranks.get(h.name, []))
@@ -228,36 +231,34 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
         accel = h.facts.get("accelerator_type") or (h.facts.get("tpu_type"))
         hf.setdefault("tpu", accel if accel else None)
         host_recs.append({"name": h.name, "address": h.address, "facts": hf, "exit_code": code, "status": status,
-                          "ranks": [{"rank": r["rank"], "status": r["status"], "exit_code": r["exit_code"],
-                                     "reason": r["reason"]} for r in ranks.get(h.name, [])]})
+                          "ranks": [{"rank": r.rank, "status": r.status, "exit_code": r.exit_code,
+                                     "reason": r.reason} for r in ranks.get(h.name, [])]})
     sources_out: dict[str, Any] = {}
     commits = software.get("_commits") or {}
-    for name, src in sorted((info.get("sources") or {}).items()):
+    for name, src in sorted(info.sources.items()):
         src = src if isinstance(src, dict) else {}
         sources_out[name] = {"repo": src.get("repo"), "ref": src.get("ref"),
                              "commit": commits.get(name) or src.get("commit") or None}
         for extra in ("override", "uncommitted_changes"):
             if src.get(extra):
                 sources_out[name][extra] = src[extra]
-    events = [{"ts": iso(e["ts"]), "kind": e["kind"], "host": e["host"], "detail": json.loads(e["detail"] or "{}")}
-              for e in store.query("SELECT ts, kind, host, detail FROM events WHERE run_id=? ORDER BY seq",
-                                   (run_id,))]
+    events = [{"ts": iso(e.ts), "kind": e.kind, "host": e.host, "detail": e.detail} for e in store.events(run_id)]
     manifest = {
         "schema": SCHEMA,
         "run_id": run_id,
-        "suite": row["suite"],
-        "params": json.loads(row["params"] or "{}"),
-        "campaign": row["campaign"],
-        "status": row["status"],
-        "reason": row["reason"],
-        "testbed": {"name": row["testbed"], "provider": provider},
+        "suite": run.suite,
+        "params": run.params,
+        "campaign": run.campaign,
+        "status": run.status,
+        "reason": run.reason,
+        "testbed": {"name": run.testbed, "provider": provider},
         "hosts": host_recs,
-        "software": {"python": software.get("python") or {"version": None, "executable": info.get("python")},
+        "software": {"python": software.get("python") or {"version": None, "executable": info.python},
                      "pip_freeze": list(software.get("pip_freeze") or []),
                      "sources": sources_out},
         "testbed_version": __version__,
-        "started": iso(row["started"]),
-        "ended": iso(row["ended"]),
+        "started": iso(run.started),
+        "ended": iso(run.ended),
         "events": events,
         "files": sorted(files, key=lambda f: (f["host"], f["path"])),
     }

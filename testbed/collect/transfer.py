@@ -93,18 +93,14 @@ class Ctx:
 
     def rows(self, host: str) -> dict[str, tuple[str, int, float]]:
         with self.lock:
-            return {r["path"]: (r["sha256"], r["size"], r["collected"]) for r in self.store.query(
-                "SELECT path, sha256, size, collected FROM collected WHERE run_id=? AND host=?",
-                (self.run_id, host))}
+            return {r.path: (r.sha256, r.size, r.collected) for r in self.store.collected(self.run_id, host)}
 
     def record(self, host: str, items: list[tuple[str, str, int]]) -> None:
         """Upsert (path, sha256, size) rows; size PENDING marks a transfer in progress."""
         if not items:
             return
-        now = time.time()
-        with self.lock, self.store.tx() as db:
-            db.executemany("INSERT OR REPLACE INTO collected(run_id, host, path, sha256, size, collected) "
-                           "VALUES (?,?,?,?,?,?)", [(self.run_id, host, p, s, n, now) for p, s, n in items])
+        with self.lock:
+            self.store.record_collected(self.run_id, host, items, time.time())
 
 
 def _ssh_opts(ctx: Ctx) -> list[str]:

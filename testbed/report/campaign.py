@@ -175,14 +175,7 @@ def recorded_campaigns() -> dict[str, str]:
     except Exception:  # a state this version cannot open: campaigns are then only known from manifests
         return {}
     try:
-        out: dict[str, str] = {}
-        for row in st.query("SELECT id, points FROM campaigns"):
-            for point in json.loads(row["points"] or "[]"):
-                if isinstance(point, dict) and point.get("run_id"):
-                    out[str(point["run_id"])] = str(row["id"])
-        for row in st.query("SELECT id, campaign FROM runs WHERE campaign IS NOT NULL"):
-            out[str(row["id"])] = str(row["campaign"])
-        return out
+        return st.campaign_of_runs()
     finally:
         st.close()
 

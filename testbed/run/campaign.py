@@ -17,6 +17,7 @@ from typing import Any
 
 from testbed.errors import UsageError
 from testbed.run import state as rs
+from testbed.run.models import ACTIVE, CampaignInfo, CampaignPoint, CampaignRecord
 from testbed.state import Store
 
 DONE = rs.ENDED
@@ -25,23 +26,6 @@ DONE = rs.ENDED
 def campaign_id(suite: str, testbed: str, points: list[dict[str, Any]], faults: list[str] | None) -> str:
     key = json.dumps([suite, testbed, points, faults], sort_keys=True, default=str)
     return f"{suite}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
-
-
-def get(st: Store, cid: str) -> dict[str, Any] | None:
-    rows = st.query("SELECT * FROM campaigns WHERE id=?", (cid,))
-    if not rows:
-        return None
-    d = dict(rows[0])
-    d["points"] = json.loads(d["points"])
-    d["info"] = json.loads(d["info"])
-    return d
-
-
-def _save(st: Store, cid: str, points: list[dict[str, Any]], status: str | None = None) -> None:
-    with st.tx() as db:
-        db.execute("UPDATE campaigns SET points=? WHERE id=?", (json.dumps(points), cid))
-        if status:
-            db.execute("UPDATE campaigns SET status=? WHERE id=?", (status, cid))
 
 
 def create_or_resume(suite: str, testbed: str, points: list[dict[str, Any]], faults: list[str] | None,
@@ -53,40 +37,38 @@ def create_or_resume(suite: str, testbed: str, points: list[dict[str, Any]], fau
     cid = campaign_id(suite, testbed, points, faults) if not sources else \
         campaign_id(suite, testbed, [*points, {"__sources__": sources}], faults)
     st = Store.open_default()
-    row = get(st, cid)
+    row = st.campaign(cid)
     if row is None:
-        with st.tx() as db:
-            db.execute("INSERT INTO campaigns(id, suite, testbed, points, status, created, info) VALUES "
-                       "(?,?,?,?,?,?,?)", (cid, suite, testbed, json.dumps(
-                           [{"params": p, "run_id": None, "status": "todo"} for p in points]),
-                           "running", time.time(), json.dumps({"faults": faults, "sources": sources or {}})))
-    elif row["status"] != "running":
-        _save(st, cid, row["points"], "running")
+        st.add_campaign(CampaignRecord(id=cid, suite=suite, testbed=testbed,
+                                       points=[CampaignPoint(params=p) for p in points], status="running",
+                                       created=time.time(), info=CampaignInfo(faults=faults, sources=sources or {})))
+    elif row.status != "running":
+        st.save_campaign(cid, row.points, "running")
     st.close()
     return cid
 
 
 def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: float = 1.0,
-          timeout: float = 7 * 24 * 3600) -> dict[str, Any]:
+          timeout: float = 7 * 24 * 3600) -> CampaignRecord:
     """Dispatch the campaign's remaining points as hosts free up; wait for all; returns the campaign row."""
     from testbed.run import runner
 
     st = Store.open_default()
-    row = get(st, cid)
+    row = st.campaign(cid)
     if row is None:
         raise UsageError(f"no campaign '{cid}'", where="state", fix="testbed run SUITE --matrix")
-    points, suite, testbed = row["points"], row["suite"], row["testbed"]
-    faults = row["info"].get("faults")
+    points, suite, testbed = row.points, row.suite, row.testbed
+    faults = row.info.faults
     from testbed import sources as sources_mod
     from testbed.suite import load_suite
 
     # resolved once: every run of the campaign gets the same snapshot (and a URL is asked once, not per point)
-    overrides = sources_mod.for_suite(load_suite(suite), testbed, row["info"].get("sources") or None)
+    overrides = sources_mod.for_suite(load_suite(suite), testbed, row.info.sources or None)
     all_hosts = [h.name for h in st.hosts(testbed)]
     needs = []
     for p in points:  # every point checked up front (bad templates, too few hosts) before anything starts
-        needs.append(len(runner.plan_run(suite, testbed, p["params"], faults=faults, overrides=overrides)["hosts"]))
-    skipped = sum(1 for p in points if p["status"] in DONE)
+        needs.append(len(runner.plan_run(suite, testbed, p.params, faults=faults, overrides=overrides).hosts))
+    skipped = sum(1 for p in points if p.status in DONE)
     if skipped:
         progress(f"campaign {cid}: resuming; {skipped}/{len(points)} runs already finished (not repeated)")
     deadline = time.monotonic() + timeout
@@ -94,49 +76,48 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
         busy: set[str] = set()
         changed = False
         for p in points:
-            if p["run_id"] and p["status"] not in DONE:
-                run = rs.get(st, p["run_id"])
+            if p.run_id and p.status not in DONE:
+                run = st.run(p.run_id)
                 if run is None:  # interrupted between recording the id and starting the run
-                    p.update(run_id=None, status="todo")
+                    p.run_id, p.status = None, "todo"
                     changed = True
                     continue
-                if run["status"] in rs.ACTIVE:
-                    runner.ensure_supervisor(st, p["run_id"])
-                    busy |= set(run["info"].get("hosts", []))
-                if run["status"] != p["status"]:
-                    p["status"] = run["status"]
+                if run.status in ACTIVE:
+                    runner.ensure_supervisor(st, p.run_id)
+                    busy |= set(run.info.hosts)
+                if run.status != p.status:
+                    p.status = run.status
                     changed = True
-                    if run["status"] in DONE:
-                        progress(f"{p['run_id']}: {run['status']}" + (f" ({run['reason']})" if run["reason"] else ""))
+                    if run.status in DONE:
+                        progress(f"{p.run_id}: {run.status}" + (f" ({run.reason})" if run.reason else ""))
         for i, p in enumerate(points):
-            if p["status"] != "todo":
+            if p.status != "todo":
                 continue
             free = [h for h in all_hosts if h not in busy]
             if len(free) < needs[i]:
                 break  # keep the matrix order: wait for hosts
-            plan = runner.plan_run(suite, testbed, p["params"], faults=faults, only_hosts=free,
-                                       overrides=overrides)
-            p.update(run_id=plan["run_id"], status="pending")
-            _save(st, cid, points)
+            plan = runner.plan_run(suite, testbed, p.params, faults=faults, only_hosts=free, overrides=overrides)
+            p.run_id, p.status = plan.run_id, "pending"
+            st.save_campaign(cid, points)
             runner.start_run(plan, campaign=cid)
-            busy |= {h["name"] for h in plan["hosts"]}
-            progress(f"{plan['run_id']}: started on {', '.join(h['name'] for h in plan['hosts'])} "
-                     f"({', '.join(f'{k}={v}' for k, v in p['params'].items())})")
+            busy |= set(plan.host_names)
+            progress(f"{plan.run_id}: started on {', '.join(plan.host_names)} "
+                     f"({', '.join(f'{k}={v}' for k, v in p.params.items())})")
             changed = True
         if changed:
-            _save(st, cid, points)
-        if all(p["status"] in DONE for p in points):
-            _save(st, cid, points, "done")
-            return get(st, cid) or {}
+            st.save_campaign(cid, points)
+        if all(p.status in DONE for p in points):
+            st.save_campaign(cid, points, "done")
+            return st.campaign(cid) or row
         if time.monotonic() > deadline:
-            return get(st, cid) or {}
+            return st.campaign(cid) or row
         time.sleep(poll)
 
 
 def main(argv: list[str]) -> int:
     """``python -m testbed.run.campaign CID``: drive a campaign detached (``testbed run --matrix --detach``)."""
     row = drive(argv[0], progress=lambda s: print(s, flush=True))
-    return 0 if all(p["status"] == "succeeded" for p in row.get("points", [])) else 1
+    return 0 if all(p.status == "succeeded" for p in row.points) else 1
 
 
 if __name__ == "__main__":

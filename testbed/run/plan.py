@@ -1,8 +1,8 @@
 """Suite + testbed + parameters -> a plan: every command of a run, rendered, per host and rank, in order.
 
-A plan is plain JSON (stored next to the run's state), so the detached supervisor, ``--dry-run`` and the
-tests all see exactly the same commands. Hosts come from state; for a dry run of a testbed that is not
-provisioned they come from its spec (lab) or are placeholders ``host0``, ``host1``, ...
+A plan is a ``testbed.run.models.Plan``, stored as JSON next to the run's state, so the detached supervisor,
+``--dry-run`` and the tests all see exactly the same commands. Hosts come from state; for a dry run of a testbed
+that is not provisioned they come from its spec (lab) or are placeholders ``host0``, ``host1``, ...
 """
 
 from __future__ import annotations
@@ -12,10 +12,24 @@ import secrets
 import shlex
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError
+from testbed.run.models import (
+    Check,
+    FaultPlan,
+    Plan,
+    PlanHost,
+    PlanStep,
+    PlanTimeouts,
+    Rank,
+    RelaunchStep,
+    RunStep,
+)
 from testbed.suite import Raw, Step, Suite, render, shell_quote
+
+if TYPE_CHECKING:
+    from testbed.sources import Override
 
 RUNS_ROOT = "~/.testbed-runs"
 """Run directories on the hosts: ``~/.testbed-runs/<run-id>/`` (logs, pid, exit code, timestamps, outputs)."""
@@ -90,7 +104,7 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1) -> Test
     return TestbedInfo(name or "dry-run", ctx["provider"], hs, ctx, placeholder=True, elastic=not names)
 
 
-def _select(on: str, hosts: list[HostInfo], ranks: list[dict[str, Any]], where: str) -> list[str]:
+def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str) -> list[str]:
     """Host names of ``on``: all, master, workers, rank:K, group or host names (comma-separated)."""
     names = [h.name for h in hosts]
     out: list[str] = []
@@ -102,7 +116,7 @@ def _select(on: str, hosts: list[HostInfo], ranks: list[dict[str, Any]], where: 
         elif part == "workers":
             picked = [h.name for h in hosts if "workers" in h.groups] or names[1:]
         elif m := re.fullmatch(r"rank:(\d+)", part):
-            picked = [r["host"] for r in ranks if r["rank"] == int(m.group(1))]
+            picked = [r.host for r in ranks if r.rank == int(m.group(1))]
             if not picked:
                 raise UsageError(f"{where}: there is no rank {m.group(1)} (world size {len(ranks)})", where=where,
                                  fix="use a rank below the world size")
@@ -163,7 +177,7 @@ def _env_lines(env: dict[str, str]) -> list[str]:
 
 def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id: str | None = None,
                faults: list[str] | None = None, only_hosts: list[str] | None = None,
-               overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+               overrides: dict[str, Override] | None = None) -> Plan:
     """Render every command of one run. Raises UsageError (bad template, unknown fault) before any host.
 
     ``overrides``: resolved source overrides (``testbed.sources.Override`` by name).
@@ -201,39 +215,46 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
             return None
         return render(suite.environment, ctx, shell=False, where=f"{suite.name}: environment") or None
 
-    def ranks_for(attempt: int, command: str) -> list[dict[str, Any]]:
+    def ranks_for(attempt: int, command: str) -> list[Rank]:
         out = []
         for k, (h, local) in enumerate(rank_slots):
             ctx = {**base, "rank": k, "local_rank": local, "host": h, "address": addr[h], "attempt": attempt,
                    "recovering": attempt > 0}
             env = {key: render(v, ctx, shell=False, where=f"{suite.name}: steps.launch.env.{key}")
                    for key, v in launch.env.items()}
-            out.append({"rank": k, "host": h, "address": addr[h], "attempt": attempt,
-                        "command": render(command, ctx, where=f"{suite.name}: steps.launch.command"),
-                        "env": env, "cwd": render(launch.cwd, ctx, where="launch.cwd") if launch.cwd else None,
-                        "environment": environment(ctx)})
+            out.append(Rank(rank=k, host=h, address=addr[h], attempt=attempt,
+                            command=render(command, ctx, where=f"{suite.name}: steps.launch.command"),
+                            env=env, cwd=render(launch.cwd, ctx, where="launch.cwd") if launch.cwd else None,
+                            environment=environment(ctx)))
         return out
 
     ranks = ranks_for(0, launch.command)
 
-    def steps(items: list[Step], phase: str, attempt: int = 0) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def steps(items: list[Step], phase: str, attempt: int = 0) -> list[PlanStep]:
+        out: list[PlanStep] = []
         for i, s in enumerate(items):
             name = s.name or f"{phase}-{i + 1}"
             ctx = {**base, "attempt": attempt, "recovering": attempt > 0}
             where = f"{suite.name}: steps.{phase}[{i}]"
             if s.relaunch not in (None, False):
+                if phase != "recovery":  # the ranks are not running yet (prepare) or have ended (post)
+                    raise UsageError(f"{where}: 'relaunch' restarts the ranks after a fault: a recovery step only",
+                                     where=suite.source or where,
+                                     fix="move the step to steps.recovery (or a fault's recovery), or give it 'run:'")
                 cmd = launch.command if s.relaunch is True else str(s.relaunch)
-                out.append({"name": name, "kind": "relaunch", "ranks": ranks_for(attempt, cmd)})
+                out.append(RelaunchStep(name=name, ranks=ranks_for(attempt, cmd)))
                 continue
             assert s.run is not None
             sel = _select(s.on, hosts, ranks, f"{where}.on")
-            out.append({"name": name, "kind": "run", "hosts": sel, "timeout": s.timeout,
-                        "cwd": render(s.cwd, ctx, where=f"{where}.cwd") if s.cwd else None,
-                        "commands": {h: render(s.run, {**ctx, "host": h, "address": addr[h]}, where=where)
-                                     for h in sel},
-                        "environments": {h: environment({**ctx, "host": h, "address": addr[h]}) for h in sel}})
+            out.append(RunStep(name=name, hosts=sel, timeout=s.timeout,
+                               cwd=render(s.cwd, ctx, where=f"{where}.cwd") if s.cwd else None,
+                               commands={h: render(s.run, {**ctx, "host": h, "address": addr[h]}, where=where)
+                                         for h in sel},
+                               environments={h: environment({**ctx, "host": h, "address": addr[h]}) for h in sel}))
         return out
+
+    def run_steps(items: list[Step], phase: str) -> list[RunStep]:
+        return [x for x in steps(items, phase) if isinstance(x, RunStep)]  # relaunch is refused outside recovery
 
     for f in chosen:
         if f not in suite.faults:
@@ -256,20 +277,20 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
             sel = _select(render(fault.host, base, shell=False, where=f"{where}.host"), hosts, ranks, f"{where}.host")
             host = sel[0]
         else:
-            host = ranks[rank]["host"] if rank is not None else hosts[0].name
+            host = ranks[rank].host if rank is not None else hosts[0].name
         watch = fault.watch_rank if fault.watch_rank is not None else (rank if rank is not None else 0)
         fctx = {**base, "rank": rank, "host": host, "address": addr[host]}
-        fplans.append({
-            "name": fname, "description": fault.description, "action": fault.action, "signal": fault.signal,
-            "rank": rank, "host": host, "at": fault.at, "watch_rank": watch,
-            "when": render(fault.when, fctx, shell=False, where=f"{where}.when") if fault.when else None,
-            "watch_host": ranks[watch]["host"] if watch < len(ranks) else host,
-            "command": render(fault.command, fctx, where=f"{where}.command") if fault.command else None,
-            "restore": render(fault.restore, fctx, where=f"{where}.restore") if fault.restore else None,
-            "recovery": {str(a): steps(fault.recovery if fault.recovery is not None else suite.steps.recovery,
-                                       "recovery", a) for a in range(1, len(chosen) + 1)},
-            "order": n,
-        })
+        fplans.append(FaultPlan(
+            name=fname, description=fault.description, action=fault.action, signal=fault.signal,
+            rank=rank, host=host, at=fault.at, watch_rank=watch,
+            when=render(fault.when, fctx, shell=False, where=f"{where}.when") if fault.when else None,
+            watch_host=ranks[watch].host if watch < len(ranks) else host,
+            command=render(fault.command, fctx, where=f"{where}.command") if fault.command else None,
+            restore=render(fault.restore, fctx, where=f"{where}.restore") if fault.restore else None,
+            recovery={str(a): steps(fault.recovery if fault.recovery is not None else suite.steps.recovery,
+                                    "recovery", a) for a in range(1, len(chosen) + 1)},
+            order=n,
+        ))
     outs = suite.outputs if isinstance(suite.outputs, dict) else {"all": suite.outputs}
     outputs: dict[str, list[str]] = {h.name: [] for h in hosts}
     for on, globs in outs.items():
@@ -277,9 +298,9 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
             outputs[h] += [g for g in globs if g not in outputs[h]]
     for h in outputs:
         outputs[h] += ["rank*.out", "rank*.err", "rank*.exit", "rank*.start", "rank*.end"]
-    checks = [{"name": c.name, "file": c.file, "contains": c.contains,
-               "hosts": _select(c.on, hosts, ranks, f"{suite.name}: checks.{c.name}")} for c in suite.checks]
-    sources = []
+    checks = [Check(name=c.name, file=c.file, contains=c.contains,
+                    hosts=_select(c.on, hosts, ranks, f"{suite.name}: checks.{c.name}")) for c in suite.checks]
+    sources: list[RunStep] = []
     files: dict[str, str] = {}
     source_info: dict[str, dict[str, Any]] = {}
     for s in suite.sources:
@@ -287,12 +308,12 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
         o = overrides.get(s.name)
         source_info[s.name] = {"repo": s.repo, "ref": s.ref, "path": s.path}
         if o is not None and o.kind == "path":
+            assert o.bundle, "a path override is bundled when it is resolved"
             files[f"src-{s.name}.bundle"] = o.bundle
             cmd = sources_mod.checkout_command(path, o, shlex.quote(f"src-{s.name}.bundle"))
             source_info[s.name] = {"repo": o.location, "ref": o.ref or o.commit, "path": s.path,
                                    "override": o.given, "commit": o.commit, "uncommitted_changes": o.dirty}
-            sources.append({"name": s.name, "kind": "run", "hosts": [h.name for h in hosts], "timeout": None,
-                            "cwd": None, "commands": {h.name: cmd for h in hosts}})
+            sources.append(RunStep(name=s.name, hosts=[h.name for h in hosts], commands={h.name: cmd for h in hosts}))
             continue
         repo, ref = (o.location, o.ref) if o is not None else (s.repo, s.ref)
         if o is not None:
@@ -304,8 +325,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
         if s.submodules:
             cmd += (f" && git -C {path} -c url.https://github.com/.insteadOf=git@github.com: "
                     "submodule update --init --recursive --quiet")  # ssh submodule URLs need no key
-        sources.append({"name": s.name, "kind": "run", "hosts": [h.name for h in hosts], "timeout": None,
-                        "cwd": None, "commands": {h.name: cmd for h in hosts}})
+        sources.append(RunStep(name=s.name, hosts=[h.name for h in hosts], commands={h.name: cmd for h in hosts}))
     home = suite.dir.resolve()
     for rel in suite.files:
         p = (suite.dir / rel).resolve()  # links followed: a link out of the folder is outside too
@@ -322,55 +342,55 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
                              fix="rename one of them (files land by their name)")
         files[p.name] = str(p)
     hostfile = "".join(f"{h.name} slots={suite.placement.slots}\n" for h in hosts)
-    return {
-        "run_id": rid, "suite": suite.name, "testbed": tb.name, "provider": tb.provider, "params": params,
-        "profile": suite.profile, "placeholder_hosts": tb.placeholder, "run_dir": rdir,
-        "hosts": [{"name": h.name, "address": h.address} for h in hosts], "master": hosts[0].name,
-        "files": files, "generated": {"hostfile": hostfile}, "env": env_lines,
-        "sources": sources, "source_info": source_info, "prepare": steps(suite.steps.prepare, "prepare"),
-        "ranks": ranks, "source_overrides": {k: o.to_dict() for k, o in overrides.items()},
-        "faults": fplans, "post": steps(suite.steps.post, "post"), "checks": checks, "outputs": outputs,
-        "timeouts": suite.timeouts.model_dump(),
-    }
+    return Plan(
+        run_id=rid, suite=suite.name, testbed=tb.name, provider=tb.provider, params=params,
+        profile=suite.profile, placeholder_hosts=tb.placeholder, run_dir=rdir,
+        hosts=[PlanHost(name=h.name, address=h.address) for h in hosts], master=hosts[0].name,
+        files=files, generated={"hostfile": hostfile}, env=env_lines,
+        sources=sources, source_info=source_info, prepare=run_steps(suite.steps.prepare, "prepare"),
+        ranks=ranks, source_overrides={k: o.to_dict() for k, o in overrides.items()},
+        faults=fplans, post=run_steps(suite.steps.post, "post"), checks=checks, outputs=outputs,
+        timeouts=PlanTimeouts.model_validate(suite.timeouts.model_dump()),
+    )
 
 
-def dry_run_lines(plan: dict[str, Any]) -> list[dict[str, Any]]:
+def dry_run_lines(plan: Plan) -> list[dict[str, Any]]:
     """Every command of the plan in execution order: {phase, step, host, rank, command}."""
     out: list[dict[str, Any]] = []
 
     def add(phase: str, step: str, host: str, command: str, rank: int | None = None) -> None:
         out.append({"phase": phase, "step": step, "host": host, "rank": rank, "command": command})
 
-    hosts = [h["name"] for h in plan["hosts"]]
-    if plan.get("profile"):
+    hosts = plan.host_names
+    if plan.profile:
         for h in hosts:
-            add("setup", "profile", h, f"testbed setup {plan['testbed']} --profile {plan['profile']}")
+            add("setup", "profile", h, f"testbed setup {plan.testbed} --profile {plan.profile}")
     for h in hosts:
-        add("upload", "files", h, f"mkdir -p {plan['run_dir']} && copy {' '.join([*plan['files'], 'hostfile'])}")
-    for phase in ("sources", "prepare"):
-        for s in plan[phase]:
-            for h in s["hosts"]:
-                add(phase, s["name"], h, s["commands"][h])
-    for r in plan["ranks"]:
-        env = " ".join(f"{k}={shell_quote(v)}" for k, v in r["env"].items())
-        add("launch", f"rank {r['rank']}", r["host"], (env + " " if env else "") + r["command"], r["rank"])
-    for f in plan["faults"]:
-        trig = f"at {f['at']:g} s" if f["at"] is not None else f"when rank {f['watch_rank']} logs /{f['when']}/"
-        what = {"signal": f"kill -s {f['signal'][3:]} <rank {f['rank']} process group>",
+        add("upload", "files", h, f"mkdir -p {plan.run_dir} && copy {' '.join([*plan.files, 'hostfile'])}")
+    for phase, phase_steps in (("sources", plan.sources), ("prepare", plan.prepare)):
+        for s in phase_steps:
+            for h in s.hosts:
+                add(phase, s.name, h, s.commands[h])
+    for r in plan.ranks:
+        env = " ".join(f"{k}={shell_quote(v)}" for k, v in r.env.items())
+        add("launch", f"rank {r.rank}", r.host, (env + " " if env else "") + r.command, r.rank)
+    for f in plan.faults:
+        trig = f"at {f.at:g} s" if f.at is not None else f"when rank {f.watch_rank} logs /{f.when}/"
+        what = {"signal": f"kill -s {f.signal[3:]} <rank {f.rank} process group>",
                 "in-workload": "injected by the workload itself (its command carries the flag)",
-                "command": f["command"], "kill-host": f"kill host {f['host']}",
-                "cut-network": f"cut the network of {f['host']}"}[f["action"]]
-        add("fault", f"{f['name']} ({trig})", f["host"], what, f["rank"])
-        if f["restore"]:
-            add("restore", f["name"], f["host"], f["restore"])
-        for s in f["recovery"].get("1", []):
-            if s["kind"] == "relaunch":
-                for r in s["ranks"]:
-                    add("recovery", s["name"], r["host"], r["command"], r["rank"])
+                "command": f.command or "", "kill-host": f"kill host {f.host}",
+                "cut-network": f"cut the network of {f.host}"}[f.action]
+        add("fault", f"{f.name} ({trig})", f.host, what, f.rank)
+        if f.restore:
+            add("restore", f.name, f.host, f.restore)
+        for step in f.recovery.get("1", []):
+            if isinstance(step, RelaunchStep):
+                for r in step.ranks:
+                    add("recovery", step.name, r.host, r.command, r.rank)
             else:
-                for h in s["hosts"]:
-                    add("recovery", s["name"], h, s["commands"][h])
-    for s in plan["post"]:
-        for h in s["hosts"]:
-            add("post", s["name"], h, s["commands"][h])
+                for h in step.hosts:
+                    add("recovery", step.name, h, step.commands[h])
+    for s in plan.post:
+        for h in s.hosts:
+            add("post", s.name, h, s.commands[h])
     return out

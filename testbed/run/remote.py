@@ -14,9 +14,12 @@ import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from testbed import remote
+
+if TYPE_CHECKING:
+    from testbed.run.models import Plan, Rank, RunStep
 
 WRAPPER = """#!/bin/sh
 # testbed rank wrapper: tb-rank.sh K SCRIPT -- runs one rank detached and records how it ended
@@ -82,23 +85,23 @@ def activate(prefix: str | None) -> list[str]:
     ]
 
 
-def step_script(plan: dict[str, Any], command: str, cwd: str | None = None, environment: str | None = None) -> str:
-    lines = [cd_run(plan["run_dir"]) + " || exit 97", "export PYTHONUNBUFFERED=1", *activate(environment),
-             *plan["env"]]
+def step_script(plan: Plan, command: str, cwd: str | None = None, environment: str | None = None) -> str:
+    lines = [cd_run(plan.run_dir) + " || exit 97", "export PYTHONUNBUFFERED=1", *activate(environment),
+             *plan.env]
     if cwd:
         lines.append(f"cd {cwd} || exit 97")
     return "\n".join([*lines, command]) + "\n"
 
 
-def rank_script(plan: dict[str, Any], r: dict[str, Any]) -> str:
+def rank_script(plan: Plan, r: Rank) -> str:
     from testbed.suite import shell_quote
 
-    env = [f"export {k}={shell_quote(v)}" for k, v in r["env"].items()]
-    body = [cd_run(plan["run_dir"]) + " || exit 97", "export PYTHONUNBUFFERED=1", *activate(r.get("environment")),
-            *plan["env"], *env]
-    if r.get("cwd"):
-        body.append(f"cd {r['cwd']} || exit 97")
-    return "\n".join([*body, r["command"]]) + "\n"
+    env = [f"export {k}={shell_quote(v)}" for k, v in r.env.items()]
+    body = [cd_run(plan.run_dir) + " || exit 97", "export PYTHONUNBUFFERED=1", *activate(r.environment),
+            *plan.env, *env]
+    if r.cwd:
+        body.append(f"cd {r.cwd} || exit 97")
+    return "\n".join([*body, r.command]) + "\n"
 
 
 def _tar(files: dict[str, bytes]) -> bytes:
@@ -113,38 +116,38 @@ def _tar(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def upload(plan: dict[str, Any], hosts: list[str], extra: dict[str, bytes] | None = None,
+def upload(plan: Plan, hosts: list[str], extra: dict[str, bytes] | None = None,
            timeout: float = 120) -> list[remote.HostResult]:
     """Create the run dir on ``hosts`` and unpack the suite's files, the hostfile and the wrapper into it."""
-    files = {name: Path(p).read_bytes() for name, p in plan["files"].items()}
-    files.update({k: v.encode() for k, v in plan["generated"].items()})
+    files = {name: Path(p).read_bytes() for name, p in plan.files.items()}
+    files.update({k: v.encode() for k, v in plan.generated.items()})
     files["tb-rank.sh"] = WRAPPER.encode()
     files.update(extra or {})
-    rd = plan["run_dir"]
+    rd = plan.run_dir
     from testbed.suite import path_word
 
     mk = f"mkdir -p {path_word(rd)}"
-    return remote.run(plan["testbed"], hosts, sh(f"{mk} && {cd_run(rd)} && tar xzf -"), timeout=timeout,
+    return remote.run(plan.testbed, hosts, sh(f"{mk} && {cd_run(rd)} && tar xzf -"), timeout=timeout,
                       stdin=_tar(files))
 
 
-def launch(plan: dict[str, Any], ranks: list[dict[str, Any]], attempt: int = 0,
+def launch(plan: Plan, ranks: list[Rank], attempt: int = 0,
            timeout: float = 120) -> list[remote.HostResult]:
     """Start ``ranks`` detached on their hosts (one SSH call per host); returns per-host results."""
-    by_host: dict[str, list[dict[str, Any]]] = {}
+    by_host: dict[str, list[Rank]] = {}
     for r in ranks:
-        by_host.setdefault(r["host"], []).append(r)
+        by_host.setdefault(r.host, []).append(r)
 
     async def go() -> list[remote.HostResult]:
         import asyncio
 
         coros = []
         for host, rs in by_host.items():
-            files = {f"rank{r['rank']}.a{attempt}.sh": rank_script(plan, r).encode() for r in rs}
-            starts = " ".join(f"setsid nohup sh ./tb-rank.sh {r['rank']} rank{r['rank']}.a{attempt}.sh "
+            files = {f"rank{r.rank}.a{attempt}.sh": rank_script(plan, r).encode() for r in rs}
+            starts = " ".join(f"setsid nohup sh ./tb-rank.sh {r.rank} rank{r.rank}.a{attempt}.sh "
                               f">/dev/null 2>&1 </dev/null &" for r in rs)
-            cmd = sh(f"{cd_run(plan['run_dir'])} && tar xzf - || exit 1\n{starts} true")
-            coros.append(remote.run_async(plan["testbed"], [host], cmd, timeout=timeout, stdin=_tar(files)))
+            cmd = sh(f"{cd_run(plan.run_dir)} && tar xzf - || exit 1\n{starts} true")
+            coros.append(remote.run_async(plan.testbed, [host], cmd, timeout=timeout, stdin=_tar(files)))
         return [x for res in await asyncio.gather(*coros) for x in res]
 
     import asyncio
@@ -171,9 +174,9 @@ class HostPoll:
     no_run_dir: bool = False  # the host answered, but the run folder is gone (deleted behind the run's back)
 
 
-def poll_script(plan: dict[str, Any], ranks: list[int], patterns: dict[str, tuple[int, str]]) -> str:
+def poll_script(plan: Plan, ranks: list[int], patterns: dict[str, tuple[int, str]]) -> str:
     """One sh script: a line per rank (``R k exit alive start end``) and ``T name`` per matched log pattern."""
-    lines = [cd_run(plan["run_dir"]) + " 2>/dev/null || { echo NODIR; exit 0; }"]
+    lines = [cd_run(plan.run_dir) + " 2>/dev/null || { echo NODIR; exit 0; }"]
     for k in ranks:
         lines.append(
             f'e=-; [ -f rank{k}.exit ] && e=$(cat rank{k}.exit); p=$(cat rank{k}.pid 2>/dev/null); a=-; '
@@ -194,13 +197,13 @@ def _num(s: str) -> float | None:
         return None
 
 
-def poll(plan: dict[str, Any], want: dict[str, list[int]], patterns: dict[str, dict[str, tuple[int, str]]],
+def poll(plan: Plan, want: dict[str, list[int]], patterns: dict[str, dict[str, tuple[int, str]]],
          timeout: float = 10) -> dict[str, HostPoll]:
     """Poll every host in ``want`` (host -> ranks) in parallel."""
     import asyncio
 
     async def go() -> list[remote.HostResult]:
-        coros = [remote.run_async(plan["testbed"], [h], sh(poll_script(plan, rs, patterns.get(h, {}))),
+        coros = [remote.run_async(plan.testbed, [h], sh(poll_script(plan, rs, patterns.get(h, {}))),
                                   timeout=timeout) for h, rs in want.items()]
         return [x for res in await asyncio.gather(*coros) for x in res]
 
@@ -224,12 +227,12 @@ def poll(plan: dict[str, Any], want: dict[str, list[int]], patterns: dict[str, d
     return out
 
 
-def signal_ranks(plan: dict[str, Any], ranks: list[dict[str, Any]], sig: str = "TERM",
+def signal_ranks(plan: Plan, ranks: list[Rank], sig: str = "TERM",
                  timeout: float = 15) -> list[remote.HostResult]:
     """Send ``sig`` (KILL, TERM, SEGV...) to each rank's process group."""
     by_host: dict[str, list[int]] = {}
     for r in ranks:
-        by_host.setdefault(r["host"], []).append(r["rank"])
+        by_host.setdefault(r.host, []).append(r.rank)
     sig = sig.removeprefix("SIG")
 
     async def go() -> list[remote.HostResult]:
@@ -239,8 +242,8 @@ def signal_ranks(plan: dict[str, Any], ranks: list[dict[str, Any]], sig: str = "
         for host, ks in by_host.items():
             body = "; ".join(f'p=$(cat rank{k}.pid 2>/dev/null); [ -n "$p" ] && kill -s {sig} -- "-$p" 2>/dev/null'
                              for k in ks)
-            coros.append(remote.run_async(plan["testbed"], [host],
-                                          sh(f"{cd_run(plan['run_dir'])} || exit 0; {body}; true"), timeout=timeout))
+            coros.append(remote.run_async(plan.testbed, [host],
+                                          sh(f"{cd_run(plan.run_dir)} || exit 0; {body}; true"), timeout=timeout))
         return [x for res in await asyncio.gather(*coros) for x in res]
 
     import asyncio
@@ -248,15 +251,15 @@ def signal_ranks(plan: dict[str, Any], ranks: list[dict[str, Any]], sig: str = "
     return asyncio.run(go())
 
 
-def run_step(plan: dict[str, Any], step: dict[str, Any], timeout: float) -> list[remote.HostResult]:
+def run_step(plan: Plan, step: RunStep, timeout: float) -> list[remote.HostResult]:
     """A synchronous step on its hosts in parallel, each in the run dir (its own command per host)."""
     import asyncio
 
     async def go() -> list[remote.HostResult]:
-        envs = step.get("environments") or {}
-        coros = [remote.run_async(plan["testbed"], [h],
-                                  sh(step_script(plan, step["commands"][h], step.get("cwd"), envs.get(h))),
-                                  timeout=step.get("timeout") or timeout) for h in step["hosts"]]
+        envs = step.environments or {}
+        coros = [remote.run_async(plan.testbed, [h],
+                                  sh(step_script(plan, step.commands[h], step.cwd, envs.get(h))),
+                                  timeout=step.timeout or timeout) for h in step.hosts]
         return [x for res in await asyncio.gather(*coros) for x in res]
 
     return asyncio.run(go())

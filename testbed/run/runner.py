@@ -14,14 +14,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError
 from testbed.run import state as rs
+from testbed.run.models import Plan, RankRecord, RunEvent, RunInfo, RunRecord, SupervisorInfo
 from testbed.run.plan import RUNS_ROOT, build_plan, dry_run_lines, testbed_info  # noqa: F401 (re-exported)
 from testbed.spec import DEFAULT_TESTBED
 from testbed.state import Store
 from testbed.suite import Suite, load_suite, resolve_params
+
+if TYPE_CHECKING:
+    from testbed.sources import Override
 
 __all__ = ["RUNS_ROOT", "follow", "logs_command", "plan_run", "start_run", "status_command", "stop_run",
            "wait"]
@@ -29,7 +33,7 @@ __all__ = ["RUNS_ROOT", "follow", "logs_command", "plan_run", "start_run", "stat
 
 def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *, faults: list[str] | None = None,
              dry_run: bool = False, only_hosts: list[str] | None = None, run_id: str | None = None,
-             sources: dict[str, str] | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+             sources: dict[str, str] | None = None, overrides: dict[str, Override] | None = None) -> Plan:
     """Check the suite against the testbed and render the whole run (nothing touches a host).
 
     ``sources``: --source overrides (name -> PATH|URL[@REF]), resolved with the testbed spec's ``sources:``;
@@ -67,44 +71,44 @@ def start_supervisor(run_id: str) -> int:
                          cwd=os.getcwd())
     logf.close()
     st = Store.open_default()
-    rs.update(st, run_id, info={"supervisor": {"pid": p.pid, "started": time.time()}})
+    st.update_run(run_id, info=RunInfo(supervisor=SupervisorInfo(pid=p.pid, started=time.time())))
     st.close()
     return p.pid
 
 
-def start_run(plan: dict[str, Any], campaign: str | None = None) -> str:
+def start_run(plan: Plan, campaign: str | None = None) -> str:
     """Record the run (pending) and start its supervisor; returns the run id."""
     st = Store.open_default()
     rs.create(st, plan, campaign)
     st.close()
-    start_supervisor(plan["run_id"])
-    return plan["run_id"]
+    start_supervisor(plan.run_id)
+    return plan.run_id
 
 
 def ensure_supervisor(st: Store, run_id: str) -> bool:
     """Restart the supervisor of an active run whose supervisor died; True when one was started."""
     run = rs.require(st, run_id)
-    if run["status"] not in rs.ACTIVE:
+    if not run.active:
         return False
-    sup = run["info"].get("supervisor") or {}
-    if rs.pid_alive(sup.get("pid"), run_id):
+    sup = run.info.supervisor or SupervisorInfo()
+    if rs.pid_alive(sup.pid, run_id):
         return False
-    if time.time() - float(sup.get("started", 0)) < 3:
+    if time.time() - sup.started < 3:
         return False  # just started; its process may not have exec'd yet
     start_supervisor(run_id)
     return True
 
 
-def wait(run_id: str, timeout: float = 3600, interval: float = 0.5) -> dict[str, Any]:
+def wait(run_id: str, timeout: float = 3600, interval: float = 0.5) -> RunRecord:
     """Block until the run ends (supervisors restarted as needed); returns the run row."""
     st = Store.open_default()
     deadline = time.monotonic() + timeout
     while True:
         run = rs.require(st, run_id)
-        if run["status"] not in rs.ACTIVE:
+        if not run.active:
             return run
         if time.monotonic() > deadline:
-            raise TestbedError(f"run {run_id} still {run['status']} after {timeout:g} s", where=run_id,
+            raise TestbedError(f"run {run_id} still {run.status} after {timeout:g} s", where=run_id,
                                fix=f"testbed status {run_id}")
         ensure_supervisor(st, run_id)
         time.sleep(interval)
@@ -115,9 +119,9 @@ def _ts(t: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 10)}" if t else ""
 
 
-def describe_event(ev: dict[str, Any]) -> str:
-    d, k = ev["detail"], ev["kind"]
-    host = f" {ev['host']}" if ev.get("host") else ""
+def describe_event(ev: RunEvent) -> str:
+    d, k = ev.detail, ev.kind
+    host = f" {ev.host}" if ev.host else ""
     if k == "started":
         return f"started {d.get('ranks')} ranks on {', '.join(d.get('hosts', []))}"
     if k == "step":
@@ -143,7 +147,7 @@ def describe_event(ev: dict[str, Any]) -> str:
     return f"{k}{host} {json.dumps(d)}"
 
 
-def follow(run_id: str, console: Any = None, timeout: float = 24 * 3600) -> dict[str, Any]:
+def follow(run_id: str, console: Any = None, timeout: float = 24 * 3600) -> RunRecord:
     """Print the run's events until it ends; Ctrl-C detaches (the run goes on). Returns the run row."""
     from rich.console import Console
     from rich.markup import escape
@@ -155,13 +159,13 @@ def follow(run_id: str, console: Any = None, timeout: float = 24 * 3600) -> dict
     try:
         while True:
             for ev in rs.events(st, run_id, seq):
-                seq = ev["seq"]
-                c.print(f"[dim]{_ts(ev['ts'])}[/dim] {escape(describe_event(ev))}")
+                seq = ev.seq
+                c.print(f"[dim]{_ts(ev.ts)}[/dim] {escape(describe_event(ev))}")
             run = rs.require(st, run_id)
-            if run["status"] not in rs.ACTIVE:
+            if not run.active:
                 for ev in rs.events(st, run_id, seq):
-                    seq = ev["seq"]
-                    c.print(f"[dim]{_ts(ev['ts'])}[/dim] {escape(describe_event(ev))}")
+                    seq = ev.seq
+                    c.print(f"[dim]{_ts(ev.ts)}[/dim] {escape(describe_event(ev))}")
                 return run
             if time.monotonic() > deadline:
                 return run
@@ -173,11 +177,9 @@ def follow(run_id: str, console: Any = None, timeout: float = 24 * 3600) -> dict
         raise
 
 
-def _run_json(st: Store, run_id: str) -> dict[str, Any]:
-    run = rs.require(st, run_id)
-    return {**run, "ranks": rs.ranks(st, run_id),
-            "events": [{"ts": e["ts"], "kind": e["kind"], "host": e["host"], **e["detail"]}
-                       for e in rs.events(st, run_id)]}
+def _run_json(run: RunRecord, ranks: list[RankRecord], events: list[RunEvent]) -> dict[str, Any]:
+    return {**run.to_json(), "ranks": [r.model_dump() for r in ranks],
+            "events": [{"ts": e.ts, "kind": e.kind, "host": e.host, **e.detail} for e in events]}
 
 
 def status_command(run_id: str, *, json_out: bool = False) -> None:
@@ -188,56 +190,53 @@ def status_command(run_id: str, *, json_out: bool = False) -> None:
 
     st = Store.open_default()
     restarted = ensure_supervisor(st, run_id)
-    data = _run_json(st, run_id)
+    run = rs.require(st, run_id)
+    ranks, events = st.run_ranks(run_id), st.events(run_id)
     if json_out:
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps(_run_json(run, ranks, events), indent=2, default=str) + "\n")
         return
     c = Console(highlight=False)
     color = {"succeeded": "green", "failed": "red", "timed-out": "red", "running": "cyan",
-             "stopped": "yellow"}.get(data["status"], "")
-    c.print(f"run [bold]{run_id}[/bold]  suite {data['suite']}  testbed {data['testbed']}  "
-            f"[{color or 'white'}]{data['status']}[/{color or 'white'}]"
-            + (f": {escape(data['reason'])}" if data.get("reason") else ""))
-    if data["params"]:
-        c.print("params: " + escape(", ".join(f"{k}={v}" for k, v in data["params"].items())))
-    if data.get("started"):
-        end = data.get("ended") or time.time()
-        c.print(f"started {_ts(data['started'])}, {'ended ' + _ts(data['ended']) if data.get('ended') else 'running'}"
-                f" ({end - data['started']:.1f} s)")
+             "stopped": "yellow"}.get(run.status, "")
+    c.print(f"run [bold]{run_id}[/bold]  suite {run.suite}  testbed {run.testbed}  "
+            f"[{color or 'white'}]{run.status}[/{color or 'white'}]"
+            + (f": {escape(run.reason)}" if run.reason else ""))
+    if run.params:
+        c.print("params: " + escape(", ".join(f"{k}={v}" for k, v in run.params.items())))
+    if run.started:
+        end = run.ended or time.time()
+        c.print(f"started {_ts(run.started)}, {'ended ' + _ts(run.ended) if run.ended else 'running'}"
+                f" ({end - run.started:.1f} s)")
     t = Table(title_justify="left")
     for col in ("rank", "host", "status", "exit", "reason"):
         t.add_column(col)
-    for r in data["ranks"]:
-        t.add_row(str(r["rank"]), r["host"], r["status"], "" if r["exit_code"] is None else str(r["exit_code"]),
-                  escape(r["reason"] or ""))
+    for r in ranks:
+        t.add_row(str(r.rank), r.host, r.status, "" if r.exit_code is None else str(r.exit_code),
+                  escape(r.reason or ""))
     c.print(t)
-    for e in data["events"]:
-        if e["kind"] in ("fault", "fault-missed", "failed", "recovery", "relaunched", "restore", "stopping"):
-            ev = {"kind": e["kind"], "host": e["host"], "detail": e}
-            c.print(f"[dim]{_ts(e['ts'])}[/dim] {escape(describe_event(ev))}")
+    for e in events:
+        if e.kind in ("fault", "fault-missed", "failed", "recovery", "relaunched", "restore", "stopping"):
+            c.print(f"[dim]{_ts(e.ts)}[/dim] {escape(describe_event(e))}")
     if restarted:
         c.print("[yellow]its supervisor had stopped; restarted it (monitoring resumes)[/yellow]")
-    c.print(f"run dir on each host: {data['info'].get('run_dir')}")
+    c.print(f"run dir on each host: {run.info.run_dir}")
 
 
-def stop_run(run_id: str, grace: float = 3) -> dict[str, Any]:
+def stop_run(run_id: str, grace: float = 3) -> RunRecord:
     """Stop an active run: status 'stopped', every rank's process group TERM then KILL."""
     from testbed.run import remote as run_remote
 
     st = Store.open_default()
     run = rs.require(st, run_id)
-    if run["status"] not in rs.ACTIVE:
+    if not run.active:
         return run
-    rs.update(st, run_id, status="stopped", reason="stopped by the user", ended=time.time(), only_active=True)
+    st.update_run(run_id, status="stopped", reason="stopped by the user", ended=time.time(), only_active=True)
     plan = rs.load_plan(run_id)
-    ranks = run["info"].get("ranks") or plan["ranks"]
+    ranks = run.info.ranks or plan.ranks
     run_remote.signal_ranks(plan, ranks, "TERM")
     time.sleep(grace)
     run_remote.signal_ranks(plan, ranks, "KILL")
-    now = time.time()
-    with st.tx() as db:
-        db.execute("UPDATE run_hosts SET status='stopped', reason='stopped by the user', ended=? "
-                   "WHERE run_id=? AND status IN ('pending','running')", (now, run_id))
+    st.end_active_ranks(run_id, "stopped", time.time(), "stopped by the user")
     rs.event(st, run_id, "ended", None, status="stopped", reason="stopped by the user")
     return rs.require(st, run_id)
 
@@ -251,32 +250,32 @@ def logs_command(run_id: str, *, host: str | None = None, follow_logs: bool = Fa
     st = Store.open_default()
     run = rs.require(st, run_id)
     plan = rs.load_plan(run_id)
-    ranks = [r for r in plan["ranks"] if (host is None or r["host"] == host) and (rank is None or r["rank"] == rank)]
+    ranks = [r for r in plan.ranks if (host is None or r.host == host) and (rank is None or r.rank == rank)]
     if not ranks:
         raise UsageError(f"run {run_id} has no rank on '{host}'", where="--host",
-                         fix=f"hosts: {', '.join(sorted({r['host'] for r in plan['ranks']}))}")
+                         fix=f"hosts: {', '.join(sorted({r.host for r in plan.ranks}))}")
     if not follow_logs:
         for r in ranks:
-            res = remote.run(plan["testbed"], [r["host"]], run_remote.sh(
-                f"{run_remote.cd_run(plan['run_dir'])} && cat rank{r['rank']}.out; "
-                f"cat rank{r['rank']}.err >&2"), timeout=30)[0]
+            res = remote.run(plan.testbed, [r.host], run_remote.sh(
+                f"{run_remote.cd_run(plan.run_dir)} && cat rank{r.rank}.out; "
+                f"cat rank{r.rank}.err >&2"), timeout=30)[0]
             if res.error:
-                sys.stderr.write(f"[{r['host']} rank {r['rank']}] {res.error}\n")
+                sys.stderr.write(f"[{r.host} rank {r.rank}] {res.error}\n")
                 continue
             for stream, text in ((sys.stdout, res.stdout), (sys.stderr, res.stderr)):
                 for ln in text.splitlines():
-                    stream.write(f"[{r['host']}:{r['rank']}] {ln}\n")
+                    stream.write(f"[{r.host}:{r.rank}] {ln}\n")
         return
-    offsets = {(r["rank"], s): 0 for r in ranks for s in ("out", "err")}
+    offsets = {(r.rank, s): 0 for r in ranks for s in ("out", "err")}
     try:
         while True:
             ensure_supervisor(st, run_id)
-            active = rs.require(st, run_id)["status"] in rs.ACTIVE
+            active = rs.require(st, run_id).active
             for r in ranks:
-                k = r["rank"]
+                k = r.rank
                 o, e = offsets[(k, "out")], offsets[(k, "err")]
-                res = remote.run(plan["testbed"], [r["host"]], run_remote.sh(
-                    f"{run_remote.cd_run(plan['run_dir'])} 2>/dev/null || exit 0; "
+                res = remote.run(plan.testbed, [r.host], run_remote.sh(
+                    f"{run_remote.cd_run(plan.run_dir)} 2>/dev/null || exit 0; "
                     f"tail -c +{o + 1} rank{k}.out 2>/dev/null; tail -c +{e + 1} rank{k}.err 2>/dev/null >&2"),
                     timeout=20)[0]
                 if res.error:
@@ -285,12 +284,11 @@ def logs_command(run_id: str, *, host: str | None = None, follow_logs: bool = Fa
                     complete = text[: text.rfind("\n") + 1] if active else text
                     offsets[(k, s)] += len(complete.encode())
                     for ln in complete.splitlines():
-                        stream.write(f"[{r['host']}:{k}] {ln}\n")
+                        stream.write(f"[{r.host}:{k}] {ln}\n")
                     stream.flush()
             if not active:
                 run = rs.require(st, run_id)
-                sys.stderr.write(f"run {run_id} {run['status']}" + (f": {run['reason']}" if run["reason"] else "")
-                                 + "\n")
+                sys.stderr.write(f"run {run_id} {run.status}" + (f": {run.reason}" if run.reason else "") + "\n")
                 return
             time.sleep(1)
     except KeyboardInterrupt:

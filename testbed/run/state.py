@@ -1,8 +1,11 @@
-"""Run records in the state store: runs, run_hosts and events rows, plus the plan file of each run."""
+"""Runs in the state store, seen from the run stage: plan files, new run records, run lookups and events.
+
+The SQL lives in ``testbed.state.Store`` (runs, run_hosts and events rows); this module adds the run home on the
+controller (``plan.json``, the supervisor's log) and what the runner and supervisor say in one call.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -10,12 +13,11 @@ from typing import Any
 
 from testbed import paths
 from testbed.errors import UsageError
+from testbed.run.models import ACTIVE, ENDED, OUTCOMES, Plan, RankRecord, RunEvent, RunInfo, RunRecord
 from testbed.state import Store
 
-ACTIVE = ("pending", "running")
-# every way a run ends: its status and the exit code of `testbed run` (and `wait`) for it
-OUTCOMES = {"succeeded": 0, "failed": 1, "stopped": 3, "timed-out": 124}
-ENDED = tuple(OUTCOMES)
+__all__ = ["ACTIVE", "ENDED", "OUTCOMES", "create", "describe_exit", "event", "events", "get", "load_plan",
+           "pid_alive", "ranks", "require", "run_home", "save_plan"]
 
 
 def run_home(run_id: str) -> Path:
@@ -25,101 +27,62 @@ def run_home(run_id: str) -> Path:
     return p
 
 
-def save_plan(plan: dict[str, Any]) -> Path:
-    p = run_home(plan["run_id"]) / "plan.json"
-    p.write_text(json.dumps(plan, indent=1))
+def save_plan(plan: Plan) -> Path:
+    import json
+
+    p = run_home(plan.run_id) / "plan.json"
+    p.write_text(json.dumps(plan.to_json(), indent=1))
     return p
 
 
-def load_plan(run_id: str) -> dict[str, Any]:
+def load_plan(run_id: str) -> Plan:
     p = paths.home() / "runs" / run_id / "plan.json"
     if not p.exists():
         raise UsageError(f"run '{run_id}' has no plan file", where=str(p), fix="it was made by another state home?")
-    return json.loads(p.read_text())
+    return Plan.load(p)
 
 
-def create(st: Store, plan: dict[str, Any], campaign: str | None = None) -> None:
-    now = time.time()
-    info = {"outputs": plan["outputs"], "run_dir": plan["run_dir"], "hosts": [h["name"] for h in plan["hosts"]],
-            "faults": [f["name"] for f in plan["faults"]], "world_size": len(plan["ranks"]),
-            "plan": str(save_plan(plan)), "attempt": 0, "fired": [], "recovered": [],
-            "sources": plan.get("source_info") or {}}
-    env = next((r.get("environment") for r in plan["ranks"] if r.get("environment")), None)
+def create(st: Store, plan: Plan, campaign: str | None = None) -> None:
+    """Record the run of ``plan`` (pending, every rank pending) and write its plan file."""
+    info = RunInfo(outputs=plan.outputs, run_dir=plan.run_dir, hosts=plan.host_names,
+                   faults=[f.name for f in plan.faults], world_size=len(plan.ranks), plan=str(save_plan(plan)),
+                   attempt=0, fired=[], recovered=[], sources=plan.source_info)
+    env = next((r.environment for r in plan.ranks if r.environment), None)
     if env:
-        info["python"] = env.rstrip("/") + "/bin/python"  # the manifest's pip freeze is of the run's environment
-    with st.tx() as db:
-        db.execute("INSERT INTO runs(id, suite, testbed, params, status, campaign, created, info) "
-                   "VALUES (?,?,?,?,?,?,?,?)", (plan["run_id"], plan["suite"], plan["testbed"],
-                                                json.dumps(plan["params"]), "pending", campaign, now,
-                                                json.dumps(info)))
-        for r in plan["ranks"]:
-            db.execute("INSERT INTO run_hosts(run_id, host, rank, status) VALUES (?,?,?,?)",
-                       (plan["run_id"], r["host"], r["rank"], "pending"))
+        info.python = env.rstrip("/") + "/bin/python"  # the manifest's pip freeze is of the run's environment
+    run = RunRecord(id=plan.run_id, suite=plan.suite, testbed=plan.testbed, params=plan.params, status="pending",
+                    campaign=campaign, created=time.time(), info=info)
+    st.add_run(run, [(r.host, r.rank) for r in plan.ranks])
 
 
-def get(st: Store, run_id: str) -> dict[str, Any] | None:
-    rows = st.query("SELECT * FROM runs WHERE id=?", (run_id,))
-    if not rows:
-        return None
-    d = dict(rows[0])
-    d["params"] = json.loads(d["params"])
-    d["info"] = json.loads(d["info"])
-    return d
+def get(st: Store, run_id: str) -> RunRecord | None:
+    return st.run(run_id)
 
 
-def require(st: Store, run_id: str) -> dict[str, Any]:
-    r = get(st, run_id)
+def require(st: Store, run_id: str) -> RunRecord:
+    """The run, or a UsageError naming the closest recorded id."""
+    r = st.run(run_id)
     if r is None:
         import difflib
 
-        ids = [x["id"] for x in st.query("SELECT id FROM runs ORDER BY created DESC LIMIT 200")]
-        close = difflib.get_close_matches(run_id, ids, n=1, cutoff=0.4)
+        close = difflib.get_close_matches(run_id, st.run_ids(newest_first=True, limit=200), n=1, cutoff=0.4)
         raise UsageError(f"no run '{run_id}'", where="state",
                          fix=(f"did you mean '{close[0]}'? " if close else "") + "see: testbed list runs")
     return r
 
 
-def update(st: Store, run_id: str, *, only_active: bool = False, **fields: Any) -> bool:
-    """Set columns of the run; ``info`` is merged. ``only_active``: only while pending/running."""
-    with st.tx() as db:
-        row = db.execute("SELECT status, info FROM runs WHERE id=?", (run_id,)).fetchone()
-        if row is None or (only_active and row["status"] not in ACTIVE):
-            return False
-        if "info" in fields:
-            fields["info"] = json.dumps({**json.loads(row["info"]), **fields["info"]})
-        if fields:
-            cols = ", ".join(f"{k}=?" for k in fields)
-            db.execute(f"UPDATE runs SET {cols} WHERE id=?", (*fields.values(), run_id))  # noqa: S608
-    return True
-
-
-def set_rank(st: Store, run_id: str, host: str, rank: int, **fields: Any) -> None:
-    with st.tx() as db:
-        cols = ", ".join(f"{k}=?" for k in fields)
-        db.execute(f"UPDATE run_hosts SET {cols} WHERE run_id=? AND host=? AND rank=?",  # noqa: S608
-                   (*fields.values(), run_id, host, rank))
-
-
-def ranks(st: Store, run_id: str) -> list[dict[str, Any]]:
-    return [dict(r) for r in st.query("SELECT * FROM run_hosts WHERE run_id=? ORDER BY rank", (run_id,))]
+def ranks(st: Store, run_id: str) -> list[RankRecord]:
+    return st.run_ranks(run_id)
 
 
 def event(st: Store, run_id: str, kind: str, host: str | None = None, ts: float | None = None,
           info: dict[str, Any] | None = None, **more: Any) -> None:
     """One events row; ``info`` and ``more`` form its detail JSON."""
-    detail = {**(info or {}), **more}
-    with st.tx() as db:
-        db.execute("INSERT INTO events(run_id, ts, kind, host, detail) VALUES (?,?,?,?,?)",
-                   (run_id, ts or time.time(), kind, host, json.dumps(detail, default=str)))
+    st.add_event(run_id, kind, host, ts or time.time(), {**(info or {}), **more})
 
 
-def events(st: Store, run_id: str, after: int = 0) -> list[dict[str, Any]]:
-    out = []
-    for r in st.query("SELECT * FROM events WHERE run_id=? AND seq>? ORDER BY seq", (run_id, after)):
-        d = dict(r)
-        d["detail"] = json.loads(d["detail"])
-        out.append(d)
-    return out
+def events(st: Store, run_id: str, after: int = 0) -> list[RunEvent]:
+    return st.events(run_id, after)
 
 
 def pid_alive(pid: int | None, token: str) -> bool:

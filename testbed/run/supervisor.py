@@ -14,11 +14,11 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
 
 from testbed.run import faults as faults_mod
 from testbed.run import remote as run_remote
 from testbed.run import state as rs
+from testbed.run.models import ACTIVE, FaultPlan, Rank, RelaunchStep, RunInfo, RunStep
 from testbed.state import Store
 
 log = logging.getLogger("testbed.supervisor")
@@ -38,7 +38,7 @@ class Abort(Exception):
 class Attempt:
     """Monitoring state of the ranks currently launched."""
 
-    ranks: list[dict[str, Any]]
+    ranks: list[Rank]
     launched: float
     done: dict[int, tuple[str, int | None, str]] = field(default_factory=dict)  # rank -> (status, code, reason)
     vanished: dict[int, int] = field(default_factory=dict)
@@ -54,24 +54,26 @@ class Supervisor:
         self.run_id = run_id
         self.st = Store.open_default()
         self.plan = rs.load_plan(run_id)
-        self.t = self.plan["timeouts"]
+        self.t = self.plan.timeouts
         run = rs.require(self.st, run_id)
-        self.info = run["info"]
-        self.fired: list[str] = list(self.info.get("fired", []))
-        self.recovered: list[str] = list(self.info.get("recovered", []))
-        self.attempt: int = int(self.info.get("attempt", 0))
-        self.started: float = float(run["started"] or self.info.get("launched_at") or time.time())
+        self.info = run.info
+        self.fired: list[str] = list(self.info.fired)
+        self.recovered: list[str] = list(self.info.recovered)
+        self.attempt: int = self.info.attempt
+        self.started: float = float(run.started or self.info.launched_at or time.time())
 
     # helpers -------------------------------------------------------------------------------------------
     def status(self) -> str:
-        r = rs.get(self.st, self.run_id)
-        return r["status"] if r else "stopped"
+        r = self.st.run(self.run_id)
+        return r.status if r else "stopped"
 
-    def save(self, **info: Any) -> None:
-        rs.update(self.st, self.run_id, info={"fired": self.fired, "recovered": self.recovered,
-                                              "attempt": self.attempt, **info})
+    def save(self, launched_at: float | None = None, ranks: list[Rank] | None = None) -> None:
+        info = RunInfo(fired=self.fired, recovered=self.recovered, attempt=self.attempt)
+        if launched_at is not None:
+            info.launched_at, info.ranks = launched_at, ranks
+        self.st.update_run(self.run_id, info=info)
 
-    def step(self, step: dict[str, Any], phase: str, timeout: float) -> None:
+    def step(self, step: RunStep, phase: str, timeout: float) -> None:
         """Run one synchronous step; a failure on any host aborts the run naming that host."""
         if self.status() == "stopped":
             raise Abort("stopped")
@@ -79,31 +81,30 @@ class Supervisor:
         results = run_remote.run_step(self.plan, step, timeout)
         logs = rs.run_home(self.run_id)
         for r in results:
-            (logs / f"{phase}-{step['name']}-{r.host}.log").write_text(r.stdout + r.stderr)
+            (logs / f"{phase}-{step.name}-{r.host}.log").write_text(r.stdout + r.stderr)
         bad = [r for r in results if not r.ok]
-        rs.event(self.st, self.run_id, "step", None, ts=t0, phase=phase, step=step["name"],
-                 hosts=step["hosts"], seconds=round(time.time() - t0, 2), ok=not bad)
+        rs.event(self.st, self.run_id, "step", None, ts=t0, phase=phase, step=step.name,
+                 hosts=step.hosts, seconds=round(time.time() - t0, 2), ok=not bad)
         if bad:
             r = bad[0]
             why = r.error or rs.describe_exit(r.exit_code or 0)
             tail = (r.stderr.strip() or r.stdout.strip()).splitlines()[-3:]
-            raise Abort(f"{phase} step '{step['name']}' failed on {r.host}: {why}"
+            raise Abort(f"{phase} step '{step.name}' failed on {r.host}: {why}"
                         + (f" ({' | '.join(tail)})" if tail and not r.error else ""), r.host)
 
     # phases --------------------------------------------------------------------------------------------
     def prepare(self) -> None:
-        hosts = [h["name"] for h in self.plan["hosts"]]
-        bad = [r for r in run_remote.upload(self.plan, hosts) if not r.ok]
+        bad = [r for r in run_remote.upload(self.plan, self.plan.host_names) if not r.ok]
         if bad:
             r = bad[0]
             raise Abort(f"{r.host}: " + (f"host unreachable ({r.error})" if r.error else
                                          f"cannot create the run dir: {r.stderr.strip()[-200:]}"), r.host)
-        for s in self.plan["sources"]:
-            self.step(s, "sources", self.t["prepare"])
-        for s in self.plan["prepare"]:
-            self.step(s, "prepare", self.t["prepare"])
+        for s in self.plan.sources:
+            self.step(s, "sources", self.t.prepare)
+        for s in self.plan.prepare:
+            self.step(s, "prepare", self.t.prepare)
 
-    def launch(self, ranks: list[dict[str, Any]], attempt: int) -> Attempt:
+    def launch(self, ranks: list[Rank], attempt: int) -> Attempt:
         if self.status() == "stopped":
             raise Abort("stopped")
         now = time.time()
@@ -112,8 +113,8 @@ class Supervisor:
             b = bad[0]
             raise Abort(f"{b.host}: cannot start ranks: {b.error or b.stderr.strip()[-200:]}", b.host)
         for rk in ranks:
-            rs.set_rank(self.st, self.run_id, rk["host"], rk["rank"], status="running", started=now, ended=None,
-                        exit_code=None, reason=None)
+            self.st.set_rank(self.run_id, rk.host, rk.rank, status="running", started=now, ended=None,
+                             exit_code=None, reason=None)
         self.save(launched_at=now, ranks=ranks)
         return Attempt(ranks, now)
 
@@ -124,21 +125,21 @@ class Supervisor:
             if self.status() == "stopped":
                 raise Abort("stopped")
             now = time.time()
-            live = [r for r in att.ranks if r["rank"] not in att.done]
+            live = [r for r in att.ranks if r.rank not in att.done]
             want: dict[str, list[int]] = {}
             for r in live:
-                want.setdefault(r["host"], []).append(r["rank"])
+                want.setdefault(r.host, []).append(r.rank)
             patterns: dict[str, dict[str, tuple[int, str]]] = {}
-            for f in self.plan["faults"]:
-                if f["name"] not in self.fired and f["when"] is not None:
-                    patterns.setdefault(f["watch_host"], {})[f["name"]] = (f["watch_rank"], f["when"])
-                    want.setdefault(f["watch_host"], [])
-            polls = run_remote.poll(self.plan, want, patterns, timeout=max(5.0, t["poll"] * 5)) if want else {}
+            for f in self.plan.faults:
+                if f.name not in self.fired and f.when is not None:
+                    patterns.setdefault(f.watch_host, {})[f.name] = (f.watch_rank, f.when)
+                    want.setdefault(f.watch_host, [])
+            polls = run_remote.poll(self.plan, want, patterns, timeout=max(5.0, t.poll * 5)) if want else {}
             matched = {name for hp in polls.values() for name in hp.triggers}
             for host, hp in polls.items():
                 self.absorb(att, host, hp, now)
-            for f in self.plan["faults"]:
-                if f["name"] not in self.fired and faults_mod.due(f, att.launched, now, matched):
+            for f in self.plan.faults:
+                if f.name not in self.fired and faults_mod.due(f, att.launched, now, matched):
                     self.fire(f)
             self.fail_fast(att, time.time())
             if len(att.done) == len(att.ranks):
@@ -151,32 +152,31 @@ class Supervisor:
                 assert first is not None
                 if att.timed_out:  # no recovery after the time is up
                     raise Abort(first[1], None, "timed-out")
-                pending = [f for f in self.plan["faults"] if f["name"] in self.fired and f["name"]
-                           not in self.recovered]
+                pending = [f for f in self.plan.faults if f.name in self.fired and f.name not in self.recovered]
                 if pending:
                     att = self.recover(pending[0], att)
                     continue
                 raise Abort(first[1], first[2])
-            if now - self.started > t["run"] and att.first_failure is None:
+            if now - self.started > t.run and att.first_failure is None:
                 att.timed_out = True
-                self.failure(att, now, f"timed out after {t['run']:g} s (timeouts.run)", None)
-            time.sleep(t["poll"])
+                self.failure(att, now, f"timed out after {t.run:g} s (timeouts.run)", None)
+            time.sleep(t.poll)
 
     def absorb(self, att: Attempt, host: str, hp: run_remote.HostPoll, now: float) -> None:
-        ranks_here = [r for r in att.ranks if r["host"] == host and r["rank"] not in att.done]
+        ranks_here = [r for r in att.ranks if r.host == host and r.rank not in att.done]
         if not hp.ok:
             since = att.unreachable_since.setdefault(host, now)
-            if now - since >= self.t["unreachable"]:
+            if now - since >= self.t.unreachable:
                 for r in ranks_here:
                     self.end_rank(att, r, "failed", None, f"host unreachable ({hp.error})")
             return
         att.unreachable_since.pop(host, None)
         if hp.no_run_dir:  # nothing there can tell how the ranks end: they failed, whatever they still do
             for r in ranks_here:
-                self.end_rank(att, r, "failed", None, f"the run folder {self.plan['run_dir']} vanished on {host}")
+                self.end_rank(att, r, "failed", None, f"the run folder {self.plan.run_dir} vanished on {host}")
             return
         for r in ranks_here:
-            st = hp.ranks.get(r["rank"])
+            st = hp.ranks.get(r.rank)
             if st is None:
                 continue
             if st.exit_code is not None:
@@ -190,20 +190,20 @@ class Supervisor:
             elif st.started is None and st.alive is None and now - att.launched > 30:
                 self.end_rank(att, r, "failed", None, "never started (no rank start file after 30 s)")
             elif st.alive is False:
-                att.vanished[r["rank"]] = att.vanished.get(r["rank"], 0) + 1
-                if att.vanished[r["rank"]] >= 3:
+                att.vanished[r.rank] = att.vanished.get(r.rank, 0) + 1
+                if att.vanished[r.rank] >= 3:
                     self.end_rank(att, r, "failed", None, "process vanished without an exit code")
             else:
-                att.vanished.pop(r["rank"], None)
+                att.vanished.pop(r.rank, None)
 
-    def end_rank(self, att: Attempt, r: dict[str, Any], status: str, code: int | None, reason: str,
+    def end_rank(self, att: Attempt, r: Rank, status: str, code: int | None, reason: str,
                  ended: float | None = None) -> None:
-        att.done[r["rank"]] = (status, code, reason)
+        att.done[r.rank] = (status, code, reason)
         now = time.time()
-        rs.set_rank(self.st, self.run_id, r["host"], r["rank"], status=status, exit_code=code, reason=reason,
-                    ended=ended or now)
+        self.st.set_rank(self.run_id, r.host, r.rank, status=status, exit_code=code, reason=reason,
+                         ended=ended or now)
         if status == "failed":
-            self.failure(att, now, f"{r['host']} rank {r['rank']}: {reason}", r["host"], r["rank"])
+            self.failure(att, now, f"{r.host} rank {r.rank}: {reason}", r.host, r.rank)
 
     def failure(self, att: Attempt, now: float, reason: str, host: str | None, rank: int | None = None) -> None:
         rs.event(self.st, self.run_id, "failed", host, rank=rank, reason=reason, attempt=self.attempt)
@@ -215,82 +215,81 @@ class Supervisor:
         """After the first failure and the grace period, stop the ranks still running (TERM, then KILL)."""
         if att.first_failure is None or len(att.done) == len(att.ranks):
             return
-        live = [r for r in att.ranks if r["rank"] not in att.done]
-        if att.stop_sent is None and now - att.first_failure[0] >= self.t["grace"]:
-            reachable = [r for r in live if r["host"] not in att.unreachable_since]
+        live = [r for r in att.ranks if r.rank not in att.done]
+        if att.stop_sent is None and now - att.first_failure[0] >= self.t.grace:
+            reachable = [r for r in live if r.host not in att.unreachable_since]
             run_remote.signal_ranks(self.plan, reachable, "TERM")
             att.stop_sent = now
-            rs.event(self.st, self.run_id, "stopping", None, ranks=[r["rank"] for r in live],
+            rs.event(self.st, self.run_id, "stopping", None, ranks=[r.rank for r in live],
                      reason=f"after {att.first_failure[1]}")
         elif att.stop_sent is not None and not att.killed and now - att.stop_sent >= 5:
             run_remote.signal_ranks(self.plan, live, "KILL")
             att.killed = True
-        elif att.killed and now - att.stop_sent >= 5 + self.t["unreachable"] + 5:  # type: ignore[operator]
+        elif att.killed and now - att.stop_sent >= 5 + self.t.unreachable + 5:  # type: ignore[operator]
             for r in live:
                 self.end_rank(att, r, "stopped", None, f"no answer after being stopped ({att.first_failure[1]})")
 
-    def fire(self, f: dict[str, Any]) -> None:
+    def fire(self, f: FaultPlan) -> None:
         ts = time.time()
         try:
             detail = faults_mod.fire(self.plan, f)
         except Exception as e:  # a fault that cannot fire is recorded, not fatal
-            detail = {"fault": f["name"], "action": f["action"], "ok": False, "error": str(e)}
-        self.fired.append(f["name"])
+            detail = {"fault": f.name, "action": f.action, "ok": False, "error": str(e)}
+        self.fired.append(f.name)
         self.save()
-        rs.event(self.st, self.run_id, "fault", f["host"], ts=ts, info=detail)
+        rs.event(self.st, self.run_id, "fault", f.host, ts=ts, info=detail)
         log.info("fault fired: %s", detail)
 
-    def recover(self, f: dict[str, Any], att: Attempt) -> Attempt:
+    def recover(self, f: FaultPlan, att: Attempt) -> Attempt:
         self.attempt += 1
-        self.recovered.append(f["name"])
+        self.recovered.append(f.name)
         self.save()
         ts = time.time()
-        steps = f["recovery"].get(str(self.attempt)) or f["recovery"].get(str(len(f["recovery"]))) or []
-        rs.event(self.st, self.run_id, "recovery", None, ts=ts, fault=f["name"], attempt=self.attempt,
-                 steps=[s["name"] for s in steps], after=att.first_failure[1] if att.first_failure else None)
+        steps = f.recovery_steps(self.attempt)
+        rs.event(self.st, self.run_id, "recovery", None, ts=ts, fault=f.name, attempt=self.attempt,
+                 steps=[s.name for s in steps], after=att.first_failure[1] if att.first_failure else None)
         restored = faults_mod.restore(self.plan, f)
         if restored:
-            rs.event(self.st, self.run_id, "restore", f["host"], info=restored)
+            rs.event(self.st, self.run_id, "restore", f.host, info=restored)
         new: Attempt | None = None
         for s in steps:
-            if s["kind"] == "relaunch":
-                new = self.launch(s["ranks"], self.attempt)
+            if isinstance(s, RelaunchStep):
+                new = self.launch(s.ranks, self.attempt)
                 rs.event(self.st, self.run_id, "relaunched", None, attempt=self.attempt,
-                         ranks=[r["rank"] for r in s["ranks"]])
+                         ranks=[r.rank for r in s.ranks])
             else:
-                self.step(s, "recovery", self.t["prepare"])
+                self.step(s, "recovery", self.t.prepare)
         if new is None:
             assert att.first_failure is not None
             raise Abort(att.first_failure[1] + " (recovery did not relaunch)", att.first_failure[2])
         return new
 
     def post(self) -> None:
-        for s in self.plan["post"]:
-            self.step(s, "post", self.t["post"])
-        for c in self.plan["checks"]:
-            cmd = f"ls {c['file']} >/dev/null 2>&1 || {{ echo 'no file {c['file']}' >&2; exit 1; }}"
-            if c["contains"]:
+        for s in self.plan.post:
+            self.step(s, "post", self.t.post)
+        for c in self.plan.checks:
+            cmd = f"ls {c.file} >/dev/null 2>&1 || {{ echo 'no file {c.file}' >&2; exit 1; }}"
+            if c.contains:
                 import shlex
 
-                cmd += f"; grep -E -q -e {shlex.quote(c['contains'])} {c['file']} || " \
+                cmd += f"; grep -E -q -e {shlex.quote(c.contains)} {c.file} || " \
                        f"{{ echo 'no line matches' >&2; exit 1; }}"
-            self.step({"name": f"check {c['name']}", "hosts": c["hosts"], "commands": {h: cmd for h in c["hosts"]}},
-                      "check", 120)
+            self.step(RunStep(name=f"check {c.name}", hosts=c.hosts, commands={h: cmd for h in c.hosts}), "check", 120)
 
     # main ------------------------------------------------------------------------------------------------
     def run(self) -> str:
         t0 = time.time()
         try:
-            if self.info.get("launched_at"):
-                att = Attempt(self.info.get("ranks") or self.plan["ranks"], float(self.info["launched_at"]))
+            if self.info.launched_at:
+                att = Attempt(self.info.ranks or self.plan.ranks, self.info.launched_at)
                 rs.event(self.st, self.run_id, "reattached", None, attempt=self.attempt)
             else:
                 self.prepare()
-                att = self.launch(self.plan["ranks"], 0)
+                att = self.launch(self.plan.ranks, 0)
                 self.started = att.launched
-                rs.update(self.st, self.run_id, status="running", started=att.launched, only_active=True)
+                self.st.update_run(self.run_id, status="running", started=att.launched, only_active=True)
                 rs.event(self.st, self.run_id, "started", None, ts=att.launched, ranks=len(att.ranks),
-                         hosts=sorted({r["host"] for r in att.ranks}), prepare_seconds=round(att.launched - t0, 2))
+                         hosts=sorted({r.host for r in att.ranks}), prepare_seconds=round(att.launched - t0, 2))
             self.monitor(att)
             self.post()
             return self.finish("succeeded", None)
@@ -304,26 +303,24 @@ class Supervisor:
 
     def missed(self) -> None:
         """Record every chosen fault that never fired (its log line never appeared, or the run ended first)."""
-        for f in self.plan["faults"]:
-            if f["name"] in self.fired:
+        for f in self.plan.faults:
+            if f.name in self.fired:
                 continue
-            if f["when"] is not None:
-                why = (f"rank {f['watch_rank']} on {f['watch_host']} never logged a line matching /{f['when']}/ "
-                       f"(rank{f['watch_rank']}.out and .err)")
+            if f.when is not None:
+                why = (f"rank {f.watch_rank} on {f.watch_host} never logged a line matching /{f.when}/ "
+                       f"(rank{f.watch_rank}.out and .err)")
             else:
-                why = f"the run ended before {float(f['at']):g} s after launch"
-            rs.event(self.st, self.run_id, "fault-missed", f["host"], fault=f["name"], reason=why)
-            log.info("fault never fired: %s: %s", f["name"], why)
+                why = f"the run ended before {float(f.at or 0):g} s after launch"
+            rs.event(self.st, self.run_id, "fault-missed", f.host, fault=f.name, reason=why)
+            log.info("fault never fired: %s: %s", f.name, why)
 
     def finish(self, status: str, reason: str | None, host: str | None = None) -> str:
         now = time.time()
-        row = rs.get(self.st, self.run_id)
-        if row is not None and row["status"] in rs.ACTIVE:
+        row = self.st.run(self.run_id)
+        if row is not None and row.status in ACTIVE:
             self.missed()
-        if rs.update(self.st, self.run_id, status=status, reason=reason, ended=now, only_active=True):
-            with self.st.tx() as db:
-                db.execute("UPDATE run_hosts SET status='stopped', ended=?, reason=COALESCE(reason, ?) "
-                           "WHERE run_id=? AND status IN ('pending','running')", (now, "run ended", self.run_id))
+        if self.st.update_run(self.run_id, status=status, reason=reason, ended=now, only_active=True):
+            self.st.end_active_ranks(self.run_id, "stopped", now, "run ended", keep_reason=True)
             rs.event(self.st, self.run_id, "ended", host, ts=now, status=status, reason=reason)
         return status
 

@@ -1,0 +1,287 @@
+"""Typed plans and run records: what a run will do (``Plan``) and what state holds about it (``RunRecord``, ...).
+
+A plan file (``plan.json`` in the run's home) is ``Plan.to_json()``: the same shape earlier versions wrote as a
+plain dict, so their plan files load unchanged. The records mirror rows of the state store's ``runs``,
+``run_hosts``, ``events`` and ``campaigns`` tables; their JSON columns (``info``, ``detail``, ``points``) become
+fields. Pure data: no I/O here (the state store reads and writes the rows, ``testbed.run.state`` the plan files).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
+
+ACTIVE = ("pending", "running")
+"""Statuses of a run (and of a rank) that has not ended."""
+OUTCOMES = {"succeeded": 0, "failed": 1, "stopped": 3, "timed-out": 124}
+"""Every way a run ends: its status and the exit code of ``testbed run`` (and ``wait``) for it."""
+ENDED = tuple(OUTCOMES)
+
+FaultAction = Literal["signal", "command", "kill-host", "cut-network", "in-workload"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+
+# --- plans ------------------------------------------------------------------------------------------------------
+class PlanHost(_Model):
+    """A host of the run, at the address the other hosts reach it by."""
+
+    name: str
+    address: str
+
+
+class Rank(_Model):
+    """One process of the launch step (or of a relaunch): where it runs and what."""
+
+    rank: int
+    host: str
+    address: str
+    attempt: int = 0
+    command: str
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    environment: str | None = None  # venv or conda prefix entered first
+
+
+class RunStep(_Model):
+    """A synchronous step: one rendered command per host, run in the run folder; the next waits for it."""
+
+    name: str
+    kind: Literal["run"] = "run"
+    hosts: list[str]
+    timeout: float | None = None
+    cwd: str | None = None
+    commands: dict[str, str]
+    environments: dict[str, str | None] | None = None  # per host; absent (None) for source checkouts
+
+    @model_serializer(mode="wrap")
+    def _absent_environments(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if self.environments is None:  # a source step never had the key
+            out.pop("environments", None)
+        return out
+
+
+class RelaunchStep(_Model):
+    """A recovery step that starts the ranks again (attempt + 1)."""
+
+    name: str
+    kind: Literal["relaunch"] = "relaunch"
+    ranks: list[Rank]
+
+
+PlanStep = Annotated[RunStep | RelaunchStep, Field(discriminator="kind")]
+Recovery = dict[str, list[PlanStep]]
+"""Recovery steps per attempt ("1", "2", ...): the n-th recovery of a run runs ``recovery[str(n)]``."""
+
+
+class FaultPlan(_Model):
+    """One chosen fault, rendered: its target, its trigger (``at`` seconds or ``when`` a log line) and recovery."""
+
+    name: str
+    description: str = ""
+    action: FaultAction
+    signal: str = "SIGKILL"
+    rank: int | None = None
+    host: str
+    at: float | None = None
+    watch_rank: int = 0
+    when: str | None = None
+    watch_host: str
+    command: str | None = None
+    restore: str | None = None
+    recovery: Recovery = Field(default_factory=dict)
+    order: int = 0
+
+    def recovery_steps(self, attempt: int) -> list[RunStep | RelaunchStep]:
+        """The steps of recovery number ``attempt`` (the last one given when there are fewer)."""
+        return self.recovery.get(str(attempt)) or self.recovery.get(str(len(self.recovery))) or []
+
+
+class Check(_Model):
+    """After the post steps: ``file`` must exist on ``hosts`` (and hold a line matching ``contains``)."""
+
+    name: str
+    file: str
+    contains: str | None = None
+    hosts: list[str]
+
+
+class PlanTimeouts(_Model):
+    """The suite's timeouts, in seconds (``testbed.suite.Timeouts`` as the run uses them)."""
+
+    prepare: float
+    run: float
+    post: float
+    grace: float
+    unreachable: float
+    poll: float
+
+
+class Plan(_Model):
+    """Every command of one run, rendered per host and rank, in order: what the supervisor executes."""
+
+    run_id: str
+    suite: str
+    testbed: str
+    provider: str
+    params: dict[str, Any]  # the suite's parameters: any JSON value
+    profile: str | None = None
+    placeholder_hosts: bool = False
+    run_dir: str
+    hosts: list[PlanHost]
+    master: str
+    files: dict[str, str] = Field(default_factory=dict)  # name in the run folder -> path on the controller
+    generated: dict[str, str] = Field(default_factory=dict)  # name -> content (the hostfile)
+    env: list[str] = Field(default_factory=list)  # export lines
+    sources: list[RunStep] = Field(default_factory=list)
+    source_info: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> repo, ref, path[, override...]
+    prepare: list[RunStep] = Field(default_factory=list)
+    ranks: list[Rank]
+    source_overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)  # testbed.sources.Override dicts
+    faults: list[FaultPlan] = Field(default_factory=list)
+    post: list[RunStep] = Field(default_factory=list)
+    checks: list[Check] = Field(default_factory=list)
+    outputs: dict[str, list[str]] = Field(default_factory=dict)  # host -> globs
+    timeouts: PlanTimeouts
+
+    @property
+    def host_names(self) -> list[str]:
+        return [h.name for h in self.hosts]
+
+    def rank(self, k: int) -> Rank:
+        return next(r for r in self.ranks if r.rank == k)
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan file's content (``json.dumps`` of this)."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def load(cls, path: Path) -> Plan:
+        """Read a plan file; one TestbedError naming it when it is no plan (hand-edited, truncated)."""
+        from testbed.errors import TestbedError
+
+        try:
+            return cls.model_validate_json(path.read_bytes())
+        except ValidationError as e:
+            raise TestbedError(f"the plan file is unreadable: {_first_error(e)}", where=str(path),
+                               fix="it was changed by hand or cut short; start the run again") from None
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    return f"{loc}: {err['msg']}" if loc else str(err["msg"])
+
+
+# --- records in the state store ---------------------------------------------------------------------------------
+class SupervisorInfo(_Model):
+    pid: int | None = None
+    started: float = 0.0
+
+
+class RunInfo(_Model):
+    """The ``info`` column of a run: what later commands need without the plan, and the supervisor's progress.
+
+    Stored as the keys that were set (``to_json``); an update merges its keys into the stored ones.
+    """
+
+    model_config = ConfigDict(extra="allow")  # keys a later version adds are kept, not dropped
+
+    outputs: dict[str, list[str]] = Field(default_factory=dict)
+    run_dir: str | None = None
+    hosts: list[str] = Field(default_factory=list)
+    faults: list[str] = Field(default_factory=list)
+    world_size: int = 0
+    plan: str | None = None  # path of the plan file
+    attempt: int = 0
+    fired: list[str] = Field(default_factory=list)
+    recovered: list[str] = Field(default_factory=list)
+    sources: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    python: str | None = None  # the run's interpreter (the manifest's pip freeze)
+    supervisor: SupervisorInfo | None = None
+    launched_at: float | None = None
+    ranks: list[Rank] | None = None  # the ranks of the current attempt
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class RunRecord(_Model):
+    """A row of ``runs``."""
+
+    id: str
+    suite: str
+    testbed: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    status: str
+    campaign: str | None = None
+    created: float
+    started: float | None = None
+    ended: float | None = None
+    reason: str | None = None
+    info: RunInfo = Field(default_factory=RunInfo)
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE
+
+    def to_json(self) -> dict[str, Any]:
+        """Every column, ``info`` as stored."""
+        return {**self.model_dump(mode="json", exclude={"info"}), "info": self.info.to_json()}
+
+
+class RankRecord(_Model):
+    """A row of ``run_hosts``: one rank's status."""
+
+    run_id: str
+    host: str
+    rank: int
+    status: str
+    exit_code: int | None = None
+    reason: str | None = None
+    started: float | None = None
+    ended: float | None = None
+
+
+class RunEvent(_Model):
+    """A row of ``events``: something that happened to a run (``detail`` is free-form per kind)."""
+
+    seq: int
+    run_id: str
+    ts: float
+    kind: str
+    host: str | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class CampaignPoint(_Model):
+    """One point of a campaign's matrix: its parameters, and its run once started."""
+
+    params: dict[str, Any]
+    run_id: str | None = None
+    status: str = "todo"
+
+
+class CampaignInfo(_Model):
+    faults: list[str] | None = None
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
+class CampaignRecord(_Model):
+    """A row of ``campaigns``."""
+
+    id: str
+    suite: str
+    testbed: str
+    points: list[CampaignPoint]
+    status: str
+    created: float
+    info: CampaignInfo = Field(default_factory=CampaignInfo)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")

@@ -1,0 +1,79 @@
+"""Typed plans: the plan file keeps the shape earlier versions wrote, and plans in that shape load and run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from testbed.errors import TestbedError, UsageError
+from testbed.run import runner
+from testbed.run import state as rs
+from testbed.run.models import Plan, RelaunchStep, RunStep
+from testbed.run.plan import dry_run_lines
+from testbed.suite import load_suite
+
+PLANS = Path(__file__).parent / "samples" / "plans"
+# the plan files in tests/samples/plans were written by testbed before plans were typed (plain dicts), for:
+CASES = {"fault-drill": ("fault-drill", {}, ["kill-rank", "kill-rank-at"]),
+         "jitc": ("jitc", {"fault": "shred-libtorch"}, None)}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_plan_file_in_the_earlier_shape_loads_and_gives_it_back(name: str) -> None:
+    path = PLANS / f"{name}.json"
+    plan = Plan.load(path)
+    assert plan.to_json() == json.loads(path.read_text())  # nothing lost, nothing added
+    assert dry_run_lines(plan)[0]["phase"] == "setup"
+    for f in plan.faults:
+        assert [type(s) for s in f.recovery_steps(1)] == [RelaunchStep]
+        assert all(r.attempt == 1 for s in f.recovery_steps(1) if isinstance(s, RelaunchStep) for r in s.ranks)
+    assert all(isinstance(s, RunStep) for s in plan.sources + plan.prepare + plan.post)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_planning_writes_the_earlier_shape(tb_home: Path, name: str) -> None:
+    """The same suite, parameters and faults give the same plan JSON as the untyped planner wrote."""
+    suite, params, faults = CASES[name]
+    plan = runner.plan_run(suite, None, params, faults=faults, dry_run=True, run_id=f"{suite}-20250101-120000-abcd")
+    text = json.dumps(plan.to_json()).replace(str(load_suite(suite).dir.resolve()), "<suite-dir>")
+    assert json.loads(text) == json.loads((PLANS / f"{name}.json").read_text())
+
+
+def test_a_plan_file_round_trips_through_the_run_home(tb_home: Path) -> None:
+    plan = Plan.load(PLANS / "jitc.json")
+    path = rs.save_plan(plan)
+    assert rs.load_plan(plan.run_id) == plan and "environments" not in json.loads(path.read_text())["sources"][0]
+    with pytest.raises(UsageError, match="has no plan file"):
+        rs.load_plan("nope-20250101-120000-0000")
+
+
+@pytest.mark.parametrize("content", ["{", '{"run_id": "x"}', '{"faults": "no"}', "[]"])
+def test_an_unreadable_plan_file_is_one_error_naming_it(tb_home: Path, content: str) -> None:
+    path = rs.run_home("bad-20250101-120000-0000") / "plan.json"
+    path.write_text(content)
+    with pytest.raises(TestbedError) as e:
+        rs.load_plan("bad-20250101-120000-0000")
+    assert "plan file is unreadable" in e.value.what and e.value.where == str(path) and e.value.fix
+
+
+SUITE = """
+name: gen
+steps:
+  {phase}:
+    - name: again
+      relaunch: true
+  launch:
+    command: echo {{{{ rank }}}}
+"""
+
+
+@pytest.mark.parametrize("phase", ["prepare", "post"])
+def test_relaunch_outside_recovery_is_refused_before_any_host(tb_home: Path, phase: str) -> None:
+    """A relaunch step restarts the ranks after a fault; in prepare or post it has no ranks to restart."""
+    (tb_home / "experiments").mkdir()
+    (tb_home / "experiments" / "gen.yml").write_text(SUITE.format(phase=phase))
+    with pytest.raises(UsageError) as e:
+        runner.plan_run("gen", None, {}, dry_run=True)
+    assert f"steps.{phase}[0]" in e.value.what and "recovery" in (e.value.fix or "")
