@@ -253,6 +253,9 @@ class LocalProvider(Provider):
 
     def still_starting(self, h: Host) -> None:
         sl = self.slot(h.name)
+        if self._alive(sl):
+            return
+        time.sleep(0.3)  # look again: /proc/PID/cmdline reads empty for an instant while the host's launcher execs
         if not self._alive(sl):
             log = (sl.root / "console.log").read_text(errors="replace")[-500:]
             raise TestbedError(f"local host {h.name} did not start: {log.strip() or 'no output'}",
