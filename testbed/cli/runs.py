@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from testbed.cli.common import JsonOpt, console, print_json
+from testbed.cli.common import JsonOpt, console, escape, print_json, store
 
 if TYPE_CHECKING:
-    from testbed.run.models import Plan
+    from testbed.run.models import Plan, RunRecord
+    from testbed.state import Store
 
 
 def run(
@@ -54,11 +55,12 @@ def run(
     tb = on or s.testbed or DEFAULT_TESTBED
     if matrix:
         return _campaign(s, tb, given, faults, detach, dry_run, no_setup, collect, json_out, src)
-    plan = runner.plan_run(s, on, given, faults=faults, dry_run=dry_run, sources=src)
+    st = store()
+    plan = runner.plan_run(s, on, given, faults=faults, dry_run=dry_run, sources=src, store=st)
     if dry_run:
         return _show_dry_run(plan, json_out)
     _setup(s, plan.testbed, no_setup, plan.source_overrides)
-    run_id = runner.start_run(plan)
+    run_id = runner.start_run(plan, store=st)
     c = console(stderr=True)
     c.print(f"run [bold]{run_id}[/bold] on {plan.testbed} "
             f"({len(plan.ranks)} ranks on {', '.join(plan.host_names)})")
@@ -69,16 +71,13 @@ def run(
             c.print(f"detached: testbed status {run_id} | testbed logs {run_id} -f")
         return
     try:
-        row = runner.follow(run_id, c)
+        row = follow(run_id, c, st)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     if collect:
         _collect([run_id])
     if json_out:
-        from testbed.run import state as run_state
-        from testbed.state import Store
-
-        print_json(run_state.require(Store.open_default(), run_id).to_json())
+        print_json(row.to_json())
     if row.status != "succeeded":
         from testbed.run import state as run_state
 
@@ -155,8 +154,9 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     from testbed.run import campaign, runner
 
     points = suite_mod.expand_matrix(s, given)
+    st = store()
     if dry_run:
-        plans = [runner.plan_run(s, tb, p, faults=faults, dry_run=True, sources=src) for p in points]
+        plans = [runner.plan_run(s, tb, p, faults=faults, dry_run=True, sources=src, store=st) for p in points]
         if json_out:
             from testbed.run.plan import dry_run_lines
 
@@ -165,9 +165,10 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
         for p in plans:
             _show_dry_run(p, False)
         return
-    first = runner.plan_run(s, tb, points[0], faults=faults, sources=src)  # checks the overrides before any host
+    # checks the overrides before any host
+    first = runner.plan_run(s, tb, points[0], faults=faults, sources=src, store=st)
     _setup(s, tb, no_setup, first.source_overrides)
-    cid = campaign.create_or_resume(s.name, tb, points, faults, src)
+    cid = campaign.create_or_resume(s.name, tb, points, faults, src, store=st)
     c = console(stderr=True)
     c.print(f"campaign [bold]{cid}[/bold]: {len(points)} runs of {s.name} on {tb}")
     if detach:
@@ -179,7 +180,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
         c.print(f"detached: testbed list runs; rerun the same command to follow or resume {cid}")
         return
     try:
-        row = campaign.drive(cid, progress=lambda line: c.print(line))
+        row = campaign.drive(cid, progress=lambda line: c.print(line), store=st)
     except KeyboardInterrupt:
         c.print(f"[yellow]detached[/yellow]: started runs go on; rerun the same command to resume {cid}")
         raise typer.Exit(130) from None
@@ -203,9 +204,25 @@ def logs(
 
     Example: testbed logs fault-drill-20250101-120000-ab12 -f
     """
-    from testbed.run import runner
+    import sys
 
-    runner.logs_command(run_id, host=host, follow_logs=follow)
+    from testbed.run import runner, state
+
+    st = store()
+    try:
+        for ln in runner.logs(run_id, host=host, follow=follow, store=st):
+            if ln.stream == "error":
+                sys.stderr.write(f"[{ln.host} rank {ln.rank}] {ln.text}\n")
+            else:
+                out = sys.stdout if ln.stream == "out" else sys.stderr
+                out.write(f"[{ln.host}:{ln.rank}] {ln.text}\n")
+                out.flush()
+    except KeyboardInterrupt:
+        sys.stderr.write(f"detached from the logs; run {run_id} goes on\n")
+        return
+    if follow:
+        row = state.require(st, run_id)
+        sys.stderr.write(f"run {run_id} {row.status}" + (f": {row.reason}" if row.reason else "") + "\n")
 
 
 def stop(run_id: Annotated[str, typer.Argument(help="Run id.")]) -> None:
@@ -215,8 +232,61 @@ def stop(run_id: Annotated[str, typer.Argument(help="Run id.")]) -> None:
     """
     from testbed.run import runner
 
-    row = runner.stop_run(run_id)
+    row = runner.stop_run(run_id, store=store())
     console().print(f"run {run_id}: {row.status}" + (f" ({row.reason})" if row.reason else ""))
+
+
+def follow(run_id: str, c: Any, st: Store) -> RunRecord:
+    """Print the run's events until it ends; Ctrl-C detaches (the run goes on). The run as it ended."""
+    from testbed.run import runner, state
+
+    try:
+        for ev in runner.watch(run_id, store=st):
+            c.print(f"[dim]{runner.clock(ev.ts)}[/dim] {escape(runner.describe_event(ev))}")
+    except KeyboardInterrupt:
+        c.print(f"[yellow]detached[/yellow]: run {run_id} goes on. Reattach: testbed status {run_id} | "
+                f"testbed logs {run_id} -f | stop: testbed stop {run_id}")
+        raise
+    return state.require(st, run_id)
+
+
+def show_run_status(run_id: str, json_out: bool) -> None:
+    """``testbed status RUN``: the run, each rank's status and exit, and its fault/recovery events."""
+    import time
+
+    from rich.table import Table
+
+    from testbed.run import runner
+
+    rs = runner.run_status(run_id, store=store())
+    if json_out:
+        return print_json(rs.to_json())
+    run, clock = rs.run, runner.clock
+    c = console()
+    color = {"succeeded": "green", "failed": "red", "timed-out": "red", "running": "cyan",
+             "stopped": "yellow"}.get(run.status, "white")
+    c.print(f"run [bold]{run_id}[/bold]  suite {run.suite}  testbed {run.testbed}  [{color}]{run.status}[/{color}]"
+            + (f": {escape(run.reason)}" if run.reason else ""))
+    if run.params:
+        c.print("params: " + escape(", ".join(f"{k}={v}" for k, v in run.params.items())))
+    if run.started:
+        end = run.ended or time.time()
+        c.print(f"started {clock(run.started)}, {'ended ' + clock(run.ended) if run.ended else 'running'}"
+                f" ({end - run.started:.1f} s)")
+    t = Table(title_justify="left")
+    for col in ("rank", "host", "status", "exit", "reason"):
+        t.add_column(col)
+    for r in rs.ranks:
+        t.add_row(str(r.rank), r.host, r.status, "" if r.exit_code is None else str(r.exit_code),
+                  escape(r.reason or ""))
+    c.print(t)
+    for e in rs.events:
+        if e.kind in ("fault", "fault-missed", "failed", "recovery", "relaunched", "restore", "stopping"):
+            c.print(f"[dim]{clock(e.ts)}[/dim] {escape(runner.describe_event(e))}")
+    if rs.restarted:
+        c.print("[yellow]its supervisor had stopped; restarted it (monitoring resumes)[/yellow]")
+    c.print(f"run dir on each host: {run.info.run_dir}")
+    return None
 
 
 def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.")], json_out: JsonOpt = False) -> None:
@@ -301,9 +371,8 @@ def standalone() -> typer.Typer:
     @app.command("status")
     def status(run_id: str, json_out: JsonOpt = False) -> None:
         """Status of a run. Example: testbed status RUN"""
-        from testbed.run import runner
 
-        runner.status_command(run_id, json_out=json_out)
+        show_run_status(run_id, json_out)
 
     app.add_typer(list_app, name="list")
     return app

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from testbed.setup import apply, load_spec
+from testbed.setup import apply
 from testbed.setup.events import EventAggregator, SetupResult
 
 
@@ -83,7 +83,9 @@ def apply_with_progress(testbed: str, console: Any = None, **kw: Any) -> SetupRe
     from rich.live import Live
 
     console = console or Console()
-    _, hosts, _ = load_spec(testbed)
+    from testbed.handle import Testbed
+
+    hosts = Testbed.open(testbed, need_spec=False).hosts
     view = SetupProgress([h.name for h in hosts], title=f"setup {testbed}")
     user_cb = kw.pop("on_event", None)
 

@@ -28,26 +28,12 @@ def provider_for(name: str, st: Store | None = None, progress: Any = None, *,
     ``recorded_ok``: when the spec no longer loads (edited, deleted, an unset variable), use the copy recorded at
     provision instead (destroy must work from state alone), saying so.
     """
-    from testbed.providers import provider_class
-    from testbed.spec import TestbedSpec, load_testbed
+    from testbed.handle import Testbed
 
-    st = st or store()
-    try:
-        spec = load_testbed(name)
-    except TestbedError as e:
-        rec = st.testbed(name) if recorded_ok else None
-        copy = (rec or {}).get("info", {}).get("spec")
-        if not copy:
-            raise
-        try:
-            spec = TestbedSpec.model_validate(copy)
-        except ValueError:  # a copy this version cannot read: the spec's own error is the one to show
-            raise e from None
-        spec.source = rec["spec_path"] if rec else None
-        console(stderr=True).print(f"[yellow]note:[/yellow] the spec of '{name}' does not load ({escape(e.what)}); "
-                                   "using the copy recorded when it was provisioned")
-    cls = provider_class(spec.kind)
-    return cls(spec, st, progress or _progress_printer())
+    tb = Testbed.open(name, st or store(), recorded_ok=recorded_ok)
+    for note in tb.notes:
+        console(stderr=True).print(f"[yellow]note:[/yellow] {escape(note)}")
+    return tb.provider(progress or _progress_printer())
 
 
 def _progress_printer() -> Any:
@@ -434,9 +420,9 @@ def _print_runs(runs: list[dict[str, Any]]) -> None:
 
 
 def _run_status(run_id: str, json_out: bool) -> None:
-    from testbed.run import runner
+    from testbed.cli.runs import show_run_status
 
-    runner.status_command(run_id, json_out=json_out)
+    show_run_status(run_id, json_out)
 
 
 def register(app: typer.Typer, list_app: typer.Typer) -> None:

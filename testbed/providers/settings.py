@@ -47,6 +47,10 @@ class Settings(Strict):
         """Host addresses known from the spec alone (name -> address)."""
         return {}
 
+    def planned_subnet(self) -> str | None:
+        """The hosts' subnet when the spec sets it."""
+        return None
+
 
 class LocalSettings(Settings):
     """Hosts in network namespaces on this machine (needs root, sshd, iproute2)."""
@@ -81,6 +85,9 @@ class LocalSettings(Settings):
 
     def planned_hosts(self) -> list[str]:
         return [f"{self.name_prefix}{i}" for i in range(self.hosts)]
+
+    def planned_subnet(self) -> str:
+        return self.subnet
 
     def planned_addresses(self) -> dict[str, str]:
         """The subnet's slots: .1 is the bridge, hosts from .2."""

@@ -29,14 +29,14 @@ def campaign_id(suite: str, testbed: str, points: list[dict[str, Any]], faults: 
 
 
 def create_or_resume(suite: str, testbed: str, points: list[dict[str, Any]], faults: list[str] | None,
-                     sources: dict[str, str] | None = None) -> str:
+                     sources: dict[str, str] | None = None, *, store: Store | None = None) -> str:
     """The campaign for these points: a new one, or the unfinished one with the same id (resumed).
 
     ``sources``: --source overrides, applied to every run (a different override is a different campaign).
     """
     cid = campaign_id(suite, testbed, points, faults) if not sources else \
         campaign_id(suite, testbed, [*points, {"__sources__": sources}], faults)
-    st = Store.open_default()
+    st = store or Store.open_default()
     row = st.campaign(cid)
     if row is None:
         st.add_campaign(CampaignRecord(id=cid, suite=suite, testbed=testbed,
@@ -44,16 +44,15 @@ def create_or_resume(suite: str, testbed: str, points: list[dict[str, Any]], fau
                                        created=time.time(), info=CampaignInfo(faults=faults, sources=sources or {})))
     elif row.status != "running":
         st.save_campaign(cid, row.points, "running")
-    st.close()
     return cid
 
 
 def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: float = 1.0,
-          timeout: float = 7 * 24 * 3600) -> CampaignRecord:
+          timeout: float = 7 * 24 * 3600, *, store: Store | None = None) -> CampaignRecord:
     """Dispatch the campaign's remaining points as hosts free up; wait for all; returns the campaign row."""
     from testbed.run import runner
 
-    st = Store.open_default()
+    st = store or Store.open_default()
     row = st.campaign(cid)
     if row is None:
         raise UsageError(f"no campaign '{cid}'", where="state", fix="testbed run SUITE --matrix")
@@ -67,7 +66,8 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
     all_hosts = [h.name for h in st.hosts(testbed)]
     needs = []
     for p in points:  # every point checked up front (bad templates, too few hosts) before anything starts
-        needs.append(len(runner.plan_run(suite, testbed, p.params, faults=faults, overrides=overrides).hosts))
+        needs.append(len(runner.plan_run(suite, testbed, p.params, faults=faults, overrides=overrides,
+                                         store=st).hosts))
     skipped = sum(1 for p in points if p.status in DONE)
     if skipped:
         progress(f"campaign {cid}: resuming; {skipped}/{len(points)} runs already finished (not repeated)")
@@ -96,10 +96,11 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
             free = [h for h in all_hosts if h not in busy]
             if len(free) < needs[i]:
                 break  # keep the matrix order: wait for hosts
-            plan = runner.plan_run(suite, testbed, p.params, faults=faults, only_hosts=free, overrides=overrides)
+            plan = runner.plan_run(suite, testbed, p.params, faults=faults, only_hosts=free, overrides=overrides,
+                                   store=st)
             p.run_id, p.status = plan.run_id, "pending"
             st.save_campaign(cid, points)
-            runner.start_run(plan, campaign=cid)
+            runner.start_run(plan, campaign=cid, store=st)
             busy |= set(plan.host_names)
             progress(f"{plan.run_id}: started on {', '.join(plan.host_names)} "
                      f"({', '.join(f'{k}={v}' for k, v in p.params.items())})")

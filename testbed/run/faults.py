@@ -15,15 +15,13 @@ from testbed.run.models import FaultPlan, Plan, RunStep
 
 if TYPE_CHECKING:
     from testbed.providers.base import Provider
-
-
-def _provider(testbed: str) -> Provider:
-    from testbed.providers import provider_class
-    from testbed.spec import load_testbed
     from testbed.state import Store
 
-    spec = load_testbed(testbed)
-    return provider_class(spec.kind)(spec, Store.open_default())
+
+def _provider(testbed: str, store: Store) -> Provider:
+    from testbed.handle import Testbed
+
+    return Testbed.open(testbed, store).provider()
 
 
 def due(fault: FaultPlan, launched: float, now: float, matched: set[str]) -> bool:
@@ -33,7 +31,7 @@ def due(fault: FaultPlan, launched: float, now: float, matched: set[str]) -> boo
     return fault.name in matched
 
 
-def fire(plan: Plan, fault: FaultPlan) -> dict[str, Any]:
+def fire(plan: Plan, fault: FaultPlan, store: Store) -> dict[str, Any]:
     """Fire ``fault``; returns the event detail (what was done, where, and the outcome)."""
     action, host = fault.action, fault.host
     detail: dict[str, Any] = {"fault": fault.name, "action": action, "host": host, "rank": fault.rank}
@@ -52,7 +50,7 @@ def fire(plan: Plan, fault: FaultPlan) -> dict[str, Any]:
     elif action == "in-workload":
         detail["ok"] = True
     elif action in ("kill-host", "cut-network"):
-        prov = _provider(plan.testbed)
+        prov = _provider(plan.testbed, store)
         if not prov.can(action):
             raise TestbedError(f"fault '{fault.name}': the {prov.kind} provider cannot {action.replace('-', ' ')}",
                                where=plan.testbed,
@@ -63,11 +61,11 @@ def fire(plan: Plan, fault: FaultPlan) -> dict[str, Any]:
     return detail
 
 
-def restore(plan: Plan, fault: FaultPlan) -> dict[str, Any] | None:
+def restore(plan: Plan, fault: FaultPlan, store: Store) -> dict[str, Any] | None:
     """Undo ``fault`` where it can be undone (its restore command; a cut network); None when nothing to do."""
     host = fault.host
     if fault.action == "cut-network":
-        _provider(plan.testbed).restore_network(host)
+        _provider(plan.testbed, store).restore_network(host)
         return {"fault": fault.name, "host": host, "action": "restore-network", "ok": True}
     if fault.restore:
         res = run_remote.run_step(plan, _one_command(fault, fault.restore), timeout=300)

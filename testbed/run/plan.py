@@ -30,6 +30,7 @@ from testbed.suite import Raw, Step, Suite, render, shell_quote
 
 if TYPE_CHECKING:
     from testbed.sources import Override
+    from testbed.state import Store
 
 RUNS_ROOT = "~/.testbed-runs"
 """Run directories on the hosts: ``~/.testbed-runs/<run-id>/`` (logs, pid, exit code, timestamps, outputs)."""
@@ -65,28 +66,24 @@ class TestbedInfo:
     elastic: bool = False  # generic placeholders (no spec to name hosts): as many as the suite asks for
 
 
-def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1) -> TestbedInfo:
+def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: Store | None = None) -> TestbedInfo:
     """Hosts and template context of testbed ``name`` (state first; spec or placeholders for a dry run)."""
     from testbed import ssh
-    from testbed.state import Store
+    from testbed.handle import Testbed
 
-    spec = None
+    tb = None
     if name is not None:
-        from testbed.spec import load_testbed
-
         try:
-            spec = load_testbed(name)
+            tb = Testbed.open(name, store, need_spec=not dry_run)
         except TestbedError:
             if not dry_run:
                 raise
-    st = Store.open_default()
-    rec = st.testbed(name) if name else None
+    spec, rec = (tb.spec, tb.record) if tb else (None, None)
     # addresses in a plan are for the hosts among themselves (MASTER_ADDR, hostfiles): private IPs on clouds
-    hosts = [HostInfo(h.name, h.mesh_address, h.groups, h.facts) for h in st.hosts(name)] if rec and name else []
-    st.close()
+    hosts = [HostInfo(h.name, h.mesh_address, h.groups, h.facts) for h in tb.hosts] if tb and rec else []
     ctx: dict[str, Any] = {**(dict(spec.vars) if spec else {}), "name": name or "dry-run",
-                           "provider": rec["provider"] if rec else (spec.kind if spec else "none")}
-    subnet = (rec or {}).get("info", {}).get("subnet") or getattr(getattr(spec, "provider", None), "subnet", None)
+                           "provider": tb.kind if tb and tb.kind else "none"}
+    subnet = tb.subnet if tb else None
     ctx["subnet"] = str(subnet) if subnet else "0.0.0.0/0"
     ctx["ssh_config"] = str(ssh.ssh_config_path(name)) if name and rec else "~/.ssh/config"
     if hosts:

@@ -1,9 +1,9 @@
 """Runs: suite -> plan -> a detached supervisor on the controller -> ranks detached on the hosts.
 
-``start_run`` records the run and starts its supervisor (``testbed.run.supervisor``) in its own session, so
-the run goes on when the CLI exits or is killed; ``follow`` prints its events until it ends (Ctrl-C only
-detaches). ``status_command``, ``logs_command`` and ``stop_run`` reattach through state and the run dirs on
-the hosts (``~/.testbed-runs/<run-id>/``); a supervisor that died is restarted and resumes monitoring.
+``start_run`` records the run and starts its supervisor (``testbed.run.supervisor``) in its own session, so the
+run goes on when the CLI exits or is killed. ``watch``, ``run_status``, ``logs`` and ``stop_run`` reattach
+through state and the run dirs on the hosts (``~/.testbed-runs/<run-id>/``); a supervisor that died is
+restarted and resumes monitoring. They return data; the CLI renders it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,13 +29,14 @@ from testbed.suite import Suite, load_suite, resolve_params
 if TYPE_CHECKING:
     from testbed.sources import Override
 
-__all__ = ["RUNS_ROOT", "follow", "logs_command", "plan_run", "start_run", "status_command", "stop_run",
-           "wait"]
+__all__ = ["RUNS_ROOT", "LogLine", "RunStatus", "logs", "plan_run", "run_status", "start_run", "stop_run", "wait",
+           "watch"]
 
 
 def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *, faults: list[str] | None = None,
              dry_run: bool = False, only_hosts: list[str] | None = None, run_id: str | None = None,
-             sources: dict[str, str] | None = None, overrides: dict[str, Override] | None = None) -> Plan:
+             sources: dict[str, str] | None = None, overrides: dict[str, Override] | None = None,
+             store: Store | None = None) -> Plan:
     """Check the suite against the testbed and render the whole run (nothing touches a host).
 
     ``sources``: --source overrides (name -> PATH|URL[@REF]), resolved with the testbed spec's ``sources:``;
@@ -41,7 +44,7 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
     """
     s = load_suite(suite) if isinstance(suite, str) else suite
     tb_name = testbed or s.testbed or (DEFAULT_TESTBED if not dry_run else None)
-    tb = testbed_info(tb_name, dry_run=dry_run, min_hosts=s.requires.hosts)
+    tb = testbed_info(tb_name, dry_run=dry_run, min_hosts=s.requires.hosts, store=store)
     if not dry_run:
         req = s.requires
         if req.providers and tb.provider not in req.providers:
@@ -61,7 +64,12 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
                       overrides=overrides)
 
 
-def start_supervisor(run_id: str) -> int:
+def _store(store: Store | None) -> Store:
+    """The caller's store (a command opens one where it starts); else this state home's."""
+    return store if store is not None else Store.open_default()
+
+
+def start_supervisor(run_id: str, store: Store | None = None) -> int:
     """Start the run's supervisor detached (own session, no terminal); returns its pid."""
     logf = open(rs.run_home(run_id) / "supervisor.out", "ab")  # noqa: SIM115
     pkg_parent = str(Path(__file__).resolve().parents[2])
@@ -70,18 +78,15 @@ def start_supervisor(run_id: str) -> int:
                          stdout=logf, stderr=logf, start_new_session=True, close_fds=True, env=env,
                          cwd=os.getcwd())
     logf.close()
-    st = Store.open_default()
-    st.update_run(run_id, info=RunInfo(supervisor=SupervisorInfo(pid=p.pid, started=time.time())))
-    st.close()
+    _store(store).update_run(run_id, info=RunInfo(supervisor=SupervisorInfo(pid=p.pid, started=time.time())))
     return p.pid
 
 
-def start_run(plan: Plan, campaign: str | None = None) -> str:
+def start_run(plan: Plan, campaign: str | None = None, *, store: Store | None = None) -> str:
     """Record the run (pending) and start its supervisor; returns the run id."""
-    st = Store.open_default()
+    st = _store(store)
     rs.create(st, plan, campaign)
-    st.close()
-    start_supervisor(plan.run_id)
+    start_supervisor(plan.run_id, st)
     return plan.run_id
 
 
@@ -95,13 +100,13 @@ def ensure_supervisor(st: Store, run_id: str) -> bool:
         return False
     if time.time() - sup.started < 3:
         return False  # just started; its process may not have exec'd yet
-    start_supervisor(run_id)
+    start_supervisor(run_id, st)
     return True
 
 
-def wait(run_id: str, timeout: float = 3600, interval: float = 0.5) -> RunRecord:
+def wait(run_id: str, timeout: float = 3600, interval: float = 0.5, *, store: Store | None = None) -> RunRecord:
     """Block until the run ends (supervisors restarted as needed); returns the run row."""
-    st = Store.open_default()
+    st = _store(store)
     deadline = time.monotonic() + timeout
     while True:
         run = rs.require(st, run_id)
@@ -115,7 +120,8 @@ def wait(run_id: str, timeout: float = 3600, interval: float = 0.5) -> RunRecord
 
 
 # --- rendering -----------------------------------------------------------------------------------------------
-def _ts(t: float | None) -> str:
+def clock(t: float | None) -> str:
+    """HH:MM:SS.t of a timestamp (events, runs)."""
     return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 10)}" if t else ""
 
 
@@ -147,34 +153,25 @@ def describe_event(ev: RunEvent) -> str:
     return f"{k}{host} {json.dumps(d)}"
 
 
-def follow(run_id: str, console: Any = None, timeout: float = 24 * 3600) -> RunRecord:
-    """Print the run's events until it ends; Ctrl-C detaches (the run goes on). Returns the run row."""
-    from rich.console import Console
-    from rich.markup import escape
-
-    c = console or Console(stderr=True, highlight=False)
-    st = Store.open_default()
+def watch(run_id: str, *, store: Store | None = None, timeout: float = 24 * 3600,
+          interval: float = 0.5) -> Iterator[RunEvent]:
+    """The run's events as they are recorded, until it ends (or ``timeout``); supervisors restarted as needed."""
+    st = _store(store)
     seq = 0
     deadline = time.monotonic() + timeout
-    try:
-        while True:
-            for ev in rs.events(st, run_id, seq):
+    while True:
+        for ev in rs.events(st, run_id, seq):
+            seq = ev.seq
+            yield ev
+        if not rs.require(st, run_id).active:
+            for ev in rs.events(st, run_id, seq):  # what the run recorded while ending
                 seq = ev.seq
-                c.print(f"[dim]{_ts(ev.ts)}[/dim] {escape(describe_event(ev))}")
-            run = rs.require(st, run_id)
-            if not run.active:
-                for ev in rs.events(st, run_id, seq):
-                    seq = ev.seq
-                    c.print(f"[dim]{_ts(ev.ts)}[/dim] {escape(describe_event(ev))}")
-                return run
-            if time.monotonic() > deadline:
-                return run
-            ensure_supervisor(st, run_id)
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        c.print(f"[yellow]detached[/yellow]: run {run_id} goes on. Reattach: testbed status {run_id} | "
-                f"testbed logs {run_id} -f | stop: testbed stop {run_id}")
-        raise
+                yield ev
+            return
+        if time.monotonic() > deadline:
+            return
+        ensure_supervisor(st, run_id)
+        time.sleep(interval)
 
 
 def _run_json(run: RunRecord, ranks: list[RankRecord], events: list[RunEvent]) -> dict[str, Any]:
@@ -182,51 +179,31 @@ def _run_json(run: RunRecord, ranks: list[RankRecord], events: list[RunEvent]) -
             "events": [{"ts": e.ts, "kind": e.kind, "host": e.host, **e.detail} for e in events]}
 
 
-def status_command(run_id: str, *, json_out: bool = False) -> None:
-    """``testbed status RUN``: the run, each rank's status and exit, and its fault/recovery events."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+@dataclass
+class RunStatus:
+    """A run as ``testbed status RUN`` shows it."""
 
-    st = Store.open_default()
+    run: RunRecord
+    ranks: list[RankRecord]
+    events: list[RunEvent]
+    restarted: bool  # its supervisor had died and was started again
+
+    def to_json(self) -> dict[str, Any]:
+        return _run_json(self.run, self.ranks, self.events)
+
+
+def run_status(run_id: str, *, store: Store | None = None) -> RunStatus:
+    """The run, each rank's status and exit, and its events (a dead supervisor is restarted first)."""
+    st = _store(store)
     restarted = ensure_supervisor(st, run_id)
-    run = rs.require(st, run_id)
-    ranks, events = st.run_ranks(run_id), st.events(run_id)
-    if json_out:
-        sys.stdout.write(json.dumps(_run_json(run, ranks, events), indent=2, default=str) + "\n")
-        return
-    c = Console(highlight=False)
-    color = {"succeeded": "green", "failed": "red", "timed-out": "red", "running": "cyan",
-             "stopped": "yellow"}.get(run.status, "")
-    c.print(f"run [bold]{run_id}[/bold]  suite {run.suite}  testbed {run.testbed}  "
-            f"[{color or 'white'}]{run.status}[/{color or 'white'}]"
-            + (f": {escape(run.reason)}" if run.reason else ""))
-    if run.params:
-        c.print("params: " + escape(", ".join(f"{k}={v}" for k, v in run.params.items())))
-    if run.started:
-        end = run.ended or time.time()
-        c.print(f"started {_ts(run.started)}, {'ended ' + _ts(run.ended) if run.ended else 'running'}"
-                f" ({end - run.started:.1f} s)")
-    t = Table(title_justify="left")
-    for col in ("rank", "host", "status", "exit", "reason"):
-        t.add_column(col)
-    for r in ranks:
-        t.add_row(str(r.rank), r.host, r.status, "" if r.exit_code is None else str(r.exit_code),
-                  escape(r.reason or ""))
-    c.print(t)
-    for e in events:
-        if e.kind in ("fault", "fault-missed", "failed", "recovery", "relaunched", "restore", "stopping"):
-            c.print(f"[dim]{_ts(e.ts)}[/dim] {escape(describe_event(e))}")
-    if restarted:
-        c.print("[yellow]its supervisor had stopped; restarted it (monitoring resumes)[/yellow]")
-    c.print(f"run dir on each host: {run.info.run_dir}")
+    return RunStatus(rs.require(st, run_id), st.run_ranks(run_id), st.events(run_id), restarted)
 
 
-def stop_run(run_id: str, grace: float = 3) -> RunRecord:
+def stop_run(run_id: str, grace: float = 3, *, store: Store | None = None) -> RunRecord:
     """Stop an active run: status 'stopped', every rank's process group TERM then KILL."""
     from testbed.run import remote as run_remote
 
-    st = Store.open_default()
+    st = _store(store)
     run = rs.require(st, run_id)
     if not run.active:
         return run
@@ -241,55 +218,59 @@ def stop_run(run_id: str, grace: float = 3) -> RunRecord:
     return rs.require(st, run_id)
 
 
-def logs_command(run_id: str, *, host: str | None = None, follow_logs: bool = False,
-                 rank: int | None = None) -> None:
-    """Print each rank's stdout/stderr from the hosts; ``follow_logs`` streams until the run ends."""
+@dataclass
+class LogLine:
+    """One line of a rank's output (``stream``: out or err), or why it could not be read (``stream`` error)."""
+
+    host: str
+    rank: int
+    stream: str
+    text: str
+
+
+def logs(run_id: str, *, host: str | None = None, rank: int | None = None, follow: bool = False,
+         store: Store | None = None) -> Iterator[LogLine]:
+    """Each rank's stdout/stderr from the hosts; ``follow`` streams new lines until the run ends."""
     from testbed import remote
     from testbed.run import remote as run_remote
 
-    st = Store.open_default()
-    run = rs.require(st, run_id)
+    st = _store(store)
+    rs.require(st, run_id)
     plan = rs.load_plan(run_id)
     ranks = [r for r in plan.ranks if (host is None or r.host == host) and (rank is None or r.rank == rank)]
     if not ranks:
         raise UsageError(f"run {run_id} has no rank on '{host}'", where="--host",
                          fix=f"hosts: {', '.join(sorted({r.host for r in plan.ranks}))}")
-    if not follow_logs:
+    if not follow:
         for r in ranks:
             res = remote.run(plan.testbed, [r.host], run_remote.sh(
                 f"{run_remote.cd_run(plan.run_dir)} && cat rank{r.rank}.out; "
                 f"cat rank{r.rank}.err >&2"), timeout=30)[0]
             if res.error:
-                sys.stderr.write(f"[{r.host} rank {r.rank}] {res.error}\n")
+                yield LogLine(r.host, r.rank, "error", res.error)
                 continue
-            for stream, text in ((sys.stdout, res.stdout), (sys.stderr, res.stderr)):
+            for stream, text in (("out", res.stdout), ("err", res.stderr)):
                 for ln in text.splitlines():
-                    stream.write(f"[{r.host}:{r.rank}] {ln}\n")
+                    yield LogLine(r.host, r.rank, stream, ln)
         return
     offsets = {(r.rank, s): 0 for r in ranks for s in ("out", "err")}
-    try:
-        while True:
-            ensure_supervisor(st, run_id)
-            active = rs.require(st, run_id).active
-            for r in ranks:
-                k = r.rank
-                o, e = offsets[(k, "out")], offsets[(k, "err")]
-                res = remote.run(plan.testbed, [r.host], run_remote.sh(
-                    f"{run_remote.cd_run(plan.run_dir)} 2>/dev/null || exit 0; "
-                    f"tail -c +{o + 1} rank{k}.out 2>/dev/null; tail -c +{e + 1} rank{k}.err 2>/dev/null >&2"),
-                    timeout=20)[0]
-                if res.error:
-                    continue
-                for s, text, stream in (("out", res.stdout, sys.stdout), ("err", res.stderr, sys.stderr)):
-                    complete = text[: text.rfind("\n") + 1] if active else text
-                    offsets[(k, s)] += len(complete.encode())
-                    for ln in complete.splitlines():
-                        stream.write(f"[{r.host}:{k}] {ln}\n")
-                    stream.flush()
-            if not active:
-                run = rs.require(st, run_id)
-                sys.stderr.write(f"run {run_id} {run.status}" + (f": {run.reason}" if run.reason else "") + "\n")
-                return
-            time.sleep(1)
-    except KeyboardInterrupt:
-        sys.stderr.write(f"detached from the logs; run {run_id} goes on\n")
+    while True:
+        ensure_supervisor(st, run_id)
+        active = rs.require(st, run_id).active
+        for r in ranks:
+            k = r.rank
+            o, e = offsets[(k, "out")], offsets[(k, "err")]
+            res = remote.run(plan.testbed, [r.host], run_remote.sh(
+                f"{run_remote.cd_run(plan.run_dir)} 2>/dev/null || exit 0; "
+                f"tail -c +{o + 1} rank{k}.out 2>/dev/null; tail -c +{e + 1} rank{k}.err 2>/dev/null >&2"),
+                timeout=20)[0]
+            if res.error:
+                continue
+            for stream, text in (("out", res.stdout), ("err", res.stderr)):
+                complete = text[: text.rfind("\n") + 1] if active else text
+                offsets[(k, stream)] += len(complete.encode())
+                for ln in complete.splitlines():
+                    yield LogLine(r.host, k, stream, ln)
+        if not active:
+            return
+        time.sleep(1)

@@ -232,7 +232,7 @@ class Supervisor:
     def fire(self, f: FaultPlan) -> None:
         ts = time.time()
         try:
-            detail = faults_mod.fire(self.plan, f)
+            detail = faults_mod.fire(self.plan, f, self.st)
         except Exception as e:  # a fault that cannot fire is recorded, not fatal
             detail = {"fault": f.name, "action": f.action, "ok": False, "error": str(e)}
         self.fired.append(f.name)
@@ -248,7 +248,7 @@ class Supervisor:
         steps = f.recovery_steps(self.attempt)
         rs.event(self.st, self.run_id, "recovery", None, ts=ts, fault=f.name, attempt=self.attempt,
                  steps=[s.name for s in steps], after=att.first_failure[1] if att.first_failure else None)
-        restored = faults_mod.restore(self.plan, f)
+        restored = faults_mod.restore(self.plan, f, self.st)
         if restored:
             rs.event(self.st, self.run_id, "restore", f.host, info=restored)
         new: Attempt | None = None

@@ -28,11 +28,15 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed import paths
 from testbed.errors import UsageError
 from testbed.hosts import Host
+
+if TYPE_CHECKING:
+    from testbed.handle import Testbed
+
 from testbed.setup.events import KEPT_EVENTS, EventAggregator, EventHandler, HostResult, SetupResult
 from testbed.setup.profiles import (
     Plan,
@@ -52,7 +56,7 @@ from testbed.setup.profiles import (
 
 __all__ = ["EventAggregator", "HostResult", "Plan", "SetupResult", "ansible_dir", "ansible_env", "apply",
            "available_profiles", "available_roles", "build_inventory", "build_playbook", "check_plan",
-           "check_role_vars", "load_profile", "load_spec", "resolve_plan", "role_spec", "role_variables", "roles_dir",
+           "check_role_vars", "load_profile", "resolve_plan", "role_spec", "role_variables", "roles_dir",
            "scrub_env", "suite_profile"]
 
 
@@ -139,26 +143,6 @@ def scrub_env(env: dict[str, str]) -> dict[str, str]:
 
 
 # --- apply -----------------------------------------------------------------------------------------------
-def load_spec(testbed: str) -> Any:
-    from testbed.spec import load_testbed
-    from testbed.state import Store
-
-    store = Store.open_default()
-    try:
-        rec = store.testbed(testbed)
-        hosts = store.hosts(testbed)
-    finally:
-        store.close()
-    spec = None
-    src = (rec or {}).get("spec_path")
-    try:
-        spec = load_testbed(src if src and Path(src).exists() else testbed)
-    except UsageError:
-        if rec is None:
-            raise
-    return rec, hosts, spec
-
-
 def _check_limit(limit: list[str] | None, names: list[str]) -> list[str] | None:
     if not limit:
         return None
@@ -184,14 +168,19 @@ def _controller_site_packages() -> str | None:
     return sysconfig.get_paths()["purelib"]
 
 
-def apply(testbed: str, *, profile: str | None = None, suite: str | None = None, roles: list[str] | None = None,
-          check: bool = False, limit: list[str] | None = None, extra_vars: dict[str, Any] | None = None,
-          on_event: EventHandler | None = None, forks: int | None = None) -> SetupResult:
+def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | None = None,
+          roles: list[str] | None = None, check: bool = False, limit: list[str] | None = None,
+          extra_vars: dict[str, Any] | None = None, on_event: EventHandler | None = None,
+          forks: int | None = None) -> SetupResult:
     """Apply a profile (or a suite's profile, or single roles) to a testbed; a failed host does not stop others.
 
-    Everything is checked (profile, roles, hosts, --limit) before any host is touched.
+    Everything is checked (profile, roles, hosts, --limit) before any host is touched. ``testbed``: the resolved
+    testbed, or its name (resolved here).
     """
-    rec, hosts, spec = load_spec(testbed)
+    from testbed.handle import Testbed
+
+    tb = testbed if isinstance(testbed, Testbed) else Testbed.open(testbed, need_spec=False)
+    testbed, spec, hosts = tb.name, tb.spec, tb.hosts
     if not hosts:
         raise UsageError(f"testbed '{testbed}' has no hosts", where="state",
                          fix=f"provision it first: testbed provision {testbed}")
@@ -201,10 +190,9 @@ def apply(testbed: str, *, profile: str | None = None, suite: str | None = None,
     lim = _check_limit(limit, names)
 
     variables: dict[str, Any] = {"testbed_cache_dir": str(paths.home() / "cache")}
-    subnet = ((rec or {}).get("info") or {}).get("subnet") or getattr(getattr(spec, "provider", None), "subnet", None)
-    if subnet:
-        variables["testbed_subnet"] = str(subnet)
-    provider = (rec or {}).get("provider") or (spec.kind if spec is not None else "")
+    if tb.subnet:
+        variables["testbed_subnet"] = tb.subnet
+    provider = tb.kind
     variables["testbed_provider"] = provider
     from testbed.providers import PROVIDERS, provider_class
 
