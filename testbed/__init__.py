@@ -1,3 +1,43 @@
-"""testbed: provision -> setup -> run -> collect -> report for research artifacts."""
+"""testbed: provision -> setup -> run -> collect -> report for research artifacts.
+
+From Python (a script, a notebook)::
+
+    import testbed
+    tb = testbed.open("local").provision()
+    tb.run("hostname")
+    run = tb.start("mpi-hello").wait()
+    run.report("results")
+
+Everything is imported on first use: ``import testbed`` loads nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+__all__ = ["Run", "Testbed", "TestbedError", "UsageError", "open"]
+
+if TYPE_CHECKING:
+    from testbed.errors import TestbedError, UsageError
+    from testbed.handle import Run, Testbed
+    from testbed.state import Store
+
+
+def open(name: str, store: Store | None = None) -> Testbed:
+    """The testbed ``name`` (``inventories/<name>.yml``, or a spec path) as this state home knows it."""
+    from testbed.handle import Testbed
+
+    return Testbed.open(name, store, recorded_ok=True)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Testbed", "Run"):
+        from testbed import handle
+
+        return getattr(handle, name)
+    if name in ("TestbedError", "UsageError"):
+        from testbed import errors
+
+        return getattr(errors, name)
+    raise AttributeError(f"module 'testbed' has no attribute {name!r}")

@@ -1,11 +1,17 @@
-"""One resolved testbed: its spec, its state record, its hosts, its files and its provider.
+"""One resolved testbed: its spec, its state record, its hosts, its files and its provider; and the Python API.
 
-A command resolves the testbed it names once, where it starts (the CLI, the Python API), and passes this handle
-down to the stages; nothing below the edge looks the testbed up again or opens the state store on its own.
+A command resolves the testbed it names once, where it starts (the CLI, a script, a notebook), and passes this
+handle down to the stages; nothing below the edge looks the testbed up again or opens the state store on its
+own. The same object is what ``testbed.open("local")`` gives a script or a notebook: the verbs as methods
+(``provision``, ``run``, ``put``/``get``, ``setup``, ``start`` a suite, ``destroy``), each host as a Fabric
+``Connection`` with the testbed's pinned host keys, and the CLI's errors as exceptions (``TestbedError``).
 """
 
 from __future__ import annotations
 
+import html
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,8 +20,16 @@ from testbed import paths
 from testbed.errors import TestbedError, UsageError
 
 if TYPE_CHECKING:
+    from fabric import Connection, ThreadingGroup
+
+    from testbed.collect import CollectResult
     from testbed.hosts import Host
     from testbed.providers.base import Progress, Provider
+    from testbed.remote import HostResult
+    from testbed.report.build import ReportResult
+    from testbed.run.models import RunEvent, RunRecord
+    from testbed.run.runner import LogLine
+    from testbed.setup.events import SetupResult
     from testbed.spec import TestbedSpec
     from testbed.state import Store
 
@@ -105,3 +119,218 @@ class Testbed:
         if progress is None:
             return provider_class(self.spec.kind)(self.spec, self.store)
         return provider_class(self.spec.kind)(self.spec, self.store, progress)
+
+    # the verbs, for scripts and notebooks -------------------------------------------------------------------
+    def provision(self, progress: Progress | None = None) -> Testbed:
+        """Create (or find) the hosts and record them (idempotent, as ``testbed provision``); this testbed."""
+        self.provider(progress).provision()
+        self.record = self.store.testbed(self.name)
+        return self
+
+    def destroy(self, progress: Progress | None = None) -> None:
+        """Release every resource and forget the testbed (as ``testbed destroy``; it does not ask)."""
+        self.provider(progress).destroy()
+        self.record = None
+
+    def _names(self, hosts: str | Sequence[str] | None) -> list[str]:
+        """Host names from a pattern (names, groups, globs: ``"workers"``, ``"node[12]"``) or a list; all by
+        default. An unknown name is refused."""
+        from testbed import remote
+
+        known = self.hosts
+        if not known:
+            raise UsageError(f"testbed '{self.name}' has no hosts", where="state",
+                             fix=f"provision it first: testbed.open({self.name!r}).provision()")
+        pattern = hosts if isinstance(hosts, str) or hosts is None else ",".join(hosts)
+        picked = [h.name for h in remote.select_hosts(known, pattern)]
+        if not picked:
+            raise UsageError(f"no host of '{self.name}' matches {pattern!r}", where="hosts",
+                             fix=f"hosts: {', '.join(h.name for h in known)}; groups work too (master, workers)")
+        return picked
+
+    def run(self, command: str, hosts: str | Sequence[str] | None = None, *,
+            timeout: float | None = None) -> dict[str, HostResult]:
+        """Run a shell command on the hosts in parallel (OpenSSH over multiplexed connections, as ``testbed
+        exec``); host -> result (``ok``, ``exit_code``, ``stdout``, ``stderr``, ``error``)."""
+        from testbed import remote
+
+        return {r.host: r for r in remote.run(self.name, self._names(hosts), command, timeout=timeout)}
+
+    def put(self, local: str | Path, remote_path: str, hosts: str | Sequence[str] | None = None, *,
+            timeout: float = 300) -> dict[str, HostResult]:
+        """Copy a local file to ``remote_path`` on each host (sftp, in parallel); host -> result."""
+        from testbed import remote
+
+        src = Path(local)
+        if not src.is_file():
+            raise UsageError(f"no file {src}", where="put", fix="give the path of a local file")
+        names = self._names(hosts)
+        with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
+            done = pool.map(lambda h: remote.put(self.name, h, [(src, remote_path)], idle=timeout), names)
+        return dict(zip(names, done, strict=True))
+
+    def get(self, remote_path: str, local_dir: str | Path, hosts: str | Sequence[str] | None = None, *,
+            timeout: float = 300) -> dict[str, Path]:
+        """Copy ``remote_path`` from each host to ``local_dir/<host>/<its name>`` (sftp, in parallel); host ->
+        the local file. A host that fails raises, naming it."""
+        from testbed import remote
+
+        names = self._names(hosts)
+        out = {h: Path(local_dir) / h / Path(remote_path).name for h in names}
+        for p in out.values():
+            p.parent.mkdir(parents=True, exist_ok=True)
+        with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
+            done = list(pool.map(lambda h: remote.get(self.name, h, [(remote_path, out[h])], idle=timeout), names))
+        bad = [r for r in done if not r.ok]
+        if bad:
+            raise TestbedError(f"could not get {remote_path} from {', '.join(r.host for r in bad)}: "
+                               f"{bad[0].error or bad[0].stderr.strip()}", where=f"testbed {self.name}",
+                               fix="check the path on those hosts (testbed.run('ls -l PATH'))")
+        return out
+
+    def setup(self, profile: str | None = None, *, suite: str | None = None, roles: list[str] | None = None,
+              check: bool = False, limit: list[str] | None = None,
+              extra_vars: dict[str, Any] | None = None) -> SetupResult:
+        """Apply a profile (the spec's by default), a suite's profile or single roles (as ``testbed setup``)."""
+        from testbed.setup import apply
+
+        return apply(self, profile=profile, suite=suite, roles=roles, check=check, limit=limit,
+                     extra_vars=extra_vars)
+
+    def start(self, suite: str, params: dict[str, Any] | None = None, *, faults: list[str] | None = None,
+              setup: bool = True, sources: dict[str, str] | None = None) -> Run:
+        """Start a suite detached (its profile applied first unless ``setup=False``); the run, to ``wait`` on."""
+        from testbed.run import runner
+        from testbed.suite import load_suite
+
+        s = load_suite(suite)
+        plan = runner.plan_run(s, self.name, dict(params or {}), faults=faults,
+                               sources=sources, store=self.store)
+        if setup and s.profile:
+            from testbed import sources as sources_mod
+
+            extra = None
+            if plan.source_overrides:
+                resolved = {k: sources_mod.Override(**v) for k, v in plan.source_overrides.items()}
+                builds = sources_mod.for_setup(resolved, {x.name: x.repo for x in s.sources},
+                                               sources_mod.profile_builds(s.profile))
+                extra = {"testbed_source_overrides": builds} if builds else None
+            result = self.setup(s.profile, extra_vars=extra)
+            if not result.ok:
+                raise TestbedError(f"setup of '{self.name}' with profile '{s.profile}' failed",
+                                   where=f"testbed {self.name}", fix="see the result's hosts; or start(setup=False)")
+        return Run(runner.start_run(plan, store=self.store), self.store)
+
+    def connection(self, host: str) -> Connection:
+        """A Fabric ``Connection`` to ``host``: address, port, user and key from the testbed's ssh_config, and
+        only the host key pinned for it accepted (an unknown or changed key is refused, never added)."""
+        from fabric import Config, Connection
+        from paramiko import RejectPolicy
+        from paramiko.hostkeys import HostKeyEntry
+
+        from testbed import ssh
+
+        names = [h.name for h in self.hosts]
+        if host not in names:
+            raise UsageError(f"no host '{host}' in testbed '{self.name}'", where="connection",
+                             fix=f"hosts: {', '.join(names) or 'none (provision it first)'}")
+        name = host
+        cfg = Config(runtime_ssh_path=str(ssh.ssh_config_path(self.name)))
+        c = Connection(name, config=cfg)
+        c.client.set_missing_host_key_policy(RejectPolicy())
+        kh = ssh.known_hosts_path(self.name)
+        seen = f"[{c.host}]:{c.port}" if c.port != 22 else c.host  # how paramiko looks the server up
+        for line in (kh.read_text().splitlines() if kh.exists() else []):
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] == name:
+                entry = HostKeyEntry.from_line(f"{seen} {parts[1]} {parts[2]}")
+                if entry is not None and entry.key is not None:
+                    c.client.get_host_keys().add(seen, entry.key.get_name(), entry.key)
+        return c  # a ProxyJump in the ssh_config is honoured by Fabric itself
+
+    def group(self, hosts: str | Sequence[str] | None = None) -> ThreadingGroup:
+        """A Fabric ``ThreadingGroup`` of :meth:`connection` for the hosts (all by default)."""
+        from fabric import ThreadingGroup
+
+        return ThreadingGroup.from_connections([self.connection(n) for n in self._names(hosts)])
+
+    def __repr__(self) -> str:
+        status = (self.record or {}).get("status", "not provisioned")
+        return f"<Testbed {self.name} ({self.kind}, {status}, {len(self.hosts)} hosts)>"
+
+    def _repr_html_(self) -> str:
+        """A notebook's view: the testbed and a table of its hosts."""
+        status = (self.record or {}).get("status", "not provisioned")
+        rows = "".join(
+            f"<tr><td>{html.escape(h.name)}</td><td>{html.escape(h.user)}@{html.escape(h.address)}:{h.port}</td>"
+            f"<td>{html.escape(', '.join(h.groups))}</td><td>{html.escape(h.state)}</td></tr>" for h in self.hosts)
+        return (f"<b>testbed {html.escape(self.name)}</b> ({html.escape(self.kind)}, {html.escape(str(status))})"
+                "<table><tr><th>host</th><th>ssh</th><th>groups</th><th>state</th></tr>" + rows + "</table>")
+
+
+@dataclass
+class Run:
+    """A run started by :meth:`Testbed.start` (or found by id with ``Run(id, store)``)."""
+
+    id: str
+    store: Store
+
+    @property
+    def record(self) -> RunRecord:
+        from testbed.run import state
+
+        return state.require(self.store, self.id)
+
+    @property
+    def status(self) -> str:
+        return self.record.status
+
+    def wait(self, timeout: float = 3600) -> Run:
+        """Block until the run ends (a run that ends badly does not raise: look at ``status``/``record``)."""
+        from testbed.run import runner
+
+        runner.wait(self.id, timeout, store=self.store)
+        return self
+
+    def events(self) -> Iterator[RunEvent]:
+        """Its events as they are recorded, until it ends."""
+        from testbed.run import runner
+
+        return runner.watch(self.id, store=self.store)
+
+    def logs(self, host: str | None = None) -> list[LogLine]:
+        """Each rank's output lines so far."""
+        from testbed.run import runner
+
+        return list(runner.logs(self.id, host=host, store=self.store))
+
+    def stop(self) -> Run:
+        from testbed.run import runner
+
+        runner.stop_run(self.id, store=self.store)
+        return self
+
+    def collect(self, to: str | Path = "results") -> CollectResult:
+        """Fetch its outputs into ``to/<suite>/<run id>/`` with checksums and a manifest (as ``testbed
+        collect``); a host that failed is in the result's ``problems()``."""
+        from testbed.collect import collect_runs
+
+        return collect_runs([self.id], Path(to), store=self.store)[0]
+
+    def report(self, to: str | Path = "results", fmt: str = "md") -> ReportResult:
+        """Write its report into the collected folder (collected first if it is not)."""
+        from testbed.report.build import build_report
+
+        folder = Path(to) / self.record.suite / self.id
+        if not (folder / "manifest.json").exists():
+            self.collect(to)
+        return build_report(folder, fmt)
+
+    def __repr__(self) -> str:
+        r = self.record
+        return f"<Run {self.id} ({r.suite} on {r.testbed}, {r.status})>"
+
+    def _repr_html_(self) -> str:
+        r = self.record
+        return (f"<b>run {html.escape(self.id)}</b>: {html.escape(r.suite)} on {html.escape(r.testbed)}, "
+                f"<b>{html.escape(r.status)}</b>" + (f" ({html.escape(r.reason)})" if r.reason else ""))
