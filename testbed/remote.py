@@ -244,37 +244,42 @@ def _ssh_failure(testbed: str, res: HostResult) -> HostResult:
 
 
 def _ssh_call(testbed: str, host: str, command: str, stdin: bytes | None, *, timeout: float | None, mux: str,
-              connect_timeout: float | None, max_output: int, group: _Group | None = None) -> HostResult:
-    argv = ["ssh", *ssh.ssh_options(testbed, mux=mux, connect_timeout=connect_timeout), host, "--", command]
+              connect_timeout: float | None, max_output: int, user: str | None = None,
+              group: _Group | None = None) -> HostResult:
+    argv = ["ssh", *ssh.ssh_options(testbed, mux=mux, connect_timeout=connect_timeout),
+            *(["-l", user] if user else []), host, "--", command]
     return _ssh_failure(testbed, call(argv, host=host, stdin=stdin, timeout=timeout, max_output=max_output,
                                       _group=group))
 
 
 def run(testbed: str, hosts: Sequence[str], command: str, *, timeout: float | None = None,
         stdin: bytes | None = None, concurrency: int = 64, mux: str = "auto",
-        connect_timeout: float | None = None, max_output: int = MAX_OUTPUT) -> list[HostResult]:
+        connect_timeout: float | None = None, max_output: int = MAX_OUTPUT,
+        user: str | None = None) -> list[HostResult]:
     """Run ``command`` (a line for each host's login shell) on every host in parallel; results in host order.
 
     ``mux``: as for :func:`testbed.ssh.ssh_argv` ("auto": reuse or become the multiplexed master; "none": a
-    connection of its own, e.g. to check a fresh login).
+    connection of its own, e.g. to check a fresh login). ``user``: log in as this user instead of the host's.
     """
     return _fan_out(testbed, [(h, command, stdin) for h in hosts], timeout=timeout, concurrency=concurrency,
-                    mux=mux, connect_timeout=connect_timeout, max_output=max_output)
+                    mux=mux, connect_timeout=connect_timeout, max_output=max_output, user=user)
 
 
 def run_each(testbed: str, commands: Mapping[str, str], *, timeout: float | None = None,
              stdin: Mapping[str, bytes] | None = None, concurrency: int = 64, mux: str = "auto",
-             connect_timeout: float | None = None, max_output: int = MAX_OUTPUT) -> list[HostResult]:
+             connect_timeout: float | None = None, max_output: int = MAX_OUTPUT,
+             user: str | None = None) -> list[HostResult]:
     """Run each host's own command (and stdin) in parallel; results in the order of ``commands``."""
     stdin = stdin or {}
     return _fan_out(testbed, [(h, c, stdin.get(h)) for h, c in commands.items()], timeout=timeout,
-                    concurrency=concurrency, mux=mux, connect_timeout=connect_timeout, max_output=max_output)
+                    concurrency=concurrency, mux=mux, connect_timeout=connect_timeout, max_output=max_output,
+                    user=user)
 
 
 def _fan_out(testbed: str, jobs: list[tuple[str, str, bytes | None]], *, timeout: float | None, concurrency: int,
-             mux: str, connect_timeout: float | None, max_output: int) -> list[HostResult]:
+             mux: str, connect_timeout: float | None, max_output: int, user: str | None) -> list[HostResult]:
     kw: dict[str, Any] = {"timeout": timeout, "mux": mux, "connect_timeout": connect_timeout,
-                          "max_output": max_output}
+                          "max_output": max_output, "user": user}
     if len(jobs) == 1:
         return [_ssh_call(testbed, *jobs[0], **kw)]
     group = _Group()

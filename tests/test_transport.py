@@ -174,6 +174,10 @@ def test_transport_against_a_real_host(local_testbed, tmp_path: Path) -> None:  
     assert remote.control(bed.name, names[0], "check").ok  # the fan-out left a master running
     res = remote.run_each(bed.name, {names[1]: "exit 3", names[0]: "echo $0 >&2"}, timeout=30)
     assert [(r.host, r.exit_code, r.error) for r in res] == [(names[1], 3, None), (names[0], 0, None)]
+    res = remote.run(bed.name, names[:1], "id -un", timeout=30, mux="none", user="root")[0]
+    assert res.ok and res.stdout == "root\n"
+    res = remote.run(bed.name, names[:1], "true", timeout=30, mux="none", user="nosuchuser")[0]
+    assert not res.ok and res.exit_code == 255 and res.error and "Permission denied" in res.error
     res = remote.run(bed.name, names[:1], "sleep 30", timeout=1)[0]
     assert res.error == "timed out after 1 s" and res.exit_code is None
     # script: a program with arguments on bash's stdin
