@@ -7,7 +7,8 @@
 VENV   ?= .venv
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 APT_PACKAGES = openssh-server openssh-client iproute2 rsync openmpi-bin libopenmpi-dev git make gcc \
-               sudo zsh tcsh pssh procps psmisc curl ca-certificates cgroup-tools tmux build-essential
+               sudo zsh tcsh pssh procps psmisc curl ca-certificates cgroup-tools tmux build-essential \
+               shellcheck
 STAMP  = $(VENV)/.installed
 
 .PHONY: demo test test-fast deps venv lint clean
@@ -41,6 +42,7 @@ test-fast: venv
 lint: venv
 	$(VENV)/bin/ruff check testbed tests bench
 	$(VENV)/bin/mypy testbed
+	shellcheck testbed/scripts/*.sh
 	cd playbooks && ../$(VENV)/bin/ansible-lint roles
 
 clean:

@@ -168,18 +168,29 @@ def write_inventory(testbed: str, hosts: list[Host], variables: dict[str, Any] |
     return p
 
 
-def ssh_argv(testbed: str, host: str, command: str | None = None, *, tty: bool = False,
-             mux: str = "client") -> list[str]:
-    """argv for ``ssh`` to ``host`` through the testbed's config; ``command`` runs in the host's shell.
+def ssh_options(testbed: str, *, mux: str = "client", connect_timeout: float | None = None) -> list[str]:
+    """ssh's options for the testbed's config (``-F ...``), shared by ssh, sftp and rsync's ``-e``.
 
     ``mux``: "client" uses a running master connection if there is one and never becomes one (so captured
     pipes are not held open by a lingering master); "none" bypasses multiplexing; "auto" is ssh's default.
     """
-    argv = ["ssh", "-F", str(ssh_config_path(testbed))]
+    opts = ["-F", str(ssh_config_path(testbed))]
     if mux == "client":
-        argv += ["-o", "ControlMaster=no"]
+        opts += ["-o", "ControlMaster=no"]
     elif mux == "none":
-        argv += ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
+        opts += ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
+    if connect_timeout is not None:
+        opts += ["-o", f"ConnectTimeout={max(1, int(connect_timeout))}"]
+    return opts
+
+
+def ssh_argv(testbed: str, host: str, command: str | None = None, *, tty: bool = False,
+             mux: str = "client") -> list[str]:
+    """argv for ``ssh`` to ``host`` through the testbed's config; ``command`` runs in the host's shell.
+
+    ``mux``: as for :func:`ssh_options`. Processes are started by testbed.remote, the one transport.
+    """
+    argv = ["ssh", *ssh_options(testbed, mux=mux)]
     if tty:
         argv.append("-t")
     argv.append(host)
@@ -188,40 +199,23 @@ def ssh_argv(testbed: str, host: str, command: str | None = None, *, tty: bool =
     return argv
 
 
-def start_master(testbed: str, host: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    """Open (or reuse) the multiplexed master connection to ``host``; later ssh calls reuse it."""
-    cfg = str(ssh_config_path(testbed))
-    chk = subprocess.run(["ssh", "-F", cfg, "-O", "check", host], capture_output=True, text=True,
-                         timeout=timeout, check=False)
-    if chk.returncode == 0:
-        return chk
-    with open(os.devnull, "wb") as null:
-        p = subprocess.run(["ssh", "-F", cfg, "-fN", "-o", "ControlMaster=yes", host], stdin=subprocess.DEVNULL,
-                           stdout=null, stderr=subprocess.PIPE, timeout=timeout, check=False)
-    return subprocess.CompletedProcess(p.args, p.returncode, "", p.stderr.decode(errors="replace"))
-
-
 def close_connections(testbed: str, hosts: list[str], *, remove: bool = False) -> None:
     """Stop multiplexed master connections (after destroy or when a host changed)."""
-    cfg = ssh_config_path(testbed)
-    if cfg.exists():
+    from testbed import remote
+
+    if ssh_config_path(testbed).exists():
         for h in hosts:
-            subprocess.run(["ssh", "-F", str(cfg), "-O", "exit", h], capture_output=True, timeout=10,
-                           check=False)
+            remote.control(testbed, h, "exit", timeout=10)
     if remove:
         shutil.rmtree(control_dir(testbed), ignore_errors=True)
 
 
 def scan_host_keys(address: str, port: int = 22, timeout: float = 5) -> list[str]:
-    """The host's public keys via a real SSH handshake (ssh-keyscan); [] when it does not answer."""
-    try:
-        r = subprocess.run(["ssh-keyscan", "-T", str(max(1, int(timeout))), "-p", str(port), "-t",
-                            "ed25519,ecdsa,rsa", address], capture_output=True, text=True, timeout=timeout + 5,
-                           check=False)
-    except subprocess.TimeoutExpired:
-        return []
+    """The host's public keys (``type base64``) via a real SSH handshake (ssh-keyscan); [] when it does not answer."""
+    from testbed import remote
+
     keys = []
-    for ln in r.stdout.splitlines():
+    for ln in remote.keyscan(address, port, timeout).stdout.splitlines():
         parts = ln.split()
         if len(parts) >= 3 and not ln.startswith("#"):
             keys.append(f"{parts[1]} {parts[2]}")

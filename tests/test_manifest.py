@@ -33,7 +33,7 @@ def test_listing_script_globs_dirs_checksums_and_odd_names(tmp_path):
     (run / "link.csv").symlink_to(run / "out/a.csv")
     (run / "weird\nname.csv").write_bytes(b"n")
     pats = [*LOG_PATTERNS, "**/*.csv", "out", "*.log", "missing/*.dat", "$(touch pwned)"]
-    script = listing_script(f"'{run}'", pats) + "echo @END\n"
+    script = listing_script(str(run), pats) + "echo @END\n"
     lst, problem = parse_listing(_bash(script))
     assert problem is None and lst.run_dir == str(run) and lst.rsync in (True, False)
     want = {"rank0.out", "rank0.exit", "out/a.csv", "out/deep/b.csv", "out/deep/c.txt", "tab\tname.log",
@@ -45,14 +45,14 @@ def test_listing_script_globs_dirs_checksums_and_odd_names(tmp_path):
     assert [p for p in lst.nomatch if p not in LOG_PATTERNS] == ["missing/*.dat", "$(touch pwned)"]  # data, not code
     assert not (run / "pwned").exists() and not Path("pwned").exists()
     assert any("newline" in n for n in lst.notes)
-    assert parse_listing(_bash(listing_script(f"'{tmp_path}/nope'", pats)))[1] == "@NODIR"
+    assert parse_listing(_bash(listing_script(f"{tmp_path}/nope", pats)))[1] == "@NODIR"
     assert lst.mtimes["out/a.csv"] == int((run / "out/a.csv").stat().st_mtime)
     # known files with unchanged size and mtime are not hashed again (their recorded checksum is echoed)
     st = (run / "out/a.csv").stat()
     tab = (run / "tab\tname.log").stat()
     known = [(st.st_size, int(st.st_mtime), "f" * 64, "out/a.csv"), (2, 1, "e" * 64, "rank0.out"),
              (1, int(tab.st_mtime), "d" * 64, "tab\tname.log")]
-    lst2, _ = parse_listing(_bash(listing_script(f"'{run}'", pats, known)))
+    lst2, _ = parse_listing(_bash(listing_script(str(run), pats, known)))
     assert lst2.files["out/a.csv"] == (1, "f" * 64)  # quick check matched
     assert lst2.files["rank0.out"] == lst.files["rank0.out"]  # mtime differs: hashed
     assert lst2.files["tab\tname.log"] == (1, "d" * 64)  # a tab in the name does not break the lookup
@@ -157,7 +157,7 @@ def test_listing_reports_unreadable_files_and_hashes_without_python(tmp_path):
     run.mkdir()
     (run / "a.txt").write_bytes(b"a")
     (run / "b.txt").write_bytes(b"b")
-    script = listing_script(f"'{run}'", ["*.txt"])
+    script = listing_script(str(run), ["*.txt"])
     # without python3 on the host: coreutils sha256sum gives the same digests
     fake = tmp_path / "bin"
     fake.mkdir()

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import TYPE_CHECKING, Annotated, Any
@@ -297,19 +296,17 @@ def ssh_(name: Annotated[str, typer.Argument(help="Testbed name.")],
 
     Example: testbed ssh local node1
     """
-    from testbed import ssh
+    from testbed import remote
 
     st = store()
     _known_testbed(st, name)
     hosts = st.hosts(name)
     names = [h.name for h in hosts]
     host = host or next((h.name for h in hosts if "master" in h.groups), names[0] if names else None)
-    if host not in names:
+    if host is None or host not in names:
         raise UsageError(f"no host '{host}' in testbed '{name}'", where="command line",
                          fix=f"hosts: {', '.join(names)}")
-    argv = ssh.ssh_argv(name, host, " ".join(command) if command else None, tty=sys.stdin.isatty(), mux="auto")
-    sys.stdout.flush()
-    os.execvp(argv[0], argv)  # noqa: S606
+    remote.interactive(name, host, " ".join(command) if command else None)
 
 
 def extend(name: Annotated[str, typer.Argument(help="Testbed name (a Chameleon testbed).")],

@@ -2,11 +2,12 @@
 
 Per host, in parallel (one thread each):
 
-1. one remote command (``bash -s`` over the testbed's SSH config) expands the run's output globs (relative to the
-   run folder, ``~/``-relative or absolute; files from outside the run folder only when written since the run
-   folder was made, and placed under ``@home/`` and ``@root/``), prints size, mtime and sha256 of every matched
-   file (a file already collected whose size and mtime are unchanged is not hashed again), says whether
-   ``rsync`` is installed and, when the manifest still lacks them, prints the host's facts: one round trip.
+1. one remote program (testbed/scripts/listing.sh on ``bash -s``, through testbed.remote) expands the run's output
+   globs (relative to the run folder, ``~/``-relative or absolute; files from outside the run folder only when
+   written since the run folder was made, and placed under ``@home/`` and ``@root/``), prints size, mtime and
+   sha256 of every matched file (a file already collected whose size and mtime are unchanged is not hashed
+   again), says whether ``rsync`` is installed and, when the manifest still lacks them, prints the host's facts:
+   one round trip.
    The run's software (Python, pip freeze, source commits) is read from the first host in a second session
    started beside the transfers, once per results folder;
 2. files whose verified copy is already in results/ (same sha256, recorded in the ``collected`` table, and not
@@ -44,8 +45,8 @@ from testbed.collect.listing import (
     listing_script,
     origin,
     output_patterns,
-    remote_dir,
-    source_words,
+    run_dir,
+    source_paths,
 )
 from testbed.collect.transfer import (
     RSYNC_TEMP,
@@ -264,15 +265,10 @@ def _collect_host(ctx: Ctx, h: Host, want_facts: bool) -> tuple[HostCollect, lis
     t0 = time.monotonic()
     hc = HostCollect(h.name)
     pats, hc.notes = output_patterns(ctx.info, h.name)
-    script = ""
-    if want_facts:  # gathered in the background while the listing hashes
-        script = "tb_facts=$(mktemp)\n( " + mf.facts_script(facts=True) + ') > "$tb_facts" 2>/dev/null &\ntb_fpid=$!\n'
-    script += "(\n" + listing_script(remote_dir(ctx.info, ctx.run_id), pats, known_files(ctx, h.name),
-                                      source_words(ctx.info)) + ")\n"
-    if want_facts:
-        script += 'wait "$tb_fpid"; cat "$tb_facts"; rm -f "$tb_facts"\n'
-    script += "echo @END\n"
-    lst, err = list_host(ctx, h.name, script)
+    background = mf.facts_script(facts=True) if want_facts else ""  # gathered while the listing hashes
+    program = listing_script(run_dir(ctx.info, ctx.run_id), pats, known_files(ctx, h.name), source_paths(ctx.info),
+                             background)
+    lst, err = list_host(ctx, h.name, program)
     if lst is None:
         hc.error = err
         known = ctx.rows(h.name)

@@ -2,8 +2,8 @@
 
 The manifest records what ran (suite, parameters), where (testbed, provider, hosts with facts), with what
 (Python, the pip freeze of the run's environment, the git commit of every source), when (start, end, events)
-and what came back (sha256 of every collected file). Facts and software come from one shell snippet
-(:func:`facts_script`) that collect appends to its per-host listing command, so gathering them costs no extra
+and what came back (sha256 of every collected file). Facts and software come from one shell script
+(:func:`facts_script`) that collect runs beside its per-host listing, so gathering them costs no extra
 round trip. Secrets never enter it: environment variables are never read into it, and every string is
 scrubbed of the controller's secret values and of credentials embedded in URLs (:func:`redact`).
 """
@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from testbed import scripts
 
 if TYPE_CHECKING:
     from testbed.hosts import Host
@@ -33,11 +34,6 @@ SECRET_FIELD = re.compile(r"password|secret|token|private_key", re.I)  # keys in
 
 # Fact lines printed by the remote snippet: "@F key value", "@G gpu-csv", "@P python", "@Z freeze", "@S name\tsha"
 FACT_PREFIXES = ("@F ", "@G ", "@P ", "@Z ", "@S ")
-
-_PY_DISTS = ("import importlib.metadata as m\n"
-             "print('\\n'.join(sorted({f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions() "
-             "if d.metadata['Name']})))")
-
 
 def iso(ts: float | None) -> str | None:
     """Epoch seconds as ISO 8601 UTC (``2024-05-01T12:00:00.000Z``); None stays None."""
@@ -106,43 +102,20 @@ def redact(obj: Any, secrets: list[str]) -> Any:
 
 # facts -------------------------------------------------------------------------------------------
 def facts_script(*, facts: bool, python: str | None = None, sources: dict[str, Any] | None = None) -> str:
-    """A POSIX shell snippet printing host facts and, when ``python`` is given, the run's software.
+    """The program (testbed/scripts/facts.sh, POSIX sh) printing host facts and, when ``python`` is given, the
+    run's software: its Python (python3 when that one is not there), pip freeze and source commits.
 
-    Every value reaches the shell quoted; the output is parsed by :func:`parse_fact_lines`.
+    Every value reaches the shell as a quoted argument; the output is parsed by :func:`parse_fact_lines`.
     """
-    from testbed.suite import path_word
-
-    lines: list[str] = []
-    if facts:
-        lines += [
-            'printf "@F hostname %s\\n" "$(hostname 2>/dev/null)"',
-            "printf \"@F cpu %s\\n\" \"$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null "
-            "| head -n1)\"",
-            'printf "@F cpus %s\\n" "$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"',
-            "printf \"@F memory_kb %s\\n\" \"$(awk '/^MemTotal:/{print $2}' /proc/meminfo 2>/dev/null)\"",
-            'printf "@F os %s\\n" "$( (. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME") || uname -s)"',
-            'printf "@F kernel %s\\n" "$(uname -r)"',
-            'printf "@F arch %s\\n" "$(uname -m)"',
-            "if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi --query-gpu=name,memory.total,driver_version "
-            "--format=csv,noheader 2>/dev/null | sed 's/^/@G /'; fi",
-        ]
+    args: list[str] = ["--host"] if facts else []
     if python is not None:
-        lines += [
-            "tb_py=" + path_word(python or "python3"),
-            'command -v "$tb_py" >/dev/null 2>&1 || tb_py=python3',
-            'if command -v "$tb_py" >/dev/null 2>&1; then',
-            "  printf \"@P %s\\n\" \"$(\"$tb_py\" -c 'import platform,sys;print(platform.python_version(), "
-            "sys.executable)' 2>/dev/null)\"",
-            '  { "$tb_py" -m pip freeze --all 2>/dev/null || "$tb_py" -c ' + shlex.quote(_PY_DISTS)
-            + " 2>/dev/null; } | sed 's/^/@Z /'",
-            "fi",
-        ]
+        args += ["--python", python or "python3"]
+        args.append("--")
         for name, src in sorted((sources or {}).items()):
             path = str((src or {}).get("path") or "")
             if path:
-                lines.append(f"printf '@S %s\\t%s\\n' {shlex.quote(str(name))} "
-                             f"\"$(git -C {path_word(path)} rev-parse HEAD 2>/dev/null)\"")
-    return "\n".join(lines) + "\n"
+                args += [str(name), path]
+    return scripts.program("facts.sh", *args)
 
 
 def parse_fact_lines(lines: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -11,20 +11,16 @@ import contextlib
 import hashlib
 import os
 import re
-import shlex
-import signal
-import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from testbed import ssh
+from testbed import remote, ssh
 from testbed.collect import manifest as mf
-from testbed.collect.listing import RUNS_DIR, Listing, host_path, parse_listing, roots
+from testbed.collect.listing import Listing, host_path, parse_listing, roots, run_dir
 from testbed.errors import TestbedError
 from testbed.paths import PARTIAL_DIR
 from testbed.state import Store
@@ -34,7 +30,6 @@ PENDING = -1  # ``collected.size`` of a file whose transfer started but was not 
 ProgressFn = Callable[[str, int, int], None]
 """``progress(host, advance_bytes, add_to_total_bytes)``: called from the collecting threads."""
 
-_PROGRESS2 = re.compile(rb"^\s*([\d,.]+)\s+\d+%")
 RSYNC_TEMP = re.compile(r"\.(.+)\.[A-Za-z0-9]{6}")  # where rsync writes a file before renaming it
 _STATS_FILES = re.compile(r"Number of regular files transferred:\s*([\d,.]+)")
 _STATS_MATCHED = re.compile(r"Matched data:\s*([\d,.]+)")
@@ -103,51 +98,30 @@ class Ctx:
             self.store.record_collected(self.run_id, host, items, time.time())
 
 
-def _ssh_opts(ctx: Ctx) -> list[str]:
-    return ["-F", str(ssh.ssh_config_path(ctx.testbed)), "-o", f"ConnectTimeout={max(1, int(ctx.timeout))}"]
-
-
-def _run_script(ctx: Ctx, host: str, script: str, timeout: float) -> tuple[str, str, int | None]:
-    """Run a bash script on ``host`` (stdin, one ssh session): (stdout, stderr, exit code or None on timeout)."""
-    argv = ["ssh", *_ssh_opts(ctx), host, "--", "bash -s"]
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True)
-        rc: int | None
-        try:
-            proc.communicate(script.encode(), timeout=timeout)
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            rc = None
-        out.seek(0)
-        err.seek(0)
-        return out.read().decode(errors="replace"), err.read().decode(errors="replace"), rc
-
-
 def gather_software(ctx: Ctx, host: str) -> list[str]:
     """The run's Python, pip freeze and source commits from ``host`` (fact lines; [] when that failed)."""
-    script = mf.facts_script(facts=False, python=str(ctx.info.get("python") or "python3"),
-                             sources=ctx.info.get("sources")) + "echo @END\n"
-    stdout, _, rc = _run_script(ctx, host, script, max(ctx.timeout, 120))
-    lines = stdout.splitlines()
-    return [ln for ln in lines if ln.startswith(mf.FACT_PREFIXES)] if rc == 0 and lines[-1:] == ["@END"] else []
+    program = mf.facts_script(facts=False, python=str(ctx.info.get("python") or "python3"),
+                              sources=ctx.info.get("sources"))
+    res = remote.script(ctx.testbed, host, program, timeout=max(ctx.timeout, 120), connect_timeout=ctx.timeout)
+    return [ln for ln in res.stdout.splitlines() if ln.startswith(mf.FACT_PREFIXES)] if res.ok else []
 
 
-def list_host(ctx: Ctx, host: str, script: str) -> tuple[Listing | None, str | None]:
-    """Run the listing script on ``host``: (listing, None) or (None, error)."""
-    stdout, stderr, rc = _run_script(ctx, host, script, ctx.timeout)
-    if rc is None:
-        return None, f"{host} did not answer within {ctx.timeout:g} s (unreachable?)"
-    if rc == 255:
-        return None, ssh.describe_ssh_failure(stderr, host, ctx.testbed)
-    if "@END" not in stdout.splitlines()[-1:]:
-        last = (stderr.strip().splitlines() or ["no output"])[-1]
-        return None, f"listing the run folder on {host} failed (exit {rc}): {last}"
-    lst, problem = parse_listing(stdout)
+def list_host(ctx: Ctx, host: str, program: str) -> tuple[Listing | None, str | None]:
+    """Run the listing program (:func:`listing_script`) on ``host``: (listing, None) or (None, error)."""
+    res = remote.script(ctx.testbed, host, program, timeout=ctx.timeout, connect_timeout=ctx.timeout)
+    if res.exit_code is None:  # stopped at its timeout (or ssh could not start: its error says so)
+        timed_out = (res.error or "").startswith("timed out")
+        return None, f"{host} did not answer within {ctx.timeout:g} s (unreachable?)" if timed_out else res.error
+    if res.exit_code == 255:
+        return None, res.error or ssh.describe_ssh_failure(res.stderr, host, ctx.testbed)
+    if res.truncated:
+        return None, f"the listing of the run folder on {host} is over {remote.MAX_OUTPUT >> 20} MiB"
+    if "@END" not in res.stdout.splitlines()[-1:]:
+        last = (res.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"listing the run folder on {host} failed (exit {res.exit_code}): {last}"
+    lst, problem = parse_listing(res.stdout)
     if problem == "@NODIR":
-        return None, f"the run folder {ctx.info.get('run_dir') or RUNS_DIR + '/' + ctx.run_id} does not exist on {host}"
+        return None, f"the run folder {run_dir(ctx.info, ctx.run_id)} does not exist on {host}"
     if problem:
         return None, f"{problem} on {host}; collect again once the run has finished writing"
     return lst, None
@@ -302,127 +276,30 @@ def _fetch_rsync(ctx: Ctx, host: str, lst: Listing, paths: list[str], hc: HostCo
     return None
 
 
+RESUME_HINT = "collect again to resume: files already received are kept"
+
+
+def _transfer_error(res: remote.HostResult) -> str | None:
+    if res.ok:
+        return None
+    return f"{res.error}; {RESUME_HINT}" if res.lost else res.error or f"exit {res.exit_code}"
+
+
 def _rsync_root(ctx: Ctx, host: str, remote_root: str, hdir: Path, paths: list[str],
                 hc: HostCollect) -> str | None:
     hdir.mkdir(parents=True, exist_ok=True)
-    rsh = shlex.join(["ssh", *_ssh_opts(ctx), "-o", "ControlMaster=no"])
-    with tempfile.NamedTemporaryFile("wb", prefix="testbed-files-") as fl, tempfile.TemporaryFile() as err:
-        fl.write(b"".join(p.encode() + b"\0" for p in paths))
-        fl.flush()
-        # a partial file waits in PARTIAL_DIR (resumed next time), never under the file's own name
-        argv = ["rsync", "-rtL", f"--partial-dir={PARTIAL_DIR}", "--from0", f"--files-from={fl.name}",
-                "--info=progress2", "--stats",
-                f"--timeout={max(1, int(ctx.io_timeout))}", "-e", rsh]
-        if ctx.bwlimit_kbps:
-            argv.append(f"--bwlimit={int(ctx.bwlimit_kbps)}")
-        argv += [f"{host}:{remote_root}/", f"{hdir}/"]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-        assert proc.stdout is not None
-        dog = _Watchdog(proc, ctx.io_timeout)
-        text = _pump_progress(proc.stdout, lambda n: ctx.tick(host, n), dog.pet)
-        rc = proc.wait()
-        dog.stop()
-        err.seek(0)
-        stderr = err.read().decode(errors="replace")
-    m = _STATS_FILES.search(text)
+    # a partial file waits in PARTIAL_DIR (resumed next time), never under the file's own name
+    res = remote.rsync(ctx.testbed, host, remote_root, hdir, files=paths,
+                       options=["-rtL", f"--partial-dir={PARTIAL_DIR}", "--stats"], idle=ctx.io_timeout,
+                       bwlimit_kbps=ctx.bwlimit_kbps, progress=lambda n: ctx.tick(host, n),
+                       connect_timeout=ctx.timeout)
+    m = _STATS_FILES.search(res.stdout)
     if m:
         hc.rsync_transferred = (hc.rsync_transferred or 0) + int(re.sub(r"\D", "", m.group(1)) or 0)
-    m = _STATS_MATCHED.search(text)
+    m = _STATS_MATCHED.search(res.stdout)
     if m:
         hc.reused_bytes += int(re.sub(r"\D", "", m.group(1)) or 0)
-    if rc == 0:
-        return None
-    if dog.fired:
-        return (f"the connection to {host} was lost during the transfer (no data for {ctx.io_timeout:g} s); "
-                f"collect again to resume: files already received are kept")
-    return _describe_transfer_failure(ctx, host, rc, stderr, "rsync")
-
-
-class _Watchdog:
-    """Stops a transfer that received nothing for ``limit`` seconds (SIGTERM, so rsync keeps the partial file).
-
-    rsync's own ``--timeout`` does not fire while ssh keeps the pipe open over a dead link, so this is the
-    bound on how long a cut link can hold a collect.
-    """
-
-    def __init__(self, proc: subprocess.Popen[bytes], limit: float):
-        self.proc, self.limit = proc, limit
-        self.last = time.monotonic()
-        self.fired = False
-        self._done = threading.Event()
-        threading.Thread(target=self._watch, daemon=True, name="collect-watchdog").start()
-
-    def pet(self) -> None:
-        self.last = time.monotonic()
-
-    def stop(self) -> None:
-        self._done.set()
-
-    def _watch(self) -> None:
-        while not self._done.wait(0.25):
-            if time.monotonic() - self.last > self.limit and self.proc.poll() is None:
-                self.fired = True
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGTERM)
-                if self._done.wait(3) or self.proc.poll() is not None:
-                    return
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                return
-
-
-def _pump_progress(stream: IO[bytes], advance: Callable[[int], None], activity: Callable[[], None]) -> str:
-    """Read rsync's output, feeding ``--info=progress2`` byte counts to ``advance``; returns the rest."""
-    last = 0
-    buf = b""
-    keep: list[bytes] = []
-    while True:
-        chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
-        if not chunk:
-            break
-        activity()
-        buf += chunk
-        *lines, buf = re.split(rb"[\r\n]", buf)
-        for ln in lines:
-            m = _PROGRESS2.match(ln)
-            if m:
-                n = int(re.sub(rb"\D", b"", m.group(1)) or 0)
-                if n > last:
-                    advance(n - last)
-                    last = n
-            elif ln.strip():
-                keep.append(ln)
-    keep.append(buf)
-    return b"\n".join(keep).decode(errors="replace")
-
-
-def _describe_transfer_failure(ctx: Ctx, host: str, rc: int | None, stderr: str, tool: str) -> str:
-    last = (stderr.strip().splitlines() or [f"exit {rc}"])[-1]
-    if rc == 30 or "timeout" in stderr.lower() or any(e in stderr for e in ("Broken pipe", "Connection reset",
-                                                                            "Connection timed out",
-                                                                            "No route to host")):
-        return (f"the connection to {host} was lost during the transfer ({last}); collect again to resume: "
-                f"files already received are kept")
-    if rc == 255 or "connection unexpectedly closed" in stderr:
-        return f"{ssh.describe_ssh_failure(stderr, host, ctx.testbed)} ({tool} exit {rc})"
-    return f"{tool} from {host} failed (exit {rc}): {last}"
-
-
-def _sftp_arg(path: str, *, remote: bool) -> str:
-    """``path`` as one word of an sftp batch line (unquoted, backslash-escaped; remote paths are globbed)."""
-    out = []
-    for c in path:
-        if c in "?[*\\":
-            if not remote:
-                raise TestbedError(f"the results path {path!r} contains {c!r}, which sftp cannot write to",
-                                   where=path, fix="collect into a --to folder without * ? [ or \\ in its path")
-            out.append("\\" + c)  # kept escaped for sftp's glob, which removes the escape
-        elif c.isalnum() or c in "/._-+@%,:=":
-            out.append(c)
-        else:
-            out.append("\\" + c)
-    return "".join(out)
+    return _transfer_error(res)
 
 
 def _stage(ctx: Ctx, host: str, path: str) -> Path:
@@ -435,52 +312,38 @@ def _fetch_sftp(ctx: Ctx, host: str, lst: Listing, paths: list[str], hc: HostCol
     hdir = ctx.folder / host
     staged = {p: _stage(ctx, host, p) for p in paths}
     next(iter(staged.values())).parent.mkdir(parents=True, exist_ok=True)
-    lines = []
+    resume = set()
     for p, tmp in staged.items():
-        verb = "get"
         if tmp.is_file() and 0 < tmp.stat().st_size < lst.files[p][0]:
-            verb = "reget"
+            resume.add(tmp)
             hc.resumed += 1
         else:
             tmp.unlink(missing_ok=True)
-        src = _sftp_arg(host_path(lst, p), remote=True)
-        lines.append(f"{verb} {src} {_sftp_arg(str(tmp.absolute()), remote=False)}")
-    alive = max(1, int(ctx.io_timeout) // 3)
-    argv = ["sftp", *_ssh_opts(ctx), "-o", "ControlMaster=no", "-o", "ControlPath=none",
-            "-o", f"ServerAliveInterval={alive}", "-o", "ServerAliveCountMax=3", "-q", "-b", "-"]
-    if ctx.bwlimit_kbps:
-        argv += ["-l", str(int(ctx.bwlimit_kbps) * 8)]
-    argv.append(host)
-
-    def local_bytes() -> int:
+    def staged_bytes() -> int:
         total = 0
         for tmp in staged.values():
             with contextlib.suppress(OSError):
                 total += tmp.stat().st_size
         return total
 
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True)
-        assert proc.stdin is not None
-        proc.stdin.write(("\n".join(lines) + "\n").encode())
-        proc.stdin.close()
-        seen = local_bytes()
-        idle_since = time.monotonic()
-        stalled = False
-        while proc.poll() is None:
-            time.sleep(0.1)
-            now_bytes = local_bytes()
-            if now_bytes != seen:
-                ctx.tick(host, max(0, now_bytes - seen))
-                seen, idle_since = now_bytes, time.monotonic()
-            elif time.monotonic() - idle_since > ctx.io_timeout:
-                stalled = True
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        ctx.tick(host, max(0, local_bytes() - seen))
-        err.seek(0)
-        stderr = err.read().decode(errors="replace")
+    seen = staged_bytes()  # partial files resumed were counted by the collect that fetched them
+
+    def received() -> int:
+        """Bytes in the staging files (the batch's progress, ticked to the progress callback)."""
+        nonlocal seen
+        total = staged_bytes()
+        ctx.tick(host, max(0, total - seen))
+        seen = max(seen, total)
+        return total
+
+    try:
+        res = remote.get(ctx.testbed, host, [(host_path(lst, p), tmp) for p, tmp in staged.items()], resume=resume,
+                         idle=ctx.io_timeout, bwlimit_kbps=ctx.bwlimit_kbps, probe=received,
+                         connect_timeout=ctx.timeout)
+    except TestbedError as e:  # a results folder sftp cannot name
+        raise TestbedError(e.what, where=e.where,
+                           fix="collect into a --to folder without * ? [ or \\ in its path") from None
+    received()
     for p, tmp in staged.items():  # complete downloads go into place; _verify checks them
         with contextlib.suppress(OSError):
             if tmp.stat().st_size == lst.files[p][0]:
@@ -492,9 +355,4 @@ def _fetch_sftp(ctx: Ctx, host: str, lst: Listing, paths: list[str], hc: HostCol
     for d in (next(iter(staged.values())).parent, ctx.folder / ".partial"):
         with contextlib.suppress(OSError):
             d.rmdir()  # only when empty
-    if stalled:
-        return (f"the connection to {host} was lost during the transfer (no data for {ctx.io_timeout:g} s); "
-                f"collect again to resume: files already received are kept")
-    if proc.returncode == 0:
-        return None
-    return _describe_transfer_failure(ctx, host, proc.returncode, stderr, "sftp")
+    return _transfer_error(res)

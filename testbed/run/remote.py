@@ -1,9 +1,10 @@
 """Host side of a run: upload the run directory, start ranks detached, poll them, signal and stop them.
 
-Each rank runs under a small POSIX-sh wrapper (``tb-rank.sh``) started with ``setsid nohup``, so it survives
-SSH drops and the CLI exiting. The wrapper records, in the run dir, ``rank<k>.start``, ``rank<k>.pid`` (the
-rank's process group), ``rank<k>.out``/``.err`` (appended across attempts), ``rank<k>.end`` and
-``rank<k>.exit`` (the exit status; 128+N when killed by signal N).
+Each rank runs under a small POSIX-sh wrapper (testbed/scripts/tb-rank.sh) started with ``setsid nohup``, so it
+survives SSH drops and the CLI exiting. The wrapper records, in the run dir, ``rank<k>.start``, ``rank<k>.pid``
+(the rank's process group), ``rank<k>.out``/``.err`` (appended across attempts), ``rank<k>.end`` and
+``rank<k>.exit`` (the exit status; 128+N when killed by signal N). The host-side scripts (unpack, launch, poll,
+signal, activate) are package files under testbed/scripts/; every call goes through testbed.remote.
 """
 
 from __future__ import annotations
@@ -16,25 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from testbed import remote
+from testbed import remote, scripts
 
 if TYPE_CHECKING:
     from testbed.run.models import Plan, Rank, RunStep
-
-WRAPPER = """#!/bin/sh
-# testbed rank wrapper: tb-rank.sh K SCRIPT -- runs one rank detached and records how it ended
-k=$1; script=$2
-cd "$(dirname "$0")" || exit 1
-rm -f "rank$k.exit" "rank$k.end" "rank$k.pid"
-date +%s.%N > "rank$k.start"
-setsid sh "./$script" >> "rank$k.out" 2>> "rank$k.err" < /dev/null &
-pid=$!
-echo "$pid" > "rank$k.pid"
-wait "$pid"
-rc=$?
-date +%s.%N > "rank$k.end"
-echo "$rc" > "rank$k.exit.tmp" && mv "rank$k.exit.tmp" "rank$k.exit"
-"""
 
 
 def sh(script: str) -> str:
@@ -63,26 +49,13 @@ ENV_MISSING = 96
 
 
 def activate(prefix: str | None) -> list[str]:
-    """Shell lines entering the venv or conda env at ``prefix`` (``~/`` allowed), or failing clearly.
-
-    A venv is entered with its own ``bin/activate``; a conda env (no ``bin/activate`` of its own) by putting its
-    ``bin`` first on PATH, setting ``CONDA_PREFIX`` and sourcing its ``etc/conda/activate.d`` scripts, which is
-    what ``conda activate`` does without needing conda's shell hook on the host.
-    """
+    """Shell lines entering the venv or conda env at ``prefix`` (``~/`` allowed), or failing with ENV_MISSING
+    (testbed/scripts/activate.sh, its path given as ``tb_env``)."""
     if not prefix:
         return []
     from testbed.suite import path_word
 
-    return [
-        f"tb_env={path_word(prefix.rstrip('/') or '/')}",
-        'if [ ! -d "$tb_env/bin" ]; then '
-        'echo "testbed: the suite\'s environment $tb_env does not exist on $(hostname); apply the suite\'s profile '
-        f'(testbed setup ... --suite ...) or fix \'environment:\' in the suite" >&2; exit {ENV_MISSING}; fi',
-        'if [ -f "$tb_env/bin/activate" ] && [ ! -d "$tb_env/conda-meta" ]; then . "$tb_env/bin/activate"; else '
-        'PATH="$tb_env/bin:$PATH"; CONDA_PREFIX="$tb_env"; CONDA_DEFAULT_ENV="$tb_env"; '
-        'export PATH CONDA_PREFIX CONDA_DEFAULT_ENV; '
-        'for tb_f in "$tb_env"/etc/conda/activate.d/*.sh; do [ -f "$tb_f" ] && . "$tb_f"; done; fi',
-    ]
+    return [f"tb_env={path_word(prefix.rstrip('/') or '/')}", scripts.text("activate.sh").rstrip("\n")]
 
 
 def step_script(plan: Plan, command: str, cwd: str | None = None, environment: str | None = None) -> str:
@@ -121,13 +94,9 @@ def upload(plan: Plan, hosts: list[str], extra: dict[str, bytes] | None = None,
     """Create the run dir on ``hosts`` and unpack the suite's files, the hostfile and the wrapper into it."""
     files = {name: Path(p).read_bytes() for name, p in plan.files.items()}
     files.update({k: v.encode() for k, v in plan.generated.items()})
-    files["tb-rank.sh"] = WRAPPER.encode()
+    files["tb-rank.sh"] = scripts.text("tb-rank.sh").encode()
     files.update(extra or {})
-    rd = plan.run_dir
-    from testbed.suite import path_word
-
-    mk = f"mkdir -p {path_word(rd)}"
-    return remote.run(plan.testbed, hosts, sh(f"{mk} && {cd_run(rd)} && tar xzf -"), timeout=timeout,
+    return remote.run(plan.testbed, hosts, sh(scripts.program("unpack.sh", plan.run_dir)), timeout=timeout,
                       stdin=_tar(files))
 
 
@@ -137,22 +106,11 @@ def launch(plan: Plan, ranks: list[Rank], attempt: int = 0,
     by_host: dict[str, list[Rank]] = {}
     for r in ranks:
         by_host.setdefault(r.host, []).append(r)
-
-    async def go() -> list[remote.HostResult]:
-        import asyncio
-
-        coros = []
-        for host, rs in by_host.items():
-            files = {f"rank{r.rank}.a{attempt}.sh": rank_script(plan, r).encode() for r in rs}
-            starts = " ".join(f"setsid nohup sh ./tb-rank.sh {r.rank} rank{r.rank}.a{attempt}.sh "
-                              f">/dev/null 2>&1 </dev/null &" for r in rs)
-            cmd = sh(f"{cd_run(plan.run_dir)} && tar xzf - || exit 1\n{starts} true")
-            coros.append(remote.run_async(plan.testbed, [host], cmd, timeout=timeout, stdin=_tar(files)))
-        return [x for res in await asyncio.gather(*coros) for x in res]
-
-    import asyncio
-
-    return asyncio.run(go())
+    commands = {h: sh(scripts.program("launch.sh", plan.run_dir, attempt, *(r.rank for r in rs)))
+                for h, rs in by_host.items()}
+    stdin = {h: _tar({f"rank{r.rank}.a{attempt}.sh": rank_script(plan, r).encode() for r in rs})
+             for h, rs in by_host.items()}
+    return remote.run_each(plan.testbed, commands, stdin=stdin, timeout=timeout)
 
 
 @dataclass
@@ -174,20 +132,11 @@ class HostPoll:
     no_run_dir: bool = False  # the host answered, but the run folder is gone (deleted behind the run's back)
 
 
-def poll_script(plan: Plan, ranks: list[int], patterns: dict[str, tuple[int, str]]) -> str:
-    """One sh script: a line per rank (``R k exit alive start end``) and ``T name`` per matched log pattern."""
-    lines = [cd_run(plan.run_dir) + " 2>/dev/null || { echo NODIR; exit 0; }"]
-    for k in ranks:
-        lines.append(
-            f'e=-; [ -f rank{k}.exit ] && e=$(cat rank{k}.exit); p=$(cat rank{k}.pid 2>/dev/null); a=-; '
-            f'if [ -n "$p" ]; then if kill -0 "$p" 2>/dev/null; then a=1; else a=0; fi; fi; '
-            f's=$(cat rank{k}.start 2>/dev/null); n=$(cat rank{k}.end 2>/dev/null); '
-            f'echo "R {k} ${{e:--}} $a ${{s:--}} ${{n:--}}"')
-    for name, (k, pat) in patterns.items():
-        lines.append(f"grep -E -q -e {shlex.quote(pat)} rank{k}.out rank{k}.err 2>/dev/null && "
-                     f"echo {shlex.quote('T ' + name)}")
-    lines.append("true")
-    return "\n".join(lines)
+def poll_command(run_dir: str, ranks: list[int], patterns: dict[str, tuple[int, str]]) -> str:
+    """The command running testbed/scripts/poll.sh: a line per rank, one per matched log pattern (name: (rank,
+    extended regex)); its output is read by :func:`parse_poll`."""
+    triples = [str(x) for name, (k, pat) in patterns.items() for x in (name, k, pat)]
+    return sh(scripts.program("poll.sh", run_dir, *ranks, "--", *triples))
 
 
 def _num(s: str) -> float | None:
@@ -197,34 +146,29 @@ def _num(s: str) -> float | None:
         return None
 
 
+def parse_poll(res: remote.HostResult) -> HostPoll:
+    """One host's answer to :func:`poll_command`."""
+    hp = HostPoll(res.host, ok=res.exit_code == 0 and res.error is None)
+    if not hp.ok:
+        hp.error = res.error or (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1]
+    for ln in res.stdout.splitlines():
+        parts = ln.split()
+        if parts[:1] == ["R"] and len(parts) == 6:
+            k = int(parts[1])
+            hp.ranks[k] = RankState(k, int(parts[2]) if parts[2].lstrip("-").isdigit() else None,
+                                    None if parts[3] == "-" else parts[3] == "1", _num(parts[4]), _num(parts[5]))
+        elif parts[:1] == ["T"] and len(parts) == 2:
+            hp.triggers.append(parts[1])
+        elif parts == ["NODIR"]:
+            hp.no_run_dir = True
+    return hp
+
+
 def poll(plan: Plan, want: dict[str, list[int]], patterns: dict[str, dict[str, tuple[int, str]]],
          timeout: float = 10) -> dict[str, HostPoll]:
     """Poll every host in ``want`` (host -> ranks) in parallel."""
-    import asyncio
-
-    async def go() -> list[remote.HostResult]:
-        coros = [remote.run_async(plan.testbed, [h], sh(poll_script(plan, rs, patterns.get(h, {}))),
-                                  timeout=timeout) for h, rs in want.items()]
-        return [x for res in await asyncio.gather(*coros) for x in res]
-
-    out: dict[str, HostPoll] = {}
-    for res in asyncio.run(go()):
-        hp = HostPoll(res.host, ok=res.exit_code == 0 and res.error is None)
-        if not hp.ok:
-            hp.error = res.error or (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1]
-        for ln in res.stdout.splitlines():
-            parts = ln.split()
-            if parts[:1] == ["R"] and len(parts) == 6:
-                k = int(parts[1])
-                hp.ranks[k] = RankState(k, int(parts[2]) if parts[2].lstrip("-").isdigit() else None,
-                                        None if parts[3] == "-" else parts[3] == "1", _num(parts[4]),
-                                        _num(parts[5]))
-            elif parts[:1] == ["T"] and len(parts) == 2:
-                hp.triggers.append(parts[1])
-            elif parts == ["NODIR"]:
-                hp.no_run_dir = True
-        out[res.host] = hp
-    return out
+    commands = {h: poll_command(plan.run_dir, rs, patterns.get(h, {})) for h, rs in want.items()}
+    return {res.host: parse_poll(res) for res in remote.run_each(plan.testbed, commands, timeout=timeout)}
 
 
 def signal_ranks(plan: Plan, ranks: list[Rank], sig: str = "TERM",
@@ -234,32 +178,12 @@ def signal_ranks(plan: Plan, ranks: list[Rank], sig: str = "TERM",
     for r in ranks:
         by_host.setdefault(r.host, []).append(r.rank)
     sig = sig.removeprefix("SIG")
-
-    async def go() -> list[remote.HostResult]:
-        import asyncio
-
-        coros = []
-        for host, ks in by_host.items():
-            body = "; ".join(f'p=$(cat rank{k}.pid 2>/dev/null); [ -n "$p" ] && kill -s {sig} -- "-$p" 2>/dev/null'
-                             for k in ks)
-            coros.append(remote.run_async(plan.testbed, [host],
-                                          sh(f"{cd_run(plan.run_dir)} || exit 0; {body}; true"), timeout=timeout))
-        return [x for res in await asyncio.gather(*coros) for x in res]
-
-    import asyncio
-
-    return asyncio.run(go())
+    commands = {h: sh(scripts.program("signal.sh", plan.run_dir, sig, *ks)) for h, ks in by_host.items()}
+    return remote.run_each(plan.testbed, commands, timeout=timeout)
 
 
 def run_step(plan: Plan, step: RunStep, timeout: float) -> list[remote.HostResult]:
     """A synchronous step on its hosts in parallel, each in the run dir (its own command per host)."""
-    import asyncio
-
-    async def go() -> list[remote.HostResult]:
-        envs = step.environments or {}
-        coros = [remote.run_async(plan.testbed, [h],
-                                  sh(step_script(plan, step.commands[h], step.cwd, envs.get(h))),
-                                  timeout=step.timeout or timeout) for h in step.hosts]
-        return [x for res in await asyncio.gather(*coros) for x in res]
-
-    return asyncio.run(go())
+    envs = step.environments or {}
+    commands = {h: sh(step_script(plan, step.commands[h], step.cwd, envs.get(h))) for h in step.hosts}
+    return remote.run_each(plan.testbed, commands, timeout=step.timeout or timeout)

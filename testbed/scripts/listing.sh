@@ -1,0 +1,139 @@
+#!/bin/bash
+# testbed collect: what a host holds for a run, one round trip (testbed.collect.listing.listing_script builds the
+# call, parse_listing reads its output).
+# usage: listing.sh RUN_DIR KNOWN SOURCES BACKGROUND PATTERN...
+#   RUN_DIR     the run folder ("~" and "~/" at the start of it and of SOURCES are $HOME)
+#   KNOWN       lines "size<TAB>mtime<TAB>sha256<TAB>path" of files already collected: a file whose size and mtime
+#               are unchanged (rsync's quick check) gets its known checksum instead of being read again
+#   SOURCES     the run's source checkouts, one a line: files outside the run folder that git tracks there
+#               unchanged are the artifact's own (an output folder committed with a paper's results), never outputs
+#   BACKGROUND  a program for bash run while the files are hashed (the host's facts), "" for none; its output
+#               follows the listing
+#   PATTERN     output globs: relative to the run folder, "~/"-relative or absolute; files matched outside the
+#               run folder count only when written since the run folder was made (its tb-rank.sh)
+# prints "@DIR path", "@HOME path", "@RSYNC 1|0", "F<TAB>size<TAB>mtime<TAB>sha256<TAB>path" per file (files from
+# outside the run folder under @home/ and @root/), "@NOMATCH pattern", "@NOTE text", "@ERR text"; only "@NODIR"
+# when the run folder does not exist; then BACKGROUND's output and "@END".
+set -u
+export LC_ALL=C
+: "${HOME:=/nonexistent}"
+tb_dir=$1
+tb_known=$2
+tb_sources=$3
+tb_background=$4
+shift 4
+case $tb_dir in \~) tb_dir=$HOME ;; \~/*) tb_dir=$HOME/${tb_dir#\~/} ;; esac
+tb_tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tb_tmp"' EXIT
+if [[ -n $tb_background ]]; then
+  bash -c "$tb_background" > "$tb_tmp/background" 2> /dev/null &
+  tb_bg=$!
+fi
+
+tb_hash() {  # NUL-separated paths in, one hex digest per line out (python's sha256 uses SHA-NI; coreutils may not)
+  if command -v python3 > /dev/null 2>&1; then
+    python3 -c 'import hashlib, sys
+for p in sys.stdin.buffer.read().split(b"\0")[:-1]:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    print(h.hexdigest())'
+  else
+    xargs -0 sha256sum -- | sed 's/^\\//' | cut -c1-64
+  fi
+}
+
+add() {  # a matched path -> its place in the results folder: run-relative, @home/..., @root/...
+  case "$1" in *$'\n'*) echo "@NOTE skipped a file with a newline in its name"; return ;; esac
+  if [[ $kind != run && -n ${tb_pristine[$1]+x} ]]; then pr=$((pr + 1)); return 1; fi
+  local f="${1#./}"
+  case "$kind" in
+    home) f="@home/${f#"$HOME"/}" ;;
+    root) f="@root$f" ;;
+    *) case "$f" in @home/* | @root/*)
+         echo "@NOTE skipped $f: @home/ and @root/ hold the files from outside the run folder"; return ;;
+       esac ;;
+  esac
+  if [[ -z "${seen[$f]+x}" ]]; then seen[$f]=1; tb_src["$f"]=$1; files+=("$f"); fi
+}
+
+list() {
+  echo "@DIR $(pwd -P)"
+  echo "@HOME $HOME"
+  tb_ref=$tb_tmp/ref  # files outside the run folder count only when written since the run folder was made
+  tb_since=$(stat -c %Z tb-rank.sh 2> /dev/null || echo 0)
+  touch -d "@$((tb_since - 2))" "$tb_ref" 2> /dev/null || touch -t 197001010000 "$tb_ref"
+  if command -v rsync > /dev/null 2>&1; then echo "@RSYNC 1"; else echo "@RSYNC 0"; fi
+  shopt -s nullglob dotglob globstar
+  declare -gA seen=() K=() tb_src=() tb_pristine=()
+  files=()
+  while IFS=$'\t' read -r ksz kmt ksha kpath; do
+    [[ -n $kpath ]] && K["$kpath"]="$ksz $kmt $ksha"
+  done < <(printf '%s' "$tb_known")
+  while IFS= read -r tb_s; do  # tracked and unchanged in a source checkout: the artifact's files, not outputs
+    case $tb_s in \~) tb_s=$HOME ;; \~/*) tb_s=$HOME/${tb_s#\~/} ;; esac
+    [[ -n $tb_s && -d $tb_s/.git ]] || continue
+    unset tb_mod
+    declare -A tb_mod=()
+    while IFS= read -r -d '' x; do tb_mod["$x"]=1; done < <(git -C "$tb_s" ls-files -m -z 2> /dev/null)
+    while IFS= read -r -d '' x; do
+      [[ -n ${tb_mod[$x]+x} ]] || tb_pristine["$tb_s/$x"]=1
+    done < <(git -C "$tb_s" ls-files -z 2> /dev/null)
+  done < <(printf '%s\n' "$tb_sources")
+  for pat in "$@"; do
+    n=0
+    old=0
+    pr=0
+    case "$pat" in \~/*) kind=home; glob="${pat#\~/}" ;; /*) kind=root; glob=$pat ;; *) kind=run; glob=$pat ;; esac
+    IFS=$'\n'
+    # shellcheck disable=SC2206  # the pattern is expanded as a glob on purpose (IFS: only newlines split)
+    if [[ $kind == home ]]; then ms=("$HOME"/$glob); else ms=($glob); fi
+    unset IFS
+    for m in "${ms[@]}"; do
+      if [[ -d $m ]]; then
+        newer=()
+        [[ $kind == run ]] || newer=(-newer "$tb_ref")
+        while IFS= read -r -d '' x; do
+          add "$x" && n=$((n + 1))
+        done < <(find -L "$m" -type f "${newer[@]}" -print0 2> /dev/null)
+      elif [[ -f $m ]]; then
+        if [[ $kind == run || $m -nt $tb_ref ]]; then add "$m" && n=$((n + 1)); else old=$((old + 1)); fi
+      fi
+    done
+    [[ $old -gt 0 ]] && printf '@NOTE %s: %s matching file(s) left out: not written during this run\n' "$pat" "$old"
+    [[ $pr -gt 0 ]] && printf '@NOTE %s: %s matching file(s) left out: the source checkout holds them unchanged\n' \
+      "$pat" "$pr"
+    [[ $n -eq 0 && $old -eq 0 && $pr -eq 0 ]] && printf '@NOMATCH %s\n' "$pat"
+  done
+  ((${#files[@]})) || return 0
+  mapfile -t S < <(for f in "${files[@]}"; do printf '%s\0' "${tb_src[$f]}"; done | xargs -0 stat -L -c '%s %Y' --)
+  declare -a Hm=() todo=()
+  if [[ ${#S[@]} -eq ${#files[@]} ]]; then
+    for i in "${!files[@]}"; do
+      k=${K[${files[i]}]-}
+      if [[ -n $k && "${k% *}" == "${S[i]}" ]]; then Hm[i]=${k##* }; else todo+=("$i"); fi
+    done
+    if ((${#todo[@]})); then
+      mapfile -t H < <(for i in "${todo[@]}"; do printf '%s\0' "${tb_src[${files[i]}]}"; done | tb_hash)
+      if [[ ${#H[@]} -eq ${#todo[@]} ]]; then
+        j=0
+        for i in "${todo[@]}"; do Hm[i]=${H[j]}; j=$((j + 1)); done
+      fi
+    fi
+  fi
+  if [[ ${#S[@]} -ne ${#files[@]} || ${#Hm[@]} -ne ${#files[@]} ]]; then
+    echo "@ERR a file vanished or is unreadable while it was being checksummed"
+  else
+    for i in "${!files[@]}"; do
+      printf 'F\t%s\t%s\t%s\t%s\n' "${S[i]% *}" "${S[i]#* }" "${Hm[i]}" "${files[i]}"
+    done
+  fi
+}
+
+if cd -- "$tb_dir" 2> /dev/null; then list "$@"; else echo "@NODIR"; fi
+if [[ -n $tb_background ]]; then
+  wait "$tb_bg"
+  cat "$tb_tmp/background"
+fi
+echo "@END"

@@ -1,0 +1,30 @@
+#!/bin/sh
+# testbed run: the state of a run's ranks on this host (testbed.run.remote.poll_command builds the call,
+# parse_poll reads its output).
+# usage: poll.sh RUN_DIR RANK... [-- NAME RANK REGEX ...]
+# prints per rank "R rank exit alive start end" ("-" where not known yet; alive is 1 or 0), then "T NAME" for
+# each extended REGEX found in the stdout or stderr of its RANK; only "NODIR" when the run folder is gone.
+dir=$1
+shift
+case $dir in \~) dir=$HOME ;; \~/*) dir=$HOME/${dir#\~/} ;; esac
+cd -- "$dir" 2> /dev/null || { echo NODIR; exit 0; }
+while [ $# -gt 0 ] && [ "$1" != -- ]; do
+  k=$1
+  shift
+  e=-
+  [ -f "rank$k.exit" ] && e=$(cat "rank$k.exit")
+  p=$(cat "rank$k.pid" 2> /dev/null)
+  a=-
+  if [ -n "$p" ]; then
+    if kill -0 "$p" 2> /dev/null; then a=1; else a=0; fi
+  fi
+  s=$(cat "rank$k.start" 2> /dev/null)
+  n=$(cat "rank$k.end" 2> /dev/null)
+  echo "R $k ${e:--} $a ${s:--} ${n:--}"
+done
+[ $# -gt 0 ] && shift
+while [ $# -ge 3 ]; do
+  grep -E -q -e "$3" "rank$2.out" "rank$2.err" 2> /dev/null && printf 'T %s\n' "$1"
+  shift 3
+done
+exit 0

@@ -1,0 +1,18 @@
+#!/bin/sh
+# testbed rank wrapper, uploaded into each run folder (testbed.run.remote.upload) and started detached by
+# launch.sh: runs one rank and records how it ended.
+# usage: tb-rank.sh K SCRIPT
+# writes rankK.start, rankK.pid (the rank's process group), rankK.out and rankK.err (appended across attempts),
+# rankK.end and rankK.exit (the exit status; 128+N when killed by signal N)
+k=$1
+script=$2
+cd "$(dirname "$0")" || exit 1
+rm -f "rank$k.exit" "rank$k.end" "rank$k.pid"
+date +%s.%N > "rank$k.start"
+setsid sh "./$script" >> "rank$k.out" 2>> "rank$k.err" < /dev/null &
+pid=$!
+echo "$pid" > "rank$k.pid"
+wait "$pid"
+rc=$?
+date +%s.%N > "rank$k.end"
+echo "$rc" > "rank$k.exit.tmp" && mv "rank$k.exit.tmp" "rank$k.exit"
