@@ -65,7 +65,7 @@ def test_readme_example_runs_as_written(need_local: None, tmp_path: Path) -> Non
     assert out["hosts"] == ["node0", "node1", "node2"]
     assert out["copies"] == {f"node{i}": f"node{i}\n" for i in range(3)}
     assert out["kernel"].strip() == os.uname().release  # the hosts share this machine's kernel
-    assert Path(out["report"]).is_file()
+    assert (tmp_path / out["report"]).is_file()
     assert (tmp_path / "results" / "mpi-hello" / out["run"] / "manifest.json").is_file()
 
 
@@ -80,14 +80,14 @@ def test_fabric_connection_refuses_a_key_that_is_not_the_pinned_one(local_testbe
     monkeypatch.chdir(bed.cwd)
     tb = Testbed.open(bed.name, bed.store)
     with tb.connection("node0") as c:
-        assert c.run("hostname", hide=True).stdout.strip() == "node0"
+        assert c.run("hostname", hide=True, in_stream=False).stdout.strip() == "node0"
     kh = bed.home / "testbeds" / bed.name / "known_hosts"
     pinned = kh.read_text()
     other = next(ln for ln in pinned.splitlines() if ln.startswith("node1 ")).split(" ", 1)[1]
     kh.write_text("".join(f"node0 {other}\n" if ln.startswith("node0 ") else ln + "\n"
                           for ln in pinned.splitlines()))  # node1's key pinned for node0
     with pytest.raises(paramiko.SSHException), tb.connection("node0") as c:
-        c.run("true", hide=True)
+        c.run("true", hide=True, in_stream=False)
     html = tb._repr_html_()
     assert "<table>" in html and "node1" in html and bed.name in repr(tb)
     with pytest.raises(TestbedError) as ei:
