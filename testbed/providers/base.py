@@ -286,19 +286,13 @@ class Provider(ABC):
 
     def _login(self, h: Host, deadline: float, user: str | None) -> None:
         """Log in with the testbed key until it works, the host key is refused, or the deadline passes."""
-        import subprocess
+        from testbed import remote
 
-        argv = ssh.ssh_argv(self.name, h.name, "true", mux="none")
-        if user:
-            argv[1:1] = ["-l", user]
         while True:
-            try:
-                r = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-                ok, why = r.returncode == 0, ssh.describe_ssh_failure(r.stderr, h.name, self.name)
-            except subprocess.TimeoutExpired:
-                ok, why = False, f"{h.name} did not finish logging in within 30 s"
-            if ok:
+            r = remote.run(self.name, [h.name], "true", timeout=30, mux="none", user=user)[0]
+            if r.ok:
                 return
+            why = r.error or ssh.describe_ssh_failure(r.stderr, h.name, self.name)
             if "host key" in why or time.monotonic() >= deadline:
                 raise TestbedError(f"cannot log in to {self.host_label(h)} ({h.address}): {why}",
                                    where=f"{user or h.user}@{h.address}:{h.port}", fix=self.login_fix(h))
