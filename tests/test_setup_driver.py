@@ -312,3 +312,24 @@ def test_a_killed_setup_leaves_no_ansible_playbook_behind(home: Path) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
         mute.close()
+
+
+def test_setup_puts_the_signal_handlers_back(home: Path) -> None:
+    """ansible-runner installs its own SIGINT/SIGTERM handlers and leaves them: Ctrl-C after a set-up (following
+    a run) would only set its flag. After apply, the process's own handlers are back."""
+    import signal
+
+    from testbed.hosts import Host
+    from testbed.state import Store
+
+    (home / "inventories").mkdir()
+    (home / "inventories" / "sig.yml").write_text(
+        "provider:\n  kind: lab\n  hosts:\n    - {name: n0, address: 127.0.0.1, port: 1}\nuser: root\n")
+    st = Store.open_default()
+    st.upsert_testbed("sig", "lab", "inventories/sig.yml", "up")
+    st.set_hosts("sig", [Host(name="n0", address="127.0.0.1", port=1)])
+    st.close()
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    res = setup.apply("sig", roles=["shell"])
+    assert res.rc != 0  # it ran (and could not reach the host)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

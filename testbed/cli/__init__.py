@@ -23,13 +23,28 @@ app = typer.Typer(
     help="Provision, set up, run, collect and report research artifacts on local, lab, Chameleon and TPU "
          "testbeds.\n\nExample: testbed provision local && testbed exec local -- hostname",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion [bash|zsh|fish], --show-completion
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
 list_app = typer.Typer(help="List testbeds, suites, profiles or runs.", no_args_is_help=False)
 
 _debug = False
+
+
+def _flags_as_flags() -> None:
+    """Typer prints a flag's type as if it took a value (``--detach <bool>``): show flags as flags."""
+    from typer.core import TyperOption
+
+    typed = TyperOption.display_type_rich
+
+    def display(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag and self.metavar is None else typed(self, ctx)
+
+    TyperOption.display_type_rich = display  # type: ignore[method-assign]
+
+
+_flags_as_flags()
 
 
 @app.callback()
@@ -59,7 +74,7 @@ def main() -> None:
     """Console-script entry: run the app and turn every error into one message and an exit code."""
     usage_errors, aborts = _click_exceptions()
     try:
-        rc = app(standalone_mode=False)
+        rc = app(standalone_mode=False, prog_name="testbed")
     except usage_errors as exc:  # Typer/Click's own usage errors, in our one-message format
         e: Any = exc  # a click.UsageError (format_message, ctx), whichever Click Typer brought
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `testbed`: the help, as asked for

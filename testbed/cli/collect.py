@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from testbed.report import ReportResult
     from testbed.report.campaign import IndexResult
 
+from testbed.cli import complete
 from testbed.cli.common import JsonOpt, print_json
 
 
@@ -27,7 +28,8 @@ def _human(n: float) -> str:
 
 
 def collect_cmd(
-    runs: Annotated[list[str] | None, typer.Argument(help="Run ids (see `testbed list runs`).")] = None,
+    runs: Annotated[list[str] | None, typer.Argument(help="Run ids (see `testbed list runs`).",
+                                                     autocompletion=complete.runs)] = None,
     all_runs: Annotated[bool, typer.Option("--all", help="Collect every recorded run.")] = False,
     to: Annotated[Path, typer.Option("--to", help="Results folder: writes <to>/<suite>/<run-id>/.")] = Path("results"),
     json_out: JsonOpt = False,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from testbed.cli import complete
 from testbed.cli.common import JsonOpt, console, escape, print_json, store
 
 if TYPE_CHECKING:
@@ -18,8 +19,10 @@ if TYPE_CHECKING:
 
 
 def run(
-    suite: Annotated[str, typer.Argument(help="Suite name (experiments/NAME.yml) or a .yml path.")],
-    on: Annotated[str | None, typer.Option("--on", help="Testbed (default: the suite's, else local).")] = None,
+    suite: Annotated[str, typer.Argument(help="Suite name (experiments/NAME.yml) or a .yml path.",
+                                         autocompletion=complete.suites)],
+    on: Annotated[str | None, typer.Option("--on", help="Testbed (default: the suite's, else local).",
+                                                  autocompletion=complete.testbeds)] = None,
     param: Annotated[list[str] | None, typer.Option("--param", "-p", help="key=value, repeatable.")] = None,
     matrix: Annotated[bool, typer.Option("--matrix", help="Run every point of the suite's matrix (a campaign; "
                                                           "-p values filter the points).")] = False,
@@ -196,7 +199,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
 
 
 def logs(
-    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    run_id: Annotated[str, typer.Argument(help="Run id.", autocompletion=complete.runs)],
     host: Annotated[str | None, typer.Option("--host", "-H", help="Only this host's ranks.")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream until the run ends (reattaches).")] = False,
 ) -> None:
@@ -225,7 +228,7 @@ def logs(
         sys.stderr.write(f"run {run_id} {row.status}" + (f": {row.reason}" if row.reason else "") + "\n")
 
 
-def stop(run_id: Annotated[str, typer.Argument(help="Run id.")]) -> None:
+def stop(run_id: Annotated[str, typer.Argument(help="Run id.", autocompletion=complete.runs)]) -> None:
     """Stop a running run: every rank's processes get TERM, then KILL; status becomes stopped.
 
     Example: testbed stop mpi-hello-20250101-120000-ab12
@@ -289,7 +292,8 @@ def show_run_status(run_id: str, json_out: bool) -> None:
     return None
 
 
-def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.")], json_out: JsonOpt = False) -> None:
+def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
+                                              autocompletion=complete.suites)], json_out: JsonOpt = False) -> None:
     """Describe a suite: requirements, profile, parameters, matrix, steps and faults.
 
     Example: testbed show fault-drill

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from testbed.providers.base import Provider
     from testbed.state import Store
 
+from testbed.cli import complete
 from testbed.cli.common import JsonOpt, console, escape, print_json, store
 
 
@@ -66,7 +67,8 @@ def _known_testbed(st: Store, name: str) -> dict[str, Any]:
 
 
 # provision / status / destroy ---------------------------------------------------------------------
-def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventories/NAME.yml) or a .yml path.")],
+def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventories/NAME.yml) or a .yml path.",
+                                                  autocompletion=complete.testbeds)],
               json_out: JsonOpt = False) -> None:
     """Create (or repair) the testbed's hosts and record them in state. Idempotent.
 
@@ -97,7 +99,8 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
     c.print(f"ansible: ansible -i {ssh.inventory_path(p.name)} all -m ping")
 
 
-def status(target: Annotated[str | None, typer.Argument(help="A testbed name or a run id; none: everything.")] = None,
+def status(target: Annotated[str | None, typer.Argument(help="A testbed name or a run id; none: everything.",
+                                                        autocompletion=complete.testbeds_or_runs)] = None,
            probe: Annotated[bool, typer.Option("--probe", help="Check every host over SSH.")] = False,
            json_out: JsonOpt = False) -> None:
     """What state knows, without touching the network (``--probe`` checks reachability).
@@ -158,7 +161,7 @@ def status(target: Annotated[str | None, typer.Argument(help="A testbed name or 
             c.print(f"{k}: {v}")
 
 
-def destroy(name: Annotated[str, typer.Argument(help="Testbed name.")],
+def destroy(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletion=complete.testbeds)],
             yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (no prompt is shown anyway when "
                                                                   "stdin is not a terminal).")] = False) -> None:
     """Release every resource of the testbed (hosts, leases, IPs, namespaces). Safe to repeat.
@@ -178,9 +181,11 @@ def destroy(name: Annotated[str, typer.Argument(help="Testbed name.")],
     console().print(f"testbed {name} destroyed in {time.monotonic() - t0:.1f} s")
 
 
-def setup(name: Annotated[str, typer.Argument(help="Testbed name.")],
-          profile: Annotated[str | None, typer.Option("--profile", "-P", help="Profile to apply.")] = None,
-          suite: Annotated[str | None, typer.Option("--suite", "-s", help="Apply the profile this suite needs.")]
+def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletion=complete.testbeds)],
+          profile: Annotated[str | None, typer.Option("--profile", "-P", help="Profile to apply.",
+                                                                   autocompletion=complete.profiles)] = None,
+          suite: Annotated[str | None, typer.Option("--suite", "-s", help="Apply the profile this suite needs.",
+                                                                 autocompletion=complete.suites)]
           = None,
           role: Annotated[list[str] | None, typer.Option("--role", "-r", help="Apply single roles (repeatable).")]
           = None,
@@ -248,7 +253,7 @@ def _setup_sources(name: str, profile: str | None, suite: str | None, given: lis
 
 
 # exec / ssh ------------------------------------------------------------------------------------------
-def exec_(name: Annotated[str, typer.Argument(help="Testbed name.")],
+def exec_(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletion=complete.testbeds)],
           command: Annotated[list[str], typer.Argument(help="The command, after '--'; run by each host's shell.")],
           hosts: Annotated[str | None, typer.Option("--hosts", "-H", help="Names, groups or globs, comma-separated.")]
           = None,
@@ -289,8 +294,9 @@ def exec_(name: Annotated[str, typer.Argument(help="Testbed name.")],
         raise typer.Exit(1)
 
 
-def ssh_(name: Annotated[str, typer.Argument(help="Testbed name.")],
-         host: Annotated[str | None, typer.Argument(help="Host name (default: the master).")] = None,
+def ssh_(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletion=complete.testbeds)],
+         host: Annotated[str | None, typer.Argument(help="Host name (default: the master).",
+                                                    autocompletion=complete.hosts)] = None,
          command: Annotated[list[str] | None, typer.Argument(help="Optional command after '--'.")] = None) -> None:
     """Open an SSH session to a host with the testbed's key and pinned host keys.
 
@@ -309,7 +315,8 @@ def ssh_(name: Annotated[str, typer.Argument(help="Testbed name.")],
     remote.interactive(name, host, " ".join(command) if command else None)
 
 
-def extend(name: Annotated[str, typer.Argument(help="Testbed name (a Chameleon testbed).")],
+def extend(name: Annotated[str, typer.Argument(help="Testbed name (a Chameleon testbed).",
+                                               autocompletion=complete.testbeds)],
            hours: Annotated[float, typer.Option("--hours", help="Hours to add to the lease.")]) -> None:
     """Move the end of the testbed's lease later (Chameleon).
 
@@ -325,8 +332,9 @@ def extend(name: Annotated[str, typer.Argument(help="Testbed name (a Chameleon t
     console().print(f"lease of {name} now ends at {new_end}")
 
 
-def forget_host(name: Annotated[str, typer.Argument(help="Testbed name.")],
-                host: Annotated[str, typer.Argument(help="Host whose pinned key to forget.")]) -> None:
+def forget_host(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletion=complete.testbeds)],
+                host: Annotated[str, typer.Argument(help="Host whose pinned key to forget.",
+                                                    autocompletion=complete.hosts)]) -> None:
     """Forget a host's pinned SSH key (after it was really rebuilt); the next connection pins the new one.
 
     Example: testbed forget-host tesla ecetesla3

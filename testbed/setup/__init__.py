@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -234,19 +235,31 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
     cmdline = "--check --diff" if check else None
     ident = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     start = time.monotonic()
+    # ansible-runner turns SIGINT/SIGTERM into a flag that cancels the play (in init_runner), and never puts the
+    # old handlers back: afterwards Ctrl-C would stop nothing in this process (a run's follow). Put them back.
+    import signal
+
     from ansible_runner.interface import init_runner
 
-    r = init_runner(
-        private_data_dir=str(run_dir), ident=ident, playbook=str(pb_path), inventory=str(inv_path),
-        extravars=extravars, limit=",".join(lim) if lim else None, cmdline=cmdline, forks=nforks,
-        envvars=env, event_handler=handler, quiet=True, suppress_env_files=True, rotate_artifacts=20,
-        settings={"suppress_ansible_output": True},
-    )
-    # ansible-runner hands ansible-playbook this machine's whole environment and writes it into the run's
-    # artifacts (artifacts/<id>/command): keep only what Ansible needs, never the user's cloud secrets
-    r.config.env = scrub_env(r.config.env)
-    r.config.command = [sys.executable, "-c", _DIE_WITH_PARENT, *r.config.command]
-    r.run()
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        r = init_runner(
+            private_data_dir=str(run_dir), ident=ident, playbook=str(pb_path), inventory=str(inv_path),
+            extravars=extravars, limit=",".join(lim) if lim else None, cmdline=cmdline, forks=nforks,
+            envvars=env, event_handler=handler, quiet=True, suppress_env_files=True, rotate_artifacts=20,
+            settings={"suppress_ansible_output": True},
+        )
+        # ansible-runner hands ansible-playbook this machine's whole environment and writes it into the run's
+        # artifacts (artifacts/<id>/command): keep only what Ansible needs, never the user's cloud secrets
+        r.config.env = scrub_env(r.config.env)
+        r.config.command = [sys.executable, "-c", _DIE_WITH_PARENT, *r.config.command]
+        r.run()
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for sig, previous in saved.items():
+                signal.signal(sig, previous)
+    if str(r.status) == "canceled":  # the user's Ctrl-C (or a TERM) reached the play: stop here as well
+        raise KeyboardInterrupt
     elapsed = time.monotonic() - start
     hosts_res, _, _, _ = agg.snapshot()
     error = None

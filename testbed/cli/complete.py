@@ -1,0 +1,83 @@
+"""Shell completion of names: testbeds, suites, profiles, runs and hosts, from the shipped and working-directory
+files and from state. Each runs on every TAB: only paths and SQLite are imported, and a failure completes
+nothing rather than printing an error into the user's prompt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _safe(fn: Any) -> Any:
+    """``fn`` with its signature (Typer passes ``ctx``/``incomplete`` by name), returning [] on any error."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> list[str]:
+        try:
+            return list(fn(*args, **kwargs))
+        except Exception:  # a broken spec or state must never break the user's shell
+            return []
+
+    return wrapped
+
+
+def _starting(names: Any, incomplete: str) -> list[str]:
+    return sorted(n for n in set(names) if n.startswith(incomplete))
+
+
+def _state() -> Any:
+    """This state home's store when it exists (completing never creates one)."""
+    import os
+    from pathlib import Path
+
+    from testbed.state import Store
+
+    db = Path(os.environ.get("TESTBED_HOME") or Path.cwd() / ".testbed") / "state.db"
+    return Store(db) if db.is_file() else None
+
+
+@_safe
+def testbeds(incomplete: str) -> list[str]:
+    """Testbeds with a spec here or in the package, and those in state."""
+    from testbed import paths
+
+    names = set(paths.list_resources("inventories"))
+    st = _state()
+    if st is not None:
+        names |= {t["name"] for t in st.testbeds()}
+    return _starting(names, incomplete)
+
+
+@_safe
+def suites(incomplete: str) -> list[str]:
+    from testbed import paths
+
+    return _starting(paths.list_resources("experiments"), incomplete)
+
+
+@_safe
+def profiles(incomplete: str) -> list[str]:
+    from testbed import paths
+
+    return _starting(paths.list_resources("playbooks", "profiles/*.yml"), incomplete)
+
+
+@_safe
+def runs(incomplete: str) -> list[str]:
+    st = _state()
+    return _starting(st.run_ids(), incomplete) if st is not None else []
+
+
+@_safe
+def testbeds_or_runs(incomplete: str) -> list[str]:
+    return sorted({*testbeds(incomplete), *runs(incomplete)})
+
+
+@_safe
+def hosts(ctx: Any, incomplete: str) -> list[str]:
+    """Hosts of the testbed named earlier on the command line (as state records them)."""
+    name = (ctx.params or {}).get("name")
+    st = _state()
+    if not name or st is None:
+        return []
+    return _starting((h.name for h in st.hosts(name)), incomplete)
