@@ -240,16 +240,7 @@ def test_setup_leaves_no_secret_from_the_environment_under_the_home(home: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """ansible-runner wrote the whole environment into artifacts/<id>/command: a real set-up against an unreachable
     host, with secrets planted the ways users hold them, and every byte under the state home grepped."""
-    from testbed.hosts import Host
-    from testbed.state import Store
-
-    (home / "inventories").mkdir()
-    (home / "inventories" / "sec.yml").write_text(
-        "provider:\n  kind: lab\n  hosts:\n    - {name: n0, address: 127.0.0.1, port: 1}\nuser: root\n")
-    st = Store.open_default()
-    st.upsert_testbed("sec", "lab", "inventories/sec.yml", "up")
-    st.set_hosts("sec", [Host(name="n0", address="127.0.0.1", port=1)])
-    st.close()
+    _unreachable_lab(home, "sec")
     for k, v in SECRETS.items():
         monkeypatch.setenv(k, v)
     res = setup.apply("sec", roles=["shell"])
@@ -319,17 +310,22 @@ def test_setup_puts_the_signal_handlers_back(home: Path) -> None:
     a run) would only set its flag. After apply, the process's own handlers are back."""
     import signal
 
-    from testbed.hosts import Host
-    from testbed.state import Store
-
-    (home / "inventories").mkdir()
-    (home / "inventories" / "sig.yml").write_text(
-        "provider:\n  kind: lab\n  hosts:\n    - {name: n0, address: 127.0.0.1, port: 1}\nuser: root\n")
-    st = Store.open_default()
-    st.upsert_testbed("sig", "lab", "inventories/sig.yml", "up")
-    st.set_hosts("sig", [Host(name="n0", address="127.0.0.1", port=1)])
-    st.close()
+    _unreachable_lab(home, "sig")
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     res = setup.apply("sig", roles=["shell"])
     assert res.rc != 0  # it ran (and could not reach the host)
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def _unreachable_lab(home: Path, name: str) -> None:
+    """A recorded lab testbed whose one host does not answer (port 1 on loopback): a set-up runs and fails."""
+    from testbed.hosts import Host
+    from testbed.state import Store
+
+    (home / "inventories").mkdir()
+    (home / "inventories" / f"{name}.yml").write_text(
+        "provider:\n  kind: lab\n  hosts:\n    - {name: n0, address: 127.0.0.1, port: 1}\nuser: root\n")
+    st = Store.open_default()
+    st.upsert_testbed(name, "lab", f"inventories/{name}.yml", "up")
+    st.set_hosts(name, [Host(name="n0", address="127.0.0.1", port=1)])
+    st.close()
