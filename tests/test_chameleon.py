@@ -497,7 +497,7 @@ def test_oidc_password_openrc(fake: FakeChameleon, clean_env: pytest.MonkeyPatch
     """The project's OpenStack RC file (v3oidcpassword): keystoneauth's OpenID Connect flow against the site's
     Keycloak (discovery, password grant), keystone's OS-FEDERATION auth, then a project-scoped token."""
     _use_env(clean_env, fake.env("oidc"))
-    m = make(count=1)
+    m = make(count=1, project=fake.project)  # provider.project picks the project by name
     (h,) = m.p.provision()
     assert h.user == "cc"
     flow = [p for _, p in fake.requests if p.startswith(("/oidc", "/identity"))][:4]
@@ -593,6 +593,17 @@ def test_lease_longer_than_chameleon_allows(fake: FakeChameleon, make: Callable[
     _assert_clear(ei.value, "longer than Chameleon allows", "HTTP 403", "maximum lease duration", where="blazar",
                   fix="7 days")
     assert not fake.leases
+    _destroy_leaves_nothing(m, fake)
+
+
+def test_lease_refused_by_the_allocation_check(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    fake.allocation_refusal = "Lease would exceed the project's remaining allocation (SUs)."
+    m = make()
+    with pytest.raises(TestbedError) as ei:
+        m.p.provision()
+    _assert_clear(ei.value, "Blazar refused creating the lease", "HTTP 400", "remaining allocation",
+                  where="blazar", fix="remaining SUs")
+    assert not fake.leases and fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
     _destroy_leaves_nothing(m, fake)
 
 
@@ -809,6 +820,16 @@ def test_server_going_to_error_on_delete_is_reported_at_once(fake: FakeChameleon
 
 
 # Ctrl-C at any moment -------------------------------------------------------------------------------------
+@pytest.fixture
+def sigint() -> Iterator[None]:
+    """Python's own SIGINT handler (ansible-runner, run in-process by earlier tests, swaps in a flag-setter)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("method,path,nth", [
     ("POST", "/reservation/v1/leases", 1),         # the lease made, its id not yet back
     ("POST", "/compute/v2.1/servers", 2),          # the second server made, its id not yet back
@@ -817,7 +838,7 @@ def test_server_going_to_error_on_delete_is_reported_at_once(fake: FakeChameleon
     ("GET", "/reservation/v1/leases/", 1),         # while Blazar starts the lease
 ])
 def test_ctrl_c_inside_a_request(fake: FakeChameleon, make: Callable[..., Made], method: str, path: str,
-                                 nth: int) -> None:
+                                 nth: int, sigint: None) -> None:
     """A Ctrl-C that lands while a request is answered (between the service's answer and the state write):
     everything billing is still found and released by destroy."""
     import _thread
@@ -840,7 +861,8 @@ def test_ctrl_c_inside_a_request(fake: FakeChameleon, make: Callable[..., Made],
     _destroy_leaves_nothing(m, fake)
 
 
-def test_ctrl_c_during_destroy_keeps_the_rest_recorded(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+def test_ctrl_c_during_destroy_keeps_the_rest_recorded(fake: FakeChameleon, make: Callable[..., Made],
+                                                       sigint: None) -> None:
     import _thread
 
     m = make(count=2)

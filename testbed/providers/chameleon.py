@@ -1,10 +1,12 @@
 """Chameleon Cloud: a lease of bare-metal nodes, a server on each, a floating IP each, through python-chi.
 
-provision: credentials checked (no network) -> lease with a node reservation (+ reserved floating IPs), its id
-recorded at once -> wait ACTIVE -> the testbed's key pair -> one server per node on the reservation, each id
-recorded the moment nova returns it -> wait ACTIVE -> a floating IP per server (recorded, then bound) -> wait
-until SSH answers (the base class: a real handshake, host keys pinned, a login) -> hosts in state (user from the
-spec: ``cc``). Running it again reuses what exists (by recorded id, else by name).
+provision: lease dates and credentials checked (no network) -> lease with a node reservation (+ reserved
+floating IPs), its id recorded at once -> wait ACTIVE (Blazar takes minutes) -> the testbed's key pair -> one
+server per node on the reservation, each id recorded the moment nova returns it -> wait ACTIVE (bare metal: 10-20
+minutes) -> a floating IP per server (recorded, then bound) -> wait until SSH answers (the base class: a real
+handshake, host keys pinned, a login) -> hosts in state (user from the spec: ``cc``). Running it again reuses
+what exists (by recorded id, else by name). Every wait polls with :class:`Backoff` and says how long it has
+waited; a status that can never turn into the one waited for fails at once.
 
 destroy (:mod:`testbed.providers.chameleon_release`): floating IPs, servers, the lease and the key pair, each
 row removed once the cloud says it is gone, so a destroy that fails half-way can simply be run again.
@@ -217,6 +219,12 @@ class ChameleonProvider(Provider):
             return TestbedError(f"Blazar refused {doing}: the lease is changing status (starting, updating or "
                                 f"being deleted) ({status}: {m})", where=where,
                                 fix="wait a minute and run the command again")
+        if e.service == "blazar" and e.status in (400, 403) and "lease" in doing:
+            # e.g. Chameleon's allocation check (blazar's ExternalServiceFilter), whose words vary
+            return TestbedError(f"Blazar refused {doing} ({status}: {m})", where=where,
+                                fix="Chameleon refuses a lease the project's allocation cannot pay for (node-hours "
+                                    "x nodes): check its remaining SUs and end date on chameleoncloud.org, or "
+                                    "ask for a shorter lease or fewer nodes")
         return TestbedError(f"{doing} failed ({status}: {m})", where=where, fix=after)
 
     @contextmanager

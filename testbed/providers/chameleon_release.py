@@ -3,7 +3,8 @@ servers, the lease and the key pair.
 
 404 counts as gone; a resource row is removed only once the cloud says it is gone, so a destroy that fails
 half-way can simply be run again; resources an interrupted provision made before their id came back are found by
-name and released too.
+name and released too. A lease or server that turns ERROR while being deleted is reported at once, never waited
+on until the timeout.
 """
 
 from __future__ import annotations

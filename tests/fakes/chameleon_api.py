@@ -17,8 +17,9 @@ its own error body format. Sources: ChameleonCloud/blazar (branch chameleoncloud
   ``lease_degraded``: ACTIVE with ``degraded`` and the reservation's ``missing_resources`` set). Requests are
   checked as the manager checks them: missing parameters (400), bad or past dates (400), unknown resource types,
   not enough hosts of the node type (500 "Not enough hosts available") or floating IPs (500 "Not enough floating
-  IPs available"), Chameleon's 7-day maximum (403 on create, 400 on update), "Invalid lease status." (500) for a
-  lease in a transitional status. DELETE is synchronous (200 ``{}``); ``lease_delete_error`` leaves the lease in
+  IPs available"), Chameleon's 7-day maximum (403 on create, 400 on update), its allocation check
+  (``allocation_refusal``: 400 with the service's words), "Invalid lease status." (500) for a lease in a
+  transitional status. DELETE is synchronous (200 ``{}``); ``lease_delete_error`` leaves the lease in
   ERROR with the manager's "Failed to cleanly end lease" (500); ``lease_delete_polls`` makes the DELETE time out
   in the RPC layer (500 "Internal Server Error") while the lease stays DELETING for that many GETs, then goes
   (or, with ``lease_delete_error``, turns ERROR). Reserved floating IPs appear in neutron, tagged
@@ -120,6 +121,7 @@ class FakeChameleon:
         self.lease_delete_error = False
         self.lease_delete_polls = 0
         self.extend_conflict: bool | str = False  # True or "hosts": no hosts after the end; "fips": no addresses
+        self.allocation_refusal: str | None = None  # the allocation service's 403 message (ExternalServiceFilter)
         self.fail_server_create: set[int] = set()
         self.quota_instances: int | None = None
         self.quota_fips: int | None = None
@@ -536,6 +538,9 @@ class FakeChameleon:
             return self._blazar_error(403, f"Lease duration of {int((end - start).total_seconds())} seconds must be "
                                            f"less than or equal to the maximum lease duration of "
                                            f"{self.max_lease_seconds} seconds.")
+        if self.allocation_refusal is not None:  # enforcement/filters/external_service_filter.py: 400
+            self.fip_pool[:0] = fip_addresses
+            return self._blazar_error(400, self.allocation_refusal)
         events = [{"id": _id(), "lease_id": lid, "event_type": kind, "time": t.strftime(LEASE_FMT),
                    "status": "UNDONE", "created_at": stamp, "updated_at": None}
                   for kind, t in (("start_lease", start), ("end_lease", end))]
