@@ -687,7 +687,7 @@ def test_extension_refusals_are_told_apart(fake: FakeChameleon, make: Callable[.
     fake.extend_conflict = False
     with pytest.raises(TestbedError) as ei:
         m.p.extend(24 * 7)
-    _assert_clear(ei.value, "at most 7 days", "HTTP 400", "maximum lease duration", where="blazar",
+    _assert_clear(ei.value, "7 days at most", "HTTP 400", "maximum lease duration", where="blazar",
                   fix="fewer hours")
     fake.update_window = 3600
     with pytest.raises(TestbedError) as ei:
@@ -700,6 +700,8 @@ def test_extension_refusals_are_told_apart(fake: FakeChameleon, make: Callable[.
     _assert_clear(ei.value, "changing status", "Invalid lease status.", where="blazar", fix="wait a minute")
     lease["status"] = "ACTIVE"
     assert m.p.extend(1).endswith("Z")
+    fake.update_window = 4 * 3600  # inside the window, 7 days count from the current end, not the start
+    assert m.p.extend(24 * 7 - 1).endswith("Z")
     _destroy_leaves_nothing(m, fake)
 
 

@@ -230,8 +230,9 @@ def _extend_error(p: ChameleonProvider, e: ApiError, hours: float, thing: str) -
                             fix="extend by fewer hours; or collect results and start a new lease, with "
                                 "provider.floating_ips: false if addresses stay scarce")
     if "maximum lease duration" in low:
-        return TestbedError(f"cannot extend lease {p.lease_name} by {hours:g} h: Chameleon leases last at most "
-                            f"7 days {said}", where=where,
+        return TestbedError(f"cannot extend lease {p.lease_name} by {hours:g} h: Chameleon allows 7 days at "
+                            f"most (from the start, or from the current end within the extension window) {said}",
+                            where=where,
                             fix="extend by fewer hours, or collect results and start a new lease")
     if "can only be extended within" in low:
         return TestbedError(f"cannot extend lease {p.lease_name} yet: Chameleon allows extensions only close to "

@@ -572,13 +572,17 @@ class FakeChameleon:
             return self._blazar_error(400, "Terminated leases can only be renamed")
         if end < now or end < start:
             return self._blazar_error(400, "End date must be later than current and start date")
-        if (end - start).total_seconds() > self.max_lease_seconds:
-            return self._blazar_error(400, f"Lease duration of {int((end - start).total_seconds())} seconds must be "
-                                           f"less than or equal to the maximum lease duration of "
-                                           f"{self.max_lease_seconds} seconds.")
-        if self.update_window is not None and end > old_end and (old_end - now).total_seconds() > self.update_window:
-            return self._blazar_error(400, f"Lease can only be extended within {self.update_window} seconds of the "
-                                           "leases current end time.")
+        if end > old_end or start < old_start:  # MaxLeaseDurationFilter.check_update
+            counted_from = old_start
+            if self.update_window is not None:  # reservation_extension_window: counted from the current end
+                if now < old_end - timedelta(seconds=self.update_window):
+                    return self._blazar_error(400, f"Lease can only be extended within {self.update_window} seconds "
+                                                   "of the leases current end time.")
+                counted_from = old_end
+            if (end - counted_from).total_seconds() > self.max_lease_seconds:
+                return self._blazar_error(400, f"Lease duration of {int((end - counted_from).total_seconds())} "
+                                               "seconds must be less than or equal to the maximum lease duration "
+                                               f"of {self.max_lease_seconds} seconds.")
         if self.extend_conflict in (True, "hosts"):  # the host plugin's update_reservation
             return self._blazar_error(500, "Not enough hosts available")
         if self.extend_conflict == "fips":  # the floating IP plugin's _update_allocations
