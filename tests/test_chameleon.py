@@ -274,6 +274,12 @@ def test_lease_goes_to_error(fake: FakeChameleon, make: Callable[..., Made]) -> 
     with pytest.raises(TestbedError) as ei:
         m.p.provision()
     _assert_clear(ei.value, "lease", "went to ERROR", where="blazar", fix=f"testbed destroy {NAME}")
+    # Blazar keeps no reason on a lease (status_reason was dropped): what it shows is which event and which
+    # reservation failed, and the help desk needs the lease id
+    (lease,) = fake.leases.values()
+    assert "status_reason" not in lease and lease["degraded"] is False
+    assert "start_lease event failed" in ei.value.what and "physical:host reservation is in error" in ei.value.what
+    assert lease["id"] in (ei.value.fix or "") and "help desk" in (ei.value.fix or "")
     assert m.kinds() == {"lease": 1}
     assert m.store.testbed(NAME)["status"] == "failed"
     _destroy_leaves_nothing(m, fake)
@@ -467,4 +473,414 @@ def test_refresh_reports_server_state(fake: FakeChameleon, make: Callable[..., M
     (sid,) = fake.servers
     fake.servers[sid]["status"] = "SHUTOFF"
     assert [h.state for h in m.p.refresh()] == ["shutoff"]
+    _destroy_leaves_nothing(m, fake)
+
+
+# credentials as Chameleon users have them ---------------------------------------------------------------
+def _use_env(env: pytest.MonkeyPatch, values: dict[str, str]) -> None:
+    for k in list(os.environ):
+        if k.startswith("OS_"):
+            env.delenv(k)
+    for k, v in values.items():
+        env.setenv(k, v)
+
+
+def _no_secret_on_disk(tb_home: Path, *secrets: str) -> None:
+    for p in (tb_home / ".testbed").rglob("*"):
+        if p.is_file():
+            data = p.read_bytes()
+            assert not any(s.encode() in data for s in secrets), p
+
+
+def test_oidc_password_openrc(fake: FakeChameleon, clean_env: pytest.MonkeyPatch, make: Callable[..., Made],
+                              tb_home: Path) -> None:
+    """The project's OpenStack RC file (v3oidcpassword): keystoneauth's OpenID Connect flow against the site's
+    Keycloak (discovery, password grant), keystone's OS-FEDERATION auth, then a project-scoped token."""
+    _use_env(clean_env, fake.env("oidc"))
+    m = make(count=1, project=fake.project)  # provider.project picks the project by name
+    (h,) = m.p.provision()
+    assert h.user == "cc"
+    flow = [p for _, p in fake.requests if p.startswith(("/oidc", "/identity"))][:4]
+    assert flow == ["/oidc/.well-known/openid-configuration", "/oidc/token",
+                    "/identity/v3/OS-FEDERATION/identity_providers/chameleon/protocols/openid/auth",
+                    "/identity/v3/auth/tokens"]
+    _no_secret_on_disk(tb_home, fake.oidc_user[1])
+    _destroy_leaves_nothing(m, fake)
+
+
+def test_oidc_wrong_password_and_no_password(fake: FakeChameleon, clean_env: pytest.MonkeyPatch,
+                                             make: Callable[..., Made]) -> None:
+    _use_env(clean_env, {**fake.env("oidc"), "OS_PASSWORD": "not-it"})
+    m = make(count=1)
+    with pytest.raises(TestbedError) as ei:
+        m.p.provision()
+    _assert_clear(ei.value, "refused the credentials", "401", "Invalid user credentials", where="Chameleon CHI@UC",
+                  fix="Chameleon CLI password")
+    assert "not-it" not in ei.value.render()
+    assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
+    # the openrc reads the password from the terminal: sourced by a script, OS_PASSWORD is empty
+    clean_env.setenv("OS_PASSWORD", "")
+    n = len(fake.requests)
+    with pytest.raises(TestbedError) as ei:
+        m.p.provision()
+    _assert_clear(ei.value, "OS_PASSWORD not set", "v3oidcpassword", where="OS_", fix="Chameleon CLI password")
+    assert len(fake.requests) == n
+
+
+def test_os_cloud_from_the_dashboards_clouds_yaml(fake: FakeChameleon, clean_env: pytest.MonkeyPatch,
+                                                  make: Callable[..., Made], tb_home: Path) -> None:
+    """OS_CLOUD names the application credential's entry in the clouds.yaml the dashboard offers (its auth_url
+    has no /v3); no other OS_* variable is needed."""
+    cfg = tb_home / "clouds.yaml"
+    cfg.write_text(fake.clouds_yaml("chi-uc"))
+    _use_env(clean_env, {"OS_CLOUD": "chi-uc", "OS_CLIENT_CONFIG_FILE": str(cfg)})
+    m = make(count=1)
+    m.p.provision()
+    assert ("POST", "/identity/v3/auth/tokens") in fake.requests
+    _no_secret_on_disk(tb_home, fake.app_cred[1])
+    _destroy_leaves_nothing(m, fake)
+    clean_env.setenv("OS_CLOUD", "chi-tacc")
+    n = len(fake.requests)
+    with pytest.raises(TestbedError) as ei:
+        make(count=1).p.provision()
+    _assert_clear(ei.value, "OS_CLOUD=chi-tacc", "not found", where=str(cfg), fix="chi-uc")
+    assert len(fake.requests) == n
+
+
+def test_application_credential_ignores_a_stray_project(fake: FakeChameleon, clean_env: pytest.MonkeyPatch,
+                                                        make: Callable[..., Made]) -> None:
+    """keystone refuses an application credential that asks for a scope; an OS_PROJECT_ID left from an earlier
+    openrc (python-chi reads every OS_* variable) must not reach it."""
+    import requests
+
+    r = requests.post(f"{fake.base}/identity/v3/auth/tokens", timeout=10, json={"auth": {
+        "identity": {"methods": ["application_credential"], "application_credential": {
+            "id": fake.app_cred[0], "secret": fake.app_cred[1]}}, "scope": {"project": {"id": fake.project_id}}}})
+    assert r.status_code == 401 and "cannot request a scope" in r.json()["error"]["message"]
+    _use_env(clean_env, {**fake.env(), "OS_PROJECT_ID": fake.project_id, "OS_PROJECT_NAME": fake.project,
+                         "OS_USERNAME": "someone@example.edu"})
+    m = make(count=1)
+    m.p.provision()
+    _destroy_leaves_nothing(m, fake)
+
+
+def test_unsupported_auth_type_refused_before_any_request(fake: FakeChameleon, clean_env: pytest.MonkeyPatch,
+                                                          make: Callable[..., Made]) -> None:
+    _use_env(clean_env, {**fake.env(), "OS_AUTH_TYPE": "v3samlpassword"})
+    with pytest.raises(TestbedError) as ei:
+        make(count=1).p.provision()
+    _assert_clear(ei.value, "v3samlpassword", "not supported", where="OS_AUTH_TYPE", fix="application credential")
+    assert fake.requests == []
+
+
+# leases as Blazar answers --------------------------------------------------------------------------------
+def test_unknown_node_type_is_no_hosts(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    """Blazar answers a node type it has no hosts of like a full calendar: 500 "Not enough hosts available"."""
+    m = make(node_type="compute_skylak")
+    with pytest.raises(TestbedError) as ei:
+        m.p.provision()
+    _assert_clear(ei.value, "no 3 free compute_skylak node(s)", "HTTP 500", "Not enough hosts available",
+                  where="blazar", fix="check its spelling")
+    assert m.kinds() == {} and not fake.leases
+    _destroy_leaves_nothing(m, fake)
+
+
+def test_lease_longer_than_chameleon_allows(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    end = (datetime.now(UTC) + timedelta(days=8)).strftime("%Y-%m-%d %H:%M")
+    m = make(count=1, end=end)
+    with pytest.raises(TestbedError) as ei:
+        m.p.provision()
+    _assert_clear(ei.value, "longer than Chameleon allows", "HTTP 403", "maximum lease duration", where="blazar",
+                  fix="7 days")
+    assert not fake.leases
+    _destroy_leaves_nothing(m, fake)
+
+
+def test_lease_refused_by_the_allocation_check(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    fake.allocation_refusal = "Lease would exceed the project's remaining allocation (SUs)."
+    m = make()
+    with pytest.raises(TestbedError) as ei:
+        m.p.provision()
+    _assert_clear(ei.value, "Blazar refused creating the lease", "HTTP 400", "remaining allocation",
+                  where="blazar", fix="remaining SUs")
+    assert not fake.leases and fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
+    _destroy_leaves_nothing(m, fake)
+
+
+def test_bad_dates_refused_before_any_request(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    for settings, what in (({"start": "2020-01-01 00:00"}, "start in the past"),
+                           ({"start": "2031-01-02 00:00", "end": "2031-01-01 00:00"}, "before it starts"),
+                           ({"end": "2021-01-01 00:00"}, "before it starts")):
+        with pytest.raises(UsageError) as ei:
+            make(count=1, **settings).p.provision()
+        assert what in ei.value.what and ei.value.code == 2
+    assert fake.requests == []
+    with pytest.raises(ValueError, match="start"):  # not Blazar's format: refused with the spec
+        make(count=1, start="tomorrow 10am")
+
+
+def test_degraded_lease_is_reported(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    fake.lease_degraded = True
+    m = make(count=1)
+    m.p.provision()
+    assert any("degraded" in ln and "reservation lost a resource" in ln for ln in m.lines), m.lines
+    _destroy_leaves_nothing(m, fake)
+
+
+def test_lease_wait_backs_off_with_a_clear_progress_line(fake: FakeChameleon, make: Callable[..., Made],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real pacing (5 s first, growing to 30 s, jittered), recorded instead of slept."""
+    from testbed.providers import chameleon
+
+    fake.lease_polls = 8
+    slept: list[float] = []
+
+    def record(self: chameleon.Backoff) -> None:
+        slept.append(self.delay())
+        self.n += 1
+
+    monkeypatch.setattr(chameleon.Backoff, "sleep", record)
+    m = make(count=1)
+    m.p.poll_interval = 5.0
+    m.p.settings.lease_timeout = 3600
+    m.p.provision()
+    lease_pauses = slept[:7]
+    assert all(4.0 <= d <= 36.0 for d in lease_pauses), lease_pauses  # x1.5 each time, capped at 30 s, +-20 %
+    assert lease_pauses[-1] > lease_pauses[0] * 2 and max(slept) <= 30 * 1.2
+    line = next(ln for ln in m.lines if ": STARTING after" in ln)
+    assert "Blazar takes minutes" in line and "gives up at 1h 00m" in line
+    _destroy_leaves_nothing(m, fake)
+
+
+def test_backoff_is_bounded_and_jittered(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time as _time
+
+    from testbed.providers import chameleon
+
+    b = chameleon.Backoff(5.0, deadline=_time.monotonic() + 3600)
+    delays = []
+    for _ in range(12):
+        delays.append(b.delay())
+        b.n += 1
+    assert 4.0 <= delays[0] <= 6.0 and all(d <= 36.0 for d in delays) and len({round(d, 3) for d in delays}) > 6
+    slept: list[float] = []
+    monkeypatch.setattr(chameleon.time, "sleep", slept.append)
+    chameleon.Backoff(5.0, deadline=_time.monotonic() + 0.5).sleep()
+    assert slept and slept[0] <= 0.5  # never past the deadline
+
+
+def test_extension_refusals_are_told_apart(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    m = make(count=1, hours=2)
+    m.p.provision()
+    (lease,) = fake.leases.values()
+    fake.extend_conflict = "hosts"
+    with pytest.raises(TestbedError) as ei:
+        m.p.extend(3)
+    _assert_clear(ei.value, "nodes are reserved by someone else", "Not enough hosts available", where="blazar",
+                  fix="fewer hours")
+    fake.extend_conflict = "fips"
+    with pytest.raises(TestbedError) as ei:
+        m.p.extend(3)
+    _assert_clear(ei.value, "reserved floating IPs are reserved by someone else", "Not enough floating IPs",
+                  where="blazar", fix="fewer hours")
+    assert "nodes are reserved" not in ei.value.what
+    fake.extend_conflict = False
+    with pytest.raises(TestbedError) as ei:
+        m.p.extend(24 * 7)
+    _assert_clear(ei.value, "7 days at most", "HTTP 400", "maximum lease duration", where="blazar",
+                  fix="fewer hours")
+    fake.update_window = 3600
+    with pytest.raises(TestbedError) as ei:
+        m.p.extend(1)
+    _assert_clear(ei.value, "only close to the lease end", "HTTP 400", where="blazar", fix="nearer the end")
+    fake.update_window = None
+    lease["status"] = "UPDATING"
+    with pytest.raises(TestbedError) as ei:
+        m.p.extend(1)
+    _assert_clear(ei.value, "changing status", "Invalid lease status.", where="blazar", fix="wait a minute")
+    lease["status"] = "ACTIVE"
+    assert m.p.extend(1).endswith("Z")
+    fake.update_window = 4 * 3600  # inside the window, 7 days count from the current end, not the start
+    assert m.p.extend(24 * 7 - 1).endswith("Z")
+    _destroy_leaves_nothing(m, fake)
+
+
+# nova and neutron as they answer ------------------------------------------------------------------------
+def test_server_deploy_fails(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    fake.fail_build = {"node1": "Exceeded maximum number of retries. Exhausted all hosts available for retrying "
+                                "build failures for instance x."}
+    m = make()
+    with pytest.raises(TestbedError) as ei:
+        m.p.provision()
+    _assert_clear(ei.value, "node1 went to ERROR", "Exceeded maximum number of retries", where="nova",
+                  fix=f"testbed provision {NAME}")
+    assert "Traceback" not in ei.value.what  # nova hides a code-500 fault's details from users
+    _destroy_leaves_nothing(m, fake)
+
+
+def test_server_that_will_never_be_active_fails_fast(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    fake.stuck_build = {"node0"}
+
+    def hook(line: str) -> None:
+        if "node0: BUILD" in line:
+            (srv,) = [s for s in fake.servers.values() if s["name"].endswith("node0")]
+            srv.update(status="SHUTOFF")
+
+    m = make(count=1, hook=hook)
+    m.p.settings.server_timeout = 600
+    import time as _time
+
+    t0 = _time.monotonic()
+    with pytest.raises(TestbedError) as ei:
+        m.p.provision()
+    assert _time.monotonic() - t0 < 20
+    _assert_clear(ei.value, "node0 is SHUTOFF", "will not become ACTIVE", where="nova", fix=f"testbed destroy {NAME}")
+    _destroy_leaves_nothing(m, fake)
+
+
+def test_floating_ip_quota(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    fake.quota_fips = 1
+    m = make(count=2, reserve_floating_ips=False)
+    with pytest.raises(TestbedError) as ei:
+        m.p.provision()
+    _assert_clear(ei.value, "quota exceeded", "409", "Quota exceeded for resources: ['floatingip']",
+                  where="neutron", fix="larger quota")
+    _destroy_leaves_nothing(m, fake)
+
+
+def test_floating_ip_moves_but_not_onto_a_port_that_has_one(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    """neutron moves an associated floating IP to another port; it refuses (409) a port that already has one."""
+    import requests
+
+    m = make(count=2, reserve_floating_ips=False)
+    m.p.provision()
+    tok = next(t for t, proj in fake.tokens.items() if proj)
+    a, b = list(fake.fips.values())
+    r = requests.put(f"{fake.base}/network/v2.0/floatingips/{a['id']}", headers={"X-Auth-Token": tok},
+                     json={"floatingip": {"port_id": b["port_id"]}}, timeout=10)
+    assert r.status_code == 409 and r.json()["NeutronError"]["type"] == "FloatingIPPortAlreadyAssociated"
+    assert "already has a floating IP" in r.json()["NeutronError"]["message"]
+    _destroy_leaves_nothing(m, fake)
+
+
+# destroy as the services answer --------------------------------------------------------------------------
+def test_lease_going_to_error_on_delete_is_reported_at_once(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    import time as _time
+
+    m = make(count=1)
+    m.p.provision()
+    m.p.destroy_timeout = 600
+    fake.lease_delete_error = True
+    t0 = _time.monotonic()
+    with pytest.raises(TestbedError) as ei:
+        m.p.destroy()
+    assert _time.monotonic() - t0 < 20, "waited on a lease in ERROR"
+    _assert_clear(ei.value, "left 1 lease", "went to ERROR while being deleted", "Failed to cleanly end lease",
+                  where="Chameleon CHI@UC", fix="help desk")
+    (lease,) = fake.leases.values()
+    assert lease["status"] == "ERROR" and lease["id"] in (ei.value.fix or "")
+    assert m.kinds() == {"lease": 1}
+    fake.lease_delete_error = False  # ERROR -> DELETING is allowed: destroy again
+    _destroy_leaves_nothing(m, fake)
+
+
+@pytest.mark.parametrize("ends_in_error", [False, True])
+def test_lease_delete_that_times_out_in_blazar(fake: FakeChameleon, make: Callable[..., Made],
+                                               ends_in_error: bool) -> None:
+    """Blazar ends a lease inside the DELETE call; when that RPC call times out the API answers 500 and the
+    lease stays DELETING, then goes, or turns ERROR (reported as soon as it does)."""
+    m = make(count=1)
+    m.p.provision()
+    m.p.destroy_timeout = 600
+    fake.lease_delete_polls = 3
+    fake.lease_delete_error = ends_in_error
+    if not ends_in_error:
+        _destroy_leaves_nothing(m, fake)
+        assert any("still deleting it" in ln for ln in m.lines)
+        return
+    with pytest.raises(TestbedError) as ei:
+        m.p.destroy()
+    _assert_clear(ei.value, "went to ERROR while being deleted", where="Chameleon CHI@UC", fix="help desk")
+    assert m.kinds() == {"lease": 1}
+    fake.lease_delete_error = False
+    fake.lease_delete_polls = 0
+    _destroy_leaves_nothing(m, fake)
+
+
+def test_server_going_to_error_on_delete_is_reported_at_once(fake: FakeChameleon,
+                                                             make: Callable[..., Made]) -> None:
+    m = make(count=2)
+    m.p.provision()
+    m.p.destroy_timeout = 600
+    fake.fail_server_delete = {"node1"}
+    with pytest.raises(TestbedError) as ei:
+        m.p.destroy()
+    _assert_clear(ei.value, "left 1 server", "node1", "went to ERROR while being deleted", "Timeout reached",
+                  where="Chameleon CHI@UC", fix=f"testbed destroy {NAME}")
+    assert m.kinds() == {"server": 1}
+    _destroy_leaves_nothing(m, fake)  # nova deletes it on the second try
+
+
+# Ctrl-C at any moment -------------------------------------------------------------------------------------
+@pytest.fixture
+def sigint() -> Iterator[None]:
+    """Python's own SIGINT handler (ansible-runner, run in-process by earlier tests, swaps in a flag-setter)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("method,path,nth", [
+    ("POST", "/reservation/v1/leases", 1),         # the lease made, its id not yet back
+    ("POST", "/compute/v2.1/servers", 2),          # the second server made, its id not yet back
+    ("POST", "/network/v2.0/floatingips", 1),      # an address allocated, its id not yet back
+    ("PUT", "/network/v2.0/floatingips/", 1),      # an address being attached
+    ("GET", "/reservation/v1/leases/", 1),         # while Blazar starts the lease
+])
+def test_ctrl_c_inside_a_request(fake: FakeChameleon, make: Callable[..., Made], method: str, path: str,
+                                 nth: int, sigint: None) -> None:
+    """A Ctrl-C that lands while a request is answered (between the service's answer and the state write):
+    everything billing is still found and released by destroy."""
+    import _thread
+
+    seen: list[str] = []
+
+    def on_request(meth: str, p: str) -> None:
+        if meth == method and p.startswith(path):
+            seen.append(p)
+            if len(seen) == nth:
+                _thread.interrupt_main()
+
+    fake.on_request = on_request
+    m = make(count=2, reserve_floating_ips=False)
+    with pytest.raises(TestbedError) as ei:
+        m.p.provision()
+    fake.on_request = None
+    assert ei.value.code == 130 and "interrupted" in ei.value.what, ei.value.render()
+    assert m.store.testbed(NAME)["status"] == "interrupted"
+    _destroy_leaves_nothing(m, fake)
+
+
+def test_ctrl_c_during_destroy_keeps_the_rest_recorded(fake: FakeChameleon, make: Callable[..., Made],
+                                                       sigint: None) -> None:
+    import _thread
+
+    m = make(count=2)
+    m.p.provision()
+    fired: list[str] = []
+
+    def on_request(meth: str, p: str) -> None:
+        if meth == "DELETE" and p.startswith("/compute/v2.1/servers/") and not fired:
+            fired.append(p)
+            _thread.interrupt_main()
+
+    fake.on_request = on_request
+    with pytest.raises(TestbedError) as ei:
+        m.p.destroy()
+    fake.on_request = None
+    _assert_clear(ei.value, "destroy of", "interrupted", "still recorded", where="Chameleon CHI@UC",
+                  fix=f"testbed destroy {NAME}")
+    assert ei.value.code == 130 and m.kinds().get("lease") == 1
     _destroy_leaves_nothing(m, fake)

@@ -1,10 +1,12 @@
 """Chameleon Cloud: a lease of bare-metal nodes, a server on each, a floating IP each, through python-chi.
 
-provision: credentials checked (no network) -> lease with a node reservation (+ reserved floating IPs), its id
-recorded at once -> wait ACTIVE -> the testbed's key pair -> one server per node on the reservation, each id
-recorded the moment nova returns it -> wait ACTIVE -> a floating IP per server (recorded, then bound) -> wait
-until SSH answers (the base class: a real handshake, host keys pinned, a login) -> hosts in state (user from the
-spec: ``cc``). Running it again reuses what exists (by recorded id, else by name).
+provision: lease dates and credentials checked (no network) -> lease with a node reservation (+ reserved
+floating IPs), its id recorded at once -> wait ACTIVE (Blazar takes minutes) -> the testbed's key pair -> one
+server per node on the reservation, each id recorded the moment nova returns it -> wait ACTIVE (bare metal: 10-20
+minutes) -> a floating IP per server (recorded, then bound) -> wait until SSH answers (the base class: a real
+handshake, host keys pinned, a login) -> hosts in state (user from the spec: ``cc``). Running it again reuses
+what exists (by recorded id, else by name). Every wait polls with :class:`Backoff` and says how long it has
+waited; a status that can never turn into the one waited for fails at once.
 
 destroy (:mod:`testbed.providers.chameleon_release`): floating IPs, servers, the lease and the key pair, each
 row removed once the cloud says it is gone, so a destroy that fails half-way can simply be run again.
@@ -15,6 +17,7 @@ python-chi lives behind :mod:`testbed.providers.chameleon_chi` and is imported o
 from __future__ import annotations
 
 import hashlib
+import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,10 +35,18 @@ if TYPE_CHECKING:
 
 BLAZAR_FMT = "%Y-%m-%d %H:%M"
 LEASE_JSON_FMT = "%Y-%m-%dT%H:%M:%S.%f"
-LEASE_GONE = ("TERMINATED", "DELETED", "TERMINATING", "DELETING")
+# Blazar's lease statuses (blazar.status.LeaseStatus): stable PENDING, ACTIVE, TERMINATED, ERROR; transitional
+# CREATING, STARTING, UPDATING, TERMINATING, DELETING. A deleted lease is gone (404), never "DELETED".
+LEASE_GONE = ("TERMINATED", "TERMINATING", "DELETING")
+# nova statuses (nova.api.openstack.common._STATE_MAP) a server being built never leaves by itself
+SERVER_STUCK = ("SHUTOFF", "SUSPENDED", "PAUSED", "SHELVED", "SHELVED_OFFLOADED", "RESCUE", "SOFT_DELETED",
+                "DELETED")
 SSH_PORT = 22
 REPORT_EVERY = 30.0  # seconds between "still waiting" progress lines
 WARN_BEFORE_END = timedelta(hours=1)
+BACKOFF = 1.5  # each poll waits this much longer than the last, up to BACKOFF_CAP x the first
+BACKOFF_CAP = 6.0
+JITTER = 0.2  # +-20 %: many testbeds polling one site do not fall into step
 
 
 def _utcnow() -> datetime:
@@ -56,6 +67,35 @@ def _iso(dt: datetime) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _clock(secs: float) -> str:
+    """A duration for progress lines: '45s', '3m 05s', '1h 02m'."""
+    secs = int(max(0, secs))
+    if secs < 60:
+        return f"{secs}s"
+    if secs < 3600:
+        return f"{secs // 60}m {secs % 60:02d}s"
+    return f"{secs // 3600}h {secs % 3600 // 60:02d}m"
+
+
+class Backoff:
+    """The pauses of one wait: ``first`` seconds, growing by BACKOFF up to BACKOFF_CAP x ``first``, each with
+    JITTER, never past ``deadline`` (monotonic); every loop that polls a service sleeps through one."""
+
+    def __init__(self, first: float, deadline: float):
+        self.first = first
+        self.deadline = deadline
+        self.n = 0
+
+    def delay(self) -> float:
+        base = min(self.first * BACKOFF_CAP, self.first * BACKOFF ** self.n)
+        return base * random.uniform(1 - JITTER, 1 + JITTER)
+
+    def sleep(self) -> None:
+        pause = max(0.0, min(self.delay(), self.deadline - time.monotonic()))
+        self.n += 1
+        time.sleep(pause)
+
+
 def _span(td: timedelta) -> str:
     secs = int(td.total_seconds())
     sign = "-" if secs < 0 else ""
@@ -70,7 +110,7 @@ class ChameleonProvider(Provider):
     """Bare-metal nodes on a Chameleon lease."""
 
     kind = "chameleon"
-    poll_interval: float = 5.0  # between status polls (tests lower it)
+    poll_interval: float = 5.0  # the first pause between status polls; backoff takes it to 30 s (tests lower it)
     destroy_timeout: float = 900.0  # waiting for deletions to finish
     http_timeout: float = 60.0  # every single HTTP request
 
@@ -110,11 +150,27 @@ class ChameleonProvider(Provider):
         from testbed.providers import chameleon_chi
 
         creds = chameleon_chi.credentials_from_env(site=self.settings.site)
+        self._auth = (creds.auth_type, creds.source)
         return chameleon_chi.Chi(creds, site=self.settings.site, project=self.settings.project,
                                  http_timeout=self.http_timeout)
 
     def _where(self, service: str, thing: str) -> str:
         return f"Chameleon {self.settings.site}, {service}: {thing}"
+
+    _auth: tuple[str, str] = ("", "")  # the credentials' auth type and where they came from
+
+    def _auth_fix(self) -> str:
+        kind, source = self._auth
+        site = self.settings.site
+        if kind == "v3applicationcredential":
+            return (f"the application credential ({source}) may have expired or been deleted, or be another "
+                    f"site's: create one in the {site} dashboard (Identity > Application Credentials) and source "
+                    "its openrc (or use its clouds.yaml)")
+        if kind == "v3oidcpassword":
+            return ("check your Chameleon CLI password (the openrc asks for it) and the openrc's OS_USERNAME and "
+                    f"OS_PROJECT_ID; or create an application credential in the {site} dashboard and source its "
+                    "openrc")
+        return f"source a fresh openrc for {site}; credentials belong to one site"
 
     def _error(self, e: ApiError, doing: str, thing: str) -> TestbedError:
         """One clear message for a failed call: what happened, where, what to do."""
@@ -127,8 +183,7 @@ class ChameleonProvider(Provider):
                  f"or 'testbed provision {self.name}' to retry (what exists is reused)")
         if e.kind == "auth":
             return TestbedError(f"Chameleon refused the credentials while {doing} ({status}: {m})", where=where,
-                                fix="source a fresh openrc for this site; application credentials expire and "
-                                    "belong to one site")
+                                fix=self._auth_fix())
         if e.kind == "connect":
             return TestbedError(f"cannot reach Chameleon while {doing}: {m}", where=where,
                                 fix="check OS_AUTH_URL and your network connection, then retry")
@@ -140,16 +195,36 @@ class ChameleonProvider(Provider):
             return TestbedError(f"quota exceeded while {doing} ({status}: {m})", where=where,
                                 fix=f"{after}; free servers or floating IPs in the project, or ask the PI for a "
                                     "larger quota")
-        if ("not enough floating ip" in low or "no more ip addresses" in low
-                or ("floating" in low and ("exhaust" in low or "no more" in low or "not available" in low))):
+        if "not enough floating ips available" in low:  # blazar's floating IP plugin: none free for the period
+            return TestbedError(f"the floating-IP pool is empty for the lease period: Chameleon has no "
+                                f"{s.count} reservable floating IPs free then, while {doing} ({status}: {m})",
+                                where=where,
+                                fix="pick other dates (provider.start/end/hours), or set provider.floating_ips: "
+                                    "false (fixed IPs, reachable only from inside Chameleon)")
+        if "no more ip addresses" in low:  # neutron: the public network is out of addresses
             return TestbedError(f"the floating-IP pool is empty while {doing} ({status}: {m})", where=where,
                                 fix=f"{after}; wait for addresses to free up, or set provider.floating_ips: "
                                     "false (fixed IPs, reachable only from inside Chameleon)")
-        if "not enough hosts" in low or "not enough resources" in low:
+        if "not enough hosts available" in low or "not enough resources available" in low:
             return TestbedError(f"no {s.count} free {s.node_type} node(s) for the lease period while {doing} "
                                 f"({status}: {m})", where=where,
                                 fix="pick other dates (provider.start/end/hours), fewer nodes or another "
-                                    f"node_type; check availability in the {s.site} host calendar")
+                                    f"node_type (check its spelling); see availability in the {s.site} host "
+                                    "calendar")
+        if "maximum lease duration" in low:  # Chameleon's enforcement (MaxLeaseDurationFilter)
+            return TestbedError(f"the lease is longer than Chameleon allows while {doing} ({status}: {m})",
+                                where=where, fix="shorten provider.hours (or start/end) to 7 days at most; "
+                                                 f"'testbed extend {self.name}' adds time later")
+        if "invalid lease status" in low:  # blazar: the lease is in a transitional status
+            return TestbedError(f"Blazar refused {doing}: the lease is changing status (starting, updating or "
+                                f"being deleted) ({status}: {m})", where=where,
+                                fix="wait a minute and run the command again")
+        if e.service == "blazar" and e.status in (400, 403) and "lease" in doing:
+            # e.g. Chameleon's allocation check (blazar's ExternalServiceFilter), whose words vary
+            return TestbedError(f"Blazar refused {doing} ({status}: {m})", where=where,
+                                fix="Chameleon refuses a lease the project's allocation cannot pay for (node-hours "
+                                    "x nodes): check its remaining SUs and end date on chameleoncloud.org, or "
+                                    "ask for a shorter lease or fewer nodes")
         return TestbedError(f"{doing} failed ({status}: {m})", where=where, fix=after)
 
     @contextmanager
@@ -162,15 +237,20 @@ class ChameleonProvider(Provider):
         except ApiError as e:
             raise self._error(e, doing, thing) from None
 
-    def _sleep(self, deadline: float) -> None:
-        time.sleep(max(0.0, min(self.poll_interval, deadline - time.monotonic())))
+    def backoff(self, deadline: float) -> Backoff:
+        """The pauses of one wait that ends at ``deadline`` (monotonic)."""
+        return Backoff(self.poll_interval, deadline)
 
     # provision ----------------------------------------------------------------------------------------
     _api: Chi | None = None
     _renewed: set[str]  # hosts whose server was (re)created by this provision
 
     def preflight(self) -> None:
-        self._api = self._connect()  # refuses missing credentials before anything else happens
+        """Refuse bad lease dates, then missing credentials, before any request."""
+        from testbed.providers import chameleon_lease
+
+        chameleon_lease.dates(self, new=not self.store.resources(self.name, "lease"))
+        self._api = self._connect()
 
     def info(self) -> dict[str, Any]:
         return {"site": self.settings.site, "lease_name": self.lease_name}
@@ -229,8 +309,8 @@ class ChameleonProvider(Provider):
                 srv = existing[name]
                 sid = str(srv["id"])
                 self.store.add_resource(self.name, "server", sid, host=host, name=name)
-            if srv is not None and sid is not None and srv.get("status") == "ERROR":
-                self.progress(f"server {name}: in ERROR, replacing it")
+            if srv is not None and sid is not None and srv.get("status") in ("ERROR", "DELETED", "SOFT_DELETED"):
+                self.progress(f"server {name}: in {srv.get('status')}, replacing it")
                 self._delete_servers(api, {sid: name})
                 sid = None
             if sid is None:
@@ -244,9 +324,12 @@ class ChameleonProvider(Provider):
         return out
 
     def _wait_servers(self, api: Chi, servers: dict[str, str]) -> dict[str, dict[str, Any]]:
+        """Poll nova (with backoff) until every server is ACTIVE; fail at once on ERROR or a status a build
+        never leaves (SHUTOFF, DELETED...), and after provider.server_timeout."""
         s = self.settings
         start = time.monotonic()
         deadline = start + s.server_timeout
+        pause = self.backoff(deadline)
         pending = dict(servers)
         done: dict[str, dict[str, Any]] = {}
         seen: dict[str, str] = {}
@@ -254,26 +337,32 @@ class ChameleonProvider(Provider):
         while True:
             for host, sid in list(pending.items()):
                 name = self.server_name(host)
+                where = self._where("nova", f"server {name} ({sid})")
                 with self._step("waiting for a server", f"server {name} ({sid})"):
                     srv = api.server_get(sid)
                 if srv is None:
-                    raise TestbedError(f"server {name} disappeared while building",
-                                       where=self._where("nova", f"server {name} ({sid})"),
+                    raise TestbedError(f"server {name} disappeared while building", where=where,
                                        fix=f"run 'testbed provision {self.name}' again to replace it")
                 status = str(srv.get("status") or "UNKNOWN").upper()
+                task = srv.get("OS-EXT-STS:task_state")
+                shown = f"{status} ({task})" if task and status == "BUILD" else status
                 if status == "ACTIVE":
                     done[host] = srv
                     pending.pop(host)
-                    self.progress(f"server {name}: ACTIVE")
+                    self.progress(f"server {name}: ACTIVE after {_clock(time.monotonic() - start)}")
                 elif status == "ERROR":
-                    fault = (srv.get("fault") or {}).get("message") or "no reason given"
-                    raise TestbedError(f"server {name} went to ERROR: {fault}",
-                                       where=self._where("nova", f"server {name} ({sid})"),
+                    fault = (srv.get("fault") or {}).get("message") or "nova gives no reason"
+                    raise TestbedError(f"server {name} went to ERROR: {fault}", where=where,
                                        fix=f"run 'testbed provision {self.name}' to replace it, or 'testbed destroy "
                                            f"{self.name}'; 'No valid host' means the reservation has no free node")
-                elif seen.get(host) != status:
-                    self.progress(f"server {name}: {status}")
-                seen[host] = status
+                elif status in SERVER_STUCK:
+                    raise TestbedError(f"server {name} is {status} while building: it will not become ACTIVE by "
+                                       "itself", where=where,
+                                       fix=f"run 'testbed destroy {self.name}' and provision again (someone or "
+                                           "something changed the server outside testbed)")
+                elif seen.get(host) != shown:
+                    self.progress(f"server {name}: {shown}")
+                seen[host] = shown
             if not pending:
                 return done
             now = time.monotonic()
@@ -285,9 +374,11 @@ class ChameleonProvider(Provider):
                                        "again to keep waiting (or raise provider.server_timeout); "
                                        f"'testbed destroy {self.name}' releases everything")
             if now - last_report >= REPORT_EVERY:
-                self.progress(f"servers: {len(done)} of {len(servers)} ACTIVE ({int(now - start)} s)")
+                waiting = ", ".join(f"{h} {seen.get(h)}" for h in pending)
+                self.progress(f"servers: {len(done)} of {len(servers)} ACTIVE after {_clock(now - start)} (gives up "
+                              f"at {_clock(s.server_timeout)}); waiting for {waiting}")
                 last_report = now
-            self._sleep(deadline)
+            pause.sleep()
 
     @staticmethod
     def _server_ips(srv: dict[str, Any], kind: str) -> list[str]:

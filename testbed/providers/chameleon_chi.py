@@ -14,6 +14,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,13 +22,37 @@ from typing import Any
 
 from testbed.errors import TestbedError, require_extra
 
-OPENRC_FIX = ("source your Chameleon openrc (Project > API Access > application credential), which sets "
-              "OS_AUTH_URL, OS_AUTH_TYPE=v3applicationcredential, OS_APPLICATION_CREDENTIAL_ID and "
-              "OS_APPLICATION_CREDENTIAL_SECRET (or OS_USERNAME/OS_PASSWORD/OS_PROJECT_NAME)")
+OPENRC_FIX = ("source your Chameleon openrc: an application credential's (the site's dashboard, Identity > "
+              "Application Credentials; OS_AUTH_TYPE=v3applicationcredential) or the project's OpenStack RC file "
+              "(Project > API Access; OS_AUTH_TYPE=v3oidcpassword, it asks for your Chameleon CLI password); or set "
+              "OS_CLOUD to the application credential's entry in the clouds.yaml the dashboard offers")
 
 QUIET_LOGGERS = ("chi", "neutronclient", "neutronclient.v2_0.client", "keystoneauth", "keystoneauth1",
                  "openstack", "blazarclient", "novaclient", "glanceclient", "keystoneclient", "stevedore",
                  "oslo_config", "urllib3")
+
+# keystoneauth option -> the OS_* variable an openrc sets it with, per auth type: (option, variable, required)
+AUTH_VARS: dict[str, list[tuple[str, str, bool]]] = {
+    "v3applicationcredential": [("application_credential_id", "OS_APPLICATION_CREDENTIAL_ID", True),
+                                ("application_credential_secret", "OS_APPLICATION_CREDENTIAL_SECRET", True)],
+    "v3oidcpassword": [("username", "OS_USERNAME", True), ("password", "OS_PASSWORD", True),
+                       ("identity_provider", "OS_IDENTITY_PROVIDER", True), ("protocol", "OS_PROTOCOL", True),
+                       ("client_id", "OS_CLIENT_ID", True), ("client_secret", "OS_CLIENT_SECRET", False),
+                       ("discovery_endpoint", "OS_DISCOVERY_ENDPOINT", False),
+                       ("access_token_endpoint", "OS_ACCESS_TOKEN_ENDPOINT", False),
+                       ("access_token_type", "OS_ACCESS_TOKEN_TYPE", False), ("scope", "OS_OPENID_SCOPE", False)],
+    "v3password": [("username", "OS_USERNAME", True), ("password", "OS_PASSWORD", True),
+                   ("user_domain_name", "OS_USER_DOMAIN_NAME", False),
+                   ("user_domain_id", "OS_USER_DOMAIN_ID", False)],
+    "v3token": [("token", "OS_TOKEN", True)],
+}
+# a token for these must name its project (an application credential carries its own and may not ask for one)
+SCOPED = ("v3oidcpassword", "v3password", "v3token")
+SCOPE_VARS = [("project_id", "OS_PROJECT_ID"), ("project_name", "OS_PROJECT_NAME"),
+              ("project_domain_name", "OS_PROJECT_DOMAIN_NAME"), ("project_domain_id", "OS_PROJECT_DOMAIN_ID")]
+AUTH_ALIASES = {"password": "v3password", "applicationcredential": "v3applicationcredential",
+                "v3applicationcredential": "v3applicationcredential", "token": "v3token",
+                "v3oidcpassword": "v3oidcpassword", "oidcpassword": "v3oidcpassword"}
 
 
 @dataclass(repr=False)
@@ -38,53 +63,106 @@ class Credentials:
     auth_type: str
     region: str | None
     fields: dict[str, str] = field(default_factory=dict)
+    source: str = "environment (OS_* variables)"
 
     def __repr__(self) -> str:  # never show secrets, even in a debugger or a traceback
         return f"Credentials(auth_url={self.auth_url!r}, auth_type={self.auth_type!r}, region={self.region!r})"
 
 
+def _v3(url: str) -> str:
+    """Keystone's v3 root: an auth URL without its version (as clouds.yaml files give it) gets /v3."""
+    url = url.rstrip("/")
+    return url if re.search(r"/v3$", url) else url + "/v3"
+
+
+def _from_clouds_yaml(name: str, env: Mapping[str, str]) -> tuple[dict[str, str], str]:
+    """OS_* style values from the clouds.yaml entry ``name`` (openstacksdk's search path, secure.yaml merged)."""
+    require_extra("openstack", "chameleon", "OS_CLOUD (openstacksdk reads clouds.yaml)")
+    from openstack import exceptions as os_exc
+    from openstack.config import loader
+
+    files = list(loader.CONFIG_FILES)
+    secure = list(loader.SECURE_FILES)
+    if env.get("OS_CLIENT_CONFIG_FILE"):
+        files.insert(0, env["OS_CLIENT_CONFIG_FILE"])
+    if env.get("OS_CLIENT_SECURE_FILE"):
+        secure.insert(0, env["OS_CLIENT_SECURE_FILE"])
+    searched = env.get("OS_CLIENT_CONFIG_FILE") or "clouds.yaml (./, ~/.config/openstack/, /etc/openstack/)"
+    try:
+        with warnings.catch_warnings():  # openstacksdk's deprecation notices are not the user's business
+            warnings.simplefilter("ignore")
+            cfg = loader.OpenStackConfig(config_files=files, secure_files=secure, load_envvars=False)
+            region = cfg.get_one(cloud=name)
+    except os_exc.ConfigException as e:
+        loaded = locals().get("cfg")
+        found = getattr(loaded, "config_filename", None)
+        known = sorted(k for k in (getattr(loaded, "cloud_config", None) or {}).get("clouds", {})
+                       if k not in ("defaults", "envvars")) if found else []
+        raise TestbedError(f"OS_CLOUD={name}: {e}" + ("" if found else " (no clouds.yaml found)"),
+                           where=found or searched,
+                           fix=(f"set OS_CLOUD to one of {', '.join(known)}" if known else
+                                "download clouds.yaml with a new application credential (Identity > Application "
+                                "Credentials) to ~/.config/openstack/, or unset OS_CLOUD and source an openrc")
+                           ) from None
+    conf = region.config
+    where = cfg.config_filename or searched
+    out = {"OS_AUTH_TYPE": str(conf.get("auth_type") or ""), "OS_REGION_NAME": str(conf.get("region_name") or "")}
+    for k, v in (conf.get("auth") or {}).items():
+        if v not in (None, ""):
+            out["OS_" + k.upper()] = str(v)
+    return out, f"{where}: clouds.{name}"
+
+
 def credentials_from_env(env: Mapping[str, str] | None = None, *, site: str | None = None) -> Credentials:
-    """Read OS_* credentials; a clear TestbedError (before any network call) when they are missing."""
+    """Read credentials from OS_* variables (or OS_CLOUD's clouds.yaml entry); a clear TestbedError, before any
+    network call, when they are missing or of a kind testbed cannot use."""
     env = os.environ if env is None else env
+    source = "environment (OS_* variables)"
+    cloud = (env.get("OS_CLOUD") or "").strip()
+    if cloud:
+        env, source = _from_clouds_yaml(cloud, env)
 
     def get(k: str) -> str:
         return (env.get(k) or "").strip()
 
-    auth_url = get("OS_AUTH_URL")
-    auth_type = get("OS_AUTH_TYPE") or get("OS_AUTH_METHOD")
-    if not auth_type:
-        auth_type = "v3password" if get("OS_USERNAME") else "v3applicationcredential"  # the preferred one
-    auth_type = {"password": "v3password", "applicationcredential": "v3applicationcredential",
-                 "v3applicationcredential": "v3applicationcredential"}.get(auth_type, auth_type)
-    needed = ["OS_AUTH_URL"]
+    raw_type = get("OS_AUTH_TYPE") or get("OS_AUTH_METHOD")
+    if not raw_type:
+        raw_type = "v3password" if get("OS_USERNAME") else "v3applicationcredential"  # the preferred one
+    auth_type = AUTH_ALIASES.get(raw_type, raw_type)
+    if auth_type not in AUTH_VARS:
+        raise TestbedError(f"Chameleon credentials of type '{raw_type}' are not supported",
+                           where=f"{source}: OS_AUTH_TYPE",
+                           fix=f"use an application credential or the v3oidcpassword openrc: {OPENRC_FIX}")
+    needed = [] if get("OS_AUTH_URL") else ["OS_AUTH_URL"]
     fields: dict[str, str] = {}
-    if auth_type == "v3applicationcredential":
-        needed += ["OS_APPLICATION_CREDENTIAL_ID", "OS_APPLICATION_CREDENTIAL_SECRET"]
-        fields = {"application_credential_id": get("OS_APPLICATION_CREDENTIAL_ID"),
-                  "application_credential_secret": get("OS_APPLICATION_CREDENTIAL_SECRET")}
-    elif auth_type == "v3password":
-        needed += ["OS_USERNAME", "OS_PASSWORD"]
-        if not (get("OS_PROJECT_NAME") or get("OS_PROJECT_ID")):
-            needed.append("OS_PROJECT_NAME")
-        fields = {"username": get("OS_USERNAME"), "password": get("OS_PASSWORD"),
-                  "user_domain_name": get("OS_USER_DOMAIN_NAME") or "Default",
-                  "project_domain_name": get("OS_PROJECT_DOMAIN_NAME") or "chameleon"}
-        for k, dest in (("OS_PROJECT_NAME", "project_name"), ("OS_PROJECT_ID", "project_id")):
-            if get(k):
-                fields[dest] = get(k)
-    elif auth_type == "v3token":
-        needed.append("OS_TOKEN")
-        fields = {"token": get("OS_TOKEN")}
-    missing = [k for k in needed if not get(k)]
-    if missing:
-        raise TestbedError(f"no Chameleon credentials: {', '.join(missing)} not set (auth type {auth_type})",
-                           where="environment (OS_* variables)", fix=OPENRC_FIX)
+    for opt, var, required in AUTH_VARS[auth_type]:
+        if get(var):
+            fields[opt] = get(var)
+        elif required:
+            needed.append(var)
+    if auth_type == "v3oidcpassword" and not (get("OS_DISCOVERY_ENDPOINT") or get("OS_ACCESS_TOKEN_ENDPOINT")):
+        needed.append("OS_DISCOVERY_ENDPOINT")
+    if auth_type in SCOPED:
+        if not (get("OS_PROJECT_ID") or get("OS_PROJECT_NAME")):
+            needed.append("OS_PROJECT_ID")
+        fields.update({opt: get(var) for opt, var in SCOPE_VARS if get(var)})
+        if "project_name" in fields and not ("project_domain_name" in fields or "project_domain_id" in fields):
+            fields["project_domain_name"] = "chameleon"  # Chameleon's projects live in the 'chameleon' domain
+        if auth_type == "v3password" and not ("user_domain_name" in fields or "user_domain_id" in fields):
+            fields["user_domain_name"] = "Default"
+    if needed:
+        hint = (" (the openrc asks for your Chameleon CLI password when sourced in a terminal; a script that "
+                "sources it gets none)" if needed == ["OS_PASSWORD"] and auth_type == "v3oidcpassword" else "")
+        raise TestbedError(f"no Chameleon credentials: {', '.join(needed)} not set (auth type {auth_type}){hint}",
+                           where=source, fix=OPENRC_FIX)
     region = get("OS_REGION_NAME") or None
     if site and region and region != site:
-        raise TestbedError(f"the OpenStack environment is for {region} but the testbed asks for {site}",
-                           where="OS_REGION_NAME / inventories provider.site",
-                           fix=f"source the openrc of {site}, or set provider.site: {region}")
-    return Credentials(auth_url=auth_url, auth_type=auth_type, region=region or site, fields=fields)
+        raise TestbedError(f"the OpenStack credentials are for {region} but the testbed asks for {site}",
+                           where=f"OS_REGION_NAME ({source}) / inventories provider.site",
+                           fix=f"use the openrc or clouds.yaml of {site} (credentials belong to one site), or set "
+                               f"provider.site: {region}")
+    return Credentials(auth_url=_v3(get("OS_AUTH_URL")), auth_type=auth_type, region=region or site,
+                       fields=fields, source=source)
 
 
 class ApiError(Exception):
@@ -119,6 +197,13 @@ def _explain(exc: BaseException) -> ApiError:
         if isinstance(v, str) and v.strip():
             msg = v.strip()
             break
+    resp = getattr(exc, "response", None)  # an OpenID Connect provider's refusal: {"error", "error_description"}
+    try:
+        body = resp.json() if resp is not None else None
+    except Exception:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        msg = f"{body['error']}: {body.get('error_description') or ''}".strip(": ")
     msg = msg or str(exc).strip() or name
     if msg.startswith("ERROR: "):
         msg = msg[len("ERROR: "):]
@@ -129,7 +214,9 @@ def _explain(exc: BaseException) -> ApiError:
             kind = "connect"
         elif name in ("EndpointNotFound", "EmptyCatalog"):
             kind = "endpoint"
-        elif name in ("Unauthorized", "AuthorizationFailure", "MissingAuthPlugin", "NoMatchingPlugin"):
+        elif name in ("Unauthorized", "AuthorizationFailure", "MissingAuthPlugin", "NoMatchingPlugin",
+                      "InvalidOidcDiscoveryDocument", "OidcAccessTokenEndpointNotFound", "OidcPluginNotSupported",
+                      "OidcGrantTypeMissmatch"):
             kind = "auth"
     if name in ("ConnectTimeout", "ReadTimeout", "Timeout") or "timed out" in msg.lower():
         kind = kind or "connect"
@@ -145,6 +232,18 @@ def quiet() -> Iterator[None]:
     with contextlib.redirect_stdout(sink), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
+
+
+@contextlib.contextmanager
+def _no_os_env() -> Iterator[None]:
+    """OS_* variables hidden from this process's environment for a moment (python-chi reads them as defaults)."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("OS_")}
+    try:
+        for k in saved:
+            del os.environ[k]
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def _silence_loggers() -> None:
@@ -174,16 +273,21 @@ class Chi:
             import chi.network
             import chi.server
 
-            chi.context.reset()  # forget what it read at import time; configure explicitly below
+            with _no_os_env():  # forget what it read at import time: only ``creds`` below, no stray OS_* value
+                chi.context.reset()  # (an OS_PROJECT_ID beside an application credential makes keystone refuse)
             chi.set("auth_type", creds.auth_type)
             chi.set("auth_url", creds.auth_url)
             chi.set("region_name", creds.region or site)
             chi.set("interface", "public")
             chi.set("timeout", int(max(1, http_timeout)))
-            for k, v in creds.fields.items():
+            fields = dict(creds.fields)
+            if project and creds.auth_type in SCOPED:  # provider.project names the project to work in
+                for k in ("project_id", "project_domain_id"):
+                    fields.pop(k, None)
+                fields["project_name"] = project
+                fields.setdefault("project_domain_name", "chameleon")
+            for k, v in fields.items():
                 chi.set(k, v)
-            if project and creds.auth_type == "v3password":
-                chi.set("project_name", project)
         _silence_loggers()  # importing the clients may have reset levels
         self.chi = chi
         self.site = site

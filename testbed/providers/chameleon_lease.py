@@ -15,6 +15,7 @@ from testbed.providers.chameleon import (
     REPORT_EVERY,
     WARN_BEFORE_END,
     ChameleonProvider,
+    _clock,
     _iso,
     _parse_lease_time,
     _span,
@@ -22,22 +23,27 @@ from testbed.providers.chameleon import (
 )
 
 if TYPE_CHECKING:
-    from testbed.providers.chameleon_chi import Chi
+    from testbed.providers.chameleon_chi import ApiError, Chi
 
 
-def dates(p: ChameleonProvider) -> tuple[str, str]:
-    """Blazar start ('now' or 'YYYY-MM-DD HH:MM') and end, UTC."""
+def dates(p: ChameleonProvider, *, new: bool = True) -> tuple[str, str]:
+    """Blazar start ('now' or 'YYYY-MM-DD HH:MM') and end, UTC; refused (UsageError) where Blazar would refuse
+    them: an end before the start and, for a lease still to be made (``new``), a start in the past."""
     s = p.settings
+    where = f"{p.spec.source or 'inventory'}: provider.start/end"
+    now = _utcnow().replace(second=0, microsecond=0)  # Blazar's 'now' (manager.service._parse_lease_dates)
     try:
-        start_dt = _utcnow() if s.start in (None, "now") else datetime.strptime(str(s.start), BLAZAR_FMT)
+        start_dt = now if s.start in (None, "now") else datetime.strptime(str(s.start), BLAZAR_FMT)
         end_dt = datetime.strptime(s.end, BLAZAR_FMT) if s.end else start_dt + timedelta(hours=s.hours)
     except ValueError as e:
-        raise UsageError(f"bad lease date: {e}", where=f"{p.spec.source or 'inventory'}: provider.start/end",
-                         fix="write 'now' or 'YYYY-MM-DD HH:MM' (UTC)") from None
+        raise UsageError(f"bad lease date: {e}", where=where, fix="write 'now' or 'YYYY-MM-DD HH:MM' (UTC)") from None
     if end_dt <= start_dt + timedelta(minutes=1):
         raise UsageError(f"the lease would end ({end_dt:%Y-%m-%d %H:%M}) before it starts",
-                         where=f"{p.spec.source or 'inventory'}: provider.start/end",
-                         fix="make end later than start, or give provider.hours")
+                         where=where, fix="make end later than start, or give provider.hours")
+    if new and start_dt < now:
+        raise UsageError(f"the lease would start in the past ({start_dt:%Y-%m-%d %H:%M} UTC; now is "
+                         f"{now:%Y-%m-%d %H:%M}): Blazar refuses it", where=where,
+                         fix="write start: now, or a later 'YYYY-MM-DD HH:MM' (UTC)")
     return ("now" if s.start in (None, "now") else start_dt.strftime(BLAZAR_FMT)), end_dt.strftime(BLAZAR_FMT)
 
 
@@ -81,12 +87,27 @@ def ensure_lease(p: ChameleonProvider, api: Chi) -> dict[str, Any]:
     return wait_lease(p, api, lease)
 
 
+def failure(lease: dict[str, Any]) -> str:
+    """What a lease in ERROR shows of why (Blazar keeps no reason: only its events' and reservations' states)."""
+    parts = [f"its {e.get('event_type', 'event')} event failed" for e in lease.get("events") or []
+             if str(e.get("status", "")).upper() == "ERROR"]
+    for r in lease.get("reservations") or []:
+        if str(r.get("status", "")).lower() == "error":
+            parts.append(f"its {r.get('resource_type', '')} reservation is in error")
+        if r.get("missing_resources"):
+            parts.append(f"its {r.get('resource_type', '')} reservation lost a resource Blazar could not replace")
+    return "; ".join(parts) or "Blazar records no reason"
+
+
 def wait_lease(p: ChameleonProvider, api: Chi, lease: dict[str, Any]) -> dict[str, Any]:
+    """Poll the lease (with backoff) until ACTIVE; fail at once on ERROR, TERMINATED/DELETING, a start beyond the
+    wait, and after provider.lease_timeout."""
     s = p.settings
     lid = lease["id"]
     thing = f"lease {p.lease_name} ({lid})"
     start = time.monotonic()
     deadline = start + s.lease_timeout
+    pause = p.backoff(deadline)
     last_status, last_report = None, 0.0
     while True:
         status = str(lease.get("status") or "UNKNOWN").upper()
@@ -94,14 +115,15 @@ def wait_lease(p: ChameleonProvider, api: Chi, lease: dict[str, Any]) -> dict[st
         if status == "ACTIVE":
             note_lease(p, lease)
             p.progress(f"lease {p.lease_name}: ACTIVE until {lease.get('end_date', '?')[:16]} UTC")
+            if lease.get("degraded"):
+                p.progress(f"lease {p.lease_name}: degraded ({failure(lease)}): a reserved node failed; servers "
+                           "may not find a free node ('No valid host')")
             return lease
         if status == "ERROR":
-            reason = lease.get("status_reason") or lease.get("degraded") or ""
             raise TestbedError(
-                f"lease {p.lease_name} went to ERROR{f' ({reason})' if reason else ''}",
-                where=p._where("blazar", thing),
-                fix=f"run 'testbed destroy {p.name}'; then check free {s.node_type} nodes in the {s.site} "
-                    "host calendar, change provider.node_type/count/start, and provision again")
+                f"lease {p.lease_name} went to ERROR ({failure(lease)})", where=p._where("blazar", thing),
+                fix=f"run 'testbed destroy {p.name}' (it deletes the lease), then provision again; if it happens "
+                    f"again, send the lease id {lid} to the Chameleon help desk, since Blazar shows users no reason")
         if status in LEASE_GONE:
             raise TestbedError(f"lease {p.lease_name} is {status} before it became ACTIVE",
                                where=p._where("blazar", thing),
@@ -115,14 +137,15 @@ def wait_lease(p: ChameleonProvider, api: Chi, lease: dict[str, Any]) -> dict[st
                                    fix=f"run 'testbed provision {p.name}' again after it starts (the lease "
                                        f"is recorded); 'testbed destroy {p.name}' cancels it")
         if status != last_status or now - last_report >= REPORT_EVERY:
-            p.progress(f"lease {p.lease_name}: {status} ({int(now - start)} s)")
+            p.progress(f"lease {p.lease_name}: {status} after {_clock(now - start)} (Blazar takes minutes to start "
+                       f"a lease; gives up at {_clock(s.lease_timeout)})")
             last_status, last_report = status, now
         if now >= deadline:
             raise TestbedError(f"lease {p.lease_name} is still {status} after {s.lease_timeout} s",
                                where=p._where("blazar", thing),
                                fix=f"run 'testbed provision {p.name}' again to keep waiting (or raise "
                                    f"provider.lease_timeout); 'testbed destroy {p.name}' releases it")
-        p._sleep(deadline)
+        pause.sleep()
         with p._step("waiting for the lease", thing):
             got = api.lease_get(lid)
         if got is None:
@@ -178,16 +201,42 @@ def extend(p: ChameleonProvider, hours: float) -> str:
                            fix=f"run 'testbed destroy {p.name}' and provision again")
     old = _parse_lease_time(lease["end_date"])
     new = old + timedelta(hours=hours)
+    from testbed.providers.chameleon_chi import ApiError
+
     try:
-        with p._step(f"extending the lease by {hours:g} h", thing):
-            lease = api.lease_set_end(lid, new.strftime(BLAZAR_FMT))
-    except TestbedError as e:
-        if "free" in e.what and "node" in e.what:
-            raise TestbedError(f"cannot extend lease {p.lease_name} by {hours:g} h: its nodes are reserved "
-                               "by someone else after the current end", where=e.where,
-                               fix="extend by fewer hours, or collect results and start a new lease") from None
-        raise
+        lease = api.lease_set_end(lid, new.strftime(BLAZAR_FMT))
+    except ApiError as e:
+        raise _extend_error(p, e, hours, thing) from None
     note_lease(p, lease)
     end = _iso(_parse_lease_time(lease["end_date"]))
     p.progress(f"lease {p.lease_name}: now ends {end} (was {_iso(old)})")
     return end
+
+
+def _extend_error(p: ChameleonProvider, e: ApiError, hours: float, thing: str) -> TestbedError:
+    """Why Blazar refused to move the lease end, told apart by its own messages (manager/exceptions.py,
+    enforcement/exceptions.py): nodes taken, floating IPs taken, the 7-day limit, the extension window."""
+    low = e.message.lower()
+    where = p._where(e.service or "blazar", thing)
+    said = f"(HTTP {e.status}: {e.message})" if e.status else f"({e.message})"
+    if "not enough hosts available" in low or "not enough resources available" in low:
+        return TestbedError(f"cannot extend lease {p.lease_name} by {hours:g} h: its nodes are reserved by "
+                            f"someone else after the current end {said}", where=where,
+                            fix="extend by fewer hours, or collect results and start a new lease")
+    if "not enough floating ips available" in low:
+        return TestbedError(f"cannot extend lease {p.lease_name} by {hours:g} h: its reserved floating IPs are "
+                            f"reserved by someone else after the current end (the nodes would be free) {said}",
+                            where=where,
+                            fix="extend by fewer hours; or collect results and start a new lease, with "
+                                "provider.floating_ips: false if addresses stay scarce")
+    if "maximum lease duration" in low:
+        return TestbedError(f"cannot extend lease {p.lease_name} by {hours:g} h: Chameleon allows 7 days at "
+                            f"most (from the start, or from the current end within the extension window) {said}",
+                            where=where,
+                            fix="extend by fewer hours, or collect results and start a new lease")
+    if "can only be extended within" in low:
+        return TestbedError(f"cannot extend lease {p.lease_name} yet: Chameleon allows extensions only close to "
+                            f"the lease end {said}", where=where,
+                            fix=f"run 'testbed extend {p.name}' again nearer the end ('testbed status {p.name}' "
+                                "shows it)")
+    return p._error(e, f"extending the lease by {hours:g} h", thing)

@@ -3,7 +3,8 @@ servers, the lease and the key pair.
 
 404 counts as gone; a resource row is removed only once the cloud says it is gone, so a destroy that fails
 half-way can simply be run again; resources an interrupted provision made before their id came back are found by
-name and released too.
+name and released too. A lease or server that turns ERROR while being deleted is reported at once, never waited
+on until the timeout.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from testbed.errors import TestbedError
 from testbed.providers.chameleon import ChameleonProvider
+from testbed.providers.chameleon_lease import failure as lease_failure
 
 if TYPE_CHECKING:
     from testbed.providers.chameleon_chi import Chi
@@ -54,10 +56,14 @@ def release(p: ChameleonProvider) -> None:
         failures.append(e.what)
     if failures:
         p.store.set_testbed_status(p.name, "destroy-failed")
+        stuck = [r["id"] for r in p.store.resources(p.name, "lease")]
+        help_desk = (f"; a lease in ERROR can be deleted again, but if it stays in ERROR ask the Chameleon help "
+                     f"desk to delete it ({', '.join(stuck)}): until then it may hold its nodes and charge your "
+                     "allocation" if any("ERROR" in f for f in failures) and stuck else "")
         raise TestbedError(f"destroy of '{p.name}' left {p.recorded()}: " + "; ".join(failures),
                            where=p._where("API", f"testbed {p.name}"),
                            fix=f"run 'testbed destroy {p.name}' again; if it keeps failing, delete the "
-                               "recorded ids in the Chameleon dashboard")
+                               f"recorded ids in the Chameleon dashboard{help_desk}")
     p.progress(f"{p.name}: lease, servers and floating IPs released")
 
 
@@ -102,7 +108,8 @@ def _destroy_fips(p: ChameleonProvider, api: Chi, failures: list[str], after_lea
 
 
 def delete_servers(p: ChameleonProvider, api: Chi, servers: dict[str, str], failures: list[str] | None = None) -> None:
-    """Delete servers (id -> name) and wait until nova no longer knows them; rows removed as they go."""
+    """Delete servers (id -> name) and wait (with backoff) until nova no longer knows them; rows removed as they
+    go. A server that turns ERROR instead is reported at once (its fault), not waited on."""
     pending = {}
     for sid, name in servers.items():
         try:
@@ -118,50 +125,88 @@ def delete_servers(p: ChameleonProvider, api: Chi, servers: dict[str, str], fail
         else:
             p.store.remove_resource(p.name, "server", sid)
     deadline = time.monotonic() + p.destroy_timeout
+    pause = p.backoff(deadline)
+    problems: list[str] = []
     while pending:
         for sid, name in list(pending.items()):
             with p._step("waiting for a server to go", f"server {name} ({sid})"):
                 srv = api.server_get(sid)
-            if srv is None or str(srv.get("status", "")).upper() == "DELETED":
+            status = "" if srv is None else str(srv.get("status", "")).upper()
+            if srv is None or status == "DELETED":
                 p.store.remove_resource(p.name, "server", sid)
                 pending.pop(sid)
-        if not pending:
-            return
-        if time.monotonic() >= deadline:
-            what = f"server(s) still deleting after {int(p.destroy_timeout)} s: {', '.join(pending.values())}"
-            if failures is None:
-                raise TestbedError(what, where=p._where("nova", "servers"),
-                                   fix=f"run 'testbed destroy {p.name}' again later")
-            failures.append(what)
-            return
-        p._sleep(deadline)
+            elif status == "ERROR" and not srv.get("OS-EXT-STS:task_state"):  # nova gave up deleting it
+                fault = (srv.get("fault") or {}).get("message") or "nova gives no reason"
+                problems.append(f"server {name} ({sid}) went to ERROR while being deleted: {fault}")
+                pending.pop(sid)
+        if pending and time.monotonic() >= deadline:
+            problems.append(f"server(s) still deleting after {int(p.destroy_timeout)} s: "
+                            f"{', '.join(pending.values())}")
+            break
+        if pending:
+            pause.sleep()
+    if problems and failures is None:
+        raise TestbedError("; ".join(problems), where=p._where("nova", "servers"),
+                           fix=f"run 'testbed destroy {p.name}' again (nova retries the delete)")
+    if failures is not None:
+        failures.extend(problems)
 
 
 def _destroy_leases(p: ChameleonProvider, api: Chi, failures: list[str]) -> None:
-    pending = []
+    """DELETE each lease, then wait (with backoff) until Blazar no longer knows it. Blazar ends a lease inside
+    the DELETE call; when that call fails or times out the lease is looked at: gone is done, DELETING is waited
+    on, ERROR (it could not end the lease cleanly) is reported at once."""
+    pending: dict[str, str] = {}
     for r in p.store.resources(p.name, "lease"):
         thing = f"lease {r['info'].get('name') or p.lease_name} ({r['id']})"
         try:
             with p._step("deleting the lease", thing):
-                sent = api.lease_delete(r["id"])
+                state = "deleting" if api.lease_delete(r["id"]) else "gone"
         except TestbedError as e:
-            failures.append(e.what)
-            continue
-        if sent:
-            pending.append(r["id"])
-        else:
+            state = _after_failed_delete(p, api, r["id"], thing, e.what, failures)
+        if state == "deleting":
+            pending[r["id"]] = thing
+        elif state == "gone":
             p.store.remove_resource(p.name, "lease", r["id"])
     deadline = time.monotonic() + p.destroy_timeout
+    pause = p.backoff(deadline)
     while pending:
-        for lid in list(pending):
-            with p._step("waiting for the lease to go", f"lease {lid}"):
+        for lid, thing in list(pending.items()):
+            with p._step("waiting for the lease to go", thing):
                 lease = api.lease_get(lid)
-            if lease is None or lease.get("status") in ("TERMINATED", "DELETED"):
+            status = "" if lease is None else str(lease.get("status", "")).upper()
+            if lease is None:
                 p.store.remove_resource(p.name, "lease", lid)
-                pending.remove(lid)
-        if not pending:
+                pending.pop(lid)
+            elif status != "DELETING":  # DELETING's only way on is ERROR (blazar.status.LeaseStatus)
+                failures.append(f"{thing} went to {status or 'an unknown status'} while being deleted "
+                                f"({lease_failure(lease)})")
+                pending.pop(lid)
+        if pending and time.monotonic() >= deadline:
+            failures.append(f"lease(s) still deleting after {int(p.destroy_timeout)} s: {', '.join(pending.values())}")
             return
-        if time.monotonic() >= deadline:
-            failures.append(f"lease(s) still deleting after {int(p.destroy_timeout)} s: {', '.join(pending)}")
-            return
-        p._sleep(deadline)
+        if pending:
+            pause.sleep()
+
+
+def _after_failed_delete(p: ChameleonProvider, api: Chi, lid: str, thing: str, what: str,
+                         failures: list[str]) -> str:
+    """A lease DELETE answered with an error; what the lease shows then: 'deleting' (Blazar is still at it:
+    wait), 'gone', or 'failed' (recorded in ``failures``)."""
+    try:
+        with p._step("looking at the lease after a failed delete", thing):
+            lease = api.lease_get(lid)
+    except TestbedError as e:
+        failures.append(f"{what}; then {e.what}")
+        return "failed"
+    if lease is None:
+        return "gone"
+    status = str(lease.get("status", "")).upper()
+    if status == "DELETING":
+        p.progress(f"{thing}: Blazar is still deleting it ({what}); waiting")
+        return "deleting"
+    if status == "ERROR":
+        failures.append(f"{thing} went to ERROR while being deleted: Blazar could not end it cleanly ({what})")
+    else:
+        failures.append(f"{what} (the lease is {status})")
+    return "failed"

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 HOSTNAME_RE = r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$"
 USER_RE = r"^[a-z_][a-z0-9_.-]{0,31}$"
@@ -134,20 +135,36 @@ class ChameleonSettings(Settings):
 
     kind: Literal["chameleon"] = "chameleon"
     site: str = "CHI@UC"
-    project: str | None = Field(None, description="default: $OS_PROJECT_NAME")
+    project: str | None = Field(None, description="project to work in with openrc (v3oidcpassword) credentials; "
+                                "default: the openrc's OS_PROJECT_ID; an application credential always uses its "
+                                "own project")
     node_type: str = "compute_skylake"
     count: int = Field(1, ge=1, le=64)
     image: str = "CC-Ubuntu22.04"
-    hours: float = Field(4, gt=0, le=24 * 7, description="lease duration when start/end are not given")
-    start: str | None = Field(None, description="'now' or 'YYYY-MM-DD HH:MM' (UTC)")
-    end: str | None = None
+    hours: float = Field(4, gt=0, le=24 * 7, description="lease duration when start/end are not given "
+                         "(Chameleon allows 7 days at most)")
+    start: str | None = Field(None, description="'now' or 'YYYY-MM-DD HH:MM' (UTC), Blazar's format")
+    end: str | None = Field(None, description="'YYYY-MM-DD HH:MM' (UTC); default: start + hours")
     network: str = "sharednet1"
     floating_ips: bool = True
     reserve_floating_ips: bool = Field(True, description="reserve the floating IPs in the lease (Chameleon's "
                                        "bare-metal sites require it); false: allocate them from 'public' on demand")
     flavor: str = "baremetal"
-    lease_timeout: int = Field(600, ge=10)
-    server_timeout: int = Field(1800, ge=10)
+    @field_validator("start", "end")
+    @classmethod
+    def _lease_date(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is None or (v == "now" and info.field_name == "start"):
+            return v
+        try:
+            datetime.strptime(v, "%Y-%m-%d %H:%M")
+        except ValueError:
+            raise ValueError(("'now' or " if info.field_name == "start" else "") +
+                             "'YYYY-MM-DD HH:MM' (UTC, quoted in YAML): Blazar takes no other form") from None
+        return v
+
+    lease_timeout: int = Field(600, ge=10, description="seconds to wait for the lease to start (Blazar takes "
+                               "minutes)")
+    server_timeout: int = Field(1800, ge=10, description="seconds to wait for bare metal to deploy (10-20 min)")
     ssh_timeout: int = Field(900, ge=5)
 
 

@@ -1,23 +1,43 @@
-"""A fake Chameleon site (keystone, blazar, nova, neutron, glance) over HTTP on 127.0.0.1 for python-chi.
+"""A fake Chameleon site (keystone + an OpenID Connect provider, blazar, nova, neutron, glance) over HTTP on
+127.0.0.1 for python-chi.
 
 One ``ThreadingHTTPServer`` on an ephemeral port; keystone's catalog points every service back at it under a
-prefix (``/identity/v3``, ``/reservation/v1``, ``/compute/v2.1``, ``/network``, ``/image``). It behaves like
-the real services where testbed depends on them, errors included, in each service's own error body format:
+prefix (``/identity/v3``, ``/reservation/v1``, ``/compute/v2.1``, ``/network``, ``/image``; ``/oidc`` is the
+site's Keycloak). It answers as the real services do where testbed depends on them, refusals included, each in
+its own error body format. Sources: ChameleonCloud/blazar (branch chameleoncloud/2023.1: ``api/v1/utils.py``,
+``manager/service.py``, ``manager/exceptions.py``, ``status.py``, ``enforcement/``, ``plugins/``), keystone
+(``auth/core.py``, ``exception.py``), keystoneauth1 (``identity/v3/oidc.py``, ``federation.py``), nova
+(``api/openstack/common.py``, ``views/servers.py``), neutron and neutron-lib (``db/l3_db.py``, ``exceptions``).
 
-- leases go PENDING -> STARTING -> ACTIVE after ``lease_polls`` GETs (``lease_error``: -> ERROR); a lease
-  reserving more nodes than ``hosts_available`` fails like Blazar ("Not enough hosts available", 500) and one
-  reserving more floating IPs than the pool holds fails with "Not enough floating IPs available" (400);
-  reserved floating IPs appear in neutron, tagged ``reservation:<id>``, once the lease is ACTIVE, and go with it;
-- servers go BUILD -> ACTIVE after ``build_polls`` GETs (``stuck_build``: names that never leave BUILD);
-  ``fail_server_create`` (1-based ordinals of POST /servers) answer nova's 500; ``quota_instances`` gives
-  nova's 403 "Quota exceeded for instances"; a server on a reservation without a free node goes to ERROR
-  ("No valid host was found"); a deleted server lingers ``delete_polls`` GETs, then 404s;
-- floating IPs come from ``fip_pool`` (addresses); an empty pool answers neutron's 409 IpAddressGenerationFailure.
+- keystone: application credentials (which may not ask for a scope: 401), passwords, token rescoping and the
+  OpenID Connect password flow of Chameleon's openrc files (``v3oidcpassword``: discovery document, token
+  endpoint, ``OS-FEDERATION`` auth, then a project-scoped token); wrong secrets answer 401;
+- blazar: a lease is PENDING, STARTING after its first look, ACTIVE after ``lease_polls`` GETs (``lease_error``:
+  ERROR, its start_lease event ERROR and its host reservation 'error' -- Blazar keeps no reason on the lease;
+  ``lease_degraded``: ACTIVE with ``degraded`` and the reservation's ``missing_resources`` set). Requests are
+  checked as the manager checks them: missing parameters (400), bad or past dates (400), unknown resource types,
+  not enough hosts of the node type (500 "Not enough hosts available") or floating IPs (500 "Not enough floating
+  IPs available"), Chameleon's 7-day maximum (403 on create, 400 on update), its allocation check
+  (``allocation_refusal``: 400 with the service's words), "Invalid lease status." (500) for a lease in a
+  transitional status. DELETE is synchronous (200 ``{}``); ``lease_delete_error`` leaves the lease in
+  ERROR with the manager's "Failed to cleanly end lease" (500); ``lease_delete_polls`` makes the DELETE time out
+  in the RPC layer (500 "Internal Server Error") while the lease stays DELETING for that many GETs, then goes
+  (or, with ``lease_delete_error``, turns ERROR). Reserved floating IPs appear in neutron, tagged
+  ``blazar`` and ``reservation:<id>``, once the lease is ACTIVE, and go with it;
+- nova: servers go BUILD (task states scheduling, networking, spawning) -> ACTIVE after ``build_polls`` GETs
+  (``stuck_build``: names that never leave BUILD; ``fail_build``: name -> the fault message it ends in ERROR
+  with); ``fail_server_create`` (1-based ordinals of POST /servers) answer 500; ``quota_instances`` gives 403
+  "Quota exceeded for instances"; a server on a reservation without a free node goes to ERROR ("No valid host
+  was found"); faults show only on ERROR/DELETED servers, without details for code 500; a deleted server lingers
+  ``delete_polls`` GETs, then 404s (``fail_server_delete``: names whose first delete ends in ERROR);
+- neutron: floating IPs come from ``fip_pool``; an empty pool answers 409 IpAddressGenerationFailure,
+  ``quota_fips`` 409 OverQuota; a floating IP moves to another port on request (409 only when that port already
+  has one).
 
 Its servers "answer SSH": binding a floating IP calls ``ssh_hook(address, public_key)`` (the server's key pair),
 and unbinding or deleting it calls ``ssh_hook(address, None)``; tests map each pool address to a real sshd.
-Inventories (``leases``, ``servers``, ``fips``, ``keypairs``) let tests assert that nothing leaked, and
-``requests`` logs every (method, path).
+Inventories (``leases``, ``servers``, ``fips``, ``keypairs``) let tests assert that nothing leaked,
+``requests`` logs every (method, path) and ``on_request(method, path)`` runs before each answer goes out.
 """
 
 from __future__ import annotations
@@ -34,9 +54,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-LEASE_FMT = "%Y-%m-%dT%H:%M:%S.%f"
+LEASE_FMT = "%Y-%m-%dT%H:%M:%S.%f"  # oslo jsonutils' datetime format, as Blazar's JSON carries them
 BLAZAR_FMT = "%Y-%m-%d %H:%M"
 NOVA_FMT = "%Y-%m-%dT%H:%M:%SZ"
+MAX_LEASE_SECONDS = 7 * 24 * 3600  # Chameleon's max_lease_duration (blazar enforcement MaxLeaseDurationFilter)
+TRANSITIONAL = ("CREATING", "STARTING", "UPDATING", "TERMINATING", "DELETING")  # blazar.status.LeaseStatus
 
 Reply = tuple[int, Any]
 
@@ -56,6 +78,22 @@ def fingerprint(public_key: str) -> str:
     return ":".join(h[i:i + 2] for i in range(0, len(h), 2))
 
 
+def _node_type(resource_properties: str) -> str | None:
+    """The ``$node_type`` a host reservation asks for (python-chi writes ["==", "$node_type", T], or an "and")."""
+    try:
+        rp = json.loads(resource_properties) if resource_properties else []
+    except ValueError:
+        return None
+    stack: list[Any] = [rp]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, list):
+            if len(x) == 3 and x[:2] == ["==", "$node_type"]:
+                return str(x[2])
+            stack.extend(x)
+    return None
+
+
 class FakeChameleon:
     """The fake site; ``start()`` it, point OS_* at ``env()``, inspect its inventories, ``stop()`` it."""
 
@@ -64,21 +102,34 @@ class FakeChameleon:
                  build_polls: int = 2, delete_polls: int = 1, hosts_available: int = 8):
         self.region = region
         self.project = project
+        self.project_id = "5d6a2b0c1f2e4c4b9d1e6a7b8c9d0e1f"
         self.app_cred = ("app-cred-id", "app-cred-secret")
         self.password = ("alice", "s3cret")
+        self.oidc_user = ("alice@example.edu", "cli-s3cret")  # the Chameleon login and its CLI password
+        self.oidc_client = "keystone-uc-prod"
         self.fip_pool = list(fip_pool)
         self.ssh_hook = ssh_hook
         self.lease_polls = lease_polls
         self.build_polls = build_polls
         self.delete_polls = delete_polls
-        self.hosts_available = hosts_available
+        self.node_types = {t: hosts_available for t in ("compute_skylake", "compute_zen3", "compute_cascadelake_r")}
+        self.max_lease_seconds = MAX_LEASE_SECONDS
+        self.update_window: int | None = None  # MaxLeaseUpdateWindowFilter: extend only this close to the end
         # failure knobs
         self.lease_error = False
+        self.lease_degraded = False
+        self.lease_delete_error = False
+        self.lease_delete_polls = 0
+        self.extend_conflict: bool | str = False  # True or "hosts": no hosts after the end; "fips": no addresses
+        self.allocation_refusal: str | None = None  # the allocation service's 403 message (ExternalServiceFilter)
         self.fail_server_create: set[int] = set()
         self.quota_instances: int | None = None
+        self.quota_fips: int | None = None
         self.stuck_build: set[str] = set()
+        self.fail_build: dict[str, str] = {}
+        self.fail_server_delete: set[str] = set()
         self.cascade_servers = False  # real Blazar deletes a lease's servers at its end; off: testbed must
-        self.extend_conflict = False
+        self.on_request: Callable[[str, str], None] | None = None
         # inventories
         self.leases: dict[str, dict[str, Any]] = {}
         self.servers: dict[str, dict[str, Any]] = {}
@@ -86,7 +137,8 @@ class FakeChameleon:
         self.keypairs: dict[str, dict[str, Any]] = {}
         self.ports: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
-        self.tokens: set[str] = set()
+        self.tokens: dict[str, str | None] = {}  # keystone token -> project id (None: unscoped)
+        self.oidc_tokens: set[str] = set()
         self._server_posts = 0
         self._next_ip = 10
         self.lock = threading.RLock()
@@ -113,7 +165,7 @@ class FakeChameleon:
                     body = json.loads(raw) if raw else None
                 except ValueError:
                     body = None
-                status, payload, headers = fake.handle(method, self.path, body, dict(self.headers))
+                status, payload, headers = fake.handle(method, self.path, body, dict(self.headers), raw)
                 data = b"" if payload is None else json.dumps(payload).encode()
                 self.send_response(status)
                 for k, v in headers.items():
@@ -156,16 +208,32 @@ class FakeChameleon:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
     def env(self, auth: str = "appcred") -> dict[str, str]:
-        """OS_* variables as a Chameleon openrc would set them for this site."""
+        """OS_* variables as the site's own downloads set them: ``appcred`` (an application credential's
+        openrc), ``oidc`` (the project's OpenStack RC file, v3oidcpassword), ``password`` (plain keystone)."""
         common = {"OS_AUTH_URL": f"{self.base}/identity/v3", "OS_REGION_NAME": self.region,
                   "OS_INTERFACE": "public", "OS_IDENTITY_API_VERSION": "3"}
         if auth == "password":
             return {**common, "OS_AUTH_TYPE": "v3password", "OS_USERNAME": self.password[0],
                     "OS_PASSWORD": self.password[1], "OS_PROJECT_NAME": self.project,
                     "OS_USER_DOMAIN_NAME": "Default", "OS_PROJECT_DOMAIN_NAME": "chameleon"}
+        if auth == "oidc":
+            return {**common, "OS_AUTH_TYPE": "v3oidcpassword", "OS_PROJECT_ID": self.project_id,
+                    "OS_USERNAME": self.oidc_user[0], "OS_PASSWORD": self.oidc_user[1], "OS_PROTOCOL": "openid",
+                    "OS_IDENTITY_PROVIDER": "chameleon",
+                    "OS_DISCOVERY_ENDPOINT": f"{self.base}/oidc/.well-known/openid-configuration",
+                    "OS_CLIENT_ID": self.oidc_client, "OS_ACCESS_TOKEN_TYPE": "access_token",
+                    "OS_CLIENT_SECRET": "none"}
         return {**common, "OS_AUTH_TYPE": "v3applicationcredential",
                 "OS_APPLICATION_CREDENTIAL_ID": self.app_cred[0],
                 "OS_APPLICATION_CREDENTIAL_SECRET": self.app_cred[1]}
+
+    def clouds_yaml(self, cloud: str = "chameleon") -> str:
+        """The clouds.yaml the dashboard offers with a new application credential (auth_url without /v3)."""
+        return (f"clouds:\n  {cloud}:\n    auth:\n      auth_url: {self.base}/identity\n"
+                f"      application_credential_id: \"{self.app_cred[0]}\"\n"
+                f"      application_credential_secret: \"{self.app_cred[1]}\"\n"
+                f"    region_name: \"{self.region}\"\n    interface: \"public\"\n    identity_api_version: 3\n"
+                "    auth_type: \"v3applicationcredential\"\n")
 
     def leaked(self) -> dict[str, int]:
         """What is still held: leases, servers, floating IPs (the things that cost money)."""
@@ -173,45 +241,83 @@ class FakeChameleon:
             return {"leases": len(self.leases), "servers": len(self.servers), "fips": len(self.fips)}
 
     # dispatch ---------------------------------------------------------------------------------------
-    def handle(self, method: str, raw_path: str, body: Any, headers: dict[str, str]) -> tuple[int, Any, dict]:
+    def handle(self, method: str, raw_path: str, body: Any, headers: dict[str, str],
+               raw: bytes = b"") -> tuple[int, Any, dict]:
         parts = urlsplit(raw_path)
         path = parts.path.rstrip("/") or "/"
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         with self.lock:
             self.requests.append((method, path))
-            if path.startswith("/identity"):
-                return self._keystone(method, path, body)
-            token = headers.get("X-Auth-Token") or headers.get("x-auth-token")
-            if token not in self.tokens:
-                return 401, {"error": {"code": 401, "title": "Unauthorized",
-                                       "message": "The request you have made requires authentication."}}, {}
-            for prefix, fn in (("/reservation/v1", self._blazar), ("/compute", self._nova),
-                               ("/network", self._neutron), ("/image", self._glance)):
-                if path.startswith(prefix):
-                    status, payload = fn(method, path[len(prefix):] or "/", query, body)
-                    return status, payload, {}
+            reply = self._route(method, path, query, body, headers, raw)
+            if self.on_request:
+                self.on_request(method, path)
+            return reply
+
+    def _route(self, method: str, path: str, query: dict[str, str], body: Any, headers: dict[str, str],
+               raw: bytes) -> tuple[int, Any, dict]:
+        if path.startswith("/oidc"):
+            return self._oidc(method, path, raw, headers)
+        if path.startswith("/identity"):
+            return self._keystone(method, path, body, headers)
+        token = headers.get("X-Auth-Token") or headers.get("x-auth-token")
+        if token not in self.tokens or self.tokens[token] is None:  # an unscoped token reaches no service
+            return 401, {"error": {"code": 401, "title": "Unauthorized",
+                                   "message": "The request you have made requires authentication."}}, {}
+        for prefix, fn in (("/reservation/v1", self._blazar), ("/compute", self._nova),
+                           ("/network", self._neutron), ("/image", self._glance)):
+            if path.startswith(prefix):
+                status, payload = fn(method, path[len(prefix):] or "/", query, body)
+                return status, payload, {}
         return 404, {"error": {"code": 404, "message": f"no route {method} {path}"}}, {}
 
     # keystone ---------------------------------------------------------------------------------------
-    def _keystone(self, method: str, path: str, body: Any) -> tuple[int, Any, dict]:
+    @staticmethod
+    def _unauthorized(message: str = "The request you have made requires authentication.") -> tuple[int, Any, dict]:
+        return 401, {"error": {"code": 401, "title": "Unauthorized", "message": message}}, {
+            "WWW-Authenticate": 'Keystone uri="http://127.0.0.1"'}
+
+    def _keystone(self, method: str, path: str, body: Any, headers: dict[str, str]) -> tuple[int, Any, dict]:
         if method == "GET" and path in ("/identity", "/identity/v3"):
             return 200, {"version": {"id": "v3.14", "status": "stable", "links": [
                 {"rel": "self", "href": f"{self.base}/identity/v3/"}]}}, {}
+        m = re.fullmatch(r"/identity/v3/OS-FEDERATION/identity_providers/([^/]+)/protocols/([^/]+)/auth", path)
+        if m and method in ("GET", "POST"):
+            return self._federated(m.group(1), m.group(2), headers)
         if method != "POST" or path != "/identity/v3/auth/tokens":
-            return 404, {"error": {"code": 404, "title": "Not Found", "message": "not found"}}, {}
-        ident = (body or {}).get("auth", {}).get("identity", {})
-        ok = False
-        if "application_credential" in ident.get("methods", []):
+            return 404, {"error": {"code": 404, "title": "Not Found",
+                                   "message": "The resource could not be found."}}, {}
+        auth = (body or {}).get("auth", {})
+        ident = auth.get("identity", {})
+        methods = ident.get("methods", [])
+        scope = auth.get("scope")
+        project: str | None = None
+        if "application_credential" in methods:
+            if scope is not None:  # keystone.auth.core: the credential's own project is the scope
+                return self._unauthorized("Error authenticating with application credential: "
+                                          "Application credentials cannot request a scope.")
             ac = ident.get("application_credential", {})
-            ok = (ac.get("id"), ac.get("secret")) == self.app_cred
-        elif "password" in ident.get("methods", []):
+            if (ac.get("id"), ac.get("secret")) != self.app_cred:
+                return self._unauthorized()
+            project = self.project_id
+        elif "password" in methods:
             u = ident.get("password", {}).get("user", {})
-            ok = (u.get("name"), u.get("password")) == self.password
-        if not ok:
-            return 401, {"error": {"code": 401, "title": "Unauthorized",
-                                   "message": "The request you have made requires authentication."}}, {}
+            if (u.get("name"), u.get("password")) != self.password:
+                return self._unauthorized()
+        elif "token" in methods:
+            if ident.get("token", {}).get("id") not in self.tokens:
+                return self._unauthorized()
+        else:
+            return self._unauthorized()
+        if scope is not None:
+            p = scope.get("project") or {}
+            if p.get("id") != self.project_id and p.get("name") != self.project:
+                return self._unauthorized()  # no role on that project
+            project = self.project_id
+        return self._token(methods, project)
+
+    def _token(self, methods: list[str], project: str | None) -> tuple[int, Any, dict]:
         token = "tok-" + uuid.uuid4().hex
-        self.tokens.add(token)
+        self.tokens[token] = project
 
         def svc(kind: str, name: str, url: str) -> dict[str, Any]:
             return {"type": kind, "name": name, "id": name, "endpoints": [
@@ -219,117 +325,288 @@ class FakeChameleon:
                 for i in ("public", "internal", "admin")]}
 
         b = self.base
-        catalog = [svc("identity", "keystone", f"{b}/identity/v3"), svc("reservation", "blazar", f"{b}/reservation/v1"),
-                   svc("compute", "nova", f"{b}/compute/v2.1"), svc("network", "neutron", f"{b}/network"),
-                   svc("image", "glance", f"{b}/image")]
         now = _now()
-        tok = {"token": {"methods": ident.get("methods", []), "expires_at": "2099-01-01T00:00:00.000000Z",
-                         "issued_at": now.strftime("%Y-%m-%dT%H:%M:%S.000000Z"),
-                         "roles": [{"id": "r1", "name": "member"}],
-                         "user": {"id": "u1", "name": "alice", "domain": {"id": "default", "name": "Default"}},
-                         "project": {"id": "p1", "name": self.project, "domain": {"id": "d1", "name": "chameleon"}},
-                         "catalog": catalog}}
-        return 201, tok, {"X-Subject-Token": token}
+        tok: dict[str, Any] = {"methods": methods, "expires_at": "2099-01-01T00:00:00.000000Z",
+                               "issued_at": now.strftime("%Y-%m-%dT%H:%M:%S.000000Z"), "audit_ids": ["a1"],
+                               "user": {"id": "u1", "name": "alice", "domain": {"id": "d1", "name": "chameleon"}}}
+        if project is not None:
+            tok["roles"] = [{"id": "r1", "name": "member"}]
+            tok["project"] = {"id": project, "name": self.project, "domain": {"id": "d1", "name": "chameleon"}}
+            tok["catalog"] = [svc("identity", "keystone", f"{b}/identity/v3"),
+                              svc("reservation", "blazar", f"{b}/reservation/v1"),
+                              svc("compute", "nova", f"{b}/compute/v2.1"), svc("network", "neutron", f"{b}/network"),
+                              svc("image", "glance", f"{b}/image")]
+        return 201, {"token": tok}, {"X-Subject-Token": token}
+
+    def _federated(self, idp: str, protocol: str, headers: dict[str, str]) -> tuple[int, Any, dict]:
+        """keystone's OS-FEDERATION auth: an OpenID Connect bearer token -> an unscoped token."""
+        if idp != "chameleon":
+            return 404, {"error": {"code": 404, "title": "Not Found",
+                                   "message": f"Could not find Identity Provider: {idp}."}}, {}
+        if protocol != "openid":
+            return 404, {"error": {"code": 404, "title": "Not Found",
+                                   "message": f"Could not find federated protocol {protocol} for Identity "
+                                              f"Provider: {idp}."}}, {}
+        bearer = (headers.get("Authorization") or headers.get("authorization") or "").removeprefix("Bearer ")
+        if bearer not in self.oidc_tokens:
+            return self._unauthorized()
+        return self._token(["openid"], None)
+
+    def _oidc(self, method: str, path: str, raw: bytes, headers: dict[str, str]) -> tuple[int, Any, dict]:
+        """The site's Keycloak: the discovery document and the token endpoint (password grant)."""
+        if method == "GET" and path == "/oidc/.well-known/openid-configuration":
+            return 200, {"issuer": f"{self.base}/oidc", "token_endpoint": f"{self.base}/oidc/token",
+                         "authorization_endpoint": f"{self.base}/oidc/auth",
+                         "grant_types_supported": ["authorization_code", "implicit", "refresh_token", "password",
+                                                   "client_credentials",
+                                                   "urn:ietf:params:oauth:grant-type:device_code"]}, {}
+        if method == "POST" and path == "/oidc/token":
+            form = {k: v[0] for k, v in parse_qs(raw.decode(errors="replace")).items()}
+            client = form.get("client_id")
+            basic = headers.get("Authorization") or headers.get("authorization") or ""
+            if basic.startswith("Basic "):
+                client = base64.b64decode(basic[6:]).decode(errors="replace").split(":", 1)[0]
+            if client != self.oidc_client:
+                return 401, {"error": "invalid_client", "error_description": "Invalid client credentials"}, {}
+            if form.get("grant_type") != "password":
+                return 400, {"error": "unsupported_grant_type", "error_description": "Unsupported grant_type"}, {}
+            if (form.get("username"), form.get("password")) != self.oidc_user:
+                return 401, {"error": "invalid_grant", "error_description": "Invalid user credentials"}, {}
+            at = "oidc-" + uuid.uuid4().hex
+            self.oidc_tokens.add(at)
+            return 200, {"access_token": at, "expires_in": 300, "refresh_expires_in": 1800,
+                         "refresh_token": "r-" + uuid.uuid4().hex, "token_type": "Bearer",
+                         "id_token": "i-" + uuid.uuid4().hex, "not-before-policy": 0,
+                         "session_state": _id(), "scope": form.get("scope", "openid")}, {}
+        return 404, {"error": "not_found"}, {}
 
     # blazar -----------------------------------------------------------------------------------------
     @staticmethod
     def _blazar_error(code: int, message: str) -> Reply:
+        """blazar.api.v1.utils.render_error_message (error_name is the code, or INTERNAL_SERVER_ERROR)."""
         return code, {"error_code": code, "error_message": message, "error_name": code}
+
+    @staticmethod
+    def _internal_error() -> Reply:
+        return 500, {"error_code": 500, "error_message": "Internal Server Error",
+                     "error_name": "INTERNAL_SERVER_ERROR"}
 
     def _lease_view(self, lease: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in lease.items() if not k.startswith("_")}
 
-    def _hosts_in_use(self) -> int:
+    def _hosts_in_use(self, node_type: str | None) -> int:
         return sum(r["max"] for le in self.leases.values() for r in le["reservations"]
-                   if r["resource_type"] == "physical:host" and le["status"] not in ("ERROR", "TERMINATED"))
+                   if r["resource_type"] == "physical:host" and le["status"] not in ("ERROR", "TERMINATED")
+                   and _node_type(r.get("resource_properties", "")) == node_type)
+
+    def _event(self, lease: dict[str, Any], kind: str) -> dict[str, Any]:
+        return next(e for e in lease["events"] if e["event_type"] == kind)
 
     def _advance_lease(self, lease: dict[str, Any]) -> None:
+        if lease["_deleting"] is not None:  # the manager is still ending it (the DELETE timed out in RPC)
+            lease["_deleting"] -= 1
+            if lease["_deleting"] <= 0:
+                if self.lease_delete_error:
+                    lease["status"] = "ERROR"
+                    lease["_deleting"] = None
+                else:
+                    self._lease_gone(lease)
+            return
         if lease["status"] not in ("PENDING", "STARTING"):
             return
         if datetime.strptime(lease["start_date"], LEASE_FMT) > _now() + timedelta(minutes=1):
             return  # a future lease waits for its start
         lease["_polls"] += 1
+        start = self._event(lease, "start_lease")
         if lease["_polls"] < self.lease_polls:
             lease["status"] = "STARTING" if lease["_polls"] > 0 else "PENDING"
+            start["status"] = "IN_PROGRESS" if lease["_polls"] > 0 else "UNDONE"
             return
-        if self.lease_error:
+        if self.lease_error:  # _basic_action: the event and the failing reservation in error, no reason kept
             lease["status"] = "ERROR"
-            lease["status_reason"] = "Failed to allocate hosts: no valid host in aggregate"
+            start["status"] = "ERROR"
+            for r in lease["reservations"]:
+                if r["resource_type"] == "physical:host":
+                    r["status"] = "error"
             return
         lease["status"] = "ACTIVE"
+        start["status"] = "DONE"
         for r in lease["reservations"]:
             r["status"] = "active"
             if r["resource_type"] == "virtual:floatingip":
                 for addr in lease["_fip_addresses"]:
                     fid = _id()
                     self.fips[fid] = self._fip_json(fid, addr, tags=["blazar", f"reservation:{r['id']}"])
+        if self.lease_degraded:
+            lease["degraded"] = True
+            for r in lease["reservations"]:
+                if r["resource_type"] == "physical:host":
+                    r["missing_resources"] = True
 
     def _blazar(self, method: str, path: str, query: dict[str, str], body: Any) -> Reply:
         m = re.fullmatch(r"/leases(?:/([^/]+))?", path)
         if not m:
-            return self._blazar_error(404, f"Resource {path} not found")
+            return 404, {"error_code": 404, "error_message": "Not Found", "error_name": 404}
         lid = m.group(1)
         if lid is None and method == "GET":
             return 200, {"leases": [self._lease_view(x) for x in self.leases.values()]}
         if lid is None and method == "POST":
             return self._lease_create(body or {})
         lease = self.leases.get(lid or "")
-        if lease is None:
+        if lease is None:  # api.v1.validation.check_exists
             return self._blazar_error(404, f"Object with {{'lease_id': '{lid}'}} not found")
         if method == "GET":
             self._advance_lease(lease)
+            if lease["id"] not in self.leases:
+                return self._blazar_error(404, f"Object with {{'lease_id': '{lid}'}} not found")
             return 200, {"lease": self._lease_view(lease)}
         if method == "PUT":
-            end = (body or {}).get("end_date")
-            if not end:
-                return self._blazar_error(400, "Malformed parameter end_date")
-            if self.extend_conflict:
-                return self._blazar_error(500, "Not enough hosts available")
-            lease["end_date"] = datetime.strptime(end, BLAZAR_FMT).strftime(LEASE_FMT)
-            lease["updated_at"] = _now().strftime("%Y-%m-%d %H:%M:%S")
-            return 200, {"lease": self._lease_view(lease)}
+            return self._lease_update(lease, body or {})
         if method == "DELETE":
-            self._lease_delete(lease)
-            return 204, None
-        return self._blazar_error(405, "Method not allowed")
+            return self._lease_delete(lease)
+        return 405, {"error_code": 405, "error_message": "Method Not Allowed", "error_name": 405}
+
+    def _dates(self, start_s: Any, end_s: Any) -> tuple[datetime, datetime, datetime] | Reply:
+        """manager.service._parse_lease_dates: 'now' or '%Y-%m-%d %H:%M'; now is rounded to the minute."""
+        now = _now().replace(second=0, microsecond=0)
+        out = []
+        for v in (start_s, end_s):
+            if v == "now":
+                out.append(now)
+                continue
+            try:
+                out.append(datetime.strptime(str(v), BLAZAR_FMT))
+            except ValueError:
+                return self._blazar_error(400, f"{v} is an invalid date. Required format: {BLAZAR_FMT}")
+        return out[0], out[1], now
 
     def _lease_create(self, body: dict[str, Any]) -> Reply:
-        name = body.get("name")
-        if not name or not body.get("end_date") or not body.get("reservations"):
-            return self._blazar_error(400, "Lease name, end date and reservations are required")
-        now = _now()
-        try:
-            start = now if body.get("start_date") in (None, "now") else datetime.strptime(body["start_date"],
-                                                                                        BLAZAR_FMT)
-            end = datetime.strptime(body["end_date"], BLAZAR_FMT)
-        except ValueError as e:
-            return self._blazar_error(400, f"Malformed parameter date: {e}")
+        missing = [k for k in ("name", "start_date", "end_date") if k not in body]
+        if missing:
+            return self._blazar_error(400, f"Missing parameter {', '.join(missing)}")
+        reqs = body.get("reservations") or []
+        for req in reqs:
+            if "resource_type" not in req:
+                return self._blazar_error(400, "Missing parameter resource_type")
+        got = self._dates(body["start_date"], body["end_date"])
+        if len(got) == 2:
+            return got  # type: ignore[return-value]
+        start, end, now = got  # type: ignore[misc]
+        if start < now:
+            return self._blazar_error(400, "Start date must be later than current date")
         if end <= start:
-            return self._blazar_error(400, "End date must be later than start date")
+            return self._blazar_error(400, "End date must be later than start date.")
         lid = _id()
+        stamp = _now().strftime(LEASE_FMT)
         reservations, fip_addresses = [], []
-        for req in body["reservations"]:
-            r = {**req, "id": _id(), "lease_id": lid, "status": "pending", "created_at": now.isoformat()}
-            if req.get("resource_type") == "physical:host":
-                if self._hosts_in_use() + int(req.get("max", 1)) > self.hosts_available:
+        for req in reqs:
+            rtype = req["resource_type"]
+            base = {"id": _id(), "lease_id": lid, "resource_id": _id(), "resource_type": rtype, "status": "pending",
+                    "missing_resources": False, "resources_changed": False, "created_at": stamp,
+                    "updated_at": None}
+            if rtype == "physical:host":
+                for k in ("min", "max", "hypervisor_properties", "resource_properties"):
+                    if k not in req:
+                        return self._blazar_error(400, f"Missing parameter {k}")
+                try:
+                    lo, hi = int(req["min"]), int(req["max"])
+                except (TypeError, ValueError):
+                    return self._blazar_error(400, "Malformed parameter min")
+                if lo > hi:
+                    return self._blazar_error(400, "Invalid values for min/max of hosts. Max must be equal to or "
+                                                   "larger than min.")
+                ntype = _node_type(req["resource_properties"])
+                if self._hosts_in_use(ntype) + hi > self.node_types.get(ntype or "", 0):
                     return self._blazar_error(500, "Not enough hosts available")
-            elif req.get("resource_type") == "virtual:floatingip":
-                amount = int(req.get("amount", 1))
+                reservations.append({**base, "hypervisor_properties": req["hypervisor_properties"],
+                                     "resource_properties": req["resource_properties"], "before_end": "default",
+                                     "min": lo, "max": hi})
+            elif rtype == "virtual:floatingip":
+                for k in ("network_id", "amount"):
+                    if k not in req:
+                        return self._blazar_error(400, f"Missing parameter {k}")
+                amount = int(req["amount"])
                 if amount > len(self.fip_pool):
-                    return self._blazar_error(400, "Not enough floating IPs available")
+                    return self._blazar_error(500, "Not enough floating IPs available")
                 fip_addresses += [self.fip_pool.pop(0) for _ in range(amount)]
+                reservations.append({**base, "network_id": req["network_id"], "amount": amount})
             else:
-                return self._blazar_error(400, f"Unsupported resource type {req.get('resource_type')}")
-            reservations.append(r)
-        lease = {"id": lid, "name": name, "status": "PENDING", "user_id": "u1", "project_id": "p1",
-                 "start_date": start.strftime(LEASE_FMT), "end_date": end.strftime(LEASE_FMT),
-                 "created_at": now.strftime("%Y-%m-%d %H:%M:%S"), "updated_at": None, "trust_id": _id(),
-                 "reservations": reservations, "events": [], "degraded": False, "status_reason": None,
-                 "_polls": -1, "_fip_addresses": fip_addresses}
+                return self._blazar_error(500, f"The {rtype} resource type is not supported")
+        if (end - start).total_seconds() > self.max_lease_seconds:
+            self.fip_pool[:0] = fip_addresses
+            # enforcement.check_create's MaxLeaseDurationException, re-raised by create_lease as NotAuthorized
+            return self._blazar_error(403, f"Lease duration of {int((end - start).total_seconds())} seconds must be "
+                                           f"less than or equal to the maximum lease duration of "
+                                           f"{self.max_lease_seconds} seconds.")
+        if self.allocation_refusal is not None:  # enforcement/filters/external_service_filter.py: 400
+            self.fip_pool[:0] = fip_addresses
+            return self._blazar_error(400, self.allocation_refusal)
+        events = [{"id": _id(), "lease_id": lid, "event_type": kind, "time": t.strftime(LEASE_FMT),
+                   "status": "UNDONE", "created_at": stamp, "updated_at": None}
+                  for kind, t in (("start_lease", start), ("end_lease", end))]
+        lease = {"id": lid, "name": body["name"], "status": "PENDING", "degraded": False, "user_id": "u1",
+                 "project_id": self.project_id, "start_date": start.strftime(LEASE_FMT),
+                 "end_date": end.strftime(LEASE_FMT), "created_at": stamp, "updated_at": None, "trust_id": _id(),
+                 "reservations": reservations, "events": events, "_polls": -1, "_fip_addresses": fip_addresses,
+                 "_deleting": None}
         self.leases[lid] = lease
         return 201, {"lease": self._lease_view(lease)}
 
-    def _lease_delete(self, lease: dict[str, Any]) -> None:
+    def _lease_update(self, lease: dict[str, Any], body: dict[str, Any]) -> Reply:
+        """manager.service.update_lease for a new end date (or a new name)."""
+        if lease["status"] in TRANSITIONAL:  # lease_status decorator: X -> UPDATING is not a valid transition
+            return self._blazar_error(500, "Invalid lease status.")
+        if set(body) == {"name"}:
+            lease["name"] = body["name"]
+            return 200, {"lease": self._lease_view(lease)}
+        old_start = datetime.strptime(lease["start_date"], LEASE_FMT)
+        old_end = datetime.strptime(lease["end_date"], LEASE_FMT)
+        got = self._dates(body.get("start_date", old_start.strftime(BLAZAR_FMT)),
+                          body.get("end_date", old_end.strftime(BLAZAR_FMT)))
+        if len(got) == 2:
+            return got  # type: ignore[return-value]
+        start, end, now = got  # type: ignore[misc]
+        if old_start < now and start != old_start.replace(second=0, microsecond=0):
+            return self._blazar_error(400, "Cannot modify the start date of already started leases")
+        if old_end < now:
+            return self._blazar_error(400, "Terminated leases can only be renamed")
+        if end < now or end < start:
+            return self._blazar_error(400, "End date must be later than current and start date")
+        if end > old_end or start < old_start:  # MaxLeaseDurationFilter.check_update
+            counted_from = old_start
+            if self.update_window is not None:  # reservation_extension_window: counted from the current end
+                if now < old_end - timedelta(seconds=self.update_window):
+                    return self._blazar_error(400, f"Lease can only be extended within {self.update_window} seconds "
+                                                   "of the leases current end time.")
+                counted_from = old_end
+            if (end - counted_from).total_seconds() > self.max_lease_seconds:
+                return self._blazar_error(400, f"Lease duration of {int((end - counted_from).total_seconds())} "
+                                               "seconds must be less than or equal to the maximum lease duration "
+                                               f"of {self.max_lease_seconds} seconds.")
+        if self.extend_conflict in (True, "hosts"):  # the host plugin's update_reservation
+            return self._blazar_error(500, "Not enough hosts available")
+        if self.extend_conflict == "fips":  # the floating IP plugin's _update_allocations
+            return self._blazar_error(500, "Not enough floating IPs available")
+        lease["end_date"] = end.strftime(LEASE_FMT)
+        self._event(lease, "end_lease")["time"] = end.strftime(LEASE_FMT)
+        lease["updated_at"] = _now().strftime(LEASE_FMT)
+        return 200, {"lease": self._lease_view(lease)}
+
+    def _lease_delete(self, lease: dict[str, Any]) -> Reply:
+        """manager.service.delete_lease (an RPC call): DELETING, then gone, or ERROR when it cannot end cleanly."""
+        if lease["status"] == "DELETING":  # DELETING -> DELETING is not a valid transition
+            return self._blazar_error(500, "Invalid lease status.")
+        lease["status"] = "DELETING"
+        if self.lease_delete_polls > 0:  # the manager keeps working after the API's RPC call timed out
+            lease["_deleting"] = self.lease_delete_polls
+            return self._internal_error()
+        if self.lease_delete_error:
+            lease["status"] = "ERROR"
+            return self._blazar_error(500, "Failed to cleanly end lease %(lease_id)s")
+        self._lease_gone(lease)
+        return 200, {}
+
+    def _lease_gone(self, lease: dict[str, Any]) -> None:
         rids = {r["id"] for r in lease["reservations"]}
         for fid, f in list(self.fips.items()):
             if any(f"reservation:{rid}" in f["tags"] for rid in rids):
@@ -347,7 +624,9 @@ class FakeChameleon:
         return code, {kind: {"code": code, "message": message}}
 
     def _server_view(self, s: dict[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in s.items() if not k.startswith("_")}
+        out = {k: v for k, v in s.items() if not k.startswith("_") and k != "fault"}
+        if s["status"] in ("ERROR", "DELETED") and s.get("fault"):  # views.servers: fault only then, and
+            out["fault"] = {k: v for k, v in s["fault"].items() if k != "details" or s["fault"]["code"] != 500}
         addrs = []
         for p in self.ports.values():
             if p["device_id"] == s["id"]:
@@ -393,14 +672,20 @@ class FakeChameleon:
             if method == "GET":
                 if s["_deleting"] is not None:
                     if s["_deleting"] <= 0:
+                        if self._matches(s["name"], self.fail_server_delete):  # once: a second delete works
+                            self.fail_server_delete = {x for x in self.fail_server_delete
+                                                       if not self._matches(s["name"], {x})}
+                            s.update(status="ERROR", _deleting=None)
+                            s["OS-EXT-STS:vm_state"], s["OS-EXT-STS:task_state"] = "error", None
+                            s["fault"] = {"code": 500, "created": _now().strftime(NOVA_FMT),
+                                          "message": "Failed to terminate instance: Timeout reached while waiting "
+                                                     "for callback for node"}
+                            return 200, {"server": self._server_view(s)}
                         self._server_gone(s["id"])
                         return self._nova_error(404, "itemNotFound", f"Instance {m.group(1)} could not be found.")
                     s["_deleting"] -= 1
                 elif s["status"] == "BUILD":
-                    s["_polls"] += 1
-                    if s["_polls"] >= self.build_polls and not self._is_stuck(s["name"]):
-                        s["status"], s["OS-EXT-STS:vm_state"] = "ACTIVE", "active"
-                        s["OS-EXT-STS:power_state"] = 1
+                    self._advance_build(s)
                 return 200, {"server": self._server_view(s)}
             if method == "DELETE":
                 if s["_deleting"] is None:
@@ -409,9 +694,34 @@ class FakeChameleon:
                 return 204, None
         return self._nova_error(404, "itemNotFound", f"no route {method} {path}")
 
-    def _is_stuck(self, name: str) -> bool:
-        return "*" in self.stuck_build or any(name == x or name.endswith("-" + x) for x in self.stuck_build)
+    def _advance_build(self, s: dict[str, Any]) -> None:
+        if s["_no_host"]:
+            s.update(status="ERROR", fault={"code": 500, "created": _now().strftime(NOVA_FMT),
+                                            "message": "No valid host was found. There are not enough hosts "
+                                                       "available."})
+            s["OS-EXT-STS:vm_state"], s["OS-EXT-STS:task_state"] = "error", None
+            return
+        s["_polls"] += 1
+        stages = ("scheduling", "networking", "spawning")
+        s["OS-EXT-STS:task_state"] = stages[min(s["_polls"], len(stages) - 1)]
+        if s["_polls"] < self.build_polls or self._is_stuck(s["name"]):
+            return
+        fault = next((msg for k, msg in self.fail_build.items() if self._matches(s["name"], {k})), None)
+        if fault is not None:  # e.g. the deploy failed on every node nova retried
+            s.update(status="ERROR", fault={"code": 500, "created": _now().strftime(NOVA_FMT), "message": fault,
+                                            "details": "Traceback (most recent call last): ..."})
+            s["OS-EXT-STS:vm_state"], s["OS-EXT-STS:task_state"] = "error", None
+            return
+        s["status"], s["OS-EXT-STS:vm_state"], s["OS-EXT-STS:task_state"] = "ACTIVE", "active", None
+        s["OS-EXT-STS:power_state"] = 1
+        s["OS-SRV-USG:launched_at"] = _now().strftime("%Y-%m-%dT%H:%M:%S.000000")
 
+    @staticmethod
+    def _matches(name: str, which: Iterable[str]) -> bool:
+        return any(x == "*" or name == x or name.endswith("-" + x) for x in which)
+
+    def _is_stuck(self, name: str) -> bool:
+        return self._matches(name, self.stuck_build)
     def _keypairs(self, method: str, path: str, body: Any) -> Reply:
         m = re.fullmatch(r"/os-keypairs(?:/([^/]+))?", path)
         assert m
@@ -465,14 +775,12 @@ class FakeChameleon:
         if nets and nets[0] != self.net_shared["id"]:
             return self._nova_error(400, "badRequest", f"Network {nets[0]} could not be found.")
         rid = hints.get("reservation")
-        status, fault = "BUILD", None
+        status, no_host = "BUILD", False
         res = next((r for le in self.leases.values() for r in le["reservations"]
                     if r["id"] == rid and le["status"] == "ACTIVE" and r["resource_type"] == "physical:host"), None)
         used = sum(1 for s in live if s["_reservation"] == rid)
         if res is None or used >= int(res.get("max", 1)):
-            status = "ERROR"
-            fault = {"code": 500, "message": "No valid host was found. There are not enough hosts available.",
-                     "created": _now().strftime(NOVA_FMT)}
+            no_host = True  # accepted (202), then the scheduler finds no host: ERROR on the first look
         sid = _id()
         now = _now().strftime(NOVA_FMT)
         srv = {"id": sid, "name": req.get("name"), "status": status, "hostId": uuid.uuid4().hex, "created": now,
@@ -480,18 +788,17 @@ class FakeChameleon:
                "flavor": {"original_name": flavor["name"], "vcpus": 48, "ram": 196608, "disk": 240,
                           "ephemeral": 0, "swap": 0, "extra_specs": {}},
                "host_status": "UP", "locked": False, "locked_reason": None, "metadata": {},
-               "tenant_id": "p1", "user_id": "u1", "OS-EXT-STS:task_state": None,
-               "OS-EXT-STS:vm_state": "building" if status == "BUILD" else "error",
+               "tenant_id": "p1", "user_id": "u1", "OS-EXT-STS:task_state": "scheduling",
+               "OS-EXT-STS:vm_state": "building",
                "OS-EXT-STS:power_state": 0, "OS-EXT-AZ:availability_zone": "nova", "OS-DCF:diskConfig": "MANUAL",
                "accessIPv4": "", "accessIPv6": "", "config_drive": "", "progress": 0, "links": [],
                "security_groups": [{"name": "default"}], "tags": [], "description": None,
                "os-extended-volumes:volumes_attached": [], "trusted_image_certificates": None,
                "OS-SRV-USG:launched_at": None, "OS-SRV-USG:terminated_at": None,
-               "_network": self.net_shared["name"], "_reservation": rid, "_polls": 0, "_deleting": None}
-        if fault:
-            srv["fault"] = fault
+               "_network": self.net_shared["name"], "_reservation": rid, "_polls": 0, "_deleting": None,
+               "_no_host": no_host}
         self.servers[sid] = srv
-        if status == "BUILD":
+        if not no_host:
             pid = _id()
             self._next_ip += 1
             self.ports[pid] = {"id": pid, "device_id": sid, "device_owner": "compute:nova", "status": "ACTIVE",
@@ -584,9 +891,14 @@ class FakeChameleon:
             return 200, {"floatingips": fl}
         if path == "/floatingips" and method == "POST":
             req = (body or {}).get("floatingip", {})
-            if req.get("floating_network_id") != self.net_public["id"]:
-                return self._neutron_error(404, "ExternalGatewayForFloatingIPNotFound",
-                                           f"External network {req.get('floating_network_id')} is not reachable.")
+            net = req.get("floating_network_id")
+            if net not in (self.net_public["id"], self.net_shared["id"]):
+                return self._neutron_error(404, "NetworkNotFound", f"Network {net} could not be found.")
+            if net != self.net_public["id"]:  # l3_db._create_floatingip
+                return self._neutron_error(400, "BadRequest", f"Bad floatingip request: Network {net} is not a "
+                                                              "valid external network.")
+            if self.quota_fips is not None and len(self.fips) >= self.quota_fips:
+                return self._neutron_error(409, "OverQuota", "Quota exceeded for resources: ['floatingip'].")
             if not self.fip_pool:
                 return self._neutron_error(409, "IpAddressGenerationFailure",
                                            f"No more IP addresses available on network {self.net_public['id']}.")
@@ -612,10 +924,15 @@ class FakeChameleon:
                 port = self.ports.get(port_id)
                 if port is None:
                     return self._neutron_error(404, "PortNotFound", f"Port {port_id} could not be found.")
-                if f["port_id"] and f["port_id"] != port_id:
+                other = next((x for x in self.fips.values() if x["port_id"] == port_id and x is not f), None)
+                if other is not None:  # l3_db._check_and_get_fip_assoc; moving f from another port is allowed
                     return self._neutron_error(409, "FloatingIPPortAlreadyAssociated",
-                                               f"Cannot associate floating IP {f['floating_ip_address']} "
-                                               f"({f['id']}) with port {port_id}: already associated")
+                                               f"Cannot associate floating IP {f['floating_ip_address']} ({f['id']}) "
+                                               f"with port {port_id} using fixed IP "
+                                               f"{port['fixed_ips'][0]['ip_address']}, as that fixed IP already has "
+                                               f"a floating IP on external network {self.net_public['id']}.")
+                if f["port_id"] and f["port_id"] != port_id:
+                    self._unbind(f)
                 f.update(port_id=port_id, fixed_ip_address=port["fixed_ips"][0]["ip_address"], status="ACTIVE",
                          router_id="router-1")
                 srv = self.servers.get(port["device_id"])
