@@ -803,6 +803,30 @@ def test_changed_node_count_asks_again(bed: Bed) -> None:
     _assert_nothing_left(bed, p)
 
 
+def test_queued_resource_over_nodes_of_the_same_names(bed: Bed) -> None:
+    """Nodes made without a queued resource (or by someone else) keep their names: refused before the request,
+    and destroy never takes someone else's node for the testbed's own."""
+    bed.provider().provision()
+    p = bed.provider(queued_resource=True)
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    _record("queued resource over existing nodes", ei.value)
+    assert "exists outside queued resource tb-qr" in ei.value.what and bed.fake.qr_ids() == []
+    p.destroy()
+    _assert_nothing_left(bed, p)
+    # someone else's node named tb-0
+    code, _ = _raw(bed.fake, "POST", "/v2/projects/proj/locations/us-central1-f/nodes?nodeId=tb-0",
+                   {"acceleratorType": "v2-8", "runtimeVersion": "tpu-vm-tf-2.6.0"})
+    assert code == 200
+    p = bed.provider(queued_resource=True)
+    with pytest.raises(TestbedError, match="was not created by testbed 'tb'"):
+        p.provision()
+    assert bed.store.resources("tb") == []
+    p.destroy()
+    assert bed.fake.node_ids() == ["tb-0"]  # untouched
+    _raw(bed.fake, "DELETE", "/v2/projects/proj/locations/us-central1-f/nodes/tb-0")
+
+
 # node states that never become READY ----------------------------------------------------------------------------
 @pytest.mark.parametrize("state", ["PREEMPTED", "TERMINATED", "UNKNOWN", "STOPPED", "STOPPING", "HIDING", "HIDDEN"])
 def test_a_wait_fails_fast_on_a_state_that_never_becomes_ready(bed: Bed, state: str) -> None:
@@ -987,6 +1011,25 @@ def test_ctrl_c_while_the_create_request_is_in_flight(bed: Bed, call: str,
     with pytest.raises(TestbedError, match="interrupted"):
         p.provision()
     assert bed.fake.node_ids() or bed.fake.qr_ids()
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_ctrl_c_during_destroy_then_destroy_again(bed: Bed) -> None:
+    p = bed.provider(queued_resource=True, count=2, accelerator_type="v4-8", zone="us-central2-b")
+    p.provision()
+
+    def interrupt(line: str) -> None:
+        if "delete requested" in line:
+            raise KeyboardInterrupt
+
+    p.progress = interrupt
+    with pytest.raises(TestbedError) as ei:
+        p.destroy()
+    _record("Ctrl-C in destroy", ei.value)
+    assert ei.value.code == 130 and "may still exist" in ei.value.what
+    assert bed.store.resources("tb")  # still recorded: the next destroy finds them
+    p.progress = lambda _: None
     p.destroy()
     _assert_nothing_left(bed, p)
 

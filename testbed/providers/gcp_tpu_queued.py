@@ -80,6 +80,7 @@ def ensure_queued_resource(p: TpuProvider, pub: str) -> tuple[list[tuple[str, An
                 raise failures[0]
             qr = None
     if qr is None:
+        _check_names_free(p, qid)
         op = _create_qr(p, qid, pub)
         renewed = set(p.node_ids())
     deadline = time.monotonic() + p.settings.create_timeout
@@ -87,6 +88,18 @@ def ensure_queued_resource(p: TpuProvider, pub: str) -> tuple[list[tuple[str, An
     for nid in p.node_ids():  # (recorded at the request; again for a request made by an older testbed)
         p.store.add_resource(p.name, NODE, nid, name=p.node_name(nid), queued_resource=qid)
     return p._wait_ready(dict.fromkeys(p.node_ids()), deadline), renewed
+
+
+def _check_names_free(p: TpuProvider, qid: str) -> None:
+    """The request would make nodes <testbed>-<i>: refuse (before recording them) when one already exists, which
+    the service would refuse too, and which destroy must not take for the request's own."""
+    for nid in p.node_ids():
+        node = p._get_node(nid)
+        if node is not None and node.queued_resource != p.qr_name(qid):
+            p._adopt_check(nid, node)  # someone else's: refused with its own message
+            raise TestbedError(f"TPU node {nid} exists outside queued resource {qid} (made by an earlier provision "
+                               "without queued_resource)", where=p.node_name(nid),
+                               fix=f"'testbed destroy {p.name}' deletes it; then provision again")
 
 
 def _create_qr(p: TpuProvider, qid: str, pub: str) -> Any:

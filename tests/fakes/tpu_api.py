@@ -329,8 +329,8 @@ class FakeTpuApi:
             raise self._create_errors.pop(0)
 
     def _check_node_body(self, parent: str, spec: dict[str, Any]) -> None:
-        """What the service refuses in a Node: an unknown accelerator, a missing network, OS Login turned off
-        against the organization policy."""
+        """What the service refuses in a Node: an unknown accelerator, no runtime version, a bad label, a missing
+        network, OS Login turned off against the organization policy."""
         accel = spec.get("acceleratorType", "")
         try:
             workers_for(accel)
@@ -338,6 +338,9 @@ class FakeTpuApi:
             raise ApiError("INVALID_ARGUMENT", f"Accelerator type \"{accel}\" is not available in zone") from None
         if not spec.get("runtimeVersion"):
             raise ApiError("INVALID_ARGUMENT", "runtime_version is required")
+        for k, v in spec.get("labels", {}).items():  # Google Cloud label rules
+            if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", k) or not re.fullmatch(r"[a-z0-9_-]{0,63}", str(v)):
+                raise ApiError("INVALID_ARGUMENT", f"Invalid label '{k}': '{v}'")
         project = parent.split("/")[1]
         region = parent.rsplit("/", 1)[1].rsplit("-", 1)[0]
         nc = spec.get("networkConfig", {})
