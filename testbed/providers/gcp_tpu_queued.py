@@ -20,16 +20,15 @@ from testbed.providers.gcp_tpu import (
     QR_BAD_STATES,
     QUEUED_RESOURCE,
     RECREATE_STATES,
-    Pacer,
     TpuProvider,
     _state,
-    duration,
 )
 from testbed.providers.gcp_tpu_errors import (
     is_already_exists,
     is_api_error,
     is_refusal,
 )
+from testbed.providers.gcp_tpu_wait import Pacer, duration
 
 
 def qr_reason(qr: Any) -> str:

@@ -7,11 +7,12 @@ import time
 from typing import Any
 
 from testbed.errors import TestbedError
-from testbed.providers.gcp_tpu import NODE, QUEUED_RESOURCE, Pacer, TpuProvider, _state
+from testbed.providers.gcp_tpu import NODE, QUEUED_RESOURCE, TpuProvider, _state
 from testbed.providers.gcp_tpu_errors import (
     is_api_error,
     is_not_found,
 )
+from testbed.providers.gcp_tpu_wait import Pacer
 
 
 def release(p: TpuProvider) -> None:
