@@ -4,7 +4,7 @@
 provider:            # one of: local, lab, chameleon, gcp-tpu, with that provider's settings
   kind: local
   hosts: 4
-user: root           # login user on every host
+user: root           # login user on every host (default: the provider's, e.g. root; tpu on gcp-tpu)
 profile: base        # set-up profile applied by default after provision
 groups:              # extra host groups; 'all' always exists, 'master' defaults to the first host
   workers: [node1, node2, node3]
@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from testbed import paths
 from testbed.errors import UsageError
@@ -36,7 +36,7 @@ class TestbedSpec(Strict):
     name: str = Field(pattern=NAME_RE)
     description: str = ""
     provider: ProviderSettings
-    user: str = Field("root", pattern=USER_RE)
+    user: str = Field("root", pattern=USER_RE, description="login user; default: the provider's (root, or tpu)")
     profile: str | None = "base"
     groups: dict[str, list[str]] = Field(default_factory=dict)
     vars: dict[str, object] = Field(default_factory=dict, description="variables handed to set-up roles")
@@ -51,6 +51,24 @@ class TestbedSpec(Strict):
             if not re.match(r"^[a-z_][a-z0-9_]*$", g):
                 raise ValueError(f"group name '{g}' must be lower-case letters, digits and _")
         return v
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str, info: ValidationInfo) -> str:
+        """A user the provider's hosts refuse is refused when a spec file is read (a copy recorded at provision
+        is not: destroy must work from it whatever this version thinks of its user)."""
+        provider = info.data.get("provider")
+        if provider is not None and (info.context or {}).get("from_file"):
+            why = provider.refuse_user(v)
+            if why:
+                raise ValueError(why)
+        return v
+
+    @model_validator(mode="after")
+    def _default_user(self) -> TestbedSpec:
+        if "user" not in self.model_fields_set:
+            self.user = self.provider.default_user
+        return self
 
     @property
     def kind(self) -> str:
@@ -110,8 +128,8 @@ def load_testbed(name_or_path: str) -> TestbedSpec:
     data, located = yamlfile.load(path)
     if isinstance(data, dict):
         data.setdefault("name", default_name)
-    spec = yamlfile.validate(TestbedSpec, data, path, located) if isinstance(data, dict) else \
-        yamlfile.validate_file(TestbedSpec, path)
+    spec = yamlfile.validate(TestbedSpec, data, path, located, from_file=True) if isinstance(data, dict) else \
+        yamlfile.validate_file(TestbedSpec, path, from_file=True)
     spec.source = str(path)
     return spec
 

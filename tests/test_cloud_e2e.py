@@ -154,10 +154,12 @@ def test_tpu_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatch) -> 
     bed = bed2
     addrs = [h.address for h in bed.hosts]
 
-    def install(address: str, keys: list[str]) -> None:
-        _install_login(bed, address, "tpu", [k.split(":", 1)[1] if ":" in k else k for k in keys])
+    def install(address: str, user: str, keys: list[str]) -> None:  # the guest agent (never for root)
+        _install_login(bed, address, user, keys)
 
-    fake = FakeTpuApi(ip_for=lambda node, k: addrs[k % len(addrs)], authorized_keys=install)
+    # a project without a 'default' network: the spec names its VPC
+    fake = FakeTpuApi(ip_for=lambda node, k: addrs[k % len(addrs)], authorized_keys=install,
+                      networks={"lab-vpc": {"tpu-sub": "us-central2"}}, project_os_login=True)
     endpoint = fake.start()
     try:
         monkeypatch.setenv(gcp_tpu.ANONYMOUS_ENV, "1")
@@ -165,11 +167,12 @@ def test_tpu_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatch) -> 
         (Path(bed.cwd) / "inventories" / "tpu.yml").write_text(
             f"provider:\n  kind: gcp-tpu\n  project: p\n  zone: us-central2-b\n  accelerator_type: v4-16\n"
             f"  runtime_version: tpu-ubuntu2204-base\n  endpoint: {endpoint}\n  create_timeout: 60\n"
-            f"  ssh_timeout: 60\nuser: tpu\nprofile: isca-resnet18\n")
+            f"  network: lab-vpc\n  subnetwork: tpu-sub\n  ssh_timeout: 60\nprofile: isca-resnet18\n")
         code, out, exc = _invoke("provision", "tpu", "--json")
         assert code == 0, (out, exc)
         hosts = json.loads(out)["hosts"]
         assert len(hosts) == 2 and all(h["facts"].get("tpu") for h in hosts)
+        assert all(h["user"] == "tpu" for h in hosts)  # the gcp-tpu default: TPU VMs refuse root
         code, out, exc = _invoke("exec", "tpu", "--json", "--", "id -un")
         assert code == 0, (out, exc)
         assert [r["stdout"].strip() for r in json.loads(out)] == ["tpu", "tpu"]

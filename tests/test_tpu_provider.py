@@ -1,16 +1,21 @@
 """The GCP TPU provider: the real google-cloud-tpu client (REST) against a fake TPU API on 127.0.0.1.
 
 The fake's workers answer SSH on loopback addresses 127.0.20.1-16 where one real sshd (started here, as root)
-listens; the fake writes the keys of each node's ``ssh-keys`` metadata to that sshd's authorized_keys.
+listens as a TPU VM's does: root may not log in, and the fake's guest agent writes the keys of each node's
+``ssh-keys`` metadata for their (non-root) user. That user ('tpu') exists only in the sshd's own mount namespace
+(a private copy of /etc/passwd), so this machine's accounts are untouched.
 """
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -39,27 +44,49 @@ def _tcp_up(addr: str, deadline: float) -> bool:
     return False
 
 
+TPU_USERS = ("tpu", "alice")  # the login users a test's nodes may name (the guest agent would make them)
+
+
 @pytest.fixture(scope="session")
 def tpu_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One real sshd on 127.0.20.1-16:22 (the fake's TPU workers); yields its authorized_keys file."""
-    if os.geteuid() != 0 or not os.access(SSHD, os.X_OK) or shutil.which("ssh-keyscan") is None:
-        pytest.skip("needs root, openssh-server and openssh-client")
+    """One real sshd on 127.0.20.1-16:22 (the fake's TPU workers), root login refused as on a TPU VM; yields the
+    directory of per-user authorized keys (``<dir>/<user>``) the fake's guest agent writes."""
+    if os.geteuid() != 0 or not os.access(SSHD, os.X_OK) or shutil.which("ssh-keyscan") is None \
+            or shutil.which("unshare") is None:
+        pytest.skip("needs root, openssh-server, openssh-client and unshare")
     d = tmp_path_factory.mktemp("tpu-sshd")
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / "host_key")], check=True)
-    ak = d / "authorized_keys"
-    ak.write_text("")
+    # sshd reads a user's keys (and enters the home) as that user: outside pytest's root-only temp directory
+    shared = Path(tempfile.mkdtemp(prefix="tb-tpu-users-"))
+    shared.chmod(0o755)
+    keys = shared / "keys"
+    keys.mkdir()
+    # the users exist for this sshd only: a copy of passwd/group bind-mounted in its private mount namespace
+    taken = {u.pw_uid for u in pwd.getpwall()} | {g.gr_gid for g in grp.getgrall()}
+    ids = [i for i in range(61000, 62000) if i not in taken][:len(TPU_USERS)]
+    passwd, group = Path("/etc/passwd").read_text(), Path("/etc/group").read_text()
+    for user, uid in zip(TPU_USERS, ids, strict=True):
+        home = shared / f"home-{user}"
+        home.mkdir()
+        os.chown(home, uid, uid)
+        passwd += f"{user}:x:{uid}:{uid}:{user}:{home}:/bin/bash\n"
+        group += f"{user}:x:{uid}:\n"
+    (d / "passwd").write_text(passwd)
+    (d / "group").write_text(group)
     conf = d / "sshd_config"
     conf.write_text("\n".join([
         "Port 22", *[f"ListenAddress {a}" for a in DEFAULT_POOL], f"HostKey {d / 'host_key'}",
-        f"AuthorizedKeysFile {ak}", "StrictModes no", "UsePAM no", f"PidFile {d / 'sshd.pid'}",
-        "PermitRootLogin prohibit-password", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
+        f"AuthorizedKeysFile {keys}/%u", "StrictModes no", "UsePAM no", f"PidFile {d / 'sshd.pid'}",
+        "PermitRootLogin no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
         "MaxStartups 100:30:200", "UseDNS no", "PrintMotd no", ""]))
     Path("/run/sshd").mkdir(exist_ok=True)
-    subprocess.run([SSHD, "-f", str(conf), "-E", str(d / "sshd.log")], check=True)
+    subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                    f"mount --bind {d / 'passwd'} /etc/passwd && mount --bind {d / 'group'} /etc/group && "
+                    f"exec {SSHD} -f {conf} -E {d / 'sshd.log'}"], check=True)
     try:
         if not _tcp_up(DEFAULT_POOL[0], time.monotonic() + 10):
             pytest.skip(f"sshd did not listen on {DEFAULT_POOL[0]}:22: {(d / 'sshd.log').read_text()[-300:]}")
-        yield ak
+        yield keys
     finally:
         pid_file = d / "sshd.pid"
         if pid_file.exists():
@@ -67,6 +94,7 @@ def tpu_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                 os.kill(int(pid_file.read_text()), signal.SIGTERM)
             except (ProcessLookupError, ValueError):
                 pass
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 @dataclass
@@ -78,12 +106,13 @@ class Bed:
     lines: list[str] = field(default_factory=list)
     made: list[TpuProvider] = field(default_factory=list)
 
-    def provider(self, name: str = "tb", progress: Callable[[str], None] | None = None,
+    def provider(self, name: str = "tb", progress: Callable[[str], None] | None = None, user: str | None = None,
                  **settings: object) -> TpuProvider:
         kw: dict[str, object] = {"project": "proj", "zone": "us-central1-f", "accelerator_type": "v2-8",
                                  "endpoint": self.fake.endpoint, "create_timeout": 20, "ssh_timeout": 10}
         kw.update(settings)
-        spec = TestbedSpec(name=name, provider=TpuSettings(**kw), user="root")  # type: ignore[arg-type]
+        extra = {"user": user} if user else {}  # none: the provider's default user (tpu)
+        spec = TestbedSpec(name=name, provider=TpuSettings(**kw), **extra)  # type: ignore[arg-type]
         p = TpuProvider(spec, self.store, progress or self.lines.append, polling=FAST_POLLING)
         self.made.append(p)
         return p
@@ -95,7 +124,8 @@ class Bed:
 @pytest.fixture
 def bed(tb_home: Path, tpu_sshd: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Bed]:
     monkeypatch.setenv(ANONYMOUS_ENV, "1")
-    tpu_sshd.write_text("")
+    for f in tpu_sshd.iterdir():
+        f.unlink()
     fake = FakeTpuApi(authorized_keys=tpu_sshd)
     fake.start()
     b = Bed(fake, Store(tb_home / ".testbed" / "state.db"))
@@ -131,12 +161,12 @@ def test_single_v2_8_provision_status_ssh_destroy(bed: Bed) -> None:
     assert time.monotonic() - t0 < 15
     assert [h.name for h in hosts] == ["tb-0-w0"]
     h = hosts[0]
-    assert h.address == DEFAULT_POOL[0] and h.user == "root" and h.groups == ["master"]
+    assert h.address == DEFAULT_POOL[0] and h.user == "tpu" and h.groups == ["master"]
     assert h.facts["tpu"] is True and h.facts["accelerator_type"] == "v2-8" and h.facts["worker"] == 0
     # the node was asked for with the testbed key in metadata and testbed labels
     node = bed.fake.node("tb-0")
     _, pub = ssh.ensure_keypair("tb")
-    assert node["metadata"]["ssh-keys"] == f"root:{pub}"
+    assert node["metadata"] == {"ssh-keys": f"tpu:{pub}", "enable-oslogin": "FALSE"}
     assert node["labels"] == {"testbed": "tb", "managed-by": "testbed"}
     assert node["state"] == "READY"
     # state: hosts, ids, files
@@ -188,7 +218,8 @@ def test_two_nodes_and_internal_ips(bed: Bed) -> None:
 
 
 def test_queued_resource_waits_for_active(bed: Bed) -> None:
-    p = bed.provider(queued_resource=True, spot=True, count=2)
+    # several nodes in one queued resource are a multislice request: v4 or later (a v2-8 pair is refused)
+    p = bed.provider(queued_resource=True, spot=True, count=2, accelerator_type="v4-8", zone="us-central2-b")
     hosts = p.provision()
     assert [h.name for h in hosts] == ["tb-0-w0", "tb-1-w0"]
     qr_lines = [ln for ln in bed.lines if ln.startswith("queued resource tb-qr:")]
@@ -529,3 +560,493 @@ def test_missing_extra_is_one_message_with_the_install_command(bed: Bed, monkeyp
     with pytest.raises(UsageError) as e:
         Chi(Credentials("http://127.0.0.1:1/v3", "v3applicationcredential", None), site="CHI@UC")
     assert "pip install 'testbed[chameleon]'" in (e.value.fix or "")
+
+
+# the fake refuses what the real service refuses (checked with raw requests and with the real client) ------------
+def _raw(fake: FakeTpuApi, method: str, path: str, body: dict[str, object] | None = None) -> tuple[int, dict]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(f"{fake.endpoint}{path}", method=method,
+                                 data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:  # loopback only: the fake
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+P = "/v2/projects/proj/locations/us-central2-b"
+NODE_BODY = {"acceleratorType": "v4-8", "runtimeVersion": "tpu-ubuntu2204-base"}
+
+
+@pytest.mark.parametrize("spec,status,fragment", [
+    ([], "INVALID_ARGUMENT", "exactly one"),
+    ([{"parent": P[4:], "nodeId": "a-0", "node": NODE_BODY}] * 2, "INVALID_ARGUMENT", "exactly one"),
+    ([{"parent": P[4:], "nodeId": "a-0", "multisliceParams": {"nodeCount": 2}, "node": NODE_BODY}],
+     "INVALID_ARGUMENT", "exactly one of node_id"),
+    ([{"parent": P[4:], "node": NODE_BODY}], "INVALID_ARGUMENT", "exactly one of node_id"),
+    ([{"parent": P[4:], "multisliceParams": {"nodeCount": 1}, "node": NODE_BODY}], "INVALID_ARGUMENT", "> 1"),
+    ([{"parent": P[4:], "multisliceParams": {"nodeCount": 2},
+       "node": {**NODE_BODY, "acceleratorType": "v2-8"}}], "INVALID_ARGUMENT", "unable to complete"),
+    ([{"parent": P[4:], "nodeId": "a-0", "node": {**NODE_BODY, "networkConfig": {"network": "nope"}}}],
+     "INVALID_ARGUMENT", "does not exist"),
+    ([{"parent": P[4:], "nodeId": "a-0", "node": {**NODE_BODY, "networkConfig": {
+        "subnetwork": "projects/proj/regions/europe-west4/subnetworks/default"}}}], "INVALID_ARGUMENT", "region"),
+], ids=["no-spec", "two-specs", "id-and-multislice", "neither", "count-1", "multislice-v2", "no-network",
+        "subnet-elsewhere"])
+def test_fake_refuses_queued_resources_the_service_refuses(spec: list, status: str, fragment: str) -> None:
+    with FakeTpuApi() as fake:
+        code, out = _raw(fake, "POST", f"{P}/queuedResources?queuedResourceId=a", {"tpu": {"nodeSpec": spec}})
+        assert (code, out["error"]["status"]) == (400, status), out
+        assert fragment in out["error"]["message"]
+        assert fake.qr_ids() == [] and fake.node_ids() == []
+
+
+def test_fake_speaks_like_the_service() -> None:
+    """Enums by number when asked (the client always asks); multislice node names; delete needs force while a
+    queued resource has nodes; the guest agent never installs root's key, nor any key under OS Login."""
+    installed: list[tuple[str, str]] = []
+    with FakeTpuApi(qr_waiting=0, qr_provisioning=0, authorized_keys=lambda a, u, k: installed.append((a, u)),
+                    project_os_login=True) as fake:
+        body = {"tpu": {"nodeSpec": [{"parent": P[4:], "multisliceParams": {"nodeCount": 2},
+                                      "node": {**NODE_BODY, "metadata": {"ssh-keys": "root:k1\ntpu:k2"}}}]}}
+        assert _raw(fake, "POST", f"{P}/queuedResources?queuedResourceId=ms", body)[0] == 200
+        code, qr = _raw(fake, "GET", f"{P}/queuedResources/ms?$alt=json;enum-encoding=int")
+        assert code == 200 and qr["state"]["state"] == 6  # ACTIVE
+        assert fake.node_ids() == ["ms-0", "ms-1"]  # no prefix given: the queued resource's id
+        code, node = _raw(fake, "GET", f"{P}/nodes/ms-0?$alt=json;enum-encoding=int")
+        assert (node["state"], node["health"], node["multisliceNode"]) == (2, 1, True)
+        assert _raw(fake, "GET", f"{P}/nodes/ms-0")[1]["state"] == "READY"
+        assert installed == []  # the project enables OS Login and the node does not turn it off
+        code, out = _raw(fake, "DELETE", f"{P}/queuedResources/ms")
+        assert (code, out["error"]["status"]) == (400, "FAILED_PRECONDITION")
+        assert _raw(fake, "DELETE", f"{P}/queuedResources/ms?force=true")[0] == 200
+        body = {**NODE_BODY, "metadata": {"ssh-keys": "root:k1\ntpu:k2", "enable-oslogin": "FALSE"}}
+        assert _raw(fake, "POST", f"{P}/nodes?nodeId=one", body)[0] == 200
+        for _ in range(3):
+            _raw(fake, "GET", f"{P}/nodes/one")
+        assert installed == [("127.0.20.3", "tpu")]  # tpu's key only: root's never
+
+
+# the login user, OS Login --------------------------------------------------------------------------------------
+def test_root_is_refused_before_any_request(bed: Bed, tmp_path: Path) -> None:
+    from testbed.spec import load_testbed
+
+    spec = tmp_path / "tpu-root.yml"
+    spec.write_text(f"provider:\n  kind: gcp-tpu\n  project: proj\n  endpoint: {bed.fake.endpoint}\nuser: root\n")
+    with pytest.raises(UsageError) as ei:
+        load_testbed(str(spec))
+    _record("user root (spec)", ei.value)
+    assert "TPU VMs refuse SSH logins as root" in ei.value.what and ei.value.where == f"{spec}:5"
+    spec.write_text(f"provider:\n  kind: gcp-tpu\n  project: proj\n  endpoint: {bed.fake.endpoint}\n")
+    assert load_testbed(str(spec)).user == "tpu"  # the default for gcp-tpu
+    p = bed.provider(user="root")  # a spec built in code (or recorded before this rule): the provider refuses
+    with pytest.raises(UsageError) as ei:
+        p.provision()
+    _record("user root (provider)", ei.value)
+    assert "cannot log in on a TPU VM" in ei.value.what and "user: tpu" in (ei.value.fix or "")
+    assert bed.fake.api_requests() == [] and bed.store.testbed("tb") is None
+
+
+def test_the_worker_refuses_root_even_with_the_testbed_key(bed: Bed) -> None:
+    p = bed.provider(user="alice")
+    [h] = p.provision()
+    assert h.user == "alice" and bed.fake.node("tb-0")["metadata"]["ssh-keys"].startswith("alice:")
+    assert _ssh_true(p, "tb-0-w0").returncode == 0
+    cfg = ssh.ssh_config_path(p.name)
+    r = subprocess.run(["ssh", "-F", str(cfg), "-l", "root", "tb-0-w0", "true"], capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode == 255 and "Permission denied" in r.stderr
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_project_os_login_is_turned_off_for_the_node(bed: Bed) -> None:
+    """OS Login on in the project's metadata ignores metadata keys; the node's enable-oslogin=FALSE overrides it."""
+    bed.fake.project_os_login = True
+    p = bed.provider()
+    p.provision()
+    assert bed.fake.node("tb-0")["metadata"]["enable-oslogin"] == "FALSE"
+    assert _ssh_true(p, "tb-0-w0").returncode == 0
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_os_login_required_by_organization_policy(bed: Bed) -> None:
+    bed.fake.require_os_login = True
+    p = bed.provider()
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    _record("OS Login required", ei.value)
+    assert "enforces OS Login" in ei.value.what and "requireOsLogin" in (ei.value.fix or "")
+    assert bed.store.resources("tb") == [] and bed.fake.node_ids() == []
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_keys_never_installed_is_one_login_message(bed: Bed) -> None:
+    """OS Login enforced after all (metadata keys ignored, the create not refused): the login fails with a fix
+    that names OS Login, and destroy releases the node."""
+    bed.fake.authorized_keys = None  # the guest agent installs nothing
+    p = bed.provider(ssh_timeout=5)
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    _record("keys never installed", ei.value)
+    assert "cannot log in to TPU worker tb-0-w0" in ei.value.what and "Permission denied" in ei.value.what
+    assert "OS Login" in (ei.value.fix or "") and "testbed destroy tb" in (ei.value.fix or "")
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+# queued resources as the v2 API takes them ----------------------------------------------------------------------
+def _qr_body(fake: FakeTpuApi) -> dict:
+    return next(b for m, path, b in fake.bodies if m == "POST" and path.endswith("/queuedResources"))
+
+
+def test_multislice_request_for_several_nodes(bed: Bed) -> None:
+    p = bed.provider(queued_resource=True, count=3, accelerator_type="v5litepod-8", zone="us-west4-a",
+                     create_timeout=600)
+    hosts = p.provision()
+    assert [h.name for h in hosts] == ["tb-0-w0", "tb-1-w0", "tb-2-w0"]
+    body = _qr_body(bed.fake)
+    [spec] = body["tpu"]["nodeSpec"]
+    assert "nodeId" not in spec and spec["multisliceParams"] == {"nodeCount": 3, "nodeIdPrefix": "tb"}
+    assert body["queueingPolicy"] == {"validUntilDuration": "600s"}  # never fulfilled after testbed gave up
+    assert "guaranteed" not in body and "spot" not in body  # on demand: no tier, as gcloud asks
+    assert bed.fake.node("tb-2")["multisliceNode"] is True
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_multislice_of_v2_is_refused_before_any_request(bed: Bed) -> None:
+    p = bed.provider(queued_resource=True, count=2)
+    with pytest.raises(UsageError) as ei:
+        p.provision()
+    _record("multislice v2", ei.value)
+    assert "v4 and later only, not v2-8" in ei.value.what and "provider.queued_resource" in (ei.value.where or "")
+    assert bed.fake.api_requests() == []
+
+
+def test_single_node_queued_resource_uses_node_id(bed: Bed) -> None:
+    p = bed.provider(queued_resource=True)
+    p.provision()
+    [spec] = _qr_body(bed.fake)["tpu"]["nodeSpec"]
+    assert spec["nodeId"] == "tb-0" and "multisliceParams" not in spec
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_failed_queued_resource_shows_the_service_reason(bed: Bed) -> None:
+    def fail_it(line: str) -> None:
+        bed.lines.append(line)
+        if "WAITING_FOR_RESOURCES" in line:
+            bed.fake.fail_qr("tb-qr", 8, "There is no more capacity in the zone us-central1-f for v2-8")
+
+    p = bed.provider(queued_resource=True, progress=fail_it)
+    t0 = time.monotonic()
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    assert time.monotonic() - t0 < 10  # at once, not at create_timeout
+    _record("queued resource FAILED", ei.value)
+    assert ei.value.what == ("queued resource tb-qr is FAILED: ResourceExhausted: There is no more capacity in the "
+                             "zone us-central1-f for v2-8")
+    assert p.status()["queued_resources"] == [{"queued_resource": "tb-qr", "state": "FAILED", "reason": (
+        "ResourceExhausted: There is no more capacity in the zone us-central1-f for v2-8")}]
+    p.progress = bed.lines.append
+    hosts = p.provision()  # asks again: the FAILED one is deleted first
+    assert any("FAILED (ResourceExhausted" in ln and "deleting it to ask again" in ln for ln in bed.lines)
+    assert [h.state for h in hosts] == ["up"]
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_queued_resource_given_up_on_expires_in_the_queue(bed: Bed) -> None:
+    """Cost safety: after testbed stops waiting, the request cannot turn into billing nodes hours later."""
+    bed.fake.qr_stuck.add("tb-qr")
+    p = bed.provider(queued_resource=True, create_timeout=5)
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    _record("queued resource timeout", ei.value)
+    assert "queued resource tb-qr" in ei.value.what
+    assert _qr_body(bed.fake)["queueingPolicy"] == {"validUntilDuration": "5s"}
+    time.sleep(0.2)
+    assert p.status()["queued_resources"][0]["state"] == "FAILED"  # the service failed it at its valid-until
+    bed.fake.qr_stuck.clear()
+    assert [h.state for h in p.provision()] == ["up"]
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_suspended_queued_resource_is_reported_and_asked_again(bed: Bed) -> None:
+    p = bed.provider(queued_resource=True, spot=True)
+    p.provision()
+    bed.fake.suspend_qr("tb-qr")
+    assert p.status()["queued_resources"] == [{"queued_resource": "tb-qr", "state": "SUSPENDED", "reason": (
+        "suspended by the Cloud TPU service (e.g. spot capacity reclaimed)")}]
+    assert [h.state for h in p.refresh()] == ["gone"]
+    assert [h.state for h in p.provision()] == ["up"]
+    assert any("SUSPENDED" in ln and "deleting it to ask again" in ln for ln in bed.lines)
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_changed_node_count_asks_again(bed: Bed) -> None:
+    kw = {"queued_resource": True, "accelerator_type": "v4-8", "zone": "us-central2-b"}
+    bed.provider(count=2, **kw).provision()
+    p = bed.provider(count=3, **kw)
+    assert [h.name for h in p.provision()] == ["tb-0-w0", "tb-1-w0", "tb-2-w0"]
+    assert any("asks for 2 x v4-8, the spec for 3" in ln for ln in bed.lines)
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_queued_resource_over_nodes_of_the_same_names(bed: Bed) -> None:
+    """Nodes made without a queued resource (or by someone else) keep their names: refused before the request,
+    and destroy never takes someone else's node for the testbed's own."""
+    bed.provider().provision()
+    p = bed.provider(queued_resource=True)
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    _record("queued resource over existing nodes", ei.value)
+    assert "exists outside queued resource tb-qr" in ei.value.what and bed.fake.qr_ids() == []
+    p.destroy()
+    _assert_nothing_left(bed, p)
+    # someone else's node named tb-0
+    code, _ = _raw(bed.fake, "POST", "/v2/projects/proj/locations/us-central1-f/nodes?nodeId=tb-0",
+                   {"acceleratorType": "v2-8", "runtimeVersion": "tpu-vm-tf-2.6.0"})
+    assert code == 200
+    p = bed.provider(queued_resource=True)
+    with pytest.raises(TestbedError, match="was not created by testbed 'tb'"):
+        p.provision()
+    assert bed.store.resources("tb") == []
+    p.destroy()
+    assert bed.fake.node_ids() == ["tb-0"]  # untouched
+    _raw(bed.fake, "DELETE", "/v2/projects/proj/locations/us-central1-f/nodes/tb-0")
+
+
+# node states that never become READY ----------------------------------------------------------------------------
+@pytest.mark.parametrize("state", ["PREEMPTED", "TERMINATED", "UNKNOWN", "STOPPED", "STOPPING", "HIDING", "HIDDEN"])
+def test_a_wait_fails_fast_on_a_state_that_never_becomes_ready(bed: Bed, state: str) -> None:
+    bed.fake.become["tb-0"] = (state, "the host failed its health check")
+    p = bed.provider(create_timeout=60)
+    t0 = time.monotonic()
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    assert time.monotonic() - t0 < 10
+    _record(f"node {state}", ei.value)
+    assert f"TPU node tb-0 {'is' if state.startswith(('STOP', 'HID')) else 'became'} {state}" in ei.value.what
+    assert "(the host failed its health check)" in ei.value.what
+    assert [r["id"] for r in bed.store.resources("tb")] == ["tb-0"]
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_an_unknown_node_is_recreated_and_a_stopped_one_explained(bed: Bed) -> None:
+    p = bed.provider()
+    p.provision()
+    bed.fake.set_state("tb-0", "UNKNOWN", description="repair failed")
+    assert [h.state for h in p.refresh()] == ["unknown"]
+    assert [h.state for h in p.provision()] == ["up"]
+    assert any("node tb-0: UNKNOWN; deleting it to create it again" in ln for ln in bed.lines)
+    bed.fake.set_state("tb-0", "STOPPED")
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    _record("node STOPPED at provision", ei.value)
+    assert "tpu-vm start tb-0" in (ei.value.fix or "")
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_a_repairing_node_is_waited_for(bed: Bed) -> None:
+    """REPAIRING may end READY: waited on (within the deadline), not failed."""
+    bed.fake.become["tb-0"] = ("REPAIRING", "")
+
+    def repaired(line: str) -> None:
+        bed.lines.append(line)
+        if "node tb-0: REPAIRING" in line:
+            bed.fake.set_state("tb-0", "READY", health="HEALTHY")
+            bed.fake._install_keys(bed.fake._node_by_id("tb-0")["json"])
+
+    p = bed.provider(progress=repaired)
+    assert [h.state for h in p.provision()] == ["up"]
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+# networks ---------------------------------------------------------------------------------------------------------
+def test_a_project_without_a_default_network(bed: Bed) -> None:
+    bed.fake.networks = {"lab-vpc": {"tpu-a": "us-central1", "tpu-eu": "europe-west4"}}
+    p = bed.provider()
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    _record("no default network", ei.value)
+    assert "network settings" in ei.value.what and "provider.network" in (ei.value.fix or "")
+    assert bed.store.resources("tb") == []
+    with pytest.raises(TestbedError, match="not in region us-central1"):
+        bed.provider(network="lab-vpc", subnetwork="tpu-eu").provision()
+    p = bed.provider(network="lab-vpc", subnetwork="tpu-a")
+    p.provision()
+    assert bed.fake.node("tb-0")["networkConfig"] == {"network": "lab-vpc", "subnetwork": "tpu-a",
+                                                      "enableExternalIps": True}
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+@pytest.mark.parametrize("field,value", [("network", "Lab VPC"), ("network", "projects/p/networks/x"),
+                                         ("subnetwork", "projects/p/regions/us-central1/subnets/x")])
+def test_network_settings_are_checked_when_the_spec_is_read(field: str, value: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        TpuSettings(**{field: value})  # type: ignore[arg-type]
+    assert TpuSettings(network="projects/host-proj/global/networks/shared",
+                       subnetwork="projects/host-proj/regions/us-central1/subnetworks/tpu").network
+
+
+def test_api_not_enabled(bed: Bed) -> None:
+    bed.fake.fail_next("POST", "PERMISSION_DENIED", "Cloud TPU API has not been used in project 123 before or it "
+                       "is disabled.", reason="SERVICE_DISABLED")
+    p = bed.provider()
+    with pytest.raises(TestbedError) as ei:
+        p.provision()
+    _record("API disabled", ei.value)
+    assert "Cloud TPU API is not enabled" in ei.value.what
+    assert "gcloud services enable tpu.googleapis.com" in (ei.value.fix or "")
+    assert bed.store.resources("tb") == []
+
+
+def test_rate_limited_reads_are_retried(bed: Bed) -> None:
+    bed.fake.fail_next("GET", "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Read requests'", times=2,
+                       path="/nodes/tb-0")
+    p = bed.provider()
+    assert [h.state for h in p.provision()] == ["up"]
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+# pacing and interrupts --------------------------------------------------------------------------------------------
+def test_pacing_backs_off_with_jitter_and_never_passes_the_deadline() -> None:
+    from testbed.providers.gcp_tpu import Pacer, Polling
+
+    pol = Polling(interval=5, max_interval=30, multiplier=1.5, jitter=0.2)
+    pacer = Pacer(pol, time.monotonic() + 3600)
+    pauses = [pacer.next() for _ in range(12)]
+    assert 4 <= pauses[0] <= 6 and all(p <= 36 for p in pauses) and max(pauses) >= 24
+    assert len({round(p, 6) for p in pauses}) > 6  # jittered
+    pacer.reset()
+    assert pacer.next() <= 6
+    near = Pacer(pol, time.monotonic() + 1.0)
+    assert near.next() <= 1.0
+    assert Pacer(pol, time.monotonic() - 1).next() == 0.0
+
+
+def test_heartbeat_says_what_is_awaited(bed: Bed) -> None:
+    from dataclasses import replace
+
+    bed.fake.stuck.add("tb-0")
+    p = bed.provider(create_timeout=5)
+    p.polling = replace(p.polling, report_every=0.5)
+    with pytest.raises(TestbedError):
+        p.provision()
+    beats = [ln for ln in bed.lines if ln.startswith("waiting for 1 TPU node(s) to be READY: tb-0 CREATING (")]
+    assert beats and "gives up in" in beats[-1] and "next check in" in beats[-1]
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+@pytest.mark.parametrize("kind", ["nodes", "multislice"])
+def test_ctrl_c_at_any_progress_line_leaves_nothing_after_destroy(bed: Bed, kind: str) -> None:
+    """Interrupt provision at its 1st, 2nd, ... progress line: whatever was made is recorded, destroy releases it."""
+    kw: dict[str, object] = {"count": 2, "accelerator_type": "v4-8", "zone": "us-central2-b"}
+    if kind == "multislice":
+        kw["queued_resource"] = True
+    bed.fake.ready_after = 4  # some CREATING polls too
+    k = 0
+    while True:
+        k += 1
+        seen: list[str] = []
+
+        def interrupt(line: str, k: int = k) -> None:
+            seen.append(line)
+            if len(seen) == k:
+                raise KeyboardInterrupt
+
+        p = bed.provider(progress=interrupt, **kw)
+        try:
+            p.provision()
+        except TestbedError as e:
+            assert e.code == 130, e.render()
+            assert bed.store.testbed("tb")["status"] == "interrupted"
+            made = set(bed.fake.node_ids()) | set(bed.fake.qr_ids())
+            recorded = {r["id"] for r in bed.store.resources("tb")}
+            assert made <= recorded, (k, seen[-1], made, recorded)
+            p.progress = lambda _: None
+            p.destroy()
+            _assert_nothing_left(bed, p)
+            continue
+        assert k == len(seen) + 1 and k > 4, seen  # it got all the way: every line was an interruption point
+        print(f"\n[Ctrl-C sweep {kind}] interrupted at each of {k - 1} progress lines; destroy left nothing")
+        p.progress = lambda _: None
+        p.destroy()
+        _assert_nothing_left(bed, p)
+        break
+
+
+@pytest.mark.parametrize("call", ["create_node", "create_queued_resource"])
+def test_ctrl_c_while_the_create_request_is_in_flight(bed: Bed, call: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service made it but the answer never arrived: the id was recorded before the call, so destroy finds it."""
+    p = bed.provider(queued_resource=call == "create_queued_resource")
+    client = p.client()
+    real = getattr(client, call)
+
+    def lost_answer(*a: object, **kw: object) -> object:
+        real(*a, **kw)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(client, call, lost_answer)
+    with pytest.raises(TestbedError, match="interrupted"):
+        p.provision()
+    assert bed.fake.node_ids() or bed.fake.qr_ids()
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_ctrl_c_during_destroy_then_destroy_again(bed: Bed) -> None:
+    p = bed.provider(queued_resource=True, count=2, accelerator_type="v4-8", zone="us-central2-b")
+    p.provision()
+
+    def interrupt(line: str) -> None:
+        if "delete requested" in line:
+            raise KeyboardInterrupt
+
+    p.progress = interrupt
+    with pytest.raises(TestbedError) as ei:
+        p.destroy()
+    _record("Ctrl-C in destroy", ei.value)
+    assert ei.value.code == 130 and "may still exist" in ei.value.what
+    assert bed.store.resources("tb")  # still recorded: the next destroy finds them
+    p.progress = lambda _: None
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_ctrl_c_while_a_preempted_node_is_recreated(bed: Bed) -> None:
+    p = bed.provider(spot=True)
+    p.provision()
+    bed.fake.preempt("tb-0")
+
+    def interrupt(line: str) -> None:
+        if "create requested" in line:
+            raise KeyboardInterrupt
+
+    p.progress = interrupt
+    with pytest.raises(TestbedError, match="interrupted; 1 TPU resource"):
+        p.provision()
+    assert bed.fake.node_ids() == ["tb-0"]
+    p.progress = lambda _: None
+    p.destroy()
+    _assert_nothing_left(bed, p)

@@ -5,12 +5,19 @@
   its scheme (``http://host:port`` or ``https://host``). With ``TESTBED_TPU_ANONYMOUS=1`` in the environment *and*
   an endpoint set, anonymous credentials are used instead (the test suite's fake TPU API); never otherwise.
 - Nodes are named ``<testbed>-<i>``; with ``queued_resource: true`` one queued resource ``<testbed>-qr`` asks for
-  all of them (spot when ``spot``/``preemptible``, else guaranteed). Every id is written to state *before* the
-  create call returns, so ``testbed destroy`` can always release a half-made testbed (a leaked TPU costs money).
+  all of them: ``node_id`` for one node, ``multislice_params`` (count, prefix ``<testbed>``) for several (v4 and
+  later only); spot tier when ``spot``/``preemptible``; valid in the queue for ``create_timeout`` only, so a
+  request given up on never turns into billing nodes later. Every id is written to state *before* the create
+  call returns, so ``testbed destroy`` can always release a half-made testbed (a leaked TPU costs money).
 - Every worker of a slice (``node.network_endpoints``; a v4-32 has 4) becomes a host ``<node>-w<k>`` reached on
-  its external IP (internal with ``internal_ips``); the testbed key goes in metadata ``ssh-keys``.
-- A PREEMPTED (or TERMINATED) node is reported by ``refresh``/``status`` (host state ``preempted``) and
-  ``provision`` recreates it (delete + create). ``destroy`` treats NotFound as gone and is safe to repeat.
+  its external IP (internal with ``internal_ips``) as the spec's user (default ``tpu``; root is refused: TPU VMs
+  disable root login). The testbed key goes in metadata ``ssh-keys``, with ``enable-oslogin=FALSE`` (OS Login
+  ignores metadata keys). ``network``/``subnetwork`` choose the VPC (a project may have no ``default``).
+- Waits poll with backoff and jitter (``Polling``), bounded by their deadline, with a progress line on every
+  change and a heartbeat. A node in a state that never becomes READY (PREEMPTED, TERMINATED, UNKNOWN, STOPPED,
+  HIDDEN...) fails the wait at once; a FAILED queued resource reports the service's own reason.
+- A PREEMPTED, TERMINATED or UNKNOWN node is reported by ``refresh``/``status`` and ``provision`` recreates it
+  (delete + create). ``destroy`` treats NotFound as gone and is safe to repeat.
 - ``google.cloud.tpu_v2`` and ``google.auth`` are imported only inside methods.
 """
 
@@ -18,7 +25,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError, require_extra
@@ -32,6 +38,10 @@ from testbed.providers.gcp_tpu_errors import (
     is_not_found,
     is_refusal,
 )
+from testbed.providers.gcp_tpu_wait import FAST_POLLING as FAST_POLLING
+from testbed.providers.gcp_tpu_wait import Pacer as Pacer
+from testbed.providers.gcp_tpu_wait import Polling as Polling
+from testbed.providers.gcp_tpu_wait import duration as duration
 from testbed.providers.settings import TpuSettings
 
 if TYPE_CHECKING:
@@ -43,32 +53,26 @@ QUEUED_RESOURCE = "tpu-queued-resource"
 ANONYMOUS_ENV = "TESTBED_TPU_ANONYMOUS"
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 
-GONE_STATES = {"PREEMPTED", "TERMINATED"}  # provision recreates these
+# Node.State (google.cloud.tpu.v2): what a wait does with each
+RECREATE_STATES = {"PREEMPTED", "TERMINATED", "UNKNOWN"}  # never READY again; provision deletes and recreates them
+HELD_STATES = {"STOPPED", "STOPPING", "HIDING", "HIDDEN"}  # never READY unless someone starts/unhides them
+NEVER_READY = RECREATE_STATES | HELD_STATES | {"DELETING"}
 WAIT_STATES = {"CREATING", "STARTING", "RESTARTING", "REPAIRING", "REIMAGING", "UNHIDING", "STATE_UNSPECIFIED"}
 QR_WAIT_STATES = {"CREATING", "ACCEPTED", "WAITING_FOR_RESOURCES", "PROVISIONING", "STATE_UNSPECIFIED"}
 QR_BAD_STATES = {"FAILED", "SUSPENDING", "SUSPENDED"}
-
-
-@dataclass(frozen=True)
-class Polling:
-    """How often and how long the provider asks the API and the workers (tests pass small values)."""
-
-    interval: float = 5.0  # between polls of nodes, queued resources and operations
-    ssh_interval: float = 2.0  # between SSH handshake attempts on a worker
-    rpc_timeout: float = 60.0  # per API request
-    retry_initial: float = 1.0  # first back-off when a read gets 503/500
-    retry_maximum: float = 10.0
-    report_every: float = 30.0  # heartbeat progress line while nothing changes
-    delete_timeout: float = 900.0
-
-
-FAST_POLLING = Polling(interval=0.02, ssh_interval=0.1, rpc_timeout=5, retry_initial=0.01, retry_maximum=0.05,
-                       report_every=1.0, delete_timeout=10)
+SINGLE_SLICE_ONLY = ("v2-", "v3-")  # multislice (several nodes in one queued resource) is v4 and later
 
 
 def _state(obj: Any) -> str:
     st = getattr(obj, "state", None)
     return getattr(st, "name", None) or str(st or "STATE_UNSPECIFIED")
+
+
+def node_trouble(node: Any) -> str:
+    """The node's own account of what is wrong (health description, symptoms), or ''."""
+    parts = [" ".join(str(getattr(node, "health_description", "") or "").split())]
+    parts += [" ".join(str(getattr(s, "details", "") or "").split()) for s in getattr(node, "symptoms", [])]
+    return "; ".join(p for p in parts if p)[:300]
 
 
 class TpuProvider(Provider):
@@ -167,7 +171,9 @@ class TpuProvider(Provider):
         from google.api_core import retry as gretry
 
         p = self.polling
-        return gretry.Retry(predicate=gretry.if_exception_type(gexc.ServiceUnavailable, gexc.InternalServerError),
+        # reads only: a 503/500 or a rate limit (429) is asked again with api_core's jittered exponential backoff
+        return gretry.Retry(predicate=gretry.if_exception_type(gexc.ServiceUnavailable, gexc.InternalServerError,
+                                                               gexc.TooManyRequests),
                             initial=p.retry_initial, maximum=p.retry_maximum, multiplier=2, timeout=p.rpc_timeout)
 
     def _err(self, e: BaseException, action: str, where: str | None = None) -> TestbedError:
@@ -226,6 +232,18 @@ class TpuProvider(Provider):
     # provision --------------------------------------------------------------------------------------
     def preflight(self) -> None:
         self._validate()
+        s = self.settings
+        why = s.refuse_user(self.spec.user)
+        if why:
+            raise UsageError(f"user '{self.spec.user}' cannot log in on a TPU VM: {why.split('; ')[0]}",
+                             where=f"{self.source}: user",
+                             fix="set 'user: tpu' (or any normal login name), or leave user out: the default is tpu")
+        if s.queued_resource and s.count > 1 and s.accelerator_type.startswith(SINGLE_SLICE_ONLY):
+            raise UsageError(
+                f"a queued resource for {s.count} nodes is a multislice request, which Cloud TPU offers for v4 and "
+                f"later only, not {s.accelerator_type}", where=f"{self.source}: provider.queued_resource",
+                fix="use count: 1 (a bigger slice such as v2-32 has several workers, each a host), queued_resource: "
+                    "false (one create per node), or a v4 or later accelerator_type")
         self.client()  # refuses missing ADC / project before any API request
 
     def create(self, public_key: str | None) -> Made:
@@ -256,7 +274,8 @@ class TpuProvider(Provider):
         s = self.settings
         return {"project": self._project or s.project, "zone": s.zone, "accelerator_type": s.accelerator_type,
                 "runtime_version": s.runtime_version, "count": s.count, "queued_resource": s.queued_resource,
-                "spot": s.spot, "preemptible": s.preemptible, "endpoint": s.endpoint}
+                "spot": s.spot, "preemptible": s.preemptible, "endpoint": s.endpoint,
+                "network": s.network or "default", "subnetwork": s.subnetwork or "default"}
 
     def _node_body(self, pub: str) -> Any:
         from google.cloud import tpu_v2
@@ -265,9 +284,12 @@ class TpuProvider(Provider):
         return tpu_v2.Node(
             accelerator_type=s.accelerator_type, runtime_version=s.runtime_version,
             description=f"testbed {self.name}",
-            network_config=tpu_v2.NetworkConfig(enable_external_ips=not s.internal_ips),
+            network_config=tpu_v2.NetworkConfig(network=s.network or "", subnetwork=s.subnetwork or "",
+                                                enable_external_ips=not s.internal_ips),
             scheduling_config=tpu_v2.SchedulingConfig(preemptible=s.preemptible, spot=s.spot),
-            metadata={"ssh-keys": f"{self.spec.user}:{pub}"}, labels=self._labels())
+            # the guest agent makes the user from ssh-keys; OS Login (project metadata) would ignore these keys, and
+            # the node's own enable-oslogin overrides the project's
+            metadata={"ssh-keys": f"{self.spec.user}:{pub}", "enable-oslogin": "FALSE"}, labels=self._labels())
 
     def _adopt_check(self, nid: str, node: Any) -> None:
         """Refuse to take over a node of the same name that another tool (or testbed) created."""
@@ -296,7 +318,7 @@ class TpuProvider(Provider):
                 self._adopt_check(nid, node)
                 st = _state(node)
                 self.store.add_resource(self.name, NODE, nid, name=self.node_name(nid), state=st)
-                if st in GONE_STATES:
+                if st in RECREATE_STATES:
                     self.progress(f"node {nid}: {st}; deleting it to create it again")
                     from testbed.providers import gcp_tpu_release
 
@@ -307,11 +329,8 @@ class TpuProvider(Provider):
 
                     gcp_tpu_release.delete_nodes(self, [nid])
                     node = None
-                elif st in ("STOPPED", "STOPPING", "HIDDEN", "HIDING"):
-                    raise TestbedError(
-                        f"TPU node {nid} is {st}", where=self.node_name(nid),
-                        fix=f"start it (gcloud compute tpus tpu-vm start {nid} --zone {self.settings.zone}) "
-                            f"or 'testbed destroy {self.name}' and provision again")
+                elif st in HELD_STATES:
+                    raise self._held(nid, st, node)
             if node is None:
                 ops[nid] = self._create_node(nid, pub)
                 renewed.add(nid)
@@ -340,13 +359,25 @@ class TpuProvider(Provider):
         self.progress(f"node {nid}: create requested ({self.settings.accelerator_type})")
         return op
 
+    def _held(self, nid: str, st: str, node: Any) -> TestbedError:
+        """A node someone stopped or hid: it will not become READY by waiting."""
+        why = node_trouble(node)
+        fix = (f"start it (gcloud compute tpus tpu-vm start {nid} --zone {self.settings.zone}) and provision again, "
+               f"or 'testbed destroy {self.name}' to release it") if st.startswith("STOP") else \
+            f"'testbed destroy {self.name}' releases it; then provision again"
+        return TestbedError(f"TPU node {nid} is {st}{f' ({why})' if why else ''}; it will not become READY by itself",
+                            where=self.node_name(nid), fix=fix)
+
     def _wait_ready(self, ops: dict[str, Any], deadline: float) -> list[tuple[str, Any]]:
-        """Poll until every node in ``ops`` is READY (operation errors and timeouts raise)."""
+        """Poll until every node in ``ops`` is READY; a node that can never be READY, an operation error or the
+        deadline raise (the nodes stay recorded for destroy)."""
         start = time.monotonic()
         ready: dict[str, Any] = {}
         seen: dict[str, str] = {}
         last_report = start
+        pacer = Pacer(self.polling, deadline)
         while True:
+            changed = False
             for nid, op in ops.items():
                 if nid in ready:
                     continue
@@ -358,16 +389,20 @@ class TpuProvider(Provider):
                     if op_over:  # done without error: the node should be READY now
                         node = self._get_node(nid)
                         st = _state(node) if node is not None else "NOT_FOUND"
+                if seen.get(nid) != st:
+                    seen[nid], changed = st, True
+                    self.progress(f"node {nid}: {st} ({duration(time.monotonic() - start)})")
                 if st == "READY":
                     ready[nid] = node
-                elif st in GONE_STATES or st == "DELETING" or (st == "NOT_FOUND" and op_over):
-                    raise TestbedError(f"TPU node {nid} became {st} before it was READY",
+                elif st in HELD_STATES:
+                    raise self._held(nid, st, node)
+                elif st in NEVER_READY or (st == "NOT_FOUND" and op_over):
+                    why = node_trouble(node) if node is not None else ""
+                    raise TestbedError(f"TPU node {nid} became {st} before it was READY"
+                                       f"{f' ({why})' if why else ''}",
                                        where=self.node_name(nid),
                                        fix=f"'testbed provision {self.name}' creates it again; "
                                            f"'testbed destroy {self.name}' releases everything")
-                if seen.get(nid) != st:
-                    seen[nid] = st
-                    self.progress(f"node {nid}: {st} ({int(time.monotonic() - start)} s)")
             if len(ready) == len(ops):
                 return [(nid, ready[nid]) for nid in ops]
             now = time.monotonic()
@@ -378,10 +413,16 @@ class TpuProvider(Provider):
                     where=self.parent,
                     fix=f"'testbed destroy {self.name}' deletes them (they may be billing); then retry, try another "
                         "zone, a queued resource (queued_resource: true), or raise provider.create_timeout")
+            if changed:
+                pacer.reset()
+            pause = pacer.next()
             if now - last_report >= self.polling.report_every:
                 last_report = now
-                self.progress(f"waiting for {len(ops) - len(ready)} TPU node(s) to be READY ({int(now - start)} s)")
-            time.sleep(min(self.polling.interval, max(0.0, deadline - now)))
+                waiting = ", ".join(f"{n} {seen.get(n, '?')}" for n in ops if n not in ready)
+                self.progress(f"waiting for {len(ops) - len(ready)} TPU node(s) to be READY: {waiting} "
+                              f"({duration(now - start)}, gives up in {duration(deadline - now)}; next check in "
+                              f"{pause:.0f} s)")
+            time.sleep(pause)
 
     # queued resources -------------------------------------------------------------------------------
 
@@ -429,8 +470,10 @@ class TpuProvider(Provider):
                 "releases the TPUs")
 
     def login_fix(self, h: Host) -> str:
-        return f"check provider user and the ssh-keys metadata, then provision again; 'testbed destroy {self.name}' " \
-               "releases the TPUs"
+        return (f"the guest agent makes user '{self.spec.user}' from the node's ssh-keys metadata a little after boot "
+                "(raise provider.ssh_timeout if it is slow); if the project enforces OS Login (organization policy "
+                "constraints/compute.requireOsLogin) metadata keys are ignored whatever enable-oslogin says: ask for "
+                f"an exemption, then provision again; 'testbed destroy {self.name}' releases the TPUs")
 
     # destroy ----------------------------------------------------------------------------------------
     def release(self) -> None:
@@ -459,7 +502,12 @@ class TpuProvider(Provider):
         qrs = []
         for r in self.store.resources(self.name, QUEUED_RESOURCE):
             qr = self._get_qr(r["id"])
-            qrs.append({"queued_resource": r["id"], "state": _state(qr.state) if qr is not None else "GONE"})
+            row = {"queued_resource": r["id"], "state": _state(qr.state) if qr is not None else "GONE"}
+            if qr is not None and row["state"] in QR_BAD_STATES:
+                from testbed.providers.gcp_tpu_queued import qr_reason
+
+                row["reason"] = qr_reason(qr)
+            qrs.append(row)
         return {"nodes": nodes, "queued_resources": qrs}
 
     def refresh(self) -> list[Host]:

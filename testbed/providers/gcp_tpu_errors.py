@@ -39,6 +39,10 @@ def api_error(e: BaseException, *, action: str, where: str, testbed: str, zone: 
             where=where,
             fix=f"retry later, try another zone, set spot: true or queued_resource: true, or ask for quota; {cleanup}")
     if names & {"PermissionDenied", "Forbidden"}:
+        if getattr(e, "reason", None) == "SERVICE_DISABLED" or "has not been used in project" in msg:
+            return TestbedError(f"the Cloud TPU API is not enabled, so testbed cannot {action}: {msg}", where=where,
+                                fix="gcloud services enable tpu.googleapis.com --project <project> (then wait a "
+                                    "minute for it to take effect)")
         return TestbedError(
             f"permission denied to {action}: {msg}", where=where,
             fix="enable the API (gcloud services enable tpu.googleapis.com) and grant your ADC account "
@@ -50,6 +54,17 @@ def api_error(e: BaseException, *, action: str, where: str, testbed: str, zone: 
             f"not found while trying to {action}: {msg}", where=where,
             fix="check provider.project and provider.zone (gcloud compute tpus locations list) and that the "
                 "TPU API is enabled in the project")
+    if names & {"InvalidArgument", "BadRequest", "FailedPrecondition"} and "requireOsLogin" in msg:
+        return TestbedError(
+            f"the project enforces OS Login (organization policy constraints/compute.requireOsLogin), so testbed "
+            f"cannot {action} with its key in the ssh-keys metadata: {msg}", where=where,
+            fix="ask an organization policy administrator to exempt the project from constraints/compute."
+                "requireOsLogin (or use a project without it): under OS Login TPU VMs ignore metadata SSH keys")
+    if names & {"InvalidArgument", "BadRequest", "FailedPrecondition"} and re.search(r"(?i)\b(sub)?network", msg):
+        return TestbedError(
+            f"the TPU API rejected the network settings to {action}: {msg}", where=where,
+            fix="set provider.network (and provider.subnetwork, in the zone's region) to an existing VPC network: "
+                "gcloud compute networks list / networks subnets list (a project may have no 'default' network)")
     if names & {"InvalidArgument", "BadRequest", "FailedPrecondition"}:
         return TestbedError(
             f"the TPU API rejected the request to {action}: {msg}", where=where,

@@ -1,5 +1,12 @@
-"""Queued resources: one request for all of a testbed's nodes (spot or guaranteed), its id recorded before the
-create call returns, waited on until ACTIVE; a FAILED or SUSPENDED one is deleted and reported."""
+"""Queued resources: one request for all of a testbed's nodes, its id (and the ids of the nodes it will make)
+recorded before the create call returns, waited on until ACTIVE.
+
+The v2 API takes one node spec per request: ``node_id`` for one node, ``multislice_params`` (node count and id
+prefix; nodes ``<prefix>-0`` ...) for several (v4 and later). The request is valid in the queue for
+``create_timeout`` only (``queueing_policy.valid_until_duration``): a request testbed gave up waiting on fails in
+the queue instead of turning into billing nodes hours later. A FAILED one reports the service's own reason
+(``state.failed_data.error``); a FAILED, SUSPENDED or changed one is deleted and asked again by provision.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +15,47 @@ from typing import Any
 
 from testbed.errors import TestbedError
 from testbed.providers import gcp_tpu_release
-from testbed.providers.gcp_tpu import GONE_STATES, NODE, QR_BAD_STATES, QUEUED_RESOURCE, TpuProvider, _state
+from testbed.providers.gcp_tpu import (
+    NODE,
+    QR_BAD_STATES,
+    QUEUED_RESOURCE,
+    RECREATE_STATES,
+    TpuProvider,
+    _state,
+)
 from testbed.providers.gcp_tpu_errors import (
     is_already_exists,
     is_api_error,
     is_refusal,
 )
+from testbed.providers.gcp_tpu_wait import Pacer, duration
+
+
+def qr_reason(qr: Any) -> str:
+    """Why a queued resource is FAILED or SUSPENDED, in the service's words (``''`` when it gives none)."""
+    st = qr.state
+    err = getattr(getattr(st, "failed_data", None), "error", None)
+    parts = []
+    if err is not None and (err.code or err.message):
+        from google.api_core import exceptions as gexc
+
+        name = type(gexc.from_grpc_status(err.code, "")).__name__ if err.code else ""
+        parts.append(f"{name + ': ' if name else ''}{' '.join(str(err.message).split())[:300]}")
+    initiator = getattr(getattr(st, "state_initiator", None), "name", "")
+    if _state(st) in ("SUSPENDING", "SUSPENDED") and initiator in ("SERVICE", "USER"):
+        parts.append("suspended by the Cloud TPU service (e.g. spot capacity reclaimed)" if initiator == "SERVICE"
+                     else "suspended by a user")
+    return "; ".join(parts)
+
+
+def _asks_for(qr: Any) -> tuple[int, str]:
+    """How many nodes of which accelerator type a recorded queued resource asks for."""
+    specs = list(qr.tpu.node_spec) if qr.tpu else []
+    if not specs:
+        return 0, ""
+    spec = specs[0]
+    count = spec.multislice_params.node_count if "multislice_params" in spec else 1
+    return count, spec.node.accelerator_type
 
 
 def ensure_queued_resource(p: TpuProvider, pub: str) -> tuple[list[tuple[str, Any]], set[str]]:
@@ -25,56 +67,86 @@ def ensure_queued_resource(p: TpuProvider, pub: str) -> tuple[list[tuple[str, An
         p.store.add_resource(p.name, QUEUED_RESOURCE, qid, name=p.qr_name(qid), state=_state(qr.state))
         st = _state(qr.state)
         broken = st in QR_BAD_STATES or any(
-            (n := p._get_node(nid)) is not None and _state(n) in GONE_STATES for nid in p.node_ids())
-        if broken or st == "DELETING":
-            p.progress(f"queued resource {qid}: {st}; deleting it to ask again")
-            gcp_tpu_release.delete_qrs(p, [qid])
+            (n := p._get_node(nid)) is not None and _state(n) in RECREATE_STATES for nid in p.node_ids())
+        asked = _asks_for(qr)
+        changed = asked[0] and asked != (p.settings.count, p.settings.accelerator_type)
+        if broken or changed or st == "DELETING":
+            why = f"asks for {asked[0]} x {asked[1]}, the spec for {p.settings.count}" if changed and not broken \
+                else st + (f" ({r})" if (r := qr_reason(qr)) else "")
+            p.progress(f"queued resource {qid}: {why}; deleting it to ask again")
+            failures = gcp_tpu_release.delete_qrs(p, [qid])
+            if failures:
+                raise failures[0]
             qr = None
     if qr is None:
+        _check_names_free(p, qid)
         op = _create_qr(p, qid, pub)
         renewed = set(p.node_ids())
     deadline = time.monotonic() + p.settings.create_timeout
     _wait_qr_active(p, qid, op, deadline)
-    for nid in p.node_ids():
+    for nid in p.node_ids():  # (recorded at the request; again for a request made by an older testbed)
         p.store.add_resource(p.name, NODE, nid, name=p.node_name(nid), queued_resource=qid)
     return p._wait_ready(dict.fromkeys(p.node_ids()), deadline), renewed
 
 
+def _check_names_free(p: TpuProvider, qid: str) -> None:
+    """The request would make nodes <testbed>-<i>: refuse (before recording them) when one already exists, which
+    the service would refuse too, and which destroy must not take for the request's own."""
+    for nid in p.node_ids():
+        node = p._get_node(nid)
+        if node is not None and node.queued_resource != p.qr_name(qid):
+            p._adopt_check(nid, node)  # someone else's: refused with its own message
+            raise TestbedError(f"TPU node {nid} exists outside queued resource {qid} (made by an earlier provision "
+                               "without queued_resource)", where=p.node_name(nid),
+                               fix=f"'testbed destroy {p.name}' deletes it; then provision again")
+
+
 def _create_qr(p: TpuProvider, qid: str, pub: str) -> Any:
     from google.cloud import tpu_v2
+    from google.protobuf import duration_pb2
 
     s = p.settings
-    specs = [tpu_v2.QueuedResource.Tpu.NodeSpec(parent=p.parent, node_id=nid, node=p._node_body(pub))
-             for nid in p.node_ids()]
-    kw: dict[str, Any] = {"tpu": tpu_v2.QueuedResource.Tpu(node_spec=specs)}
+    Spec = tpu_v2.QueuedResource.Tpu.NodeSpec
+    if s.count == 1:
+        spec = Spec(parent=p.parent, node_id=p.node_ids()[0], node=p._node_body(pub))
+    else:  # nodes <testbed>-0 ... <testbed>-<count-1>: the names node_ids() expects
+        spec = Spec(parent=p.parent, node=p._node_body(pub),
+                    multislice_params=Spec.MultisliceParams(node_count=s.count, node_id_prefix=p.name))
+    kw: dict[str, Any] = {
+        "tpu": tpu_v2.QueuedResource.Tpu(node_spec=[spec]),
+        "queueing_policy": tpu_v2.QueuedResource.QueueingPolicy(
+            valid_until_duration=duration_pb2.Duration(seconds=s.create_timeout))}
     if s.spot or s.preemptible:
-        kw["spot"] = tpu_v2.QueuedResource.Spot()
-    else:
-        kw["guaranteed"] = tpu_v2.QueuedResource.Guaranteed()
+        kw["spot"] = tpu_v2.QueuedResource.Spot()  # else no tier: on-demand, as gcloud asks by default
     p.store.add_resource(p.name, QUEUED_RESOURCE, qid, name=p.qr_name(qid), state="REQUESTED")
+    for nid in p.node_ids():  # what the request will make: destroy deletes them too, should they outlive it
+        p.store.add_resource(p.name, NODE, nid, name=p.node_name(nid), queued_resource=qid)
     try:
         op = p.client().create_queued_resource(parent=p.parent, queued_resource_id=qid,
-                                                  queued_resource=tpu_v2.QueuedResource(**kw),
-                                                  timeout=p.polling.rpc_timeout)
+                                               queued_resource=tpu_v2.QueuedResource(**kw),
+                                               timeout=p.polling.rpc_timeout)
     except Exception as e:
         if is_already_exists(e):
             return None
         if is_api_error(e):
-            if is_refusal(e):
+            if is_refusal(e):  # refused: nothing was made
+                for nid in p.node_ids():
+                    p.store.remove_resource(p.name, NODE, nid)
                 p.store.remove_resource(p.name, QUEUED_RESOURCE, qid)
             raise p._err(e, f"create queued resource {qid} ({s.count} x {s.accelerator_type})",
-                            p.qr_name(qid)) from None
+                         p.qr_name(qid)) from None
         raise
     p.store.add_resource(p.name, QUEUED_RESOURCE, qid, name=p.qr_name(qid), state="CREATING",
-                            operation=op.operation.name)
+                         operation=op.operation.name)
     p.progress(f"queued resource {qid}: requested ({s.count} x {s.accelerator_type}, "
-                  f"{'spot' if 'spot' in kw else 'guaranteed'})")
+               f"{'spot' if 'spot' in kw else 'on demand'}, valid in the queue for {duration(s.create_timeout)})")
     return op
 
 
 def _wait_qr_active(p: TpuProvider, qid: str, op: Any, deadline: float) -> None:
     start = time.monotonic()
     last, last_report = "", start
+    pacer = Pacer(p.polling, deadline, cap=p.polling.queue_max_interval)
     while True:
         if op is not None and p._op_done(op, f"create queued resource {qid}", p.qr_name(qid)):
             op = None
@@ -82,21 +154,26 @@ def _wait_qr_active(p: TpuProvider, qid: str, op: Any, deadline: float) -> None:
         st = _state(qr.state) if qr is not None else "NOT_FOUND"
         if st != last:
             last = st
-            p.progress(f"queued resource {qid}: {st} ({int(time.monotonic() - start)} s)")
+            pacer.reset()
+            p.progress(f"queued resource {qid}: {st} ({duration(time.monotonic() - start)})")
         if st == "ACTIVE":
             return
         if st in QR_BAD_STATES or st in ("NOT_FOUND", "DELETING"):
-            raise TestbedError(f"queued resource {qid} is {st}", where=p.qr_name(qid),
-                               fix=f"'testbed destroy {p.name}', then provision again (another zone or "
-                                   "accelerator type may have capacity)")
+            reason = qr_reason(qr) if qr is not None else ""
+            raise TestbedError(f"queued resource {qid} is {st}{f': {reason}' if reason else ''}",
+                               where=p.qr_name(qid),
+                               fix=f"'testbed provision {p.name}' deletes it and asks again (another zone or "
+                                   f"accelerator type may have capacity); 'testbed destroy {p.name}' gives up")
         now = time.monotonic()
         if now >= deadline:
             raise TestbedError(
-                f"queued resource {qid} not ACTIVE after {p.settings.create_timeout} s (state {st})",
-                where=p.qr_name(qid),
-                fix=f"raise provider.create_timeout and provision again (the request stays queued), or "
+                f"queued resource {qid} not ACTIVE after {duration(p.settings.create_timeout)} (state {st}); the "
+                "service fails the request at that age (valid until)", where=p.qr_name(qid),
+                fix=f"raise provider.create_timeout (queued resources can wait for hours) and provision again, or "
                     f"'testbed destroy {p.name}' to give up")
+        pause = pacer.next()
         if now - last_report >= p.polling.report_every:
             last_report = now
-            p.progress(f"queued resource {qid}: {st} ({int(now - start)} s)")
-        time.sleep(min(p.polling.interval, max(0.0, deadline - now)))
+            p.progress(f"waiting for queued resource {qid}: {st} ({duration(now - start)}, gives up in "
+                       f"{duration(deadline - now)}; next check in {pause:.0f} s)")
+        time.sleep(pause)

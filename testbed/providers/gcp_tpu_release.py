@@ -12,6 +12,7 @@ from testbed.providers.gcp_tpu_errors import (
     is_api_error,
     is_not_found,
 )
+from testbed.providers.gcp_tpu_wait import Pacer
 
 
 def release(p: TpuProvider) -> None:
@@ -99,6 +100,7 @@ def delete_qrs(p: TpuProvider, qids: list[str]) -> list[TestbedError]:
 def _wait_gone(p: TpuProvider, ops: dict[str, Any], what: str, get: Any, kind: str, name_of: Any) -> list[TestbedError]:
     failures: list[TestbedError] = []
     deadline = time.monotonic() + p.polling.delete_timeout
+    pacer = Pacer(p.polling, deadline)
     pending = dict(ops)
     while pending:
         for rid, op in list(pending.items()):
@@ -121,5 +123,5 @@ def _wait_gone(p: TpuProvider, ops: dict[str, Any], what: str, get: Any, kind: s
                                              fix="check it in the console"))
             break
         if pending:
-            time.sleep(p.polling.interval)
+            pacer.sleep()
     return failures

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -39,6 +39,11 @@ class Settings(Strict):
     """What every provider's settings answer."""
 
     kind: str
+    default_user: ClassVar[str] = "root"  # the spec's login user when it names none
+
+    def refuse_user(self, user: str) -> str | None:
+        """Why ``user`` cannot log in on this provider's hosts (None: it can)."""
+        return None
 
     def planned_hosts(self) -> list[str] | None:
         """Host names known from the spec alone; None when the cloud decides."""
@@ -168,10 +173,18 @@ class ChameleonSettings(Settings):
     ssh_timeout: int = Field(900, ge=5)
 
 
+NETWORK_RE = r"^(?:projects/[a-z0-9.:-]{1,63}/global/networks/)?[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$"
+SUBNETWORK_RE = (r"^(?:projects/[a-z0-9.:-]{1,63}/regions/[a-z]+-[a-z]+[0-9]+/subnetworks/)?"
+                 r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+
+
 class TpuSettings(Settings):
     """TPU VMs (single host or multi-host slices) through google-cloud-tpu."""
 
     kind: Literal["gcp-tpu"] = "gcp-tpu"
+    # TPU VMs refuse SSH as root (Compute Engine images ship PermitRootLogin no/prohibit-password and the guest
+    # agent makes accounts only for the users named in the ssh-keys metadata): log in as a normal user with sudo
+    default_user: ClassVar[str] = "tpu"
     project: str | None = Field(None, description="default: $GOOGLE_CLOUD_PROJECT")
     zone: str = "us-central1-f"
     accelerator_type: str = "v2-8"
@@ -181,9 +194,21 @@ class TpuSettings(Settings):
     preemptible: bool = False
     queued_resource: bool = False
     internal_ips: bool = False
+    network: str | None = Field(None, pattern=NETWORK_RE, description="VPC network (name, or projects/P/global/"
+                                "networks/N for a Shared VPC); default: the project's 'default' network")
+    subnetwork: str | None = Field(None, pattern=SUBNETWORK_RE, description="subnetwork in the zone's region (name, "
+                                   "or projects/P/regions/R/subnetworks/S); default: the network's 'default'")
     endpoint: str | None = Field(None, description="API endpoint override, e.g. http://127.0.0.1:8080")
-    create_timeout: int = Field(1800, ge=5)
+    create_timeout: int = Field(1800, ge=5, description="seconds to wait for READY nodes (queued: also how long the "
+                                "request stays valid in the queue)")
     ssh_timeout: int = Field(600, ge=5)
+
+    def refuse_user(self, user: str) -> str | None:
+        if user == "root":
+            return ("TPU VMs refuse SSH logins as root (Compute Engine disables root login whatever the ssh-keys "
+                    "metadata says); use a normal user, e.g. 'tpu' (the default): it is made from the ssh-keys "
+                    "metadata with passwordless sudo")
+        return None
 
 
 ProviderSettings = Annotated[
