@@ -3,7 +3,7 @@
 From Python (a script, a notebook)::
 
     import testbed
-    tb = testbed.open("local").provision()
+    tb = testbed.open("tesla").provision()
     tb.run("hostname")
     run = tb.start("mpi-hello").wait()
     run.report("results")

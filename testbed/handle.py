@@ -2,7 +2,7 @@
 
 A command resolves the testbed it names once, where it starts (the CLI, a script, a notebook), and passes this
 handle down to the stages; nothing below the edge looks the testbed up again or opens the state store on its
-own. The same object is what ``testbed.open("local")`` gives a script or a notebook: the verbs as methods
+own. The same object is what ``testbed.open("tesla")`` gives a script or a notebook: the verbs as methods
 (``provision``, ``run``, ``put``/``get``, ``setup``, ``start`` a suite, ``destroy``), each host as a Fabric
 ``Connection`` with the testbed's pinned host keys, and the CLI's errors as exceptions (``TestbedError``).
 """
