@@ -9,16 +9,23 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 APT_PACKAGES = openssh-server openssh-client iproute2 rsync openmpi-bin libopenmpi-dev git make gcc \
                sudo zsh tcsh pssh procps psmisc curl ca-certificates cgroup-tools tmux build-essential \
                shellcheck
+# where the distribution packages it: the headless Chromium that opens the HTML reports in a test
+APT_OPTIONAL = chromium-headless-shell
 STAMP  = $(VENV)/.installed
 
 .PHONY: demo test test-fast deps venv lint clean
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing apt packages:$$missing"; \
-	  if [ "$$(id -u)" != 0 ]; then echo "need root to apt-get install:$$missing" >&2; exit 1; fi; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	optional=""; for p in $(APT_OPTIONAL); do dpkg -s $$p >/dev/null 2>&1 || optional="$$optional $$p"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" != 0 ]; then echo "need root to apt-get install:$$missing" >&2; exit 1; fi; \
+	if [ -n "$$missing$$optional" ] && [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq; \
+	  for p in $$optional; do if apt-cache show $$p >/dev/null 2>&1; then missing="$$missing $$p"; fi; done; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing apt packages:$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  fi; \
 	fi
 
 $(STAMP): pyproject.toml
