@@ -630,16 +630,16 @@ def test_degraded_lease_is_reported(fake: FakeChameleon, make: Callable[..., Mad
 def test_lease_wait_backs_off_with_a_clear_progress_line(fake: FakeChameleon, make: Callable[..., Made],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Real pacing (5 s first, growing to 30 s, jittered), recorded instead of slept."""
-    from testbed.providers import chameleon
+    from testbed.providers.base import Pacer
 
     fake.lease_polls = 8
     slept: list[float] = []
 
-    def record(self: chameleon.Backoff) -> None:
-        slept.append(self.delay())
-        self.n += 1
+    def record(self: Pacer) -> float:
+        slept.append(self.next())
+        return slept[-1]
 
-    monkeypatch.setattr(chameleon.Backoff, "sleep", record)
+    monkeypatch.setattr(Pacer, "sleep", record)
     m = make(count=1)
     m.p.poll_interval = 5.0
     m.p.settings.lease_timeout = 3600
@@ -655,17 +655,16 @@ def test_lease_wait_backs_off_with_a_clear_progress_line(fake: FakeChameleon, ma
 def test_backoff_is_bounded_and_jittered(monkeypatch: pytest.MonkeyPatch) -> None:
     import time as _time
 
-    from testbed.providers import chameleon
+    from testbed.providers import base, chameleon
 
-    b = chameleon.Backoff(5.0, deadline=_time.monotonic() + 3600)
-    delays = []
-    for _ in range(12):
-        delays.append(b.delay())
-        b.n += 1
+    p = chameleon.ChameleonProvider.__new__(chameleon.ChameleonProvider)  # backoff needs only poll_interval
+    p.poll_interval = 5.0
+    b = p.backoff(_time.monotonic() + 3600)
+    delays = [b.next() for _ in range(12)]
     assert 4.0 <= delays[0] <= 6.0 and all(d <= 36.0 for d in delays) and len({round(d, 3) for d in delays}) > 6
     slept: list[float] = []
-    monkeypatch.setattr(chameleon.time, "sleep", slept.append)
-    chameleon.Backoff(5.0, deadline=_time.monotonic() + 0.5).sleep()
+    monkeypatch.setattr(base.time, "sleep", slept.append)
+    p.backoff(_time.monotonic() + 0.5).sleep()
     assert slept and slept[0] <= 0.5  # never past the deadline
 
 

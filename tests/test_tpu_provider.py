@@ -929,18 +929,19 @@ def test_rate_limited_reads_are_retried(bed: Bed) -> None:
 
 # pacing and interrupts --------------------------------------------------------------------------------------------
 def test_pacing_backs_off_with_jitter_and_never_passes_the_deadline() -> None:
-    from testbed.providers.gcp_tpu import Pacer, Polling
+    from testbed.providers.gcp_tpu import Polling
+    from testbed.providers.gcp_tpu_wait import pace
 
     pol = Polling(interval=5, max_interval=30, multiplier=1.5, jitter=0.2)
-    pacer = Pacer(pol, time.monotonic() + 3600)
+    pacer = pace(pol, time.monotonic() + 3600)
     pauses = [pacer.next() for _ in range(12)]
     assert 4 <= pauses[0] <= 6 and all(p <= 36 for p in pauses) and max(pauses) >= 24
     assert len({round(p, 6) for p in pauses}) > 6  # jittered
     pacer.reset()
     assert pacer.next() <= 6
-    near = Pacer(pol, time.monotonic() + 1.0)
+    near = pace(pol, time.monotonic() + 1.0)
     assert near.next() <= 1.0
-    assert Pacer(pol, time.monotonic() - 1).next() == 0.0
+    assert pace(pol, time.monotonic() - 1).next() == 0.0
 
 
 def test_heartbeat_says_what_is_awaited(bed: Bed) -> None:

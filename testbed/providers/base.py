@@ -10,6 +10,7 @@ the one inventory in state, and the clean-up once nothing is left in the cloud.
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -43,6 +44,32 @@ class Made:
     renewed: set[str] = field(default_factory=set)  # hosts testbed (re)made in this call: their old pins go
     host_keys: dict[str, list[str]] = field(default_factory=dict)  # keys the provider knows without asking
     login_as: str | None = None  # the first login's user when the spec's user does not exist yet
+
+
+class Pacer:
+    """The pauses of one bounded wait on a cloud: ``first`` seconds, ``multiplier`` times longer each time up to
+    ``cap``, each jittered by +-``jitter`` (many testbeds polling one service do not fall into step), never past
+    ``deadline`` (monotonic). Every loop that polls a service sleeps through one; a change calls ``reset``."""
+
+    def __init__(self, first: float, deadline: float, *, cap: float, multiplier: float = 1.5, jitter: float = 0.2):
+        self.first, self.deadline, self.cap = first, deadline, cap
+        self.multiplier, self.jitter = multiplier, jitter
+        self.delay = first
+
+    def reset(self) -> None:
+        """Something changed: poll briskly again."""
+        self.delay = self.first
+
+    def next(self) -> float:
+        """The next pause in seconds (and grow the one after it)."""
+        d = self.delay * (1 + random.uniform(-self.jitter, self.jitter))
+        self.delay = min(self.cap, self.delay * self.multiplier)
+        return max(0.0, min(d, self.deadline - time.monotonic()))
+
+    def sleep(self) -> float:
+        d = self.next()
+        time.sleep(d)
+        return d
 
 
 def each(fn: Callable[[Host], T], hosts: list[Host], width: int = 16) -> list[T]:

@@ -5,8 +5,8 @@ floating IPs), its id recorded at once -> wait ACTIVE (Blazar takes minutes) -> 
 server per node on the reservation, each id recorded the moment nova returns it -> wait ACTIVE (bare metal: 10-20
 minutes) -> a floating IP per server (recorded, then bound) -> wait until SSH answers (the base class: a real
 handshake, host keys pinned, a login) -> hosts in state (user from the spec: ``cc``). Running it again reuses
-what exists (by recorded id, else by name). Every wait polls with :class:`Backoff` and says how long it has
-waited; a status that can never turn into the one waited for fails at once.
+what exists (by recorded id, else by name). Every wait polls with the base's :class:`Pacer` and says how
+long it has waited; a status that can never turn into the one waited for fails at once.
 
 destroy (:mod:`testbed.providers.chameleon_release`): floating IPs, servers, the lease and the key pair, each
 row removed once the cloud says it is gone, so a destroy that fails half-way can simply be run again.
@@ -17,7 +17,6 @@ python-chi lives behind :mod:`testbed.providers.chameleon_chi` and is imported o
 from __future__ import annotations
 
 import hashlib
-import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from testbed import paths
 from testbed.errors import TestbedError
 from testbed.hosts import Host
-from testbed.providers.base import Made, Provider
+from testbed.providers.base import Made, Pacer, Provider
 from testbed.providers.settings import ChameleonSettings
 
 if TYPE_CHECKING:
@@ -75,25 +74,6 @@ def _clock(secs: float) -> str:
     if secs < 3600:
         return f"{secs // 60}m {secs % 60:02d}s"
     return f"{secs // 3600}h {secs % 3600 // 60:02d}m"
-
-
-class Backoff:
-    """The pauses of one wait: ``first`` seconds, growing by BACKOFF up to BACKOFF_CAP x ``first``, each with
-    JITTER, never past ``deadline`` (monotonic); every loop that polls a service sleeps through one."""
-
-    def __init__(self, first: float, deadline: float):
-        self.first = first
-        self.deadline = deadline
-        self.n = 0
-
-    def delay(self) -> float:
-        base = min(self.first * BACKOFF_CAP, self.first * BACKOFF ** self.n)
-        return base * random.uniform(1 - JITTER, 1 + JITTER)
-
-    def sleep(self) -> None:
-        pause = max(0.0, min(self.delay(), self.deadline - time.monotonic()))
-        self.n += 1
-        time.sleep(pause)
 
 
 def _span(td: timedelta) -> str:
@@ -237,9 +217,10 @@ class ChameleonProvider(Provider):
         except ApiError as e:
             raise self._error(e, doing, thing) from None
 
-    def backoff(self, deadline: float) -> Backoff:
+    def backoff(self, deadline: float) -> Pacer:
         """The pauses of one wait that ends at ``deadline`` (monotonic)."""
-        return Backoff(self.poll_interval, deadline)
+        return Pacer(self.poll_interval, deadline, cap=self.poll_interval * BACKOFF_CAP, multiplier=BACKOFF,
+                     jitter=JITTER)
 
     # provision ----------------------------------------------------------------------------------------
     _api: Chi | None = None

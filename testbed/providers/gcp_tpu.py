@@ -39,9 +39,9 @@ from testbed.providers.gcp_tpu_errors import (
     is_refusal,
 )
 from testbed.providers.gcp_tpu_wait import FAST_POLLING as FAST_POLLING
-from testbed.providers.gcp_tpu_wait import Pacer as Pacer
 from testbed.providers.gcp_tpu_wait import Polling as Polling
 from testbed.providers.gcp_tpu_wait import duration as duration
+from testbed.providers.gcp_tpu_wait import pace
 from testbed.providers.settings import TpuSettings
 
 if TYPE_CHECKING:
@@ -375,7 +375,7 @@ class TpuProvider(Provider):
         ready: dict[str, Any] = {}
         seen: dict[str, str] = {}
         last_report = start
-        pacer = Pacer(self.polling, deadline)
+        pacer = pace(self.polling, deadline)
         while True:
             changed = False
             for nid, op in ops.items():

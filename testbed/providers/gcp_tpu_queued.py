@@ -28,7 +28,7 @@ from testbed.providers.gcp_tpu_errors import (
     is_api_error,
     is_refusal,
 )
-from testbed.providers.gcp_tpu_wait import Pacer, duration
+from testbed.providers.gcp_tpu_wait import duration, pace
 
 
 def qr_reason(qr: Any) -> str:
@@ -146,7 +146,7 @@ def _create_qr(p: TpuProvider, qid: str, pub: str) -> Any:
 def _wait_qr_active(p: TpuProvider, qid: str, op: Any, deadline: float) -> None:
     start = time.monotonic()
     last, last_report = "", start
-    pacer = Pacer(p.polling, deadline, cap=p.polling.queue_max_interval)
+    pacer = pace(p.polling, deadline, cap=p.polling.queue_max_interval)
     while True:
         if op is not None and p._op_done(op, f"create queued resource {qid}", p.qr_name(qid)):
             op = None

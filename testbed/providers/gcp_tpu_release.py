@@ -12,7 +12,7 @@ from testbed.providers.gcp_tpu_errors import (
     is_api_error,
     is_not_found,
 )
-from testbed.providers.gcp_tpu_wait import Pacer
+from testbed.providers.gcp_tpu_wait import pace
 
 
 def release(p: TpuProvider) -> None:
@@ -100,7 +100,7 @@ def delete_qrs(p: TpuProvider, qids: list[str]) -> list[TestbedError]:
 def _wait_gone(p: TpuProvider, ops: dict[str, Any], what: str, get: Any, kind: str, name_of: Any) -> list[TestbedError]:
     failures: list[TestbedError] = []
     deadline = time.monotonic() + p.polling.delete_timeout
-    pacer = Pacer(p.polling, deadline)
+    pacer = pace(p.polling, deadline)
     pending = dict(ops)
     while pending:
         for rid, op in list(pending.items()):

@@ -3,9 +3,9 @@ creates take minutes, queued resources can wait for hours)."""
 
 from __future__ import annotations
 
-import random
-import time
 from dataclasses import dataclass
+
+from testbed.providers.base import Pacer
 
 
 @dataclass(frozen=True)
@@ -33,29 +33,10 @@ FAST_POLLING = Polling(interval=0.02, max_interval=0.05, queue_max_interval=0.05
                        retry_initial=0.01, retry_maximum=0.05, report_every=1.0, delete_timeout=10)
 
 
-class Pacer:
-    """The pauses of one bounded wait: growing with jitter up to a cap, never past ``deadline``."""
-
-    def __init__(self, polling: Polling, deadline: float, cap: float | None = None):
-        self.polling, self.deadline = polling, deadline
-        self.cap = cap if cap is not None else polling.max_interval
-        self.delay = polling.interval
-
-    def reset(self) -> None:
-        """Something changed: poll briskly again."""
-        self.delay = self.polling.interval
-
-    def next(self) -> float:
-        """The next pause in seconds (and grow the one after it)."""
-        p = self.polling
-        d = self.delay * (1 + random.uniform(-p.jitter, p.jitter))
-        self.delay = min(self.cap, self.delay * p.multiplier)
-        return max(0.0, min(d, self.deadline - time.monotonic()))
-
-    def sleep(self) -> float:
-        d = self.next()
-        time.sleep(d)
-        return d
+def pace(polling: Polling, deadline: float, cap: float | None = None) -> Pacer:
+    """The pauses of one TPU wait (``cap``: the longest pause; default ``polling.max_interval``)."""
+    return Pacer(polling.interval, deadline, cap=cap if cap is not None else polling.max_interval,
+                 multiplier=polling.multiplier, jitter=polling.jitter)
 
 
 def duration(seconds: float) -> str:
