@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import threading
 import time
@@ -65,7 +66,8 @@ HTTP_OF = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "UNAUTHENTICATED
            "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504}
 ROUTE = re.compile(r"^/v2/(projects/[^/]+/locations/[^/]+)/(nodes|queuedResources|operations)(?:/([^/:]+))?$")
 NODE_ID_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DEFAULT_POOL = [f"127.0.20.{i}" for i in range(1, 17)]
+# the workers' loopback net; TB_TPU_NET lets two checkouts test side by side without sharing one sshd
+DEFAULT_POOL = [f"{os.environ.get('TB_TPU_NET', '127.0.20')}.{i}" for i in range(1, 17)]
 
 # enum numbers of google.cloud.tpu.v2 (cloud_tpu.proto): Node.State, Node.Health, Node.ApiVersion,
 # QueuedResourceState.State and .StateInitiator
