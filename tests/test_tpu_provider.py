@@ -628,7 +628,7 @@ def test_fake_speaks_like_the_service() -> None:
         assert _raw(fake, "POST", f"{P}/nodes?nodeId=one", body)[0] == 200
         for _ in range(3):
             _raw(fake, "GET", f"{P}/nodes/one")
-        assert installed == [("127.0.20.3", "tpu")]  # tpu's key only: root's never
+        assert installed == [(DEFAULT_POOL[2], "tpu")]  # tpu's key only: root's never
 
 
 # the login user, OS Login --------------------------------------------------------------------------------------
