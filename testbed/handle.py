@@ -35,6 +35,24 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class Repair:
+    """What repairing a host did, and how long each part took (seconds)."""
+
+    host: str
+    hosts: list[str]  # brought back (a TPU slice's workers come back together)
+    replaced: list[str]  # made anew: new disk, new host keys (pinned, the old pins replaced)
+    repair_seconds: float
+    setup_seconds: float = 0.0
+    setup: str | None = None  # the profile applied to them
+    setup_hosts: list[str] = field(default_factory=list)  # where Ansible ran
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+@dataclass
 class Testbed:
     """A testbed as this state home knows it; ``spec`` is None only for a recorded testbed whose spec is gone."""
 
@@ -126,6 +144,35 @@ class Testbed:
         self.provider(progress).provision()
         self.record = self.store.testbed(self.name)
         return self
+
+    def repair(self, host: str, *, setup: bool = True, profile: str | None = None,
+               progress: Progress | None = None) -> Repair:
+        """Bring one failed host back without touching the others (as ``testbed provision NAME --repair HOST``),
+        then apply set-up to the hosts brought back alone: ``profile``, else the set-up last applied to this
+        testbed, else the spec's profile. What was built once for the testbed (source builds, wheels) is
+        installed from the controller's copy. Raises TestbedError when the host cannot be repaired or set up."""
+        import time
+
+        done = self.provider(progress).repair(host)
+        self.record = self.store.testbed(self.name)
+        out = Repair(host=host, hosts=done.hosts, replaced=done.replaced, repair_seconds=done.seconds)
+        last = self.info.get("setup") or {}
+        roles = None if profile else last.get("roles")
+        want = None if roles else profile or last.get("profile") or (self.spec.profile if self.spec else None)
+        if not setup or not (want or roles):
+            return out
+        from testbed import setup as setup_mod
+
+        t0 = time.monotonic()
+        res = setup_mod.apply(self, profile=want, roles=roles, limit=done.hosts)
+        out.setup_seconds, out.setup, out.setup_hosts = round(time.monotonic() - t0, 2), res.plan, sorted(res.hosts)
+        if not res.ok:
+            bad = ", ".join(sorted(n for n, h in res.hosts.items() if h.failed or h.unreachable)) or host
+            raise TestbedError(f"{host} was repaired but its set-up ({res.plan}) failed on {bad}"
+                               + (f": {res.error}" if res.error else ""), where=res.artifact_dir or self.name,
+                               fix=f"see 'testbed setup {self.name} --limit {host}' for the failing task, fix it, "
+                                   "and run it again")
+        return out
 
     def destroy(self, progress: Progress | None = None) -> None:
         """Release every resource and forget the testbed (as ``testbed destroy``; it does not ask)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from testbed.providers import PROVIDERS, provider_class
 from testbed.providers.base import Provider
 
-OPS = {"extend": "extend", "kill-host": "kill_host", "cut-network": "cut_network"}
+OPS = {"extend": "extend", "kill-host": "kill_host", "cut-network": "cut_network", "repair": "discard"}
 
 
 def test_declared_capabilities_match_what_each_provider_implements() -> None:

@@ -69,16 +69,27 @@ def _known_testbed(st: Store, name: str) -> dict[str, Any]:
 # provision / status / destroy ---------------------------------------------------------------------
 def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventories/NAME.yml) or a .yml path.",
                                                   autocompletion=complete.testbeds)],
+              repair: Annotated[str | None, typer.Option("--repair", metavar="HOST",
+                                                         help="Bring this failed host back (restart, rebuild or "
+                                                              "replace it) and set it up again; others untouched.")
+                                ] = None,
+              no_setup: Annotated[bool, typer.Option("--no-setup", help="With --repair: do not set the host up "
+                                                                      "again.")] = False,
               json_out: JsonOpt = False) -> None:
     """Create (or repair) the testbed's hosts and record them in state. Idempotent.
 
-    Example: testbed provision local
+    Example: testbed provision local  |  testbed provision chameleon --repair node-2
     """
     from testbed.spec import check_vars
 
     st = store()
     p = provider_for(name, st)
     check_vars(p.spec)  # set-up variables are refused before any host is made
+    if repair is not None:
+        return _repair(name, repair, not no_setup, json_out)
+    if no_setup:
+        raise UsageError("--no-setup goes with --repair", where="--no-setup",
+                         fix=f"testbed provision {name} --repair HOST --no-setup")
     t0 = time.monotonic()
     try:
         hosts = p.provision()
@@ -97,6 +108,23 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
 
     c.print(f"ssh:     ssh -F {ssh.ssh_config_path(p.name)} {hosts[0].name}" if hosts else "")
     c.print(f"ansible: ansible -i {ssh.inventory_path(p.name)} all -m ping")
+
+
+def _repair(name: str, host: str, setup: bool, json_out: bool) -> None:
+    from testbed.handle import Testbed
+
+    tb = Testbed.open(name, store())
+    if tb.record is None:
+        raise TestbedError(f"testbed '{tb.name}' is not provisioned: there is no host to repair", where="state",
+                           fix=f"testbed provision {tb.name}")
+    c = console()
+    done = tb.repair(host, setup=setup, progress=None if json_out else (lambda m: c.print(f"  {m}")))
+    if json_out:
+        print_json(done.to_json())
+        return
+    made = f"made anew: {', '.join(done.replaced)}" if done.replaced else "came back (same machine)"
+    c.print(f"{host}: repaired in {done.repair_seconds:.1f} s ({made})"
+            + (f"; set up again ({done.setup}) in {done.setup_seconds:.1f} s" if done.setup else ""))
 
 
 def status(target: Annotated[str | None, typer.Argument(help="A testbed name or a run id; none: everything.",

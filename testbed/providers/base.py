@@ -46,6 +46,18 @@ class Made:
     login_as: str | None = None  # the first login's user when the spec's user does not exist yet
 
 
+@dataclass
+class Repaired:
+    """What ``repair`` did: the hosts brought back (a slice's workers come back together), those testbed made
+    anew (new disk, new host keys), and how long it took (``made_seconds``: until the provider had it)."""
+
+    host: str
+    hosts: list[str]
+    replaced: list[str]
+    seconds: float
+    made_seconds: float
+
+
 class Pacer:
     """The pauses of one bounded wait on a cloud: ``first`` seconds, ``multiplier`` times longer each time up to
     ``cap``, each jittered by +-``jitter`` (many testbeds polling one service do not fall into step), never past
@@ -122,7 +134,8 @@ class Provider(ABC):
     costs_money: ClassVar[bool] = False  # its resources bill while held (destroy asks first at a terminal)
     offline_hosts: ClassVar[bool] = False  # hosts have no route out (set-up installs from the controller)
     shares_controller_files: ClassVar[bool] = False  # hosts see the controller's files (its Python env)
-    # Optional operations it implements: "extend" (the lease end), "kill-host", "cut-network" (faults).
+    # Optional operations it implements: "extend" (the lease end), "kill-host", "cut-network" (faults),
+    # "repair" (bring one failed host back: ``discard`` it, then ``create`` makes it again).
     capabilities: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet):
@@ -210,6 +223,12 @@ class Provider(ABC):
         """Work after every host answers SSH and before the hosts are recorded (users, facts)."""
         return None
 
+    def discard(self, host: Host) -> list[str]:
+        """Take away what serves a failed ``host`` so that ``create`` makes it anew (capability "repair"); the
+        hosts that go with it (a TPU slice's workers). Default: nothing to take away (the host comes back by
+        itself, a reboot)."""
+        return [host.name]
+
     # the common work -----------------------------------------------------------------------------------
     def provision(self) -> list[Host]:
         """Create (or find) the hosts, reach them over SSH, record them in state, return them; idempotent."""
@@ -236,6 +255,58 @@ class Provider(ABC):
             raise self.unreachable(down)
         return hosts
 
+    def repair(self, host: str) -> Repaired:
+        """Bring one failed host back without touching the others: ``discard`` what serves it, ``create`` again
+        (which reuses everything else), reach the new host (its new keys pinned: testbed rebuilt it) and record
+        it. Raises when the provider cannot repair, or the host does not come back."""
+        t0 = time.monotonic()
+        with self.lock():
+            self.preflight()
+            recorded = self.store.hosts(self.name)
+            h = next((x for x in recorded if x.name == host), None)
+            if h is None:
+                import difflib
+
+                from testbed.errors import UsageError
+
+                names = [x.name for x in recorded]
+                close = difflib.get_close_matches(host, names, n=1, cutoff=0.5)
+                raise UsageError(f"testbed '{self.name}' has no host '{host}'", where="--repair",
+                                 fix=(f"did you mean '{close[0]}'? " if close else "")
+                                 + f"hosts: {', '.join(names) or 'none (provision first)'}")
+            if not self.can("repair"):
+                raise TestbedError(f"the {self.kind} provider cannot repair a host", where=f"testbed {self.name}",
+                                   fix=self.repair_fix(h))
+            public_key = ssh.ensure_keypair(self.name)[1] if self.wants_key() else None
+            try:
+                self.progress(f"{host}: repairing")
+                gone = set(self.discard(h))
+                made = self.create(public_key)
+                t_made = time.monotonic()
+                back = Made([x for x in made.hosts if x.name in gone or x.name in made.renewed],
+                            renewed=made.renewed & gone, host_keys={k: v for k, v in made.host_keys.items()
+                                                                    if k in gone or k in made.renewed},
+                            login_as=made.login_as)
+                self.reach(back, everyone=made.hosts)
+                self.ready(back)
+            except KeyboardInterrupt:
+                self.store.set_testbed_status(self.name, "interrupted")
+                raise self.interrupted() from None
+            except TestbedError as e:
+                self.store.set_testbed_status(self.name, "degraded")
+                raise TestbedError(f"could not repair {host}: {e.what}", where=e.where,
+                                   fix=e.fix or self.repair_fix(h), code=e.code) from None
+            self.store.set_hosts(self.name, made.hosts)
+            ssh.write_inventory(self.name, made.hosts, self.spec.vars)
+            self.record_testbed("up", self.info())
+        return Repaired(host=host, hosts=[x.name for x in back.hosts], replaced=sorted(back.renewed),
+                        seconds=round(time.monotonic() - t0, 2), made_seconds=round(t_made - t0, 2))
+
+    def repair_fix(self, h: Host) -> str:
+        """What the user can do when ``h`` cannot be repaired by testbed."""
+        return (f"bring {h.name} ({h.address}) back by hand, then 'testbed provision {self.name}'; or "
+                f"'testbed destroy {self.name}' and provision a new testbed")
+
     def destroy(self) -> None:
         """Release every resource recorded for this testbed, then forget it; safe to repeat."""
         with self.lock():
@@ -259,14 +330,15 @@ class Provider(ABC):
             counts[r["kind"]] = counts.get(r["kind"], 0) + 1
         return ", ".join(f"{n} {k}{'s' if n > 1 else ''}" for k, n in counts.items()) or "nothing"
 
-    def reach(self, made: Made) -> None:
-        """SSH on every host: stale masters closed, the ssh_config written, a real handshake, the host keys
-        pinned by ``pin``, then a login with the testbed key (a cloud's agent may install it after sshd starts)."""
+    def reach(self, made: Made, everyone: list[Host] | None = None) -> None:
+        """SSH on every host made: stale masters closed, the ssh_config written (for ``everyone``, default the
+        hosts made), a real handshake, the host keys pinned by ``pin``, then a login with the testbed key (a
+        cloud's agent may install it after sshd starts)."""
         hosts = made.hosts
         before = {h.name: h.address for h in self.store.hosts(self.name)}
         stale = [h.name for h in hosts if h.name in made.renewed or before.get(h.name, h.address) != h.address]
         ssh.close_connections(self.name, stale)
-        ssh.write_ssh_config(self.name, hosts, connect_timeout=self.connect_timeout)
+        ssh.write_ssh_config(self.name, everyone or hosts, connect_timeout=self.connect_timeout)
         for name, keys in made.host_keys.items():
             self.pin(name, keys, renewed=True)
         deadline = time.monotonic() + self.ssh_timeout

@@ -86,7 +86,7 @@ def _span(td: timedelta) -> str:
 
 class ChameleonProvider(Provider):
     costs_money = True
-    capabilities = frozenset({"extend"})
+    capabilities = frozenset({"extend", "repair"})
     """Bare-metal nodes on a Chameleon lease."""
 
     kind = "chameleon"
@@ -443,6 +443,22 @@ class ChameleonProvider(Provider):
         return (f"a node can take minutes after ACTIVE to start sshd: run 'testbed provision {self.name}' again to "
                 f"keep waiting (or raise provider.ssh_timeout); check that the image ({self.settings.image}) runs "
                 f"sshd; 'testbed destroy {self.name}' releases everything")
+
+    def discard(self, host: Host) -> list[str]:
+        """Replace a failed host's server: delete it (its node goes back to the lease's reservation); ``create``
+        makes a new one on the same lease and binds the host's floating IP to it again."""
+        api = self._api or self._connect()
+        servers = {r["id"]: r["info"].get("name") or self.server_name(host.name)
+                   for r in self.store.resources(self.name, "server") if r["info"].get("host") == host.name}
+        if servers:
+            self.progress(f"{host.name}: deleting server {', '.join(servers.values())} to replace it")
+            self._delete_servers(api, servers)
+        return [host.name]
+
+    def repair_fix(self, h: Host) -> str:
+        return (f"'testbed provision {self.name} --repair {h.name}' again (a new server takes 10-20 min); if the "
+                "lease has no free node left, extend or make a new lease; 'testbed destroy "
+                f"{self.name}' releases everything")
 
     # destroy ------------------------------------------------------------------------------------------
     def release(self) -> None:

@@ -78,6 +78,7 @@ def node_trouble(node: Any) -> str:
 class TpuProvider(Provider):
     costs_money = True
     kind = "gcp-tpu"
+    capabilities = frozenset({"repair"})
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet, *,
                  polling: Polling | None = None):
@@ -425,6 +426,26 @@ class TpuProvider(Provider):
             time.sleep(pause)
 
     # queued resources -------------------------------------------------------------------------------
+
+    def discard(self, host: Host) -> list[str]:
+        """A failed worker's node is deleted, so ``create`` makes it again: a slice is recreated as a whole (its
+        workers share one node), and with a queued resource the whole request is (it owns every node)."""
+        from testbed.providers import gcp_tpu_release
+
+        self._validate()
+        nid = str(host.facts.get("node") or host.name.rsplit("-w", 1)[0])
+        qrs = [r["id"] for r in self.store.resources(self.name, QUEUED_RESOURCE)]
+        self.progress(f"{host.name}: deleting {'queued resource ' + qrs[0] if qrs else 'node ' + nid} to make it "
+                      "again")
+        failures = gcp_tpu_release.delete_qrs(self, qrs) if qrs else gcp_tpu_release.delete_nodes(self, [nid])
+        if failures:
+            raise failures[0]
+        owned = {nid} if not qrs else set(self.node_ids())
+        return [h.name for h in self.store.hosts(self.name) if h.facts.get("node") in owned] or [host.name]
+
+    def repair_fix(self, h: Host) -> str:
+        return (f"'testbed provision {self.name} --repair {h.name}' again (capacity may be short: a queued "
+                f"resource waits for it); 'testbed destroy {self.name}' releases the TPUs")
 
     # hosts and SSH ----------------------------------------------------------------------------------
     def _hosts(self, nodes: list[tuple[str, Any]]) -> list[Host]:

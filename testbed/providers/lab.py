@@ -8,6 +8,7 @@ Host keys are trusted on first use and verified afterwards.
 from __future__ import annotations
 
 import os
+import time
 
 from testbed import remote, ssh
 from testbed.errors import TestbedError
@@ -18,6 +19,7 @@ from testbed.providers.settings import LabSettings
 
 class LabProvider(Provider):
     kind = "lab"
+    capabilities = frozenset({"repair"})
     _why: dict[str, str]  # host -> why it did not answer (set by reach)
 
     @property
@@ -53,11 +55,35 @@ class LabProvider(Provider):
         """Nothing to make: the hosts as the spec lists them."""
         return Made(self.hosts_from_spec())
 
-    def reach(self, made: Made) -> None:
+    def discard(self, host: Host) -> list[str]:
+        """testbed cannot remake a lab machine: wait (up to provider.ssh_timeout) for it to answer again, as after
+        a reboot; its host key must be the pinned one."""
+        from testbed.providers.base import Pacer
+
+        deadline = time.monotonic() + self.ssh_timeout
+        pause = Pacer(2.0, deadline, cap=10.0)
+        ssh.close_connections(self.name, [host.name])
+        while True:
+            r = remote.run(self.name, [host.name], "true", timeout=self.connect_timeout + 5, mux="none")[0]
+            if r.ok:
+                return [host.name]
+            if time.monotonic() >= deadline:
+                why = r.error or ssh.describe_ssh_failure(r.stderr, host.name, self.name)
+                raise TestbedError(f"lab host {host.name} ({host.address}) did not answer within "
+                                   f"{int(self.ssh_timeout)} s: {why}", where=f"{host.user}@{host.address}:{host.port}",
+                                   fix=self.repair_fix(host))
+            self.progress(f"{host.name}: waiting for it to answer SSH")
+            pause.sleep()
+
+    def repair_fix(self, h: Host) -> str:
+        return (f"testbed cannot remake a lab machine: reboot or power-cycle {h.name} (its console, IPMI, or the "
+                f"cluster's admins), then 'testbed provision {self.name} --repair {h.name}'")
+
+    def reach(self, made: Made, everyone: list[Host] | None = None) -> None:
         """One login per host (through its jump host, if any), which also pins its key on first use; the
         kernel and CPU count become facts. A host that does not answer is recorded as unreachable."""
         hosts = made.hosts
-        ssh.write_ssh_config(self.name, hosts, connect_timeout=self.connect_timeout)
+        ssh.write_ssh_config(self.name, everyone or hosts, connect_timeout=self.connect_timeout)
         results = remote.run(self.name, [h.name for h in hosts], "uname -srm; nproc", timeout=self.connect_timeout + 20)
         self._why = {}
         for h, r in zip(hosts, results, strict=True):

@@ -126,7 +126,7 @@ class HostSlot:
 class LocalProvider(Provider):
     offline_hosts = True  # the hosts' only link is a bridge on this machine
     shares_controller_files = True  # their root is a copy-on-write overlay of this machine's /
-    capabilities = frozenset({"kill-host", "cut-network"})
+    capabilities = frozenset({"kill-host", "cut-network", "repair"})
     kind = "local"
 
     @property
@@ -414,6 +414,11 @@ class LocalProvider(Provider):
                 run("ip", "addr", "del", str(info["address"]), "dev", br, check=False)
             self.store.remove_resource(self.name, "bridge", br)
         shutil.rmtree(self.base, ignore_errors=True)
+
+    def discard(self, host: Host) -> list[str]:
+        """A failed local host is restarted: its processes go (``create`` starts it again on its own disk)."""
+        self._kill_processes(self.slot(host.name))
+        return [host.name]
 
     # faults ---------------------------------------------------------------------------------------
     def kill_host(self, host: str) -> None:

@@ -127,6 +127,8 @@ class LabSettings(Settings):
     _key = field_validator("key")(classmethod(lambda cls, v: _ssh_value(v, PATH_RE, "a file path")))
     _jump = field_validator("proxy_jump")(classmethod(lambda cls, v: _ssh_value(v, JUMP_RE, "[user@]host[:port]")))
     connect_timeout: int = Field(10, ge=1, le=300)
+    ssh_timeout: int = Field(300, ge=5, description="how long a host being repaired may take to answer SSH again "
+                                                    "(a reboot)")
 
     def planned_hosts(self) -> list[str]:
         return [h.name for h in self.hosts]

@@ -270,6 +270,9 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
         except Exception:  # the runner's stdout handle may already be closed
             out = ""
         error = f"ansible-playbook failed before finishing (rc={rc}): " + " | ".join(out.splitlines()[-6:])
-    return SetupResult(testbed=testbed, plan=plan.name, roles=plan.roles, check=check, rc=rc,
-                       status=str(r.status), elapsed=elapsed, hosts=hosts_res,
-                       artifact_dir=str(getattr(r.config, "artifact_dir", "") or ""), error=error)
+    res = SetupResult(testbed=testbed, plan=plan.name, roles=plan.roles, check=check, rc=rc,
+                      status=str(r.status), elapsed=elapsed, hosts=hosts_res,
+                      artifact_dir=str(getattr(r.config, "artifact_dir", "") or ""), error=error)
+    if res.ok and not check and tb.record is not None:  # what a repaired host gets again (never --var values)
+        tb.store.update_testbed_info(testbed, setup={"roles": list(roles)} if roles else {"profile": plan.name})
+    return res
