@@ -149,7 +149,7 @@ class Testbed:
                progress: Progress | None = None) -> Repair:
         """Bring one failed host back without touching the others (as ``testbed provision NAME --repair HOST``),
         then apply set-up to the hosts brought back alone: ``profile``, else the set-up last applied to this
-        testbed, else the spec's profile. What was built once for the testbed (source builds, wheels) is
+        testbed (none when it was never set up). What was built once for the testbed (source builds, wheels) is
         installed from the controller's copy. Raises TestbedError when the host cannot be repaired or set up."""
         import time
 
@@ -158,7 +158,7 @@ class Testbed:
         out = Repair(host=host, hosts=done.hosts, replaced=done.replaced, repair_seconds=done.seconds)
         last = self.info.get("setup") or {}
         roles = None if profile else last.get("roles")
-        want = None if roles else profile or last.get("profile") or (self.spec.profile if self.spec else None)
+        want = None if roles else profile or last.get("profile")
         if not setup or not (want or roles):
             return out
         from testbed import setup as setup_mod

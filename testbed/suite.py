@@ -67,14 +67,39 @@ class Step(Strict):
     run: str | None = None
     relaunch: bool | str | None = Field(None, description="recovery only: restart every rank (true: the launch "
                                         "command with attempt+1; a string: that command)")
+    repair: bool = Field(False, description="recovery only: bring back every host of the run that does not answer "
+                                            "(provision --repair), set it up again, and upload the run to it")
+    setup: bool = Field(True, description="repair only: apply the run's profile to a repaired host")
+    attempts: int = Field(2, ge=1, le=100, description="repair only: how many host repairs the run may make")
     timeout: float | None = Field(None, gt=0)
     cwd: str | None = None
 
     @model_validator(mode="after")
     def _one(self) -> Step:
-        if (self.run is None) == (self.relaunch in (None, False)):
-            raise ValueError("a step needs exactly one of 'run' or 'relaunch'")
+        if (self.run is not None) + (self.relaunch not in (None, False)) + self.repair != 1:
+            raise ValueError("a step needs exactly one of 'run', 'relaunch' or 'repair'")
         return self
+
+
+class Checkpoint(Strict):
+    """Where the workload's checkpoints live, and the log lines that tell steps (for the steps a recovery redoes)."""
+
+    file: str = Field(description="the checkpoint file, relative to the run folder (or ~/ or absolute)")
+    on: str = Field("master", description="the host(s) that hold it: master, all, a group, a host or rank:K")
+    rank: int = Field(0, ge=0, description="the rank whose log the patterns below read")
+    saved: str | None = Field(None, description="regex of the log line written with a checkpoint; group 1: its step")
+    progress: str | None = Field(None, description="regex of the log line of each step; group 1: the global step")
+
+    @field_validator("saved", "progress")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                if re.compile(v).groups < 1:
+                    raise ValueError("it needs a group (in parentheses) capturing the step number")
+            except re.error as e:
+                raise ValueError(f"not a regular expression: {e}") from None
+        return v
 
 
 class Launch(Strict):
@@ -188,6 +213,7 @@ class Suite(Strict):
     checks: list[Check] = Field(default_factory=list)
     faults: dict[str, Fault] = Field(default_factory=dict)
     default_faults: list[str] = Field(default_factory=list)
+    checkpoint: Checkpoint | None = Field(None, description="where checkpoints live (what a recovery resumes from)")
     source: str | None = Field(None, exclude=True)
 
     @field_validator("parameters")

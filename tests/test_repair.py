@@ -64,3 +64,65 @@ def test_repair_of_a_host_that_does_not_come_back_is_one_clear_error(local_testb
         tb.repair("node1", setup=False)
     assert ei.value.what.startswith("could not repair node1:") and "did not answer SSH" in ei.value.what
     assert bed.store.testbed(bed.name)["status"] == "degraded"
+
+
+def _run_with_host_kill(bed, seed: int, python: str, ranks: int = 3) -> list:  # type: ignore[no-untyped-def]
+    from testbed.run import runner
+    from testbed.run import state as rs
+
+    plan = runner.plan_run("fault-drill", bed.name, {"ranks": ranks, "python": python, "seed": seed,
+                                                     "port": 29600 + 2 * seed, "timeout": 4, "step_seconds": 0.25},
+                           faults=["kill-host"], store=bed.store)
+    plan.timeouts.unreachable = 3
+    run_id = runner.start_run(plan, store=bed.store)
+    row = runner.wait(run_id, timeout=400, store=bed.store)
+    assert row.status == "succeeded", (seed, row.reason)
+    return rs.events(bed.store, run_id)
+
+
+def test_fault_drill_host_killed_repaired_and_resumed(local_testbed) -> None:
+    """The last rank's host is killed at a step picked by the seed: the run detects it, repairs the host, sets
+    it up again (the testbed's last set-up), uploads the run to it and resumes every rank from the checkpoint."""
+    import sys
+
+    bed = local_testbed(hosts=3)
+    tb = Testbed.open(bed.name, bed.store)
+    assert tb.setup(roles=["shell"]).ok
+    evs = _run_with_host_kill(bed, 3, sys.executable)
+    kinds = [e.kind for e in evs]
+    assert kinds.index("fault") < kinds.index("recovery") < kinds.index("repaired") < kinds.index("resumed")
+    fault = next(e for e in evs if e.kind == "fault")
+    assert fault.detail["action"] == "kill-host" and fault.host == "node2"
+    repaired = next(e for e in evs if e.kind == "repaired")
+    assert repaired.host == "node2" and repaired.detail["setup_hosts"] == ["node2"]
+    resumed = next(e for e in evs if e.kind == "resumed").detail
+    print("resumed:", resumed)
+    assert resumed["hosts_repaired"] == ["node2"] and resumed["checkpoint"]["host"] == "node0"
+    assert resumed["detect_seconds"] is not None and resumed["repair_seconds"] > 0 and resumed["setup_seconds"] > 0
+    assert resumed["resumed_step"] > 0 and resumed["steps_lost"] == resumed["last_step"] - resumed["resumed_step"]
+    good = next(e for e in evs if e.kind == "goodput").detail
+    print("goodput:", good)
+    assert good["steps"] == 24 and 0 < good["ratio"] < 1 and good["fault_free_seconds"] < good["seconds"]
+
+
+def test_ten_seeds_each_host_kill_detected_repaired_resumed(local_testbed) -> None:
+    """Ten seeds, ten moments: each run loses node1 at its own step and completes from the checkpoint."""
+    import statistics
+    import sys
+
+    bed = local_testbed(hosts=2)
+    rows = []
+    for seed in range(10):
+        evs = _run_with_host_kill(bed, seed, sys.executable, ranks=2)
+        fault = next(e for e in evs if e.kind == "fault")
+        assert fault.detail["action"] == "kill-host" and fault.host == "node1", seed
+        res = next(e for e in evs if e.kind == "resumed").detail
+        assert res["hosts_repaired"] == ["node1"] and res["steps_lost"] >= 0, (seed, res)
+        good = next(e for e in evs if e.kind == "goodput").detail
+        assert good["steps"] == 24, (seed, good)
+        rows.append((res["detect_seconds"], res["repair_seconds"], res["relaunch_seconds"], res["steps_lost"],
+                     res["downtime_seconds"], good.get("ratio")))
+    cols = ("detect", "repair", "relaunch", "steps lost", "downtime", "goodput ratio")
+    for i, c in enumerate(cols):
+        vals = [r[i] for r in rows if r[i] is not None]
+        print(f"{c}: median {statistics.median(vals):.2f}, min {min(vals):.2f}, max {max(vals):.2f}")

@@ -72,7 +72,9 @@ def main() -> int:
     y = x @ w_true + 0.05 * torch.randn(256, 1, generator=g)
 
     step = torch.zeros(1, dtype=torch.long)
-    if a.from_checkpoint and a.rank == 0:
+    if a.from_checkpoint and a.rank == 0 and not os.path.exists(a.ckpt):  # it lived on a host replaced since
+        print(f"rank 0 found no checkpoint {a.ckpt}: starting again from step 0", flush=True)
+    elif a.from_checkpoint and a.rank == 0:
         state = torch.load(a.ckpt)
         model.load_state_dict(state["model"])
         step[0] = state["step"]

@@ -74,7 +74,18 @@ class RelaunchStep(_Model):
     ranks: list[Rank]
 
 
-PlanStep = Annotated[RunStep | RelaunchStep, Field(discriminator="kind")]
+class RepairStep(_Model):
+    """A recovery step that repairs every host of the run that does not answer (at most ``attempts`` in a run),
+    sets it up again (``setup``) and uploads the run folder to it; within ``timeout`` seconds each."""
+
+    name: str
+    kind: Literal["repair"] = "repair"
+    setup: bool = True
+    attempts: int = 2
+    timeout: float | None = None
+
+
+PlanStep = Annotated[RunStep | RelaunchStep | RepairStep, Field(discriminator="kind")]
 Recovery = dict[str, list[PlanStep]]
 """Recovery steps per attempt ("1", "2", ...): the n-th recovery of a run runs ``recovery[str(n)]``."""
 
@@ -97,9 +108,24 @@ class FaultPlan(_Model):
     recovery: Recovery = Field(default_factory=dict)
     order: int = 0
 
-    def recovery_steps(self, attempt: int) -> list[RunStep | RelaunchStep]:
+    def recovery_steps(self, attempt: int) -> list[RunStep | RelaunchStep | RepairStep]:
         """The steps of recovery number ``attempt`` (the last one given when there are fewer)."""
-        return self.recovery.get(str(attempt)) or self.recovery.get(str(len(self.recovery))) or []
+        return recovery_steps(self.recovery, attempt)
+
+
+def recovery_steps(recovery: Recovery, attempt: int) -> list[RunStep | RelaunchStep | RepairStep]:
+    """The steps of recovery number ``attempt`` (the last one given when there are fewer)."""
+    return recovery.get(str(attempt)) or recovery.get(str(len(recovery))) or []
+
+
+class CheckpointPlan(_Model):
+    """The suite's ``checkpoint``, its hosts resolved."""
+
+    file: str
+    hosts: list[str]
+    rank: int = 0
+    saved: str | None = None
+    progress: str | None = None
 
 
 class Check(_Model):
@@ -144,6 +170,8 @@ class Plan(_Model):
     ranks: list[Rank]
     source_overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)  # testbed.sources.Override dicts
     faults: list[FaultPlan] = Field(default_factory=list)
+    recovery: Recovery = Field(default_factory=dict)  # after a host is lost with no fault fired (a real failure)
+    checkpoint: CheckpointPlan | None = None
     post: list[RunStep] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)
     outputs: dict[str, list[str]] = Field(default_factory=dict)  # host -> globs
@@ -201,6 +229,7 @@ class RunInfo(_Model):
     attempt: int = 0
     fired: list[str] = Field(default_factory=list)
     recovered: list[str] = Field(default_factory=list)
+    repaired: list[str] = Field(default_factory=list)  # hosts the run repaired (each counts against the limit)
     sources: dict[str, dict[str, Any]] = Field(default_factory=dict)
     python: str | None = None  # the run's interpreter (the manifest's pip freeze)
     supervisor: SupervisorInfo | None = None

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from testbed.errors import TestbedError, UsageError
 from testbed.run.models import (
     Check,
+    CheckpointPlan,
     FaultPlan,
     Plan,
     PlanHost,
@@ -24,6 +25,7 @@ from testbed.run.models import (
     PlanTimeouts,
     Rank,
     RelaunchStep,
+    RepairStep,
     RunStep,
 )
 from testbed.suite import Raw, Step, Suite, render, shell_quote
@@ -241,6 +243,12 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
                 cmd = launch.command if s.relaunch is True else str(s.relaunch)
                 out.append(RelaunchStep(name=name, ranks=ranks_for(attempt, cmd)))
                 continue
+            if s.repair:
+                if phase != "recovery":
+                    raise UsageError(f"{where}: 'repair' brings back a lost host during a run: a recovery step only",
+                                     where=suite.source or where, fix="move the step to steps.recovery")
+                out.append(RepairStep(name=name, setup=s.setup, attempts=s.attempts, timeout=s.timeout))
+                continue
             assert s.run is not None
             sel = _select(s.on, hosts, ranks, f"{where}.on")
             out.append(RunStep(name=name, hosts=sel, timeout=s.timeout,
@@ -288,6 +296,16 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
                                     "recovery", a) for a in range(1, len(chosen) + 1)},
             order=n,
         ))
+    # a host lost with no fault fired (a real failure) is recovered only by a suite whose recovery repairs hosts
+    repairs = max((x.attempts for x in suite.steps.recovery if x.repair), default=0)
+    recovery = {str(a): steps(suite.steps.recovery, "recovery", a) for a in range(1, repairs + 1)}
+    ck = suite.checkpoint
+    checkpoint = None if ck is None else CheckpointPlan(
+        file=ck.file, hosts=_select(ck.on, hosts, ranks, f"{suite.name}: checkpoint.on"), rank=ck.rank,
+        saved=ck.saved, progress=ck.progress)
+    if ck is not None and ck.rank >= len(ranks):
+        raise UsageError(f"{suite.name}: checkpoint.rank {ck.rank} does not exist (world size {len(ranks)})",
+                         where=suite.source or suite.name, fix="choose a rank below the world size")
     outs = suite.outputs if isinstance(suite.outputs, dict) else {"all": suite.outputs}
     outputs: dict[str, list[str]] = {h.name: [] for h in hosts}
     for on, globs in outs.items():
@@ -346,7 +364,8 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
         files=files, generated={"hostfile": hostfile}, env=env_lines,
         sources=sources, source_info=source_info, prepare=run_steps(suite.steps.prepare, "prepare"),
         ranks=ranks, source_overrides={k: o.to_dict() for k, o in overrides.items()},
-        faults=fplans, post=run_steps(suite.steps.post, "post"), checks=checks, outputs=outputs,
+        faults=fplans, recovery=recovery, checkpoint=checkpoint, post=run_steps(suite.steps.post, "post"),
+        checks=checks, outputs=outputs,
         timeouts=PlanTimeouts.model_validate(suite.timeouts.model_dump()),
     )
 
@@ -384,6 +403,9 @@ def dry_run_lines(plan: Plan) -> list[dict[str, Any]]:
             if isinstance(step, RelaunchStep):
                 for r in step.ranks:
                     add("recovery", step.name, r.host, r.command, r.rank)
+            elif isinstance(step, RepairStep):
+                add("recovery", step.name, f.host, f"testbed provision {plan.testbed} --repair <each lost host>"
+                    + ("" if step.setup else " --no-setup"))
             else:
                 for h in step.hosts:
                     add("recovery", step.name, h, step.commands[h])

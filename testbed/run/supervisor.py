@@ -14,11 +14,14 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
+from typing import Any
 
+from testbed.errors import TestbedError
 from testbed.run import faults as faults_mod
+from testbed.run import recovery as rec
 from testbed.run import remote as run_remote
 from testbed.run import state as rs
-from testbed.run.models import ACTIVE, FaultPlan, Rank, RelaunchStep, RunInfo, RunStep
+from testbed.run.models import ACTIVE, FaultPlan, Rank, RelaunchStep, RepairStep, RunInfo, RunStep, recovery_steps
 from testbed.state import Store
 
 log = logging.getLogger("testbed.supervisor")
@@ -61,6 +64,11 @@ class Supervisor:
         self.recovered: list[str] = list(self.info.recovered)
         self.attempt: int = self.info.attempt
         self.started: float = float(run.started or self.info.launched_at or time.time())
+        self.repaired: list[str] = list(getattr(self.info, "repaired", None) or [])
+        self.fired_at: dict[str, float] = {}
+        self.samples: dict[int, list[tuple[float, int]]] = {}  # attempt -> (time, step): the goodput's reference
+        self.sampled = 0.0
+        self.recovered_any = False
 
     # helpers -------------------------------------------------------------------------------------------
     def status(self) -> str:
@@ -68,7 +76,7 @@ class Supervisor:
         return r.status if r else "stopped"
 
     def save(self, launched_at: float | None = None, ranks: list[Rank] | None = None) -> None:
-        info = RunInfo(fired=self.fired, recovered=self.recovered, attempt=self.attempt)
+        info = RunInfo(fired=self.fired, recovered=self.recovered, attempt=self.attempt, repaired=self.repaired)
         if launched_at is not None:
             info.launched_at, info.ranks = launched_at, ranks
         self.st.update_run(self.run_id, info=info)
@@ -142,6 +150,7 @@ class Supervisor:
                 if f.name not in self.fired and faults_mod.due(f, att.launched, now, matched):
                     self.fire(f)
             self.fail_fast(att, time.time())
+            self.sample(att, now)
             if len(att.done) == len(att.ranks):
                 failed = [(k, v) for k, v in att.done.items() if v[0] == "failed"]
                 # a timeout (or any failure) stops the ranks: they end "stopped", or even 0 if they handle TERM;
@@ -156,11 +165,26 @@ class Supervisor:
                 if pending:
                     att = self.recover(pending[0], att)
                     continue
+                if att.unreachable_since and recovery_steps(self.plan.recovery, self.attempt + 1):
+                    att = self.recover(None, att)  # a host was lost with no fault fired: a real failure
+                    continue
                 raise Abort(first[1], first[2])
             if now - self.started > t.run and att.first_failure is None:
                 att.timed_out = True
                 self.failure(att, now, f"timed out after {t.run:g} s (timeouts.run)", None)
             time.sleep(t.poll)
+
+    def sample(self, att: Attempt, now: float) -> None:
+        """At each poll of an attempt not yet failing, the step its checkpoint rank has reached (the pace without
+        faults, for the goodput)."""
+        ck = self.plan.checkpoint
+        if att.first_failure or ck is None or not ck.progress or now - self.sampled < self.t.poll:
+            return
+        self.sampled = now
+        step = rec.log_steps(self.plan).last
+        seen = self.samples.setdefault(self.attempt, [])
+        if step is not None and (not seen or step > seen[-1][1]):
+            seen.append((now, step))
 
     def absorb(self, att: Attempt, host: str, hp: run_remote.HostPoll, now: float) -> None:
         ranks_here = [r for r in att.ranks if r.host == host and r.rank not in att.done]
@@ -236,33 +260,97 @@ class Supervisor:
         except Exception as e:  # a fault that cannot fire is recorded, not fatal
             detail = {"fault": f.name, "action": f.action, "ok": False, "error": str(e)}
         self.fired.append(f.name)
+        self.fired_at[f.name] = ts
         self.save()
         rs.event(self.st, self.run_id, "fault", f.host, ts=ts, info=detail)
         log.info("fault fired: %s", detail)
 
-    def recover(self, f: FaultPlan, att: Attempt) -> Attempt:
+    def recover(self, f: FaultPlan | None, att: Attempt) -> Attempt:
+        """Run recovery number attempt+1 after ``f`` (None: a host lost with no fault fired): restore what the
+        fault undoes, then its steps in order (repair lost hosts, commands, relaunch from the checkpoint)."""
+        assert att.first_failure is not None
         self.attempt += 1
-        self.recovered.append(f.name)
+        if f is not None:
+            self.recovered.append(f.name)
         self.save()
         ts = time.time()
-        steps = f.recovery_steps(self.attempt)
-        rs.event(self.st, self.run_id, "recovery", None, ts=ts, fault=f.name, attempt=self.attempt,
-                 steps=[s.name for s in steps], after=att.first_failure[1] if att.first_failure else None)
-        restored = faults_mod.restore(self.plan, f, self.st)
-        if restored:
-            rs.event(self.st, self.run_id, "restore", f.host, info=restored)
+        steps = f.recovery_steps(self.attempt) if f is not None else recovery_steps(self.plan.recovery, self.attempt)
+        rs.event(self.st, self.run_id, "recovery", None, ts=ts, fault=f.name if f else None, attempt=self.attempt,
+                 steps=[s.name for s in steps], after=att.first_failure[1])
+        if f is not None:
+            restored = faults_mod.restore(self.plan, f, self.st)
+            if restored:
+                rs.event(self.st, self.run_id, "restore", f.host, info=restored)
+        before = rec.log_steps(self.plan)  # read before anything is relaunched (the log is appended)
+        fault_at = self.fired_at.get(f.name) if f is not None else None
+        times: dict[str, Any] = {"attempt": self.attempt, "fault": f.name if f else None,
+                                 "failed_at": att.first_failure[0], "recovery_at": ts,
+                                 "detect_seconds": round(att.first_failure[0] - fault_at, 2) if fault_at else None,
+                                 "drain_seconds": round(ts - att.first_failure[0], 2)}
+        self.recovered_any = True
+        replaced: list[str] = []
         new: Attempt | None = None
-        for s in steps:
+        for i in range(len(steps)):
+            s = (f.recovery_steps(self.attempt) if f is not None
+                 else recovery_steps(self.plan.recovery, self.attempt))[i]  # the plan may be new after a repair
             if isinstance(s, RelaunchStep):
+                resume = rec.resume_point(self.plan, before, replaced)
+                t0 = time.time()
                 new = self.launch(s.ranks, self.attempt)
                 rs.event(self.st, self.run_id, "relaunched", None, attempt=self.attempt,
                          ranks=[r.rank for r in s.ranks])
+                times["relaunch_seconds"] = round(time.time() - t0, 2) + times.pop("readmit_seconds", 0.0)
+                rs.event(self.st, self.run_id, "resumed", None, **times, **resume,
+                         downtime_seconds=round(time.time() - (fault_at or att.first_failure[0]), 2))
+            elif isinstance(s, RepairStep):
+                replaced += self.repair(s, times)
             else:
                 self.step(s, "recovery", self.t.prepare)
         if new is None:
-            assert att.first_failure is not None
             raise Abort(att.first_failure[1] + " (recovery did not relaunch)", att.first_failure[2])
         return new
+
+    def repair(self, s: RepairStep, times: dict[str, Any]) -> list[str]:
+        """Repair every host of the run that does not answer, set it up again, upload the run to it; the hosts
+        testbed made anew. Aborts naming the host when one cannot be repaired or the run's limit is reached."""
+        t0 = time.time()
+        lost = rec.lost_hosts(self.plan)
+        if not lost:
+            rs.event(self.st, self.run_id, "repaired", None, hosts=[], note="every host answers")
+            return []
+        if len(self.repaired) + len(lost) > s.attempts:
+            raise Abort(f"{', '.join(lost)} lost; the run may repair {s.attempts} host(s) (step '{s.name}': "
+                        f"attempts) and has repaired {len(self.repaired)}", lost[0])
+        times.update(repair_seconds=0.0, setup_seconds=0.0)
+        replaced: list[str] = []
+        for host in lost:
+            try:
+                done = rec.repair(self.plan, self.st, host, setup=s.setup, timeout=s.timeout or self.t.prepare,
+                                  progress=lambda m: log.info("repair: %s", m))
+            except TestbedError as e:
+                raise Abort(f"{host} was lost and could not be repaired: {e.what}"
+                            + (f" ({e.fix})" if e.fix else ""), host) from None
+            self.repaired.append(host)
+            self.save()
+            replaced += done.replaced
+            times["repair_seconds"] += done.repair_seconds
+            times["setup_seconds"] += done.setup_seconds
+            rs.event(self.st, self.run_id, "repaired", host, **{k: v for k, v in done.to_json().items() if k != "host"})
+        times["hosts_repaired"] = lost
+        if rec.moved(self.plan, self.st):  # a replaced server's new private address: render the run again
+            self.plan = rec.replan(self.plan, self.st)
+            rs.save_plan(self.plan)
+            rs.event(self.st, self.run_id, "replanned", None, hosts={h.name: h.address for h in self.plan.hosts})
+        t1 = time.time()
+        bad = [r for r in run_remote.upload(self.plan, lost) if not r.ok]
+        if bad:
+            raise Abort(f"{bad[0].host}: repaired, but the run cannot be uploaded to it: "
+                        f"{bad[0].error or bad[0].stderr.strip()[-200:]}", bad[0].host)
+        for step in rec.readmit_steps(self.plan, lost):
+            self.step(step, "repair", self.t.prepare)
+        times["readmit_seconds"] = round(time.time() - t1, 2)
+        log.info("repaired %s in %.1f s", ", ".join(lost), time.time() - t0)
+        return replaced
 
     def post(self) -> None:
         for s in self.plan.post:
@@ -292,6 +380,10 @@ class Supervisor:
                          hosts=sorted({r.host for r in att.ranks}), prepare_seconds=round(att.launched - t0, 2))
             self.monitor(att)
             self.post()
+            if self.recovered_any and self.plan.checkpoint is not None:
+                steps = rec.log_steps(self.plan).last
+                rs.event(self.st, self.run_id, "goodput", None,
+                         **rec.goodput(steps, self.started, time.time(), self.samples))
             return self.finish("succeeded", None)
         except Abort as e:
             if e.reason == "stopped":
