@@ -883,3 +883,31 @@ def test_ctrl_c_during_destroy_keeps_the_rest_recorded(fake: FakeChameleon, make
                   fix=f"testbed destroy {NAME}")
     assert ei.value.code == 130 and m.kinds().get("lease") == 1
     _destroy_leaves_nothing(m, fake)
+
+
+def test_repair_replaces_one_server_on_the_lease_and_rebinds_its_floating_ip(
+        fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    """The failed host's server is deleted and a new one made on the same lease's reservation; its floating IP is
+    bound to the new server; the other server is never touched; the new host key is pinned; nothing leaks."""
+    m = make(count=2)
+    hosts = {h.name: h for h in m.p.provision()}
+    old = {h: hosts[h].facts["server_id"] for h in hosts}
+    node_rid = next(r["id"] for r in next(iter(fake.leases.values()))["reservations"]
+                    if r["resource_type"] == "physical:host")
+    fake.requests.clear()
+    done = m.p.repair("node1")
+    assert done.hosts == ["node1"] and done.replaced == ["node1"] and done.seconds > 0
+    after = {h.name: h for h in m.store.hosts(NAME)}
+    assert after["node0"].facts["server_id"] == old["node0"]
+    new = after["node1"].facts["server_id"]
+    assert new != old["node1"] and old["node1"] not in fake.servers and new in fake.servers
+    assert fake.servers[new]["_reservation"] == node_rid  # on the same lease
+    assert after["node1"].address == hosts["node1"].address  # the same floating IP, bound again
+    changed = [(meth, p) for meth, p in fake.requests if meth in ("POST", "PUT", "DELETE") and "auth/tokens" not in p]
+    assert not [c for c in changed if old["node0"] in c[1]], changed
+    assert any(meth == "DELETE" and old["node1"] in p for meth, p in changed), changed
+    assert m.kinds() == {"lease": 1, "keypair": 1, "server": 2, "fip": 2}
+    r = subprocess.run(["ssh", "-F", str(ssh.ssh_config_path(NAME)), "node1", "id -un"], capture_output=True,
+                       text=True, timeout=20)
+    assert r.stdout.strip() == "cc", r.stderr
+    _destroy_leaves_nothing(m, fake)

@@ -188,3 +188,150 @@ def test_tpu_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatch) -> 
     finally:
         _invoke("destroy", "tpu", "--yes")
         fake.stop()
+
+
+SURVIVOR = """\
+name: survivor
+placement: {hosts: 2}
+steps:
+  launch:
+    command: "for i in $(seq 1 12); do echo step $i; sleep 0.5; done"
+  recovery:
+    - {name: repair the lost host, repair: true, setup: false}
+    - {name: start again, relaunch: true}
+timeouts: {poll: 0.5, grace: 1, unreachable: 3}
+"""
+
+
+def _boot(bed, address: str) -> None:  # type: ignore[no-untyped-def]
+    """The machine behind ``address`` powers on (a cloud's new server or node lands on it)."""
+    name = next(h.name for h in bed.hosts if h.address == address)
+    if not bed.provider._alive(bed.provider.slot(name)):
+        bed.provider.repair(name)
+
+
+def _lose_a_host_mid_run(bed, testbed: str, rank_host: int = 1) -> tuple[str, list]:  # type: ignore[no-untyped-def]
+    """Run 'survivor' with its supervisor in this process; the machine behind rank ``rank_host``'s host is killed
+    (no fault fired: a real failure) once the rank has started. Returns the run's status and events."""
+    import threading
+    import time
+
+    from testbed.run import runner
+    from testbed.run import state as rs
+    from testbed.run.supervisor import Supervisor
+    from testbed.state import Store
+
+    (Path(bed.cwd) / "experiments").mkdir(exist_ok=True)
+    (Path(bed.cwd) / "experiments" / "survivor.yml").write_text(SURVIVOR)
+    st = Store.open_default()
+    plan = runner.plan_run("survivor", testbed, {}, store=st)
+    rs.create(st, plan)
+    cloud_host = plan.rank(rank_host).host
+    address = next(h.address for h in st.hosts(testbed) if h.name == cloud_host)
+    victim = next(h.name for h in bed.hosts if h.address == address)
+
+    def kill() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if any(r.status == "running" for r in rs.ranks(st, plan.run_id)):
+                time.sleep(1.5)
+                bed.provider.kill_host(victim)
+                return
+            time.sleep(0.2)
+
+    t = threading.Thread(target=kill, daemon=True)
+    t.start()
+    status = Supervisor(plan.run_id).run()
+    t.join(5)
+    return status, rs.events(st, plan.run_id)
+
+
+def test_chameleon_run_survives_a_lost_node_by_replacing_its_server(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bare-metal node dies mid-run with no fault fired: the run's recovery replaces its server on the lease
+    (the fake really deletes it and makes another, the floating IP bound again), uploads the run, relaunches."""
+    pytest.importorskip("chi")
+    from fakes.chameleon_api import FakeChameleon
+
+    from testbed.providers.chameleon import ChameleonProvider
+
+    bed = bed2
+
+    def hook(addr: str, pub: str | None) -> None:
+        if pub:
+            _boot(bed, addr)
+            _install_login(bed, addr, "cc", [pub])
+
+    fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], ssh_hook=hook).start()
+    try:
+        for k in [k for k in os.environ if k.startswith("OS_")]:
+            monkeypatch.delenv(k)
+        for k, v in fake.env().items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setattr(ChameleonProvider, "poll_interval", 0.05)
+        (Path(bed.cwd) / "inventories" / "chameleon.yml").write_text(
+            "provider:\n  kind: chameleon\n  site: CHI@UC\n  count: 2\n  image: CC-Ubuntu20.04\n"
+            "  lease_timeout: 60\n  server_timeout: 60\n  ssh_timeout: 60\nuser: cc\n")
+        code, out, exc = _invoke("provision", "chameleon", "--json")
+        assert code == 0, (out, exc)
+        before = {h["name"]: h["facts"]["server_id"] for h in json.loads(out)["hosts"]}
+        status, evs = _lose_a_host_mid_run(bed, "chameleon")
+        reasons = [e.detail.get("reason") for e in evs if e.kind in ("failed", "ended")]
+        assert status == "succeeded", reasons
+        repaired = [e for e in evs if e.kind == "repaired" and e.host]
+        assert [(e.host, e.detail["replaced"]) for e in repaired] == [("node1", ["node1"])]
+        assert any(e.kind == "failed" and "host unreachable" in e.detail["reason"] for e in evs)
+        assert not any(e.kind == "fault" for e in evs)
+        code, out, _ = _invoke("status", "chameleon", "--json")
+        from testbed.state import Store
+
+        after = {h.name: h.facts["server_id"] for h in Store.open_default().hosts("chameleon")}
+        assert after["node0"] == before["node0"] and after["node1"] != before["node1"]
+        assert before["node1"] not in fake.servers and after["node1"] in fake.servers
+        code, out, exc = _invoke("destroy", "chameleon", "--yes")
+        assert code == 0, (out, exc)
+        assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
+    finally:
+        _invoke("destroy", "chameleon", "--yes")
+        fake.stop()
+
+
+def test_tpu_run_survives_a_lost_worker_by_recreating_its_node(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TPU VM dies mid-run: the run's recovery deletes and recreates its node in the fake (the other node
+    untouched), the run is uploaded to it and relaunched; destroy leaves the fake empty."""
+    pytest.importorskip("google.cloud.tpu_v2")
+    from fakes.tpu_api import FakeTpuApi
+
+    from testbed.providers import gcp_tpu
+
+    bed = bed2
+    addrs = [h.address for h in bed.hosts]
+
+    def install(address: str, user: str, keys: list[str]) -> None:
+        _boot(bed, address)
+        _install_login(bed, address, user, keys)
+
+    fake = FakeTpuApi(ip_for=lambda node, k: addrs[int(node.rsplit("-", 1)[1]) % len(addrs)],
+                      authorized_keys=install)
+    endpoint = fake.start()
+    try:
+        monkeypatch.setenv(gcp_tpu.ANONYMOUS_ENV, "1")
+        monkeypatch.setattr(gcp_tpu, "Polling", lambda: gcp_tpu.FAST_POLLING)
+        (Path(bed.cwd) / "inventories" / "tpu.yml").write_text(
+            f"provider:\n  kind: gcp-tpu\n  project: p\n  zone: us-central1-f\n  accelerator_type: v2-8\n"
+            f"  count: 2\n  runtime_version: tpu-ubuntu2204-base\n  endpoint: {endpoint}\n  create_timeout: 60\n"
+            f"  ssh_timeout: 60\n")
+        code, out, exc = _invoke("provision", "tpu", "--json")
+        assert code == 0, (out, exc)
+        ids = {n: fake.node(n)["id"] for n in ("tpu-0", "tpu-1")}
+        status, evs = _lose_a_host_mid_run(bed, "tpu")
+        reasons = [e.detail.get("reason") for e in evs if e.kind in ("failed", "ended")]
+        assert status == "succeeded", reasons
+        repaired = [e for e in evs if e.kind == "repaired" and e.host]
+        assert [(e.host, e.detail["replaced"]) for e in repaired] == [("tpu-1-w0", ["tpu-1-w0"])]
+        assert fake.node("tpu-0")["id"] == ids["tpu-0"] and fake.node("tpu-1")["id"] != ids["tpu-1"]
+        code, out, exc = _invoke("destroy", "tpu", "--yes")
+        assert code == 0, (out, exc)
+        assert not fake.nodes and not fake.qrs
+    finally:
+        _invoke("destroy", "tpu", "--yes")
+        fake.stop()

@@ -203,3 +203,27 @@ def test_fault_drill_event_times_from_manifest_iso_or_state_floats() -> None:
     assert event_time("2026-11-22T02:47:56.933Z") == pytest.approx(1795315676.933)
     assert event_time(1795315676.5) == 1795315676.5
     assert event_time("not a time") is None and event_time(None) is None
+
+
+def test_recovery_times_and_goodput_are_reported(tmp_path):
+    m = fault_drill_manifest()
+    m["events"] += [
+        {"ts": 1025.0, "kind": "repaired", "host": "node1", "detail": {"hosts": ["node1"], "replaced": ["node1"],
+                                                                     "repair_seconds": 1.2, "setup_seconds": 8.5}},
+        {"ts": 1026.0, "kind": "resumed", "host": None, "detail": {
+            "attempt": 1, "fault": "kill-host", "hosts_repaired": ["node1"], "detect_seconds": 0.9,
+            "drain_seconds": 3.1, "repair_seconds": 1.2, "setup_seconds": 8.5, "relaunch_seconds": 0.5,
+            "downtime_seconds": 14.2, "checkpoint": {"host": "node0", "file": "ckpt.pt", "bytes": 10, "mtime": 1},
+            "resumed_step": 4, "last_step": 7, "steps_lost": 3}},
+        {"ts": 1040.0, "kind": "goodput", "host": None, "detail": {
+            "steps": 24, "seconds": 40.0, "steps_per_second": 0.6, "fault_free_seconds": 25.0,
+            "fault_free_steps_per_second": 0.96, "ratio": 0.625}}]
+    run = make_run(tmp_path, "fault-drill", m, per_host=True)
+    res = build_report(run)
+    rows = list(csv.DictReader((run / "report/recovery.csv").open()))
+    assert len(rows) == 1 and rows[0]["resumed_from"] == "node0:ckpt.pt" and rows[0]["steps_lost"] == "3"
+    assert rows[0]["detect_seconds"] == "0.9" and rows[0]["hosts_repaired"] == "node1"
+    good = list(csv.DictReader((run / "report/goodput.csv").open()))
+    assert good[0]["ratio"] == "0.625"
+    md = res.path.read_text()
+    assert "## Recovery" in md and "Goodput" in md

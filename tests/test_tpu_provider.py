@@ -1051,3 +1051,43 @@ def test_ctrl_c_while_a_preempted_node_is_recreated(bed: Bed) -> None:
     p.progress = lambda _: None
     p.destroy()
     _assert_nothing_left(bed, p)
+
+
+# repair ------------------------------------------------------------------------------------------------
+def test_repair_recreates_the_failed_workers_node_and_no_other(bed: Bed) -> None:
+    p = bed.provider(count=2)
+    p.provision()
+    ids = {n: bed.fake.node(n)["id"] for n in ("tb-0", "tb-1")}
+    before = len(bed.fake.api_requests())
+    done = p.repair("tb-1-w0")
+    assert done.hosts == ["tb-1-w0"] and done.replaced == ["tb-1-w0"]
+    changed = [(m, u) for m, u in bed.fake.api_requests()[before:] if m in ("POST", "DELETE")]
+    assert [m for m, _ in changed] == ["DELETE", "POST"] and all("tb-0" not in u for _, u in changed), changed
+    assert bed.fake.node("tb-0")["id"] == ids["tb-0"] and bed.fake.node("tb-1")["id"] != ids["tb-1"]
+    assert bed.fake.node("tb-1")["state"] == "READY"
+    assert _ssh_true(p, "tb-1-w0").returncode == 0
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_repair_of_one_worker_recreates_its_whole_slice(bed: Bed) -> None:
+    p = bed.provider(accelerator_type="v4-16", zone="us-central2-b")
+    assert [h.name for h in p.provision()] == ["tb-0-w0", "tb-0-w1"]
+    old = bed.fake.node("tb-0")["id"]
+    done = p.repair("tb-0-w1")
+    assert done.hosts == ["tb-0-w0", "tb-0-w1"] and done.replaced == ["tb-0-w0", "tb-0-w1"]
+    assert bed.fake.node("tb-0")["id"] != old
+    assert all(_ssh_true(p, h).returncode == 0 for h in done.hosts)
+    p.destroy()
+    _assert_nothing_left(bed, p)
+
+
+def test_repair_with_a_queued_resource_asks_for_it_again(bed: Bed) -> None:
+    p = bed.provider(queued_resource=True)
+    p.provision()
+    old = bed.fake.node("tb-0")["id"]
+    done = p.repair("tb-0-w0")
+    assert done.replaced == ["tb-0-w0"] and bed.fake.qr_ids() == ["tb-qr"] and bed.fake.node("tb-0")["id"] != old
+    assert any(ln.startswith("tb-0-w0: deleting queued resource tb-qr") for ln in bed.lines)
+    p.destroy()
+    _assert_nothing_left(bed, p)

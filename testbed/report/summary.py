@@ -48,7 +48,35 @@ def add_summary(run: RunDir, rep: Report) -> None:
             detail: dict[str, Any] = raw if isinstance(raw, dict) else {}
             if e.get("kind") == "fault-missed":
                 rep.check(f"fault '{detail.get('fault')}' fired", False, str(detail.get("reason") or "never fired"))
+        add_recovery(run, rep)
     rep.skip(run.notes)
+
+
+RECOVERY_COLUMNS = ["attempt", "fault", "hosts_repaired", "detect_seconds", "drain_seconds", "repair_seconds",
+                    "setup_seconds", "relaunch_seconds", "downtime_seconds", "resumed_from", "resumed_step",
+                    "last_step", "steps_lost"]
+
+
+def add_recovery(run: RunDir, rep: Report) -> None:
+    """Each recovery's times (detection, repair, set-up, relaunch), the checkpoint it resumed from and the steps
+    it redid; then the goodput against the run's pace without faults."""
+    resumed = [e["detail"] for e in run.events if e.get("kind") == "resumed" and isinstance(e.get("detail"), dict)]
+    if not resumed:
+        return
+    rep.heading("Recovery")
+    rows = []
+    for d in resumed:
+        ck = d.get("checkpoint")
+        where = f"{ck.get('host')}:{ck.get('file')}" if isinstance(ck, dict) else (d.get("why") or "none")
+        rows.append([_scalar(d.get(c)) if c != "resumed_from" else where for c in RECOVERY_COLUMNS])
+    rep.table("recovery", RECOVERY_COLUMNS, rows, "Recoveries: seconds from the fault (or failure) to each part")
+    good = next((e["detail"] for e in run.events if e.get("kind") == "goodput" and isinstance(e.get("detail"), dict)),
+                None)
+    if good:
+        cols = ["steps", "seconds", "steps_per_second", "fault_free_seconds", "fault_free_steps_per_second", "ratio"]
+        rep.table("goodput", cols, [[good.get(c) for c in cols]],
+                  "Goodput: useful steps per wall-clock second; the fault-free run is estimated from the run's own "
+                  "start-up and pace between faults (ratio = fault-free time / real time)")
 
 
 def add_file_table(run: RunDir, rep: Report) -> None:
