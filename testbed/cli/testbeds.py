@@ -115,7 +115,7 @@ def _repair(name: str, host: str, setup: bool, json_out: bool) -> None:
 
     tb = Testbed.open(name, store())
     if tb.record is None:
-        raise TestbedError(f"testbed '{tb.name}' is not provisioned: there is no host to repair", where="state",
+        raise UsageError(f"testbed '{tb.name}' is not provisioned: there is no host to repair", where="state",
                            fix=f"testbed provision {tb.name}")
     c = console()
     done = tb.repair(host, setup=setup, progress=None if json_out else (lambda m: c.print(f"  {m}")))
