@@ -177,6 +177,14 @@ class Plan(_Model):
     outputs: dict[str, list[str]] = Field(default_factory=dict)  # host -> globs
     timeouts: PlanTimeouts
 
+    @model_serializer(mode="wrap")
+    def _absent_when_unused(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for key in ("recovery", "checkpoint"):  # plan files of suites without them keep the earlier shape
+            if not out.get(key):
+                out.pop(key, None)
+        return out
+
     @property
     def host_names(self) -> list[str]:
         return [h.name for h in self.hosts]
