@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     pass
 
-from testbed.cli.common import JsonOpt, console, print_json
+from testbed.cli.common import JsonOpt, console, escape, print_json, store
 
 
 # list / doctor ----------------------------------------------------------------------------------------
@@ -89,6 +89,8 @@ def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local test
         ["setup", tb, "--profile", "local-suites"],
         ["run", "mpi-hello", "--on", tb, "--no-setup"],
         ["run", "fault-drill", "--on", tb, "--no-setup"],
+        # a whole host dies mid-training: it is restarted, set up again, and the run resumes from its checkpoint
+        ["run", "fault-drill", "--on", tb, "--no-setup", "--fault", "kill-host", "-p", f"seed={int(time.time()) % 97}"],
         ["collect", "--all", "--to", results],
     ]
     t0 = time.monotonic()
@@ -114,6 +116,13 @@ def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local test
             cmd.main(["destroy", tb, "--yes"], prog_name="testbed", standalone_mode=False)
     c.print(f"\n[bold green]demo done[/bold green] in {time.monotonic() - t0:.0f} s; results in {results}/ "
             f"({len(reports)} runs with a manifest and a report)")
+    from testbed.run.runner import describe_event
+
+    st = store()
+    for run_id in st.run_ids(newest_first=True, limit=1):  # the host-kill run: how its recovery went
+        for ev in st.events(run_id):
+            if ev.kind in ("resumed", "goodput"):
+                c.print(f"host kill in {run_id}: {escape(describe_event(ev))}")
 
 
 def register(app: typer.Typer) -> None:

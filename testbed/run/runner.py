@@ -143,7 +143,26 @@ def describe_event(ev: RunEvent) -> str:
     if k == "fault-missed":
         return f"fault '{d.get('fault')}' never fired: {d.get('reason')}"
     if k == "recovery":
-        return f"recovery after '{d.get('fault')}' (attempt {d.get('attempt')}): {', '.join(d.get('steps', []))}"
+        after = f"'{d['fault']}'" if d.get("fault") else "a lost host"
+        return f"recovery after {after} (attempt {d.get('attempt')}): {', '.join(d.get('steps', []))}"
+    if k == "repaired":
+        if not ev.host:
+            return f"repair: {d.get('note') or 'nothing to repair'}"
+        made = f"made anew ({', '.join(d.get('replaced') or [])})" if d.get("replaced") else "came back"
+        setup = f", set up again ({d['setup']}) in {d.get('setup_seconds')} s" if d.get("setup") else ""
+        return f"repaired{host}: {made} in {d.get('repair_seconds')} s{setup}"
+    if k == "resumed":
+        ck = d.get("checkpoint")
+        frm = (f"from {ck.get('file')} on {ck.get('host')} at step {d.get('resumed_step')}" if ck
+               else f"from step {d.get('resumed_step', 0)}" + (f" ({d['why']})" if d.get("why") else ""))
+        parts = [f"{name} {d[key]} s" for name, key in (("detected", "detect_seconds"), ("repair", "repair_seconds"),
+                                                         ("set-up", "setup_seconds"), ("relaunch", "relaunch_seconds"))
+                 if d.get(key) is not None]
+        lost = f"; {d['steps_lost']} step(s) redone" if d.get("steps_lost") is not None else ""
+        return f"resumed {frm}{lost}; {', '.join(parts)}; down {d.get('downtime_seconds')} s"
+    if k == "goodput":
+        ratio = f", {d['ratio']:.0%} of a fault-free run ({d.get('fault_free_seconds')} s)" if d.get("ratio") else ""
+        return f"goodput: {d.get('steps')} steps in {d.get('seconds')} s{ratio}"
     if k == "relaunched":
         return f"relaunched ranks {d.get('ranks')} (attempt {d.get('attempt')})"
     if k == "ended":
