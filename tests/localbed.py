@@ -140,3 +140,57 @@ def can_raise_memlock() -> bool:
         return False
     resource.setrlimit(resource.RLIMIT_MEMLOCK, (soft, hard))
     return True
+
+
+SURVIVOR = """\
+name: survivor
+placement: {hosts: 2}
+steps:
+  launch:
+    command: "for i in $(seq 1 12); do echo step $i; sleep 0.5; done"
+  recovery:
+    - {name: repair the lost host, repair: true, setup: false}
+    - {name: start again, relaunch: true}
+timeouts: {poll: 0.5, grace: 1, unreachable: 3}
+"""
+
+
+def boot(bed, address: str) -> None:  # type: ignore[no-untyped-def]
+    """The machine behind ``address`` powers on (a cloud's new server or node lands on it)."""
+    name = next(h.name for h in bed.hosts if h.address == address)
+    if not bed.provider._alive(bed.provider.slot(name)):
+        bed.provider.repair(name)
+
+
+def lose_a_host_mid_run(bed, testbed: str, rank_host: int = 1) -> tuple[str, list]:  # type: ignore[no-untyped-def]
+    """Run 'survivor' with its supervisor in this process; the machine behind rank ``rank_host``'s host is killed
+    (no fault fired: a real failure) once the rank has started. Returns the run's status and events."""
+    import threading
+
+    from testbed.run import runner
+    from testbed.run import state as rs
+    from testbed.run.supervisor import Supervisor
+
+    (Path(bed.cwd) / "experiments").mkdir(exist_ok=True)
+    (Path(bed.cwd) / "experiments" / "survivor.yml").write_text(SURVIVOR)
+    st = Store.open_default()
+    plan = runner.plan_run("survivor", testbed, {}, store=st)
+    rs.create(st, plan)
+    cloud_host = plan.rank(rank_host).host
+    address = next(h.address for h in st.hosts(testbed) if h.name == cloud_host)
+    victim = next(h.name for h in bed.hosts if h.address == address)
+
+    def kill() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if any(r.status == "running" for r in rs.ranks(st, plan.run_id)):
+                time.sleep(1.5)
+                bed.provider.kill_host(victim)
+                return
+            time.sleep(0.2)
+
+    t = threading.Thread(target=kill, daemon=True)
+    t.start()
+    status = Supervisor(plan.run_id).run()
+    t.join(5)
+    return status, rs.events(st, plan.run_id)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from localbed import boot, lose_a_host_mid_run
 from typer.testing import CliRunner
 
 from testbed.cli import app
@@ -190,62 +191,6 @@ def test_tpu_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatch) -> 
         fake.stop()
 
 
-SURVIVOR = """\
-name: survivor
-placement: {hosts: 2}
-steps:
-  launch:
-    command: "for i in $(seq 1 12); do echo step $i; sleep 0.5; done"
-  recovery:
-    - {name: repair the lost host, repair: true, setup: false}
-    - {name: start again, relaunch: true}
-timeouts: {poll: 0.5, grace: 1, unreachable: 3}
-"""
-
-
-def _boot(bed, address: str) -> None:  # type: ignore[no-untyped-def]
-    """The machine behind ``address`` powers on (a cloud's new server or node lands on it)."""
-    name = next(h.name for h in bed.hosts if h.address == address)
-    if not bed.provider._alive(bed.provider.slot(name)):
-        bed.provider.repair(name)
-
-
-def _lose_a_host_mid_run(bed, testbed: str, rank_host: int = 1) -> tuple[str, list]:  # type: ignore[no-untyped-def]
-    """Run 'survivor' with its supervisor in this process; the machine behind rank ``rank_host``'s host is killed
-    (no fault fired: a real failure) once the rank has started. Returns the run's status and events."""
-    import threading
-    import time
-
-    from testbed.run import runner
-    from testbed.run import state as rs
-    from testbed.run.supervisor import Supervisor
-    from testbed.state import Store
-
-    (Path(bed.cwd) / "experiments").mkdir(exist_ok=True)
-    (Path(bed.cwd) / "experiments" / "survivor.yml").write_text(SURVIVOR)
-    st = Store.open_default()
-    plan = runner.plan_run("survivor", testbed, {}, store=st)
-    rs.create(st, plan)
-    cloud_host = plan.rank(rank_host).host
-    address = next(h.address for h in st.hosts(testbed) if h.name == cloud_host)
-    victim = next(h.name for h in bed.hosts if h.address == address)
-
-    def kill() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if any(r.status == "running" for r in rs.ranks(st, plan.run_id)):
-                time.sleep(1.5)
-                bed.provider.kill_host(victim)
-                return
-            time.sleep(0.2)
-
-    t = threading.Thread(target=kill, daemon=True)
-    t.start()
-    status = Supervisor(plan.run_id).run()
-    t.join(5)
-    return status, rs.events(st, plan.run_id)
-
-
 def test_chameleon_run_survives_a_lost_node_by_replacing_its_server(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bare-metal node dies mid-run with no fault fired: the run's recovery replaces its server on the lease
     (the fake really deletes it and makes another, the floating IP bound again), uploads the run, relaunches."""
@@ -258,7 +203,7 @@ def test_chameleon_run_survives_a_lost_node_by_replacing_its_server(bed2, monkey
 
     def hook(addr: str, pub: str | None) -> None:
         if pub:
-            _boot(bed, addr)
+            boot(bed, addr)
             _install_login(bed, addr, "cc", [pub])
 
     fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], ssh_hook=hook).start()
@@ -274,7 +219,7 @@ def test_chameleon_run_survives_a_lost_node_by_replacing_its_server(bed2, monkey
         code, out, exc = _invoke("provision", "chameleon", "--json")
         assert code == 0, (out, exc)
         before = {h["name"]: h["facts"]["server_id"] for h in json.loads(out)["hosts"]}
-        status, evs = _lose_a_host_mid_run(bed, "chameleon")
+        status, evs = lose_a_host_mid_run(bed, "chameleon")
         reasons = [e.detail.get("reason") for e in evs if e.kind in ("failed", "ended")]
         assert status == "succeeded", reasons
         repaired = [e for e in evs if e.kind == "repaired" and e.host]
@@ -307,7 +252,7 @@ def test_tpu_run_survives_a_lost_worker_by_recreating_its_node(bed2, monkeypatch
     addrs = [h.address for h in bed.hosts]
 
     def install(address: str, user: str, keys: list[str]) -> None:
-        _boot(bed, address)
+        boot(bed, address)
         _install_login(bed, address, user, keys)
 
     fake = FakeTpuApi(ip_for=lambda node, k: addrs[int(node.rsplit("-", 1)[1]) % len(addrs)],
@@ -323,7 +268,7 @@ def test_tpu_run_survives_a_lost_worker_by_recreating_its_node(bed2, monkeypatch
         code, out, exc = _invoke("provision", "tpu", "--json")
         assert code == 0, (out, exc)
         ids = {n: fake.node(n)["id"] for n in ("tpu-0", "tpu-1")}
-        status, evs = _lose_a_host_mid_run(bed, "tpu")
+        status, evs = lose_a_host_mid_run(bed, "tpu")
         reasons = [e.detail.get("reason") for e in evs if e.kind in ("failed", "ended")]
         assert status == "succeeded", reasons
         repaired = [e for e in evs if e.kind == "repaired" and e.host]

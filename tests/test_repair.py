@@ -126,3 +126,22 @@ def test_ten_seeds_each_host_kill_detected_repaired_resumed(local_testbed) -> No
     for i, c in enumerate(cols):
         vals = [r[i] for r in rows if r[i] is not None]
         print(f"{c}: median {statistics.median(vals):.2f}, min {min(vals):.2f}, max {max(vals):.2f}")
+
+
+def test_a_host_that_cannot_be_repaired_fails_the_run_naming_it(local_testbed, monkeypatch) -> None:
+    """A host lost mid-run with no fault fired that never comes back: the run fails, naming the host, what went
+    wrong with its repair and what to do."""
+    from localbed import lose_a_host_mid_run
+
+    from testbed.providers.local import LocalProvider
+
+    bed = local_testbed(hosts=2)
+    monkeypatch.setattr(LocalProvider, "ssh_timeout", property(lambda self: 2.0))
+    monkeypatch.setattr(LocalProvider, "_start_host", lambda self, sl: None)  # it never boots again
+    monkeypatch.setattr(LocalProvider, "still_starting", lambda self, h: None)
+    status, evs = lose_a_host_mid_run(bed, bed.name)
+    assert status == "failed"
+    ended = next(e for e in evs if e.kind == "ended")
+    why = ended.detail["reason"]
+    assert ended.host == "node1" and why.startswith("node1 was lost and could not be repaired: could not repair node1")
+    assert "did not answer SSH" in why and "testbed destroy" in why
