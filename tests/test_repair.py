@@ -71,7 +71,7 @@ def _run_with_host_kill(bed, seed: int, python: str, ranks: int = 3) -> list:  #
     from testbed.run import state as rs
 
     plan = runner.plan_run("fault-drill", bed.name, {"ranks": ranks, "python": python, "seed": seed,
-                                                     "port": 29600 + 2 * seed, "timeout": 4, "step_seconds": 0.25},
+                                                     "port": 29600 + 2 * seed, "timeout": 4, "step_seconds": 0.3},
                            faults=["kill-host"], store=bed.store)
     plan.timeouts.unreachable = 3
     run_id = runner.start_run(plan, store=bed.store)
