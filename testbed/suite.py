@@ -176,6 +176,11 @@ class Fault(Strict):
                 re.compile(self.when)
             except re.error as e:
                 raise ValueError(f"'when' is not a regular expression: {e}") from None
+            python_only = re.search(r"\\[dD]|\(\?|[*+?}]\?", self.when)
+            if python_only:  # grep -E would never match: the fault would silently never fire
+                raise ValueError(f"'when' is matched on the host by grep -E, which has no "
+                                 f"'{python_only.group(0)}' (write [0-9] for \\d; no (?...) groups, no lazy "
+                                 "quantifiers)")
         return self
 
 

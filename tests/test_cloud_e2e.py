@@ -7,6 +7,7 @@ fakes hold nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -91,25 +92,71 @@ def bed2(local_testbed) -> Iterator[object]:
     yield local_testbed(hosts=2, name="machines")
 
 
-def test_chameleon_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
+@contextlib.contextmanager
+def _chameleon(bed, monkeypatch: pytest.MonkeyPatch, spec_tail: str = "", boots: bool = False) -> Iterator[object]:
+    """The fake Chameleon on 127.0.0.1 whose floating IPs are ``bed``'s hosts (a bound IP installs the server's
+    key; ``boots``: the machine behind it is powered on first), and inventories/chameleon.yml; destroyed after."""
     pytest.importorskip("chi")
     from fakes.chameleon_api import FakeChameleon
 
     from testbed.providers.chameleon import ChameleonProvider
 
-    bed = bed2
-    fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts],
-                         ssh_hook=lambda addr, pub: _install_login(bed, addr, "cc", [pub] if pub else [])).start()
+    def hook(addr: str, pub: str | None) -> None:
+        if boots and pub:
+            boot(bed, addr)
+        if pub or not boots:
+            _install_login(bed, addr, "cc", [pub] if pub else [])
+
+    fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], ssh_hook=hook).start()
     try:
         for k in [k for k in os.environ if k.startswith("OS_")]:
             monkeypatch.delenv(k)
         for k, v in fake.env().items():
             monkeypatch.setenv(k, v)
-        planted = _plant_secrets(monkeypatch, Path(bed.cwd).parent / "planted")
         monkeypatch.setattr(ChameleonProvider, "poll_interval", 0.05)
         (Path(bed.cwd) / "inventories" / "chameleon.yml").write_text(
             "provider:\n  kind: chameleon\n  site: CHI@UC\n  count: 2\n  image: CC-Ubuntu20.04\n"
-            "  lease_timeout: 60\n  server_timeout: 60\n  ssh_timeout: 60\nuser: cc\nprofile: datastall-emulator\n")
+            "  lease_timeout: 60\n  server_timeout: 60\n  ssh_timeout: 60\nuser: cc\n" + spec_tail)
+        yield fake
+    finally:
+        _invoke("destroy", "chameleon", "--yes")
+        fake.stop()
+
+
+@contextlib.contextmanager
+def _tpu(bed, monkeypatch: pytest.MonkeyPatch, provider: str, ip_for, boots: bool = False,  # type: ignore[no-untyped-def]
+         **fake_kw: object) -> Iterator[object]:
+    """The fake TPU API whose workers are ``bed``'s hosts (``ip_for``), its guest agent installing login keys
+    (``boots``: the machine is powered on first), and inventories/tpu.yml (``provider`` lines added); destroyed
+    after."""
+    pytest.importorskip("google.cloud.tpu_v2")
+    from fakes.tpu_api import FakeTpuApi
+
+    from testbed.providers import gcp_tpu
+
+    def install(address: str, user: str, keys: list[str]) -> None:  # the guest agent (never for root)
+        if boots:
+            boot(bed, address)
+        _install_login(bed, address, user, keys)
+
+    fake = FakeTpuApi(ip_for=ip_for, authorized_keys=install, **fake_kw)  # type: ignore[arg-type]
+    endpoint = fake.start()
+    try:
+        monkeypatch.setenv(gcp_tpu.ANONYMOUS_ENV, "1")
+        monkeypatch.setattr(gcp_tpu, "Polling", lambda: gcp_tpu.FAST_POLLING)
+        (Path(bed.cwd) / "inventories" / "tpu.yml").write_text(
+            f"provider:\n  kind: gcp-tpu\n  project: p\n  endpoint: {endpoint}\n  create_timeout: 60\n"
+            f"  ssh_timeout: 60\n  runtime_version: tpu-ubuntu2204-base\n{provider}")
+        yield fake
+    finally:
+        _invoke("destroy", "tpu", "--yes")
+        fake.stop()
+
+
+def test_chameleon_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
+    bed = bed2
+    with _chameleon(bed, monkeypatch, "profile: datastall-emulator\n") as fake:
+        planted = _plant_secrets(monkeypatch, Path(bed.cwd).parent / "planted")
         code, out, exc = _invoke("provision", "chameleon", "--json")
         assert code == 0, (out, exc)
         hosts = json.loads(out)["hosts"]
@@ -141,34 +188,15 @@ def test_chameleon_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatc
         assert code == 0, (out, exc)
         assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
         assert not _leaks([Path(bed.cwd)], [*planted, fake.app_cred[1]])
-    finally:
-        _invoke("destroy", "chameleon", "--yes")
-        fake.stop()
 
 
 def test_tpu_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("google.cloud.tpu_v2")
-    from fakes.tpu_api import FakeTpuApi
-
-    from testbed.providers import gcp_tpu
-
     bed = bed2
     addrs = [h.address for h in bed.hosts]
-
-    def install(address: str, user: str, keys: list[str]) -> None:  # the guest agent (never for root)
-        _install_login(bed, address, user, keys)
-
     # a project without a 'default' network: the spec names its VPC
-    fake = FakeTpuApi(ip_for=lambda node, k: addrs[k % len(addrs)], authorized_keys=install,
-                      networks={"lab-vpc": {"tpu-sub": "us-central2"}}, project_os_login=True)
-    endpoint = fake.start()
-    try:
-        monkeypatch.setenv(gcp_tpu.ANONYMOUS_ENV, "1")
-        monkeypatch.setattr(gcp_tpu, "Polling", lambda: gcp_tpu.FAST_POLLING)
-        (Path(bed.cwd) / "inventories" / "tpu.yml").write_text(
-            f"provider:\n  kind: gcp-tpu\n  project: p\n  zone: us-central2-b\n  accelerator_type: v4-16\n"
-            f"  runtime_version: tpu-ubuntu2204-base\n  endpoint: {endpoint}\n  create_timeout: 60\n"
-            f"  network: lab-vpc\n  subnetwork: tpu-sub\n  ssh_timeout: 60\nprofile: isca-resnet18\n")
+    with _tpu(bed, monkeypatch, "  zone: us-central2-b\n  accelerator_type: v4-16\n  network: lab-vpc\n"
+              "  subnetwork: tpu-sub\nprofile: isca-resnet18\n", lambda node, k: addrs[k % len(addrs)],
+              networks={"lab-vpc": {"tpu-sub": "us-central2"}}, project_os_login=True) as fake:
         code, out, exc = _invoke("provision", "tpu", "--json")
         assert code == 0, (out, exc)
         hosts = json.loads(out)["hosts"]
@@ -177,106 +205,57 @@ def test_tpu_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatch) -> 
         code, out, exc = _invoke("exec", "tpu", "--json", "--", "id -un")
         assert code == 0, (out, exc)
         assert [r["stdout"].strip() for r in json.loads(out)] == ["tpu", "tpu"]
-        from importlib.util import find_spec
-
-        if find_spec("testbed.cli.runs") is not None:
-            code, out, exc = _invoke("run", "isca-resnet18", "--on", "tpu", "--dry-run")
-            assert code == 0, (out, exc)
-            assert "reproduce_injections.py" in out
+        code, out, exc = _invoke("run", "isca-resnet18", "--on", "tpu", "--dry-run")
+        assert code == 0, (out, exc)
+        assert "reproduce_injections.py" in out
         code, out, exc = _invoke("destroy", "tpu", "--yes")
         assert code == 0, (out, exc)
         assert not fake.nodes and not fake.qrs
-    finally:
-        _invoke("destroy", "tpu", "--yes")
-        fake.stop()
+
+
+def _survived(evs: list, host: str) -> None:  # type: ignore[type-arg]
+    """The run lost ``host`` with no fault fired, repaired it (made anew) and succeeded."""
+    repaired = [e for e in evs if e.kind == "repaired" and e.host]
+    assert [(e.host, e.detail["replaced"]) for e in repaired] == [(host, [host])]
+    assert any(e.kind == "failed" and "host unreachable" in e.detail["reason"] for e in evs)
+    assert not any(e.kind == "fault" for e in evs)
 
 
 def test_chameleon_run_survives_a_lost_node_by_replacing_its_server(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bare-metal node dies mid-run with no fault fired: the run's recovery replaces its server on the lease
     (the fake really deletes it and makes another, the floating IP bound again), uploads the run, relaunches."""
-    pytest.importorskip("chi")
-    from fakes.chameleon_api import FakeChameleon
-
-    from testbed.providers.chameleon import ChameleonProvider
+    from testbed.state import Store
 
     bed = bed2
-
-    def hook(addr: str, pub: str | None) -> None:
-        if pub:
-            boot(bed, addr)
-            _install_login(bed, addr, "cc", [pub])
-
-    fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], ssh_hook=hook).start()
-    try:
-        for k in [k for k in os.environ if k.startswith("OS_")]:
-            monkeypatch.delenv(k)
-        for k, v in fake.env().items():
-            monkeypatch.setenv(k, v)
-        monkeypatch.setattr(ChameleonProvider, "poll_interval", 0.05)
-        (Path(bed.cwd) / "inventories" / "chameleon.yml").write_text(
-            "provider:\n  kind: chameleon\n  site: CHI@UC\n  count: 2\n  image: CC-Ubuntu20.04\n"
-            "  lease_timeout: 60\n  server_timeout: 60\n  ssh_timeout: 60\nuser: cc\n")
+    with _chameleon(bed, monkeypatch, boots=True) as fake:
         code, out, exc = _invoke("provision", "chameleon", "--json")
         assert code == 0, (out, exc)
         before = {h["name"]: h["facts"]["server_id"] for h in json.loads(out)["hosts"]}
         status, evs = lose_a_host_mid_run(bed, "chameleon")
-        reasons = [e.detail.get("reason") for e in evs if e.kind in ("failed", "ended")]
-        assert status == "succeeded", reasons
-        repaired = [e for e in evs if e.kind == "repaired" and e.host]
-        assert [(e.host, e.detail["replaced"]) for e in repaired] == [("node1", ["node1"])]
-        assert any(e.kind == "failed" and "host unreachable" in e.detail["reason"] for e in evs)
-        assert not any(e.kind == "fault" for e in evs)
-        code, out, _ = _invoke("status", "chameleon", "--json")
-        from testbed.state import Store
-
+        assert status == "succeeded", [e.detail.get("reason") for e in evs if e.kind in ("failed", "ended")]
+        _survived(evs, "node1")
         after = {h.name: h.facts["server_id"] for h in Store.open_default().hosts("chameleon")}
         assert after["node0"] == before["node0"] and after["node1"] != before["node1"]
         assert before["node1"] not in fake.servers and after["node1"] in fake.servers
         code, out, exc = _invoke("destroy", "chameleon", "--yes")
         assert code == 0, (out, exc)
         assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
-    finally:
-        _invoke("destroy", "chameleon", "--yes")
-        fake.stop()
 
 
 def test_tpu_run_survives_a_lost_worker_by_recreating_its_node(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
     """A TPU VM dies mid-run: the run's recovery deletes and recreates its node in the fake (the other node
     untouched), the run is uploaded to it and relaunched; destroy leaves the fake empty."""
-    pytest.importorskip("google.cloud.tpu_v2")
-    from fakes.tpu_api import FakeTpuApi
-
-    from testbed.providers import gcp_tpu
-
     bed = bed2
     addrs = [h.address for h in bed.hosts]
-
-    def install(address: str, user: str, keys: list[str]) -> None:
-        boot(bed, address)
-        _install_login(bed, address, user, keys)
-
-    fake = FakeTpuApi(ip_for=lambda node, k: addrs[int(node.rsplit("-", 1)[1]) % len(addrs)],
-                      authorized_keys=install)
-    endpoint = fake.start()
-    try:
-        monkeypatch.setenv(gcp_tpu.ANONYMOUS_ENV, "1")
-        monkeypatch.setattr(gcp_tpu, "Polling", lambda: gcp_tpu.FAST_POLLING)
-        (Path(bed.cwd) / "inventories" / "tpu.yml").write_text(
-            f"provider:\n  kind: gcp-tpu\n  project: p\n  zone: us-central1-f\n  accelerator_type: v2-8\n"
-            f"  count: 2\n  runtime_version: tpu-ubuntu2204-base\n  endpoint: {endpoint}\n  create_timeout: 60\n"
-            f"  ssh_timeout: 60\n")
+    with _tpu(bed, monkeypatch, "  zone: us-central1-f\n  accelerator_type: v2-8\n  count: 2\n",
+              lambda node, k: addrs[int(node.rsplit("-", 1)[1]) % len(addrs)], boots=True) as fake:
         code, out, exc = _invoke("provision", "tpu", "--json")
         assert code == 0, (out, exc)
         ids = {n: fake.node(n)["id"] for n in ("tpu-0", "tpu-1")}
         status, evs = lose_a_host_mid_run(bed, "tpu")
-        reasons = [e.detail.get("reason") for e in evs if e.kind in ("failed", "ended")]
-        assert status == "succeeded", reasons
-        repaired = [e for e in evs if e.kind == "repaired" and e.host]
-        assert [(e.host, e.detail["replaced"]) for e in repaired] == [("tpu-1-w0", ["tpu-1-w0"])]
+        assert status == "succeeded", [e.detail.get("reason") for e in evs if e.kind in ("failed", "ended")]
+        _survived(evs, "tpu-1-w0")
         assert fake.node("tpu-0")["id"] == ids["tpu-0"] and fake.node("tpu-1")["id"] != ids["tpu-1"]
         code, out, exc = _invoke("destroy", "tpu", "--yes")
         assert code == 0, (out, exc)
         assert not fake.nodes and not fake.qrs
-    finally:
-        _invoke("destroy", "tpu", "--yes")
-        fake.stop()
