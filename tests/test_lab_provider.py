@@ -71,3 +71,31 @@ def test_unreachable_lab_host_is_named_with_its_ssh_error(local_testbed) -> None
     assert e.value.fix and "authorized_keys" in e.value.fix
     states = {h.name: h.state for h in p.store.hosts("lab")}
     assert states == {"lab0": "up", "lab1": "unreachable", "gone": "unreachable"}
+
+
+def test_lab_repair_waits_for_a_rebooted_machine_and_names_one_that_stays_down(local_testbed) -> None:
+    """testbed cannot remake a lab machine: repair waits for it to answer again (a reboot), leaves the other
+    hosts' records alone, and when it never answers says to power-cycle it."""
+    import threading
+
+    bed = local_testbed(hosts=2, name="machines")
+    _lab_spec(Path(bed.cwd), bed, "\n  ssh_timeout: 20")
+    r = CliRunner().invoke(app, ["provision", "lab", "--json"])
+    assert r.exit_code == 0, (r.stdout, r.exception)
+    from testbed.handle import Testbed
+
+    tb = Testbed.open("lab")
+    lab0 = next(h for h in tb.hosts if h.name == "lab0")
+    bed.provider.kill_host("node1")
+    threading.Timer(3, bed.provider.repair, args=("node1",)).start()  # the machine comes back from its reboot
+    done = tb.repair("lab1", setup=False)
+    assert done.hosts == ["lab1"] and done.replaced == [] and done.repair_seconds >= 2
+    assert next(h for h in tb.hosts if h.name == "lab0").to_dict() == lab0.to_dict()
+    assert [h.state for h in tb.hosts] == ["up", "up"]
+    bed.provider.kill_host("node1")
+    spec = (Path(bed.cwd) / "inventories" / "lab.yml").read_text().replace("ssh_timeout: 20", "ssh_timeout: 5")
+    (Path(bed.cwd) / "inventories" / "lab.yml").write_text(spec)
+    with pytest.raises(TestbedError) as ei:
+        Testbed.open("lab").repair("lab1", setup=False)
+    assert "lab host lab1" in ei.value.what and "did not answer within 5 s" in ei.value.what
+    assert "power-cycle lab1" in (ei.value.fix or "")

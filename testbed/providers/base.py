@@ -296,8 +296,12 @@ class Provider(ABC):
                 self.store.set_testbed_status(self.name, "degraded")
                 raise TestbedError(f"could not repair {host}: {e.what}", where=e.where,
                                    fix=e.fix or self.repair_fix(h), code=e.code) from None
-            self.store.set_hosts(self.name, made.hosts)
-            ssh.write_inventory(self.name, made.hosts, self.spec.vars)
+            # the others stay as recorded (their facts, their state): only the hosts brought back change
+            mine = {x.name: x for x in back.hosts}
+            kept = {x.name: x for x in recorded}
+            hosts = [mine.get(x.name) or kept.get(x.name) or x for x in made.hosts]
+            self.store.set_hosts(self.name, hosts)
+            ssh.write_inventory(self.name, hosts, self.spec.vars)
             self.record_testbed("up", self.info())
         return Repaired(host=host, hosts=[x.name for x in back.hosts], replaced=sorted(back.renewed),
                         seconds=round(time.monotonic() - t0, 2), made_seconds=round(t_made - t0, 2))
