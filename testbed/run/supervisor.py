@@ -322,6 +322,7 @@ class Supervisor:
             raise Abort(f"{', '.join(lost)} lost; the run may repair {s.attempts} host(s) (step '{s.name}': "
                         f"attempts) and has repaired {len(self.repaired)}", lost[0])
         times.update(repair_seconds=0.0, setup_seconds=0.0)
+        rs.event(self.st, self.run_id, "repairing", None, hosts=lost, setup=s.setup)
         replaced: list[str] = []
         for host in lost:
             try:
