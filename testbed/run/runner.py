@@ -146,7 +146,8 @@ def describe_event(ev: RunEvent) -> str:
         after = f"'{d['fault']}'" if d.get("fault") else "a lost host"
         return f"recovery after {after} (attempt {d.get('attempt')}): {', '.join(d.get('steps', []))}"
     if k == "repairing":
-        return f"repairing {', '.join(d.get('hosts', []))} (not answering)" + (", then set-up" if d.get("setup") else "")
+        then = ", then its set-up" if d.get("setup") else ""
+        return f"repairing {', '.join(d.get('hosts', []))} (not answering){then}"
     if k == "repaired":
         if not ev.host:
             return f"repair: {d.get('note') or 'nothing to repair'}"
