@@ -142,23 +142,34 @@ def can_raise_memlock() -> bool:
     return True
 
 
+# each rank counts to 12, saving its count every 3 steps in ckpt.txt (in its own run folder) and going on from it
 SURVIVOR = """\
 name: survivor
 placement: {hosts: 2}
 steps:
   launch:
-    command: "for i in $(seq 1 12); do echo step $i; sleep 0.5; done"
+    command: >-
+      i=$(cat ckpt.txt 2>/dev/null || echo 0); echo rank {{ rank }} from $i;
+      while [ $i -lt 12 ]; do i=$((i + 1)); echo step $i; if [ $((i % 3)) = 0 ]; then echo $i > ckpt.txt;
+      echo saved $i; fi; sleep 0.5; done
   recovery:
     - {name: repair the lost host, repair: true, setup: false}
     - {name: start again, relaunch: true}
+checkpoint: {file: ckpt.txt, on: "rank:1", rank: 0, saved: "saved ([0-9]+)", progress: "step ([0-9]+)"}
 timeouts: {poll: 0.5, grace: 1, unreachable: 3}
 """
 
 
 def boot(bed, address: str) -> None:  # type: ignore[no-untyped-def]
-    """The machine behind ``address`` powers on (a cloud's new server or node lands on it)."""
+    """A cloud's new server or node lands on the machine behind ``address``: it starts with a new, empty disk
+    (and so a new host key), unless it is already running."""
+    import shutil
+
     name = next(h.name for h in bed.hosts if h.address == address)
-    if not bed.provider._alive(bed.provider.slot(name)):
+    sl = bed.provider.slot(name)
+    if not bed.provider._alive(sl):
+        shutil.rmtree(sl.upper, ignore_errors=True)
+        (sl.root / "host_key.pub").unlink(missing_ok=True)
         bed.provider.repair(name)
 
 

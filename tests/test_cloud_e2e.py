@@ -214,11 +214,16 @@ def test_tpu_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _survived(evs: list, host: str) -> None:  # type: ignore[type-arg]
-    """The run lost ``host`` with no fault fired, repaired it (made anew) and succeeded."""
+    """The run lost ``host`` with no fault fired, repaired it (made anew, with an empty disk: the run uploaded
+    to it again, its checkpoint gone with the old disk) and succeeded."""
     repaired = [e for e in evs if e.kind == "repaired" and e.host]
     assert [(e.host, e.detail["replaced"]) for e in repaired] == [(host, [host])]
     assert any(e.kind == "failed" and "host unreachable" in e.detail["reason"] for e in evs)
     assert not any(e.kind == "fault" for e in evs)
+    resumed = next(e for e in evs if e.kind == "resumed").detail
+    assert resumed["checkpoint"] is None and resumed["resumed_step"] == 0
+    assert resumed["why"] == f"the checkpoint lived on {host}, replaced with a new disk"
+    assert resumed["steps_lost"] == resumed["last_step"] > 0
 
 
 def test_chameleon_run_survives_a_lost_node_by_replacing_its_server(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
