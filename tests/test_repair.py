@@ -106,6 +106,7 @@ def test_fault_drill_host_killed_repaired_and_resumed(local_testbed) -> None:
     assert good["steps"] == 24 and 0 < good["ratio"] < 1 and good["fault_free_seconds"] < good["seconds"]
 
 
+@pytest.mark.timeout(1800)  # ten runs, each with two start-ups of torch: minutes on a loaded 2-core machine
 def test_ten_seeds_each_host_kill_detected_repaired_resumed(local_testbed) -> None:
     """Ten seeds, ten moments: each run loses node1 at its own step and completes from the checkpoint."""
     import statistics
