@@ -24,31 +24,30 @@ def render(con: Console, data: dict[str, Any]) -> None:
     if not rows:
         con.print("no testbed provisioned (try: testbed provision local)")
     else:
-        t = Table(title="testbeds (the ledger)", title_justify="left")
-        for col in ("name", "provider", "status", "since", "holds", "run", "cost/h", "so far", "expiry",
-                    "next release"):
-            t.add_column(col)
+        t = Table(title="testbeds (the ledger)", title_justify="left", show_lines=True)
+        for col in ("testbed", "holds", "run", "cost", "expiry"):
+            t.add_column(col, overflow="fold")
         for r in rows:
             counts: dict[str, int] = {}
             for res in r["resources"]:
                 counts[res["kind"]] = counts.get(res["kind"], 0) + 1
             holds = ", ".join(f"{n} {k}" for k, n in counts.items()) or f"{r['hosts']} hosts"
             if r.get("lease_end"):
-                holds += f" (lease ends {r['lease_end']})"
+                holds += f"; lease ends {r['lease_end']}"
+            holds += f"\nsince {(r['since'] or '')[:16]}"
             per_h, so_far = _cost(r.get("cost"))
             e = r.get("expiry")
             exp_txt = "none"
-            nxt = "-"
             if e:
                 parts = []
                 if e["expire_at"]:
                     parts.append(f"at {e['expire_at']}")
                 if e["idle_after"]:
                     parts.append(f"idle {int(e['idle_after'])} s")
-                exp_txt = ", ".join(parts) + f" [{e['switch']}]"
-                nxt = f"{e['release_at']} (in {e['in']})" + (" held by a run" if e.get("held_by_run") else "")
-            t.add_row(escape(r["name"]), r["provider"], r["status"], (r["since"] or "")[:16], escape(holds),
-                      ", ".join(r["active_runs"]) or "-", per_h, so_far, escape(exp_txt), nxt)
+                exp_txt = (", ".join(parts) + f" [{e['switch']}]\nnext release {e['release_at']} (in {e['in']})"
+                           + (", held by a run" if e.get("held_by_run") else ""))
+            t.add_row(f"{escape(r['name'])}\n{r['provider']}, {r['status']}", escape(holds),
+                      ", ".join(r["active_runs"]) or "-", f"{per_h}\n{so_far} so far", escape(exp_txt))
         con.print(t)
         for r in rows:
             if r.get("warning"):

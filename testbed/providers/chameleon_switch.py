@@ -9,7 +9,6 @@ deadline. Keystone lets only a password/OIDC login or an *unrestricted* applicat
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -48,11 +47,10 @@ def check(p: ChameleonProvider, e: Expiry) -> None:
 
 
 def _target(endpoint: str, suffix: str) -> tuple[str, str]:
-    """(URL, path as the service matches access rules) of ``suffix`` under a catalog endpoint: the path counts
-    from the endpoint's version segment ('/v2.1/servers/ID'), as keystonemiddleware sees it behind a prefix."""
-    path = urlsplit(endpoint).path
-    m = re.search(r"/v\d+(?:\.\d+)?(?:/.*)?$", path)
-    return endpoint + suffix, (m.group(0) if m else "") + suffix
+    """(URL, path an access rule must match) of ``suffix`` under a catalog endpoint. keystonemiddleware matches a
+    rule against the request's whole path (``request.path``: SCRIPT_NAME + PATH_INFO), which is the URL's path."""
+    url = endpoint + suffix
+    return url, urlsplit(url).path
 
 
 def release_plan(p: ChameleonProvider, e: Expiry) -> dict[str, Any]:

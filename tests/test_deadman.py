@@ -1,0 +1,352 @@
+"""Expiry, the dead-man's switch and the ledger.
+
+Unit parts (durations, release times, prices, the ledger from state) need nothing. The switch is tested for real:
+the local provider's watchdog destroys a local testbed with no CLI running; against the fake Chameleon and TPU
+APIs, whose machines are real local hosts, the agent on those hosts releases every resource with the narrow
+credential it was given, after the controller side is gone (its SSH masters closed, no testbed process left).
+The fakes listen on the local testbed's bridge address so that its hosts can reach them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from testbed import expiry
+from testbed.cli import app
+from testbed.expiry import Expiry
+
+
+def _invoke(*args: str) -> tuple[int, str, BaseException | None]:
+    r = CliRunner().invoke(app, list(args))
+    return r.exit_code, r.stdout, r.exception
+
+
+def _until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+# units -------------------------------------------------------------------------------------------------
+def test_durations_parse_and_refuse() -> None:
+    assert expiry.parse_duration("8h") == 8 * 3600
+    assert expiry.parse_duration("90m") == 5400
+    assert expiry.parse_duration("2d") == 2 * 86400
+    assert expiry.parse_duration("45s") == 45
+    assert expiry.parse_duration(1.5) == 5400
+    for bad in ("soon", "0h", "-3h", "31d", "8 hours", ""):
+        with pytest.raises(ValueError):
+            expiry.parse_duration(bad)
+
+
+def test_release_time_is_the_earlier_of_deadline_and_idle_limit() -> None:
+    e = Expiry(expire_at=1000.0, idle_after=100.0, touched=500.0)
+    assert e.release_at() == 600.0
+    assert e.release_at(last_run=950.0) == 1000.0  # a run ended late: the hard deadline comes first
+    assert Expiry(idle_after=60.0, touched=10.0).release_at(last_run=100.0) == 160.0
+    assert Expiry().release_at() is None and not Expiry().active
+
+
+def test_tpu_prices_per_chip_hour_and_user_override(tmp_path: Path) -> None:
+    table = expiry.prices(tmp_path)
+    rate, basis = expiry.tpu_rate(table, "v4-16", "us-central2-b", spot=False)
+    assert rate == pytest.approx(8 * 3.22) and "8 chips" in basis  # v4-16: 16 cores = 8 chips
+    rate, _ = expiry.tpu_rate(table, "v5litepod-8", "us-west4-a", spot=True)
+    assert rate == pytest.approx(8 * 0.48)
+    (tmp_path / "prices.json").write_text(json.dumps({"tpu": {"v4": {"us-central2": {"on_demand": 1.0}}}}))
+    table = expiry.prices(tmp_path)
+    assert expiry.tpu_rate(table, "v4-8", "us-central2-b", spot=False)[0] == pytest.approx(4.0)
+    assert expiry.tpu_rate(table, "v4-8", "us-central2-b", spot=True)[0] is None  # the user's row has no spot
+    assert expiry.tpu_rate(table, "v2-8", "europe-west4-a", spot=False)[0] == pytest.approx(4 * 1.125)
+    (tmp_path / "prices.json").write_text("{broken")
+    from testbed.errors import TestbedError
+
+    with pytest.raises(TestbedError, match="price overrides"):
+        expiry.prices(tmp_path)
+
+
+def test_ledger_lists_every_testbed_with_resources_cost_and_expiry(tb_home: Path) -> None:
+    """Three testbeds recorded as providers record them (no cloud): the ledger shows what each holds, its cost
+    and its next release, as a table and as JSON."""
+    from testbed.state import Store
+
+    (tb_home / "inventories").mkdir()
+    (tb_home / "inventories" / "tpu.yml").write_text(
+        "provider:\n  kind: gcp-tpu\n  project: p\n  zone: us-central2-b\n  accelerator_type: v4-16\n  count: 2\n")
+    (tb_home / "inventories" / "cham.yml").write_text("provider:\n  kind: chameleon\n  count: 3\n")
+    st = Store.open_default()
+    now = time.time()
+    st.upsert_testbed("tpu", "gcp-tpu", None, "up", {"zone": "us-central2-b"})
+    for i in range(2):
+        st.add_resource("tpu", "tpu-node", f"tpu-{i}", name=f"projects/p/locations/us-central2-b/nodes/tpu-{i}")
+    st.update_testbed_info("tpu", expiry=Expiry(expire_at=now + 3600, idle_after=600, touched=now,
+                                                switch="agent", armed=["tpu-0-w0"]).to_json())
+    st.upsert_testbed("cham", "chameleon", None, "up", {"lease_end": "2099-01-01T00:00:00Z", "lease_id": "L1"})
+    st.add_resource("cham", "lease", "L1", name="tb-cham", end="2099-01-01T00:00:00Z")
+    for i in range(3):
+        st.add_resource("cham", "server", f"s{i}", host=f"node{i}")
+    code, out, exc = _invoke("status", "--json")
+    assert code == 0, (out, exc)
+    data = json.loads(out)
+    rows = {r["name"]: r for r in data["testbeds"]}
+    assert set(rows) == {"tpu", "cham"}
+    t = rows["tpu"]
+    assert [r["id"] for r in t["resources"]] == ["tpu-0", "tpu-1"]
+    assert t["cost"]["unit"] == "USD" and t["cost"]["per_hour"] == pytest.approx(2 * 8 * 3.22)
+    assert t["expiry"]["switch"] == "agent" and t["expiry"]["idle_after"] == 600
+    assert t["expiry"]["release_at"] == expiry.iso(now + 600)  # idle limit before the deadline
+    c = rows["cham"]
+    assert c["cost"] == {**c["cost"], "unit": "SU", "per_hour": 3.0} and c["lease_end"] == "2099-01-01T00:00:00Z"
+    assert c["expiry"] is None
+    assert data["totals"]["USD"]["per_hour"] == pytest.approx(2 * 8 * 3.22)
+    code, out, exc = _invoke("status")
+    assert code == 0, (out, exc)
+    assert "tpu" in out and "cham" in out and "SU/h" in out and "agent" in out
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    """The real entry point (exit codes and one-message errors as a user sees them)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True, timeout=120,
+                       check=False)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_bad_expiry_is_refused_before_anything(tb_home: Path) -> None:
+    (tb_home / "inventories").mkdir()
+    (tb_home / "inventories" / "lab1.yml").write_text(
+        "provider:\n  kind: lab\n  hosts:\n    - {name: a, address: 127.0.0.1}\nidle_after: 2h\n")
+    code, out = _cli("provision", "lab1", "--expire", "soon")
+    assert code == 2 and "--expire" in out and "Traceback" not in out
+    code, out = _cli("provision", "lab1")
+    assert code == 2 and "cannot expire" in out and "Traceback" not in out  # lab machines: not testbed's to release
+    code, out = _cli("extend", "lab1")
+    assert code == 2 and "--hours or --expire" in out
+    from testbed.state import Store
+
+    assert Store.open_default().testbeds() == []
+
+
+# the local provider's watchdog ---------------------------------------------------------------------------
+def _netns_of(bed: object) -> list[str]:
+    prov = bed.provider  # type: ignore[attr-defined]
+    return [sl.netns for sl in prov.slots() if Path(f"/run/netns/{sl.netns}").exists()]
+
+
+def test_local_testbed_releases_itself_at_expiry(local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESTBED_DEADMAN_INTERVAL", "0.5")
+    bed = local_testbed(hosts=2, name="exp")
+    os.chdir(bed.cwd)
+    code, out, exc = _invoke("provision", "exp", "--expire", "6s", "--json")
+    assert code == 0, (out, exc)
+    assert json.loads(out)["release_at"]
+    code, out, _ = _invoke("status", "--json")
+    row = json.loads(out)["testbeds"][0]
+    assert row["expiry"]["switch"] == "watchdog" and row["expiry"]["expire_at"]
+    assert len(_netns_of(bed)) == 2
+    # nothing of the CLI runs any more; the watchdog (its own session) destroys the testbed at the deadline
+    _until(lambda: not _netns_of(bed) and bed.store.testbed("exp") is None, 60, "the local testbed released")
+
+
+def test_local_idle_limit_waits_for_the_active_run(local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESTBED_DEADMAN_INTERVAL", "0.5")
+    bed = local_testbed(hosts=2, name="idle")
+    os.chdir(bed.cwd)
+    spec = json.loads((bed.cwd / "inventories" / "idle.yml").read_text())
+    (bed.cwd / "inventories" / "idle.yml").write_text(json.dumps({**spec, "idle_after": "4s"}))
+    (bed.cwd / "experiments").mkdir(exist_ok=True)
+    (bed.cwd / "experiments" / "sleeper.yml").write_text(
+        "name: sleeper\nplacement: {hosts: 2}\nsteps:\n  launch:\n    command: \"sleep 12; echo done\"\n"
+        "timeouts: {poll: 0.5}\n")
+    code, out, exc = _invoke("provision", "idle")
+    assert code == 0, (out, exc)
+    code, out, exc = _invoke("run", "sleeper", "--on", "idle", "--no-setup", "--detach")
+    assert code == 0, (out, exc)
+    t0 = time.monotonic()
+    time.sleep(9)  # twice the idle limit, the run still going: nothing released
+    assert len(_netns_of(bed)) == 2 and bed.store.testbed("idle") is not None
+    _until(lambda: not _netns_of(bed) and bed.store.testbed("idle") is None, 60, "released after the run")
+    assert time.monotonic() - t0 > 12  # not before the run ended
+    runs = [r for r in bed.store.runs(10) if r.suite == "sleeper"]
+    assert not runs or runs[0].status != "running"
+
+
+# the agent on cloud hosts, against the fakes ---------------------------------------------------------------
+def _install_login(bed, address: str, user: str, pub_lines: list[str]) -> None:
+    host = next(h.name for h in bed.hosts if h.address == address)
+    keys = "\n".join(pub_lines)
+    script = (f"id -u {user} >/dev/null 2>&1 || useradd -m -s /bin/bash {user}; "
+              f"echo '{user} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/cloud-{user}; "
+              f"printf '%s\\n' '{keys}' >> /etc/ssh/testbed_authorized_keys")
+    r = bed.provider.console(host, script)
+    assert r.returncode == 0, r.stderr
+
+
+def _http(method: str, url: str, body: object = None, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, {**dict(r.headers), "_body": r.read().decode()}
+    except urllib.error.HTTPError as e:
+        return e.code, {"_body": e.read().decode()}
+
+
+def _agent_config(bed, host: str) -> dict:
+    r = bed.provider.console(host, "cat /var/lib/testbed-deadman/config.json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _close_controller_side(name: str, hosts: list[str]) -> None:
+    """What 'the laptop is gone' leaves: no SSH master of testbed's runs on this machine."""
+    from testbed import ssh
+
+    ssh.close_connections(name, hosts)
+
+
+def test_chameleon_expired_testbed_releases_itself(local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("chi")
+    from fakes.chameleon_api import FakeChameleon
+
+    from testbed.providers.chameleon import ChameleonProvider
+
+    bed = local_testbed(hosts=2, name="machines")
+    fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], host=bed.provider.gateway,
+                         ssh_hook=lambda a, pub: _install_login(bed, a, "cc", [pub] if pub else [])).start()
+    try:
+        for k in [k for k in os.environ if k.startswith("OS_")]:
+            monkeypatch.delenv(k)
+        for k, v in fake.env().items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setenv("TESTBED_DEADMAN_INTERVAL", "0.5")
+        monkeypatch.setattr(ChameleonProvider, "poll_interval", 0.05)
+        (Path(bed.cwd) / "inventories" / "chameleon.yml").write_text(
+            "provider:\n  kind: chameleon\n  site: CHI@UC\n  count: 2\n  lease_timeout: 60\n  server_timeout: 60\n"
+            "  ssh_timeout: 60\nuser: cc\n")
+        # a restricted application credential (keystone's default) cannot make the switch's: refused up front
+        code, out = _cli("provision", "chameleon", "--expire", "40s")
+        assert code == 2 and "unrestricted" in out, out
+        assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
+        fake.app_cred_unrestricted = True
+        code, out, exc = _invoke("provision", "chameleon", "--expire", "40s", "--json")
+        assert code == 0, (out, exc)
+        lease = next(iter(fake.leases.values()))
+        assert lease["end_date"] < (time.strftime("%Y-%m-%dT%H:%M", time.gmtime(time.time() + 7 * 60)))
+        assert len(fake.app_creds) == 1
+        hosts = [h.name for h in bed.hosts]
+        cfg = _agent_config(bed, hosts[0])
+        assert {m for m, _ in cfg["requests"]} == {"DELETE"} and len(cfg["requests"]) == 3  # lease + 2 servers
+        # the credential on the host can do nothing else: no reading, no other lease, no new credential
+        status, hdrs = _http("POST", f"{cfg['auth']['auth_url']}/auth/tokens", {"auth": {"identity": {
+            "methods": ["application_credential"],
+            "application_credential": {"id": cfg["auth"]["id"], "secret": cfg["auth"]["secret"]}}}})
+        assert status == 201
+        tok = {"X-Auth-Token": hdrs["X-Subject-Token"]}
+        assert _http("GET", f"{fake.base}/compute/v2.1/servers/detail", headers=tok)[0] == 401
+        assert _http("DELETE", f"{fake.base}/reservation/v1/leases/someone-elses", headers=tok)[0] == 401
+        assert _http("POST", f"{fake.base}/identity/v3/users/u1/application_credentials",
+                     {"application_credential": {"name": "x"}}, headers=tok)[0] == 403
+        code, out, _ = _invoke("status", "--json")
+        row = json.loads(out)["testbeds"][0]
+        assert row["cost"]["unit"] == "SU" and row["expiry"]["switch"] == "agent"
+        _close_controller_side("chameleon", hosts)
+        # no controller: the agents release everything at the deadline
+        _until(lambda: not fake.leases, 120, "the agents deleted the lease")
+        fake.settle()
+        assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
+        code, out, exc = _invoke("destroy", "chameleon", "--yes")  # forgets it, and revokes the credential
+        assert code == 0, (out, exc)
+        assert fake.app_creds == {}
+    finally:
+        _invoke("destroy", "chameleon", "--yes")
+        fake.stop()
+
+
+def _tpu_fake(bed):
+    from fakes.tpu_api import FakeTpuApi
+
+    addrs = [h.address for h in bed.hosts]
+    return FakeTpuApi(ip_for=lambda node, k: addrs[k % len(addrs)], host=bed.provider.gateway,
+                      authorized_keys=lambda a, user, keys: _install_login(bed, a, user, keys))
+
+
+def _tpu_spec(bed, endpoint: str, extra: str = "") -> None:
+    (Path(bed.cwd) / "inventories" / "tpu.yml").write_text(
+        f"provider:\n  kind: gcp-tpu\n  project: p\n  zone: us-central2-b\n  accelerator_type: v4-16\n"
+        f"  runtime_version: tpu-ubuntu2204-base\n  endpoint: {endpoint}\n  create_timeout: 60\n  ssh_timeout: 60\n"
+        f"  service_account: reaper@p.iam.gserviceaccount.com\n{extra}")
+
+
+def _tpu_env(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+    from testbed.providers import gcp_tpu
+
+    monkeypatch.setenv(gcp_tpu.ANONYMOUS_ENV, "1")
+    monkeypatch.setenv("TESTBED_TPU_METADATA_URL",
+                       f"{endpoint}/computeMetadata/v1/instance/service-accounts/default/token")
+    monkeypatch.setenv("TESTBED_DEADMAN_INTERVAL", "0.5")
+    monkeypatch.setattr(gcp_tpu, "Polling", lambda: gcp_tpu.FAST_POLLING)
+
+
+def test_tpu_expired_testbed_deletes_itself(local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("google.cloud.tpu_v2")
+    bed = local_testbed(hosts=2, name="machines")
+    fake = _tpu_fake(bed)
+    endpoint = fake.start()
+    try:
+        _tpu_env(monkeypatch, endpoint)
+        _tpu_spec(bed, endpoint)
+        fake.service_accounts["reaper@p.iam.gserviceaccount.com"] = [
+            ("tpu.nodes.delete", "projects/p/locations/us-central2-b/nodes/tpu-")]
+        code, out, exc = _invoke("provision", "tpu", "--expire", "30s", "--json")
+        assert code == 0, (out, exc)
+        assert fake.node("tpu-0")["serviceAccount"]["email"] == "reaper@p.iam.gserviceaccount.com"
+        hosts = [h["name"] for h in json.loads(out)["hosts"]]
+        # the node's token (from the metadata server, as the agent gets it) may delete, not read or create
+        status, body = _http("GET", f"{endpoint}/computeMetadata/v1/instance/service-accounts/default/token",
+                             headers={"Metadata-Flavor": "Google"})
+        assert status == 404  # this machine is no TPU VM
+        r = bed.provider.console(bed.hosts[0].name, (
+            "python3 -c \"import json,urllib.request as u;"
+            f"r=u.Request('{endpoint}/computeMetadata/v1/instance/service-accounts/default/token',"
+            "headers={'Metadata-Flavor':'Google'});print(json.load(u.urlopen(r))['access_token'])\""))
+        assert r.returncode == 0, r.stderr
+        bearer = {"Authorization": f"Bearer {r.stdout.strip()}"}
+        assert _http("GET", f"{endpoint}/v2/projects/p/locations/us-central2-b/nodes", headers=bearer)[0] == 403
+        assert _http("DELETE", f"{endpoint}/v2/projects/p/locations/us-central2-b/nodes/other",
+                     headers=bearer)[0] == 403
+        code, out, _ = _invoke("status", "--json")
+        row = json.loads(out)["testbeds"][0]
+        assert row["cost"]["unit"] == "USD" and row["cost"]["per_hour"] == pytest.approx(8 * 3.22)
+        _close_controller_side("tpu", hosts)
+        _until(lambda: all(r["json"]["state"] == "DELETING" for r in fake.nodes.values()), 120,
+               "the agent deleted the node")
+        fake.settle()
+        assert not fake.nodes and not fake.qrs
+        code, out, exc = _invoke("destroy", "tpu", "--yes")
+        assert code == 0, (out, exc)
+    finally:
+        _invoke("destroy", "tpu", "--yes")
+        fake.stop()
+
+
+def test_tpu_expiry_needs_a_service_account(tb_home: Path) -> None:
+    (tb_home / "inventories").mkdir()
+    (tb_home / "inventories" / "tpu.yml").write_text(
+        "provider:\n  kind: gcp-tpu\n  project: p\n  endpoint: http://127.0.0.1:9\nexpire: 2h\n")
+    code, out = _cli("provision", "tpu")
+    assert code == 2 and "service_account" in out and "Traceback" not in out
