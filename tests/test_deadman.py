@@ -262,11 +262,14 @@ def test_chameleon_expired_testbed_releases_itself(local_testbed, monkeypatch: p
         assert _http("POST", f"{fake.base}/identity/v3/users/u1/application_credentials",
                      {"application_credential": {"name": "x"}}, headers=tok)[0] == 403
         code, out, _ = _invoke("status", "--json")
-        row = json.loads(out)["testbeds"][0]
+        row = next(r for r in json.loads(out)["testbeds"] if r["name"] == "chameleon")
         assert row["cost"]["unit"] == "SU" and row["expiry"]["switch"] == "agent"
         _close_controller_side("chameleon", hosts)
         # no controller: the agents release everything at the deadline
         _until(lambda: not fake.leases, 120, "the agents deleted the lease")
+        assert any(bed.provider.console(h, "cat /var/lib/testbed-deadman/released.json").returncode == 0
+                   for h in hosts)  # released by an agent (nothing else deletes a lease before its end)
+        assert ("DELETE", f"/reservation/v1/leases/{lease['id']}") in fake.requests
         fake.settle()
         assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
         code, out, exc = _invoke("destroy", "chameleon", "--yes")  # forgets it, and revokes the credential
@@ -330,11 +333,13 @@ def test_tpu_expired_testbed_deletes_itself(local_testbed, monkeypatch: pytest.M
         assert _http("DELETE", f"{endpoint}/v2/projects/p/locations/us-central2-b/nodes/other",
                      headers=bearer)[0] == 403
         code, out, _ = _invoke("status", "--json")
-        row = json.loads(out)["testbeds"][0]
+        row = next(r for r in json.loads(out)["testbeds"] if r["name"] == "tpu")
         assert row["cost"]["unit"] == "USD" and row["cost"]["per_hour"] == pytest.approx(8 * 3.22)
         _close_controller_side("tpu", hosts)
         _until(lambda: all(r["json"]["state"] == "DELETING" for r in fake.nodes.values()), 120,
                "the agent deleted the node")
+        assert any(bed.provider.console(h.name, "cat /var/lib/testbed-deadman/released.json").returncode == 0
+                   for h in bed.hosts)
         fake.settle()
         assert not fake.nodes and not fake.qrs
         code, out, exc = _invoke("destroy", "tpu", "--yes")
@@ -350,3 +355,38 @@ def test_tpu_expiry_needs_a_service_account(tb_home: Path) -> None:
         "provider:\n  kind: gcp-tpu\n  project: p\n  endpoint: http://127.0.0.1:9\nexpire: 2h\n")
     code, out = _cli("provision", "tpu")
     assert code == 2 and "service_account" in out and "Traceback" not in out
+
+
+def test_tpu_idle_limit_waits_for_the_active_run(local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """idle_after on the fake TPU: a run on the hosts holds the release (the agent sees its ranks), with no
+    controller side at all; released after the run ends and the idle limit passes."""
+    pytest.importorskip("google.cloud.tpu_v2")
+    bed = local_testbed(hosts=2, name="machines")
+    fake = _tpu_fake(bed)
+    endpoint = fake.start()
+    try:
+        _tpu_env(monkeypatch, endpoint)
+        _tpu_spec(bed, endpoint, "idle_after: 5s\n")
+        fake.service_accounts["reaper@p.iam.gserviceaccount.com"] = [
+            ("tpu.nodes.delete", "projects/p/locations/us-central2-b/nodes/tpu-")]
+        (Path(bed.cwd) / "experiments").mkdir(exist_ok=True)
+        (Path(bed.cwd) / "experiments" / "sleeper.yml").write_text(
+            "name: sleeper\nplacement: {hosts: 2}\nsteps:\n  launch:\n    command: \"sleep 15; echo done\"\n"
+            "timeouts: {poll: 0.5}\n")
+        code, out, exc = _invoke("provision", "tpu", "--json")
+        assert code == 0, (out, exc)
+        hosts = [h["name"] for h in json.loads(out)["hosts"]]
+        code, out, exc = _invoke("run", "sleeper", "--on", "tpu", "--no-setup", "--detach")
+        assert code == 0, (out, exc)
+        t0 = time.monotonic()
+        _close_controller_side("tpu", hosts)
+        time.sleep(10)  # twice the idle limit while the ranks run: nothing deleted
+        assert fake.nodes and all(r["json"]["state"] == "READY" for r in fake.nodes.values())
+        _until(lambda: all(r["json"]["state"] == "DELETING" for r in fake.nodes.values()), 120,
+               "the agent deleted the node after the run")
+        assert time.monotonic() - t0 > 15
+        fake.settle()
+        assert not fake.nodes and not fake.qrs
+    finally:
+        _invoke("destroy", "tpu", "--yes")
+        fake.stop()
