@@ -320,7 +320,7 @@ def test_tpu_expired_testbed_deletes_itself(local_testbed, monkeypatch: pytest.M
         assert fake.node("tpu-0")["serviceAccount"]["email"] == "reaper@p.iam.gserviceaccount.com"
         hosts = [h["name"] for h in json.loads(out)["hosts"]]
         # the node's token (from the metadata server, as the agent gets it) may delete, not read or create
-        status, body = _http("GET", f"{endpoint}/computeMetadata/v1/instance/service-accounts/default/token",
+        status, _ = _http("GET", f"{endpoint}/computeMetadata/v1/instance/service-accounts/default/token",
                              headers={"Metadata-Flavor": "Google"})
         assert status == 404  # this machine is no TPU VM
         r = bed.provider.console(bed.hosts[0].name, (
