@@ -390,3 +390,30 @@ def test_tpu_idle_limit_waits_for_the_active_run(local_testbed, monkeypatch: pyt
     finally:
         _invoke("destroy", "tpu", "--yes")
         fake.stop()
+
+
+def test_switch_off_stops_the_watchdog(local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:
+    from testbed import deadman
+
+    monkeypatch.setenv("TESTBED_DEADMAN_INTERVAL", "0.5")
+    bed = local_testbed(hosts=1, name="off")
+    os.chdir(bed.cwd)
+    code, out, exc = _invoke("provision", "off", "--expire", "8s")
+    assert code == 0, (out, exc)
+    pid = deadman._watchdog_pid("off")
+    assert pid is not None
+    code, out, exc = _invoke("extend", "off", "--hours", "1")
+    assert code == 0 and "expires at" in out, (out, exc)
+    code, out, exc = _invoke("extend", "off", "--off")
+    assert code == 0 and "switch off" in out, (out, exc)
+    def gone() -> bool:  # exited (a zombie of this test process, its parent here, counts)
+        try:
+            return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] == b"Z"
+        except OSError:
+            return True
+
+    _until(gone, 10, "the watchdog gone")
+    time.sleep(9)  # past the first deadline: nothing released
+    assert len(_netns_of(bed)) == 1 and bed.store.testbed("off") is not None
+    code, out, _ = _invoke("status", "--json")
+    assert json.loads(out)["testbeds"][0]["expiry"] is None

@@ -340,13 +340,24 @@ def extend(name: Annotated[str, typer.Argument(help="Testbed name.", autocomplet
                                                                      "expiry.")] = None,
            expire: Annotated[str | None, typer.Option("--expire", help="A new expiry, this long from now (8h); "
                                                                         "a Chameleon lease ending earlier is "
-                                                                        "moved too.")] = None) -> None:
+                                                                        "moved too.")] = None,
+           off: Annotated[bool, typer.Option("--off", help="Turn the dead-man's switch off: no expiry, no idle "
+                                                           "limit (a lease still ends at its end).")] = False) -> None:
     """Move the testbed's expiry (the dead-man's switch's deadline) and the end of its lease (Chameleon).
 
     Example: testbed extend chameleon --hours 4
     """
     from testbed import deadman, expiry
 
+    if off:
+        st = store()
+        _known_testbed(st, name)
+        p = provider_for(name, st, recorded_ok=True)
+        p.disarm_switch()
+        st.update_testbed_info(name, expiry=None)
+        console().print(f"{name}: dead-man's switch off (no expiry, no idle limit); "
+                        f"'testbed provision {name} --expire 8h' sets one again")
+        return
     if hours is None and expire is None:
         raise UsageError("give --hours or --expire", where="command line", fix=f"testbed extend {name} --hours 4")
     if hours is not None and hours <= 0:

@@ -485,6 +485,19 @@ class ChameleonProvider(Provider):
 
         return chameleon_switch.release_plan(self, expiry)
 
+    def disarm_switch(self) -> None:
+        """The agents stopped, then their credential deleted (the lease end stays: Blazar's own switch)."""
+        super().disarm_switch()
+        from testbed.providers import chameleon_switch
+
+        if self.store.resources(self.name, chameleon_switch.APP_CRED):
+            failures: list[str] = []
+            chameleon_switch.revoke(self, self._api or self._connect(), failures)
+            if failures:
+                raise TestbedError("; ".join(failures), where=self._where("keystone", "application credentials"),
+                                   fix=f"run the command again, or delete the credentials named {self.prefix}-"
+                                       "deadman-* in the dashboard (Identity > Application Credentials)")
+
     def hours_short_of(self, at: float) -> float:
         from testbed.providers import chameleon_switch
 
