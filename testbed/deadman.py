@@ -59,6 +59,11 @@ def planned(spec: TestbedSpec, expire: str | None, old: Expiry | None, now: floa
     if expire:
         at: float | None = now + exp.parse_duration(expire)
     elif old is not None and old.expire_at is not None:
+        if old.expire_at <= now:  # re-made now, it would be released at once
+            raise UsageError(f"testbed '{spec.name}' expired at {exp.iso(old.expire_at)} (its switch releases it)",
+                             where=f"testbed {spec.name}",
+                             fix=f"give a new expiry: 'testbed provision {spec.name} --expire 8h', or turn it off "
+                                 f"first: 'testbed extend {spec.name} --off'")
         at = old.expire_at
     else:
         at = now + exp.parse_duration(spec.expire) if spec.expire else None

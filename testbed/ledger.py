@@ -54,6 +54,10 @@ def entry(st: Store, tb: dict[str, Any], table: dict[str, Any], now: float | Non
                          "last_action": exp.iso(e.touched), "switch": e.switch or "not armed",
                          "release_at": exp.iso(at), "in": exp.span(at - now) if at else None,
                          "held_by_run": bool(active) and e.idle_after is not None}
+        if at is not None and at <= now and not active:
+            row["warning"] = (f"past its release time ({exp.iso(at)}): its dead-man's switch has released it or "
+                              f"is doing so; 'testbed status {name} --probe' checks, 'testbed destroy {name}' "
+                              "forgets it")
     else:
         row["expiry"] = None
     return row

@@ -264,6 +264,14 @@ def test_chameleon_expired_testbed_releases_itself(local_testbed, monkeypatch: p
         code, out, _ = _invoke("status", "--json")
         row = next(r for r in json.loads(out)["testbeds"] if r["name"] == "chameleon")
         assert row["cost"]["unit"] == "SU" and row["expiry"]["switch"] == "agent"
+        # extend: a later expiry moves the lease end with it (Blazar's update); an earlier one reaches the agents
+        code, out, exc = _invoke("extend", "chameleon", "--expire", "2h")
+        assert code == 0 and "lease of chameleon now ends" in out, (out, exc)
+        assert lease["end_date"] >= time.strftime("%Y-%m-%dT%H:%M", time.gmtime(time.time() + 7190))
+        code, out, exc = _invoke("extend", "chameleon", "--expire", "15s")
+        assert code == 0 and "not told" not in out, (out, exc)
+        deadline = json.loads(bed.provider.console(hosts[0], "cat /var/lib/testbed-deadman/deadline.json").stdout)
+        assert deadline["expire_at"] < time.time() + 16
         _close_controller_side("chameleon", hosts)
         # no controller: the agents release everything at the deadline
         _until(lambda: not fake.leases, 120, "the agents deleted the lease")
@@ -417,3 +425,49 @@ def test_switch_off_stops_the_watchdog(local_testbed, monkeypatch: pytest.Monkey
     assert len(_netns_of(bed)) == 1 and bed.store.testbed("off") is not None
     code, out, _ = _invoke("status", "--json")
     assert json.loads(out)["testbeds"][0]["expiry"] is None
+
+
+def test_orphans_are_found_at_the_provider(tb_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node labelled for a testbed but not in state (an interrupted command, or a state row lost) is listed with
+    the command that releases it; a recorded node is not an orphan."""
+    pytest.importorskip("google.cloud.tpu_v2")
+    from fakes.tpu_api import FakeTpuApi
+
+    from testbed.state import Store
+
+    with FakeTpuApi() as fake:
+        _tpu_env(monkeypatch, fake.endpoint)
+        (tb_home / "inventories").mkdir()
+        for name in ("tpu", "gone"):
+            (tb_home / "inventories" / f"{name}.yml").write_text(
+                f"provider:\n  kind: gcp-tpu\n  project: p\n  zone: us-central2-b\n  accelerator_type: v2-8\n"
+                f"  endpoint: {fake.endpoint}\n")
+        node = {"acceleratorType": "v2-8", "runtimeVersion": "tpu-vm-base"}
+        for nid, tb in (("tpu-0", "tpu"), ("tpu-1", "tpu"), ("gone-0", "gone"), ("other", "someone")):
+            status, _ = _http("POST", f"{fake.endpoint}/v2/projects/p/locations/us-central2-b/nodes?nodeId={nid}",
+                              {**node, "labels": {"testbed": tb}})
+            assert status == 200
+        st = Store.open_default()
+        st.upsert_testbed("tpu", "gcp-tpu", None, "up", {})
+        st.add_resource("tpu", "tpu-node", "tpu-0")  # recorded; tpu-1 is not
+        code, out, exc = _invoke("status", "--orphans", "--json")
+        assert code == 0, (out, exc)
+        found = {(o["testbed"], o["id"]): o for o in json.loads(out)["orphans"]}
+        assert set(found) == {("tpu", "tpu-1"), ("gone", "gone-0")}
+        assert found[("gone", "gone-0")]["release"].startswith("gcloud compute tpus tpu-vm delete gone-0 --zone")
+        code, out, exc = _invoke("status", "--orphans")
+        assert code == 0 and "gone-0" in out and "orphans" in out, (out, exc)
+
+
+def test_a_past_expiry_is_not_reused(tb_home: Path) -> None:
+    from testbed import deadman
+    from testbed.errors import UsageError
+    from testbed.spec import TestbedSpec
+
+    spec = TestbedSpec(name="x", provider={"kind": "local"}, idle_after="1h")
+    old = Expiry(expire_at=time.time() - 5, touched=time.time() - 100, switch="watchdog")
+    with pytest.raises(UsageError, match="expired at"):
+        deadman.planned(spec, None, old)
+    e = deadman.planned(spec, "2h", old)
+    assert e is not None and e.expire_at and e.expire_at > time.time() + 7000 and e.idle_after == 3600
+    assert deadman.planned(TestbedSpec(name="x", provider={"kind": "local"}), None, None) is None
