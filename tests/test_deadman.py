@@ -270,6 +270,8 @@ def test_chameleon_expired_testbed_releases_itself(local_testbed, monkeypatch: p
         assert lease["end_date"] >= time.strftime("%Y-%m-%dT%H:%M", time.gmtime(time.time() + 7190))
         code, out, exc = _invoke("extend", "chameleon", "--expire", "15s")
         assert code == 0 and "not told" not in out, (out, exc)
+        code, out, exc = _invoke("status", "chameleon", "--json")
+        assert code == 0 and "(agent)" in json.loads(out)["next_release"], (out, exc)
         deadline = json.loads(bed.provider.console(hosts[0], "cat /var/lib/testbed-deadman/deadline.json").stdout)
         assert deadline["expire_at"] < time.time() + 16
         _close_controller_side("chameleon", hosts)
@@ -283,6 +285,9 @@ def test_chameleon_expired_testbed_releases_itself(local_testbed, monkeypatch: p
         code, out, exc = _invoke("destroy", "chameleon", "--yes")  # forgets it, and revokes the credential
         assert code == 0, (out, exc)
         assert fake.app_creds == {}
+        leaked = [p for p in Path(bed.cwd).rglob("*") if p.is_file() and not p.is_symlink()
+                  and cfg["auth"]["secret"].encode() in p.read_bytes()]
+        assert not leaked  # the switch's secret went to the hosts only (stdin of SSH), never to a file here
     finally:
         _invoke("destroy", "chameleon", "--yes")
         fake.stop()
@@ -471,3 +476,26 @@ def test_a_past_expiry_is_not_reused(tb_home: Path) -> None:
     e = deadman.planned(spec, "2h", old)
     assert e is not None and e.expire_at and e.expire_at > time.time() + 7000 and e.idle_after == 3600
     assert deadman.planned(TestbedSpec(name="x", provider={"kind": "local"}), None, None) is None
+
+
+def test_tpu_release_plan_for_queued_resources(tb_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queued resource is deleted with force (its nodes with it); nodes outside one one by one."""
+    pytest.importorskip("google.cloud.tpu_v2")
+    from testbed.handle import Testbed
+    from testbed.providers import gcp_tpu
+
+    monkeypatch.setenv(gcp_tpu.ANONYMOUS_ENV, "1")
+    (tb_home / "inventories").mkdir()
+    (tb_home / "inventories" / "q.yml").write_text(
+        "provider:\n  kind: gcp-tpu\n  project: p\n  zone: us-central2-b\n  accelerator_type: v4-8\n"
+        "  endpoint: http://127.0.0.1:9\n  queued_resource: true\n  service_account: r@p.iam.gserviceaccount.com\n")
+    tb = Testbed.open("q")
+    tb.store.upsert_testbed("q", "gcp-tpu", None, "up", {})
+    tb.store.add_resource("q", gcp_tpu.QUEUED_RESOURCE, "q-qr")
+    tb.store.add_resource("q", gcp_tpu.NODE, "q-0", queued_resource="q-qr")
+    tb.store.add_resource("q", gcp_tpu.NODE, "loose")
+    plan = tb.provider().switch_release(Expiry(expire_at=time.time() + 60))
+    assert plan["requests"] == [
+        ["DELETE", "http://127.0.0.1:9/v2/projects/p/locations/us-central2-b/queuedResources/q-qr?force=true"],
+        ["DELETE", "http://127.0.0.1:9/v2/projects/p/locations/us-central2-b/nodes/loose"]]
+    assert plan["auth"]["type"] == "gce-metadata" and "metadata.google.internal" in plan["auth"]["url"]

@@ -142,9 +142,15 @@ def status(target: Annotated[str | None, typer.Argument(help="A testbed name or 
     tb = _known_testbed(st, target)
     hosts = st.hosts(target)
     extra: dict[str, Any] = {}
+    from testbed import deadman, expiry
+
+    e = deadman.recorded(st, target)
+    if e is not None and e.active:  # the dead-man's switch: when it releases the testbed if nothing happens
+        extra["expiry"] = expiry.iso(e.expire_at) or f"idle after {int(e.idle_after or 0)} s"
+        extra["next_release"] = f"{expiry.iso(e.release_at())} ({e.switch or 'not armed'})"
     try:  # a spec that no longer loads still lets status show what state knows
         p = provider_for(target, st)
-        extra = p.describe()
+        extra = {**p.describe(), **extra}
         if probe:
             hosts = p.refresh()
     except TestbedError:

@@ -248,7 +248,10 @@ class Provider(ABC):
     def destroy(self) -> None:
         """Release every resource recorded for this testbed, then forget it; safe to repeat."""
         with self.lock():
-            self.disarm_switch()
+            try:
+                self.disarm_switch()
+            except TestbedError as e:  # the billing resources go first; release reports what it cannot undo
+                self.progress(f"dead-man's switch: {e.what} (releasing anyway)")
             self.release()
         self.forget()
 
