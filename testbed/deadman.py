@@ -211,7 +211,9 @@ def start_watchdog(name: str) -> int:
 
     stop_watchdog(name)
     log = open(paths.testbed_dir(name) / "deadman.log", "ab")  # noqa: SIM115
-    env = {**os.environ, "TESTBED_HOME": str(paths.home())}
+    pkg_parent = str(Path(__file__).resolve().parents[1])  # this testbed, installed or a checkout
+    env = {**os.environ, "TESTBED_HOME": str(paths.home()),
+           "PYTHONPATH": os.pathsep.join([pkg_parent, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     proc = subprocess.Popen([sys.executable, "-m", "testbed.deadman", "watch", name], cwd=os.getcwd(), env=env,
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
     log.close()

@@ -392,12 +392,23 @@ def test_tpu_idle_limit_waits_for_the_active_run(local_testbed, monkeypatch: pyt
         code, out, exc = _invoke("run", "sleeper", "--on", "tpu", "--no-setup", "--detach")
         assert code == 0, (out, exc)
         t0 = time.monotonic()
+        from testbed.state import Store
+
+        def launched() -> bool:  # every host runs its rank (the supervisor has done its part)
+            return all(bed.provider.console(h.name, "ls /home/tpu/.testbed-runs/*/rank*.pid").returncode == 0
+                       for h in bed.hosts)
+
+        _until(launched, 30, "the ranks running on the hosts")
+        run = next(r for r in Store.open_default().runs(5) if r.suite == "sleeper")
+        sup = run.info.supervisor.pid if run.info.supervisor else None
+        assert sup
+        os.kill(sup, 9)  # the controller side of the run, gone: only the hosts know the run goes on
         _close_controller_side("tpu", hosts)
         time.sleep(10)  # twice the idle limit while the ranks run: nothing deleted
         assert fake.nodes and all(r["json"]["state"] == "READY" for r in fake.nodes.values())
         _until(lambda: all(r["json"]["state"] == "DELETING" for r in fake.nodes.values()), 120,
                "the agent deleted the node after the run")
-        assert time.monotonic() - t0 > 15
+        assert time.monotonic() - t0 > 15 + 5  # the ranks run 15 s from after t0, then the idle limit
         fake.settle()
         assert not fake.nodes and not fake.qrs
     finally:
