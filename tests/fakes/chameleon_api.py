@@ -11,7 +11,13 @@ its own error body format. Sources: ChameleonCloud/blazar (branch chameleoncloud
 
 - keystone: application credentials (which may not ask for a scope: 401), passwords, token rescoping and the
   OpenID Connect password flow of Chameleon's openrc files (``v3oidcpassword``: discovery document, token
-  endpoint, ``OS-FEDERATION`` auth, then a project-scoped token); wrong secrets answer 401;
+  endpoint, ``OS-FEDERATION`` auth, then a project-scoped token); wrong secrets answer 401. Application
+  credentials are made, read and deleted under ``/v3/users/{id}/application_credentials`` (keystone/api/users.py:
+  403 for a token of a restricted credential -- ``app_cred_unrestricted`` is False by default, as in keystone --
+  and for another user; 400 for a bad body; an expired one cannot log in); a token of a credential with
+  ``access_rules`` reaches only the requests a rule names, matched as keystonemiddleware's
+  ``validate_allowed_request`` does (method, service type, the request's whole path, ``*``/``**``/``{tag}``),
+  else 401 "Token authorization failed";
 - blazar: a lease is PENDING, STARTING after its first look, ACTIVE after ``lease_polls`` GETs (``lease_error``:
   ERROR, its start_lease event ERROR and its host reservation 'error' -- Blazar keeps no reason on the lease;
   ``lease_degraded``: ACTIVE with ``degraded`` and the reservation's ``missing_resources`` set). Requests are
@@ -36,7 +42,9 @@ its own error body format. Sources: ChameleonCloud/blazar (branch chameleoncloud
 
 Its servers "answer SSH": binding a floating IP calls ``ssh_hook(address, public_key)`` (the server's key pair),
 and unbinding or deleting it calls ``ssh_hook(address, None)``; tests map each pool address to a real sshd.
-Inventories (``leases``, ``servers``, ``fips``, ``keypairs``) let tests assert that nothing leaked,
+``host`` is the address it listens on (a local testbed's bridge address, so that its hosts reach it);
+``settle()`` lets time pass (deletes nova accepted finish with no one polling).
+Inventories (``leases``, ``servers``, ``fips``, ``keypairs``, ``app_creds``) let tests assert that nothing leaked,
 ``requests`` logs every (method, path) and ``on_request(method, path)`` runs before each answer goes out.
 """
 

@@ -35,6 +35,13 @@ deletes finish on the next poll. Faults, armed by tests:
   ``suspend_qr(qr_id)``: the service suspends it (SUSPENDED, initiator SERVICE, its nodes deleted);
 - ``fail_next(method, status, reason=...)``: the next matching request answers that error (503, 403, 504, ...).
 
+IAM for the nodes' own service accounts: a node names one in ``serviceAccount`` (unknown: INVALID_ARGUMENT); the
+metadata server (``/computeMetadata/v1/instance/service-accounts/default/token``, answered only with the
+``Metadata-Flavor: Google`` header, to a caller at one of a READY node's worker addresses) hands out that account's
+token; a request with such a token may do only what ``service_accounts[email]`` grants (permission, resource-name
+prefix: a custom role with an IAM condition), else 403 PERMISSION_DENIED as the service words it. ``settle()`` lets
+time pass (accepted deletes finish with no one polling their operations); ``host`` is the listening address.
+
 Workers "answer SSH": every worker's reachable address comes from ``worker_ip`` (one function: a stable slot in a
 pool of loopback addresses per node id, where the tests run real sshd daemons). Keys are installed in
 ``authorized_keys``: a directory (one file per user, sshd's ``AuthorizedKeysFile <dir>/%u``) or a callable
