@@ -9,6 +9,7 @@ The fakes listen on the local testbed's bridge address so that its hosts can rea
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import time
@@ -510,3 +511,40 @@ def test_tpu_release_plan_for_queued_resources(tb_home: Path, monkeypatch: pytes
         ["DELETE", "http://127.0.0.1:9/v2/projects/p/locations/us-central2-b/queuedResources/q-qr?force=true"],
         ["DELETE", "http://127.0.0.1:9/v2/projects/p/locations/us-central2-b/nodes/loose"]]
     assert plan["auth"]["type"] == "gce-metadata" and "metadata.google.internal" in plan["auth"]["url"]
+
+
+def test_chameleon_lease_end_is_the_first_switch(local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new lease ends no later than the expiry (Blazar's own mechanism): when the site's clock passes its end,
+    Blazar alone takes the servers and addresses back, agent or not."""
+    pytest.importorskip("chi")
+    from fakes.chameleon_api import FakeChameleon
+
+    from testbed.providers.chameleon import ChameleonProvider
+
+    bed = local_testbed(hosts=2, name="machines")
+    fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], host=bed.provider.gateway,
+                         ssh_hook=lambda a, pub: _install_login(bed, a, "cc", [pub] if pub else [])).start()
+    fake.app_cred_unrestricted = True
+    try:
+        for k in [k for k in os.environ if k.startswith("OS_")]:
+            monkeypatch.delenv(k)
+        for k, v in fake.env().items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setattr(ChameleonProvider, "poll_interval", 0.05)
+        (Path(bed.cwd) / "inventories" / "chameleon.yml").write_text(
+            "provider:\n  kind: chameleon\n  count: 2\n  hours: 48\n  ssh_timeout: 60\nuser: cc\nexpire: 2m\n")
+        code, out, exc = _invoke("provision", "chameleon")
+        assert code == 0, (out, exc)
+        lease = next(iter(fake.leases.values()))
+        end = calendar.timegm(time.strptime(lease["end_date"][:16], "%Y-%m-%dT%H:%M"))
+        assert time.time() + 4 * 60 < end < time.time() + 7 * 60  # not 48 h: the expiry (Blazar's 5 min floor)
+        assert fake.leaked()["servers"] == 2
+        fake.advance(8 * 60)
+        _http("GET", f"{fake.base}/identity/v3")  # any request: the site notices the time
+        assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0} and lease["status"] == "TERMINATED"
+        code, out, exc = _invoke("destroy", "chameleon", "--yes")
+        assert code == 0, (out, exc)
+        assert fake.app_creds == {} and not fake.leases
+    finally:
+        _invoke("destroy", "chameleon", "--yes")
+        fake.stop()

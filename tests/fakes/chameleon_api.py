@@ -153,6 +153,7 @@ class FakeChameleon:
         self.stuck_build: set[str] = set()
         self.fail_build: dict[str, str] = {}
         self.fail_server_delete: set[str] = set()
+        self.skew = 0.0  # seconds the site's clock is ahead of this machine's (advance())
         self.cascade_servers = False  # real Blazar deletes a lease's servers at its end; off: testbed must
         self.on_request: Callable[[str, str], None] | None = None
         # inventories
@@ -261,9 +262,34 @@ class FakeChameleon:
                 "    auth_type: \"v3applicationcredential\"\n")
 
     def leaked(self) -> dict[str, int]:
-        """What is still held: leases, servers, floating IPs (the things that cost money)."""
+        """What is still held: leases (a TERMINATED one holds nothing), servers, floating IPs (the things that
+        cost money)."""
         with self.lock:
-            return {"leases": len(self.leases), "servers": len(self.servers), "fips": len(self.fips)}
+            return {"leases": sum(1 for x in self.leases.values() if x["status"] != "TERMINATED"),
+                    "servers": len(self.servers), "fips": len(self.fips)}
+
+    def advance(self, seconds: float) -> None:
+        """The site's clock moves on: leases past their end are ended at the next request."""
+        self.skew += seconds
+
+    def _end_due_leases(self) -> None:
+        """Blazar's end_lease event at a lease's end_date: the host plugin deletes the instances on the reserved
+        hosts, the floating-IP plugin takes its addresses back, the lease is TERMINATED (and stays listed)."""
+        now = _now() + timedelta(seconds=self.skew)
+        for lease in list(self.leases.values()):
+            if lease["status"] != "ACTIVE" or datetime.strptime(lease["end_date"], LEASE_FMT) > now:
+                continue
+            rids = {r["id"] for r in lease["reservations"]}
+            for fid, f in list(self.fips.items()):
+                if any(f"reservation:{rid}" in f["tags"] for rid in rids):
+                    self._fip_release(fid)
+            for sid, srv in list(self.servers.items()):
+                if srv["_reservation"] in rids:
+                    self._server_gone(sid)
+            lease["status"] = "TERMINATED"
+            self._event(lease, "end_lease")["status"] = "DONE"
+            for r in lease["reservations"]:
+                r["status"] = "deleted"
 
     def settle(self) -> None:
         """Time passes: every server nova accepted a delete for finishes deleting (as it does with no one polling;
@@ -281,6 +307,7 @@ class FakeChameleon:
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         with self.lock:
             self.requests.append((method, path))
+            self._end_due_leases()
             reply = self._route(method, path, query, body, headers, raw)
             if self.on_request:
                 self.on_request(method, path)
