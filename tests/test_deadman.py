@@ -548,3 +548,38 @@ def test_chameleon_lease_end_is_the_first_switch(local_testbed, monkeypatch: pyt
     finally:
         _invoke("destroy", "chameleon", "--yes")
         fake.stop()
+
+
+def test_chameleon_orphan_lease_is_listed_and_destroy_releases_it(tb_home: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lease made by a provision interrupted before its id came back: listed as an orphan with the command that
+    releases it, and that command leaves the site empty."""
+    pytest.importorskip("chi")
+    from fakes.chameleon_api import FakeChameleon
+
+    from testbed.handle import Testbed
+
+    fake = FakeChameleon().start()
+    try:
+        for k in [k for k in os.environ if k.startswith("OS_")]:
+            monkeypatch.delenv(k)
+        for k, v in fake.env().items():
+            monkeypatch.setenv(k, v)
+        (tb_home / "inventories").mkdir()
+        (tb_home / "inventories" / "cham.yml").write_text("provider:\n  kind: chameleon\n  count: 1\nuser: cc\n")
+        p = Testbed.open("cham").provider()
+        p.store.upsert_testbed("cham", "chameleon", None, "interrupted", {})
+        api = p._connect()
+        lease = api.lease_create(p.lease_name, start="now", end=time.strftime("%Y-%m-%d %H:%M",
+                                 time.gmtime(time.time() + 3600)), node_type="compute_skylake", count=1, fips=0)
+        code, out, exc = _invoke("status", "--orphans", "--json")
+        assert code == 0, (out, exc)
+        assert [(o["testbed"], o["kind"], o["id"]) for o in json.loads(out)["orphans"]] == [
+            ("cham", "lease", lease["id"])]
+        release = json.loads(out)["orphans"][0]["release"]
+        assert release.startswith("testbed destroy cham")
+        code, out, exc = _invoke(*release.split(" (")[0].split()[1:], "--yes")
+        assert code == 0, (out, exc)
+        assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
+    finally:
+        fake.stop()
