@@ -568,10 +568,14 @@ def test_chameleon_orphan_lease_is_listed_and_destroy_releases_it(tb_home: Path,
         (tb_home / "inventories").mkdir()
         (tb_home / "inventories" / "cham.yml").write_text("provider:\n  kind: chameleon\n  count: 1\nuser: cc\n")
         p = Testbed.open("cham").provider()
-        p.store.upsert_testbed("cham", "chameleon", None, "interrupted", {})
         api = p._connect()
         lease = api.lease_create(p.lease_name, start="now", end=time.strftime("%Y-%m-%d %H:%M",
                                  time.gmtime(time.time() + 3600)), node_type="compute_skylake", count=1, fips=0)
+        code, out, exc = _invoke("status", "--orphans", "--json")  # no state row at all: the OpenStack client
+        assert code == 0, (out, exc)
+        assert json.loads(out)["orphans"] == [{"testbed": "cham", "kind": "lease", "id": lease["id"],
+                                               "release": f"openstack reservation lease delete {lease['id']}"}]
+        p.store.upsert_testbed("cham", "chameleon", None, "interrupted", {})  # a provision interrupted
         code, out, exc = _invoke("status", "--orphans", "--json")
         assert code == 0, (out, exc)
         assert [(o["testbed"], o["kind"], o["id"]) for o in json.loads(out)["orphans"]] == [

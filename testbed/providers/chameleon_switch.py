@@ -124,15 +124,21 @@ def orphans(p: ChameleonProvider) -> list[dict[str, Any]]:
     """Leases, servers and floating IPs named for this testbed at the site that state does not record."""
     api = p._connect()
     known = {r["id"] for r in p.store.resources(p.name)}
-    fix = f"testbed destroy {p.name} (it adopts them by name)"
+    recorded = p.store.testbed(p.name) is not None
+
+    def fix(cli: str) -> str:  # a recorded testbed's destroy adopts them by name; else the OpenStack client
+        return f"testbed destroy {p.name} (it adopts them by name)" if recorded else cli
+
     out: list[dict[str, Any]] = []
     with p._step("listing leases", f"lease {p.lease_name}"):
-        out += [{"kind": "lease", "id": x["id"], "release": fix} for x in api.leases_named(p.lease_name)
+        out += [{"kind": "lease", "id": x["id"], "release": fix(f"openstack reservation lease delete {x['id']}")}
+                for x in api.leases_named(p.lease_name)
                 if x["id"] not in known and x.get("status") not in ("TERMINATED", "DELETED")]
     with p._step("listing servers", f"servers {p.prefix}-*"):
-        out += [{"kind": "server", "id": str(x["id"]), "release": fix} for x in api.servers_named(p.prefix + "-")
-                if str(x["id"]) not in known]
+        out += [{"kind": "server", "id": str(x["id"]), "release": fix(f"openstack server delete {x['id']}")}
+                for x in api.servers_named(p.prefix + "-") if str(x["id"]) not in known]
     with p._step("listing floating IPs", f"floating IPs of {p.prefix}"):
-        out += [{"kind": "fip", "id": f["id"], "release": fix} for f in api.fips()
+        out += [{"kind": "fip", "id": f["id"], "release": fix(f"openstack floating ip delete {f['id']}")}
+                for f in api.fips()
                 if str(f.get("description") or "").startswith(f"testbed {p.prefix} ") and f["id"] not in known]
     return out
