@@ -271,8 +271,9 @@ def test_chameleon_expired_testbed_releases_itself(local_testbed, monkeypatch: p
         assert lease["end_date"] >= time.strftime("%Y-%m-%dT%H:%M", time.gmtime(time.time() + 7190))
         code, out, exc = _invoke("extend", "chameleon", "--expire", "15s")
         assert code == 0 and "not told" not in out, (out, exc)
-        code, out, exc = _invoke("status", "chameleon", "--json")
+        code, out, exc = _invoke("status", "chameleon", "--json", "--probe")
         assert code == 0 and "(agent)" in json.loads(out)["next_release"], (out, exc)
+        assert all(v.startswith("alive, releases at") for v in json.loads(out)["agents"].values()), out
         deadline = json.loads(bed.provider.console(hosts[0], "cat /var/lib/testbed-deadman/deadline.json").stdout)
         assert deadline["expire_at"] < time.time() + 16
         _close_controller_side("chameleon", hosts)

@@ -164,6 +164,11 @@ def status(target: Annotated[str | None, typer.Argument(help="A testbed name or 
             r = res.get(h.name)
             h.state = "up" if r and r.ok else ("unreachable" if r else h.state)
             st.set_host_state(target, h.name, h.state)
+        if e is not None and e.switch == "agent" and e.armed:  # what each host's agent says
+            agents = deadman.agent_status(target, [n for n in e.armed if res.get(n) and res[n].ok])
+            extra["agents"] = {n: (f"alive, releases at {expiry.iso((a.get('status') or {}).get('release_at'))}"
+                                   if a.get("alive") else "released" if a.get("released") else
+                                   a.get("error") or "not running") for n, a in agents.items()}
     if json_out:
         print_json({"testbed": target, "provider": tb["provider"], "status": tb["status"], **extra,
                      "hosts": [{"name": h.name, "address": h.address, "port": h.port, "user": h.user,

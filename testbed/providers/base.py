@@ -239,8 +239,8 @@ class Provider(ABC):
             ssh.write_inventory(self.name, hosts, self.spec.vars)
             down = [h for h in hosts if h.state == "unreachable"]
             self.record_testbed("degraded" if down else "up", self.info())
-            if expiry is not None and not down:
-                deadman.arm(self, hosts, expiry)
+            if expiry is not None and len(down) < len(hosts):  # the hosts that answer hold the switch
+                deadman.arm(self, [h for h in hosts if h.state != "unreachable"], expiry)
         if down:
             raise self.unreachable(down)
         return hosts
