@@ -588,3 +588,21 @@ def test_chameleon_orphan_lease_is_listed_and_destroy_releases_it(tb_home: Path,
         assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
     finally:
         fake.stop()
+
+
+def test_a_command_restarts_the_idle_clock(local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESTBED_DEADMAN_INTERVAL", "0.5")
+    bed = local_testbed(hosts=1, name="busy")
+    os.chdir(bed.cwd)
+    spec = json.loads((bed.cwd / "inventories" / "busy.yml").read_text())
+    (bed.cwd / "inventories" / "busy.yml").write_text(json.dumps({**spec, "idle_after": "6s"}))
+    code, out, exc = _invoke("provision", "busy")
+    assert code == 0, (out, exc)
+    t0 = time.monotonic()
+    for _ in range(3):  # a command every 4 s: never 6 s idle
+        time.sleep(4)
+        code, out, exc = _invoke("exec", "busy", "--", "true")
+        assert code == 0, (out, exc)
+    assert len(_netns_of(bed)) == 1 and bed.store.testbed("busy") is not None  # 12 s, twice the limit
+    _until(lambda: bed.store.testbed("busy") is None, 30, "released once idle")
+    assert time.monotonic() - t0 > 12 + 5
