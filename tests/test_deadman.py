@@ -606,3 +606,31 @@ def test_a_command_restarts_the_idle_clock(local_testbed, monkeypatch: pytest.Mo
     assert len(_netns_of(bed)) == 1 and bed.store.testbed("busy") is not None  # 12 s, twice the limit
     _until(lambda: bed.store.testbed("busy") is None, 30, "released once idle")
     assert time.monotonic() - t0 > 12 + 5
+
+
+def test_agent_sees_a_run_being_set_up_running_and_ended(tmp_path: Path) -> None:
+    """The host-side check, on a folder laid out as tb-rank.sh lays it out."""
+    import importlib.util
+    import subprocess
+
+    spec = importlib.util.spec_from_file_location("agent", Path(expiry.__file__).parent / "scripts" /
+                                                  "deadman_agent.py")
+    assert spec and spec.loader
+    agent = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent)
+    home = tmp_path / "home" / "u"
+    run = home / ".testbed-runs" / "r1"
+    run.mkdir(parents=True)
+    assert agent.run_active(homes=[str(home)])  # uploaded, no rank yet: being set up
+    assert not agent.run_active(now=time.time() + agent.SETUP_GRACE + 1, homes=[str(home)])  # a set-up long dead
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        (run / "rank0.pid").write_text(str(proc.pid))
+        assert agent.run_active(homes=[str(home)])
+        (run / "rank0.exit").write_text("0")
+        assert not agent.run_active(homes=[str(home)])
+        (run / "rank0.exit").unlink()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not agent.run_active(homes=[str(home)])  # its process gone without an exit file (a killed host)

@@ -11,7 +11,8 @@ DIR (root-only, 0700) holds:
   deadline.json  {"expire_at": EPOCH or null, "idle_after": SECONDS or null}; the controller rewrites it whenever it
                  acts on the testbed, and its modification time is the last action
 It writes status.json (the next release time, whether a run is active) and, once done, released.json, then exits.
-A run is active while a rank of a run under some user's ~/.testbed-runs has a live process and no exit file.
+A run is active while a rank of a run under some user's ~/.testbed-runs has a live process and no exit file, or
+while a run folder is being set up (no rank started yet; 10 minutes at most).
 Every loop is bounded: requests time out after 30 s; a failed release is retried every interval, 120 times at most.
 """
 
@@ -41,21 +42,32 @@ def _write(path, data):
     os.replace(tmp, path)
 
 
-def run_active():
-    """True while a rank of a testbed run on this host is alive (its process group exists, no exit file)."""
-    homes = ["/root", *glob.glob("/home/*")]
-    for home in homes:
-        for pidfile in glob.glob(os.path.join(home, ".testbed-runs", "*", "rank*.pid")):
-            base = pidfile[:-len(".pid")]
-            if os.path.exists(base + ".exit"):
-                continue
-            try:
-                with open(pidfile) as f:
-                    pid = int(f.read().strip())
-                os.kill(pid, 0)
-                return True
-            except (OSError, ValueError):
-                continue
+SETUP_GRACE = 600  # a run folder with no rank started yet counts as a run being set up, this long at most
+
+
+def run_active(now=None, homes=None):
+    """True while a testbed run on this host is alive: a rank with a live process and no exit file, or a run
+    folder still being set up (uploaded, no rank started yet) for at most SETUP_GRACE seconds."""
+    now = now or time.time()
+    for home in homes if homes is not None else ["/root", *glob.glob("/home/*")]:
+        for run_dir in glob.glob(os.path.join(home, ".testbed-runs", "*")):
+            pidfiles = glob.glob(os.path.join(run_dir, "rank*.pid"))
+            if not pidfiles and not glob.glob(os.path.join(run_dir, "rank*.exit")):
+                try:
+                    if now - os.path.getmtime(run_dir) < SETUP_GRACE:
+                        return True
+                except OSError:
+                    pass
+            for pidfile in pidfiles:
+                if os.path.exists(pidfile[:-len(".pid")] + ".exit"):
+                    continue
+                try:
+                    with open(pidfile) as f:
+                        pid = int(f.read().strip())
+                    os.kill(pid, 0)
+                    return True
+                except (OSError, ValueError):
+                    continue
     return False
 
 
