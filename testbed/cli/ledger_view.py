@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from testbed.expiry import span
+
 
 def _cost(c: dict[str, Any] | None) -> tuple[str, str]:
     if not c:
@@ -31,7 +33,7 @@ def render(con: Console, data: dict[str, Any]) -> None:
             counts: dict[str, int] = {}
             for res in r["resources"]:
                 counts[res["kind"]] = counts.get(res["kind"], 0) + 1
-            holds = ", ".join(f"{n} {k}" for k, n in counts.items()) or f"{r['hosts']} hosts"
+            holds = ", ".join(f"{n} {k}{'s' if n > 1 else ''}" for k, n in counts.items()) or f"{r['hosts']} hosts"
             if r.get("lease_end"):
                 holds += f"; lease ends {r['lease_end']}"
             holds += f"\nsince {(r['since'] or '')[:16]}"
@@ -43,7 +45,7 @@ def render(con: Console, data: dict[str, Any]) -> None:
                 if e["expire_at"]:
                     parts.append(f"at {e['expire_at']}")
                 if e["idle_after"]:
-                    parts.append(f"idle {int(e['idle_after'])} s")
+                    parts.append(f"idle {span(e['idle_after'])}")
                 exp_txt = (", ".join(parts) + f" [{e['switch']}]\nnext release {e['release_at']} (in {e['in']})"
                            + (", held by a run" if e.get("held_by_run") else ""))
             t.add_row(f"{escape(r['name'])}\n{r['provider']}, {r['status']}", escape(holds),
