@@ -42,7 +42,20 @@ class TestbedSpec(Strict):
     vars: dict[str, object] = Field(default_factory=dict, description="variables handed to set-up roles")
     sources: dict[str, str] = Field(default_factory=dict, description="source overrides for every run and set-up "
                                     "on this testbed (name: PATH|URL[@REF]), e.g. offline mirrors; --source wins")
+    expire: str | None = Field(None, description="release the testbed this long after provision (8h, 90m, 2d); "
+                               "'testbed provision --expire' wins, 'testbed extend' moves it")
+    idle_after: str | None = Field(None, description="release the testbed after this long with no run and no "
+                                   "testbed command (30m, 2h)")
     source: str | None = Field(None, exclude=True)
+
+    @field_validator("expire", "idle_after")
+    @classmethod
+    def _duration(cls, v: str | None) -> str | None:
+        if v is not None:
+            from testbed.expiry import parse_duration
+
+            parse_duration(v)
+        return v
 
     @field_validator("groups")
     @classmethod

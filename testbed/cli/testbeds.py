@@ -75,17 +75,24 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
                                 ] = None,
               no_setup: Annotated[bool, typer.Option("--no-setup", help="With --repair: do not set the host up "
                                                                       "again.")] = False,
+              expire: Annotated[str | None, typer.Option("--expire", help="Release the testbed this long from now "
+                                                         "(8h, 90m, 2d), even with no controller running.")] = None,
               json_out: JsonOpt = False) -> None:
     """Create (or repair) the testbed's hosts and record them in state. Idempotent.
 
-    Example: testbed provision local  |  testbed provision chameleon --repair node-2
+    Example: testbed provision local --expire 8h  |  testbed provision chameleon --repair node-2
     """
     from testbed.spec import check_vars
 
+    _check_duration(expire, "--expire")
     st = store()
     p = provider_for(name, st)
+    p.expire = expire
     check_vars(p.spec)  # set-up variables are refused before any host is made
     if repair is not None:
+        if expire is not None:
+            raise UsageError("--expire goes with provisioning, not with --repair", where="--expire",
+                             fix=f"testbed extend {name} --expire {expire} moves the expiry")
         return _repair(name, repair, not no_setup, json_out)
     if no_setup:
         raise UsageError("--no-setup goes with --repair", where="--no-setup",
@@ -98,12 +105,19 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
                            where=f"testbed {p.name}", fix=f"run 'testbed destroy {p.name}' to release them, "
                            f"or 'testbed provision {p.name}' to finish") from None
     dt = time.monotonic() - t0
+    from testbed import deadman, expiry
+
+    e = deadman.recorded(st, p.name)
+    release_at = expiry.iso(e.release_at()) if e is not None and e.active else None
     if json_out:
         print_json({"testbed": p.name, "provider": p.kind, "seconds": round(dt, 2),
-                     "hosts": [h.to_dict() for h in hosts]})
+                     "hosts": [h.to_dict() for h in hosts], "release_at": release_at})
         return
     c = console()
     c.print(_hosts_table(f"testbed {p.name} ({p.kind}): {len(hosts)} hosts up in {dt:.1f} s", hosts))
+    if release_at:
+        c.print(f"released at {release_at} by its dead-man's switch ({e.switch if e else ''}) unless extended "
+                f"(testbed extend {p.name} --expire 8h)")
     from testbed import ssh
 
     c.print(f"ssh:     ssh -F {ssh.ssh_config_path(p.name)} {hosts[0].name}" if hosts else "")
@@ -130,38 +144,44 @@ def _repair(name: str, host: str, setup: bool, json_out: bool) -> None:
 def status(target: Annotated[str | None, typer.Argument(help="A testbed name or a run id; none: everything.",
                                                         autocompletion=complete.testbeds_or_runs)] = None,
            probe: Annotated[bool, typer.Option("--probe", help="Check every host over SSH.")] = False,
+           orphans: Annotated[bool, typer.Option("--orphans", help="Also ask the clouds for resources state does "
+                                                                   "not record (network, credentials).")] = False,
            json_out: JsonOpt = False) -> None:
-    """What state knows, without touching the network (``--probe`` checks reachability).
+    """What state knows, without touching the network (``--probe`` checks reachability). With no name: the ledger
+    of every testbed (what it holds, since when, cost, expiry and the next release).
 
     Example: testbed status local --probe
     """
     st = store()
     if target is None:
-        tbs = st.testbeds()
-        runs = _recent_runs(st)
-        if json_out:
-            print_json({"testbeds": [{**t, "hosts": len(st.hosts(t["name"]))} for t in tbs], "runs": runs})
-            return
-        from rich.table import Table
+        from testbed import ledger, paths
+        from testbed.cli import ledger_view
 
-        t = Table(title="testbeds", title_justify="left")
-        for col in ("name", "provider", "status", "hosts", "updated"):
-            t.add_column(col)
-        for tb in tbs:
-            t.add_row(tb["name"], tb["provider"], tb["status"], str(len(st.hosts(tb["name"]))),
-                      time.strftime("%Y-%m-%d %H:%M", time.localtime(tb["updated"])))
-        console().print(t if tbs else "no testbed provisioned (try: testbed provision local)")
-        if runs:
-            _print_runs(runs)
+        data = ledger.ledger(st, paths.home())
+        data["runs"] = _recent_runs(st)
+        if orphans:
+            data["orphans"] = ledger.orphans(st)
+        if json_out:
+            print_json(data)
+            return
+        ledger_view.render(console(), data)
+        if data["runs"]:
+            _print_runs(data["runs"])
         return
     if st.testbed(target) is None and st.run(target) is not None:
         return _run_status(target, json_out)
     tb = _known_testbed(st, target)
     hosts = st.hosts(target)
     extra: dict[str, Any] = {}
+    from testbed import deadman, expiry
+
+    e = deadman.recorded(st, target)
+    if e is not None and e.active:  # the dead-man's switch: when it releases the testbed if nothing happens
+        extra["expiry"] = expiry.iso(e.expire_at) or f"idle after {int(e.idle_after or 0)} s"
+        extra["next_release"] = f"{expiry.iso(e.release_at())} ({e.switch or 'not armed'})"
     try:  # a spec that no longer loads still lets status show what state knows
         p = provider_for(target, st)
-        extra = p.describe()
+        extra = {**p.describe(), **extra}
         if probe:
             hosts = p.refresh()
     except TestbedError:
@@ -175,6 +195,11 @@ def status(target: Annotated[str | None, typer.Argument(help="A testbed name or 
             r = res.get(h.name)
             h.state = "up" if r and r.ok else ("unreachable" if r else h.state)
             st.set_host_state(target, h.name, h.state)
+        if e is not None and e.switch == "agent" and e.armed:  # what each host's agent says
+            agents = deadman.agent_status(target, [n for n in e.armed if res.get(n) and res[n].ok])
+            extra["agents"] = {n: (f"alive, releases at {expiry.iso((a.get('status') or {}).get('release_at'))}"
+                                   if a.get("alive") else "released" if a.get("released") else
+                                   a.get("error") or "not running") for n, a in agents.items()}
     if json_out:
         print_json({"testbed": target, "provider": tb["provider"], "status": tb["status"], **extra,
                      "hosts": [{"name": h.name, "address": h.address, "port": h.port, "user": h.user,
@@ -250,6 +275,9 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
     kw: dict[str, Any] = {"profile": profile, "suite": suite, "roles": role or None, "check": check,
                           "limit": [x.strip() for x in limit.split(",") if x.strip()] if limit else None,
                           "extra_vars": extra or None}
+    from testbed import deadman
+
+    deadman.touch(name)
     if json_out:
         result = setup_mod.apply(name, **kw)
         sys.stdout.write(result.to_json() + "\n")
@@ -300,6 +328,9 @@ def exec_(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
     if not cmd.strip():
         raise UsageError("no command given", where="command line", fix="testbed exec local -- hostname")
     results = remote.run(name, [h.name for h in selected], cmd, timeout=timeout)
+    from testbed import deadman
+
+    deadman.touch(name)  # a command: the idle clock restarts
     failed = [r for r in results if not r.ok]
     if json_out:
         print_json([{"host": r.host, "exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr,
@@ -340,24 +371,75 @@ def ssh_(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletio
     if host is None or host not in names:
         raise UsageError(f"no host '{host}' in testbed '{name}'", where="command line",
                          fix=f"hosts: {', '.join(names)}")
+    from testbed import deadman
+
+    deadman.touch(name)
     remote.interactive(name, host, " ".join(command) if command else None)
 
 
-def extend(name: Annotated[str, typer.Argument(help="Testbed name (a Chameleon testbed).",
-                                               autocompletion=complete.testbeds)],
-           hours: Annotated[float, typer.Option("--hours", help="Hours to add to the lease.")]) -> None:
-    """Move the end of the testbed's lease later (Chameleon).
+def extend(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletion=complete.testbeds)],
+           hours: Annotated[float | None, typer.Option("--hours", help="Hours to add to the lease and to the "
+                                                                     "expiry.")] = None,
+           expire: Annotated[str | None, typer.Option("--expire", help="A new expiry, this long from now (8h); "
+                                                                        "a Chameleon lease ending earlier is "
+                                                                        "moved too.")] = None,
+           off: Annotated[bool, typer.Option("--off", help="Turn the dead-man's switch off: no expiry, no idle "
+                                                           "limit (a lease still ends at its end).")] = False) -> None:
+    """Move the testbed's expiry (the dead-man's switch's deadline) and the end of its lease (Chameleon).
 
     Example: testbed extend chameleon --hours 4
     """
+    from testbed import deadman, expiry
+
+    if off:
+        st = store()
+        _known_testbed(st, name)
+        p = provider_for(name, st, recorded_ok=True)
+        p.disarm_switch()
+        st.update_testbed_info(name, expiry=None)
+        console().print(f"{name}: dead-man's switch off (no expiry, no idle limit); "
+                        f"'testbed provision {name} --expire 8h' sets one again")
+        return
+    if hours is None and expire is None:
+        raise UsageError("give --hours or --expire", where="command line", fix=f"testbed extend {name} --hours 4")
+    if hours is not None and hours <= 0:
+        raise UsageError(f"cannot extend by {hours} hours", where="--hours", fix="give a positive number")
+    _check_duration(expire, "--expire")
     st = store()
     _known_testbed(st, name)
     p = provider_for(name, st)
-    if not p.can("extend"):
-        raise UsageError(f"testbed '{name}' ({p.kind}) has no lease to extend", where="command line",
-                         fix="extend applies to testbeds with a reservation (Chameleon leases)")
-    new_end = p.extend(hours)
-    console().print(f"lease of {name} now ends at {new_end}")
+    e = deadman.recorded(st, name)
+    new_at = None
+    if e is not None and e.expire_at is not None:
+        new_at = time.time() + expiry.parse_duration(expire) if expire else e.expire_at + (hours or 0) * 3600
+    elif expire:
+        raise UsageError(f"testbed '{name}' has no expiry to move", where="command line",
+                         fix=f"set one with 'testbed provision {name} --expire {expire}'")
+    c = console()
+    lease_hours = hours
+    if p.can("extend") and expire and new_at is not None:
+        lease_hours = p.hours_short_of(new_at)
+    if lease_hours and p.can("extend"):
+        c.print(f"lease of {name} now ends at {p.extend(lease_hours)}")
+    elif hours and new_at is None:
+        raise UsageError(f"testbed '{name}' ({p.kind}) has no lease and no expiry to extend", where="command line",
+                         fix="extend applies to testbeds with a reservation or an expiry (provision --expire)")
+    if e is not None and new_at is not None:
+        e.expire_at = new_at
+        missed = deadman.refresh(st, name, moved=e)
+        c.print(f"{name} now expires at {expiry.iso(new_at)}"
+                + (f" (not told: {', '.join(missed)}; their old deadline stands)" if missed else ""))
+
+
+def _check_duration(value: str | None, option: str) -> None:
+    if value is None:
+        return
+    from testbed.expiry import parse_duration
+
+    try:
+        parse_duration(value)
+    except ValueError as err:
+        raise UsageError(f"bad {option}: {err}", where=option, fix=f"e.g. {option} 8h (s, m, h or d)") from None
 
 
 def forget_host(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletion=complete.testbeds)],

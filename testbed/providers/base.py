@@ -23,6 +23,7 @@ from testbed.errors import TestbedError
 from testbed.hosts import Host
 
 if TYPE_CHECKING:
+    from testbed.expiry import Expiry
     from testbed.spec import TestbedSpec
     from testbed.state import Store
 
@@ -135,8 +136,10 @@ class Provider(ABC):
     offline_hosts: ClassVar[bool] = False  # hosts have no route out (set-up installs from the controller)
     shares_controller_files: ClassVar[bool] = False  # hosts see the controller's files (its Python env)
     # Optional operations it implements: "extend" (the lease end), "kill-host", "cut-network" (faults),
-    # "repair" (bring one failed host back: ``discard`` it, then ``create`` makes it again).
+    # "repair" (bring one failed host back: ``discard`` it, then ``create`` makes it again), "expire" (a
+    # dead-man's switch releases the testbed at its expiry: see testbed.deadman).
     capabilities: ClassVar[frozenset[str]] = frozenset()
+    expire: str | None = None  # --expire of this command (a duration from now), over the spec's expire
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet):
         self.spec = spec
@@ -232,7 +235,11 @@ class Provider(ABC):
     # the common work -----------------------------------------------------------------------------------
     def provision(self) -> list[Host]:
         """Create (or find) the hosts, reach them over SSH, record them in state, return them; idempotent."""
+        from testbed import deadman
+
         with self.lock():
+            expiry = deadman.planned(self.spec, self.expire, deadman.recorded(self.store, self.name))
+            deadman.check(self, expiry)
             self.preflight()
             public_key = ssh.ensure_keypair(self.name)[1] if self.wants_key() else None
             self.record_testbed("provisioning", self.info())
@@ -251,6 +258,8 @@ class Provider(ABC):
             ssh.write_inventory(self.name, hosts, self.spec.vars)
             down = [h for h in hosts if h.state == "unreachable"]
             self.record_testbed("degraded" if down else "up", self.info())
+            if expiry is not None and len(down) < len(hosts):  # the hosts that answer hold the switch
+                deadman.arm(self, [h for h in hosts if h.state != "unreachable"], expiry)
         if down:
             raise self.unreachable(down)
         return hosts
@@ -303,6 +312,12 @@ class Provider(ABC):
             self.store.set_hosts(self.name, hosts)
             ssh.write_inventory(self.name, hosts, self.spec.vars)
             self.record_testbed("up", self.info())
+            from testbed import deadman
+
+            expiry = deadman.recorded(self.store, self.name)
+            if expiry is not None and expiry.active and expiry.switch == "agent":
+                # a new server or node has no agent, and the switch's credential names the old one: armed again
+                deadman.arm(self, [x for x in hosts if x.state != "unreachable"], expiry)
         return Repaired(host=host, hosts=[x.name for x in back.hosts], replaced=sorted(back.renewed),
                         seconds=round(time.monotonic() - t0, 2), made_seconds=round(t_made - t0, 2))
 
@@ -314,6 +329,10 @@ class Provider(ABC):
     def destroy(self) -> None:
         """Release every resource recorded for this testbed, then forget it; safe to repeat."""
         with self.lock():
+            try:
+                self.disarm_switch()
+            except TestbedError as e:  # the billing resources go first; release reports what it cannot undo
+                self.progress(f"dead-man's switch: {e.what} (releasing anyway)")
             self.release()
         self.forget()
 
@@ -427,6 +446,46 @@ class Provider(ABC):
     def restore_network(self, host: str) -> None:
         """Undo ``cut_network``."""
         raise NotImplementedError(f"{self.kind} cannot cut a host's network")
+
+    # the dead-man's switch (testbed.deadman) and the ledger -------------------------------------------
+    def check_switch(self, expiry: Expiry) -> None:
+        """Refuse (before anything is made) an expiry this provider's switch cannot enforce as asked."""
+        return None
+
+    def switch_release(self, expiry: Expiry) -> dict[str, Any]:
+        """What the hosts' agent does at the deadline: ``{"auth": {...}, "requests": [[METHOD, URL], ...]}``, with
+        the narrowest credential the cloud offers (made here, recorded as a resource)."""
+        raise NotImplementedError(f"{self.kind} has no release for a dead-man's switch")
+
+    def arm_switch(self, hosts: list[Host], expiry: Expiry) -> Expiry:
+        """Put the switch in place for ``expiry`` (default: the agent on every host); the expiry as armed."""
+        from testbed import deadman
+
+        expiry.armed = deadman.install_agent(self, hosts, expiry, self.switch_release(expiry))
+        expiry.switch = "agent"
+        return expiry
+
+    def disarm_switch(self) -> None:
+        """Before a destroy: stop the switch (best effort; the hosts may be gone already)."""
+        from testbed import deadman
+
+        e = deadman.recorded(self.store, self.name)
+        if e is not None and e.switch == "agent" and e.armed:
+            deadman.disarm_agents(self.name, e.armed)
+
+    def hours_short_of(self, at: float) -> float:
+        """Hours the reservation must grow to last until ``at`` (epoch); 0 when it already does or has no end."""
+        return 0.0
+
+    def cost(self, prices: dict[str, Any]) -> dict[str, Any] | None:
+        """What the held resources cost per hour from state (no network): ``{"per_hour", "unit", "basis"}``; None
+        when they cost nothing."""
+        return None
+
+    def orphans(self) -> list[dict[str, Any]]:
+        """Resources of this testbed at the provider that state does not record (network), each with ``kind``,
+        ``id`` and ``release`` (the command that releases it)."""
+        return []
 
     def describe(self) -> dict[str, Any]:
         """Provider-specific status from state only (no network): lease end, slice type, ..."""

@@ -30,6 +30,7 @@ from testbed.providers.base import Made, Pacer, Provider
 from testbed.providers.settings import ChameleonSettings
 
 if TYPE_CHECKING:
+    from testbed.expiry import Expiry
     from testbed.providers.chameleon_chi import ApiError, Chi
 
 BLAZAR_FMT = "%Y-%m-%d %H:%M"
@@ -86,7 +87,7 @@ def _span(td: timedelta) -> str:
 
 class ChameleonProvider(Provider):
     costs_money = True
-    capabilities = frozenset({"extend", "repair"})
+    capabilities = frozenset({"extend", "repair", "expire"})
     """Bare-metal nodes on a Chameleon lease."""
 
     kind = "chameleon"
@@ -224,6 +225,7 @@ class ChameleonProvider(Provider):
 
     # provision ----------------------------------------------------------------------------------------
     _api: Chi | None = None
+    lease_end_cap: float | None = None  # a new lease ends no later than this (epoch): the testbed's expiry
     _renewed: set[str]  # hosts whose server was (re)created by this provision
 
     def preflight(self) -> None:
@@ -486,6 +488,46 @@ class ChameleonProvider(Provider):
         from testbed.providers import chameleon_lease
 
         return chameleon_lease.extend(self, hours)
+
+    # the dead-man's switch, the ledger (testbed.providers.chameleon_switch) ------------------------------
+    def check_switch(self, expiry: Expiry) -> None:
+        from testbed.providers import chameleon_switch
+
+        self.lease_end_cap = expiry.expire_at
+        chameleon_switch.check(self, expiry)
+
+    def switch_release(self, expiry: Expiry) -> dict[str, Any]:
+        from testbed.providers import chameleon_switch
+
+        return chameleon_switch.release_plan(self, expiry)
+
+    def disarm_switch(self) -> None:
+        """The agents stopped, then their credential deleted (the lease end stays: Blazar's own switch)."""
+        super().disarm_switch()
+        from testbed.providers import chameleon_switch
+
+        if self.store.resources(self.name, chameleon_switch.APP_CRED):
+            failures: list[str] = []
+            chameleon_switch.revoke(self, self._api or self._connect(), failures)
+            if failures:
+                raise TestbedError("; ".join(failures), where=self._where("keystone", "application credentials"),
+                                   fix=f"run the command again, or delete the credentials named {self.prefix}-"
+                                       "deadman-* in the dashboard (Identity > Application Credentials)")
+
+    def hours_short_of(self, at: float) -> float:
+        from testbed.providers import chameleon_switch
+
+        return chameleon_switch.hours_short_of(self, at)
+
+    def cost(self, prices: dict[str, Any]) -> dict[str, Any] | None:
+        from testbed.providers import chameleon_switch
+
+        return chameleon_switch.cost(self, prices)
+
+    def orphans(self) -> list[dict[str, Any]]:
+        from testbed.providers import chameleon_switch
+
+        return chameleon_switch.orphans(self)
 
     def refresh(self) -> list[Host]:
         """Hosts with their servers' real state (network)."""

@@ -291,6 +291,8 @@ class Chi:
         _silence_loggers()  # importing the clients may have reset levels
         self.chi = chi
         self.site = site
+        self.region = creds.region or site
+        self.auth_url = creds.auth_url
 
     @contextlib.contextmanager
     def call(self, service: str) -> Iterator[None]:
@@ -435,3 +437,50 @@ class Chi:
                 return False
             raise
 
+
+    # keystone: endpoints and application credentials (the dead-man's switch) ----------------------------
+    def endpoint(self, service_type: str) -> str:
+        """The public endpoint of ``service_type`` in this region, from the token's catalog."""
+        with self.call("keystone"):
+            url = self.chi.session().get_endpoint(service_type=service_type, interface="public",
+                                                  region_name=self.region)
+        if not url:
+            raise ApiError(None, f"no {service_type} endpoint in the catalog", service="keystone", kind="endpoint")
+        return str(url).rstrip("/")
+
+    def _users_url(self) -> str:
+        with self.call("keystone"):
+            uid = self.chi.session().get_user_id()
+        return f"{self.endpoint('identity')}/users/{uid}/application_credentials"
+
+    def app_cred_get(self, cred_id: str) -> dict[str, Any] | None:
+        """GET one of the user's application credentials (None: not found)."""
+        try:
+            with self.call("keystone"):
+                r = self.chi.session().get(f"{self._users_url()}/{cred_id}")
+                return dict(r.json()["application_credential"])
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def app_cred_create(self, name: str, *, access_rules: list[dict[str, str]], expires_at: str,
+                        description: str) -> dict[str, Any]:
+        """POST /v3/users/{me}/application_credentials: a restricted credential with these access rules; the
+        answer holds its secret (shown once by keystone, never stored by testbed)."""
+        body = {"application_credential": {"name": name, "description": description, "expires_at": expires_at,
+                                           "unrestricted": False, "access_rules": access_rules}}
+        with self.call("keystone"):
+            r = self.chi.session().post(self._users_url(), json=body)
+            return dict(r.json()["application_credential"])
+
+    def app_cred_delete(self, cred_id: str) -> bool:
+        """DELETE an application credential; False when it was already gone."""
+        try:
+            with self.call("keystone"):
+                self.chi.session().delete(f"{self._users_url()}/{cred_id}")
+                return True
+        except ApiError as e:
+            if e.status == 404:
+                return False
+            raise

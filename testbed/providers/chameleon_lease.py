@@ -5,7 +5,7 @@ until ACTIVE, described from state (its end, a warning before it), and extended.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError
@@ -37,6 +37,10 @@ def dates(p: ChameleonProvider, *, new: bool = True) -> tuple[str, str]:
         end_dt = datetime.strptime(s.end, BLAZAR_FMT) if s.end else start_dt + timedelta(hours=s.hours)
     except ValueError as e:
         raise UsageError(f"bad lease date: {e}", where=where, fix="write 'now' or 'YYYY-MM-DD HH:MM' (UTC)") from None
+    cap = getattr(p, "lease_end_cap", None)  # an expiry: Blazar's own lease end is the first switch
+    if new and cap is not None:
+        capped = datetime.fromtimestamp(cap, UTC).replace(tzinfo=None, second=0, microsecond=0) + timedelta(minutes=1)
+        end_dt = min(end_dt, max(capped, start_dt + timedelta(minutes=5)))  # Blazar wants a real span
     if end_dt <= start_dt + timedelta(minutes=1):
         raise UsageError(f"the lease would end ({end_dt:%Y-%m-%d %H:%M}) before it starts",
                          where=where, fix="make end later than start, or give provider.hours")

@@ -41,6 +41,9 @@ def release(p: ChameleonProvider) -> None:
         delete_servers(p, api, servers, failures)
         _destroy_leases(p, api, failures)
         _destroy_fips(p, api, failures, after_lease=True)
+        from testbed.providers import chameleon_switch
+
+        chameleon_switch.revoke(p, api, failures)  # the dead-man's switch's credential
         for r in p.store.resources(p.name, "keypair"):
             try:
                 with p._step("deleting the key pair", f"key pair {r['id']}"):

@@ -45,6 +45,7 @@ from testbed.providers.gcp_tpu_wait import pace
 from testbed.providers.settings import TpuSettings
 
 if TYPE_CHECKING:
+    from testbed.expiry import Expiry
     from testbed.spec import TestbedSpec
     from testbed.state import Store
 
@@ -77,8 +78,8 @@ def node_trouble(node: Any) -> str:
 
 class TpuProvider(Provider):
     costs_money = True
+    capabilities = frozenset({"repair", "expire"})
     kind = "gcp-tpu"
-    capabilities = frozenset({"repair"})
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet, *,
                  polling: Polling | None = None):
@@ -290,7 +291,10 @@ class TpuProvider(Provider):
             scheduling_config=tpu_v2.SchedulingConfig(preemptible=s.preemptible, spot=s.spot),
             # the guest agent makes the user from ssh-keys; OS Login (project metadata) would ignore these keys, and
             # the node's own enable-oslogin overrides the project's
-            metadata={"ssh-keys": f"{self.spec.user}:{pub}", "enable-oslogin": "FALSE"}, labels=self._labels())
+            metadata={"ssh-keys": f"{self.spec.user}:{pub}", "enable-oslogin": "FALSE"}, labels=self._labels(),
+            # the dead-man's switch deletes the node with this account's token (testbed.providers.gcp_tpu_switch)
+            service_account=tpu_v2.ServiceAccount(email=s.service_account, scope=SCOPES)
+            if s.service_account else None)
 
     def _adopt_check(self, nid: str, node: Any) -> None:
         """Refuse to take over a node of the same name that another tool (or testbed) created."""
@@ -530,6 +534,27 @@ class TpuProvider(Provider):
                 row["reason"] = qr_reason(qr)
             qrs.append(row)
         return {"nodes": nodes, "queued_resources": qrs}
+
+    # the dead-man's switch, the ledger (testbed.providers.gcp_tpu_switch) -------------------------------
+    def check_switch(self, expiry: Expiry) -> None:
+        from testbed.providers import gcp_tpu_switch
+
+        gcp_tpu_switch.check(self, expiry)
+
+    def switch_release(self, expiry: Expiry) -> dict[str, Any]:
+        from testbed.providers import gcp_tpu_switch
+
+        return gcp_tpu_switch.release_plan(self, expiry)
+
+    def cost(self, prices: dict[str, Any]) -> dict[str, Any] | None:
+        from testbed.providers import gcp_tpu_switch
+
+        return gcp_tpu_switch.cost(self, prices)
+
+    def orphans(self) -> list[dict[str, Any]]:
+        from testbed.providers import gcp_tpu_switch
+
+        return gcp_tpu_switch.orphans(self)
 
     def refresh(self) -> list[Host]:
         """Hosts with their real state: up, preempted, gone, or the node's state in lower case."""

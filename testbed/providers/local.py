@@ -23,12 +23,16 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testbed import paths, ssh
 from testbed.errors import TestbedError
 from testbed.hosts import Host
 from testbed.providers.base import Made, Provider
 from testbed.providers.settings import LocalSettings
+
+if TYPE_CHECKING:
+    from testbed.expiry import Expiry
 
 INIT = Path(__file__).with_name("local_init.py")
 REQUIRED_TOOLS = {"ip": "iproute2", "unshare": "util-linux", "nsenter": "util-linux", "mount": "mount",
@@ -126,7 +130,7 @@ class HostSlot:
 class LocalProvider(Provider):
     offline_hosts = True  # the hosts' only link is a bridge on this machine
     shares_controller_files = True  # their root is a copy-on-write overlay of this machine's /
-    capabilities = frozenset({"kill-host", "cut-network", "repair"})
+    capabilities = frozenset({"kill-host", "cut-network", "repair", "expire"})
     kind = "local"
 
     @property
@@ -419,6 +423,21 @@ class LocalProvider(Provider):
         """A failed local host is restarted: its processes go (``create`` starts it again on its own disk)."""
         self._kill_processes(self.slot(host.name))
         return [host.name]
+
+    # the dead-man's switch: the hosts are this machine's kernel objects, so a watchdog here releases them
+    def arm_switch(self, hosts: list[Host], expiry: Expiry) -> Expiry:
+        from testbed import deadman
+
+        expiry.switch = "watchdog"
+        expiry.armed = None
+        deadman.save(self.store, self.name, expiry)  # the watchdog reads it from state as it starts
+        deadman.start_watchdog(self.name)
+        return expiry
+
+    def disarm_switch(self) -> None:
+        from testbed import deadman
+
+        deadman.stop_watchdog(self.name)
 
     # faults ---------------------------------------------------------------------------------------
     def kill_host(self, host: str) -> None:

@@ -201,6 +201,9 @@ class TpuSettings(Settings):
     subnetwork: str | None = Field(None, pattern=SUBNETWORK_RE, description="subnetwork in the zone's region (name, "
                                    "or projects/P/regions/R/subnetworks/S); default: the network's 'default'")
     endpoint: str | None = Field(None, description="API endpoint override, e.g. http://127.0.0.1:8080")
+    service_account: str | None = Field(None, pattern=r"^[a-z0-9-]+@[a-z0-9.-]+\.iam\.gserviceaccount\.com$",
+                                        description="e-mail of the service account the nodes run as; needed for "
+                                        "an expiry (the dead-man's switch deletes the nodes with its token)")
     create_timeout: int = Field(1800, ge=5, description="seconds to wait for READY nodes (queued: also how long the "
                                 "request stays valid in the queue)")
     ssh_timeout: int = Field(600, ge=5)

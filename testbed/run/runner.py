@@ -86,6 +86,9 @@ def start_run(plan: Plan, campaign: str | None = None, *, store: Store | None = 
     """Record the run (pending) and start its supervisor; returns the run id."""
     st = _store(store)
     rs.create(st, plan, campaign)
+    from testbed import deadman
+
+    deadman.refresh(st, plan.testbed)  # a run: the expiry's idle clock restarts (the hosts' agents see the run)
     start_supervisor(plan.run_id, st)
     return plan.run_id
 

@@ -11,7 +11,13 @@ its own error body format. Sources: ChameleonCloud/blazar (branch chameleoncloud
 
 - keystone: application credentials (which may not ask for a scope: 401), passwords, token rescoping and the
   OpenID Connect password flow of Chameleon's openrc files (``v3oidcpassword``: discovery document, token
-  endpoint, ``OS-FEDERATION`` auth, then a project-scoped token); wrong secrets answer 401;
+  endpoint, ``OS-FEDERATION`` auth, then a project-scoped token); wrong secrets answer 401. Application
+  credentials are made, read and deleted under ``/v3/users/{id}/application_credentials`` (keystone/api/users.py:
+  403 for a token of a restricted credential -- ``app_cred_unrestricted`` is False by default, as in keystone --
+  and for another user; 400 for a bad body; an expired one cannot log in); a token of a credential with
+  ``access_rules`` reaches only the requests a rule names, matched as keystonemiddleware's
+  ``validate_allowed_request`` does (method, service type, the request's whole path, ``*``/``**``/``{tag}``),
+  else 401 "Token authorization failed";
 - blazar: a lease is PENDING, STARTING after its first look, ACTIVE after ``lease_polls`` GETs (``lease_error``:
   ERROR, its start_lease event ERROR and its host reservation 'error' -- Blazar keeps no reason on the lease;
   ``lease_degraded``: ACTIVE with ``degraded`` and the reservation's ``missing_resources`` set). Requests are
@@ -36,7 +42,9 @@ its own error body format. Sources: ChameleonCloud/blazar (branch chameleoncloud
 
 Its servers "answer SSH": binding a floating IP calls ``ssh_hook(address, public_key)`` (the server's key pair),
 and unbinding or deleting it calls ``ssh_hook(address, None)``; tests map each pool address to a real sshd.
-Inventories (``leases``, ``servers``, ``fips``, ``keypairs``) let tests assert that nothing leaked,
+``host`` is the address it listens on (a local testbed's bridge address, so that its hosts reach it);
+``settle()`` lets time pass (deletes nova accepted finish with no one polling).
+Inventories (``leases``, ``servers``, ``fips``, ``keypairs``, ``app_creds``) let tests assert that nothing leaked,
 ``requests`` logs every (method, path) and ``on_request(method, path)`` runs before each answer goes out.
 """
 
@@ -94,16 +102,33 @@ def _node_type(resource_properties: str) -> str | None:
     return None
 
 
+def _path_matches(request_path: str, pattern: str) -> bool:
+    """keystonemiddleware.auth_token._path_matches: {tag} and * match one segment, ** any rest."""
+    regex = ""
+    for m in re.finditer(r"(?P<tag>{[^}]*})|(?P<wild>\*(?=$|[^\*]))|(?P<rec>\*\*)|(?P<lit>[^{}\*])", pattern):
+        if m.group("tag") or m.group("wild"):
+            regex += r"[^\/]+"
+        elif m.group("rec"):
+            regex += ".*"
+        else:
+            regex += re.escape(m.group("lit"))
+    return re.match(f"^{regex}$", request_path) is not None
+
+
 class FakeChameleon:
     """The fake site; ``start()`` it, point OS_* at ``env()``, inspect its inventories, ``stop()`` it."""
 
     def __init__(self, *, region: str = "CHI@UC", project: str = "CHI-123456", fip_pool: Iterable[str] = (),
                  ssh_hook: Callable[[str, str | None], None] | None = None, lease_polls: int = 2,
-                 build_polls: int = 2, delete_polls: int = 1, hosts_available: int = 8):
+                 build_polls: int = 2, delete_polls: int = 1, hosts_available: int = 8, host: str = "127.0.0.1"):
+        self.host = host  # where it listens (a local testbed's bridge address lets its hosts reach it)
         self.region = region
         self.project = project
         self.project_id = "5d6a2b0c1f2e4c4b9d1e6a7b8c9d0e1f"
         self.app_cred = ("app-cred-id", "app-cred-secret")
+        self.app_cred_unrestricted = False  # keystone's default for a new application credential
+        self.app_creds: dict[str, dict[str, Any]] = {}  # credentials made through the API (id -> record)
+        self.token_creds: dict[str, str] = {}  # token -> the application credential it was issued for
         self.password = ("alice", "s3cret")
         self.oidc_user = ("alice@example.edu", "cli-s3cret")  # the Chameleon login and its CLI password
         self.oidc_client = "keystone-uc-prod"
@@ -128,6 +153,7 @@ class FakeChameleon:
         self.stuck_build: set[str] = set()
         self.fail_build: dict[str, str] = {}
         self.fail_server_delete: set[str] = set()
+        self.skew = 0.0  # seconds the site's clock is ahead of this machine's (advance())
         self.cascade_servers = False  # real Blazar deletes a lease's servers at its end; off: testbed must
         self.on_request: Callable[[str, str], None] | None = None
         # inventories
@@ -191,7 +217,7 @@ class FakeChameleon:
             def do_PATCH(self) -> None:
                 self._go("PATCH")
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer((self.host, 0), Handler)
         self.httpd.daemon_threads = True
         threading.Thread(target=self.httpd.serve_forever, daemon=True, name="fake-chameleon").start()
         return self
@@ -205,7 +231,7 @@ class FakeChameleon:
     @property
     def base(self) -> str:
         assert self.httpd is not None
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return f"http://{self.host}:{self.httpd.server_address[1]}"
 
     def env(self, auth: str = "appcred") -> dict[str, str]:
         """OS_* variables as the site's own downloads set them: ``appcred`` (an application credential's
@@ -236,9 +262,42 @@ class FakeChameleon:
                 "    auth_type: \"v3applicationcredential\"\n")
 
     def leaked(self) -> dict[str, int]:
-        """What is still held: leases, servers, floating IPs (the things that cost money)."""
+        """What is still held: leases (a TERMINATED one holds nothing), servers, floating IPs (the things that
+        cost money)."""
         with self.lock:
-            return {"leases": len(self.leases), "servers": len(self.servers), "fips": len(self.fips)}
+            return {"leases": sum(1 for x in self.leases.values() if x["status"] != "TERMINATED"),
+                    "servers": len(self.servers), "fips": len(self.fips)}
+
+    def advance(self, seconds: float) -> None:
+        """The site's clock moves on: leases past their end are ended at the next request."""
+        self.skew += seconds
+
+    def _end_due_leases(self) -> None:
+        """Blazar's end_lease event at a lease's end_date: the host plugin deletes the instances on the reserved
+        hosts, the floating-IP plugin takes its addresses back, the lease is TERMINATED (and stays listed)."""
+        now = _now() + timedelta(seconds=self.skew)
+        for lease in list(self.leases.values()):
+            if lease["status"] != "ACTIVE" or datetime.strptime(lease["end_date"], LEASE_FMT) > now:
+                continue
+            rids = {r["id"] for r in lease["reservations"]}
+            for fid, f in list(self.fips.items()):
+                if any(f"reservation:{rid}" in f["tags"] for rid in rids):
+                    self._fip_release(fid)
+            for sid, srv in list(self.servers.items()):
+                if srv["_reservation"] in rids:
+                    self._server_gone(sid)
+            lease["status"] = "TERMINATED"
+            self._event(lease, "end_lease")["status"] = "DONE"
+            for r in lease["reservations"]:
+                r["status"] = "deleted"
+
+    def settle(self) -> None:
+        """Time passes: every server nova accepted a delete for finishes deleting (as it does with no one polling;
+        ``fail_server_delete`` still applies on the next GET)."""
+        with self.lock:
+            for s in list(self.servers.values()):
+                if s["_deleting"] is not None and not self._matches(s["name"], self.fail_server_delete):
+                    self._server_gone(s["id"])
 
     # dispatch ---------------------------------------------------------------------------------------
     def handle(self, method: str, raw_path: str, body: Any, headers: dict[str, str],
@@ -248,6 +307,7 @@ class FakeChameleon:
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         with self.lock:
             self.requests.append((method, path))
+            self._end_due_leases()
             reply = self._route(method, path, query, body, headers, raw)
             if self.on_request:
                 self.on_request(method, path)
@@ -263,9 +323,13 @@ class FakeChameleon:
         if token not in self.tokens or self.tokens[token] is None:  # an unscoped token reaches no service
             return 401, {"error": {"code": 401, "title": "Unauthorized",
                                    "message": "The request you have made requires authentication."}}, {}
-        for prefix, fn in (("/reservation/v1", self._blazar), ("/compute", self._nova),
-                           ("/network", self._neutron), ("/image", self._glance)):
+        for prefix, fn, service in (("/reservation/v1", self._blazar, "reservation"),
+                                    ("/compute", self._nova, "compute"), ("/network", self._neutron, "network"),
+                                    ("/image", self._glance, "image")):
             if path.startswith(prefix):
+                if not self._allowed(token, method, service, path):  # keystonemiddleware's access rules
+                    return 401, {"error": {"code": 401, "title": "Unauthorized",
+                                           "message": "Token authorization failed"}}, {}
                 status, payload = fn(method, path[len(prefix):] or "/", query, body)
                 return status, payload, {}
         return 404, {"error": {"code": 404, "message": f"no route {method} {path}"}}, {}
@@ -283,6 +347,9 @@ class FakeChameleon:
         m = re.fullmatch(r"/identity/v3/OS-FEDERATION/identity_providers/([^/]+)/protocols/([^/]+)/auth", path)
         if m and method in ("GET", "POST"):
             return self._federated(m.group(1), m.group(2), headers)
+        m = re.fullmatch(r"/identity/v3/users/([^/]+)/application_credentials(?:/([^/]+))?", path)
+        if m:
+            return self._app_creds_api(method, m.group(1), m.group(2), body, headers)
         if method != "POST" or path != "/identity/v3/auth/tokens":
             return 404, {"error": {"code": 404, "title": "Not Found",
                                    "message": "The resource could not be found."}}, {}
@@ -296,9 +363,18 @@ class FakeChameleon:
                 return self._unauthorized("Error authenticating with application credential: "
                                           "Application credentials cannot request a scope.")
             ac = ident.get("application_credential", {})
-            if (ac.get("id"), ac.get("secret")) != self.app_cred:
+            made = self.app_creds.get(str(ac.get("id")))
+            if made is not None:  # one made through the API: its secret, its expiry
+                if ac.get("secret") != made["secret"]:
+                    return self._unauthorized()
+                if made.get("expires_at") and datetime.strptime(made["expires_at"][:19], "%Y-%m-%dT%H:%M:%S") < _now():
+                    return self._unauthorized("The request you have made requires authentication.")
+            elif (ac.get("id"), ac.get("secret")) != self.app_cred:
                 return self._unauthorized()
             project = self.project_id
+            status, payload, hdrs = self._token(methods, project)
+            self.token_creds[hdrs["X-Subject-Token"]] = str(ac.get("id"))
+            return status, payload, hdrs
         elif "password" in methods:
             u = ident.get("password", {}).get("user", {})
             if (u.get("name"), u.get("password")) != self.password:
@@ -314,6 +390,73 @@ class FakeChameleon:
                 return self._unauthorized()  # no role on that project
             project = self.project_id
         return self._token(methods, project)
+
+    # application credentials (keystone/api/users.py; access rules as keystonemiddleware enforces them) ---------
+    def _cred_record(self, cid: str) -> dict[str, Any] | None:
+        if cid == self.app_cred[0]:
+            return {"id": cid, "name": "user-credential", "unrestricted": self.app_cred_unrestricted,
+                    "access_rules": None, "expires_at": None, "project_id": self.project_id, "roles": []}
+        return self.app_creds.get(cid)
+
+    def _allowed(self, token: str, method: str, service: str, path: str) -> bool:
+        """keystonemiddleware's validate_allowed_request: a token of a credential with access rules may make only
+        the requests a rule names (method, service type, the request's whole path; * and ** wildcards)."""
+        cred = self._cred_record(self.token_creds.get(token, ""))
+        rules = cred.get("access_rules") if cred else None
+        if rules is None:
+            return True
+        return any(r["method"] == method and r["service"] == service and _path_matches(path, r["path"])
+                   for r in rules)
+
+    def _app_creds_api(self, method: str, user: str, cid: str | None, body: Any,
+                       headers: dict[str, str]) -> tuple[int, Any, dict]:
+        token = headers.get("X-Auth-Token") or headers.get("x-auth-token") or ""
+        if self.tokens.get(token) is None:
+            return self._unauthorized()
+        own = self._cred_record(self.token_creds.get(token, ""))
+        restricted = own is not None and not own.get("unrestricted")
+        forbidden = (403, {"error": {"code": 403, "title": "Forbidden", "message": "You are not authorized to "
+                                     "perform the requested action: Using method 'application_credential' is not "
+                                     "allowed for managing additional application credentials."}}, {})
+        if user != "u1":
+            return 403, {"error": {"code": 403, "title": "Forbidden", "message": "You are not authorized to "
+                                   "perform the requested action: Cannot create an application credential for "
+                                   "another user."}}, {}
+        if cid is None and method == "POST":
+            if restricted:
+                return forbidden
+            req = (body or {}).get("application_credential") or {}
+            if not isinstance(req.get("name"), str) or not req["name"]:
+                return 400, {"error": {"code": 400, "title": "Bad Request",
+                                       "message": "Invalid input for field 'name': 'name' is a required property"}}, {}
+            rules = req.get("access_rules")
+            for r in rules or []:
+                if (r.get("method") not in ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+                        or not str(r.get("path", "")).startswith("/") or not r.get("service")):
+                    return 400, {"error": {"code": 400, "title": "Bad Request",
+                                           "message": f"Invalid input for field 'access_rules': {r}"}}, {}
+            new = {"id": uuid.uuid4().hex, "name": req["name"], "description": req.get("description"),
+                   "secret": "sec-" + uuid.uuid4().hex, "unrestricted": bool(req.get("unrestricted", False)),
+                   "expires_at": req.get("expires_at"), "project_id": self.project_id, "user_id": "u1",
+                   "roles": [{"id": "r1", "name": "member"}],
+                   "access_rules": None if rules is None else [{**r, "id": uuid.uuid4().hex} for r in rules]}
+            self.app_creds[new["id"]] = new
+            return 201, {"application_credential": new}, {}
+        if cid is None and method == "GET":
+            return 200, {"application_credentials": [
+                {k: v for k, v in c.items() if k != "secret"} for c in self.app_creds.values()]}, {}
+        rec = self._cred_record(cid or "")
+        if rec is None:
+            return 404, {"error": {"code": 404, "title": "Not Found",
+                                   "message": f"Could not find application credential: {cid}."}}, {}
+        if method == "GET":
+            return 200, {"application_credential": {k: v for k, v in rec.items() if k != "secret"}}, {}
+        if method == "DELETE":
+            if restricted:
+                return forbidden
+            self.app_creds.pop(cid or "", None)
+            return 204, None, {}
+        return 405, {"error": {"code": 405, "title": "Method Not Allowed", "message": "Method not allowed"}}, {}
 
     def _token(self, methods: list[str], project: str | None) -> tuple[int, Any, dict]:
         token = "tok-" + uuid.uuid4().hex

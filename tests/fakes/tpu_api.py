@@ -35,6 +35,13 @@ deletes finish on the next poll. Faults, armed by tests:
   ``suspend_qr(qr_id)``: the service suspends it (SUSPENDED, initiator SERVICE, its nodes deleted);
 - ``fail_next(method, status, reason=...)``: the next matching request answers that error (503, 403, 504, ...).
 
+IAM for the nodes' own service accounts: a node names one in ``serviceAccount`` (unknown: INVALID_ARGUMENT); the
+metadata server (``/computeMetadata/v1/instance/service-accounts/default/token``, answered only with the
+``Metadata-Flavor: Google`` header, to a caller at one of a READY node's worker addresses) hands out that account's
+token; a request with such a token may do only what ``service_accounts[email]`` grants (permission, resource-name
+prefix: a custom role with an IAM condition), else 403 PERMISSION_DENIED as the service words it. ``settle()`` lets
+time pass (accepted deletes finish with no one polling their operations); ``host`` is the listening address.
+
 Workers "answer SSH": every worker's reachable address comes from ``worker_ip`` (one function: a stable slot in a
 pool of loopback addresses per node id, where the tests run real sshd daemons). Keys are installed in
 ``authorized_keys``: a directory (one file per user, sshd's ``AuthorizedKeysFile <dir>/%u``) or a callable
@@ -117,7 +124,12 @@ class FakeTpuApi:
     def __init__(self, *, authorized_keys: Path | Callable[[str, str, list[str]], None] | None = None,
                  pool: list[str] | None = None, ready_after: int = 2, qr_waiting: int = 2, qr_provisioning: int = 1,
                  ip_for: Callable[[str, int], str] | None = None, networks: dict[str, dict[str, str]] | None = None,
-                 project_os_login: bool = False, require_os_login: bool = False):
+                 project_os_login: bool = False, require_os_login: bool = False, host: str = "127.0.0.1"):
+        self.host = host  # where it listens (a local testbed's bridge address lets its hosts reach it)
+        # IAM, as far as the nodes' own service accounts go: e-mail -> [(permission, resource name prefix)], the
+        # grants of a custom role with an IAM condition on resource.name; tokens the metadata server handed out
+        self.service_accounts: dict[str, list[tuple[str, str]]] = {}
+        self.sa_tokens: dict[str, str] = {}
         self.authorized_keys = authorized_keys
         self.pool = list(pool or DEFAULT_POOL)
         self.ready_after = ready_after
@@ -156,7 +168,8 @@ class FakeTpuApi:
             def _handle(self, method: str) -> None:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(n) or b"{}") if n else {}
-                code, out = fake.handle(method, self.path, body)
+                code, out = fake.handle(method, self.path, body, headers=dict(self.headers),
+                                        client=self.client_address[0])
                 data = json.dumps(out).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
@@ -173,7 +186,7 @@ class FakeTpuApi:
             def do_DELETE(self) -> None:
                 self._handle("DELETE")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer((self.host, 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self.endpoint
@@ -181,7 +194,7 @@ class FakeTpuApi:
     @property
     def endpoint(self) -> str:
         assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://{self.host}:{self._server.server_address[1]}"
 
     def stop(self) -> None:
         if self._server is not None:
@@ -283,14 +296,19 @@ class FakeTpuApi:
         return self.pool[i]
 
     # request dispatch -----------------------------------------------------------------------------
-    def handle(self, method: str, raw_path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def handle(self, method: str, raw_path: str, body: dict[str, Any], *, headers: dict[str, str] | None = None,
+               client: str = "") -> tuple[int, dict[str, Any]]:
         url = urlsplit(raw_path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         as_int = "enum-encoding=int" in query.get("$alt", "")
+        headers = {k.lower(): v for k, v in (headers or {}).items()}
         with self.lock:
             self.requests.append((method, url.path))
             self.bodies.append((method, url.path, json.loads(json.dumps(body))))
+            if url.path.startswith("/computeMetadata/"):
+                return self._metadata(method, url.path, headers, client)
             try:
+                self._authorize(method, url.path, headers.get("authorization", ""))
                 for i, (meth, part, err) in enumerate(self._request_errors):
                     if meth == method and part in url.path:
                         del self._request_errors[i]
@@ -307,6 +325,64 @@ class FakeTpuApi:
                 return 200, _encode(out, as_int)
             except ApiError as e:
                 return e.code, e.body()
+
+    # the metadata server and IAM ------------------------------------------------------------------
+    def _metadata(self, method: str, path: str, headers: dict[str, str], client: str) -> tuple[int, dict[str, Any]]:
+        """A VM's metadata server: the token of the node's own service account, for the worker at ``client``."""
+        if headers.get("metadata-flavor") != "Google":  # the real server refuses requests without the header
+            return 403, {"error": "Missing required header: Metadata-Flavor: Google"}
+        if method != "GET" or path != "/computeMetadata/v1/instance/service-accounts/default/token":
+            return 404, {"error": f"no metadata at {path}"}
+        for rec in self.nodes.values():
+            node = rec["json"]
+            ips = {ep.get("accessConfig", {}).get("externalIp") or ep["ipAddress"]
+                   for ep in node.get("networkEndpoints", [])}
+            if client in ips and node.get("state") in ("READY", "DELETING"):
+                email = (node.get("serviceAccount") or {}).get("email") or "default-compute@developer"
+                tok = f"ya29.fake-{next(self._ids)}"
+                self.sa_tokens[tok] = email
+                return 200, {"access_token": tok, "expires_in": 3599, "token_type": "Bearer"}
+        return 404, {"error": f"{client} is no TPU VM of this project"}
+
+    PERMISSIONS = {("GET", "nodes", False): "tpu.nodes.list", ("GET", "nodes", True): "tpu.nodes.get",
+                   ("POST", "nodes", False): "tpu.nodes.create", ("DELETE", "nodes", True): "tpu.nodes.delete",
+                   ("GET", "queuedResources", False): "tpu.queuedResources.list",
+                   ("GET", "queuedResources", True): "tpu.queuedResources.get",
+                   ("POST", "queuedResources", False): "tpu.queuedResources.create",
+                   ("DELETE", "queuedResources", True): "tpu.queuedResources.delete",
+                   ("GET", "operations", True): "tpu.operations.get"}
+
+    def _authorize(self, method: str, path: str, authorization: str) -> None:
+        """A service account's token may do only what its grants allow, on the resources they name
+        (PERMISSION_DENIED as the service words it); the test's own anonymous client is the project owner."""
+        tok = authorization.removeprefix("Bearer ").strip()
+        if tok not in self.sa_tokens:
+            return
+        m = ROUTE.match(path)
+        if not m:
+            return
+        parent, coll, rid = m.groups()
+        perm = self.PERMISSIONS.get((method, coll, rid is not None), f"tpu.{coll}.{method.lower()}")
+        resource = f"{parent}/{coll}/{rid}" if rid else parent
+        grants = self.service_accounts.get(self.sa_tokens[tok], [])
+        if not any(p == perm and resource.startswith(prefix) for p, prefix in grants):
+            raise ApiError("PERMISSION_DENIED", f"Permission '{perm}' denied on resource "
+                                                f"'//tpu.googleapis.com/{resource}' (or it may not exist).")
+
+    def settle(self) -> None:
+        """Time passes: every delete the service accepted finishes (as the real service's operations do with no
+        one polling them)."""
+        with self.lock:
+            for op in self.ops.values():
+                if not op["done"] and "delete" in op:
+                    kind, name = op["delete"]
+                    if kind == "node":
+                        self.nodes.pop(name, None)
+                    else:
+                        self.qrs.pop(name, None)
+                        for n in [n for n, r in self.nodes.items() if r["json"].get("queuedResource") == name]:
+                            del self.nodes[n]
+                    op["done"] = True
 
     def _new_op(self, parent: str, verb: str, target: str, **extra: Any) -> dict[str, Any]:
         name = f"{parent}/operations/operation-{next(self._ids)}"
@@ -358,6 +434,9 @@ class FakeTpuApi:
             raise ApiError("INVALID_ARGUMENT", f"Subnetwork '{sub}' does not exist in network '{net}'")
         if (m and m.group(1) != region) or sub_region not in ("*", region):
             raise ApiError("INVALID_ARGUMENT", f"Subnetwork '{sub}' is not in region {region} of the TPU's zone")
+        sa = (spec.get("serviceAccount") or {}).get("email")
+        if sa and sa not in self.service_accounts:
+            raise ApiError("INVALID_ARGUMENT", f"Service account {sa} does not exist in project {project}")
         oslogin = str(spec.get("metadata", {}).get("enable-oslogin", "")).lower()
         if self.require_os_login and oslogin in ("false", "0", "no", "n", "off"):
             raise ApiError("FAILED_PRECONDITION", f"Constraint constraints/compute.requireOsLogin violated for "

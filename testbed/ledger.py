@@ -1,0 +1,97 @@
+"""One ledger: every testbed of this state home, what it holds, since when, what it costs, when it is released.
+
+Built from state alone (no network; ``orphans`` asks the providers). Costs are estimates from the price table
+(:func:`testbed.expiry.prices`): TPU in US dollars from the chip-hour price of the accelerator type, Chameleon in
+service units (1 SU = 1 bare-metal node-hour), counted from when each billing resource was recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from testbed import expiry as exp
+from testbed.errors import TestbedError
+
+if TYPE_CHECKING:
+    from testbed.state import Store
+
+
+def entry(st: Store, tb: dict[str, Any], table: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    """The ledger row of one testbed (its state record ``tb``)."""
+    from testbed.handle import Testbed
+    from testbed.run.models import ACTIVE
+
+    now = now or time.time()
+    name = tb["name"]
+    resources = [{"kind": r["kind"], "id": r["id"], "since": exp.iso(r["created"]),
+                  **{k: v for k, v in r["info"].items() if k in ("name", "host", "address", "end", "accelerator_type",
+                                                                  "queued_resource")}}
+                 for r in st.resources(name)]
+    runs = [r for r in st.runs(200) if r.testbed == name]
+    active = [r.id for r in runs if r.status in ACTIVE]
+    last_run = max((r.ended or 0.0 for r in runs), default=0.0)
+    row: dict[str, Any] = {"name": name, "provider": tb["provider"], "status": tb["status"],
+                           "since": exp.iso(tb["created"]), "hosts": len(st.hosts(name)), "resources": resources,
+                           "active_runs": active}
+    cost: dict[str, Any] | None = None
+    try:
+        p = Testbed.open(name, st, recorded_ok=True).provider()
+        cost = p.cost(table)
+        row.update({k: v for k, v in p.describe().items() if k in ("lease_end", "remaining", "warning")})
+    except TestbedError as err:
+        row["note"] = err.what
+    if cost:
+        hours = max(0.0, (now - float(cost.pop("since", tb["created"]))) / 3600)
+        per_hour = cost.get("per_hour")
+        cost["so_far"] = round(per_hour * hours, 2) if per_hour is not None else None
+        cost["hours"] = round(hours, 2)
+    row["cost"] = cost
+    e = exp.Expiry.from_info(tb["info"])
+    if e is not None and e.active:
+        at = e.release_at(last_run=last_run)
+        row["expiry"] = {"expire_at": exp.iso(e.expire_at), "idle_after": e.idle_after,
+                         "last_action": exp.iso(e.touched), "switch": e.switch or "not armed",
+                         "release_at": exp.iso(at), "in": exp.span(at - now) if at else None,
+                         "held_by_run": bool(active) and e.idle_after is not None}
+        if at is not None and at <= now and not active:
+            row["warning"] = (f"past its release time ({exp.iso(at)}): its dead-man's switch has released it or "
+                              f"is doing so; 'testbed status {name} --probe' checks, 'testbed destroy {name}' "
+                              "forgets it")
+    else:
+        row["expiry"] = None
+    return row
+
+
+def ledger(st: Store, home: Any) -> dict[str, Any]:
+    """Every testbed's row, and the totals per cost unit."""
+    table = exp.prices(home)
+    rows = [entry(st, tb, table) for tb in st.testbeds()]
+    totals: dict[str, dict[str, float]] = {}
+    for r in rows:
+        c = r.get("cost")
+        if c and c.get("per_hour") is not None:
+            t = totals.setdefault(c["unit"], {"per_hour": 0.0, "so_far": 0.0})
+            t["per_hour"] = round(t["per_hour"] + c["per_hour"], 4)
+            t["so_far"] = round(t["so_far"] + (c.get("so_far") or 0.0), 2)
+    return {"testbeds": rows, "totals": totals, "prices": table.get("_source", "")}
+
+
+def orphans(st: Store) -> list[dict[str, Any]]:
+    """Resources at the providers that state does not record: for every recorded testbed and every cloud spec in
+    inventories/ (a testbed whose state row is gone), asked of its provider (network; credentials needed)."""
+    from testbed import paths
+    from testbed.handle import Testbed
+
+    out: list[dict[str, Any]] = []
+    names = {tb["name"] for tb in st.testbeds()} | set(paths.list_resources("inventories"))
+    for name in sorted(names):
+        try:
+            p = Testbed.open(name, st, recorded_ok=True).provider()
+            if not p.costs_money:
+                continue
+            out += [{"testbed": name, **o} for o in p.orphans()]
+        except TestbedError as e:
+            if st.testbed(name) is not None:
+                out.append({"testbed": name, "kind": "?", "id": "?", "error": e.what, "release": e.fix})
+    return out

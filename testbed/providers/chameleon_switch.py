@@ -1,0 +1,144 @@
+"""A Chameleon testbed's dead-man's switch, cost and orphans.
+
+The lease end is Blazar's own switch: a new lease ends no later than the expiry. For the idle limit, and to release
+at the deadline rather than at the next whole lease end, the hosts' agent holds an application credential made for
+this testbed alone: keystone ``access_rules`` allow exactly ``DELETE`` of this lease (reservation), these servers
+(compute) and these floating IPs (network), nothing else, not even a GET, and it expires a day after the testbed's
+deadline. Keystone lets only a password/OIDC login or an *unrestricted* application credential create one.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from testbed.errors import TestbedError, UsageError
+from testbed.expiry import iso
+
+if TYPE_CHECKING:
+    from testbed.expiry import Expiry
+    from testbed.providers.chameleon import ChameleonProvider
+    from testbed.providers.chameleon_chi import Chi
+
+APP_CRED = "app-credential"
+MARGIN = 86400.0  # the credential outlives the deadline by a day (a late agent can still release)
+
+
+def check(p: ChameleonProvider, e: Expiry) -> None:
+    """Refuse, before anything is made, credentials that cannot make the switch's credential."""
+    from testbed.providers import chameleon_chi
+
+    creds = chameleon_chi.credentials_from_env(site=p.settings.site)
+    if creds.auth_type != "v3applicationcredential":
+        return
+    api = p._api = p._api or p._connect()
+    cid = creds.fields.get("application_credential_id", "")
+    with p._step("reading your application credential", f"application credential {cid}"):
+        own = api.app_cred_get(cid) if cid else None
+    if own is not None and not own.get("unrestricted"):
+        raise UsageError("the dead-man's switch needs a credential of its own (allowed only to delete this "
+                         "testbed's lease, servers and floating IPs), and keystone lets a restricted application "
+                         "credential create none",
+                         where=p._where("keystone", f"application credential {cid}"),
+                         fix="create an application credential with 'unrestricted' ticked (or source the "
+                             "project's openrc) for this command; or drop --expire and idle_after")
+
+
+def _target(endpoint: str, suffix: str) -> tuple[str, str]:
+    """(URL, path an access rule must match) of ``suffix`` under a catalog endpoint. keystonemiddleware matches a
+    rule against the request's whole path (``request.path``: SCRIPT_NAME + PATH_INFO), which is the URL's path."""
+    url = endpoint + suffix
+    return url, urlsplit(url).path
+
+
+def release_plan(p: ChameleonProvider, e: Expiry) -> dict[str, Any]:
+    """Make this testbed's credential (recorded at once) and the agent's release requests."""
+    api = p._api or p._connect()
+    leases = [r["id"] for r in p.store.resources(p.name, "lease")]
+    servers = [r["id"] for r in p.store.resources(p.name, "server")]
+    fips = [r["id"] for r in p.store.resources(p.name, "fip") if not r["info"].get("reserved")]
+    with p._step("reading the service catalog", "keystone catalog"):
+        blazar, nova, neutron = (api.endpoint(t) for t in ("reservation", "compute", "network"))
+    targets = [("reservation", *_target(blazar, f"/leases/{x}")) for x in leases]
+    targets += [("compute", *_target(nova, f"/servers/{x}")) for x in servers]
+    targets += [("network", *_target(neutron, f"/v2.0/floatingips/{x}")) for x in fips]
+    rules = [{"service": svc, "method": "DELETE", "path": path} for svc, _, path in targets]
+    lease_end = _lease_end(p)
+    until = max(x for x in (e.expire_at, lease_end, time.time()) if x is not None) + MARGIN
+    old = [r["id"] for r in p.store.resources(p.name, APP_CRED)]
+    with p._step("creating the dead-man's switch credential", f"application credential {p.prefix}-deadman"):
+        cred = api.app_cred_create(f"{p.prefix}-deadman-{int(time.time())}", access_rules=rules,
+                                   expires_at=datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%S"),
+                                   description=f"testbed {p.name}: may only delete its lease, servers, floating IPs")
+    p.store.add_resource(p.name, APP_CRED, str(cred["id"]), name=cred.get("name"), expires=iso(until))
+    for cid in old:  # the previous arming's credential: its agent is replaced
+        _delete_cred(p, api, cid)
+    return {"auth": {"type": "keystone", "auth_url": api.auth_url, "id": cred["id"], "secret": cred["secret"]},
+            "requests": [["DELETE", url] for _, url, _ in targets]}
+
+
+def _delete_cred(p: ChameleonProvider, api: Chi, cid: str) -> None:
+    with p._step("deleting the dead-man's switch credential", f"application credential {cid}"):
+        api.app_cred_delete(cid)
+    p.store.remove_resource(p.name, APP_CRED, cid)
+
+
+def revoke(p: ChameleonProvider, api: Chi, failures: list[str]) -> None:
+    """Delete the switch's credentials (destroy)."""
+    for r in p.store.resources(p.name, APP_CRED):
+        try:
+            _delete_cred(p, api, r["id"])
+        except TestbedError as err:
+            failures.append(err.what)
+
+
+def _lease_end(p: ChameleonProvider) -> float | None:
+    end = ((p.store.testbed(p.name) or {}).get("info") or {}).get("lease_end")
+    if not end:
+        return None
+    return datetime.strptime(end, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+
+def hours_short_of(p: ChameleonProvider, at: float) -> float:
+    """Hours the lease must grow to last until ``at`` (0: it already does), rounded up to the minute."""
+    end = _lease_end(p)
+    if end is None or end >= at:
+        return 0.0
+    return round((at - end) / 3600 + 1 / 60, 4)
+
+
+def cost(p: ChameleonProvider, table: dict[str, Any]) -> dict[str, Any] | None:
+    """Service units per hour: 1 SU per bare-metal node-hour, for the servers held (else the lease's nodes)."""
+    leases = p.store.resources(p.name, "lease")
+    if not leases:
+        return None
+    nodes = len(p.store.resources(p.name, "server")) or p.settings.count
+    su = float((table.get("chameleon") or {}).get("su_per_node_hour") or 1.0)
+    return {"per_hour": nodes * su, "unit": "SU", "since": leases[0]["created"],
+            "basis": f"{nodes} node(s) x {su:g} SU/node-hour ({p.settings.node_type})"}
+
+
+def orphans(p: ChameleonProvider) -> list[dict[str, Any]]:
+    """Leases, servers and floating IPs named for this testbed at the site that state does not record."""
+    api = p._connect()
+    known = {r["id"] for r in p.store.resources(p.name)}
+    recorded = p.store.testbed(p.name) is not None
+
+    def fix(cli: str) -> str:  # a recorded testbed's destroy adopts them by name; else the OpenStack client
+        return f"testbed destroy {p.name} (it adopts them by name)" if recorded else cli
+
+    out: list[dict[str, Any]] = []
+    with p._step("listing leases", f"lease {p.lease_name}"):
+        out += [{"kind": "lease", "id": x["id"], "release": fix(f"openstack reservation lease delete {x['id']}")}
+                for x in api.leases_named(p.lease_name)
+                if x["id"] not in known and x.get("status") not in ("TERMINATED", "DELETED")]
+    with p._step("listing servers", f"servers {p.prefix}-*"):
+        out += [{"kind": "server", "id": str(x["id"]), "release": fix(f"openstack server delete {x['id']}")}
+                for x in api.servers_named(p.prefix + "-") if str(x["id"]) not in known]
+    with p._step("listing floating IPs", f"floating IPs of {p.prefix}"):
+        out += [{"kind": "fip", "id": f["id"], "release": fix(f"openstack floating ip delete {f['id']}")}
+                for f in api.fips()
+                if str(f.get("description") or "").startswith(f"testbed {p.prefix} ") and f["id"] not in known]
+    return out
