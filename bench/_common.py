@@ -80,3 +80,8 @@ def env_with(**kv: str) -> dict[str, str]:
     e = dict(os.environ)
     e.update(kv)
     return e
+
+
+def loadavg() -> str:
+    """This machine's load averages (1, 5, 15 min): other work on it skews every timing."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
