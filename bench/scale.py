@@ -93,7 +93,7 @@ def main() -> None:
         print(f"\n{a.hosts} hosts up in {total:.1f} s: target <= {a.target:.0f} s for 128 hosts "
               + ("MET" if met else "MISSED" if met is not None else "(not a 128-host run)"))
         pss, rss, procs = host_memory_mb(b.provider)
-        print(f"memory per local host: {pss:.1f} MiB PSS ({rss:.1f} MiB RSS, {procs} processes: init, sshd)")
+        print(f"memory per local host: {pss:.1f} MiB PSS ({rss:.1f} MiB RSS, {procs} processes: launcher, init, sshd)")
         if a.setup:
             from testbed import setup as setup_mod
 

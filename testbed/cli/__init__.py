@@ -2,8 +2,10 @@
 that the command modules render (``testbeds``, ``runs``, ``collect``, ``tools``, ``setup_view``; shared
 helpers in ``common``).
 
-Heavy imports (Ansible, cloud SDKs, matplotlib) happen inside the commands that need them, so
-``testbed --help`` stays fast. Every failure a user can hit is a TestbedError rendered as one message
+Heavy imports (Ansible, cloud SDKs, matplotlib) happen inside the commands that need them; the command lines
+users type most (``--help``, ``status``, ``exec``) are answered by ``testbed.cli.fast`` without importing Typer
+at all, and the Typer app (``testbed.cli.typer_app``) is built only for the others. Every failure a user can
+hit is a TestbedError rendered as one message
 (what, where, what to do) with exit code 1, or 2 for bad input; ``--debug`` shows the traceback.
 """
 
