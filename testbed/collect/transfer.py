@@ -202,15 +202,15 @@ def transfer_host(ctx: Ctx, host: str, lst: Listing, hc: HostCollect) -> None:
     ctx.record(host, [(p, lst.files[p][1], PENDING) for p in send])
     ctx.tick(host, 0, sum(lst.files[p][0] for p in send))
     streamed = [p for p in send if lst.files[p][1] == UNHASHED]
+    checked = [p for p in send if lst.files[p][1] != UNHASHED]  # before the stream fills in its checksums
     if streamed:
         hc.method = "stream"
         if not _send_streamed(ctx, host, lst, streamed, hc):
             return
-    todo = [p for p in send if lst.files[p][1] != UNHASHED and p not in set(streamed)]
-    if todo:
+    if checked:
         method = "rsync" if lst.rsync and not ctx.force_sftp else "sftp"
         hc.method = f"{hc.method}+{method}" if hc.method else method
-        if not _send_checked(ctx, host, lst, todo, hc):
+        if not _send_checked(ctx, host, lst, checked, hc):
             return
     _clean_rsync_temps(hdir, send)
 
@@ -254,7 +254,8 @@ def _send_streamed(ctx: Ctx, host: str, lst: Listing, todo: list[str], hc: HostC
     if unsafe:  # never written outside the host's folder
         hc.error = f"{host} listed a path that leaves its results folder: {unsafe[0]!r}"
         hc.missing += unsafe
-        todo = [p for p in todo if p not in set(unsafe)]
+        refused = set(unsafe)
+        todo = [p for p in todo if p not in refused]
     for attempt in (1, 2):
         rx = _Receiver(ctx, host, todo)
         paths = b"".join(host_path(lst, p).encode() + b"\0" for p in todo)
