@@ -7,6 +7,7 @@ medians and ratios measured in that one run.
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import os
 import shutil
@@ -23,6 +24,10 @@ sys.path.insert(0, str(REPO / "tests"))
 VENV_BIN = Path(sys.executable).parent
 
 from localbed import LocalBed, local_available, local_bed  # noqa: E402
+
+# the package's bytecode, as an installed testbed has it: with PYTHONDONTWRITEBYTECODE set, every command
+# would compile testbed's modules again (~65 ms of each CLI call) and the start-up figures would measure that
+compileall.compile_dir(str(REPO / "testbed"), quiet=1)
 
 
 def tool(name: str) -> str:
@@ -80,3 +85,8 @@ def env_with(**kv: str) -> dict[str, str]:
     e = dict(os.environ)
     e.update(kv)
     return e
+
+
+def loadavg() -> str:
+    """This machine's load averages (1, 5, 15 min): other work on it skews every timing."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])

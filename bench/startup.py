@@ -3,18 +3,23 @@
 Run by hand:  .venv/bin/python bench/startup.py [--rounds 15]
 
 Commands alternate round by round (rotated order) in an empty TESTBED_HOME; the table shows medians and
-ratios to ``import typer`` (the floor any Typer CLI pays). Target: ``testbed --help`` under 0.3 s.
+ratios to ``import typer``; the target is each of ``testbed --help``, ``testbed status`` and ``testbed exec``'s
+fixed cost under 0.1 s above ``python -c pass``. ``testbed exec`` runs against a testbed recorded in state whose
+one host answers at once (a lab host at 127.0.0.1 whose ssh is ``true``), so what is timed is start-up, parsing,
+state and the output, not a network.
 Also prints the slowest imports of ``testbed.cli`` (python -X importtime) to show where time goes.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
-from _common import env_with, median, sh, table, tool
+from _common import env_with, loadavg, median, sh, table, tool
 
 
 def slowest_imports(env: dict[str, str], argv: list[str], n: int = 8) -> list[tuple[int, str]]:
@@ -31,12 +36,31 @@ def slowest_imports(env: dict[str, str], argv: list[str], n: int = 8) -> list[tu
     return sorted(out, reverse=True)[:n]
 
 
+def _record_testbed(home: str) -> None:
+    """State with one testbed 'lab1' of one host (what ``testbed exec lab1`` needs), written in ``home``."""
+    os.environ["TESTBED_HOME"] = home
+    from testbed import ssh
+    from testbed.hosts import Host
+    from testbed.state import Store
+
+    hosts = [Host(name="h1", address="127.0.0.1")]
+    st = Store(Path(home) / "state.db")
+    st.upsert_testbed("lab1", "lab", None, "up", {})
+    st.set_hosts("lab1", hosts)
+    ssh.write_ssh_config("lab1", hosts)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=15)
     a = ap.parse_args()
     home = tempfile.mkdtemp(prefix="tb-startup-")
-    env = env_with(TESTBED_HOME=home)
+    fake_bin = Path(home) / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "ssh").write_text("#!/bin/sh\nexit 0\n")  # the host answers at once: start-up is what is timed
+    (fake_bin / "ssh").chmod(0o755)
+    env = env_with(TESTBED_HOME=home, PATH=f"{fake_bin}:{os.environ['PATH']}")
+    _record_testbed(home)
     py = sys.executable
     cmds: dict[str, list[str]] = {
         "python -c pass": [py, "-c", "pass"],
@@ -44,6 +68,7 @@ def main() -> None:
         "testbed --help": [tool("testbed"), "--help"],
         "testbed status": [tool("testbed"), "status"],
         "testbed status --json": [tool("testbed"), "status", "--json"],
+        "testbed exec": [tool("testbed"), "exec", "lab1", "--", "true"],
         "testbed exec --help": [tool("testbed"), "exec", "--help"],
     }
     for argv in cmds.values():  # warm the page cache and .pyc files
@@ -54,11 +79,15 @@ def main() -> None:
         for k in keys[r % len(keys):] + keys[:r % len(keys)]:
             times[k].append(sh(cmds[k], env=env))
     base = median(times["python -c 'import typer'"])
-    rows: list[list[object]] = [[k, median(v), min(v), max(v), median(v) / base] for k, v in times.items()]
-    print(table(f"start-up ({a.rounds} rounds, seconds; target: testbed --help < 0.3 s)",
-                ["command", "median", "min", "max", "/import typer"], rows))
-    help_med = median(times["testbed --help"])
-    print(f"\ntestbed --help median {help_med:.3f} s: target < 0.3 s {'MET' if help_med < 0.3 else 'MISSED'}")
+    floor = median(times["python -c pass"])
+    rows: list[list[object]] = [[k, median(v), min(v), max(v), median(v) - floor, median(v) / base]
+                                for k, v in times.items()]
+    print(table(f"start-up ({a.rounds} rounds, seconds; load {loadavg()})",
+                ["command", "median", "min", "max", "- python -c pass", "/import typer"], rows))
+    print()
+    for k in ("testbed --help", "testbed status", "testbed exec"):
+        above = median(times[k]) - floor
+        print(f"{k}: {above:.3f} s above python -c pass; target < 0.1 s: {'MET' if above < 0.1 else 'MISSED'}")
     print("\nslowest top-level imports during 'testbed status' (cumulative ms):")
     for us, name in slowest_imports(env, ["-m", "testbed", "status"]):
         print(f"  {us / 1000:7.1f}  {name}")

@@ -184,11 +184,12 @@ def _tail(f: IO[bytes], limit: int) -> tuple[str, bool]:
 def call(argv: Sequence[str], *, host: str = "", stdin: bytes | None = None, timeout: float | None = None,
          idle: float | None = None, probe: Callable[[], object] | None = None,
          on_output: Callable[[bytes], None] | None = None, max_output: int = MAX_OUTPUT,
-         _group: _Group | None = None) -> HostResult:
+         keep_stdout: bool = True, _group: _Group | None = None) -> HostResult:
     """Run ``argv`` under the transport's policy (see the module); ``error`` is set only when it was stopped.
 
     ``idle``: seconds without activity before it is stopped: a chunk of stdout (read as it comes and given to
     ``on_output`` when that is set) or a change in what ``probe()`` returns (looked at every POLL s).
+    ``keep_stdout``: False for a stream ``on_output`` consumes (a transfer): ``stdout`` is then left empty.
     """
     t0 = time.monotonic()
     with contextlib.ExitStack() as files:
@@ -212,7 +213,8 @@ def call(argv: Sequence[str], *, host: str = "", stdin: bytes | None = None, tim
                 assert proc.stdout is not None
                 while chunk := os.read(proc.stdout.fileno(), 65536):
                     watch.pet()
-                    out.write(chunk)
+                    if keep_stdout:
+                        out.write(chunk)
                     on_output(chunk)
             rc = proc.wait()
         except BaseException:  # interrupted (Ctrl-C) or a failing on_output: nothing is left running
@@ -334,6 +336,16 @@ def interactive(testbed: str, host: str, command: str | None = None) -> NoReturn
 
 
 # transfers ---------------------------------------------------------------------------------------
+def stream(testbed: str, host: str, command: str, *, stdin: bytes, on_output: Callable[[bytes], None],
+           idle: float = 30, connect_timeout: float | None = None) -> HostResult:
+    """Run ``command`` on ``host`` (over its master connection when one is up) and hand its stdout to
+    ``on_output`` as it arrives, without keeping it: a transfer. ``idle``: seconds without data before it is
+    stopped (``lost``: calling again may finish the work)."""
+    argv = ["ssh", *ssh.ssh_options(testbed, mux="client", connect_timeout=connect_timeout), host, "--", command]
+    res = call(argv, host=host, stdin=stdin, idle=idle, on_output=on_output, keep_stdout=False)
+    return _transfer_failure(testbed, "stream", res, "from")
+
+
 def _transfer_failure(testbed: str, tool: str, res: HostResult, direction: str) -> HostResult:
     """Name a failed transfer in ``error``; ``lost`` when the link failed (a retry resumes)."""
     host = res.host

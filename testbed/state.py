@@ -24,12 +24,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict, TypeVar, Unpack
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 
 from testbed.hosts import Host
-from testbed.run.models import ACTIVE, CampaignPoint, CampaignRecord, RankRecord, RunEvent, RunInfo, RunRecord
+
+if TYPE_CHECKING:  # pydantic and the run models load on first use: `testbed status` and `exec` stay fast
+    from pydantic import BaseModel
+
+    from testbed.run.models import CampaignPoint, CampaignRecord, RankRecord, RunEvent, RunInfo, RunRecord
+
+ACTIVE = ("pending", "running")  # testbed.run.models.ACTIVE (checked equal in tests/test_state.py)
 
 SCHEMA_VERSION = 2
 
@@ -104,7 +108,7 @@ class CollectedFile:
     collected: float
 
 
-_M = TypeVar("_M", bound=BaseModel)
+_M = TypeVar("_M", bound="BaseModel")
 
 
 def _row_to_host(r: sqlite3.Row) -> Host:
@@ -245,6 +249,8 @@ class Store:
 
     def _record(self, model: type[_M], row: sqlite3.Row, what: str, **json_cols: Any) -> _M:
         """``row`` as ``model`` (JSON columns decoded); a row no model accepts is one TestbedError naming it."""
+        from pydantic import ValidationError
+
         d = dict(row)
         try:
             for col, default in json_cols.items():
@@ -393,6 +399,8 @@ class Store:
         return self._run(rows[0]) if rows else None
 
     def _run(self, row: sqlite3.Row) -> RunRecord:
+        from testbed.run.models import RunRecord
+
         return self._record(RunRecord, row, f"run '{row['id']}'", params={}, info={})
 
     def runs(self, limit: int = 100) -> list[RunRecord]:
@@ -446,6 +454,8 @@ class Store:
 
     def run_ranks(self, run_id: str) -> list[RankRecord]:
         """The run's ranks in rank order."""
+        from testbed.run.models import RankRecord
+
         return [self._record(RankRecord, r, f"rank {r['rank']} of run '{run_id}'")
                 for r in self.query("SELECT * FROM run_hosts WHERE run_id=? ORDER BY rank", (run_id,))]
 
@@ -456,6 +466,8 @@ class Store:
 
     def events(self, run_id: str, after: int = 0) -> list[RunEvent]:
         """The run's events after sequence number ``after``, in order."""
+        from testbed.run.models import RunEvent
+
         return [self._record(RunEvent, r, f"event {r['seq']} of run '{run_id}'", detail={})
                 for r in self.query("SELECT * FROM events WHERE run_id=? AND seq>? ORDER BY seq", (run_id, after))]
 
@@ -467,6 +479,8 @@ class Store:
                                            c.status, c.created, json.dumps(c.info.model_dump())))
 
     def campaign(self, cid: str) -> CampaignRecord | None:
+        from testbed.run.models import CampaignRecord
+
         rows = self.query("SELECT * FROM campaigns WHERE id=?", (cid,))
         return self._record(CampaignRecord, rows[0], f"campaign '{cid}'", points=[], info={}) if rows else None
 

@@ -479,3 +479,63 @@ def test_results_folder_contents_are_verified_never_trusted(local_testbed):
     r2 = collect_runs([other], Path("results"))[0]
     assert not r2.ok and r2.error and run_id in r2.error and "another --to" in r2.error and not r2.hosts
     assert tree(moved) == snapshot
+
+
+def test_first_collect_of_many_files_streams_them_hashed_on_both_sides(local_testbed):
+    """Many new files: one stream per host, each file hashed on the host as it is read and here as it is written
+    (the listing hashes nothing); the files, the collected rows and the manifest are as with rsync, and an
+    unchanged re-collect sends nothing. A stream cut off mid-file leaves that file in its partial folder, where
+    the next collect's rsync resumes it."""
+    bed = local_testbed(hosts=2)
+    n = transfer.STREAM_MIN[0]
+    files = {h.name: {f"many/{i:03d}.txt": f"{h.name} {i}\n".encode() for i in range(n)} for h in bed.hosts}
+    run_id, run_dir = make_run(bed, outputs={"*": ["many", "big.bin"]}, files=files)
+    sh(bed, "node0", f"head -c 24M /dev/urandom > {run_dir}/big.bin")
+    want_big = host_sha(bed, "node0", f"{run_dir}/big.bin")
+    done: dict[str, int] = {}
+    cut = threading.Event()
+
+    def progress(host: str, advance: int, total: int) -> None:
+        done[host] = done.get(host, 0) + advance
+        if host == "node0" and done[host] > 4 * 2**20 and not cut.is_set():
+            cut.set()
+            threading.Thread(target=bed.provider.cut_network, args=("node0",), daemon=True).start()
+
+    folder = Path("results/demo") / run_id
+    try:
+        r = collect_runs([run_id], Path("results"), progress=progress, io_timeout=3, timeout=60,
+                         bwlimit_kbps=4_000)[0]
+    finally:
+        time.sleep(0.5)
+        bed.provider.restore_network("node0")
+    h0, h1 = r.hosts
+    assert h0.method == h1.method == "stream"
+    assert h1.error is None and h1.sent == h1.files == n + 5 and not (folder / "node1" / PARTIAL_DIR).exists()
+    assert "lost" in (h0.error or "") and "big.bin" in h0.missing and not (folder / "node0/big.bin").exists()
+    partial = folder / "node0" / PARTIAL_DIR / "big.bin"
+    assert partial.is_file() and 4 * 2**20 <= partial.stat().st_size < 24 * 2**20
+    for k, h in enumerate(bed.hosts):  # what arrived is the host's bytes
+        for rel, data in files[h.name].items():
+            p = folder / h.name / rel
+            assert not p.exists() or p.read_bytes() == data
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if bed.ssh("node0", "true", timeout=10).returncode == 0:
+                break
+        except subprocess.TimeoutExpired:
+            pass
+        time.sleep(0.5)
+    r2 = collect_runs([run_id], Path("results"), io_timeout=30)[0]
+    assert r2.ok, r2.problems()
+    h0 = r2.hosts[0]
+    assert h0.method == "rsync" and h0.reused_bytes >= 2**20  # resumed from the streamed part
+    assert hashlib.sha256((folder / "node0/big.bin").read_bytes()).hexdigest() == want_big
+    assert not (folder / "node0" / PARTIAL_DIR).exists()
+    m = json.loads((folder / "manifest.json").read_text())
+    assert len(m["files"]) == 2 * (n + 5) + 1
+    for f in m["files"]:
+        assert hashlib.sha256((folder / f["host"] / f["path"]).read_bytes()).hexdigest() == f["sha256"]
+        assert f["sha256"] == host_sha(bed, f["host"], f"{run_dir}/{f['path']}")
+    again = collect_runs([run_id], Path("results"))[0]
+    assert again.ok and again.files_sent == 0 and all(h.method is None for h in again.hosts)

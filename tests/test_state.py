@@ -372,3 +372,11 @@ def test_a_damaged_state_is_named_and_left_alone(tmp_path: Path, damage: str) ->
         Store(path)
     assert "state database is damaged" in e.value.what and "mv state.db" in (e.value.fix or "")
     assert path.read_bytes() == before
+
+
+def test_active_statuses_match_the_run_models() -> None:
+    """state.py keeps its own copy of ACTIVE so that opening the store does not import pydantic."""
+    from testbed import state
+    from testbed.run import models
+
+    assert state.ACTIVE == models.ACTIVE

@@ -2,80 +2,46 @@
 that the command modules render (``testbeds``, ``runs``, ``collect``, ``tools``, ``setup_view``; shared
 helpers in ``common``).
 
-Heavy imports (Ansible, cloud SDKs, matplotlib) happen inside the commands that need them, so
-``testbed --help`` stays fast. Every failure a user can hit is a TestbedError rendered as one message
+Heavy imports (Ansible, cloud SDKs, matplotlib) happen inside the commands that need them; the command lines
+users type most (``--help``, ``status``, ``exec``) are answered by ``testbed.cli.fast`` without importing Typer
+at all, and the Typer app (``testbed.cli.typer_app``) is built only for the others. Every failure a user can
+hit is a TestbedError rendered as one message
 (what, where, what to do) with exit code 1, or 2 for bad input; ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-from typing import Annotated, Any
+from typing import Any
 
-import typer
-
-from testbed.cli.common import console, escape
+from testbed.cli.output import console, escape
 from testbed.errors import TestbedError, UsageError
-
-app = typer.Typer(
-    name="testbed",
-    help="Provision, set up, run, collect and report research artifacts on local, lab, Chameleon and TPU "
-         "testbeds.\n\nExample: testbed provision local && testbed exec local -- hostname",
-    no_args_is_help=True,
-    add_completion=True,  # --install-completion [bash|zsh|fish], --show-completion
-    pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
-)
-list_app = typer.Typer(help="List testbeds, suites, profiles or runs.", no_args_is_help=False)
 
 _debug = False
 
 
-def _flags_as_flags() -> None:
-    """Typer prints a flag's type as if it took a value (``--detach <bool>``): show flags as flags."""
-    from typer.core import TyperOption
+def __getattr__(name: str) -> Any:
+    """``app`` and ``list_app``: the full Typer app, built on first use (``testbed.cli.typer_app``)."""
+    if name in ("app", "list_app"):
+        from testbed.cli import typer_app
 
-    typed = TyperOption.display_type_rich
-
-    def display(self: TyperOption, ctx: Any) -> str | None:
-        return None if self.is_flag and self.metavar is None else typed(self, ctx)
-
-    TyperOption.display_type_rich = display  # type: ignore[method-assign]
-
-
-_flags_as_flags()
-
-
-@app.callback()
-def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False) -> None:
-    global _debug
-    _debug = debug or bool(os.environ.get("TESTBED_DEBUG"))
-
-
-def _register() -> None:
-    """Each command module adds its verbs, in the order `testbed --help` lists them."""
-    from testbed.cli import collect as cli_collect
-    from testbed.cli import runs as cli_runs
-    from testbed.cli import testbeds, tools
-
-    testbeds.register(app, list_app)
-    cli_runs.register(app, list_app)
-    cli_collect.register(app)
-    tools.register(app)
-    app.add_typer(list_app, name="list")
-
-
-_register()
+        return getattr(typer_app, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # entry point ----------------------------------------------------------------------------------------
 def main() -> None:
     """Console-script entry: run the app and turn every error into one message and an exit code."""
-    usage_errors, aborts = _click_exceptions()
+    from testbed.cli import fast
+
     try:
-        rc = app(standalone_mode=False, prog_name="testbed")
-    except usage_errors as exc:  # Typer/Click's own usage errors, in our one-message format
+        rc = fast.run(sys.argv[1:])
+        if rc is None:
+            from testbed.cli.typer_app import app
+
+            rc = app(standalone_mode=False, prog_name="testbed")
+    # an except clause's classes are looked up only when an exception is raised: no Click import otherwise
+    except _click_exceptions()[0] as exc:  # Typer/Click's own usage errors, in our one-message format
         e: Any = exc  # a click.UsageError (format_message, ctx), whichever Click Typer brought
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `testbed`: the help, as asked for
             sys.stdout.write(e.format_message() + "\n")
@@ -84,7 +50,7 @@ def main() -> None:
         err = UsageError(e.format_message(), where=f"command line ({cmd})", fix=f"see '{cmd} --help'")
         console(stderr=True).print(f"[bold red]error:[/bold red] {escape(err.render())}")
         sys.exit(2)
-    except aborts:
+    except _click_exceptions()[1]:
         console(stderr=True).print("[yellow]interrupted[/yellow]")
         sys.exit(130)
     except TestbedError as e:
@@ -117,12 +83,15 @@ def main() -> None:
 
 
 def _click_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
-    """Usage-error and abort classes of the Click that Typer uses (recent Typer vendors its own)."""
+    """Usage-error and abort classes of the Click that Typer uses (recent Typer vendors its own); none when no
+    Click was imported (the command line was answered without Typer)."""
     import importlib
 
     usage: list[type[BaseException]] = []
     aborts: list[type[BaseException]] = []
     for mod in ("typer._click.exceptions", "click.exceptions"):
+        if mod.split(".")[0] not in sys.modules:
+            continue
         try:
             m = importlib.import_module(mod)
         except ImportError:

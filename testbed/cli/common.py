@@ -1,39 +1,14 @@
-"""What every command module of the CLI shares: the console, JSON output, the state store."""
+"""What every command module of the CLI shares: the console, JSON output, the state store (from
+``testbed.cli.output``, which does not import Typer) and the ``--json`` option."""
 
 from __future__ import annotations
 
-import json
-import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
-if TYPE_CHECKING:
-    from rich.console import Console
+from testbed.cli.output import console, escape, print_json, store
 
-    from testbed.state import Store
+__all__ = ["JsonOpt", "console", "escape", "print_json", "store"]
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-
-
-def console(stderr: bool = False) -> Console:
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False)
-
-
-def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
-
-
-def store() -> Store:
-    from testbed.state import Store
-
-    return Store.open_default()
-
-
-def escape(s: str) -> str:
-    """``s`` with Rich markup made inert (a user's text never styles or hides part of a message)."""
-    from rich.markup import escape as rich_escape
-
-    return rich_escape(s)

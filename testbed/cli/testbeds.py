@@ -6,64 +6,14 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
+from testbed.cli import complete, hot
+from testbed.cli.common import JsonOpt, console, print_json, store
+from testbed.cli.hot import _hosts_table, _known_testbed, _print_runs, _recent_runs, provider_for
 from testbed.errors import TestbedError, UsageError
-
-if TYPE_CHECKING:
-
-    from testbed.providers.base import Provider
-    from testbed.state import Store
-
-from testbed.cli import complete
-from testbed.cli.common import JsonOpt, console, escape, print_json, store
-
-
-def provider_for(name: str, st: Store | None = None, progress: Any = None, *,
-                 recorded_ok: bool = False) -> Provider:
-    """The provider of testbed ``name`` from its spec (validated before anything is touched).
-
-    ``recorded_ok``: when the spec no longer loads (edited, deleted, an unset variable), use the copy recorded at
-    provision instead (destroy must work from state alone), saying so.
-    """
-    from testbed.handle import Testbed
-
-    tb = Testbed.open(name, st or store(), recorded_ok=recorded_ok)
-    for note in tb.notes:
-        console(stderr=True).print(f"[yellow]note:[/yellow] {escape(note)}")
-    return tb.provider(progress or _progress_printer())
-
-
-def _progress_printer() -> Any:
-    err = console(stderr=True)
-
-    def show(line: str) -> None:
-        err.print(f"[dim]…[/dim] {line}")
-
-    return show
-
-
-def _hosts_table(title: str, hosts: list[Any]) -> Any:
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left")
-    for col in ("host", "address", "port", "user", "groups", "state"):
-        t.add_column(col)
-    for h in hosts:
-        t.add_row(h.name, h.address, str(h.port), h.user, ",".join(h.groups), h.state)
-    return t
-
-
-def _known_testbed(st: Store, name: str) -> dict[str, Any]:
-    tb = st.testbed(name)
-    if tb is None:
-        from testbed.spec import load_testbed
-
-        load_testbed(name)  # an unknown name gets the 'no testbed named' message with a hint
-        raise TestbedError(f"testbed '{name}' is not provisioned", where="state", fix=f"testbed provision {name}")
-    return tb
 
 
 # provision / status / destroy ---------------------------------------------------------------------
@@ -152,66 +102,7 @@ def status(target: Annotated[str | None, typer.Argument(help="A testbed name or 
 
     Example: testbed status local --probe
     """
-    st = store()
-    if target is None:
-        from testbed import ledger, paths
-        from testbed.cli import ledger_view
-
-        data = ledger.ledger(st, paths.home())
-        data["runs"] = _recent_runs(st)
-        if orphans:
-            data["orphans"] = ledger.orphans(st)
-        if json_out:
-            print_json(data)
-            return
-        ledger_view.render(console(), data)
-        if data["runs"]:
-            _print_runs(data["runs"])
-        return
-    if st.testbed(target) is None and st.run(target) is not None:
-        return _run_status(target, json_out)
-    tb = _known_testbed(st, target)
-    hosts = st.hosts(target)
-    extra: dict[str, Any] = {}
-    from testbed import deadman, expiry
-
-    e = deadman.recorded(st, target)
-    if e is not None and e.active:  # the dead-man's switch: when it releases the testbed if nothing happens
-        extra["expiry"] = expiry.iso(e.expire_at) or f"idle after {int(e.idle_after or 0)} s"
-        extra["next_release"] = f"{expiry.iso(e.release_at())} ({e.switch or 'not armed'})"
-    try:  # a spec that no longer loads still lets status show what state knows
-        p = provider_for(target, st)
-        extra = {**p.describe(), **extra}
-        if probe:
-            hosts = p.refresh()
-    except TestbedError:
-        pass
-    if probe:
-        from testbed import remote
-
-        up = [h for h in hosts if h.state not in ("down", "preempted", "gone")]
-        res = {r.host: r for r in remote.run(target, [h.name for h in up], "true", timeout=20)}
-        for h in hosts:
-            r = res.get(h.name)
-            h.state = "up" if r and r.ok else ("unreachable" if r else h.state)
-            st.set_host_state(target, h.name, h.state)
-        if e is not None and e.switch == "agent" and e.armed:  # what each host's agent says
-            agents = deadman.agent_status(target, [n for n in e.armed if res.get(n) and res[n].ok])
-            extra["agents"] = {n: (f"alive, releases at {expiry.iso((a.get('status') or {}).get('release_at'))}"
-                                   if a.get("alive") else "released" if a.get("released") else
-                                   a.get("error") or "not running") for n, a in agents.items()}
-    if json_out:
-        print_json({"testbed": target, "provider": tb["provider"], "status": tb["status"], **extra,
-                     "hosts": [{"name": h.name, "address": h.address, "port": h.port, "user": h.user,
-                                "groups": h.groups, "state": h.state} for h in hosts]})
-        return
-    c = console()
-    c.print(_hosts_table(f"testbed {target} ({tb['provider']}, {tb['status']})", hosts))
-    for k, v in extra.items():
-        if k == "warning":
-            c.print(f"[yellow]warning:[/yellow] {v}")
-        else:
-            c.print(f"{k}: {v}")
+    hot.status(target, probe, json_out, orphans)
 
 
 def destroy(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletion=complete.testbeds)],
@@ -319,38 +210,9 @@ def exec_(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
 
     Example: testbed exec local --hosts workers -- 'nproc; uname -r'
     """
-    from testbed import remote
-
-    st = store()
-    _known_testbed(st, name)
-    selected = remote.select_hosts(st.hosts(name), hosts)
-    cmd = " ".join(command)
-    if not cmd.strip():
-        raise UsageError("no command given", where="command line", fix="testbed exec local -- hostname")
-    results = remote.run(name, [h.name for h in selected], cmd, timeout=timeout)
-    from testbed import deadman
-
-    deadman.touch(name)  # a command: the idle clock restarts
-    failed = [r for r in results if not r.ok]
-    if json_out:
-        print_json([{"host": r.host, "exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr,
-                      **({"error": r.error} if r.error else {})} for r in results])
-    else:
-        from rich.markup import escape
-        from rich.rule import Rule
-
-        c = console()
-        for r in results:
-            mark = "[green]ok[/green]" if r.ok else f"[red]{escape(r.error or f'exit {r.exit_code}')}[/red]"
-            c.print(Rule(f"{r.host}  {mark}  {r.seconds:.2f} s", align="left"))
-            if r.stdout:
-                c.out(r.stdout.rstrip("\n"), highlight=False)
-            if r.stderr and not r.error:
-                c.print(f"[dim]{escape(r.stderr.rstrip())}[/dim]")
-        c.print(f"{len(results) - len(failed)}/{len(results)} hosts ok"
-                + (f"; failed: {', '.join(r.host for r in failed)}" if failed else ""))
-    if failed:
-        raise typer.Exit(1)
+    rc = hot.exec_(name, command, hosts, timeout, json_out)
+    if rc:
+        raise typer.Exit(rc)
 
 
 def ssh_(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletion=complete.testbeds)],
@@ -514,30 +376,6 @@ def list_runs(json_out: JsonOpt = False) -> None:
         print_json(runs)
     else:
         _print_runs(runs)
-
-
-def _recent_runs(st: Store, limit: int = 10) -> list[dict[str, Any]]:
-    """The newest runs as JSON rows (their columns, without params and info)."""
-    return [r.model_dump(mode="json", include={"id", "suite", "testbed", "status", "created", "started", "ended",
-                                               "reason"}) for r in st.runs(limit)]
-
-
-def _print_runs(runs: list[dict[str, Any]]) -> None:
-    from rich.table import Table
-
-    t = Table(title="runs", title_justify="left")
-    for col in ("id", "suite", "testbed", "status", "started", "reason"):
-        t.add_column(col)
-    for r in runs:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r.get("started") else ""
-        t.add_row(r["id"], r["suite"], r["testbed"], r["status"], started, r.get("reason") or "")
-    console().print(t)
-
-
-def _run_status(run_id: str, json_out: bool) -> None:
-    from testbed.cli.runs import show_run_status
-
-    show_run_status(run_id, json_out)
 
 
 def register(app: typer.Typer, list_app: typer.Typer) -> None:

@@ -29,6 +29,7 @@ environment is ever written under results/.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -50,6 +51,7 @@ from testbed.collect.listing import (
 )
 from testbed.collect.transfer import (
     RSYNC_TEMP,
+    STREAM_MIN,
     Ctx,
     HostCollect,
     ProgressFn,
@@ -266,8 +268,9 @@ def _collect_host(ctx: Ctx, h: Host, want_facts: bool) -> tuple[HostCollect, lis
     hc = HostCollect(h.name)
     pats, hc.notes = output_patterns(ctx.info, h.name)
     background = mf.facts_script(facts=True) if want_facts else ""  # gathered while the listing hashes
+    lazy = STREAM_MIN if _first_collect(ctx, h.name) else (0, 0)  # new files: hashed while they stream
     program = listing_script(run_dir(ctx.info, ctx.run_id), pats, known_files(ctx, h.name), source_paths(ctx.info),
-                             background)
+                             background, lazy)
     lst, err = list_host(ctx, h.name, program)
     if lst is None:
         hc.error = err
@@ -284,6 +287,15 @@ def _collect_host(ctx: Ctx, h: Host, want_facts: bool) -> tuple[HostCollect, lis
         hc.error = f"cannot write {e.filename or 'results'}: {e.strerror}"
     hc.seconds = round(time.monotonic() - t0, 3)
     return hc, lst.fact_lines
+
+
+def _first_collect(ctx: Ctx, host: str) -> bool:
+    """Whether nothing of ``host`` was collected into this folder yet (no record, no file, no partial file)."""
+    if ctx.force_sftp or ctx.rows(host):
+        return False
+    with contextlib.suppress(FileNotFoundError), os.scandir(ctx.folder / host) as entries:
+        return next(entries, None) is None
+    return True
 
 
 def _stray_files(folder: Path, known: set[tuple[str, str]], hosts: set[str]) -> list[str]:

@@ -17,6 +17,8 @@ from testbed.collect import manifest as mf
 
 LOG_PATTERNS = ("rank*.out", "rank*.err", "rank*.exit", "rank*.start", "rank*.end")
 RUNS_DIR = "~/.testbed-runs"
+UNHASHED = "-"
+"""The checksum a lazy listing gives a file it left for the stream to hash (``listing_script(lazy=...)``)."""
 
 
 @dataclass
@@ -101,7 +103,7 @@ def run_dir(info: dict[str, Any], run_id: str) -> str:
 
 
 def listing_script(run_dir: str, patterns: list[str], known: Sequence[tuple[int, int, str, str]] = (),
-                   sources: Sequence[str] = (), background: str = "") -> str:
+                   sources: Sequence[str] = (), background: str = "", lazy: tuple[int, int] = (0, 0)) -> str:
     """The program listing ``run_dir`` on a host (for ``bash -s``): testbed/scripts/listing.sh with its arguments.
 
     ``known``: (size, mtime, sha256, path) of files already collected; a file whose size and mtime are unchanged
@@ -109,10 +111,14 @@ def listing_script(run_dir: str, patterns: list[str], known: Sequence[tuple[int,
     ``sources``: the run's source checkouts on the host; files outside the run folder that git tracks there
     unchanged are the artifact's own (an output folder committed with the paper's results), never this run's.
     ``background``: a bash program run while the files are hashed (the host's facts); its output follows.
+    ``lazy``: (files, bytes): when at least that many files or bytes would be hashed (and the host has python3),
+    they are listed with checksum ``-`` (UNHASHED) instead: the collector streams them and the host hashes them
+    while sending them.
     """
     known_lines = "".join(f"{size}\t{mtime}\t{sha}\t{path}\n" for size, mtime, sha, path in known
                           if "\n" not in path)
-    return scripts.program("listing.sh", run_dir, known_lines, "\n".join(sources), background, *patterns)
+    return scripts.program("listing.sh", run_dir, known_lines, "\n".join(sources), background, f"{lazy[0]} {lazy[1]}",
+                           *patterns)
 
 
 def source_paths(info: dict[str, Any]) -> list[str]:
@@ -126,7 +132,8 @@ def parse_listing(stdout: str) -> tuple[Listing, str | None]:
     for ln in stdout.splitlines():
         if ln.startswith("F\t"):
             parts = ln.split("\t", 4)
-            if len(parts) == 5 and parts[1].isdigit() and parts[2].lstrip("-").isdigit() and len(parts[3]) == 64:
+            if len(parts) == 5 and parts[1].isdigit() and parts[2].lstrip("-").isdigit() and \
+                    (len(parts[3]) == 64 or parts[3] == UNHASHED):
                 lst.files[parts[4]] = (int(parts[1]), parts[3])
                 lst.mtimes[parts[4]] = int(parts[2])
         elif ln == "@NODIR":

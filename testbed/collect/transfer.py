@@ -11,6 +11,8 @@ import contextlib
 import hashlib
 import os
 import re
+import shlex
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -18,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed import remote, ssh
+from testbed import remote, scripts, ssh
 from testbed.collect import manifest as mf
-from testbed.collect.listing import Listing, host_path, parse_listing, roots, run_dir
+from testbed.collect.listing import UNHASHED, Listing, host_path, parse_listing, roots, run_dir
 from testbed.errors import TestbedError
 from testbed.paths import PARTIAL_DIR
 from testbed.state import Store
@@ -35,12 +37,17 @@ _STATS_FILES = re.compile(r"Number of regular files transferred:\s*([\d,.]+)")
 _STATS_MATCHED = re.compile(r"Matched data:\s*([\d,.]+)")
 
 
+STREAM_MIN = (32, 64 << 20)
+"""A host's first collect streams its files (hashed while sent) when at least this many files or bytes are new:
+one read of each file on either side, overlapped with the transfer, instead of hashing, sending, hashing again."""
+
+
 @dataclass
 class HostCollect:
     """What collect did on one host of one run."""
 
     host: str
-    method: str | None = None  # rsync | sftp
+    method: str | None = None  # stream | rsync | sftp (stream+rsync when a stream's leftovers went by rsync)
     files: int = 0  # files matched on the host
     sent: int = 0  # files transferred (and verified) this time
     bytes_sent: int = 0
@@ -192,10 +199,25 @@ def transfer_host(ctx: Ctx, host: str, lst: Listing, hc: HostCollect) -> None:
         hc.missing += conflicts
     if not send:
         return
-    hc.method = "rsync" if lst.rsync and not ctx.force_sftp else "sftp"
     ctx.record(host, [(p, lst.files[p][1], PENDING) for p in send])
     ctx.tick(host, 0, sum(lst.files[p][0] for p in send))
-    todo = send
+    streamed = [p for p in send if lst.files[p][1] == UNHASHED]
+    checked = [p for p in send if lst.files[p][1] != UNHASHED]  # before the stream fills in its checksums
+    if streamed:
+        hc.method = "stream"
+        if not _send_streamed(ctx, host, lst, streamed, hc):
+            return
+    if checked:
+        method = "rsync" if lst.rsync and not ctx.force_sftp else "sftp"
+        hc.method = f"{hc.method}+{method}" if hc.method else method
+        if not _send_checked(ctx, host, lst, checked, hc):
+            return
+    _clean_rsync_temps(hdir, send)
+
+
+def _send_checked(ctx: Ctx, host: str, lst: Listing, todo: list[str], hc: HostCollect) -> bool:
+    """rsync or sftp ``todo`` (host checksums known), verify each file, fetch mismatches once more."""
+    hdir = ctx.folder / host
     for attempt in (1, 2):
         err = _fetch(ctx, host, lst, todo, hc)
         good, bad = _verify(hdir, lst, todo)
@@ -205,19 +227,145 @@ def transfer_host(ctx: Ctx, host: str, lst: Listing, hc: HostCollect) -> None:
         if err is not None:
             hc.error = hc.error or err
             hc.missing += bad
-            return
+            return False
         if not bad:
-            break
+            return True
         if attempt == 2:
-            hc.error = hc.error or (f"checksum mismatch for {host}:{host_path(lst, bad[0])}"
-                                    f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''} after a retry: "
-                                    f"the file changes on the host or the transfer corrupts it")
+            hc.error = hc.error or _mismatch(host, lst, bad)
             hc.missing += bad
-            return
+            return False
         for p in bad:  # fetch these again from scratch
             (hdir / p).unlink(missing_ok=True)
         todo = bad
-    _clean_rsync_temps(hdir, send)
+    return True
+
+
+def _mismatch(host: str, lst: Listing, bad: list[str]) -> str:
+    return (f"checksum mismatch for {host}:{host_path(lst, bad[0])}"
+            f"{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''} after a retry: "
+            f"the file changes on the host or the transfer corrupts it")
+
+
+def _send_streamed(ctx: Ctx, host: str, lst: Listing, todo: list[str], hc: HostCollect) -> bool:
+    """Stream ``todo`` from the host (testbed/scripts/stream.py): each file is hashed on the host as it is read
+    and here as it is written, and goes into place only when both digests agree; mismatches are sent once more.
+    A file cut off mid-way waits in its folder's PARTIAL_DIR, where the next collect's rsync resumes it."""
+    unsafe = [p for p in todo if not _safe_rel(p)]
+    if unsafe:  # never written outside the host's folder
+        hc.error = f"{host} listed a path that leaves its results folder: {unsafe[0]!r}"
+        hc.missing += unsafe
+        refused = set(unsafe)
+        todo = [p for p in todo if p not in refused]
+    for attempt in (1, 2):
+        rx = _Receiver(ctx, host, todo)
+        paths = b"".join(host_path(lst, p).encode() + b"\0" for p in todo)
+        rate = int(ctx.bwlimit_kbps * 1024) if ctx.bwlimit_kbps else 0
+        command = f"python3 -c {shlex.quote(scripts.text('stream.py'))} {rate}"
+        res = remote.stream(ctx.testbed, host, command, stdin=paths, on_output=rx.feed, idle=ctx.io_timeout,
+                            connect_timeout=ctx.timeout)
+        rx.close()
+        for p, sha, size, mtime in rx.good:
+            lst.files[p], lst.mtimes[p] = (size, sha), mtime
+        ctx.done(host, [(p, sha, size) for p, sha, size, _ in rx.good])
+        hc.sent += len(rx.good)
+        hc.bytes_sent += sum(size for _, _, size, _ in rx.good)
+        left = todo[rx.index:]  # never reached: the stream stopped
+        if not res.ok or left:
+            hc.error = hc.error or (f"{res.error}; {RESUME_HINT}" if res.lost else res.error) or \
+                f"the stream from {host} ended early (exit {res.exit_code}): {res.stderr.strip()[-300:]}"
+            hc.missing += rx.bad + left
+            return False
+        if not rx.bad:
+            return True
+        if attempt == 2:
+            hc.error = hc.error or _mismatch(host, lst, rx.bad)
+            hc.missing += rx.bad
+            return False
+        todo = rx.bad
+    return True
+
+
+class _Receiver:
+    """Writes the stream of :func:`_send_streamed` into a host's results folder, hashing as it writes.
+
+    Each file is written into ``<its folder>/PARTIAL_DIR/<name>`` (where rsync's ``--partial-dir`` looks), and
+    renamed into place with the host's mtime once its sha256 matches the host's."""
+
+    _HEAD = struct.Struct("!qq")
+
+    def __init__(self, ctx: Ctx, host: str, paths: list[str]) -> None:
+        self.ctx, self.host, self.hdir, self.paths = ctx, host, ctx.folder / host, paths
+        self.index = 0  # the file being received
+        self.buf = bytearray()
+        self.file: Any = None
+        self.sha: Any = None
+        self.left = self.size = self.mtime = 0
+        self.good: list[tuple[str, str, int, int]] = []  # (path, sha256, size, mtime)
+        self.bad: list[str] = []
+
+    def _partial(self, p: str) -> Path:
+        local = self.hdir / p
+        return local.parent / PARTIAL_DIR / local.name
+
+    def feed(self, chunk: bytes) -> None:
+        self.buf += chunk
+        while self.index < len(self.paths):  # bounded: each pass consumes bytes or returns for more
+            if self.file is None:
+                if len(self.buf) < self._HEAD.size:
+                    return
+                self.size, self.mtime = self._HEAD.unpack_from(self.buf)
+                del self.buf[:self._HEAD.size]
+                p = self.paths[self.index]
+                if self.size < 0:  # vanished or unreadable on the host: nothing follows its header
+                    self.bad.append(p)
+                    self.index += 1
+                    continue
+                part = self._partial(p)
+                part.parent.mkdir(parents=True, exist_ok=True)
+                self.file, self.sha, self.left = open(part, "wb"), hashlib.sha256(), self.size  # noqa: SIM115
+            if self.left:
+                n = min(self.left, len(self.buf))
+                if not n:
+                    return
+                data = memoryview(self.buf)[:n]
+                self.file.write(data)
+                self.sha.update(data)
+                data.release()
+                del self.buf[:n]
+                self.left -= n
+                self.ctx.tick(self.host, n)
+                continue
+            if len(self.buf) < 33:
+                return
+            status, digest = self.buf[0], bytes(self.buf[1:33])
+            del self.buf[:33]
+            self._finish(status == 0 and digest == self.sha.digest(), digest.hex())
+
+    def _finish(self, ok: bool, sha: str) -> None:
+        p = self.paths[self.index]
+        self.file.close()
+        self.file = None
+        part = self._partial(p)
+        if ok:
+            os.utime(part, (self.mtime, self.mtime))  # like rsync -t: the next listing's quick check matches
+            os.replace(part, self.hdir / p)
+            self.good.append((p, sha, self.size, self.mtime))
+        else:
+            part.unlink(missing_ok=True)
+            self.bad.append(p)
+        self.index += 1
+
+    def close(self) -> None:
+        """The stream ended: a file cut off mid-way stays in its partial folder (the next collect resumes it)."""
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def _safe_rel(p: str) -> bool:
+    """Whether ``p`` is a relative path that stays inside the folder it is joined to."""
+    parts = p.split("/")
+    return bool(p) and not p.startswith("/") and ".." not in parts and "" not in parts and "." not in parts
 
 
 def unchanged_since(path: Path, sha: str, size: int, verified_at: float) -> bool:

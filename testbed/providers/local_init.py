@@ -37,21 +37,41 @@ def _on_term(signum, frame):
     raise Halt
 
 
-def sh(*argv: str) -> None:
-    subprocess.run(argv, check=True)
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+
+
+def mount(source: str, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
+    """mount(2) through libc: no mount(8) process per mount (a host start is ~7 mounts; 128 hosts on 2 cores)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.mount(source.encode(), target.encode(), fstype.encode() if fstype else None, flags,
+                    data.encode() if data else None)
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
+
+
+def setup_network(address: str, gateway: str) -> None:
+    """This host's loopback, eth0 address and default route (one ``ip -batch`` inside its namespace)."""
+    cmds = f"link set lo up\naddr add {address} dev eth0\nlink set eth0 up\nroute add default via {gateway}\n"
+    subprocess.run(["ip", "-batch", "-"], input=cmds.encode(), check=True)
 
 
 def mount_root(a: argparse.Namespace) -> None:
     m = a.merged
-    sh("mount", "--make-rprivate", "/")
-    sh("mount", "-t", "overlay", "overlay", "-o", f"lowerdir=/,upperdir={a.upper},workdir={a.work}", m)
-    sh("mount", "-t", "proc", "proc", f"{m}/proc")
-    sh("mount", "--rbind", "/dev", f"{m}/dev")
-    sh("mount", "-t", "sysfs", "sysfs", f"{m}/sys")
+    mount("none", "/", None, MS_REC | MS_PRIVATE)
+    mount("overlay", m, "overlay", 0, f"lowerdir=/,upperdir={a.upper},workdir={a.work}")
+    mount("proc", f"{m}/proc", "proc")
+    mount("/dev", f"{m}/dev", None, MS_BIND | MS_REC)
+    mount("sysfs", f"{m}/sys", "sysfs")
     if os.path.isdir("/sys/fs/cgroup"):
-        subprocess.run(["mount", "--rbind", "/sys/fs/cgroup", f"{m}/sys/fs/cgroup"], check=False)
-    sh("mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", f"{m}/run")
-    sh("mount", "--bind", a.boot_id, f"{m}/proc/sys/kernel/random/boot_id")
+        try:
+            mount("/sys/fs/cgroup", f"{m}/sys/fs/cgroup", None, MS_BIND | MS_REC)
+        except OSError as e:  # optional: hosts work without their cgroup view
+            print(f"note: {e}", file=sys.stderr, flush=True)
+    mount("tmpfs", f"{m}/run", "tmpfs", 0, "mode=755")
+    mount(a.boot_id, f"{m}/proc/sys/kernel/random/boot_id", None, MS_BIND)
 
 
 def kill_all(grace: float = 2.0) -> None:
@@ -91,11 +111,14 @@ def main() -> int:
     p.add_argument("--work", required=True)
     p.add_argument("--merged", required=True)
     p.add_argument("--boot-id", required=True)
+    p.add_argument("--address", required=True, help="this host's address/prefix on eth0")
+    p.add_argument("--gateway", required=True)
     a = p.parse_args()
     if os.getpid() != 1:
         print("local_init must run as PID 1 of a new PID namespace", file=sys.stderr)
         return 2
     socket.sethostname(a.hostname)
+    setup_network(a.address, a.gateway)
     mount_root(a)
     os.chroot(a.merged)
     os.chdir("/")

@@ -62,7 +62,7 @@ class LocalSettings(Settings):
     """Hosts in network namespaces on this machine (needs root, sshd, iproute2)."""
 
     kind: Literal["local"] = "local"
-    hosts: int = Field(4, ge=1, le=64, description="number of hosts")
+    hosts: int = Field(4, ge=1, le=252, description="number of hosts (a /24 holds up to 252)")
     name_prefix: str = Field("node", pattern=r"^[a-z][a-z0-9-]{0,15}$")
     subnet: str = Field("10.213.0.0/24", description="IPv4 subnet of the bridge; must not clash with routes")
     bridge: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,15}$", description="default: tb-<testbed>")

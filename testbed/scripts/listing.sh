@@ -1,7 +1,7 @@
 #!/bin/bash
 # testbed collect: what a host holds for a run, one round trip (testbed.collect.listing.listing_script builds the
 # call, parse_listing reads its output).
-# usage: listing.sh RUN_DIR KNOWN SOURCES BACKGROUND PATTERN...
+# usage: listing.sh RUN_DIR KNOWN SOURCES BACKGROUND LAZY PATTERN...
 #   RUN_DIR     the run folder ("~" and "~/" at the start of it and of SOURCES are $HOME)
 #   KNOWN       lines "size<TAB>mtime<TAB>sha256<TAB>path" of files already collected: a file whose size and mtime
 #               are unchanged (rsync's quick check) gets its known checksum instead of being read again
@@ -9,9 +9,12 @@
 #               unchanged are the artifact's own (an output folder committed with a paper's results), never outputs
 #   BACKGROUND  a program for bash run while the files are hashed (the host's facts), "" for none; its output
 #               follows the listing
+#   LAZY        "N B": when at least N files, or B bytes, need hashing and python3 is here, print "-" for their
+#               checksum instead (the collector streams them and the host hashes them while sending); "0 0":
+#               always hash
 #   PATTERN     output globs: relative to the run folder, "~/"-relative or absolute; files matched outside the
 #               run folder count only when written since the run folder was made (its tb-rank.sh)
-# prints "@DIR path", "@HOME path", "@RSYNC 1|0", "F<TAB>size<TAB>mtime<TAB>sha256<TAB>path" per file (files from
+# prints "@DIR path", "@HOME path", "@RSYNC 1|0", "F<TAB>size<TAB>mtime<TAB>sha256|-<TAB>path" per file (files from
 # outside the run folder under @home/ and @root/), "@NOMATCH pattern", "@NOTE text", "@ERR text"; only "@NODIR"
 # when the run folder does not exist; then BACKGROUND's output and "@END".
 set -u
@@ -21,7 +24,8 @@ tb_dir=$1
 tb_known=$2
 tb_sources=$3
 tb_background=$4
-shift 4
+read -r tb_lazy_n tb_lazy_b <<< "$5"
+shift 5
 case $tb_dir in \~) tb_dir=$HOME ;; \~/*) tb_dir=$HOME/${tb_dir#\~/} ;; esac
 tb_tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tb_tmp"' EXIT
@@ -44,6 +48,91 @@ for p in sys.stdin.buffer.read().split(b"\0")[:-1]:
   fi
 }
 
+# the per-file work when python3 is here: "key\0host path\0" pairs in, F lines out (bash takes ~1 ms a file)
+# shellcheck disable=SC2016  # python source, not shell
+TB_FILES_PY='import hashlib, os, sys
+known = {}
+with open(sys.argv[1], "rb") as f:
+    for ln in f.read().split(b"\n"):
+        k = ln.split(b"\t", 3)
+        if len(k) == 4 and k[3]:
+            known[k[3]] = k[:3]
+lazy_n, lazy_b = int(sys.argv[2]), int(sys.argv[3])
+data = sys.stdin.buffer.read().split(b"\0")[:-1]
+rows, todo = [], []
+for key, src in zip(data[0::2], data[1::2]):
+    try:
+        st = os.stat(src)
+    except OSError:
+        print("@ERR a file vanished or is unreadable while it was being checksummed")
+        sys.exit(0)
+    size, mtime, k = st.st_size, int(st.st_mtime), known.get(key)
+    row = [key, size, mtime, k[2].decode() if k and k[0] == b"%d" % size and k[1] == b"%d" % mtime else None, src]
+    rows.append(row)
+    if row[3] is None:
+        todo.append(row)
+lazy = lazy_n > 0 and todo and (len(todo) >= lazy_n or sum(r[1] for r in todo) >= lazy_b)
+for r in todo:
+    if lazy:
+        r[3] = "-"
+        continue
+    h = hashlib.sha256()
+    try:
+        with open(r[4], "rb") as f:
+            for b in iter(lambda: f.read(1 << 20), b""):
+                h.update(b)
+    except OSError:
+        print("@ERR a file vanished or is unreadable while it was being checksummed")
+        sys.exit(0)
+    r[3] = h.hexdigest()
+out = sys.stdout.buffer
+for key, size, mtime, sha, _ in rows:
+    out.write(b"F\t%d\t%d\t%s\t%s\n" % (size, mtime, sha.encode(), key))'
+
+tb_files_sh() {  # the same without python3: stat and sha256sum, the known checksums parsed in bash
+  local kl ksz kmt ksha kpath
+  mapfile -t tb_klines < <(printf '%s' "$tb_known")
+  for kl in "${tb_klines[@]}"; do  # size<TAB>mtime<TAB>sha256<TAB>path
+    ksz=${kl%%$'\t'*}
+    kl=${kl#*$'\t'}
+    kmt=${kl%%$'\t'*}
+    kl=${kl#*$'\t'}
+    ksha=${kl%%$'\t'*}
+    kpath=${kl#*$'\t'}
+    [[ -n $kpath ]] && K["$kpath"]="$ksz $kmt $ksha"
+  done
+  mapfile -t S < <(for f in "${files[@]}"; do printf '%s\0' "${tb_src[$f]}"; done | xargs -0 stat -L -c '%s %Y' --)
+  declare -a Hm=() todo=()
+  if [[ ${#S[@]} -eq ${#files[@]} ]]; then
+    for i in "${!files[@]}"; do
+      k=${K[${files[i]}]-}
+      if [[ -n $k && "${k% *}" == "${S[i]}" ]]; then Hm[i]=${k##* }; else todo+=("$i"); fi
+    done
+    if ((${#todo[@]})); then
+      mapfile -t H < <(for i in "${todo[@]}"; do printf '%s\0' "${tb_src[${files[i]}]}"; done | tb_hash)
+      if [[ ${#H[@]} -eq ${#todo[@]} ]]; then
+        j=0
+        for i in "${todo[@]}"; do Hm[i]=${H[j]}; j=$((j + 1)); done
+      fi
+    fi
+  fi
+  if [[ ${#S[@]} -ne ${#files[@]} || ${#Hm[@]} -ne ${#files[@]} ]]; then
+    echo "@ERR a file vanished or is unreadable while it was being checksummed"
+  else
+    for i in "${!files[@]}"; do
+      printf 'F\t%s\t%s\t%s\t%s\n' "${S[i]% *}" "${S[i]#* }" "${Hm[i]}" "${files[i]}"
+    done
+  fi
+}
+
+tb_ref_file() {  # files outside the run folder count only when written since the run folder was made
+  if [[ -z ${tb_ref-} ]]; then
+    tb_ref=$tb_tmp/ref
+    tb_since=$(stat -c %Z tb-rank.sh 2> /dev/null || echo 0)  # the run folder is the working directory
+    touch -d "@$((tb_since - 2))" "$tb_ref" 2> /dev/null || touch -t 197001010000 "$tb_ref"
+  fi
+}
+
 add() {  # a matched path -> its place in the results folder: run-relative, @home/..., @root/...
   case "$1" in *$'\n'*) echo "@NOTE skipped a file with a newline in its name"; return ;; esac
   if [[ $kind != run && -n ${tb_pristine[$1]+x} ]]; then pr=$((pr + 1)); return 1; fi
@@ -61,16 +150,10 @@ add() {  # a matched path -> its place in the results folder: run-relative, @hom
 list() {
   echo "@DIR $(pwd -P)"
   echo "@HOME $HOME"
-  tb_ref=$tb_tmp/ref  # files outside the run folder count only when written since the run folder was made
-  tb_since=$(stat -c %Z tb-rank.sh 2> /dev/null || echo 0)
-  touch -d "@$((tb_since - 2))" "$tb_ref" 2> /dev/null || touch -t 197001010000 "$tb_ref"
   if command -v rsync > /dev/null 2>&1; then echo "@RSYNC 1"; else echo "@RSYNC 0"; fi
   shopt -s nullglob dotglob globstar
   declare -gA seen=() K=() tb_src=() tb_pristine=()
   files=()
-  while IFS=$'\t' read -r ksz kmt ksha kpath; do
-    [[ -n $kpath ]] && K["$kpath"]="$ksz $kmt $ksha"
-  done < <(printf '%s' "$tb_known")
   while IFS= read -r tb_s; do  # tracked and unchanged in a source checkout: the artifact's files, not outputs
     case $tb_s in \~) tb_s=$HOME ;; \~/*) tb_s=$HOME/${tb_s#\~/} ;; esac
     [[ -n $tb_s && -d $tb_s/.git ]] || continue
@@ -93,11 +176,13 @@ list() {
     for m in "${ms[@]}"; do
       if [[ -d $m ]]; then
         newer=()
-        [[ $kind == run ]] || newer=(-newer "$tb_ref")
-        while IFS= read -r -d '' x; do
+        [[ $kind == run ]] || { tb_ref_file; newer=(-newer "$tb_ref"); }
+        mapfile -d '' -t found < <(find -L "$m" -type f "${newer[@]}" -print0 2> /dev/null)
+        for x in "${found[@]}"; do
           add "$x" && n=$((n + 1))
-        done < <(find -L "$m" -type f "${newer[@]}" -print0 2> /dev/null)
+        done
       elif [[ -f $m ]]; then
+        [[ $kind == run ]] || tb_ref_file
         if [[ $kind == run || $m -nt $tb_ref ]]; then add "$m" && n=$((n + 1)); else old=$((old + 1)); fi
       fi
     done
@@ -107,27 +192,16 @@ list() {
     [[ $n -eq 0 && $old -eq 0 && $pr -eq 0 ]] && printf '@NOMATCH %s\n' "$pat"
   done
   ((${#files[@]})) || return 0
-  mapfile -t S < <(for f in "${files[@]}"; do printf '%s\0' "${tb_src[$f]}"; done | xargs -0 stat -L -c '%s %Y' --)
-  declare -a Hm=() todo=()
-  if [[ ${#S[@]} -eq ${#files[@]} ]]; then
-    for i in "${!files[@]}"; do
-      k=${K[${files[i]}]-}
-      if [[ -n $k && "${k% *}" == "${S[i]}" ]]; then Hm[i]=${k##* }; else todo+=("$i"); fi
-    done
-    if ((${#todo[@]})); then
-      mapfile -t H < <(for i in "${todo[@]}"; do printf '%s\0' "${tb_src[${files[i]}]}"; done | tb_hash)
-      if [[ ${#H[@]} -eq ${#todo[@]} ]]; then
-        j=0
-        for i in "${todo[@]}"; do Hm[i]=${H[j]}; j=$((j + 1)); done
-      fi
+  if command -v python3 > /dev/null 2>&1; then
+    printf '%s' "$tb_known" > "$tb_tmp/known"
+    if tb_out=$(for f in "${files[@]}"; do printf '%s\0%s\0' "$f" "${tb_src[$f]}"; done |
+      python3 -c "$TB_FILES_PY" "$tb_tmp/known" "$tb_lazy_n" "$tb_lazy_b"); then
+      [[ -n $tb_out ]] && printf '%s\n' "$tb_out"
+    else  # never a silently missing file
+      echo "@ERR a file vanished or is unreadable while it was being checksummed"
     fi
-  fi
-  if [[ ${#S[@]} -ne ${#files[@]} || ${#Hm[@]} -ne ${#files[@]} ]]; then
-    echo "@ERR a file vanished or is unreadable while it was being checksummed"
   else
-    for i in "${!files[@]}"; do
-      printf 'F\t%s\t%s\t%s\t%s\n' "${S[i]% *}" "${S[i]#* }" "${Hm[i]}" "${files[i]}"
-    done
+    tb_files_sh
   fi
 }
 
