@@ -330,8 +330,9 @@ def _probe(testbed: str, plan: Plan, playbook: list[dict[str, Any]], inventory: 
     if check and not verify:
         out.reasons = dict.fromkeys(targets, "check mode")
         return out
+    refs = address.source_refs(plan.vars, [(st.role, st.vars) for st in plan.steps], extravars)
     common = address.common_parts(playbook=playbook, roles=plan.roles, roles_dir=roles_dir(),
-                                  variables=extravars, inventory=inventory)
+                                  variables=extravars, inventory=inventory, sources=address.source_commits(refs))
     out.addresses = {n: address.host_address(common, inventory, n) for n in targets}
     commands = {n: address.read_command(keep=None if verify and check else "" if verify else out.addresses[n][0])
                 for n in targets}

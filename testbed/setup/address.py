@@ -1,12 +1,16 @@
 """Set-up that knows when to skip: a content address of what a plan applies to each host, recorded on the host.
 
 The address of a host is the sha256 of named **parts**, each itself a sha256 (values never leave this machine, so
-no variable, index URL or token reaches a host): the plan (roles in order, their ``vars:`` and ``when:``, the
-play's variables), the contents of every role it uses (each file's path, mode and bytes), the variables given to
-it (the spec's ``vars:``, ``--var``, what testbed derives: provider, subnet, offline, source overrides with
-their commits), the inventory (every host's name, address, groups: the SSH mesh and MPI hostfiles depend on all of
-them), this host's own entry, the ``PIP_*`` and ``ANSIBLE_*`` settings of this environment (index URLs, an
-Ansible strategy) and the tools (ansible-core, testbed).
+no variable, index URL or token reaches a host):
+
+- ``plan``: roles in order, their ``vars:`` and ``when:``, the play's variables;
+- ``role NAME``: every file of each role it uses (path, executable bit, bytes), meta dependencies included;
+- ``variables``: the spec's ``vars:`` and ``--var`` (source overrides carry their commits);
+- ``sources``: the commits that moving source refs (branches, tags, HEAD) point at now (``git ls-remote``);
+- ``inventory``: every host's name, address and groups, and what testbed derives (provider, subnet, offline,
+  cache folder): the SSH mesh and MPI hostfiles depend on all hosts; ``host``: this host's own entry;
+- ``environment``: the ``PIP_*`` and ``ANSIBLE_*`` settings here (index URLs, an Ansible strategy);
+- ``tools``: the versions of ansible-core and testbed.
 
 The record is ``~/.cache/testbed/setup.json`` in the login user's home on the host (no ``become`` needed; the
 roles set up that user's home as well): one per host, the last set-up that succeeded there. It is removed before
@@ -97,15 +101,65 @@ def _tools() -> dict[str, str]:
 
 
 def common_parts(*, playbook: list[dict[str, Any]], roles: list[str], roles_dir: Path,
-                 variables: dict[str, Any], inventory: dict[str, Any]) -> dict[str, str]:
-    """The parts every host of one set-up shares (see the module)."""
+                 variables: dict[str, Any], inventory: dict[str, Any],
+                 sources: dict[str, str] | None = None) -> dict[str, str]:
+    """The parts every host of one set-up shares (see the module); ``sources``: :func:`source_commits`."""
     env = {k: v for k, v in os.environ.items() if k.startswith(("PIP_", "ANSIBLE_"))}
     parts = {"plan": _sha(playbook), "variables": _sha(variables), "inventory": _sha(inventory),
              "environment": _sha(env), "tools": _sha(_tools())}
+    if sources:
+        parts["sources"] = _sha(sources)
     for r in role_closure(roles, roles_dir):
         d = roles_dir / r
         parts[f"role {r}"] = role_digest(d) if d.is_dir() else "missing"
     return parts
+
+
+_HEX = re.compile(r"[0-9a-f]{7,40}")
+
+
+def source_refs(plan_vars: dict[str, Any], steps: list[tuple[str, dict[str, Any]]],
+                extravars: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """The sources a plan checks out by a name that can move (a branch, a tag, HEAD): {label: (url, ref)}.
+
+    A role entry's ``<prefix>_repo`` with its ``<prefix>_version`` (the effective value: profile vars < the
+    entry's vars < the spec's and extra vars), and ``--source`` overrides given as a URL. A commit id, a
+    template or a local bundle (already a commit) needs nothing more.
+    """
+    out: dict[str, tuple[str, str]] = {}
+    for i, (role, svars) in enumerate(steps):
+        values = {**plan_vars, **svars, **extravars}
+        for key, url in values.items():
+            if not (key.endswith("_repo") and isinstance(url, str)) or "{{" in url:
+                continue
+            ref = values.get(key[: -len("_repo")] + "_version") or "HEAD"
+            if isinstance(ref, str) and "{{" not in ref and not _HEX.fullmatch(ref):
+                out[f"{i} {role} {key}"] = (url, ref)
+    overrides = extravars.get("testbed_source_overrides")
+    for name, o in (overrides or {}).items() if isinstance(overrides, dict) else ():
+        if isinstance(o, dict) and o.get("kind") == "url" and not _HEX.fullmatch(str(o.get("ref") or "")):
+            out[f"override {name}"] = (str(o.get("location")), str(o.get("ref") or "HEAD"))
+    return out
+
+
+def source_commits(refs: dict[str, tuple[str, str]], timeout: float = 15) -> dict[str, str]:
+    """Each moving ref resolved to its commit with ``git ls-remote`` from this machine, in parallel; one that
+    cannot be resolved (no route, no credentials) is named by its ref ("unresolved"): ``--verify`` still runs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from testbed.sources import _git
+
+    def one(url: str, ref: str) -> str:
+        r = _git(["ls-remote", url, ref, f"{ref}^{{}}"], timeout=timeout)
+        lines = [ln.split("\t") for ln in r.stdout.splitlines() if "\t" in ln] if r.returncode == 0 else []
+        peeled = [sha for sha, name in lines if name.endswith("^{}")]
+        return (peeled or [sha for sha, _ in lines] or [f"unresolved {ref}"])[0]
+
+    if not refs:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(8, len(refs))) as pool:
+        futures = {k: pool.submit(one, url, ref) for k, (url, ref) in refs.items()}
+        return {k: f.result() for k, f in futures.items()}
 
 
 def host_address(common: dict[str, str], inventory: dict[str, Any], host: str) -> tuple[str, dict[str, str]]:
