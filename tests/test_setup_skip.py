@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from testbed import setup
+from testbed import remote, setup
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
 ROLES = ["shell"]
@@ -122,6 +122,8 @@ def test_verify_finds_drift_and_sets_it_right(bed: Any) -> None:
     assert set(res.drift) == {"node2"}, res.drift
     assert any("login shell" in c for c in res.drift["node2"]), res.drift
     assert bed.ssh("node2", "getent passwd root").stdout.strip().endswith("bash")
+    # a multiplexed session (testbed exec) logs in anew: the probe's connection predates the shell set again
+    assert remote.run(bed.name, ["node2"], 'echo "$SHELL"')[0].stdout.strip().endswith("bash")
     assert not _ok(bed)[0].ran
 
 

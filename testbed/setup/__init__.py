@@ -276,6 +276,8 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
         if threading.current_thread() is threading.main_thread():
             for sig, previous in saved.items():
                 signal.signal(sig, previous)
+        if probe.addresses:  # the probe's connections predate what Ansible changed (login shell, limits, groups)
+            _close_masters(testbed, to_run)
     if str(r.status) == "canceled":  # the user's Ctrl-C (or a TERM) reached the play: stop here as well
         raise KeyboardInterrupt
     hosts_res, _, _, _ = agg.snapshot()
@@ -352,6 +354,17 @@ def _probe(testbed: str, plan: Plan, playbook: list[dict[str, Any]], inventory: 
     else:
         out.unchanged = list(out.matched)
     return out
+
+
+def _close_masters(testbed: str, hosts: list[str]) -> None:
+    """Stop testbed's multiplexed SSH masters to ``hosts``: sshd keeps a login's account data (its shell, its
+    limits) for every session of one connection, so later sessions must log in anew to see the set-up's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from testbed import remote
+
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts)))) as pool:
+        list(pool.map(lambda h: remote.control(testbed, h, "exit", timeout=10), hosts))
 
 
 def _record(testbed: str, plan: str, probe: _Probe, hosts: list[str]) -> None:
