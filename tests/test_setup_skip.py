@@ -115,6 +115,7 @@ def test_a_removed_record_reruns_only_that_host(bed: Any) -> None:
 def test_verify_finds_drift_and_sets_it_right(bed: Any) -> None:
     _ok(bed)
     assert bed.ssh("node2", "usermod -s /bin/sh root").returncode == 0  # behind testbed's back
+    remote.control(bed.name, "node2", "exit")  # the next probe's connection logs in with /bin/sh
     plain, _ = _ok(bed)
     assert not plain.ran  # the record still matches: only --verify looks at the host itself
     res, _ = _ok(bed, verify=True)
