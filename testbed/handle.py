@@ -237,12 +237,13 @@ class Testbed:
 
     def setup(self, profile: str | None = None, *, suite: str | None = None, roles: list[str] | None = None,
               check: bool = False, limit: list[str] | None = None,
-              extra_vars: dict[str, Any] | None = None) -> SetupResult:
-        """Apply a profile (the spec's by default), a suite's profile or single roles (as ``testbed setup``)."""
+              extra_vars: dict[str, Any] | None = None, verify: bool = False) -> SetupResult:
+        """Apply a profile (the spec's by default), a suite's profile or single roles (as ``testbed setup``):
+        hosts whose recorded set-up matches are skipped unless ``verify``."""
         from testbed.setup import apply
 
         return apply(self, profile=profile, suite=suite, roles=roles, check=check, limit=limit,
-                     extra_vars=extra_vars)
+                     extra_vars=extra_vars, verify=verify)
 
     def start(self, suite: str, params: dict[str, Any] | None = None, *, faults: list[str] | None = None,
               setup: bool = True, sources: dict[str, str] | None = None) -> Run:

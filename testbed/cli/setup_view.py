@@ -80,7 +80,8 @@ def render_summary(result: SetupResult) -> Any:
     for reason, names in why.items():
         parts.append(Text(f"ran on {', '.join(names)}: {reason}"))
     for name, changes in result.drift.items():
-        parts.append(Text(f"drift on {name} (changed behind testbed's back, now set again): "
+        again = "would be set again" if result.check else "now set again"
+        parts.append(Text(f"drift on {name} (changed behind testbed's back, {again}): "
                           + "; ".join(changes[:10]) + (f"; ... {len(changes) - 10} more" if len(changes) > 10 else ""),
                           style="yellow"))
     for name, h in result.hosts.items():
