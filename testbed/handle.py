@@ -164,7 +164,8 @@ class Testbed:
         from testbed import setup as setup_mod
 
         t0 = time.monotonic()
-        res = setup_mod.apply(self, profile=want, roles=roles, limit=done.hosts)
+        # verify: Ansible runs on a repaired host even where its disk (and its set-up record) survived
+        res = setup_mod.apply(self, profile=want, roles=roles, limit=done.hosts, verify=True)
         out.setup_seconds, out.setup, out.setup_hosts = round(time.monotonic() - t0, 2), res.plan, sorted(res.hosts)
         if not res.ok:
             bad = ", ".join(sorted(n for n, h in res.hosts.items() if h.failed or h.unreachable)) or host
