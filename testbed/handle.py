@@ -164,7 +164,8 @@ class Testbed:
         from testbed import setup as setup_mod
 
         t0 = time.monotonic()
-        res = setup_mod.apply(self, profile=want, roles=roles, limit=done.hosts)
+        # verify: Ansible runs on a repaired host even where its disk (and its set-up record) survived
+        res = setup_mod.apply(self, profile=want, roles=roles, limit=done.hosts, verify=True)
         out.setup_seconds, out.setup, out.setup_hosts = round(time.monotonic() - t0, 2), res.plan, sorted(res.hosts)
         if not res.ok:
             bad = ", ".join(sorted(n for n, h in res.hosts.items() if h.failed or h.unreachable)) or host
@@ -237,12 +238,13 @@ class Testbed:
 
     def setup(self, profile: str | None = None, *, suite: str | None = None, roles: list[str] | None = None,
               check: bool = False, limit: list[str] | None = None,
-              extra_vars: dict[str, Any] | None = None) -> SetupResult:
-        """Apply a profile (the spec's by default), a suite's profile or single roles (as ``testbed setup``)."""
+              extra_vars: dict[str, Any] | None = None, verify: bool = False) -> SetupResult:
+        """Apply a profile (the spec's by default), a suite's profile or single roles (as ``testbed setup``):
+        hosts whose recorded set-up matches are skipped unless ``verify``."""
         from testbed.setup import apply
 
         return apply(self, profile=profile, suite=suite, roles=roles, check=check, limit=limit,
-                     extra_vars=extra_vars)
+                     extra_vars=extra_vars, verify=verify)
 
     def start(self, suite: str, params: dict[str, Any] | None = None, *, faults: list[str] | None = None,
               setup: bool = True, sources: dict[str, str] | None = None) -> Run:

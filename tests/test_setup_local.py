@@ -119,10 +119,10 @@ def _apply_twice(bed: Any, label: str, **kw: Any) -> setup.SetupResult:
     TIMINGS[f"{label} first"] = time.monotonic() - t
     assert first.ok, first.to_json()
     t = time.monotonic()
-    again = setup.apply(bed.name, **kw)
+    again = setup.apply(bed.name, verify=True, **kw)  # Ansible again on every host (not skipped): idempotence
     TIMINGS[f"{label} no-op"] = time.monotonic() - t
-    assert again.ok, again.to_json()
-    assert again.changed == 0, {h: (r.changed, r.ok) for h, r in again.hosts.items()}
+    assert again.ok and again.ran, again.to_json()
+    assert again.changed == 0 and not again.drift, {h: (r.changed, r.ok) for h, r in again.hosts.items()}
     return first
 
 
@@ -203,9 +203,9 @@ def test_source_build_once_installed_everywhere_and_survives_ssh_drop(bed: Any, 
     built = _on_all(bed, "grep -c 'testbed: build of tbhello done' ~/src/tbhello/.testbed-build.log || true")
     assert sorted(built.values()).count("1") == 1, built  # built on one host, exactly once
     t = time.monotonic()
-    again = setup.apply(bed.name, roles=["source_build"], extra_vars=ev)
+    again = setup.apply(bed.name, roles=["source_build"], extra_vars=ev, verify=True)
     TIMINGS["source_build no-op"] = time.monotonic() - t
-    assert again.ok and again.changed == 0, again.to_json()
+    assert again.ok and again.ran and again.changed == 0, again.to_json()
 
 
 def test_dataset_over_http_and_wrong_checksum(bed: Any, served: dict[str, Any]) -> None:

@@ -57,6 +57,9 @@ def render_summary(result: SetupResult) -> Any:
     from rich.table import Table
     from rich.text import Text
 
+    if not result.ran:
+        return Text(f"setup {result.testbed}: {result.plan}: skipped: unchanged on {len(result.unchanged)} hosts "
+                    f"({result.elapsed:.1f} s)", style="green")
     verdict = "would change" if result.check else "changed"
     t = Table(title=f"setup {result.testbed}: {result.plan}  ({result.elapsed:.1f} s"
                     f"{', check mode' if result.check else ''})", title_justify="left")
@@ -69,6 +72,18 @@ def render_summary(result: SetupResult) -> Any:
         t.add_row(name, str(h.ok), str(h.changed), str(h.failed), str(h.unreachable), str(h.skipped),
                   Text(h.status, style=style))
     parts: list[Any] = [t]
+    if result.unchanged:
+        parts.append(Text(f"skipped: unchanged on {len(result.unchanged)} hosts", style="green"))
+    why: dict[str, list[str]] = {}
+    for name, reason in result.reasons.items():
+        why.setdefault(reason, []).append(name)
+    for reason, names in why.items():
+        parts.append(Text(f"ran on {', '.join(names)}: {reason}"))
+    for name, changes in result.drift.items():
+        again = "would be set again" if result.check else "now set again"
+        parts.append(Text(f"drift on {name} (changed behind testbed's back, {again}): "
+                          + "; ".join(changes[:10]) + (f"; ... {len(changes) - 10} more" if len(changes) > 10 else ""),
+                          style="yellow"))
     for name, h in result.hosts.items():
         if h.error:
             parts.append(Text(f"{name}: {h.error_task or 'error'}: {h.error}", style="red"))

@@ -134,6 +134,8 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
           role: Annotated[list[str] | None, typer.Option("--role", "-r", help="Apply single roles (repeatable).")]
           = None,
           check: Annotated[bool, typer.Option("--check", help="Show what would change; change nothing.")] = False,
+          verify: Annotated[bool, typer.Option("--verify", help="Run Ansible on every host even where the recorded "
+                                                                "set-up matches; report drift.")] = False,
           limit: Annotated[str | None, typer.Option("--limit", "-l", help="Only these hosts (comma-separated).")]
           = None,
           var: Annotated[list[str] | None, typer.Option("--var", "-e", help="Extra variable key=value (repeatable).")]
@@ -144,7 +146,8 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
           json_out: JsonOpt = False) -> None:
     """Apply Ansible roles to the testbed: a profile, a suite's profile, or single roles.
 
-    Without options the testbed's default profile (its spec's `profile:`) is applied.
+    Without options the testbed's default profile (its spec's `profile:`) is applied. Hosts whose recorded
+    set-up matches what would be applied are skipped; --verify runs Ansible on them too and reports drift.
     Example: testbed setup local --profile local-suites
     """
     from testbed import setup as setup_mod
@@ -163,7 +166,7 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
     builds = _setup_sources(name, profile, suite, source or [])
     if builds:
         extra["testbed_source_overrides"] = builds
-    kw: dict[str, Any] = {"profile": profile, "suite": suite, "roles": role or None, "check": check,
+    kw: dict[str, Any] = {"profile": profile, "suite": suite, "roles": role or None, "check": check, "verify": verify,
                           "limit": [x.strip() for x in limit.split(",") if x.strip()] if limit else None,
                           "extra_vars": extra or None}
     from testbed import deadman

@@ -8,7 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 EventHandler = Callable[[dict[str, Any]], object]
@@ -33,6 +33,8 @@ class HostResult:
     ignored: int = 0
     error: str | None = None
     error_task: str | None = None
+    changed_tasks: list[str] = field(default_factory=list)  # what changed: "role : task (path)", at most MAX_CHANGES
+    unchanged: bool = False  # skipped: its recorded set-up address matched, Ansible did not run on it
 
     @property
     def status(self) -> str:
@@ -40,6 +42,8 @@ class HostResult:
             return "unreachable"
         if self.failed:
             return "failed"
+        if self.unchanged:
+            return "unchanged"
         return "changed" if self.changed else "ok"
 
 
@@ -57,6 +61,13 @@ class SetupResult:
     hosts: dict[str, HostResult]
     artifact_dir: str | None = None
     error: str | None = None
+    ran: bool = True  # Ansible ran (on the hosts not in ``unchanged``)
+    verify: bool = False  # every host ran whatever its record said
+    unchanged: list[str] = field(default_factory=list)  # hosts skipped: their recorded address matched
+    reasons: dict[str, str] = field(default_factory=dict)  # why each host that ran was not skipped
+    drift: dict[str, list[str]] = field(default_factory=dict)  # --verify: hosts whose record matched yet Ansible
+    # changed something (a change behind testbed's back), with what changed
+    probe_seconds: float = 0.0  # the round trip reading every host's record
 
     @property
     def ok(self) -> bool:
@@ -71,6 +82,7 @@ class SetupResult:
         d["ok"] = self.ok
         d["changed_total"] = self.changed
         d["elapsed"] = round(self.elapsed, 2)
+        d["probe_seconds"] = round(self.probe_seconds, 3)
         for name, h in self.hosts.items():
             d["hosts"][name]["status"] = h.status
         return d
@@ -97,6 +109,16 @@ def first_line_error(res: dict[str, Any]) -> str:
     if res.get("rc") not in (None, 0) and "rc=" not in msg:
         parts.append(f"rc={res.get('rc')}")
     return "; ".join(parts)[:1500] or "failed"
+
+
+MAX_CHANGES = 50
+
+
+def change_label(task: str, role: str, res: dict[str, Any]) -> str:
+    """``role : task (path)``: what one changed task result changed, for humans (no file contents)."""
+    where = res.get("dest") or res.get("path") or res.get("name") if isinstance(res, dict) else None
+    label = f"{role} : {task}" if role and not task.startswith(f"{role} :") else task
+    return f"{label} ({where})" if isinstance(where, str) and where.startswith(("/", "~")) else label
 
 
 class EventAggregator:
@@ -144,6 +166,8 @@ class EventAggregator:
                 if kind == "runner_on_ok":
                     h.ok += 1
                     h.changed += bool(res.get("changed"))
+                    if res.get("changed") and len(h.changed_tasks) < MAX_CHANGES:
+                        h.changed_tasks.append(change_label(task, str(d.get("role") or ""), res))
                 elif kind == "runner_on_skipped":
                     h.skipped += 1
                 elif kind == "runner_on_unreachable":

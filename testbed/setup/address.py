@@ -1,0 +1,230 @@
+"""Set-up that knows when to skip: a content address of what a plan applies to each host, recorded on the host.
+
+The address of a host is the sha256 of named **parts**, each itself a sha256 (values never leave this machine, so
+no variable, index URL or token reaches a host):
+
+- ``plan``: roles in order, their ``vars:`` and ``when:``, the play's variables;
+- ``role NAME``: every file of each role it uses (path, executable bit, bytes), meta dependencies included;
+- ``variables``: the spec's ``vars:`` and ``--var`` (source overrides carry their commits);
+- ``sources``: the commits that moving source refs (branches, tags, HEAD) point at now (``git ls-remote``);
+- ``inventory``: every host's name, address and groups, and what testbed derives (provider, subnet, offline,
+  cache folder): the SSH mesh and MPI hostfiles depend on all hosts; ``host``: this host's own entry;
+- ``environment``: the ``PIP_*`` and ``ANSIBLE_*`` settings here (index URLs, an Ansible strategy);
+- ``tools``: the versions of ansible-core and testbed.
+
+The record is ``~/.cache/testbed/setup.json`` in the login user's home on the host (no ``become`` needed; the
+roles set up that user's home as well): one per host, the last set-up that succeeded there. It is removed before
+Ansible touches the host and written only after Ansible finished on that host without a failure, so a failed or
+interrupted set-up leaves no address and the next run does the work.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shlex
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RECORD = ".cache/testbed/setup.json"
+"""Where the record lives, relative to the login user's home on the host."""
+FORMAT = 1
+
+
+def _sha(data: Any) -> str:
+    blob = data if isinstance(data, bytes) else json.dumps(data, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+@functools.cache
+def _dir_digest(path: Path, stamp: tuple[tuple[str, int, int], ...]) -> str:
+    """sha256 of a folder's files (relative path, executable bit, bytes); ``stamp`` keys the cache."""
+    h = hashlib.sha256()
+    for rel, _, _ in stamp:
+        f = path / rel
+        h.update(rel.encode() + b"\0" + (b"x" if os.access(f, os.X_OK) else b"-") + b"\0")
+        h.update(f.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def role_digest(role_dir: Path) -> str:
+    """The content address of one role folder (every file but Python caches)."""
+    stamp: list[tuple[str, int, int]] = []
+    for root, dirs, files in os.walk(role_dir):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith((".pyc", ".swp", "~")):
+                continue
+            p = Path(root) / name
+            st = p.stat()
+            stamp.append((str(p.relative_to(role_dir)), st.st_mtime_ns, st.st_size))
+    return _dir_digest(role_dir, tuple(sorted(stamp)))
+
+
+def role_closure(roles: Iterable[str], roles_dir: Path) -> list[str]:
+    """``roles`` and every role they name as ``dependencies`` in meta/main.yml, transitively (sorted)."""
+    from ruamel.yaml import YAML
+
+    seen: set[str] = set()
+    todo = list(roles)
+    while todo and len(seen) < 1000:  # bounded: a role folder holds far fewer
+        r = todo.pop()
+        if r in seen:
+            continue
+        seen.add(r)
+        meta = roles_dir / r / "meta" / "main.yml"
+        data = YAML(typ="safe").load(meta.read_text()) if meta.is_file() else None
+        for dep in (data or {}).get("dependencies") or [] if isinstance(data, dict) else []:
+            name = dep.get("role") if isinstance(dep, dict) else dep
+            if isinstance(name, str):
+                todo.append(name)
+    return sorted(seen)
+
+
+def _tools() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("ansible-core", "testbed"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = "?"
+    return out
+
+
+def common_parts(*, playbook: list[dict[str, Any]], roles: list[str], roles_dir: Path,
+                 variables: dict[str, Any], inventory: dict[str, Any],
+                 sources: dict[str, str] | None = None) -> dict[str, str]:
+    """The parts every host of one set-up shares (see the module); ``sources``: :func:`source_commits`."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(("PIP_", "ANSIBLE_"))}
+    parts = {"plan": _sha(playbook), "variables": _sha(variables), "inventory": _sha(inventory),
+             "environment": _sha(env), "tools": _sha(_tools())}
+    if sources:
+        parts["sources"] = _sha(sources)
+    for r in role_closure(roles, roles_dir):
+        d = roles_dir / r
+        parts[f"role {r}"] = role_digest(d) if d.is_dir() else "missing"
+    return parts
+
+
+_HEX = re.compile(r"[0-9a-f]{7,40}")
+
+
+def source_refs(plan_vars: dict[str, Any], steps: list[tuple[str, dict[str, Any]]],
+                extravars: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """The sources a plan checks out by a name that can move (a branch, a tag, HEAD): {label: (url, ref)}.
+
+    A role entry's ``<prefix>_repo`` with its ``<prefix>_version`` (the effective value: profile vars < the
+    entry's vars < the spec's and extra vars), and ``--source`` overrides given as a URL. A commit id, a
+    template or a local bundle (already a commit) needs nothing more.
+    """
+    out: dict[str, tuple[str, str]] = {}
+    for i, (role, svars) in enumerate(steps):
+        values = {**plan_vars, **svars, **extravars}
+        for key, url in values.items():
+            if not (key.endswith("_repo") and isinstance(url, str)) or "{{" in url:
+                continue
+            ref = values.get(key[: -len("_repo")] + "_version") or "HEAD"
+            if isinstance(ref, str) and "{{" not in ref and not _HEX.fullmatch(ref):
+                out[f"{i} {role} {key}"] = (url, ref)
+    overrides = extravars.get("testbed_source_overrides")
+    for name, o in (overrides or {}).items() if isinstance(overrides, dict) else ():
+        if isinstance(o, dict) and o.get("kind") == "url" and not _HEX.fullmatch(str(o.get("ref") or "")):
+            out[f"override {name}"] = (str(o.get("location")), str(o.get("ref") or "HEAD"))
+    return out
+
+
+def source_commits(refs: dict[str, tuple[str, str]], timeout: float = 15) -> dict[str, str]:
+    """Each moving ref resolved to its commit with ``git ls-remote`` from this machine, in parallel; one that
+    cannot be resolved (no route, no credentials) is named by its ref ("unresolved"): ``--verify`` still runs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from testbed.sources import _git
+
+    def one(url: str, ref: str) -> str:
+        r = _git(["ls-remote", url, ref, f"{ref}^{{}}"], timeout=timeout)
+        lines = [ln.split("\t") for ln in r.stdout.splitlines() if "\t" in ln] if r.returncode == 0 else []
+        peeled = [sha for sha, name in lines if name.endswith("^{}")]
+        return (peeled or [sha for sha, _ in lines] or [f"unresolved {ref}"])[0]
+
+    if not refs:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(8, len(refs))) as pool:
+        futures = {k: pool.submit(one, url, ref) for k, (url, ref) in refs.items()}
+        return {k: f.result() for k, f in futures.items()}
+
+
+def host_address(common: dict[str, str], inventory: dict[str, Any], host: str) -> tuple[str, dict[str, str]]:
+    """(address, parts) of ``host``: the common parts and its own inventory entry."""
+    parts = {**common, "host": _sha(inventory.get("all", {}).get("hosts", {}).get(host))}
+    return _sha(parts), parts
+
+
+def record(testbed: str, host: str, plan: str, address: str, parts: dict[str, str]) -> str:
+    """The record written on ``host`` after a successful set-up (JSON; hashes and names only)."""
+    return json.dumps({"format": FORMAT, "testbed": testbed, "host": host, "plan": plan, "address": address,
+                       "parts": parts, "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                      sort_keys=True)
+
+
+def read_command(keep: str | None) -> str:
+    """The host-side command that prints the record and then removes it unless it holds the address ``keep``
+    (``None``: never remove; ``""``: always); it never fails."""
+    path = f'"$HOME/{RECORD}"'
+    if keep is None:
+        return f"cat {path} 2>/dev/null; true"
+    if keep:
+        if not re.fullmatch(r"[0-9a-f]{64}", keep):
+            raise ValueError(f"not a set-up address: {keep!r}")
+        return (f"cat {path} 2>/dev/null; grep -qF '\"address\": \"{keep}\"' {path} 2>/dev/null "
+                f"|| rm -f {path}; true")
+    return f"cat {path} 2>/dev/null; rm -f {path}; true"
+
+
+def write_command(text: str) -> str:
+    """The host-side command that writes ``text`` as the record, atomically (a temp file, then a rename)."""
+    path = "$HOME/" + RECORD
+    return (f'umask 077 && mkdir -p "$HOME/{os.path.dirname(RECORD)}" && printf %s {shlex.quote(text)} > "{path}.tmp"'
+            f' && mv -f "{path}.tmp" "{path}"')
+
+
+@dataclass
+class Verdict:
+    """What the probe found on one host: whether its record matches, and why not."""
+
+    host: str
+    unchanged: bool
+    reason: str  # "" when unchanged; else what differs (for humans)
+
+
+def compare(testbed: str, host: str, plan: str, address: str, parts: dict[str, str], text: str | None,
+            error: str | None = None) -> Verdict:
+    """Compare what ``host`` recorded (``text``: the record, or None/empty) with the address wanted now."""
+    if error:
+        return Verdict(host, False, f"no answer ({error})")
+    if not text or not text.strip():
+        return Verdict(host, False, "no record of a set-up")
+    try:
+        rec = json.loads(text)
+    except ValueError:
+        return Verdict(host, False, "unreadable record")
+    if not isinstance(rec, dict) or rec.get("format") != FORMAT:
+        return Verdict(host, False, "record of another format")
+    if rec.get("testbed") != testbed or rec.get("host") != host:
+        return Verdict(host, False, f"record of another host ({rec.get('testbed')}/{rec.get('host')})")
+    if rec.get("address") == address:
+        return Verdict(host, True, "")
+    if rec.get("plan") != plan:
+        return Verdict(host, False, f"last set-up was '{rec.get('plan')}'")
+    old = rec.get("parts")
+    old = old if isinstance(old, dict) else {}
+    differ = sorted(k for k in set(parts) | set(old) if parts.get(k) != old.get(k))
+    return Verdict(host, False, "changed: " + ", ".join(differ) if differ else "changed")

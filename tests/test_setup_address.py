@@ -1,0 +1,105 @@
+"""The set-up address without hosts: what changes it, what the records say, moving source refs resolved."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed.setup import address
+
+INV: dict[str, Any] = {"all": {"hosts": {"n0": {"ansible_host": "n0"}, "n1": {"ansible_host": "n1"}},
+                               "vars": {"testbed_name": "tb"}}}
+
+
+def _parts(roles_dir: Path, **kw: Any) -> dict[str, str]:
+    args: dict[str, Any] = {"playbook": [{"roles": [{"role": "r"}]}], "roles": ["r"], "roles_dir": roles_dir,
+                            "variables": {"a": 1}, "inventory": INV, **kw}
+    return address.common_parts(**args)
+
+
+def _role(tmp_path: Path) -> Path:
+    d = tmp_path / "roles"
+    (d / "r" / "tasks").mkdir(parents=True)
+    (d / "r" / "tasks" / "main.yml").write_text("- debug: msg=hi\n")
+    (d / "r" / "meta").mkdir()
+    (d / "r" / "meta" / "main.yml").write_text("dependencies: [dep]\n")
+    (d / "dep" / "tasks").mkdir(parents=True)
+    (d / "dep" / "tasks" / "main.yml").write_text("- debug: msg=dep\n")
+    return d
+
+
+def test_every_input_moves_the_address_and_is_named(tmp_path: Path) -> None:
+    roles = _role(tmp_path)
+    base = _parts(roles)
+    assert {"plan", "variables", "inventory", "environment", "tools", "role r", "role dep"} <= set(base)
+    addr, parts = address.host_address(base, INV, "n0")
+    assert address.host_address(_parts(roles), INV, "n0")[0] == addr  # deterministic
+    assert address.host_address(base, INV, "n1")[0] != addr  # per host
+    (roles / "dep" / "tasks" / "main.yml").write_text("- debug: msg=changed\n")  # a dependency's file
+    moved = address.host_address(_parts(roles), INV, "n0")
+    assert moved[0] != addr
+    rec = address.record("tb", "n0", "p", addr, parts)
+    assert address.compare("tb", "n0", "p", *moved, rec).reason == "changed: role dep"
+    v = address.compare("tb", "n0", "p", *address.host_address(_parts(roles, variables={"a": 2}), INV, "n0"), rec)
+    assert v.reason == "changed: role dep, variables"
+    assert address.compare("tb", "n0", "p", addr, parts, rec).unchanged
+    assert address.compare("tb", "n0", "q", *moved, rec).reason == "last set-up was 'p'"
+    assert address.compare("tb", "n1", "p", addr, parts, rec).reason.startswith("record of another host")
+    assert address.compare("tb", "n0", "p", addr, parts, "").reason == "no record of a set-up"
+    assert address.compare("tb", "n0", "p", addr, parts, "{oops").reason == "unreadable record"
+
+
+def test_the_record_holds_hashes_not_values(tmp_path: Path) -> None:
+    secret = "https://user:s3cret@index.example/simple"
+    parts = _parts(_role(tmp_path), variables={"python_env_pip_index_url": secret})
+    rec = address.record("tb", "n0", "p", *address.host_address(parts, INV, "n0"))
+    assert "s3cret" not in rec and json.loads(rec)["format"] == address.FORMAT
+
+
+def test_read_command_keeps_only_a_matching_record(tmp_path: Path) -> None:
+    """The host-side commands, run by a real shell with HOME here: print, then keep or remove."""
+    addr, other = "ab" * 32, "cd" * 32
+    rec = address.record("tb", "n0", "p", addr, {})
+
+    def host(command: str) -> tuple[str, bool]:
+        out = subprocess.run(["sh", "-c", command], env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+                             capture_output=True, text=True, check=True).stdout
+        return out, (tmp_path / address.RECORD).exists()
+
+    assert host(address.read_command(addr)) == ("", False)  # no record yet: nothing, and no error
+    host(address.write_command(rec))
+    assert host(address.read_command(addr)) == (rec, True)  # matches: kept
+    assert host(address.read_command(None)) == (rec, True)  # check mode: never removed
+    assert host(address.read_command(other)) == (rec, False)  # differs: printed, then removed
+    host(address.write_command(rec))
+    assert host(address.read_command("")) == (rec, False)  # --verify: always removed
+    assert oct((tmp_path / ".cache" / "testbed").stat().st_mode & 0o777) == "0o700"
+    with pytest.raises(ValueError):
+        address.read_command("x; rm -rf /")
+
+
+def test_a_moving_branch_is_resolved_to_its_commit(tmp_path: Path) -> None:
+    repo = tmp_path / "src"
+    repo.mkdir()
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=repo, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    git("commit", "-q", "--allow-empty", "-m", "one")
+    steps = [("source_build", {"source_build_repo": str(repo), "source_build_version": "main"}),
+             ("source_build", {"source_build_repo": str(repo), "source_build_version": "abc1234"}),  # a commit
+             ("source_build", {"source_build_repo": "{{ x }}", "source_build_version": "main"})]  # a template
+    refs = address.source_refs({}, steps, {})
+    assert list(refs.values()) == [(str(repo), "main")]
+    first = address.source_commits(refs)
+    assert list(first.values()) == [git("rev-parse", "HEAD")]
+    git("commit", "-q", "--allow-empty", "-m", "two")
+    assert address.source_commits(refs) != first
+    gone = address.source_commits({"x": (str(tmp_path / "nowhere"), "main")}, timeout=5)
+    assert gone == {"x": "unresolved main"}

@@ -1,0 +1,177 @@
+"""Set-up that knows when to skip, on real local hosts with real Ansible: a re-run whose recorded address matches
+is skipped without Ansible, any change re-runs where it matters, --verify finds drift, a failed or interrupted
+set-up leaves no address.
+
+One 4-host local testbed for the module; the ``shell`` role (with the base profile's variables) is the set-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed import remote, setup
+
+pytestmark = [pytest.mark.local, pytest.mark.slow]
+ROLES = ["shell"]
+
+
+@pytest.fixture(scope="module")
+def bed(shared_local_testbed: Any) -> Any:
+    return shared_local_testbed
+
+
+def _apply(bed: Any, **kw: Any) -> tuple[setup.SetupResult, list[dict[str, Any]]]:
+    seen: list[dict[str, Any]] = []
+    res = setup.apply(bed.name, roles=ROLES, on_event=seen.append, **kw)
+    return res, seen
+
+
+def _ok(bed: Any, **kw: Any) -> tuple[setup.SetupResult, list[dict[str, Any]]]:
+    res, seen = _apply(bed, **kw)
+    assert res.ok, res.to_json()
+    return res, seen
+
+
+def _names(bed: Any) -> list[str]:
+    return [h.name for h in bed.hosts]
+
+
+def _record(bed: Any, host: str) -> str:
+    return bed.ssh(host, "cat ~/.cache/testbed/setup.json 2>/dev/null || true").stdout
+
+
+def _runs(bed: Any) -> int:
+    d = bed.home / "ansible" / "runs" / bed.name / "artifacts"
+    return len(list(d.iterdir())) if d.is_dir() else 0
+
+
+def test_unchanged_rerun_is_skipped_without_ansible(bed: Any) -> None:
+    first, seen = _ok(bed, verify=True)  # whatever the bed held before: now applied and recorded
+    assert first.ran and seen and not first.unchanged and set(first.hosts) == set(_names(bed))
+    for name in _names(bed):
+        rec = json.loads(_record(bed, name))
+        assert rec["host"] == name and rec["testbed"] == bed.name and len(rec["address"]) == 64
+        assert bed.spec.provider.subnet.split("/")[0] not in json.dumps(rec)  # hashes, never values
+    runs = _runs(bed)
+    t = time.monotonic()
+    again, seen = _ok(bed)
+    took = time.monotonic() - t
+    assert not again.ran and again.status == "skipped" and seen == [], again.to_json()
+    assert sorted(again.unchanged) == sorted(_names(bed)) and again.changed == 0
+    assert {h.status for h in again.hosts.values()} == {"unchanged"}
+    assert _runs(bed) == runs  # no ansible-runner artifact directory: Ansible never started
+    assert took < 0.5 * first.elapsed, (took, first.elapsed)
+
+
+def test_a_changed_variable_reruns_everywhere_then_skips(bed: Any) -> None:
+    _ok(bed)
+    res, seen = _ok(bed, extra_vars={"tb_skip_probe": "1"})
+    assert res.ran and seen and not res.unchanged
+    assert all("variables" in r for r in res.reasons.values()) and set(res.reasons) == set(_names(bed)), res.reasons
+    again, seen = _ok(bed, extra_vars={"tb_skip_probe": "1"})
+    assert not again.ran and not seen
+
+
+def test_a_changed_role_file_reruns(bed: Any) -> None:
+    _ok(bed)
+    copy = Path(bed.cwd) / "playbooks" / "roles"  # a playbooks/roles in the working directory is the one used
+    shutil.copytree(setup.roles_dir(), copy)
+    try:
+        assert setup.roles_dir().resolve() == copy.resolve()
+        with (copy / "shell" / "tasks" / "main.yml").open("a") as f:
+            f.write("# edited by test_setup_skip\n")
+        res, seen = _ok(bed)
+        assert res.ran and seen and set(res.reasons) == set(_names(bed))
+        assert all("role shell" in r and "variables" not in r for r in res.reasons.values()), res.reasons
+        again, _ = _ok(bed)
+        assert not again.ran
+    finally:
+        shutil.rmtree(Path(bed.cwd) / "playbooks")
+
+
+def test_a_removed_record_reruns_only_that_host(bed: Any) -> None:
+    _ok(bed)
+    assert bed.ssh("node1", "rm ~/.cache/testbed/setup.json").returncode == 0
+    res, seen = _ok(bed)
+    assert res.ran and res.reasons == {"node1": "no record of a set-up"}, res.to_json()
+    assert sorted(res.unchanged) == sorted(n for n in _names(bed) if n != "node1")
+    hosts_seen = {(e.get("event_data") or {}).get("host") for e in seen} - {None}
+    assert hosts_seen == {"node1"}, hosts_seen  # Ansible ran on node1 only
+    assert res.hosts["node1"].status == "ok" and res.hosts["node2"].status == "unchanged"
+    assert _record(bed, "node1")
+    assert not _ok(bed)[0].ran
+
+
+def test_verify_finds_drift_and_sets_it_right(bed: Any) -> None:
+    _ok(bed)
+    assert bed.ssh("node2", "usermod -s /bin/sh root").returncode == 0  # behind testbed's back
+    remote.control(bed.name, "node2", "exit")  # the next probe's connection logs in with /bin/sh
+    plain, _ = _ok(bed)
+    assert not plain.ran  # the record still matches: only --verify looks at the host itself
+    res, _ = _ok(bed, verify=True)
+    assert res.ran and not res.unchanged and set(res.reasons.values()) == {"--verify"}
+    assert set(res.drift) == {"node2"}, res.drift
+    assert any("login shell" in c for c in res.drift["node2"]), res.drift
+    assert bed.ssh("node2", "getent passwd root").stdout.strip().endswith("bash")
+    # a multiplexed session (testbed exec) logs in anew: the probe's connection predates the shell set again
+    assert remote.run(bed.name, ["node2"], 'echo "$SHELL"')[0].stdout.strip().endswith("bash")
+    assert not _ok(bed)[0].ran
+
+
+def test_verify_in_check_mode_reports_drift_and_changes_nothing(bed: Any) -> None:
+    _ok(bed)
+    assert bed.ssh("node3", "usermod -s /bin/sh root").returncode == 0
+    res, _ = _ok(bed, verify=True, check=True)
+    assert res.check and set(res.drift) == {"node3"}, res.drift
+    assert bed.ssh("node3", "getent passwd root").stdout.strip().endswith("/bin/sh")
+    assert _record(bed, "node3")  # check mode neither removes nor writes records
+    _ok(bed, verify=True)
+
+
+def test_a_failed_apply_leaves_no_address(bed: Any) -> None:
+    _ok(bed)
+    bad, _ = _apply(bed, extra_vars={"shell_name": "tb-no-such-shell"})
+    assert not bad.ok and all(h.failed for h in bad.hosts.values())
+    assert all(_record(bed, n) == "" for n in _names(bed))
+    res, _ = _ok(bed)
+    assert res.ran and set(res.reasons.values()) == {"no record of a set-up"}
+
+
+def test_an_interrupted_apply_leaves_no_address(bed: Any) -> None:
+    _ok(bed)
+    sent: list[int] = []
+
+    def interrupt(ev: dict[str, Any]) -> None:
+        """Ctrl-C as a user gives it, as soon as the first task starts on a host."""
+        if ev.get("event") == "runner_on_start" and not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with pytest.raises(KeyboardInterrupt):
+        setup.apply(bed.name, roles=ROLES, verify=True, on_event=interrupt)  # the same address as recorded
+    assert sent
+    assert all(_record(bed, n) == "" for n in _names(bed))
+    res, _ = _ok(bed)
+    assert res.ran and set(res.reasons.values()) == {"no record of a set-up"}
+
+
+def test_cli_says_skipped(bed: Any) -> None:
+    _ok(bed)
+    env = {**os.environ, "TESTBED_HOME": str(bed.home)}
+    r = subprocess.run([sys.executable, "-m", "testbed", "setup", bed.name, "--role", "shell"], cwd=bed.cwd,
+                       capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert r.returncode == 0 and f"skipped: unchanged on {len(bed.hosts)} hosts" in r.stdout, (r.stdout, r.stderr)
+    r = subprocess.run([sys.executable, "-m", "testbed", "setup", bed.name, "--role", "shell", "--json"],
+                       cwd=bed.cwd, capture_output=True, text=True, timeout=120, env=env, check=False)
+    data = json.loads(r.stdout)
+    assert r.returncode == 0 and data["ran"] is False and data["status"] == "skipped"
