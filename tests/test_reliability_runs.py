@@ -100,7 +100,7 @@ def test_host_killed_at_random_moment_of_a_run(shared_local_testbed) -> None:  #
         # Bring the victim back. Work-around: the controller's ARP entry for the victim's address still holds
         # the old veth's MAC (kept REACHABLE by the run's live SSH traffic) and the restarted host gets a new
         # random MAC, so without the flush provision's SSH wait times out for ~30 s (fix belongs in
-        # LocalProvider._start_host: a stable MAC per host, or flushing the neighbour entry).
+        # LocalProvider._start_hosts: a stable MAC per host, or flushing the neighbour entry).
         addr = next(h.address for h in bed.hosts if h.name == victim)
         subprocess.run(["ip", "neigh", "flush", "to", addr], check=False, capture_output=True)
         bed.hosts = bed.provider.provision()

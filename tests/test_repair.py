@@ -58,7 +58,7 @@ def test_repair_of_a_host_that_does_not_come_back_is_one_clear_error(local_testb
     from testbed.providers.local import LocalProvider
 
     monkeypatch.setattr(LocalProvider, "ssh_timeout", property(lambda self: 2.0))
-    monkeypatch.setattr(LocalProvider, "_start_host", lambda self, sl: None)  # the host never boots again
+    monkeypatch.setattr(LocalProvider, "_start_hosts", lambda self, todo: None)  # the host never boots again
     monkeypatch.setattr(LocalProvider, "still_starting", lambda self, h: None)
     tb = Testbed.open(bed.name, bed.store)
     with pytest.raises(TestbedError) as ei:
@@ -139,7 +139,7 @@ def test_a_host_that_cannot_be_repaired_fails_the_run_naming_it(local_testbed, m
 
     bed = local_testbed(hosts=2)
     monkeypatch.setattr(LocalProvider, "ssh_timeout", property(lambda self: 2.0))
-    monkeypatch.setattr(LocalProvider, "_start_host", lambda self, sl: None)  # it never boots again
+    monkeypatch.setattr(LocalProvider, "_start_hosts", lambda self, todo: None)  # it never boots again
     monkeypatch.setattr(LocalProvider, "still_starting", lambda self, h: None)
     status, evs = lose_a_host_mid_run(bed, bed.name)
     assert status == "failed"
