@@ -89,7 +89,7 @@ def test_fault_drill_host_killed_repaired_and_resumed(local_testbed) -> None:
     bed = local_testbed(hosts=3)
     tb = Testbed.open(bed.name, bed.store)
     assert tb.setup(roles=["shell"]).ok
-    evs = _run_with_host_kill(bed, 3, sys.executable)
+    evs = _run_with_host_kill(bed, 1, sys.executable)  # killed at step 9: after the checkpoint of step 8
     kinds = [e.kind for e in evs]
     assert kinds.index("fault") < kinds.index("recovery") < kinds.index("repaired") < kinds.index("resumed")
     fault = next(e for e in evs if e.kind == "fault")
