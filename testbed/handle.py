@@ -42,6 +42,7 @@ class Repair:
     hosts: list[str]  # brought back (a TPU slice's workers come back together)
     replaced: list[str]  # made anew: new disk, new host keys (pinned, the old pins replaced)
     repair_seconds: float
+    how: str = ""  # what the provider did (restarted, replaced by a new server, ...)
     setup_seconds: float = 0.0
     setup: str | None = None  # the profile applied to them
     setup_hosts: list[str] = field(default_factory=list)  # where Ansible ran
@@ -155,7 +156,7 @@ class Testbed:
 
         done = self.provider(progress).repair(host)
         self.record = self.store.testbed(self.name)
-        out = Repair(host=host, hosts=done.hosts, replaced=done.replaced, repair_seconds=done.seconds)
+        out = Repair(host=host, hosts=done.hosts, replaced=done.replaced, repair_seconds=done.seconds, how=done.how)
         last = self.info.get("setup") or {}
         roles = None if profile else last.get("roles")
         want = None if roles else profile or last.get("profile")

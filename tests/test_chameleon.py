@@ -897,6 +897,7 @@ def test_repair_replaces_one_server_on_the_lease_and_rebinds_its_floating_ip(
     fake.requests.clear()
     done = m.p.repair("node1")
     assert done.hosts == ["node1"] and done.replaced == ["node1"] and done.seconds > 0
+    assert done.how == "replaced by a new server on the same lease"
     after = {h.name: h for h in m.store.hosts(NAME)}
     assert after["node0"].facts["server_id"] == old["node0"]
     new = after["node1"].facts["server_id"]

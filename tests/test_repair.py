@@ -33,6 +33,7 @@ def test_a_killed_local_host_is_repaired_and_set_up_again_alone(local_testbed) -
     assert r.exit_code == 0, (r.output, r.exception)
     done = json.loads(r.stdout)
     assert done["host"] == "node1" and done["hosts"] == ["node1"] and done["replaced"] == ["node1"]
+    assert done["how"] == "restarted on its own disk"
     assert done["setup"] == "roles: shell" and done["repair_seconds"] > 0 and done["setup_seconds"] > 0
     after = _boot_ids(bed)
     assert after["node1"] != before["node1"]  # it restarted ...

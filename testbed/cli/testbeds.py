@@ -86,8 +86,7 @@ def _repair(name: str, host: str, setup: bool, json_out: bool) -> None:
     if json_out:
         print_json(done.to_json())
         return
-    made = f"made anew: {', '.join(done.replaced)}" if done.replaced else "came back (same machine)"
-    c.print(f"{host}: repaired in {done.repair_seconds:.1f} s ({made})"
+    c.print(f"{host}: repaired in {done.repair_seconds:.1f} s ({done.how or 'brought back'})"
             + (f"; set up again ({done.setup}) in {done.setup_seconds:.1f} s" if done.setup else ""))
 
 

@@ -57,6 +57,7 @@ class Repaired:
     replaced: list[str]
     seconds: float
     made_seconds: float
+    how: str = ""
 
 
 class Pacer:
@@ -139,6 +140,7 @@ class Provider(ABC):
     # "repair" (bring one failed host back: ``discard`` it, then ``create`` makes it again), "expire" (a
     # dead-man's switch releases the testbed at its expiry: see testbed.deadman).
     capabilities: ClassVar[frozenset[str]] = frozenset()
+    repair_how: ClassVar[str] = "brought back"  # what ``repair`` does to a failed host, in a few words
     expire: str | None = None  # --expire of this command (a duration from now), over the spec's expire
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet):
@@ -319,7 +321,8 @@ class Provider(ABC):
                 # a new server or node has no agent, and the switch's credential names the old one: armed again
                 deadman.arm(self, [x for x in hosts if x.state != "unreachable"], expiry)
         return Repaired(host=host, hosts=[x.name for x in back.hosts], replaced=sorted(back.renewed),
-                        seconds=round(time.monotonic() - t0, 2), made_seconds=round(t_made - t0, 2))
+                        seconds=round(time.monotonic() - t0, 2), made_seconds=round(t_made - t0, 2),
+                        how=self.repair_how)
 
     def repair_fix(self, h: Host) -> str:
         """What the user can do when ``h`` cannot be repaired by testbed."""

@@ -88,6 +88,7 @@ def _span(td: timedelta) -> str:
 class ChameleonProvider(Provider):
     costs_money = True
     capabilities = frozenset({"extend", "repair", "expire"})
+    repair_how = "replaced by a new server on the same lease"
     """Bare-metal nodes on a Chameleon lease."""
 
     kind = "chameleon"

@@ -79,6 +79,7 @@ def node_trouble(node: Any) -> str:
 class TpuProvider(Provider):
     costs_money = True
     capabilities = frozenset({"repair", "expire"})
+    repair_how = "its node deleted and created again"
     kind = "gcp-tpu"
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet, *,

@@ -20,6 +20,7 @@ from testbed.providers.settings import LabSettings
 class LabProvider(Provider):
     kind = "lab"
     capabilities = frozenset({"repair"})
+    repair_how = "answered again (a reboot)"
     _why: dict[str, str]  # host -> why it did not answer (set by reach)
 
     @property

@@ -137,6 +137,7 @@ class LocalProvider(Provider):
     offline_hosts = True  # the hosts' only link is a bridge on this machine
     shares_controller_files = True  # their root is a copy-on-write overlay of this machine's /
     capabilities = frozenset({"kill-host", "cut-network", "repair", "expire"})
+    repair_how = "restarted on its own disk"
     kind = "local"
 
     @property

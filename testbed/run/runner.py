@@ -154,9 +154,8 @@ def describe_event(ev: RunEvent) -> str:
     if k == "repaired":
         if not ev.host:
             return f"repair: {d.get('note') or 'nothing to repair'}"
-        made = f"made anew ({', '.join(d.get('replaced') or [])})" if d.get("replaced") else "came back"
         setup = f", set up again ({d['setup']}) in {d.get('setup_seconds')} s" if d.get("setup") else ""
-        return f"repaired{host}: {made} in {d.get('repair_seconds')} s{setup}"
+        return f"repaired{host}: {d.get('how') or 'brought back'} in {d.get('repair_seconds')} s{setup}"
     if k == "resumed":
         ck = d.get("checkpoint")
         frm = (f"from {ck.get('file')} on {ck.get('host')} at step {d.get('resumed_step')}" if ck

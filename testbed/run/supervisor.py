@@ -68,6 +68,7 @@ class Supervisor:
         self.fired_at: dict[str, float] = {}
         self.samples: dict[int, list[tuple[float, int]]] = {}  # attempt -> (time, step): the goodput's reference
         self.sampled = 0.0
+        self.stale: dict[int, int | None] = {}  # attempt -> the step its rank's log showed when it was first read
         self.recovered_any = False
 
     # helpers -------------------------------------------------------------------------------------------
@@ -183,7 +184,12 @@ class Supervisor:
         self.sampled = now
         step = rec.log_steps(self.plan).last
         seen = self.samples.setdefault(self.attempt, [])
-        if step is not None and (not seen or step > seen[-1][1]):
+        # the log is appended across attempts: until a relaunched attempt logs its own first step, the last step
+        # read is the previous attempt's (a sample then would count this attempt's start-up as its pace)
+        stale = self.stale.setdefault(self.attempt, step if self.attempt else None)
+        if step is None or (not seen and step == stale):
+            return
+        if not seen or step > seen[-1][1]:
             seen.append((now, step))
 
     def absorb(self, att: Attempt, host: str, hp: run_remote.HostPoll, now: float) -> None:
