@@ -160,6 +160,17 @@ timeouts: {poll: 0.5, grace: 1, unreachable: 3}
 """
 
 
+def install_login(bed, address: str, user: str, pub_lines: list[str]) -> None:
+    """What a cloud image does at boot: the login user with sudo, the key from metadata authorized."""
+    host = next(h.name for h in bed.hosts if h.address == address)
+    keys = "\n".join(pub_lines)
+    script = (f"id -u {user} >/dev/null 2>&1 || useradd -m -s /bin/bash {user}; "
+              f"echo '{user} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/cloud-{user}; "
+              f"printf '%s\\n' '{keys}' >> /etc/ssh/testbed_authorized_keys")
+    r = bed.provider.console(host, script)
+    assert r.returncode == 0, r.stderr
+
+
 def boot(bed, address: str) -> None:  # type: ignore[no-untyped-def]
     """A cloud's new server or node lands on the machine behind ``address``: it starts with a new, empty disk
     (and so a new host key), unless it is already running."""

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from localbed import boot, lose_a_host_mid_run
+from localbed import boot, install_login, lose_a_host_mid_run
 from typer.testing import CliRunner
 
 from testbed.cli import app
@@ -25,17 +25,6 @@ pytestmark = pytest.mark.local
 def _invoke(*args: str) -> tuple[int, str, BaseException | None]:
     r = CliRunner().invoke(app, list(args))
     return r.exit_code, r.stdout, r.exception
-
-
-def _install_login(bed, address: str, user: str, pub_lines: list[str]) -> None:
-    """What a cloud image does at boot: the login user with sudo, the key from metadata authorized."""
-    host = next(h.name for h in bed.hosts if h.address == address)
-    keys = "\n".join(pub_lines)
-    script = (f"id -u {user} >/dev/null 2>&1 || useradd -m -s /bin/bash {user}; "
-              f"echo '{user} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/cloud-{user}; "
-              f"printf '%s\\n' '{keys}' >> /etc/ssh/testbed_authorized_keys")
-    r = bed.provider.console(host, script)
-    assert r.returncode == 0, r.stderr
 
 
 ENVDUMP = """\
@@ -105,7 +94,7 @@ def _chameleon(bed, monkeypatch: pytest.MonkeyPatch, spec_tail: str = "", boots:
         if boots and pub:
             boot(bed, addr)
         if pub or not boots:
-            _install_login(bed, addr, "cc", [pub] if pub else [])
+            install_login(bed, addr, "cc", [pub] if pub else [])
 
     fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], ssh_hook=hook).start()
     try:
@@ -137,7 +126,7 @@ def _tpu(bed, monkeypatch: pytest.MonkeyPatch, provider: str, ip_for, boots: boo
     def install(address: str, user: str, keys: list[str]) -> None:  # the guest agent (never for root)
         if boots:
             boot(bed, address)
-        _install_login(bed, address, user, keys)
+        install_login(bed, address, user, keys)
 
     fake = FakeTpuApi(ip_for=ip_for, authorized_keys=install, **fake_kw)  # type: ignore[arg-type]
     endpoint = fake.start()

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from localbed import install_login
 from typer.testing import CliRunner
 
 from testbed import expiry
@@ -187,16 +188,6 @@ def test_local_idle_limit_waits_for_the_active_run(local_testbed, monkeypatch: p
 
 
 # the agent on cloud hosts, against the fakes ---------------------------------------------------------------
-def _install_login(bed, address: str, user: str, pub_lines: list[str]) -> None:
-    host = next(h.name for h in bed.hosts if h.address == address)
-    keys = "\n".join(pub_lines)
-    script = (f"id -u {user} >/dev/null 2>&1 || useradd -m -s /bin/bash {user}; "
-              f"echo '{user} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/cloud-{user}; "
-              f"printf '%s\\n' '{keys}' >> /etc/ssh/testbed_authorized_keys")
-    r = bed.provider.console(host, script)
-    assert r.returncode == 0, r.stderr
-
-
 def _http(method: str, url: str, body: object = None, headers: dict[str, str] | None = None) -> tuple[int, dict]:
     req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
                                  headers={"Content-Type": "application/json", **(headers or {})})
@@ -228,7 +219,7 @@ def test_chameleon_expired_testbed_releases_itself(local_testbed, monkeypatch: p
 
     bed = local_testbed(hosts=2, name="machines")
     fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], host=bed.provider.gateway,
-                         ssh_hook=lambda a, pub: _install_login(bed, a, "cc", [pub] if pub else [])).start()
+                         ssh_hook=lambda a, pub: install_login(bed, a, "cc", [pub] if pub else [])).start()
     try:
         for k in [k for k in os.environ if k.startswith("OS_")]:
             monkeypatch.delenv(k)
@@ -300,7 +291,7 @@ def _tpu_fake(bed):
 
     addrs = [h.address for h in bed.hosts]
     return FakeTpuApi(ip_for=lambda node, k: addrs[k % len(addrs)], host=bed.provider.gateway,
-                      authorized_keys=lambda a, user, keys: _install_login(bed, a, user, keys))
+                      authorized_keys=lambda a, user, keys: install_login(bed, a, user, keys))
 
 
 def _tpu_spec(bed, endpoint: str, extra: str = "") -> None:
@@ -525,7 +516,7 @@ def test_chameleon_lease_end_is_the_first_switch(local_testbed, monkeypatch: pyt
 
     bed = local_testbed(hosts=2, name="machines")
     fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], host=bed.provider.gateway,
-                         ssh_hook=lambda a, pub: _install_login(bed, a, "cc", [pub] if pub else [])).start()
+                         ssh_hook=lambda a, pub: install_login(bed, a, "cc", [pub] if pub else [])).start()
     fake.app_cred_unrestricted = True
     try:
         for k in [k for k in os.environ if k.startswith("OS_")]:
@@ -654,7 +645,7 @@ def test_a_repaired_host_gets_the_switch_and_its_credential_names_the_new_server
     def hook(addr: str, pub: str | None) -> None:
         if pub:
             boot(bed, addr)
-            _install_login(bed, addr, "cc", [pub])
+            install_login(bed, addr, "cc", [pub])
 
     fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], host=bed.provider.gateway, ssh_hook=hook).start()
     fake.app_cred_unrestricted = True
