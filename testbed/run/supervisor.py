@@ -64,7 +64,7 @@ class Supervisor:
         self.recovered: list[str] = list(self.info.recovered)
         self.attempt: int = self.info.attempt
         self.started: float = float(run.started or self.info.launched_at or time.time())
-        self.repaired: list[str] = list(getattr(self.info, "repaired", None) or [])
+        self.repaired: list[str] = list(self.info.repaired)
         self.fired_at: dict[str, float] = {}
         self.samples: dict[int, list[tuple[float, int]]] = {}  # attempt -> (time, step): the goodput's reference
         self.sampled = 0.0
