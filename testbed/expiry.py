@@ -13,7 +13,6 @@ import re
 import time
 from dataclasses import asdict, dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +96,7 @@ PRICES_FILE = "prices.json"
 @cache
 def shipped_prices() -> dict[str, Any]:
     """The price table shipped with the package (``testbed/data/prices.json``; source and date inside)."""
-    return dict(json.loads((resources.files("testbed") / "data" / PRICES_FILE).read_text(encoding="utf-8")))
+    return dict(json.loads((Path(__file__).parent / "data" / PRICES_FILE).read_text(encoding="utf-8")))
 
 
 def prices(home: Path) -> dict[str, Any]:

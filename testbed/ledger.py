@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 def entry(st: Store, tb: dict[str, Any], table: dict[str, Any], now: float | None = None) -> dict[str, Any]:
     """The ledger row of one testbed (its state record ``tb``)."""
-    from testbed.handle import Testbed
-    from testbed.run.models import ACTIVE
+    from testbed.providers import COSTS_MONEY
+    from testbed.state import ACTIVE
 
     now = now or time.time()
     name = tb["name"]
@@ -28,19 +28,22 @@ def entry(st: Store, tb: dict[str, Any], table: dict[str, Any], now: float | Non
                   **{k: v for k, v in r["info"].items() if k in ("name", "host", "address", "end", "accelerator_type",
                                                                   "queued_resource")}}
                  for r in st.resources(name)]
-    runs = [r for r in st.runs(200) if r.testbed == name]
-    active = [r.id for r in runs if r.status in ACTIVE]
-    last_run = max((r.ended or 0.0 for r in runs), default=0.0)
+    runs = st.run_rows(200, testbed=name)
+    active = [r["id"] for r in runs if r["status"] in ACTIVE]
+    last_run = max((r["ended"] or 0.0 for r in runs), default=0.0)
     row: dict[str, Any] = {"name": name, "provider": tb["provider"], "status": tb["status"],
                            "since": exp.iso(tb["created"]), "hosts": len(st.hosts(name)), "resources": resources,
                            "active_runs": active}
     cost: dict[str, Any] | None = None
-    try:
-        p = Testbed.open(name, st, recorded_ok=True).provider()
-        cost = p.cost(table)
-        row.update({k: v for k, v in p.describe().items() if k in ("lease_end", "remaining", "warning")})
-    except TestbedError as err:
-        row["note"] = err.what
+    if tb["provider"] in COSTS_MONEY:  # the others hold nothing that bills or ends (and their spec is not loaded)
+        from testbed.handle import Testbed
+
+        try:
+            p = Testbed.open(name, st, recorded_ok=True).provider()
+            cost = p.cost(table)
+            row.update({k: v for k, v in p.describe().items() if k in ("lease_end", "remaining", "warning")})
+        except TestbedError as err:
+            row["note"] = err.what
     if cost:
         hours = max(0.0, (now - float(cost.pop("since", tb["created"]))) / 3600)
         per_hour = cost.get("per_hour")

@@ -11,12 +11,10 @@ reported as such.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -67,6 +65,8 @@ def inventory_path(testbed: str) -> Path:
 
 def control_dir(testbed: str) -> Path:
     """Where OpenSSH keeps multiplexed connections (short path: unix sockets are limited to ~100 bytes)."""
+    import hashlib
+
     tag = hashlib.sha256(str(paths.testbed_dir(testbed)).encode()).hexdigest()[:10]
     d = Path(f"/tmp/tbcm-{os.getuid()}-{tag}")
     d.mkdir(mode=0o700, exist_ok=True)
@@ -223,6 +223,8 @@ def scan_host_keys(address: str, port: int = 22, timeout: float = 5) -> list[str
 
 
 def tcp_open(address: str, port: int, timeout: float = 2) -> bool:
+    import socket
+
     try:
         with socket.create_connection((address, port), timeout=timeout):
             return True

@@ -407,6 +407,17 @@ class Store:
         """The newest ``limit`` runs, newest first."""
         return [self._run(r) for r in self.query("SELECT * FROM runs ORDER BY created DESC LIMIT ?", (limit,))]
 
+    def run_rows(self, limit: int = 100, testbed: str | None = None) -> list[dict[str, Any]]:
+        """The newest ``limit`` runs (of ``testbed``), newest first, as their plain columns (no params, no info):
+        what the ledger and run listings show, without loading the run models."""
+        cols = "id, suite, testbed, status, campaign, created, started, ended, reason"
+        if testbed is None:
+            rows = self.query(f"SELECT {cols} FROM runs ORDER BY created DESC LIMIT ?", (limit,))  # noqa: S608
+        else:
+            rows = self.query(f"SELECT {cols} FROM runs WHERE testbed=? ORDER BY created DESC LIMIT ?",  # noqa: S608
+                              (testbed, limit))
+        return [dict(r) for r in rows]
+
     def run_ids(self, *, newest_first: bool = False, limit: int = -1) -> list[str]:
         """Run ids in the order they were created (``newest_first``: the other way)."""
         order = "created DESC, id DESC" if newest_first else "created, id"

@@ -80,3 +80,68 @@ def test_root_help_is_typers_and_cached_per_terminal(tmp_path: Path) -> None:
     wide = _help_run({**env, "COLUMNS": "150"}, tmp_path)  # another width: another rendering, its own entry
     assert wide.returncode == 0 and wide.stdout != typer_out
     assert len(list((tmp_path / "cache" / "testbed").glob("help-*.txt"))) == 2
+
+
+def test_hot_commands_import_neither_pydantic_nor_rich(tmp_path: Path) -> None:
+    """``status`` (the ledger and one testbed) and ``exec`` stay free of the heavy imports that made start-up slow:
+    Typer, pydantic (spec and run models) and Rich; a lab host whose ssh is ``true`` answers at once."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "ssh").write_text("#!/bin/sh\nexit 0\n")
+    (fake_bin / "ssh").chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TESTBED_HOME": str(tmp_path / "home"),
+           "PATH": f"{fake_bin}:{os.environ['PATH']}"}
+    setup = ("from testbed import ssh; from testbed.hosts import Host; from testbed.state import Store; "
+             "st = Store.open_default(); st.upsert_testbed('lab1', 'lab', None, 'up', {}); "
+             "hs = [Host(name='h1', address='127.0.0.1')]; st.set_hosts('lab1', hs); ssh.write_ssh_config('lab1', hs)")
+    subprocess.run([sys.executable, "-c", setup], env=env, cwd=tmp_path, check=True, timeout=60)
+    for argv in (["status"], ["status", "--json"], ["exec", "lab1", "--", "true"]):
+        code = (f"import sys; from testbed.cli import fast; rc = fast.run({argv!r}); sys.stdout.flush(); "
+                "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'pydantic', 'rich')); "
+                "print('HEAVY', heavy, rc, file=sys.stderr)")
+        r = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                           timeout=60, check=False)
+        assert "HEAVY [] 0" in r.stderr, (argv, r.stdout, r.stderr)
+        assert ("lab1" in r.stdout) if argv[0] == "status" else ("1/1 hosts ok" in r.stdout), (argv, r.stdout)
+
+
+def test_plain_output_colours_wraps_and_never_reads_markup(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from testbed.cli.output import Plain
+
+    class Tty(io.StringIO):
+        encoding = "utf-8"
+
+        def isatty(self) -> bool:
+            return True
+
+    for var in ("NO_COLOR", "FORCE_COLOR", "TERM"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("COLUMNS", "40")
+    tty = Tty()
+    out = Plain(tty)
+    assert out.colour and out.width == 40
+    out.rule(("node0", None), ("ok", "green"), ("0.10 s", None))
+    out.write("[red]not markup[/red]")
+    first, second = tty.getvalue().splitlines()
+    assert first.startswith("node0  \x1b[32mok\x1b[0m  0.10 s ─") and len(first) == 40 + len("\x1b[32m\x1b[0m")
+    assert second == "[red]not markup[/red]"  # a user's text is printed as it is
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not Plain(Tty()).colour
+    monkeypatch.delenv("NO_COLOR")
+    monkeypatch.setenv("TERM", "dumb")
+    assert not Plain(Tty()).colour
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    assert Plain(io.StringIO()).colour  # forced even when not a terminal
+    monkeypatch.delenv("FORCE_COLOR")
+    pipe = io.StringIO()
+    out = Plain(pipe)
+    assert not out.colour and out.line_char == "-"  # no encoding known: ASCII
+    out.table("t", ("name", "words"), [["a", "one two three four five six seven eight nine ten eleven"],
+                                       ["b\nsecond line", "x"]])
+    lines = pipe.getvalue().splitlines()
+    assert lines[0] == "t" and all(len(ln) <= 40 for ln in lines[1:])
+    assert len({len(ln) for ln in lines[1:]}) == 1  # every row as wide as the box
+    body = "\n".join(lines)
+    assert "second line" in body and "eleven" in body and "one two" in body

@@ -99,11 +99,13 @@ def test_ledger_lists_every_testbed_with_resources_cost_and_expiry(tb_home: Path
     st.add_resource("cham", "lease", "L1", name="tb-cham", end="2099-01-01T00:00:00Z")
     for i in range(3):
         st.add_resource("cham", "server", f"s{i}", host=f"node{i}")
+    st.upsert_testbed("lab1", "lab", None, "up", {})  # holds nothing that bills: its spec is not even loaded
     code, out, exc = _invoke("status", "--json")
     assert code == 0, (out, exc)
     data = json.loads(out)
     rows = {r["name"]: r for r in data["testbeds"]}
-    assert set(rows) == {"tpu", "cham"}
+    assert set(rows) == {"tpu", "cham", "lab1"}
+    assert rows["lab1"]["cost"] is None and "note" not in rows["lab1"] and rows["lab1"]["expiry"] is None
     t = rows["tpu"]
     assert [r["id"] for r in t["resources"]] == ["tpu-0", "tpu-1"]
     assert t["cost"]["unit"] == "USD" and t["cost"]["per_hour"] == pytest.approx(2 * 8 * 3.22)

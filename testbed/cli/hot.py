@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from testbed.cli.output import console, escape, print_json, store
+from testbed.cli.output import Plain, console, escape, print_json, store
 from testbed.errors import TestbedError, UsageError
 
 if TYPE_CHECKING:
@@ -41,15 +41,9 @@ def _progress_printer() -> Any:
     return show
 
 
-def _hosts_table(title: str, hosts: list[Any]) -> Any:
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left")
-    for col in ("host", "address", "port", "user", "groups", "state"):
-        t.add_column(col)
-    for h in hosts:
-        t.add_row(h.name, h.address, str(h.port), h.user, ",".join(h.groups), h.state)
-    return t
+def _hosts_table(out: Plain, title: str, hosts: list[Any]) -> None:
+    out.table(title, ("host", "address", "port", "user", "groups", "state"),
+              [[h.name, h.address, str(h.port), h.user, ",".join(h.groups), h.state] for h in hosts])
 
 
 def _known_testbed(st: Store, name: str) -> dict[str, Any]:
@@ -77,7 +71,7 @@ def status(target: str | None, probe: bool, json_out: bool, orphans: bool = Fals
         if json_out:
             print_json(data)
             return
-        ledger_view.render(console(), data)
+        ledger_view.render(Plain(), data)
         if data["runs"]:
             _print_runs(data["runs"])
         return
@@ -118,13 +112,10 @@ def status(target: str | None, probe: bool, json_out: bool, orphans: bool = Fals
                      "hosts": [{"name": h.name, "address": h.address, "port": h.port, "user": h.user,
                                 "groups": h.groups, "state": h.state} for h in hosts]})
         return
-    c = console()
-    c.print(_hosts_table(f"testbed {target} ({tb['provider']}, {tb['status']})", hosts))
+    out = Plain()
+    _hosts_table(out, f"testbed {target} ({tb['provider']}, {tb['status']})", hosts)
     for k, v in extra.items():
-        if k == "warning":
-            c.print(f"[yellow]warning:[/yellow] {v}")
-        else:
-            c.print(f"{k}: {v}")
+        out.write(f"{out.paint('warning:', 'yellow')} {v}" if k == "warning" else f"{k}: {v}")
 
 
 def exec_(name: str, command: list[str], hosts: str | None, timeout: float | None, json_out: bool) -> int:
@@ -146,38 +137,30 @@ def exec_(name: str, command: list[str], hosts: str | None, timeout: float | Non
         print_json([{"host": r.host, "exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr,
                       **({"error": r.error} if r.error else {})} for r in results])
     else:
-        from rich.markup import escape
-        from rich.rule import Rule
-
-        c = console()
+        out = Plain()
         for r in results:
-            mark = "[green]ok[/green]" if r.ok else f"[red]{escape(r.error or f'exit {r.exit_code}')}[/red]"
-            c.print(Rule(f"{r.host}  {mark}  {r.seconds:.2f} s", align="left"))
+            out.rule((r.host, None), ("ok", "green") if r.ok else (r.error or f"exit {r.exit_code}", "red"),
+                     (f"{r.seconds:.2f} s", None))
             if r.stdout:
-                c.out(r.stdout.rstrip("\n"), highlight=False)
+                out.write(r.stdout.rstrip("\n"))
             if r.stderr and not r.error:
-                c.print(f"[dim]{escape(r.stderr.rstrip())}[/dim]")
-        c.print(f"{len(results) - len(failed)}/{len(results)} hosts ok"
-                + (f"; failed: {', '.join(r.host for r in failed)}" if failed else ""))
+                out.write(out.paint(r.stderr.rstrip(), "dim"))
+        out.write(f"{len(results) - len(failed)}/{len(results)} hosts ok"
+                  + (f"; failed: {', '.join(r.host for r in failed)}" if failed else ""))
     return 1 if failed else 0
 
 
 def _recent_runs(st: Store, limit: int = 10) -> list[dict[str, Any]]:
     """The newest runs as JSON rows (their columns, without params and info)."""
-    return [r.model_dump(mode="json", include={"id", "suite", "testbed", "status", "created", "started", "ended",
-                                               "reason"}) for r in st.runs(limit)]
+    return [{k: r[k] for k in ("id", "suite", "testbed", "status", "created", "started", "ended", "reason")}
+            for r in st.run_rows(limit)]
 
 
 def _print_runs(runs: list[dict[str, Any]]) -> None:
-    from rich.table import Table
-
-    t = Table(title="runs", title_justify="left")
-    for col in ("id", "suite", "testbed", "status", "started", "reason"):
-        t.add_column(col)
-    for r in runs:
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r.get("started") else ""
-        t.add_row(r["id"], r["suite"], r["testbed"], r["status"], started, r.get("reason") or "")
-    console().print(t)
+    Plain().table("runs", ("id", "suite", "testbed", "status", "started", "reason"),
+                  [[r["id"], r["suite"], r["testbed"], r["status"],
+                    time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r.get("started") else "",
+                    r.get("reason") or ""] for r in runs])
 
 
 def _run_status(run_id: str, json_out: bool) -> None:

@@ -13,6 +13,7 @@ import typer
 from testbed.cli import complete, hot
 from testbed.cli.common import JsonOpt, console, print_json, store
 from testbed.cli.hot import _hosts_table, _known_testbed, _print_runs, _recent_runs, provider_for
+from testbed.cli.output import Plain
 from testbed.errors import TestbedError, UsageError
 
 
@@ -64,7 +65,7 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
                      "hosts": [h.to_dict() for h in hosts], "release_at": release_at})
         return
     c = console()
-    c.print(_hosts_table(f"testbed {p.name} ({p.kind}): {len(hosts)} hosts up in {dt:.1f} s", hosts))
+    _hosts_table(Plain(), f"testbed {p.name} ({p.kind}): {len(hosts)} hosts up in {dt:.1f} s", hosts)
     if release_at:
         c.print(f"released at {release_at} by its dead-man's switch ({e.switch if e else ''}) unless extended "
                 f"(testbed extend {p.name} --expire 8h)")

@@ -15,6 +15,10 @@ PROVIDERS: dict[str, str] = {
     "gcp-tpu": "testbed.providers.gcp_tpu:TpuProvider",
 }
 
+COSTS_MONEY = frozenset({"chameleon", "gcp-tpu"})
+"""The providers whose resources bill while held (their classes' ``costs_money``, checked equal in the tests):
+what the ledger asks for a cost without importing every provider."""
+
 
 def provider_class(kind: str) -> type[Provider]:
     """The Provider class for ``kind`` (imports only that provider's module)."""
