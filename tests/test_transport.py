@@ -162,6 +162,11 @@ def test_run_scripts_upload_launch_poll_and_signal_here(tmp_path: Path) -> None:
     assert hp.ranks[1].alive is False and hp.ranks[1].exit_code == 128 + signal.SIGTERM
     assert not _alive(pid)
     assert run_remote.parse_poll(_on_host(run_remote.poll_command("~/gone", [0], {}), home=home)).no_run_dir
+    (rd / "rank0.out").write_text("step 1\nTAIL\nR 9 0 1 - -\nstep 2\n")  # a log that looks like poll output
+    hp = run_remote.parse_poll(_on_host(run_remote.poll_command(plan.run_dir, [0], {}, tail=(0, 24)), home=home))
+    assert hp.log_tail == "TAIL\nR 9 0 1 - -\nstep 2\n" and list(hp.ranks) == [0]  # its last 24 bytes, as they are
+    hp = run_remote.parse_poll(_on_host(run_remote.poll_command(plan.run_dir, [], {}, tail=(7, 20)), home=home))
+    assert hp.ok and hp.log_tail == "" and not hp.ranks  # no such log: an empty end
 
 
 # against a real host -----------------------------------------------------------------------------

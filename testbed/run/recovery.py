@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 LOG_TAIL = 1 << 20
 """Bytes of a rank's log read for its step lines (the end of a long log is what tells the last steps)."""
+PACE_TAIL = 64 << 10
+"""Bytes of the checkpoint rank's log read at each poll for the last step reached (the pace, for the goodput)."""
 
 
 def lost_hosts(plan: Plan, timeout: float = 15) -> list[str]:
@@ -105,7 +107,15 @@ def log_steps(plan: Plan) -> Steps:
     res = remote.run(plan.testbed, [r.host], cmd, timeout=30)[0]
     if not res.ok:
         return Steps()
-    return Steps(_last(ck.progress, res.stdout), _last(ck.saved, res.stdout))
+    return steps_in(plan, res.stdout)
+
+
+def steps_in(plan: Plan, text: str) -> Steps:
+    """The last ``progress`` and ``saved`` steps in ``text`` (the end of the checkpoint rank's log)."""
+    ck = plan.checkpoint
+    if ck is None:
+        return Steps()
+    return Steps(_last(ck.progress, text), _last(ck.saved, text))
 
 
 def _last(pattern: str | None, text: str) -> int | None:

@@ -130,13 +130,17 @@ class HostPoll:
     ranks: dict[int, RankState] = field(default_factory=dict)
     triggers: list[str] = field(default_factory=list)
     no_run_dir: bool = False  # the host answered, but the run folder is gone (deleted behind the run's back)
+    log_tail: str | None = None  # the end of the rank's stdout asked for with ``tail`` (None: not asked or gone)
 
 
-def poll_command(run_dir: str, ranks: list[int], patterns: dict[str, tuple[int, str]]) -> str:
+def poll_command(run_dir: str, ranks: list[int], patterns: dict[str, tuple[int, str]],
+                 tail: tuple[int, int] | None = None) -> str:
     """The command running testbed/scripts/poll.sh: a line per rank, one per matched log pattern (name: (rank,
-    extended regex)); its output is read by :func:`parse_poll`."""
+    extended regex)) and, with ``tail`` (rank, bytes), the end of that rank's stdout; its output is read by
+    :func:`parse_poll`."""
     triples = [str(x) for name, (k, pat) in patterns.items() for x in (name, k, pat)]
-    return sh(scripts.program("poll.sh", run_dir, *ranks, "--", *triples))
+    opts = ["-t", *tail] if tail is not None else []
+    return sh(scripts.program("poll.sh", *opts, run_dir, *ranks, "--", *triples))
 
 
 def _num(s: str) -> float | None:
@@ -151,7 +155,10 @@ def parse_poll(res: remote.HostResult) -> HostPoll:
     hp = HostPoll(res.host, ok=res.exit_code == 0 and res.error is None)
     if not hp.ok:
         hp.error = res.error or (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1]
-    for ln in res.stdout.splitlines():
+    head, marked, tail = ("\n" + res.stdout).partition("\nTAIL\n")  # the log's end follows the first TAIL line
+    if marked and hp.ok:
+        hp.log_tail = tail
+    for ln in head.splitlines():
         parts = ln.split()
         if parts[:1] == ["R"] and len(parts) == 6:
             k = int(parts[1])
@@ -165,9 +172,11 @@ def parse_poll(res: remote.HostResult) -> HostPoll:
 
 
 def poll(plan: Plan, want: dict[str, list[int]], patterns: dict[str, dict[str, tuple[int, str]]],
-         timeout: float = 10) -> dict[str, HostPoll]:
-    """Poll every host in ``want`` (host -> ranks) in parallel."""
-    commands = {h: poll_command(plan.run_dir, rs, patterns.get(h, {})) for h, rs in want.items()}
+         timeout: float = 10, tails: dict[str, tuple[int, int]] | None = None) -> dict[str, HostPoll]:
+    """Poll every host in ``want`` (host -> ranks) in parallel; ``tails``: host -> (rank, bytes) of stdout to read
+    in the same call (:attr:`HostPoll.log_tail`)."""
+    tails = tails or {}
+    commands = {h: poll_command(plan.run_dir, rs, patterns.get(h, {}), tails.get(h)) for h, rs in want.items()}
     return {res.host: parse_poll(res) for res in remote.run_each(plan.testbed, commands, timeout=timeout)}
 
 

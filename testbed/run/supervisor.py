@@ -143,7 +143,9 @@ class Supervisor:
                 if f.name not in self.fired and f.when is not None:
                     patterns.setdefault(f.watch_host, {})[f.name] = (f.watch_rank, f.when)
                     want.setdefault(f.watch_host, [])
-            polls = run_remote.poll(self.plan, want, patterns, timeout=max(5.0, t.poll * 5)) if want else {}
+            tails = self.pace_tail(att, want, now)
+            polls = run_remote.poll(self.plan, want, patterns, timeout=max(5.0, t.poll * 5),
+                                    tails=tails) if want else {}
             matched = {name for hp in polls.values() for name in hp.triggers}
             for host, hp in polls.items():
                 self.absorb(att, host, hp, now)
@@ -151,7 +153,8 @@ class Supervisor:
                 if f.name not in self.fired and faults_mod.due(f, att.launched, now, matched):
                     self.fire(f)
             self.fail_fast(att, time.time())
-            self.sample(att, now)
+            if tails and att.first_failure is None:
+                self.sample(polls, now)
             if len(att.done) == len(att.ranks):
                 failed = [(k, v) for k, v in att.done.items() if v[0] == "failed"]
                 # a timeout (or any failure) stops the ranks: they end "stopped", or even 0 if they handle TERM;
@@ -175,14 +178,26 @@ class Supervisor:
                 self.failure(att, now, f"timed out after {t.run:g} s (timeouts.run)", None)
             time.sleep(t.poll)
 
-    def sample(self, att: Attempt, now: float) -> None:
-        """At each poll of an attempt not yet failing, the step its checkpoint rank has reached (the pace without
-        faults, for the goodput)."""
+    def pace_tail(self, att: Attempt, want: dict[str, list[int]], now: float) -> dict[str, tuple[int, int]]:
+        """The checkpoint rank's log end to read in this poll (host -> (rank, bytes)) when a pace sample is due:
+        at each poll of an attempt not yet failing whose checkpoint has a ``progress`` pattern."""
         ck = self.plan.checkpoint
         if att.first_failure or ck is None or not ck.progress or now - self.sampled < self.t.poll:
+            return {}
+        host = self.plan.rank(ck.rank).host
+        want.setdefault(host, [])
+        return {host: (ck.rank, rec.PACE_TAIL)}
+
+    def sample(self, polls: dict[str, run_remote.HostPoll], now: float) -> None:
+        """The step the checkpoint rank has reached, read from the log end its host's poll brought back (the pace
+        without faults, for the goodput)."""
+        ck = self.plan.checkpoint
+        assert ck is not None
+        hp = polls.get(self.plan.rank(ck.rank).host)
+        if hp is None or hp.log_tail is None:
             return
         self.sampled = now
-        step = rec.log_steps(self.plan).last
+        step = rec.steps_in(self.plan, hp.log_tail).last
         seen = self.samples.setdefault(self.attempt, [])
         # the log is appended across attempts: until a relaunched attempt logs its own first step, the last step
         # read is the previous attempt's (a sample then would count this attempt's start-up as its pace)

@@ -1,9 +1,17 @@
 #!/bin/sh
 # testbed run: the state of a run's ranks on this host (testbed.run.remote.poll_command builds the call,
 # parse_poll reads its output).
-# usage: poll.sh RUN_DIR RANK... [-- NAME RANK REGEX ...]
+# usage: poll.sh [-t RANK BYTES] RUN_DIR RANK... [-- NAME RANK REGEX ...]
 # prints per rank "R rank exit alive start end" ("-" where not known yet; alive is 1 or 0), then "T NAME" for
-# each extended REGEX found in the stdout or stderr of its RANK; only "NODIR" when the run folder is gone.
+# each extended REGEX found in the stdout or stderr of its RANK, then with -t a line "TAIL" followed by the last
+# BYTES of RANK's stdout (to the end of the output); only "NODIR" when the run folder is gone.
+tail_rank=
+tail_bytes=
+if [ "$1" = -t ]; then
+  tail_rank=$2
+  tail_bytes=$3
+  shift 3
+fi
 dir=$1
 shift
 case $dir in \~) dir=$HOME ;; \~/*) dir=$HOME/${dir#\~/} ;; esac
@@ -27,4 +35,8 @@ while [ $# -ge 3 ]; do
   grep -E -q -e "$3" "rank$2.out" "rank$2.err" 2> /dev/null && printf 'T %s\n' "$1"
   shift 3
 done
+if [ -n "$tail_rank" ]; then
+  echo TAIL
+  tail -c "$tail_bytes" "rank$tail_rank.out" 2> /dev/null
+fi
 exit 0
