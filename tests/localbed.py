@@ -12,9 +12,12 @@ import os
 import random
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from testbed.errors import TestbedError
 from testbed.hosts import Host
@@ -182,6 +185,90 @@ def boot(bed, address: str) -> None:  # type: ignore[no-untyped-def]
         shutil.rmtree(sl.upper, ignore_errors=True)
         (sl.root / "host_key.pub").unlink(missing_ok=True)
         bed.provider.repair(name)
+
+
+def invoke(*args: str) -> tuple[int, str, BaseException | None]:
+    """``testbed <args>`` in this process through Typer's runner: exit code, stdout, the exception that escaped."""
+    from typer.testing import CliRunner
+
+    from testbed.cli import app
+
+    r = CliRunner().invoke(app, list(args))
+    return r.exit_code, r.stdout, r.exception
+
+
+CHAMELEON_SPEC = ("provider:\n  kind: chameleon\n  site: CHI@UC\n  count: 2\n  lease_timeout: 60\n"
+                  "  server_timeout: 60\n  ssh_timeout: 60\nuser: cc\n")
+
+
+@contextlib.contextmanager
+def chameleon_cloud(bed, monkeypatch: pytest.MonkeyPatch, spec: str = CHAMELEON_SPEC, *,  # type: ignore[no-untyped-def]
+                    boots: bool = False, gateway: bool = False, **fake_kw: Any) -> Iterator[Any]:
+    """The fake Chameleon whose floating IPs are ``bed``'s hosts (binding one installs the server's login and key,
+    as the image does at boot; ``boots``: the machine behind it is first powered on with a new disk), its openrc's
+    OS_* environment, and inventories/chameleon.yml holding ``spec``. ``gateway``: the fake listens on the
+    testbed's gateway, where the hosts reach it (the dead-man's switch's agent). Destroyed and stopped after."""
+    pytest.importorskip("chi")
+    from fakes.chameleon_api import FakeChameleon
+
+    from testbed.providers.chameleon import ChameleonProvider
+
+    def hook(addr: str, pub: str | None) -> None:
+        if boots and pub:
+            boot(bed, addr)
+        if pub or not boots:
+            install_login(bed, addr, "cc", [pub] if pub else [])
+
+    if gateway:
+        fake_kw["host"] = bed.provider.gateway
+    fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], ssh_hook=hook, **fake_kw).start()
+    try:
+        for k in [k for k in os.environ if k.startswith("OS_")]:
+            monkeypatch.delenv(k)
+        for k, v in fake.env().items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setattr(ChameleonProvider, "poll_interval", 0.05)
+        (Path(bed.cwd) / "inventories" / "chameleon.yml").write_text(spec)
+        yield fake
+    finally:
+        invoke("destroy", "chameleon", "--yes")
+        fake.stop()
+
+
+@contextlib.contextmanager
+def tpu_cloud(bed, monkeypatch: pytest.MonkeyPatch, provider: str, *,  # type: ignore[no-untyped-def]
+              ip_for: Callable[[str, int], str] | None = None, boots: bool = False, gateway: bool = False,
+              **fake_kw: Any) -> Iterator[Any]:
+    """The fake TPU API whose workers are ``bed``'s hosts (``ip_for(node, worker)``; default: the hosts in turn),
+    its guest agent installing login keys (``boots``: the machine is first powered on with a new disk), and
+    inventories/tpu.yml for project p at the fake (``provider``: more lines under ``provider:``). ``gateway``: the
+    fake listens on the testbed's gateway, where the hosts reach it. Destroyed and stopped after."""
+    pytest.importorskip("google.cloud.tpu_v2")
+    from fakes.tpu_api import FakeTpuApi
+
+    from testbed.providers import gcp_tpu
+
+    addrs = [h.address for h in bed.hosts]
+
+    def install(address: str, user: str, keys: list[str]) -> None:  # the guest agent (never for root)
+        if boots:
+            boot(bed, address)
+        install_login(bed, address, user, keys)
+
+    if gateway:
+        fake_kw["host"] = bed.provider.gateway
+    fake = FakeTpuApi(ip_for=ip_for or (lambda node, k: addrs[k % len(addrs)]), authorized_keys=install, **fake_kw)
+    endpoint = fake.start()
+    try:
+        monkeypatch.setenv(gcp_tpu.ANONYMOUS_ENV, "1")
+        monkeypatch.setattr(gcp_tpu, "Polling", lambda: gcp_tpu.FAST_POLLING)
+        (Path(bed.cwd) / "inventories" / "tpu.yml").write_text(
+            f"provider:\n  kind: gcp-tpu\n  project: p\n  endpoint: {endpoint}\n  create_timeout: 60\n"
+            f"  ssh_timeout: 60\n  runtime_version: tpu-ubuntu2204-base\n{provider}")
+        yield fake
+    finally:
+        invoke("destroy", "tpu", "--yes")
+        fake.stop()
 
 
 def lose_a_host_mid_run(bed, testbed: str, rank_host: int = 1) -> tuple[str, list]:  # type: ignore[no-untyped-def]

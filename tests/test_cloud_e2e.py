@@ -7,25 +7,18 @@ fakes hold nothing.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from localbed import boot, install_login, lose_a_host_mid_run
-from typer.testing import CliRunner
-
-from testbed.cli import app
+from localbed import chameleon_cloud, invoke, lose_a_host_mid_run, tpu_cloud
 
 pytestmark = pytest.mark.local
 
 
-def _invoke(*args: str) -> tuple[int, str, BaseException | None]:
-    r = CliRunner().invoke(app, list(args))
-    return r.exit_code, r.stdout, r.exception
-
+E2E_SPEC = ("provider:\n  kind: chameleon\n  site: CHI@UC\n  count: 2\n  image: CC-Ubuntu20.04\n  lease_timeout: 60\n"
+            "  server_timeout: 60\n  ssh_timeout: 60\nuser: cc\n")
 
 ENVDUMP = """\
 name: envdump
@@ -81,85 +74,24 @@ def bed2(local_testbed) -> Iterator[object]:
     yield local_testbed(hosts=2, name="machines")
 
 
-@contextlib.contextmanager
-def _chameleon(bed, monkeypatch: pytest.MonkeyPatch, spec_tail: str = "", boots: bool = False) -> Iterator[object]:
-    """The fake Chameleon on 127.0.0.1 whose floating IPs are ``bed``'s hosts (a bound IP installs the server's
-    key; ``boots``: the machine behind it is powered on first), and inventories/chameleon.yml; destroyed after."""
-    pytest.importorskip("chi")
-    from fakes.chameleon_api import FakeChameleon
-
-    from testbed.providers.chameleon import ChameleonProvider
-
-    def hook(addr: str, pub: str | None) -> None:
-        if boots and pub:
-            boot(bed, addr)
-        if pub or not boots:
-            install_login(bed, addr, "cc", [pub] if pub else [])
-
-    fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], ssh_hook=hook).start()
-    try:
-        for k in [k for k in os.environ if k.startswith("OS_")]:
-            monkeypatch.delenv(k)
-        for k, v in fake.env().items():
-            monkeypatch.setenv(k, v)
-        monkeypatch.setattr(ChameleonProvider, "poll_interval", 0.05)
-        (Path(bed.cwd) / "inventories" / "chameleon.yml").write_text(
-            "provider:\n  kind: chameleon\n  site: CHI@UC\n  count: 2\n  image: CC-Ubuntu20.04\n"
-            "  lease_timeout: 60\n  server_timeout: 60\n  ssh_timeout: 60\nuser: cc\n" + spec_tail)
-        yield fake
-    finally:
-        _invoke("destroy", "chameleon", "--yes")
-        fake.stop()
-
-
-@contextlib.contextmanager
-def _tpu(bed, monkeypatch: pytest.MonkeyPatch, provider: str, ip_for, boots: bool = False,  # type: ignore[no-untyped-def]
-         **fake_kw: object) -> Iterator[object]:
-    """The fake TPU API whose workers are ``bed``'s hosts (``ip_for``), its guest agent installing login keys
-    (``boots``: the machine is powered on first), and inventories/tpu.yml (``provider`` lines added); destroyed
-    after."""
-    pytest.importorskip("google.cloud.tpu_v2")
-    from fakes.tpu_api import FakeTpuApi
-
-    from testbed.providers import gcp_tpu
-
-    def install(address: str, user: str, keys: list[str]) -> None:  # the guest agent (never for root)
-        if boots:
-            boot(bed, address)
-        install_login(bed, address, user, keys)
-
-    fake = FakeTpuApi(ip_for=ip_for, authorized_keys=install, **fake_kw)  # type: ignore[arg-type]
-    endpoint = fake.start()
-    try:
-        monkeypatch.setenv(gcp_tpu.ANONYMOUS_ENV, "1")
-        monkeypatch.setattr(gcp_tpu, "Polling", lambda: gcp_tpu.FAST_POLLING)
-        (Path(bed.cwd) / "inventories" / "tpu.yml").write_text(
-            f"provider:\n  kind: gcp-tpu\n  project: p\n  endpoint: {endpoint}\n  create_timeout: 60\n"
-            f"  ssh_timeout: 60\n  runtime_version: tpu-ubuntu2204-base\n{provider}")
-        yield fake
-    finally:
-        _invoke("destroy", "tpu", "--yes")
-        fake.stop()
-
-
 def test_chameleon_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
     bed = bed2
-    with _chameleon(bed, monkeypatch, "profile: datastall-emulator\n") as fake:
+    with chameleon_cloud(bed, monkeypatch, E2E_SPEC + "profile: datastall-emulator\n") as fake:
         planted = _plant_secrets(monkeypatch, Path(bed.cwd).parent / "planted")
-        code, out, exc = _invoke("provision", "chameleon", "--json")
+        code, out, exc = invoke("provision", "chameleon", "--json")
         assert code == 0, (out, exc)
         hosts = json.loads(out)["hosts"]
         assert [h["user"] for h in hosts] == ["cc", "cc"]
         assert sorted(h["address"] for h in hosts) == sorted(h.address for h in bed.hosts)
-        code, out, _ = _invoke("status", "chameleon", "--json")
+        code, out, _ = invoke("status", "chameleon", "--json")
         assert code == 0 and "lease_end" in json.loads(out)
-        code, out, exc = _invoke("exec", "chameleon", "--json", "--", "id -un; sudo -n true && echo sudo-ok")
+        code, out, exc = invoke("exec", "chameleon", "--json", "--", "id -un; sudo -n true && echo sudo-ok")
         assert code == 0, (out, exc)
         assert all(r["stdout"].split() == ["cc", "sudo-ok"] for r in json.loads(out))
         from testbed import setup as setup_mod
 
         if "datastall-emulator" in setup_mod.available_profiles():
-            code, out, exc = _invoke("setup", "chameleon", "--suite", "datastall-emulator", "--check", "--json")
+            code, out, exc = invoke("setup", "chameleon", "--suite", "datastall-emulator", "--check", "--json")
             assert exc is None or isinstance(exc, SystemExit), (out, exc)
             res = json.loads(out[out.index("{"):])
             assert res["check"] is True
@@ -168,12 +100,12 @@ def test_chameleon_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatc
         # manifest, reports) holds any of the secrets above
         (Path(bed.cwd) / "experiments").mkdir(exist_ok=True)
         (Path(bed.cwd) / "experiments" / "envdump.yml").write_text(ENVDUMP)
-        code, out, exc = _invoke("run", "envdump", "--on", "chameleon", "--no-setup", "--collect", "--json")
+        code, out, exc = invoke("run", "envdump", "--on", "chameleon", "--no-setup", "--collect", "--json")
         assert code == 0, (out, exc)
-        code, out, exc = _invoke("report", "results")
+        code, out, exc = invoke("report", "results")
         assert code == 0, (out, exc)
         assert list(Path(bed.cwd, "results", "envdump").glob("*/*/env.txt"))
-        code, out, exc = _invoke("destroy", "chameleon", "--yes")
+        code, out, exc = invoke("destroy", "chameleon", "--yes")
         assert code == 0, (out, exc)
         assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
         assert not _leaks([Path(bed.cwd)], [*planted, fake.app_cred[1]])
@@ -181,23 +113,22 @@ def test_chameleon_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatc
 
 def test_tpu_end_to_end_on_real_hosts(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
     bed = bed2
-    addrs = [h.address for h in bed.hosts]
     # a project without a 'default' network: the spec names its VPC
-    with _tpu(bed, monkeypatch, "  zone: us-central2-b\n  accelerator_type: v4-16\n  network: lab-vpc\n"
-              "  subnetwork: tpu-sub\nprofile: isca-resnet18\n", lambda node, k: addrs[k % len(addrs)],
-              networks={"lab-vpc": {"tpu-sub": "us-central2"}}, project_os_login=True) as fake:
-        code, out, exc = _invoke("provision", "tpu", "--json")
+    with tpu_cloud(bed, monkeypatch, "  zone: us-central2-b\n  accelerator_type: v4-16\n  network: lab-vpc\n"
+                   "  subnetwork: tpu-sub\nprofile: isca-resnet18\n",
+                   networks={"lab-vpc": {"tpu-sub": "us-central2"}}, project_os_login=True) as fake:
+        code, out, exc = invoke("provision", "tpu", "--json")
         assert code == 0, (out, exc)
         hosts = json.loads(out)["hosts"]
         assert len(hosts) == 2 and all(h["facts"].get("tpu") for h in hosts)
         assert all(h["user"] == "tpu" for h in hosts)  # the gcp-tpu default: TPU VMs refuse root
-        code, out, exc = _invoke("exec", "tpu", "--json", "--", "id -un")
+        code, out, exc = invoke("exec", "tpu", "--json", "--", "id -un")
         assert code == 0, (out, exc)
         assert [r["stdout"].strip() for r in json.loads(out)] == ["tpu", "tpu"]
-        code, out, exc = _invoke("run", "isca-resnet18", "--on", "tpu", "--dry-run")
+        code, out, exc = invoke("run", "isca-resnet18", "--on", "tpu", "--dry-run")
         assert code == 0, (out, exc)
         assert "reproduce_injections.py" in out
-        code, out, exc = _invoke("destroy", "tpu", "--yes")
+        code, out, exc = invoke("destroy", "tpu", "--yes")
         assert code == 0, (out, exc)
         assert not fake.nodes and not fake.qrs
 
@@ -221,8 +152,8 @@ def test_chameleon_run_survives_a_lost_node_by_replacing_its_server(bed2, monkey
     from testbed.state import Store
 
     bed = bed2
-    with _chameleon(bed, monkeypatch, boots=True) as fake:
-        code, out, exc = _invoke("provision", "chameleon", "--json")
+    with chameleon_cloud(bed, monkeypatch, E2E_SPEC, boots=True) as fake:
+        code, out, exc = invoke("provision", "chameleon", "--json")
         assert code == 0, (out, exc)
         before = {h["name"]: h["facts"]["server_id"] for h in json.loads(out)["hosts"]}
         status, evs = lose_a_host_mid_run(bed, "chameleon")
@@ -231,7 +162,7 @@ def test_chameleon_run_survives_a_lost_node_by_replacing_its_server(bed2, monkey
         after = {h.name: h.facts["server_id"] for h in Store.open_default().hosts("chameleon")}
         assert after["node0"] == before["node0"] and after["node1"] != before["node1"]
         assert before["node1"] not in fake.servers and after["node1"] in fake.servers
-        code, out, exc = _invoke("destroy", "chameleon", "--yes")
+        code, out, exc = invoke("destroy", "chameleon", "--yes")
         assert code == 0, (out, exc)
         assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
 
@@ -241,15 +172,15 @@ def test_tpu_run_survives_a_lost_worker_by_recreating_its_node(bed2, monkeypatch
     untouched), the run is uploaded to it and relaunched; destroy leaves the fake empty."""
     bed = bed2
     addrs = [h.address for h in bed.hosts]
-    with _tpu(bed, monkeypatch, "  zone: us-central1-f\n  accelerator_type: v2-8\n  count: 2\n",
-              lambda node, k: addrs[int(node.rsplit("-", 1)[1]) % len(addrs)], boots=True) as fake:
-        code, out, exc = _invoke("provision", "tpu", "--json")
+    with tpu_cloud(bed, monkeypatch, "  zone: us-central1-f\n  accelerator_type: v2-8\n  count: 2\n",
+                   ip_for=lambda node, k: addrs[int(node.rsplit("-", 1)[1]) % len(addrs)], boots=True) as fake:
+        code, out, exc = invoke("provision", "tpu", "--json")
         assert code == 0, (out, exc)
         ids = {n: fake.node(n)["id"] for n in ("tpu-0", "tpu-1")}
         status, evs = lose_a_host_mid_run(bed, "tpu")
         assert status == "succeeded", [e.detail.get("reason") for e in evs if e.kind in ("failed", "ended")]
         _survived(evs, "tpu-1-w0")
         assert fake.node("tpu-0")["id"] == ids["tpu-0"] and fake.node("tpu-1")["id"] != ids["tpu-1"]
-        code, out, exc = _invoke("destroy", "tpu", "--yes")
+        code, out, exc = invoke("destroy", "tpu", "--yes")
         assert code == 0, (out, exc)
         assert not fake.nodes and not fake.qrs

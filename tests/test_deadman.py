@@ -19,17 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from localbed import install_login
-from typer.testing import CliRunner
+from localbed import chameleon_cloud, invoke, tpu_cloud
 
 from testbed import expiry
-from testbed.cli import app
 from testbed.expiry import Expiry
-
-
-def _invoke(*args: str) -> tuple[int, str, BaseException | None]:
-    r = CliRunner().invoke(app, list(args))
-    return r.exit_code, r.stdout, r.exception
 
 
 def _until(cond: Callable[[], bool], timeout: float, what: str) -> None:
@@ -100,7 +93,7 @@ def test_ledger_lists_every_testbed_with_resources_cost_and_expiry(tb_home: Path
     for i in range(3):
         st.add_resource("cham", "server", f"s{i}", host=f"node{i}")
     st.upsert_testbed("lab1", "lab", None, "up", {})  # holds nothing that bills: its spec is not even loaded
-    code, out, exc = _invoke("status", "--json")
+    code, out, exc = invoke("status", "--json")
     assert code == 0, (out, exc)
     data = json.loads(out)
     rows = {r["name"]: r for r in data["testbeds"]}
@@ -115,7 +108,7 @@ def test_ledger_lists_every_testbed_with_resources_cost_and_expiry(tb_home: Path
     assert c["cost"] == {**c["cost"], "unit": "SU", "per_hour": 3.0} and c["lease_end"] == "2099-01-01T00:00:00Z"
     assert c["expiry"] is None
     assert data["totals"]["USD"]["per_hour"] == pytest.approx(2 * 8 * 3.22)
-    code, out, exc = _invoke("status")
+    code, out, exc = invoke("status")
     assert code == 0, (out, exc)
     assert "tpu" in out and "cham" in out and "SU/h" in out and "agent" in out
 
@@ -155,10 +148,10 @@ def test_local_testbed_releases_itself_at_expiry(local_testbed, monkeypatch: pyt
     monkeypatch.setenv("TESTBED_DEADMAN_INTERVAL", "0.5")
     bed = local_testbed(hosts=2, name="exp")
     os.chdir(bed.cwd)
-    code, out, exc = _invoke("provision", "exp", "--expire", "6s", "--json")
+    code, out, exc = invoke("provision", "exp", "--expire", "6s", "--json")
     assert code == 0, (out, exc)
     assert json.loads(out)["release_at"]
-    code, out, _ = _invoke("status", "--json")
+    code, out, _ = invoke("status", "--json")
     row = json.loads(out)["testbeds"][0]
     assert row["expiry"]["switch"] == "watchdog" and row["expiry"]["expire_at"]
     assert len(_netns_of(bed)) == 2
@@ -176,9 +169,9 @@ def test_local_idle_limit_waits_for_the_active_run(local_testbed, monkeypatch: p
     (bed.cwd / "experiments" / "sleeper.yml").write_text(
         "name: sleeper\nplacement: {hosts: 2}\nsteps:\n  launch:\n    command: \"sleep 12; echo done\"\n"
         "timeouts: {poll: 0.5}\n")
-    code, out, exc = _invoke("provision", "idle")
+    code, out, exc = invoke("provision", "idle")
     assert code == 0, (out, exc)
-    code, out, exc = _invoke("run", "sleeper", "--on", "idle", "--no-setup", "--detach")
+    code, out, exc = invoke("run", "sleeper", "--on", "idle", "--no-setup", "--detach")
     assert code == 0, (out, exc)
     t0 = time.monotonic()
     time.sleep(9)  # twice the idle limit, the run still going: nothing released
@@ -214,30 +207,15 @@ def _close_controller_side(name: str, hosts: list[str]) -> None:
 
 
 def test_chameleon_expired_testbed_releases_itself(local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("chi")
-    from fakes.chameleon_api import FakeChameleon
-
-    from testbed.providers.chameleon import ChameleonProvider
-
     bed = local_testbed(hosts=2, name="machines")
-    fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], host=bed.provider.gateway,
-                         ssh_hook=lambda a, pub: install_login(bed, a, "cc", [pub] if pub else [])).start()
-    try:
-        for k in [k for k in os.environ if k.startswith("OS_")]:
-            monkeypatch.delenv(k)
-        for k, v in fake.env().items():
-            monkeypatch.setenv(k, v)
-        monkeypatch.setenv("TESTBED_DEADMAN_INTERVAL", "0.5")
-        monkeypatch.setattr(ChameleonProvider, "poll_interval", 0.05)
-        (Path(bed.cwd) / "inventories" / "chameleon.yml").write_text(
-            "provider:\n  kind: chameleon\n  site: CHI@UC\n  count: 2\n  lease_timeout: 60\n  server_timeout: 60\n"
-            "  ssh_timeout: 60\nuser: cc\n")
+    monkeypatch.setenv("TESTBED_DEADMAN_INTERVAL", "0.5")
+    with chameleon_cloud(bed, monkeypatch, gateway=True) as fake:
         # a restricted application credential (keystone's default) cannot make the switch's: refused up front
         code, out = _cli("provision", "chameleon", "--expire", "40s")
         assert code == 2 and "unrestricted" in out, out
         assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
         fake.app_cred_unrestricted = True
-        code, out, exc = _invoke("provision", "chameleon", "--expire", "40s", "--json")
+        code, out, exc = invoke("provision", "chameleon", "--expire", "40s", "--json")
         assert code == 0, (out, exc)
         lease = next(iter(fake.leases.values()))
         assert lease["end_date"] < (time.strftime("%Y-%m-%dT%H:%M", time.gmtime(time.time() + 7 * 60)))
@@ -255,16 +233,16 @@ def test_chameleon_expired_testbed_releases_itself(local_testbed, monkeypatch: p
         assert _http("DELETE", f"{fake.base}/reservation/v1/leases/someone-elses", headers=tok)[0] == 401
         assert _http("POST", f"{fake.base}/identity/v3/users/u1/application_credentials",
                      {"application_credential": {"name": "x"}}, headers=tok)[0] == 403
-        code, out, _ = _invoke("status", "--json")
+        code, out, _ = invoke("status", "--json")
         row = next(r for r in json.loads(out)["testbeds"] if r["name"] == "chameleon")
         assert row["cost"]["unit"] == "SU" and row["expiry"]["switch"] == "agent"
         # extend: a later expiry moves the lease end with it (Blazar's update); an earlier one reaches the agents
-        code, out, exc = _invoke("extend", "chameleon", "--expire", "2h")
+        code, out, exc = invoke("extend", "chameleon", "--expire", "2h")
         assert code == 0 and "lease of chameleon now ends" in out, (out, exc)
         assert lease["end_date"] >= time.strftime("%Y-%m-%dT%H:%M", time.gmtime(time.time() + 7190))
-        code, out, exc = _invoke("extend", "chameleon", "--expire", "15s")
+        code, out, exc = invoke("extend", "chameleon", "--expire", "15s")
         assert code == 0 and "not told" not in out, (out, exc)
-        code, out, exc = _invoke("status", "chameleon", "--json", "--probe")
+        code, out, exc = invoke("status", "chameleon", "--json", "--probe")
         assert code == 0 and "(agent)" in json.loads(out)["next_release"], (out, exc)
         assert all(v.startswith("alive, releases at") for v in json.loads(out)["agents"].values()), out
         deadline = json.loads(bed.provider.console(hosts[0], "cat /var/lib/testbed-deadman/deadline.json").stdout)
@@ -277,30 +255,15 @@ def test_chameleon_expired_testbed_releases_itself(local_testbed, monkeypatch: p
         assert ("DELETE", f"/reservation/v1/leases/{lease['id']}") in fake.requests
         fake.settle()
         assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
-        code, out, exc = _invoke("destroy", "chameleon", "--yes")  # forgets it, and revokes the credential
+        code, out, exc = invoke("destroy", "chameleon", "--yes")  # forgets it, and revokes the credential
         assert code == 0, (out, exc)
         assert fake.app_creds == {}
         leaked = [p for p in Path(bed.cwd).rglob("*") if p.is_file() and not p.is_symlink()
                   and cfg["auth"]["secret"].encode() in p.read_bytes()]
         assert not leaked  # the switch's secret went to the hosts only (stdin of SSH), never to a file here
-    finally:
-        _invoke("destroy", "chameleon", "--yes")
-        fake.stop()
 
 
-def _tpu_fake(bed):
-    from fakes.tpu_api import FakeTpuApi
-
-    addrs = [h.address for h in bed.hosts]
-    return FakeTpuApi(ip_for=lambda node, k: addrs[k % len(addrs)], host=bed.provider.gateway,
-                      authorized_keys=lambda a, user, keys: install_login(bed, a, user, keys))
-
-
-def _tpu_spec(bed, endpoint: str, extra: str = "") -> None:
-    (Path(bed.cwd) / "inventories" / "tpu.yml").write_text(
-        f"provider:\n  kind: gcp-tpu\n  project: p\n  zone: us-central2-b\n  accelerator_type: v4-16\n"
-        f"  runtime_version: tpu-ubuntu2204-base\n  endpoint: {endpoint}\n  create_timeout: 60\n  ssh_timeout: 60\n"
-        f"  service_account: reaper@p.iam.gserviceaccount.com\n{extra}")
+REAPER_TPU = "  zone: us-central2-b\n  accelerator_type: v4-16\n  service_account: reaper@p.iam.gserviceaccount.com\n"
 
 
 def _tpu_env(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
@@ -316,14 +279,12 @@ def _tpu_env(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
 def test_tpu_expired_testbed_deletes_itself(local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("google.cloud.tpu_v2")
     bed = local_testbed(hosts=2, name="machines")
-    fake = _tpu_fake(bed)
-    endpoint = fake.start()
-    try:
+    with tpu_cloud(bed, monkeypatch, REAPER_TPU, gateway=True) as fake:
+        endpoint = fake.endpoint
         _tpu_env(monkeypatch, endpoint)
-        _tpu_spec(bed, endpoint)
         fake.service_accounts["reaper@p.iam.gserviceaccount.com"] = [
             ("tpu.nodes.delete", "projects/p/locations/us-central2-b/nodes/tpu-")]
-        code, out, exc = _invoke("provision", "tpu", "--expire", "30s", "--json")
+        code, out, exc = invoke("provision", "tpu", "--expire", "30s", "--json")
         assert code == 0, (out, exc)
         assert fake.node("tpu-0")["serviceAccount"]["email"] == "reaper@p.iam.gserviceaccount.com"
         hosts = [h["name"] for h in json.loads(out)["hosts"]]
@@ -340,7 +301,7 @@ def test_tpu_expired_testbed_deletes_itself(local_testbed, monkeypatch: pytest.M
         assert _http("GET", f"{endpoint}/v2/projects/p/locations/us-central2-b/nodes", headers=bearer)[0] == 403
         assert _http("DELETE", f"{endpoint}/v2/projects/p/locations/us-central2-b/nodes/other",
                      headers=bearer)[0] == 403
-        code, out, _ = _invoke("status", "--json")
+        code, out, _ = invoke("status", "--json")
         row = next(r for r in json.loads(out)["testbeds"] if r["name"] == "tpu")
         assert row["cost"]["unit"] == "USD" and row["cost"]["per_hour"] == pytest.approx(8 * 3.22)
         _close_controller_side("tpu", hosts)
@@ -350,11 +311,8 @@ def test_tpu_expired_testbed_deletes_itself(local_testbed, monkeypatch: pytest.M
                    for h in bed.hosts)
         fake.settle()
         assert not fake.nodes and not fake.qrs
-        code, out, exc = _invoke("destroy", "tpu", "--yes")
+        code, out, exc = invoke("destroy", "tpu", "--yes")
         assert code == 0, (out, exc)
-    finally:
-        _invoke("destroy", "tpu", "--yes")
-        fake.stop()
 
 
 def test_tpu_expiry_needs_a_service_account(tb_home: Path) -> None:
@@ -370,21 +328,18 @@ def test_tpu_idle_limit_waits_for_the_active_run(local_testbed, monkeypatch: pyt
     controller side at all; released after the run ends and the idle limit passes."""
     pytest.importorskip("google.cloud.tpu_v2")
     bed = local_testbed(hosts=2, name="machines")
-    fake = _tpu_fake(bed)
-    endpoint = fake.start()
-    try:
-        _tpu_env(monkeypatch, endpoint)
-        _tpu_spec(bed, endpoint, "idle_after: 5s\n")
+    with tpu_cloud(bed, monkeypatch, REAPER_TPU + "idle_after: 5s\n", gateway=True) as fake:
+        _tpu_env(monkeypatch, fake.endpoint)
         fake.service_accounts["reaper@p.iam.gserviceaccount.com"] = [
             ("tpu.nodes.delete", "projects/p/locations/us-central2-b/nodes/tpu-")]
         (Path(bed.cwd) / "experiments").mkdir(exist_ok=True)
         (Path(bed.cwd) / "experiments" / "sleeper.yml").write_text(
             "name: sleeper\nplacement: {hosts: 2}\nsteps:\n  launch:\n    command: \"sleep 25; echo done\"\n"
             "timeouts: {poll: 0.5}\n")
-        code, out, exc = _invoke("provision", "tpu", "--json")
+        code, out, exc = invoke("provision", "tpu", "--json")
         assert code == 0, (out, exc)
         hosts = [h["name"] for h in json.loads(out)["hosts"]]
-        code, out, exc = _invoke("run", "sleeper", "--on", "tpu", "--no-setup", "--detach")
+        code, out, exc = invoke("run", "sleeper", "--on", "tpu", "--no-setup", "--detach")
         assert code == 0, (out, exc)
         t0 = time.monotonic()
         from testbed.state import Store
@@ -406,9 +361,6 @@ def test_tpu_idle_limit_waits_for_the_active_run(local_testbed, monkeypatch: pyt
         assert time.monotonic() - t0 > 28  # the ranks run 25 s from after t0, then the idle limit (5 s)
         fake.settle()
         assert not fake.nodes and not fake.qrs
-    finally:
-        _invoke("destroy", "tpu", "--yes")
-        fake.stop()
 
 
 def test_switch_off_stops_the_watchdog(local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -417,14 +369,14 @@ def test_switch_off_stops_the_watchdog(local_testbed, monkeypatch: pytest.Monkey
     monkeypatch.setenv("TESTBED_DEADMAN_INTERVAL", "0.5")
     bed = local_testbed(hosts=1, name="off")
     os.chdir(bed.cwd)
-    code, out, exc = _invoke("provision", "off", "--expire", "20s")
+    code, out, exc = invoke("provision", "off", "--expire", "20s")
     assert code == 0, (out, exc)
     t0 = time.monotonic()
     pid = deadman._watchdog_pid("off")
     assert pid is not None
-    code, out, exc = _invoke("extend", "off", "--hours", "1")
+    code, out, exc = invoke("extend", "off", "--hours", "1")
     assert code == 0 and "expires at" in out, (out, exc)
-    code, out, exc = _invoke("extend", "off", "--off")
+    code, out, exc = invoke("extend", "off", "--off")
     assert code == 0 and "switch off" in out, (out, exc)
     def gone() -> bool:  # exited (a zombie of this test process, its parent here, counts)
         try:
@@ -435,7 +387,7 @@ def test_switch_off_stops_the_watchdog(local_testbed, monkeypatch: pytest.Monkey
     _until(gone, 10, "the watchdog gone")
     time.sleep(max(0.0, t0 + 22 - time.monotonic()))  # past the first deadline: nothing released
     assert len(_netns_of(bed)) == 1 and bed.store.testbed("off") is not None
-    code, out, _ = _invoke("status", "--json")
+    code, out, _ = invoke("status", "--json")
     assert json.loads(out)["testbeds"][0]["expiry"] is None
 
 
@@ -462,12 +414,12 @@ def test_orphans_are_found_at_the_provider(tb_home: Path, monkeypatch: pytest.Mo
         st = Store.open_default()
         st.upsert_testbed("tpu", "gcp-tpu", None, "up", {})
         st.add_resource("tpu", "tpu-node", "tpu-0")  # recorded; tpu-1 is not
-        code, out, exc = _invoke("status", "--orphans", "--json")
+        code, out, exc = invoke("status", "--orphans", "--json")
         assert code == 0, (out, exc)
         found = {(o["testbed"], o["id"]): o for o in json.loads(out)["orphans"]}
         assert set(found) == {("tpu", "tpu-1"), ("gone", "gone-0")}
         assert found[("gone", "gone-0")]["release"].startswith("gcloud compute tpus tpu-vm delete gone-0 --zone")
-        code, out, exc = _invoke("status", "--orphans")
+        code, out, exc = invoke("status", "--orphans")
         assert code == 0 and "gone-0" in out and "orphans" in out, (out, exc)
 
 
@@ -511,24 +463,11 @@ def test_tpu_release_plan_for_queued_resources(tb_home: Path, monkeypatch: pytes
 def test_chameleon_lease_end_is_the_first_switch(local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:
     """A new lease ends no later than the expiry (Blazar's own mechanism): when the site's clock passes its end,
     Blazar alone takes the servers and addresses back, agent or not."""
-    pytest.importorskip("chi")
-    from fakes.chameleon_api import FakeChameleon
-
-    from testbed.providers.chameleon import ChameleonProvider
-
     bed = local_testbed(hosts=2, name="machines")
-    fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], host=bed.provider.gateway,
-                         ssh_hook=lambda a, pub: install_login(bed, a, "cc", [pub] if pub else [])).start()
-    fake.app_cred_unrestricted = True
-    try:
-        for k in [k for k in os.environ if k.startswith("OS_")]:
-            monkeypatch.delenv(k)
-        for k, v in fake.env().items():
-            monkeypatch.setenv(k, v)
-        monkeypatch.setattr(ChameleonProvider, "poll_interval", 0.05)
-        (Path(bed.cwd) / "inventories" / "chameleon.yml").write_text(
-            "provider:\n  kind: chameleon\n  count: 2\n  hours: 48\n  ssh_timeout: 60\nuser: cc\nexpire: 2m\n")
-        code, out, exc = _invoke("provision", "chameleon")
+    spec = "provider:\n  kind: chameleon\n  count: 2\n  hours: 48\n  ssh_timeout: 60\nuser: cc\nexpire: 2m\n"
+    with chameleon_cloud(bed, monkeypatch, spec, gateway=True) as fake:
+        fake.app_cred_unrestricted = True
+        code, out, exc = invoke("provision", "chameleon")
         assert code == 0, (out, exc)
         lease = next(iter(fake.leases.values()))
         end, start = (calendar.timegm(time.strptime(lease[k][:16], "%Y-%m-%dT%H:%M")) for k in ("end_date",
@@ -538,12 +477,9 @@ def test_chameleon_lease_end_is_the_first_switch(local_testbed, monkeypatch: pyt
         fake.advance(8 * 60)
         _http("GET", f"{fake.base}/identity/v3")  # any request: the site notices the time
         assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0} and lease["status"] == "TERMINATED"
-        code, out, exc = _invoke("destroy", "chameleon", "--yes")
+        code, out, exc = invoke("destroy", "chameleon", "--yes")
         assert code == 0, (out, exc)
         assert fake.app_creds == {} and not fake.leases
-    finally:
-        _invoke("destroy", "chameleon", "--yes")
-        fake.stop()
 
 
 def test_chameleon_orphan_lease_is_listed_and_destroy_releases_it(tb_home: Path,
@@ -567,18 +503,18 @@ def test_chameleon_orphan_lease_is_listed_and_destroy_releases_it(tb_home: Path,
         api = p._connect()
         lease = api.lease_create(p.lease_name, start="now", end=time.strftime("%Y-%m-%d %H:%M",
                                  time.gmtime(time.time() + 3600)), node_type="compute_skylake", count=1, fips=0)
-        code, out, exc = _invoke("status", "--orphans", "--json")  # no state row at all: the OpenStack client
+        code, out, exc = invoke("status", "--orphans", "--json")  # no state row at all: the OpenStack client
         assert code == 0, (out, exc)
         assert json.loads(out)["orphans"] == [{"testbed": "cham", "kind": "lease", "id": lease["id"],
                                                "release": f"openstack reservation lease delete {lease['id']}"}]
         p.store.upsert_testbed("cham", "chameleon", None, "interrupted", {})  # a provision interrupted
-        code, out, exc = _invoke("status", "--orphans", "--json")
+        code, out, exc = invoke("status", "--orphans", "--json")
         assert code == 0, (out, exc)
         assert [(o["testbed"], o["kind"], o["id"]) for o in json.loads(out)["orphans"]] == [
             ("cham", "lease", lease["id"])]
         release = json.loads(out)["orphans"][0]["release"]
         assert release.startswith("testbed destroy cham")
-        code, out, exc = _invoke(*release.split(" (")[0].split()[1:], "--yes")
+        code, out, exc = invoke(*release.split(" (")[0].split()[1:], "--yes")
         assert code == 0, (out, exc)
         assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
     finally:
@@ -591,12 +527,12 @@ def test_a_command_restarts_the_idle_clock(local_testbed, monkeypatch: pytest.Mo
     os.chdir(bed.cwd)
     spec = json.loads((bed.cwd / "inventories" / "busy.yml").read_text())
     (bed.cwd / "inventories" / "busy.yml").write_text(json.dumps({**spec, "idle_after": "12s"}))
-    code, out, exc = _invoke("provision", "busy")
+    code, out, exc = invoke("provision", "busy")
     assert code == 0, (out, exc)
     t0 = time.monotonic()
     for _ in range(4):  # a command every 5 s (plus its own time): never 12 s idle
         time.sleep(5)
-        code, out, exc = _invoke("exec", "busy", "--", "true")
+        code, out, exc = invoke("exec", "busy", "--", "true")
         assert code == 0, (out, exc)
     assert len(_netns_of(bed)) == 1 and bed.store.testbed("busy") is not None  # over 20 s: past the limit
     _until(lambda: bed.store.testbed("busy") is None, 60, "released once idle")
@@ -635,32 +571,12 @@ def test_a_repaired_host_gets_the_switch_and_its_credential_names_the_new_server
         local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:
     """A server replaced by a repair has no agent, and the switch's credential may delete only the old one: the
     switch is armed again (a new credential naming the new server, the old one deleted, every host told)."""
-    pytest.importorskip("chi")
-    from fakes.chameleon_api import FakeChameleon
-    from localbed import boot
-
     from testbed.handle import Testbed
-    from testbed.providers.chameleon import ChameleonProvider
 
     bed = local_testbed(hosts=2, name="machines")
-
-    def hook(addr: str, pub: str | None) -> None:
-        if pub:
-            boot(bed, addr)
-            install_login(bed, addr, "cc", [pub])
-
-    fake = FakeChameleon(fip_pool=[h.address for h in bed.hosts], host=bed.provider.gateway, ssh_hook=hook).start()
-    fake.app_cred_unrestricted = True
-    try:
-        for k in [k for k in os.environ if k.startswith("OS_")]:
-            monkeypatch.delenv(k)
-        for k, v in fake.env().items():
-            monkeypatch.setenv(k, v)
-        monkeypatch.setattr(ChameleonProvider, "poll_interval", 0.05)
-        (Path(bed.cwd) / "inventories" / "chameleon.yml").write_text(
-            "provider:\n  kind: chameleon\n  site: CHI@UC\n  count: 2\n  lease_timeout: 60\n  server_timeout: 60\n"
-            "  ssh_timeout: 60\nuser: cc\n")
-        code, out, exc = _invoke("provision", "chameleon", "--expire", "2h", "--json")
+    with chameleon_cloud(bed, monkeypatch, boots=True, gateway=True) as fake:
+        fake.app_cred_unrestricted = True
+        code, out, exc = invoke("provision", "chameleon", "--expire", "2h", "--json")
         assert code == 0, (out, exc)
         old_cred = next(iter(fake.app_creds))
         old_server = next(h.facts["server_id"] for h in Testbed.open("chameleon").hosts if h.name == "node1")
@@ -674,9 +590,6 @@ def test_a_repaired_host_gets_the_switch_and_its_credential_names_the_new_server
             urls = [u for _, u in cfg["requests"]]
             assert any(u.endswith(f"/servers/{new_server}") for u in urls), urls
             assert not any(u.endswith(f"/servers/{old_server}") for u in urls), urls
-        code, out, exc = _invoke("destroy", "chameleon", "--yes")
+        code, out, exc = invoke("destroy", "chameleon", "--yes")
         assert code == 0, (out, exc)
         assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0} and fake.app_creds == {}
-    finally:
-        _invoke("destroy", "chameleon", "--yes")
-        fake.stop()
