@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -329,3 +330,52 @@ def _unreachable_lab(home: Path, name: str) -> None:
     st.upsert_testbed(name, "lab", f"inventories/{name}.yml", "up")
     st.set_hosts(name, [Host(name="n0", address="127.0.0.1", port=1)])
     st.close()
+
+
+def _mesh_check() -> Any:
+    """The ssh_mesh role's check module, imported from its file (it runs on the hosts, not in testbed)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ssh_mesh_check",
+                                                  setup.roles_dir() / "ssh_mesh" / "library" / "ssh_mesh_check.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_ssh_mesh_check_reads_known_hosts_as_ssh_does() -> None:
+    import base64
+    import hashlib
+    import hmac
+
+    m = _mesh_check()
+    k1, k2 = ("ssh-ed25519", "AAAAC3Nz1"), ("ecdsa-sha2-nistp256", "AAAAE2Vj2")
+    salt = b"0123456789abcdefghij"
+    hashed = "|1|{}|{}".format(base64.b64encode(salt).decode(),
+                               base64.b64encode(hmac.new(salt, b"node7", hashlib.sha1).digest()).decode())
+    lines = ["# comment", f"node1,10.0.0.1 {k1[0]} {k1[1]}", f"[node2]:2222 {k2[0]} {k2[1]}",
+             f"{hashed} {k1[0]} {k1[1]}", f"node*,!node9 {k2[0]} {k2[1]}", f"@revoked node3 {k1[0]} {k1[1]}",
+             f"@cert-authority node4 {k1[0]} {k1[1]}"]
+    assert m.pinned(lines, "node1") == ({k1, k2}, set())
+    assert m.pinned(lines, "10.0.0.1") == ({k1}, set())
+    assert m.pinned(lines, "[node2]:2222") == ({k2}, set())  # the port form is its own name: node* misses it
+    assert m.pinned(lines, "node7") == ({k1, k2}, set())  # hashed entry and the wildcard
+    assert m.pinned(lines, "node9") == (set(), set())  # negated
+    assert m.pinned(lines, "node3") == ({k2}, {k1})
+    assert m.pinned(lines, "node4") == ({k2}, set())  # a CA line pins no host key
+
+
+def test_ssh_mesh_check_names_what_is_missing_per_peer() -> None:
+    m = _mesh_check()
+    user = "ssh-ed25519 AAAAC3NzUser peer@x"
+    host = "127.0.0.1 ssh-ed25519 AAAAC3NzHost"
+    peer = {"name": "127.0.0.1", "address": "127.0.0.1", "user_key": user, "host_keys": [host]}
+    good_known = ["127.0.0.1 ssh-ed25519 AAAAC3NzHost"]
+    assert m.content_problems([peer], 22, ['command="x y" ' + user], good_known) == []
+    probs = m.content_problems([peer, {**peer, "name": "tb-no-such-host.invalid", "user_key": ""}], 2222,
+                               ["ssh-ed25519 AAAAC3NzOther"], good_known)
+    assert "127.0.0.1: its key is not in authorized_keys" in probs
+    assert "127.0.0.1: 1 of its 1 host keys not pinned under [127.0.0.1]:2222" in probs
+    assert "tb-no-such-host.invalid: no user key was read from it" in probs
+    assert "tb-no-such-host.invalid resolves to nothing, not to 127.0.0.1 first" in probs

@@ -168,6 +168,30 @@ def test_limit_reruns_some_hosts(bed: Any) -> None:
     assert res.ok and set(res.hosts) == {"node1", "node2"} and res.changed == 0
 
 
+def test_ssh_mesh_check_scales_yet_finds_a_peer_it_does_not_log_in_to(bed: Any) -> None:
+    """The check logs in around a ring (node0 to node1 only) and checks every peer by content: a stale /etc/hosts
+    line ahead of the role's block on node0 that sends node2's name to node3's address first fails node0, and
+    only node0."""
+    res = setup.apply(bed.name, roles=["ssh_mesh"])
+    assert res.ok, res.to_json()
+    for h in bed.hosts:  # what the check stands for: every host to every other, by name and by bare IP
+        targets = " ".join(f"{p.name} {p.address}" for p in bed.hosts if p.name != h.name)
+        r = bed.ssh(h.name, f"for t in {targets}; do ssh -o BatchMode=yes -o StrictHostKeyChecking=yes $t hostname "
+                            "</dev/null || exit 1; done", timeout=120)
+        assert r.returncode == 0 and len(r.stdout.split()) == 2 * (len(bed.hosts) - 1), (h.name, r.stderr)
+    wrong = {h.name: h.address for h in bed.hosts}["node3"]
+    stale = f"printf '{wrong} node2\\n' | cat - /etc/hosts > ~/tb-hosts.saved && cat ~/tb-hosts.saved > /etc/hosts"
+    assert bed.ssh("node0", stale).returncode == 0
+    try:
+        res = setup.apply(bed.name, roles=["ssh_mesh"], verify=True)  # its record matches: only --verify runs it
+        assert not res.ok and {n for n, r in res.hosts.items() if r.failed} == {"node0"}, res.to_json()
+        assert f"node2 resolves to {wrong}," in (res.hosts["node0"].error or ""), res.hosts["node0"].error
+    finally:
+        assert bed.ssh("node0", "sed 1d ~/tb-hosts.saved > /etc/hosts && rm ~/tb-hosts.saved").returncode == 0
+    res = setup.apply(bed.name, roles=["ssh_mesh"], extra_vars={"ssh_mesh_verify_pairs": "all"}, verify=True)
+    assert res.ok and res.changed == 0, res.to_json()
+
+
 def test_source_build_once_installed_everywhere_and_survives_ssh_drop(bed: Any, served: dict[str, Any]) -> None:
     cp_dir = str(setup._control_dir(setup.ansible_dir()))
     killed: list[int] = []
