@@ -260,7 +260,7 @@ def _send_streamed(ctx: Ctx, host: str, lst: Listing, todo: list[str], hc: HostC
         rx = _Receiver(ctx, host, todo)
         paths = b"".join(host_path(lst, p).encode() + b"\0" for p in todo)
         rate = int(ctx.bwlimit_kbps * 1024) if ctx.bwlimit_kbps else 0
-        command = f"python3 -c {shlex.quote(scripts.text('stream.py'))} {rate}"
+        command = f"python3 -S -c {shlex.quote(scripts.text('stream.py'))} {rate}"
         res = remote.stream(ctx.testbed, host, command, stdin=paths, on_output=rx.feed, idle=ctx.io_timeout,
                             connect_timeout=ctx.timeout)
         rx.close()

@@ -27,54 +27,131 @@ tb_background=$4
 read -r tb_lazy_n tb_lazy_b <<< "$5"
 shift 5
 case $tb_dir in \~) tb_dir=$HOME ;; \~/*) tb_dir=$HOME/${tb_dir#\~/} ;; esac
-tb_tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tb_tmp"' EXIT
+tb_tmp=
+trap '[[ -z $tb_tmp ]] || rm -rf "$tb_tmp"' EXIT
+tb_mktemp() { [[ -n $tb_tmp ]] || tb_tmp=$(mktemp -d) || exit 1; }
 if [[ -n $tb_background ]]; then
+  tb_mktemp
   bash -c "$tb_background" > "$tb_tmp/background" 2> /dev/null &
   tb_bg=$!
 fi
 
-tb_hash() {  # NUL-separated paths in, one hex digest per line out (python's sha256 uses SHA-NI; coreutils may not)
-  if command -v python3 > /dev/null 2>&1; then
-    python3 -c 'import hashlib, sys
-for p in sys.stdin.buffer.read().split(b"\0")[:-1]:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    print(h.hexdigest())'
-  else
-    xargs -0 sha256sum -- | sed 's/^\\//' | cut -c1-64
-  fi
+tb_hash() {  # NUL-separated paths in, one hex digest per line out
+  xargs -0 sha256sum -- | sed 's/^\\//' | cut -c1-64
 }
 
-# the per-file work when python3 is here: "key\0host path\0" pairs in, F lines out (bash takes ~1 ms a file)
+# the whole listing when python3 is here (bash takes ~1 ms a file): the known lines, then per pattern a record
+# "P\0kind\0pattern\0" followed by "M\0match\0" per match of its glob (expanded by bash), all on stdin
 # shellcheck disable=SC2016  # python source, not shell
-TB_FILES_PY='import hashlib, os, sys
+TB_LIST_PY='import os, sys  # hashlib only when it hashes: its import is a third of the start-up
+home, lazy_n, lazy_b = os.fsencode(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+out = sys.stdout.buffer
+data = sys.stdin.buffer.read().split(b"\0")
 known = {}
-with open(sys.argv[1], "rb") as f:
-    for ln in f.read().split(b"\n"):
-        k = ln.split(b"\t", 3)
-        if len(k) == 4 and k[3]:
-            known[k[3]] = k[:3]
-lazy_n, lazy_b = int(sys.argv[2]), int(sys.argv[3])
-data = sys.stdin.buffer.read().split(b"\0")[:-1]
+for ln in data[0].split(b"\n"):
+    k = ln.split(b"\t", 3)
+    if len(k) == 4 and k[3]:
+        known[k[3]] = k[:3]
+pristine = set()  # tracked and unchanged in a source checkout: the artifact'"'"'s files, not outputs
+for s in os.fsencode(sys.argv[4]).split(b"\n"):
+    s = home if s == b"~" else home + s[1:] if s.startswith(b"~/") else s
+    if s and os.path.isdir(s + b"/.git"):
+        import subprocess
+        def ls(*a):
+            r = subprocess.run(["git", "-C", s, "ls-files", "-z", *a], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            return set(r.stdout.split(b"\0")[:-1]) if r.returncode == 0 else set()
+        modified = ls("-m")
+        pristine.update(s + b"/" + x for x in ls() if x not in modified)
+try:
+    ref = (int(os.stat(b"tb-rank.sh").st_ctime) - 2) * 10**9  # outside the run folder: written since it was made
+except OSError:
+    ref = -2 * 10**9
+def newer(p):
+    try:
+        return os.stat(p).st_mtime_ns > ref
+    except OSError:
+        return False
+def walk(top):  # find -L TOP -type f: symlinks followed, a directory that is its own ancestor skipped
+    stack = [(top, frozenset())]
+    while stack:  # bounded: each directory is entered once per path to it, never inside itself
+        d, above = stack.pop()
+        try:
+            st = os.stat(d)
+            entries = sorted(os.scandir(d), key=lambda e: e.name, reverse=True)
+        except OSError:
+            continue
+        ident = (st.st_dev, st.st_ino)
+        if ident in above:
+            continue
+        for e in entries:
+            try:
+                if e.is_dir():
+                    stack.append((e.path, above | {ident}))
+                elif e.is_file():
+                    yield e.path
+            except OSError:
+                continue
+pats, seen, files = [], set(), []
+i = 1
+while i + 2 < len(data) and data[i] == b"P":  # bounded: i grows by 3, then by 2 per match
+    kind, pat, n, old, pr = data[i + 1], data[i + 2], 0, 0, 0
+    i += 3
+    while i + 1 < len(data) and data[i] == b"M":
+        m = data[i + 1]
+        i += 2
+        if os.path.isdir(m):
+            found = [x for x in walk(m) if kind == b"run" or newer(x)]
+        elif os.path.isfile(m):
+            if kind != b"run" and not newer(m):
+                old += 1
+                continue
+            found = [m]
+        else:
+            continue
+        for x in found:
+            if b"\n" in x:
+                out.write(b"@NOTE skipped a file with a newline in its name\n")
+                n += 1
+                continue
+            if kind != b"run" and x in pristine:
+                pr += 1
+                continue
+            n += 1
+            f = x[2:] if x.startswith(b"./") else x
+            if kind == b"home":
+                f = b"@home/" + (f[len(home) + 1:] if f.startswith(home + b"/") else f)
+            elif kind == b"root":
+                f = b"@root" + f
+            elif f.startswith((b"@home/", b"@root/")):
+                out.write(b"@NOTE skipped %s: @home/ and @root/ hold the files from outside the run folder\n" % f)
+                continue
+            if f not in seen:
+                seen.add(f)
+                files.append((f, x))
+    if old:
+        out.write(b"@NOTE %s: %d matching file(s) left out: not written during this run\n" % (pat, old))
+    if pr:
+        out.write(b"@NOTE %s: %d matching file(s) left out: the source checkout holds them unchanged\n" % (pat, pr))
+    if not (n or old or pr):
+        out.write(b"@NOMATCH %s\n" % pat)
 rows, todo = [], []
-for key, src in zip(data[0::2], data[1::2]):
+for key, src in files:
     try:
         st = os.stat(src)
     except OSError:
-        print("@ERR a file vanished or is unreadable while it was being checksummed")
+        out.write(b"@ERR a file vanished or is unreadable while it was being checksummed\n")
         sys.exit(0)
     size, mtime, k = st.st_size, int(st.st_mtime), known.get(key)
-    row = [key, size, mtime, k[2].decode() if k and k[0] == b"%d" % size and k[1] == b"%d" % mtime else None, src]
+    row = [key, size, mtime, k[2] if k and k[0] == b"%d" % size and k[1] == b"%d" % mtime else None, src]
     rows.append(row)
     if row[3] is None:
         todo.append(row)
 lazy = lazy_n > 0 and todo and (len(todo) >= lazy_n or sum(r[1] for r in todo) >= lazy_b)
+if todo and not lazy:
+    import hashlib
 for r in todo:
     if lazy:
-        r[3] = "-"
+        r[3] = b"-"
         continue
     h = hashlib.sha256()
     try:
@@ -82,12 +159,11 @@ for r in todo:
             for b in iter(lambda: f.read(1 << 20), b""):
                 h.update(b)
     except OSError:
-        print("@ERR a file vanished or is unreadable while it was being checksummed")
+        out.write(b"@ERR a file vanished or is unreadable while it was being checksummed\n")
         sys.exit(0)
-    r[3] = h.hexdigest()
-out = sys.stdout.buffer
+    r[3] = h.hexdigest().encode()
 for key, size, mtime, sha, _ in rows:
-    out.write(b"F\t%d\t%d\t%s\t%s\n" % (size, mtime, sha.encode(), key))'
+    out.write(b"F\t%d\t%d\t%s\t%s\n" % (size, mtime, sha, key))'
 
 tb_files_sh() {  # the same without python3: stat and sha256sum, the known checksums parsed in bash
   local kl ksz kmt ksha kpath
@@ -127,6 +203,7 @@ tb_files_sh() {  # the same without python3: stat and sha256sum, the known check
 
 tb_ref_file() {  # files outside the run folder count only when written since the run folder was made
   if [[ -z ${tb_ref-} ]]; then
+    tb_mktemp
     tb_ref=$tb_tmp/ref
     tb_since=$(stat -c %Z tb-rank.sh 2> /dev/null || echo 0)  # the run folder is the working directory
     touch -d "@$((tb_since - 2))" "$tb_ref" 2> /dev/null || touch -t 197001010000 "$tb_ref"
@@ -147,11 +224,32 @@ add() {  # a matched path -> its place in the results folder: run-relative, @hom
   if [[ -z "${seen[$f]+x}" ]]; then seen[$f]=1; tb_src["$f"]=$1; files+=("$f"); fi
 }
 
+list_py() {  # the globs expanded here, everything else in one python3 (TB_LIST_PY)
+  local pat kind glob
+  {
+    printf '%s\0' "$tb_known"
+    for pat in "$@"; do
+      case "$pat" in \~/*) kind=home; glob="${pat#\~/}" ;; /*) kind=root; glob=$pat ;; *) kind=run; glob=$pat ;; esac
+      IFS=$'\n'
+      # shellcheck disable=SC2206  # the pattern is expanded as a glob on purpose (IFS: only newlines split)
+      if [[ $kind == home ]]; then ms=("$HOME"/$glob); else ms=($glob); fi
+      unset IFS
+      printf 'P\0%s\0%s\0' "$kind" "$pat"
+      ((${#ms[@]} == 0)) || printf 'M\0%s\0' "${ms[@]}"
+    done
+  } | python3 -S -c "$TB_LIST_PY" "$HOME" "$tb_lazy_n" "$tb_lazy_b" "$tb_sources" ||
+    echo "@ERR a file vanished or is unreadable while it was being checksummed"  # never a silently missing file
+}
+
 list() {
-  echo "@DIR $(pwd -P)"
+  echo "@DIR $PWD"
   echo "@HOME $HOME"
   if command -v rsync > /dev/null 2>&1; then echo "@RSYNC 1"; else echo "@RSYNC 0"; fi
   shopt -s nullglob dotglob globstar
+  if command -v python3 > /dev/null 2>&1; then
+    list_py "$@"
+    return
+  fi
   declare -gA seen=() K=() tb_src=() tb_pristine=()
   files=()
   while IFS= read -r tb_s; do  # tracked and unchanged in a source checkout: the artifact's files, not outputs
@@ -192,20 +290,10 @@ list() {
     [[ $n -eq 0 && $old -eq 0 && $pr -eq 0 ]] && printf '@NOMATCH %s\n' "$pat"
   done
   ((${#files[@]})) || return 0
-  if command -v python3 > /dev/null 2>&1; then
-    printf '%s' "$tb_known" > "$tb_tmp/known"
-    if tb_out=$(for f in "${files[@]}"; do printf '%s\0%s\0' "$f" "${tb_src[$f]}"; done |
-      python3 -c "$TB_FILES_PY" "$tb_tmp/known" "$tb_lazy_n" "$tb_lazy_b"); then
-      [[ -n $tb_out ]] && printf '%s\n' "$tb_out"
-    else  # never a silently missing file
-      echo "@ERR a file vanished or is unreadable while it was being checksummed"
-    fi
-  else
-    tb_files_sh
-  fi
+  tb_files_sh
 }
 
-if cd -- "$tb_dir" 2> /dev/null; then list "$@"; else echo "@NODIR"; fi
+if cd -P -- "$tb_dir" 2> /dev/null; then list "$@"; else echo "@NODIR"; fi
 if [[ -n $tb_background ]]; then
   wait "$tb_bg"
   cat "$tb_tmp/background"
