@@ -539,3 +539,39 @@ def test_first_collect_of_many_files_streams_them_hashed_on_both_sides(local_tes
         assert f["sha256"] == host_sha(bed, f["host"], f"{run_dir}/{f['path']}")
     again = collect_runs([run_id], Path("results"))[0]
     assert again.ok and again.files_sent == 0 and all(h.method is None for h in again.hosts)
+
+
+def test_software_freeze_reused_until_the_host_changes(local_testbed, monkeypatch):
+    """The run's pip freeze is taken once and reused by later first collects while the host's software fingerprint
+    holds (no second session); a pip install on the host changes the fingerprint, and the next manifest shows
+    the new package. The kept freeze is in the state home, never under results/."""
+    from test_manifest import wheel
+
+    import testbed.collect as collect_mod
+
+    bed = local_testbed(hosts=2)
+    venv = "/root/tb-venv"
+    sh(bed, "node0", f"python3 -m venv --without-pip {venv}")
+    run_id, _ = make_run(bed, info={"python": f"{venv}/bin/python"})
+    gathers: list[str] = []
+    real = collect_mod.gather_software
+    monkeypatch.setattr(collect_mod, "gather_software", lambda ctx, host: gathers.append(host) or real(ctx, host))
+
+    def software(folder: str) -> dict[str, Any]:
+        r = collect_runs([run_id], Path(folder))[0]
+        assert r.ok, r.problems()
+        return json.loads((Path(folder) / "demo" / run_id / "manifest.json").read_text())["software"]
+
+    a = software("a")
+    assert gathers == ["node0"] and a["python"]["executable"] == f"{venv}/bin/python"
+    assert a["python"]["version"] and not any(ln.startswith("tbfake") for ln in a["pip_freeze"])
+    assert software("b") == a and gathers == ["node0"]  # the same host: the kept freeze, no second session
+    assert (bed.home / "testbeds" / bed.name / "collect-software.json").is_file()
+    assert not [p for d in ("a", "b") for p in Path(d).rglob("collect-software*")]  # nothing under results/
+    whl = wheel(Path("."), "tbfake", "1.0")
+    put(bed, "node0", f"/root/{whl.name}", whl.read_bytes())
+    sh(bed, "node0", f"{sys.executable} -m pip --python {venv}/bin/python install -q --no-index --no-deps "
+                     f"/root/{whl.name}", timeout=300)
+    c = software("c")
+    assert gathers == ["node0", "node0"] and "tbfake==1.0" in c["pip_freeze"]
+    assert software("d") == c and len(gathers) == 2

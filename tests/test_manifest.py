@@ -176,3 +176,69 @@ def test_listing_reports_unreadable_files_and_hashes_without_python(tmp_path):
     out = subprocess.run([str(fake / "bash"), "-s"], input=script, capture_output=True, text=True,
                          env={"PATH": str(fake)}, check=True).stdout
     assert parse_listing(out)[1] == "a file vanished or is unreadable while it was being checksummed"
+
+
+def wheel(folder: Path, name: str, version: str) -> Path:
+    """A minimal pure-python wheel of ``name`` (one module), to install without an index."""
+    import base64
+    import zipfile
+
+    whl = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": b"X = 1\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+             f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},"
+                     f"{len(d)}\n" for p, d in files.items()) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(whl, "w") as z:
+        for p, d in files.items():
+            z.writestr(p, d)
+        z.writestr(f"{info}/RECORD", record)
+    return whl
+
+
+def _software(python: str) -> dict:
+    out = _bash(mf.facts_script(facts=False, python=python))
+    return mf.parse_fact_lines(out.splitlines())[1]
+
+
+def test_software_fingerprint_changes_with_what_pip_freeze_reports(tmp_path):
+    """The fingerprint is the same while nothing is installed, and changes with a pip install, an uninstall and a
+    commit in an editable install's checkout; the freeze printed after it shows the change."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    py = str(venv / "bin" / "python")
+    fp = _software(py)["_fingerprint"]
+    assert len(fp) == 64 and _bash(mf.facts_script(facts=False, fingerprint=py)).strip() == f"@Y {fp}"
+    assert _software(py)["_fingerprint"] == fp  # nothing changed: the same
+
+    def pip(*args: str) -> None:
+        subprocess.run([sys.executable, "-m", "pip", "--python", py, *args, "--no-input", "-q"], check=True,
+                       timeout=300, capture_output=True)
+
+    pip("install", "--no-index", "--no-deps", str(wheel(tmp_path, "tbfake", "1.0")))
+    sw = _software(py)
+    assert sw["_fingerprint"] != fp and "tbfake==1.0" in sw["pip_freeze"]
+    pip("uninstall", "-y", "tbfake")
+    sw2 = _software(py)
+    assert sw2["_fingerprint"] not in (fp, sw["_fingerprint"]) and "tbfake==1.0" not in sw2["pip_freeze"]
+    # an editable install: pip freeze names its checkout's commit, so a commit there changes the fingerprint
+    src = tmp_path / "src"
+    src.mkdir()
+    git = ["git", "-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "one"], check=True)
+    site = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    site.mkdir(exist_ok=True)  # pip removed it with its last package
+    (site / "tbedit-0.1.dist-info").mkdir()
+    (site / "tbedit-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: tbedit\nVersion: 0.1\n")
+    (site / "tbedit-0.1.dist-info" / "direct_url.json").write_text(
+        json.dumps({"url": src.as_uri(), "dir_info": {"editable": True}}))
+    before = _software(py)["_fingerprint"]
+    assert _software(py)["_fingerprint"] == before
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "two"], check=True)
+    assert _software(py)["_fingerprint"] != before
+    # an interpreter that cannot run gives no fingerprint (never a cache hit)
+    (tmp_path / "broken").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "broken").chmod(0o755)
+    assert _bash(mf.facts_script(facts=False, fingerprint=str(tmp_path / "broken"))).strip() == "@Y"

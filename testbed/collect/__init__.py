@@ -8,8 +8,10 @@ Per host, in parallel (one thread each):
    sha256 of every matched file (a file already collected whose size and mtime are unchanged is not hashed
    again), says whether ``rsync`` is installed and, when the manifest still lacks them, prints the host's facts:
    one round trip.
-   The run's software (Python, pip freeze, source commits) is read from the first host in a second session
-   started beside the transfers, once per results folder;
+   The run's software (Python, pip freeze, source commits) is read from the first host, once per results folder:
+   its listing also prints the source commits and the fingerprint of the Python's installed software; while that
+   fingerprint is the one of a freeze already taken there, the freeze is reused (testbed.collect.software), else
+   it is taken in a second session beside the transfers;
 2. files whose verified copy is already in results/ (same sha256, recorded in the ``collected`` table, and not
    changed since: its ctime, which no copy or ``touch`` can set back) are skipped; a local file with other
    content is never overwritten, unless it is the partial file of an interrupted collect (its row in
@@ -21,10 +23,10 @@ Per host, in parallel (one thread each):
    reported naming file and host; verified files are recorded in ``collected``.
 
 An unreachable host is reported with its files missing; the other hosts are still collected. The run's
-``manifest.json`` (testbed.collect.manifest) is rewritten after every collect and lists only files whose bytes on disk
-are the verified ones (files put there otherwise are named in a note); a folder holding another run's manifest
-is refused before any host is contacted. Nothing from the controller's
-environment is ever written under results/.
+``manifest.json`` (testbed.collect.manifest) is rewritten after every collect that changes it and lists only files
+whose bytes on disk are the verified ones (files put there otherwise are named in a note); a folder holding another
+run's manifest is refused before any host is contacted. Nothing from the controller's environment is ever written
+under results/.
 """
 
 from __future__ import annotations
@@ -34,15 +36,18 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from testbed.collect import manifest as mf
+from testbed.collect import software as swcache
 from testbed.collect.listing import (
     LOG_PATTERNS,
     RUNS_DIR,
+    Listing,
     listing_script,
     origin,
     output_patterns,
@@ -209,23 +214,41 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
         res.notes.append(f"run is still {run.status}: files collected now may be replaced by their final "
                          f"version on the next collect")
     gathered: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    sw_host = hosts[0].name if hosts and not have_software else None  # the run's software is read there
+    python = str(info.get("python") or "python3")
+    sw_lines: list[str] = []
+    sw_threads: list[threading.Thread] = []
+
+    def read_software(lst: Listing) -> None:
+        """The first host's listing is back: its software from the cache while the host's fingerprint holds,
+        else a pip freeze in a session of its own, beside the transfers."""
+        assert sw_host is not None
+        commits = [ln for ln in lst.fact_lines if ln.startswith("@S ")]
+        hit = swcache.cached(st, testbed, sw_host, python, mf.parse_fact_lines(lst.fact_lines)[1].get("_fingerprint"))
+        if hit is not None:
+            sw_lines.extend(hit + commits)
+            return
+
+        def gather() -> None:
+            lines = gather_software(ctx, sw_host)
+            swcache.remember(st, testbed, sw_host, python, lines)
+            sw_lines.extend(lines)
+
+        t = threading.Thread(target=gather, daemon=True, name="collect-software")
+        sw_threads.append(t)
+        t.start()
 
     def one(h: Host) -> HostCollect:
-        hc, fact_lines = _collect_host(ctx, h, not (old_facts.get(h.name) or {}).get("kernel"))
+        hc, fact_lines = _collect_host(ctx, h, not (old_facts.get(h.name) or {}).get("kernel"),
+                                       software=read_software if h.name == sw_host else None)
         if fact_lines:
             gathered[h.name] = mf.parse_fact_lines(fact_lines)
         return hc
 
-    sw_lines: list[str] = []
-    sw_thread = None
-    if not have_software and hosts:  # pip freeze is slow: its own session, beside the transfers
-        sw_thread = threading.Thread(target=lambda: sw_lines.extend(gather_software(ctx, hosts[0].name)),
-                                     daemon=True, name="collect-software")
-        sw_thread.start()
     with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts))), thread_name_prefix="collect") as pool:
         res.hosts = list(pool.map(one, hosts))
-    if sw_thread is not None:
-        sw_thread.join()
+    for t in sw_threads:
+        t.join()
 
     facts: dict[str, dict[str, Any]] = {str(name): dict(f) for name, f in old_facts.items() if isinstance(f, dict)}
     software: dict[str, Any] = {}
@@ -254,8 +277,8 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
         res.notes.append(f"{len(stray)} file(s) under {folder} are not verified files of this run and are left out "
                          f"of its manifest: {', '.join(stray[:3])}{' …' if len(stray) > 3 else ''}")
     man = mf.build(st, run_id, hosts=hosts, facts=facts, software=software, files=files, provider=tb["provider"])
-    try:
-        res.manifest = mf.write(folder, man)
+    try:  # the same manifest as the one read at the start (an unchanged re-collect): nothing to write
+        res.manifest = folder / mf.MANIFEST if man == old else mf.write(folder, man)
     except OSError as e:  # a full disk, a read-only folder: the files stay, the manifest is written next time
         res.error = (f"cannot write {folder / mf.MANIFEST}: {e.strerror}; the files collected so far are kept: "
                      "free some space (or choose another --to) and collect again")
@@ -263,11 +286,17 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
     return res
 
 
-def _collect_host(ctx: Ctx, h: Host, want_facts: bool) -> tuple[HostCollect, list[str]]:
+def _collect_host(ctx: Ctx, h: Host, want_facts: bool,
+                  software: Callable[[Listing], None] | None = None) -> tuple[HostCollect, list[str]]:
+    """List and transfer one host; ``software``: this host is where the run's software is read (the listing
+    also prints its fingerprint and the source commits; the callback gets the listing before the transfer)."""
     t0 = time.monotonic()
     hc = HostCollect(h.name)
     pats, hc.notes = output_patterns(ctx.info, h.name)
-    background = mf.facts_script(facts=True) if want_facts else ""  # gathered while the listing hashes
+    background = ""  # gathered while the listing hashes
+    if want_facts or software is not None:
+        background = mf.facts_script(facts=want_facts, sources=ctx.info.get("sources") if software else None,
+                                     fingerprint=str(ctx.info.get("python") or "python3") if software else None)
     lazy = STREAM_MIN if _first_collect(ctx, h.name) else (0, 0)  # new files: hashed while they stream
     program = listing_script(run_dir(ctx.info, ctx.run_id), pats, known_files(ctx, h.name), source_paths(ctx.info),
                              background, lazy)
@@ -278,6 +307,8 @@ def _collect_host(ctx: Ctx, h: Host, want_facts: bool) -> tuple[HostCollect, lis
         hc.missing = sorted(p for p in known if not (ctx.folder / h.name / p).is_file()) or pats
         hc.seconds = round(time.monotonic() - t0, 3)
         return hc, []
+    if software is not None:
+        software(lst)
     hc.files = len(lst.files)
     hc.notes += lst.notes
     hc.notes += [f"no file matches {p!r}" for p in lst.nomatch if p not in LOG_PATTERNS]

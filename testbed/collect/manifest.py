@@ -32,8 +32,9 @@ URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 MASK = "***"
 SECRET_FIELD = re.compile(r"password|secret|token|private_key", re.I)  # keys in key files and clouds.yaml
 
-# Fact lines printed by the remote snippet: "@F key value", "@G gpu-csv", "@P python", "@Z freeze", "@S name\tsha"
-FACT_PREFIXES = ("@F ", "@G ", "@P ", "@Z ", "@S ")
+# Fact lines printed by the remote snippet: "@F key value", "@G gpu-csv", "@P python", "@Z freeze", "@S name\tsha",
+# "@Y fingerprint" (of what the freeze and version depend on)
+FACT_PREFIXES = ("@F ", "@G ", "@P ", "@Z ", "@S ", "@Y ")
 
 def iso(ts: float | None) -> str | None:
     """Epoch seconds as ISO 8601 UTC (``2024-05-01T12:00:00.000Z``); None stays None."""
@@ -101,25 +102,27 @@ def redact(obj: Any, secrets: list[str]) -> Any:
 
 
 # facts -------------------------------------------------------------------------------------------
-def facts_script(*, facts: bool, python: str | None = None, sources: dict[str, Any] | None = None) -> str:
-    """The program (testbed/scripts/facts.sh, POSIX sh) printing host facts and, when ``python`` is given, the
-    run's software: its Python (python3 when that one is not there), pip freeze and source commits.
+def facts_script(*, facts: bool, python: str | None = None, sources: dict[str, Any] | None = None,
+                 fingerprint: str | None = None) -> str:
+    """The program (testbed/scripts/facts.sh, POSIX sh) printing host facts; when ``python`` is given, the run's
+    software: its Python (python3 when that one is not there) and pip freeze, after their fingerprint; when
+    ``fingerprint`` is given, only the fingerprint of that Python's software; the commits of ``sources``.
 
     Every value reaches the shell as a quoted argument; the output is parsed by :func:`parse_fact_lines`.
     """
     args: list[str] = ["--host"] if facts else []
     if python is not None:
         args += ["--python", python or "python3"]
-        args.append("--")
-        for name, src in sorted((sources or {}).items()):
-            path = str((src or {}).get("path") or "")
-            if path:
-                args += [str(name), path]
+    elif fingerprint is not None:
+        args += ["--fingerprint", fingerprint or "python3"]
+    pairs = [[str(name), str((src or {}).get("path") or "")] for name, src in sorted((sources or {}).items())]
+    args += ["--", *(w for pair in pairs if pair[1] for w in pair)]
     return scripts.program("facts.sh", *args)
 
 
 def parse_fact_lines(lines: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(facts, software) from the ``@``-prefixed lines printed by :func:`facts_script`."""
+    """(facts, software) from the ``@``-prefixed lines printed by :func:`facts_script` (software's
+    ``_commits`` and ``_fingerprint`` are for collect, not for the manifest)."""
     facts: dict[str, Any] = {}
     software: dict[str, Any] = {}
     gpus: list[dict[str, str]] = []
@@ -147,6 +150,8 @@ def parse_fact_lines(lines: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         elif tag == "@S":
             name, _, sha = rest.partition("\t")
             commits[name] = sha.strip()
+        elif tag == "@Y":
+            software["_fingerprint"] = rest.strip()
     if "memory_kb" in facts:
         kb = facts.pop("memory_kb")
         facts["memory_mb"] = kb // 1024 if isinstance(kb, int) else None
@@ -154,6 +159,7 @@ def parse_fact_lines(lines: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         facts["gpus"] = gpus
     if "python" in software or freeze:
         software["pip_freeze"] = freeze
+    if "python" in software or freeze or commits:
         software["_commits"] = commits
     return facts, software
 
