@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -62,6 +63,7 @@ from testbed.collect.transfer import (
     ProgressFn,
     gather_software,
     known_files,
+    list_and_stream,
     list_host,
     transfer_host,
     unchanged_since,
@@ -297,23 +299,35 @@ def _collect_host(ctx: Ctx, h: Host, want_facts: bool,
     if want_facts or software is not None:
         background = mf.facts_script(facts=want_facts, sources=ctx.info.get("sources") if software else None,
                                      fingerprint=str(ctx.info.get("python") or "python3") if software else None)
-    lazy = STREAM_MIN if _first_collect(ctx, h.name) else (0, 0)  # new files: hashed while they stream
+    first = _first_collect(ctx, h.name)  # many new files: sent in the listing's session, hashed as they stream
+    token = secrets.token_hex(8)
     program = listing_script(run_dir(ctx.info, ctx.run_id), pats, known_files(ctx, h.name), source_paths(ctx.info),
-                             background, lazy)
-    lst, err = list_host(ctx, h.name, program)
+                             background, STREAM_MIN if first else (0, 0),
+                             stream=(token, int(ctx.bwlimit_kbps * 1024) if ctx.bwlimit_kbps else 0) if first else None)
+    streamed = False
+    try:
+        if first:
+            lst, err, streamed = list_and_stream(ctx, h.name, program, token, hc, software)
+        else:
+            lst, err = list_host(ctx, h.name, program)
+    except OSError as e:  # local disk trouble while the files streamed in: name the file
+        lst, err = None, f"cannot write {e.filename or 'results'}: {e.strerror}"
+    except TestbedError as e:
+        lst, err = None, e.what
     if lst is None:
         hc.error = err
         known = ctx.rows(h.name)
         hc.missing = sorted(p for p in known if not (ctx.folder / h.name / p).is_file()) or pats
         hc.seconds = round(time.monotonic() - t0, 3)
         return hc, []
-    if software is not None:
+    if software is not None and not streamed:  # (a streaming listing called it before its files)
         software(lst)
     hc.files = len(lst.files)
     hc.notes += lst.notes
     hc.notes += [f"no file matches {p!r}" for p in lst.nomatch if p not in LOG_PATTERNS]
     try:
-        transfer_host(ctx, h.name, lst, hc)
+        if not streamed:
+            transfer_host(ctx, h.name, lst, hc)
     except OSError as e:  # local disk trouble: name the file
         hc.error = f"cannot write {e.filename or 'results'}: {e.strerror}"
     hc.seconds = round(time.monotonic() - t0, 3)

@@ -116,17 +116,24 @@ def gather_software(ctx: Ctx, host: str) -> list[str]:
 def list_host(ctx: Ctx, host: str, program: str) -> tuple[Listing | None, str | None]:
     """Run the listing program (:func:`listing_script`) on ``host``: (listing, None) or (None, error)."""
     res = remote.script(ctx.testbed, host, program, timeout=ctx.timeout, connect_timeout=ctx.timeout)
+    return _listing_outcome(ctx, host, res, res.stdout, res.truncated)
+
+
+def _listing_outcome(ctx: Ctx, host: str, res: remote.HostResult, stdout: str,
+                     truncated: bool) -> tuple[Listing | None, str | None]:
+    if res.exit_code is None and res.lost:
+        return None, f"{host} sent nothing for {ctx.io_timeout:g} s while listing the run folder (unreachable?)"
     if res.exit_code is None:  # stopped at its timeout (or ssh could not start: its error says so)
         timed_out = (res.error or "").startswith("timed out")
         return None, f"{host} did not answer within {ctx.timeout:g} s (unreachable?)" if timed_out else res.error
     if res.exit_code == 255:
         return None, res.error or ssh.describe_ssh_failure(res.stderr, host, ctx.testbed)
-    if res.truncated:
+    if truncated:
         return None, f"the listing of the run folder on {host} is over {remote.MAX_OUTPUT >> 20} MiB"
-    if "@END" not in res.stdout.splitlines()[-1:]:
+    if "@END" not in stdout.splitlines()[-1:]:
         last = (res.stderr.strip().splitlines() or ["no output"])[-1]
         return None, f"listing the run folder on {host} failed (exit {res.exit_code}): {last}"
-    lst, problem = parse_listing(res.stdout)
+    lst, problem = parse_listing(stdout)
     if problem == "@NODIR":
         return None, f"the run folder {run_dir(ctx.info, ctx.run_id)} does not exist on {host}"
     if problem:
@@ -285,6 +292,95 @@ def _send_streamed(ctx: Ctx, host: str, lst: Listing, todo: list[str], hc: HostC
     return True
 
 
+class ListingStream:
+    """Reads a first collect's listing that streams its new files in the same session (``listing_script(stream=
+    ...)``): the listing's text up to ``@STREAM token``, then the files (into a :class:`_Receiver`), then the rest
+    of the text. No round trip between the listing and the transfer, and one session per host instead of two."""
+
+    def __init__(self, ctx: Ctx, host: str, token: str, hc: HostCollect,
+                 on_listing: Callable[[Listing], None] | None = None) -> None:
+        self.ctx, self.host, self.hc, self.on_listing = ctx, host, hc, on_listing
+        self.mark = f"\n@STREAM {token}\n".encode()
+        self.head = bytearray()  # the listing (with the facts)
+        self.tail = bytearray()  # what follows the files
+        self.lst: Listing | None = None
+        self.rx: _Receiver | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        if self.lst is None:
+            self.head += chunk
+            if len(self.head) > remote.MAX_OUTPUT:
+                raise TestbedError(f"the listing of the run folder on {self.host} is over "
+                                   f"{remote.MAX_OUTPUT >> 20} MiB", where=self.host, fix="declare fewer outputs")
+            i = self.head.find(self.mark)
+            if i >= 0:
+                rest = bytes(self.head[i + len(self.mark):])
+                del self.head[i + 1:]
+                self._start()
+                if rest:
+                    self.feed(rest)
+        elif self.rx is not None and self.rx.index < len(self.rx.paths):
+            self.rx.feed(chunk)
+            if self.rx.index >= len(self.rx.paths):  # the files are done: the rest is text
+                self.tail += self.rx.buf
+                self.rx.buf.clear()
+        else:
+            self.tail += chunk
+
+    def _start(self) -> None:
+        """The listing is complete: what follows are its files listed with ``-``, in its order."""
+        lst, _ = parse_listing(self.head.decode(errors="replace"))
+        self.lst = lst
+        if self.on_listing is not None:
+            self.on_listing(lst)
+        paths = [p for p, (_, sha) in lst.files.items() if sha == UNHASHED]
+        unsafe = frozenset(p for p in paths if not _safe_rel(p))
+        if unsafe:  # never written outside the host's folder
+            self.hc.error = f"{self.host} listed a path that leaves its results folder: {sorted(unsafe)[0]!r}"
+            self.hc.missing += sorted(unsafe)
+        self.ctx.record(self.host, [(p, UNHASHED, PENDING) for p in paths if p not in unsafe])
+        self.ctx.tick(self.host, 0, sum(lst.files[p][0] for p in paths if p not in unsafe))
+        self.rx = _Receiver(self.ctx, self.host, paths, unsafe)
+
+    def finish(self, res: remote.HostResult) -> tuple[Listing | None, str | None, bool]:
+        """(listing, error, streamed) once the session is over; when it streamed, the files it sent are verified
+        and recorded in ``hc`` and mismatches were sent once more; otherwise transfer the listing as usual."""
+        if self.rx is None or self.lst is None:  # no stream: an ordinary listing, or a failure before the files
+            lst, err = _listing_outcome(self.ctx, self.host, res, self.head.decode(errors="replace"), False)
+            return lst, err, False
+        ctx, host, hc, lst, rx = self.ctx, self.host, self.hc, self.lst, self.rx
+        rx.close()
+        lst.fact_lines += [ln for ln in self.tail.decode(errors="replace").splitlines()
+                           if ln.startswith(mf.FACT_PREFIXES)]
+        hc.method = "stream"
+        for p, sha, size, mtime in rx.good:
+            lst.files[p], lst.mtimes[p] = (size, sha), mtime
+        ctx.done(host, [(p, sha, size) for p, sha, size, _ in rx.good])
+        hc.sent += len(rx.good)
+        hc.bytes_sent += sum(size for _, _, size, _ in rx.good)
+        left = rx.paths[rx.index:]  # never reached: the stream stopped
+        if not res.ok or left:
+            hc.error = hc.error or (f"{res.error}; {RESUME_HINT}" if res.lost else res.error) or \
+                f"the stream from {host} ended early (exit {res.exit_code}): {res.stderr.strip()[-300:]}"
+            hc.missing += rx.bad + left
+            return lst, None, True
+        if rx.bad:  # sent once more in a stream of their own (which checks them as this one did)
+            ctx.record(host, [(p, lst.files[p][1], PENDING) for p in rx.bad])
+            _send_streamed(ctx, host, lst, rx.bad, hc)
+        _clean_rsync_temps(ctx.folder / host, [p for p in rx.paths if p not in rx.drop])
+        return lst, None, True
+
+
+def list_and_stream(ctx: Ctx, host: str, program: str, token: str, hc: HostCollect,
+                    on_listing: Callable[[Listing], None] | None = None) -> tuple[Listing | None, str | None, bool]:
+    """Run a streaming listing (``listing_script(stream=(token, rate))``) on ``host``: (listing, error,
+    streamed); see :meth:`ListingStream.finish`."""
+    reader = ListingStream(ctx, host, token, hc, on_listing)
+    res = remote.stream(ctx.testbed, host, "bash -s", stdin=program.encode(), on_output=reader.feed,
+                        idle=ctx.io_timeout, connect_timeout=ctx.timeout)
+    return reader.finish(res)
+
+
 class _Receiver:
     """Writes the stream of :func:`_send_streamed` into a host's results folder, hashing as it writes.
 
@@ -293,8 +389,8 @@ class _Receiver:
 
     _HEAD = struct.Struct("!qq")
 
-    def __init__(self, ctx: Ctx, host: str, paths: list[str]) -> None:
-        self.ctx, self.host, self.hdir, self.paths = ctx, host, ctx.folder / host, paths
+    def __init__(self, ctx: Ctx, host: str, paths: list[str], drop: frozenset[str] = frozenset()) -> None:
+        self.ctx, self.host, self.hdir, self.paths, self.drop = ctx, host, ctx.folder / host, paths, drop
         self.index = 0  # the file being received
         self.buf = bytearray()
         self.file: Any = None
@@ -320,9 +416,12 @@ class _Receiver:
                     self.bad.append(p)
                     self.index += 1
                     continue
-                part = self._partial(p)
-                part.parent.mkdir(parents=True, exist_ok=True)
-                self.file, self.sha, self.left = open(part, "wb"), hashlib.sha256(), self.size  # noqa: SIM115
+                if p in self.drop:  # read past it, written nowhere
+                    self.file, self.sha, self.left = open(os.devnull, "wb"), hashlib.sha256(), self.size  # noqa: SIM115
+                else:
+                    part = self._partial(p)
+                    part.parent.mkdir(parents=True, exist_ok=True)
+                    self.file, self.sha, self.left = open(part, "wb"), hashlib.sha256(), self.size  # noqa: SIM115
             if self.left:
                 n = min(self.left, len(self.buf))
                 if not n:
@@ -345,6 +444,9 @@ class _Receiver:
         p = self.paths[self.index]
         self.file.close()
         self.file = None
+        if p in self.drop:
+            self.index += 1
+            return
         part = self._partial(p)
         if ok:
             os.utime(part, (self.mtime, self.mtime))  # like rsync -t: the next listing's quick check matches

@@ -1,7 +1,7 @@
 #!/bin/bash
 # testbed collect: what a host holds for a run, one round trip (testbed.collect.listing.listing_script builds the
 # call, parse_listing reads its output).
-# usage: listing.sh RUN_DIR KNOWN SOURCES BACKGROUND LAZY PATTERN...
+# usage: listing.sh RUN_DIR KNOWN SOURCES BACKGROUND LAZY STREAM PATTERN...
 #   RUN_DIR     the run folder ("~" and "~/" at the start of it and of SOURCES are $HOME)
 #   KNOWN       lines "size<TAB>mtime<TAB>sha256<TAB>path" of files already collected: a file whose size and mtime
 #               are unchanged (rsync's quick check) gets its known checksum instead of being read again
@@ -12,11 +12,14 @@
 #   LAZY        "N B": when at least N files, or B bytes, need hashing and python3 is here, print "-" for their
 #               checksum instead (the collector streams them and the host hashes them while sending); "0 0":
 #               always hash
+#   STREAM      "" or "TOKEN RATE SOURCE": when the files are listed with "-" (LAZY), send them right after the
+#               listing, in its order, as testbed/scripts/stream.py does (SOURCE: its text; RATE: bytes/s, 0: no
+#               limit), after a line "@STREAM TOKEN"; BACKGROUND's output then comes before the listing
 #   PATTERN     output globs: relative to the run folder, "~/"-relative or absolute; files matched outside the
 #               run folder count only when written since the run folder was made (its tb-rank.sh)
 # prints "@DIR path", "@HOME path", "@RSYNC 1|0", "F<TAB>size<TAB>mtime<TAB>sha256|-<TAB>path" per file (files from
 # outside the run folder under @home/ and @root/), "@NOMATCH pattern", "@NOTE text", "@ERR text"; only "@NODIR"
-# when the run folder does not exist; then BACKGROUND's output and "@END".
+# when the run folder does not exist; then BACKGROUND's output (unless STREAM) and "@END".
 set -u
 export LC_ALL=C
 : "${HOME:=/nonexistent}"
@@ -25,7 +28,8 @@ tb_known=$2
 tb_sources=$3
 tb_background=$4
 read -r tb_lazy_n tb_lazy_b <<< "$5"
-shift 5
+tb_stream=$6
+shift 6
 case $tb_dir in \~) tb_dir=$HOME ;; \~/*) tb_dir=$HOME/${tb_dir#\~/} ;; esac
 tb_tmp=
 trap '[[ -z $tb_tmp ]] || rm -rf "$tb_tmp"' EXIT
@@ -135,7 +139,7 @@ while i + 2 < len(data) and data[i] == b"P":  # bounded: i grows by 3, then by 2
     if not (n or old or pr):
         out.write(b"@NOMATCH %s\n" % pat)
 rows, todo = [], []
-for key, src in files:
+for key, src in sorted(files):  # the order files are sent in (as the collector sorts what it sends)
     try:
         st = os.stat(src)
     except OSError:
@@ -163,7 +167,14 @@ for r in todo:
         sys.exit(0)
     r[3] = h.hexdigest().encode()
 for key, size, mtime, sha, _ in rows:
-    out.write(b"F\t%d\t%d\t%s\t%s\n" % (size, mtime, sha, key))'
+    out.write(b"F\t%d\t%d\t%s\t%s\n" % (size, mtime, sha, key))
+token, _, rest = sys.argv[5].partition(" ")
+if lazy and token:  # the listed files follow, hashed as they are read
+    rate, _, source = rest.partition(" ")
+    out.write(b"@STREAM %s\n" % token.encode())
+    stream = {"__name__": "tb_stream"}
+    exec(source, stream)
+    stream["send"]([r[4] for r in todo], float(rate or 0), out)'
 
 tb_files_sh() {  # the same without python3: stat and sha256sum, the known checksums parsed in bash
   local kl ksz kmt ksha kpath
@@ -237,7 +248,7 @@ list_py() {  # the globs expanded here, everything else in one python3 (TB_LIST_
       printf 'P\0%s\0%s\0' "$kind" "$pat"
       ((${#ms[@]} == 0)) || printf 'M\0%s\0' "${ms[@]}"
     done
-  } | python3 -S -c "$TB_LIST_PY" "$HOME" "$tb_lazy_n" "$tb_lazy_b" "$tb_sources" ||
+  } | python3 -S -c "$TB_LIST_PY" "$HOME" "$tb_lazy_n" "$tb_lazy_b" "$tb_sources" "$tb_stream" ||
     echo "@ERR a file vanished or is unreadable while it was being checksummed"  # never a silently missing file
 }
 
@@ -293,9 +304,14 @@ list() {
   tb_files_sh
 }
 
-if cd -P -- "$tb_dir" 2> /dev/null; then list "$@"; else echo "@NODIR"; fi
-if [[ -n $tb_background ]]; then
+tb_background_out() {
   wait "$tb_bg"
   cat "$tb_tmp/background"
+}
+if [[ -n $tb_background && -n $tb_stream ]]; then  # before the stream: the collector reads it as the files come
+  tb_background_out
+  tb_background=
 fi
+if cd -P -- "$tb_dir" 2> /dev/null; then list "$@"; else echo "@NODIR"; fi
+[[ -z $tb_background ]] || tb_background_out
 echo "@END"
