@@ -192,6 +192,38 @@ def test_ssh_mesh_check_scales_yet_finds_a_peer_it_does_not_log_in_to(bed: Any) 
     assert res.ok and res.changed == 0, res.to_json()
 
 
+def _blocks(bed: Any, host: str) -> dict[str, str]:
+    """The ssh_mesh role's managed blocks on ``host``: file -> the block's lines."""
+    out = {}
+    for f in ("~/.ssh/authorized_keys", "~/.ssh/known_hosts", "~/.ssh/config", "/etc/hosts"):
+        r = bed.ssh(host, f"sed -n '/# BEGIN testbed ssh_mesh/,/# END testbed ssh_mesh/p' {f}")
+        assert r.returncode == 0, r.stderr
+        out[f] = r.stdout
+    return out
+
+
+def test_ssh_mesh_on_one_host_keeps_every_peer(local_testbed: Any) -> None:
+    """A play on node0 alone (--limit node0, Ansible run there) rewrites node0's blocks with every inventory host:
+    the keys of node1 and node2 are read from them (read-only), so nothing changes and node0 still logs in."""
+    bed = local_testbed(hosts=3)
+    res = setup.apply(bed.name, roles=["ssh_mesh"])
+    assert res.ok, res.to_json()
+    before = _blocks(bed, "node0")
+    peers = {h.name: bed.ssh(h.name, "cat ~/.ssh/id_ed25519.pub").stdout.strip() for h in bed.hosts[1:]}
+    res = setup.apply(bed.name, roles=["ssh_mesh"], limit=["node0"], verify=True)
+    assert res.ok and res.ran and set(res.hosts) == {"node0"}, res.to_json()
+    assert res.hosts["node0"].changed == 0, res.hosts["node0"].changed_tasks
+    after = _blocks(bed, "node0")
+    assert after == before
+    for name, key in peers.items():
+        addr = next(h.address for h in bed.hosts if h.name == name)
+        assert key and key in after["~/.ssh/authorized_keys"]
+        assert f"{name},{addr} ssh-ed25519 " in after["~/.ssh/known_hosts"]
+        assert f" {name} {addr}" in after["~/.ssh/config"] and f"{addr} {name}" in after["/etc/hosts"]
+        r = bed.ssh("node0", f"ssh -o BatchMode=yes -o StrictHostKeyChecking=yes {name} true </dev/null")
+        assert r.returncode == 0, (name, r.stderr)
+
+
 def test_source_build_once_installed_everywhere_and_survives_ssh_drop(bed: Any, served: dict[str, Any]) -> None:
     cp_dir = str(setup._control_dir(setup.ansible_dir()))
     killed: list[int] = []
