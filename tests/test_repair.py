@@ -148,3 +148,48 @@ def test_a_host_that_cannot_be_repaired_fails_the_run_naming_it(local_testbed, m
     why = ended.detail["reason"]
     assert ended.host == "node1" and why.startswith("node1 was lost and could not be repaired: could not repair node1")
     assert "did not answer SSH" in why and "testbed destroy" in why
+
+
+def _mesh_everywhere(bed) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """From every host, ``ssh NAME hostname`` to every other by name, strictly against the pinned keys: host ->
+    what failed ("" when every login worked)."""
+    out = {}
+    for h in bed.hosts:
+        names = " ".join(p.name for p in bed.hosts if p.name != h.name)
+        r = bed.ssh(h.name, f"for t in {names}; do ssh -o BatchMode=yes -o StrictHostKeyChecking=yes "
+                            f"-o ConnectTimeout=10 $t hostname </dev/null || exit 1; done", timeout=120)
+        out[h.name] = "" if r.returncode == 0 and r.stdout.split() == names.split() else r.stderr.strip() or r.stdout
+    return out
+
+
+def test_a_host_rebuilt_with_a_new_disk_is_meshed_with_every_peer_again(local_testbed) -> None:
+    """node1 comes back with a new, empty disk (a new host key; the ssh_mesh role makes it a new user key): its new
+    pin moves every host's set-up address, so the repair's set-up runs on every host and each learns the new keys.
+    A repair on the host's own disk (the same keys) sets up that host alone: the others are skipped."""
+    import shutil
+
+    bed = local_testbed(hosts=3)
+    tb = Testbed.open(bed.name, bed.store)
+    assert tb.setup(roles=["ssh_mesh"]).ok
+    assert _mesh_everywhere(bed) == dict.fromkeys(["node0", "node1", "node2"], "")
+    records = {h.name: json.loads(bed.ssh(h.name, "cat ~/.cache/testbed/setup.json").stdout) for h in bed.hosts}
+    old_key = bed.ssh("node1", "cat ~/.ssh/id_ed25519.pub").stdout.strip()
+    sl = bed.provider.slot("node1")
+    old_host_key = (sl.root / "host_key.pub").read_text()
+    bed.provider.kill_host("node1")
+    shutil.rmtree(sl.upper)  # a new disk: no host key, no user key, no set-up record
+    (sl.root / "host_key.pub").unlink()
+    done = tb.repair("node1")
+    assert done.replaced == ["node1"] and (sl.root / "host_key.pub").read_text() != old_host_key
+    assert bed.ssh("node1", "cat ~/.ssh/id_ed25519.pub").stdout.strip() not in ("", old_key)
+    assert done.setup_hosts == ["node0", "node1", "node2"], done  # the peers ran: their address changed
+    for name in ("node0", "node2"):
+        rec = json.loads(bed.ssh(name, "cat ~/.cache/testbed/setup.json").stdout)
+        differ = sorted(k for k in rec["parts"] if rec["parts"][k] != records[name]["parts"].get(k))
+        assert differ == ["host keys"], (name, differ)
+    assert _mesh_everywhere(bed) == dict.fromkeys(["node0", "node1", "node2"], "")
+
+    bed.provider.kill_host("node2")  # back on its own disk: the same keys, the peers unchanged
+    done = tb.repair("node2")
+    assert done.replaced == ["node2"] and done.setup_hosts == ["node2"], done
+    assert _mesh_everywhere(bed) == dict.fromkeys(["node0", "node1", "node2"], "")

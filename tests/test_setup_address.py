@@ -103,3 +103,20 @@ def test_a_moving_branch_is_resolved_to_its_commit(tmp_path: Path) -> None:
     assert address.source_commits(refs) != first
     gone = address.source_commits({"x": (str(tmp_path / "nowhere"), "main")}, timeout=5)
     assert gone == {"x": "unresolved main"}
+
+
+def test_the_pinned_host_keys_move_every_address_whatever_their_order(tmp_path: Path) -> None:
+    roles = _role(tmp_path)
+    kh = tmp_path / "known_hosts"
+    kh.write_text("n0 ssh-ed25519 AAAAC3Nza0\nn1 ssh-ed25519 AAAAC3Nza1\n")
+    base = _parts(roles, known_hosts=kh)
+    rec = address.record("tb", "n1", "p", *address.host_address(base, INV, "n1"))
+    kh.write_text("n1 ssh-ed25519 AAAAC3Nza1\n\nn0  ssh-ed25519 AAAAC3Nza0\n")  # pinned again: another order
+    assert _parts(roles, known_hosts=kh) == base
+    kh.write_text("n0 ssh-ed25519 AAAAC3NzaNEW\nn1 ssh-ed25519 AAAAC3Nza1\n")  # n0 rebuilt: a new host key
+    for host in ("n0", "n1"):  # every host's address moves, named
+        moved = address.host_address(_parts(roles, known_hosts=kh), INV, host)
+        assert moved[0] != address.host_address(base, INV, host)[0]
+    assert address.compare("tb", "n1", "p", *address.host_address(_parts(roles, known_hosts=kh), INV, "n1"),
+                           rec).reason == "changed: host keys"
+    assert _parts(roles, known_hosts=tmp_path / "missing") == _parts(roles)  # none pinned

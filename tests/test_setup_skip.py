@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from testbed import remote, setup
+from testbed.errors import UsageError
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
 ROLES = ["shell"]
@@ -175,3 +176,39 @@ def test_cli_says_skipped(bed: Any) -> None:
                        cwd=bed.cwd, capture_output=True, text=True, timeout=120, env=env, check=False)
     data = json.loads(r.stdout)
     assert r.returncode == 0 and data["ran"] is False and data["status"] == "skipped"
+
+
+def test_verify_named_hosts_runs_them_and_skips_the_others(bed: Any) -> None:
+    """``verify=[hosts]`` (what a repair uses): Ansible runs on those hosts whatever their record says, the others
+    whose record matches are skipped."""
+    _ok(bed)
+    res, seen = _ok(bed, verify=["node1"])
+    assert res.ran and res.reasons == {"node1": "--verify"} and not res.verify, res.to_json()
+    assert sorted(res.unchanged) == sorted(n for n in _names(bed) if n != "node1")
+    hosts_seen = {(e.get("event_data") or {}).get("host") for e in seen} - {None}
+    assert hosts_seen == {"node1"}, hosts_seen
+    with pytest.raises(UsageError) as ei:
+        setup.apply(bed.name, roles=ROLES, verify=["node9"])
+    assert ei.value.what == "verify names unknown host 'node9'"
+
+
+def test_a_new_pinned_host_key_reruns_every_host(bed: Any) -> None:
+    """The testbed's pinned host keys are part of every host's address (a host rebuilt with a new disk changes
+    them); pinning the same keys again in another order changes nothing."""
+    from testbed import ssh
+
+    _ok(bed)
+    kh = ssh.known_hosts_path(bed.name)
+    saved = kh.read_text()
+    try:
+        kh.write_text("\n".join(reversed(saved.splitlines())) + "\n")  # the same pins, another order
+        again, _ = _ok(bed)
+        assert not again.ran, again.to_json()
+        with kh.open("a") as f:
+            f.write("node9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHRlc3RiZWQtbm90LWEtcmVhbC1rZXktanVzdC1ieXRlcw\n")
+        res, _ = _ok(bed)
+        assert res.ran and set(res.reasons) == set(_names(bed)), res.to_json()
+        assert all(r == "changed: host keys" for r in res.reasons.values()), res.reasons
+    finally:
+        kh.write_text(saved)
+    _ok(bed)  # recorded again with the real pins

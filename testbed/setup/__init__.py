@@ -28,6 +28,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -161,6 +162,18 @@ def _check_limit(limit: list[str] | None, names: list[str]) -> list[str] | None:
     return out
 
 
+def _verified(verify: bool | Collection[str], names: list[str], targets: list[str]) -> set[str]:
+    """The targets that run whatever their record says: all (``True``), none (``False``) or those named."""
+    if isinstance(verify, bool):
+        return set(targets) if verify else set()
+    wanted = [verify] if isinstance(verify, str) else list(verify)
+    unknown = [n for n in wanted if n not in names]
+    if unknown:
+        raise UsageError(f"verify names unknown host '{unknown[0]}'", where="verify",
+                         fix=f"{closest(unknown[0], names)}hosts: {', '.join(names)}")
+    return set(wanted) & set(targets)
+
+
 def _controller_site_packages() -> str | None:
     """The site-packages of testbed's own env when it holds torch (what the local suites need)."""
     import importlib.util
@@ -174,14 +187,15 @@ def _controller_site_packages() -> str | None:
 def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | None = None,
           roles: list[str] | None = None, check: bool = False, limit: list[str] | None = None,
           extra_vars: dict[str, Any] | None = None, on_event: EventHandler | None = None,
-          forks: int | None = None, verify: bool = False) -> SetupResult:
+          forks: int | None = None, verify: bool | Collection[str] = False) -> SetupResult:
     """Apply a profile (or a suite's profile, or single roles) to a testbed; a failed host does not stop others.
 
     Everything is checked (profile, roles, hosts, --limit) before any host is touched. ``testbed``: the resolved
     testbed, or its name (resolved here). A host whose recorded set-up address (:mod:`testbed.setup.address`)
     matches is skipped after one round trip; Ansible runs on the others only, and the address is recorded on each
-    host it finished on without a failure. ``verify``: run Ansible on every host anyway; a host whose record
-    matched yet had changes is reported in ``drift``. ``check``: Ansible's check mode, no record read or written
+    host it finished on without a failure. ``verify``: run Ansible on every host anyway (or, given host names, on
+    those hosts anyway, the others skipped as usual); a host whose record matched yet had changes is reported in
+    ``drift``. ``check``: Ansible's check mode, no record read or written
     (with ``verify``: records are read, not removed, and drift is what check mode would change).
     """
     from testbed.handle import Testbed
@@ -224,14 +238,16 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
     inventory = build_inventory(testbed, hosts, variables)
     playbook = build_playbook(plan)
     targets = [n for n in names if not lim or n in lim]
+    verified = _verified(verify, names, targets)
+    every = verified >= set(targets)  # SetupResult.verify: every host ran whatever its record said
     start = time.monotonic()
-    probe = _probe(testbed, plan, playbook, inventory, extravars, targets, check=check, verify=verify)
+    probe = _probe(testbed, plan, playbook, inventory, extravars, targets, check=check, verify=verified)
     to_run = [n for n in targets if n not in probe.unchanged]
     if not to_run:  # every host already has exactly this set-up: nothing for Ansible to do
         return _remember(tb, roles, SetupResult(
             testbed=testbed, plan=plan.name, roles=plan.roles, check=check, rc=0, status="skipped",
             elapsed=time.monotonic() - start, hosts={n: HostResult(n, unchanged=True) for n in targets}, ran=False,
-            verify=verify, unchanged=probe.unchanged, probe_seconds=probe.seconds))
+            verify=every, unchanged=probe.unchanged, probe_seconds=probe.seconds))
     inv_path = run_dir / "inventory.json"
     inv_path.write_text(json.dumps(inventory, indent=2))
     pb_path = run_dir / "playbook.json"
@@ -295,11 +311,11 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
     for n in probe.unchanged:
         hosts_res[n] = HostResult(n, unchanged=True)
     drift = {n: hosts_res[n].changed_tasks or [f"{hosts_res[n].changed} changed tasks"]
-             for n in probe.matched if n in hosts_res and hosts_res[n].changed} if verify else {}
+             for n in probe.matched if n in verified and n in hosts_res and hosts_res[n].changed}
     return _remember(tb, roles, SetupResult(
         testbed=testbed, plan=plan.name, roles=plan.roles, check=check, rc=rc, status=str(r.status),
         elapsed=time.monotonic() - start, hosts={n: hosts_res[n] for n in [*targets, *hosts_res] if n in hosts_res},
-        artifact_dir=str(getattr(r.config, "artifact_dir", "") or ""), error=error, verify=verify,
+        artifact_dir=str(getattr(r.config, "artifact_dir", "") or ""), error=error, verify=every,
         unchanged=probe.unchanged, reasons=probe.reasons, drift=drift, probe_seconds=probe.seconds))
 
 
@@ -323,20 +339,24 @@ class _Probe:
 
 
 def _probe(testbed: str, plan: Plan, playbook: list[dict[str, Any]], inventory: dict[str, Any],
-           extravars: dict[str, Any], targets: list[str], *, check: bool, verify: bool) -> _Probe:
+           extravars: dict[str, Any], targets: list[str], *, check: bool, verify: set[str]) -> _Probe:
     """One round trip per host: read its record and, unless it matches (or in check mode), remove it, so that a
-    set-up that fails or is interrupted from here on leaves no address behind."""
+    set-up that fails or is interrupted from here on leaves no address behind. ``verify``: hosts that run whatever
+    their record says."""
     from testbed import remote
 
     out = _Probe()
     if check and not verify:
         out.reasons = dict.fromkeys(targets, "check mode")
         return out
+    from testbed import ssh
     refs = address.source_refs(plan.vars, [(st.role, st.vars) for st in plan.steps], extravars)
     common = address.common_parts(playbook=playbook, roles=plan.roles, roles_dir=roles_dir(),
-                                  variables=extravars, inventory=inventory, sources=address.source_commits(refs))
+                                  variables=extravars, inventory=inventory, sources=address.source_commits(refs),
+                                  known_hosts=ssh.known_hosts_path(testbed))
     out.addresses = {n: address.host_address(common, inventory, n) for n in targets}
-    commands = {n: address.read_command(keep=None if verify and check else "" if verify else out.addresses[n][0])
+    # check mode never removes a record; a verified host's always goes; another's unless it matches
+    commands = {n: address.read_command(keep=None if check else "" if n in verify else out.addresses[n][0])
                 for n in targets}
     t0 = time.monotonic()
     found = remote.run_each(testbed, commands, timeout=60, connect_timeout=15, max_output=1 << 20)
@@ -349,10 +369,8 @@ def _probe(testbed: str, plan: Plan, playbook: list[dict[str, Any]], inventory: 
             out.matched.append(res.host)
         else:
             out.reasons[res.host] = v.reason
-    if verify:
-        out.reasons.update(dict.fromkeys(out.matched, "--verify"))
-    else:
-        out.unchanged = list(out.matched)
+    out.reasons.update(dict.fromkeys([n for n in out.matched if n in verify], "--verify"))
+    out.unchanged = [n for n in out.matched if n not in verify]
     return out
 
 

@@ -9,6 +9,8 @@ no variable, index URL or token reaches a host):
 - ``sources``: the commits that moving source refs (branches, tags, HEAD) point at now (``git ls-remote``);
 - ``inventory``: every host's name, address and groups, and what testbed derives (provider, subnet, offline,
   cache folder): the SSH mesh and MPI hostfiles depend on all hosts; ``host``: this host's own entry;
+- ``host keys``: the testbed's pinned host keys (the controller's known_hosts, sorted lines): a host rebuilt with
+  a new disk changes every host's address, so the others run again and learn its new keys;
 - ``environment``: the ``PIP_*`` and ``ANSIBLE_*`` settings here (index URLs, an Ansible strategy);
 - ``tools``: the versions of ansible-core and testbed.
 
@@ -102,17 +104,27 @@ def _tools() -> dict[str, str]:
 
 def common_parts(*, playbook: list[dict[str, Any]], roles: list[str], roles_dir: Path,
                  variables: dict[str, Any], inventory: dict[str, Any],
-                 sources: dict[str, str] | None = None) -> dict[str, str]:
-    """The parts every host of one set-up shares (see the module); ``sources``: :func:`source_commits`."""
+                 sources: dict[str, str] | None = None, known_hosts: Path | None = None) -> dict[str, str]:
+    """The parts every host of one set-up shares (see the module); ``sources``: :func:`source_commits`;
+    ``known_hosts``: the testbed's pinned host keys (a missing file pins none)."""
     env = {k: v for k, v in os.environ.items() if k.startswith(("PIP_", "ANSIBLE_"))}
     parts = {"plan": _sha(playbook), "variables": _sha(variables), "inventory": _sha(inventory),
-             "environment": _sha(env), "tools": _sha(_tools())}
+             "environment": _sha(env), "tools": _sha(_tools()), "host keys": _sha(pinned_keys(known_hosts))}
     if sources:
         parts["sources"] = _sha(sources)
     for r in role_closure(roles, roles_dir):
         d = roles_dir / r
         parts[f"role {r}"] = role_digest(d) if d.is_dir() else "missing"
     return parts
+
+
+def pinned_keys(known_hosts: Path | None) -> list[str]:
+    """The pinned host keys of a known_hosts file as sorted lines (the order of pinning does not matter)."""
+    try:
+        text = known_hosts.read_text() if known_hosts is not None else ""
+    except FileNotFoundError:
+        text = ""
+    return sorted(" ".join(ln.split()) for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#"))
 
 
 _HEX = re.compile(r"[0-9a-f]{7,40}")
