@@ -160,6 +160,9 @@ def test_events_fold_into_counts_and_first_errors() -> None:
 def test_loop_failures_report_the_failed_item() -> None:
     res = {"msg": "One or more items failed", "results": [{"failed": False}, {"failed": True, "msg": "boom"}]}
     assert events.first_line_error(res) == "boom"
+    res = {"msg": "All items completed", "unreachable": True,  # a delegated item whose host did not answer
+           "results": [{"failed": False}, {"unreachable": True, "msg": "Failed to connect to node2"}]}
+    assert events.first_line_error(res) == "Failed to connect to node2"
 
 
 def test_result_json_and_tables() -> None:

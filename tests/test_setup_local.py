@@ -204,7 +204,8 @@ def _blocks(bed: Any, host: str) -> dict[str, str]:
 
 def test_ssh_mesh_on_one_host_keeps_every_peer(local_testbed: Any) -> None:
     """A play on node0 alone (--limit node0, Ansible run there) rewrites node0's blocks with every inventory host:
-    the keys of node1 and node2 are read from them (read-only), so nothing changes and node0 still logs in."""
+    the keys of node1 and node2 are read from them (read-only), so nothing changes and node0 still logs in. A peer
+    that does not answer stops the play before any block is rewritten, naming it."""
     bed = local_testbed(hosts=3)
     res = setup.apply(bed.name, roles=["ssh_mesh"])
     assert res.ok, res.to_json()
@@ -222,6 +223,11 @@ def test_ssh_mesh_on_one_host_keeps_every_peer(local_testbed: Any) -> None:
         assert f" {name} {addr}" in after["~/.ssh/config"] and f"{addr} {name}" in after["/etc/hosts"]
         r = bed.ssh("node0", f"ssh -o BatchMode=yes -o StrictHostKeyChecking=yes {name} true </dev/null")
         assert r.returncode == 0, (name, r.stderr)
+    bed.provider.kill_host("node2")  # a peer whose keys cannot be read: the play stops before any block is written
+    res = setup.apply(bed.name, roles=["ssh_mesh"], limit=["node0"], verify=True)
+    assert not res.ok and res.hosts["node0"].error_task.startswith("Read the keys of the hosts outside this play")
+    assert "node2" in (res.hosts["node0"].error or ""), res.hosts["node0"].error
+    assert _blocks(bed, "node0") == before
 
 
 def test_source_build_once_installed_everywhere_and_survives_ssh_drop(bed: Any, served: dict[str, Any]) -> None:

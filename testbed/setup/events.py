@@ -97,9 +97,10 @@ def first_line_error(res: dict[str, Any]) -> str:
     msg = str(res.get("msg") or "").strip()
     stderr = str(res.get("stderr") or res.get("module_stderr") or "").strip()
     stdout = str(res.get("stdout") or res.get("module_stdout") or "").strip()
-    if (res.get("results") and not msg.strip(" .")) or msg.startswith("One or more items failed"):
-        for item in res.get("results") or []:
-            if isinstance(item, dict) and item.get("failed"):
+    if (res.get("results") and not msg.strip(" .")) or msg.startswith(("One or more items failed",
+                                                                        "All items completed")):
+        for item in res.get("results") or []:  # the first item that failed or could not reach its host
+            if isinstance(item, dict) and (item.get("failed") or item.get("unreachable")):
                 return first_line_error(item)
     parts = [msg] if msg else []
     tail = stderr or (stdout if res.get("rc") not in (None, 0) else "")
