@@ -46,6 +46,7 @@ class Repair:
     setup_seconds: float = 0.0
     setup: str | None = None  # the profile applied to them
     setup_hosts: list[str] = field(default_factory=list)  # where Ansible ran (the others were unchanged)
+    setup_left_out: list[str] = field(default_factory=list)  # other hosts that did not answer: not set up
 
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -152,8 +153,9 @@ class Testbed:
         then apply set-up (``profile``, else the set-up last applied to this testbed; none when it was never set
         up): verified on the hosts brought back, skipped as usual on the others unless their address changed (a
         host rebuilt with new host keys changes every host's, so the peers learn its keys). What was built once
-        for the testbed (source builds, wheels) is installed from the controller's copy. Raises TestbedError when
-        the host cannot be repaired or set up."""
+        for the testbed (source builds, wheels) is installed from the controller's copy; other hosts that do not
+        answer (lost too, repaired next) are left out. Raises TestbedError when the host cannot be repaired or set
+        up."""
         import time
 
         done = self.provider(progress).repair(host)
@@ -164,19 +166,26 @@ class Testbed:
         want = None if roles else profile or last.get("profile")
         if not setup or not (want or roles):
             return out
+        from testbed import remote
         from testbed import setup as setup_mod
 
         t0 = time.monotonic()
-        # every host: a role such as ssh_mesh writes the others' side too. Verified on the hosts brought back
-        # (Ansible runs there even where the disk and its set-up record survived); the others run only when their
-        # address changed (one round trip each otherwise)
-        res = setup_mod.apply(self, profile=want, roles=roles, verify=done.hosts)
+        peers = [h.name for h in self.hosts if h.name not in done.hosts]
+        found = remote.run(self.name, peers, "true", timeout=20, connect_timeout=10, mux="none") if peers else []
+        out.setup_left_out = sorted(r.host for r in found if not r.ok)
+        # every host that answers: a role such as ssh_mesh writes the others' side too. Verified on the hosts
+        # brought back (Ansible runs there even where the disk and its set-up record survived); the others run only
+        # when their address changed (one round trip each otherwise)
+        res = setup_mod.apply(self, profile=want, roles=roles, verify=done.hosts,
+                              limit=[n for n in [*done.hosts, *peers] if n not in out.setup_left_out])
         out.setup_seconds, out.setup = round(time.monotonic() - t0, 2), res.plan
         out.setup_hosts = sorted(n for n, h in res.hosts.items() if not h.unchanged)
         if not res.ok:
             bad = ", ".join(sorted(n for n, h in res.hosts.items() if h.failed or h.unreachable)) or host
             raise TestbedError(f"{host} was repaired but its set-up ({res.plan}) failed on {bad}"
-                               + (f": {res.error}" if res.error else ""), where=res.artifact_dir or self.name,
+                               + (f": {res.error}" if res.error else "")
+                               + (f" (not set up, no answer: {', '.join(out.setup_left_out)})"
+                                  if out.setup_left_out else ""), where=res.artifact_dir or self.name,
                                fix=f"see 'testbed setup {self.name} --limit {host}' for the failing task, fix it, "
                                    "and run it again")
         return out
