@@ -173,11 +173,11 @@ class Testbed:
         peers = [h.name for h in self.hosts if h.name not in done.hosts]
         found = remote.run(self.name, peers, "true", timeout=20, connect_timeout=10, mux="none") if peers else []
         out.setup_left_out = sorted(r.host for r in found if not r.ok)
-        # every host that answers: a role such as ssh_mesh writes the others' side too. Verified on the hosts
-        # brought back (Ansible runs there even where the disk and its set-up record survived); the others run only
-        # when their address changed (one round trip each otherwise)
-        # the hosts left out are named to the roles (ssh_mesh leaves them out of the mesh); as a variable, it moves
-        # every host's address, so the set-up after they are back runs everywhere again
+        # every host that answers (a role such as ssh_mesh writes the others' side too): verified on the hosts
+        # brought back (Ansible runs there even where the disk and its set-up record survived), the others only when
+        # their address changed (one round trip each otherwise). The hosts left out are named to the roles (ssh_mesh
+        # leaves them out of the mesh); as a variable, that moves every host's address, so the set-up after they
+        # are back runs everywhere again
         absent = {"testbed_absent_hosts": out.setup_left_out} if out.setup_left_out else None
         res = setup_mod.apply(self, profile=want, roles=roles, verify=done.hosts, extra_vars=absent,
                               limit=[n for n in [*done.hosts, *peers] if n not in out.setup_left_out])
