@@ -22,7 +22,9 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
                                                   autocompletion=complete.testbeds)],
               repair: Annotated[str | None, typer.Option("--repair", metavar="HOST",
                                                          help="Bring this failed host back (restart, rebuild or "
-                                                              "replace it) and set it up again; others untouched.")
+                                                              "replace it; the others stay as they are) and set it up "
+                                                              "again (other hosts too where it changed what they "
+                                                              "hold, e.g. its keys in their SSH mesh).")
                                 ] = None,
               no_setup: Annotated[bool, typer.Option("--no-setup", help="With --repair: do not set the host up "
                                                                       "again.")] = False,
