@@ -183,16 +183,18 @@ def refresh(store: Store, name: str, *, moved: Expiry | None = None) -> list[str
     return []
 
 
-def touch(name: str) -> None:
-    """``refresh`` for a command that acted on testbed ``name`` (never fails the command)."""
+def touch(name: str, store: Store | None = None) -> None:
+    """``refresh`` for a command that acted on testbed ``name`` (never fails the command); ``store``: the command's
+    own open store (else the default one is opened and closed here)."""
     from testbed.state import Store
 
     try:
-        st = Store.open_default()
+        st = store or Store.open_default()
         try:
             refresh(st, name)
         finally:
-            st.close()
+            if store is None:
+                st.close()
     except Exception:  # noqa: S110 (the command itself succeeded; the switch keeps the old deadline)
         pass
 

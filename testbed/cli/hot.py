@@ -131,7 +131,7 @@ def exec_(name: str, command: list[str], hosts: str | None, timeout: float | Non
     results = remote.run(name, [h.name for h in selected], cmd, timeout=timeout)
     from testbed import deadman
 
-    deadman.touch(name)  # a command: the idle clock restarts
+    deadman.touch(name, st)  # a command: the idle clock restarts
     failed = [r for r in results if not r.ok]
     if json_out:
         print_json([{"host": r.host, "exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr,

@@ -86,11 +86,11 @@ def _span(td: timedelta) -> str:
 
 
 class ChameleonProvider(Provider):
+    """Bare-metal nodes on a Chameleon lease."""
+
     costs_money = True
     capabilities = frozenset({"extend", "repair", "expire"})
     repair_how = "replaced by a new server on the same lease"
-    """Bare-metal nodes on a Chameleon lease."""
-
     kind = "chameleon"
     poll_interval: float = 5.0  # the first pause between status polls; backoff takes it to 30 s (tests lower it)
     destroy_timeout: float = 900.0  # waiting for deletions to finish
