@@ -25,7 +25,35 @@ from testbed.providers.settings import USER_RE as USER_RE
 from testbed.providers.settings import ProviderSettings, Strict
 
 NAME_RE = r"^[a-z][a-z0-9-]{0,30}$"
+IFNAME_RE = r"^[A-Za-z0-9_.-]{1,15}$"  # a Linux interface name (IFNAMSIZ - 1)
 DEFAULT_TESTBED = "local"  # where a suite runs when neither --on nor the suite names a testbed (a name, not a kind)
+
+
+class Gpu(Strict):
+    """The GPUs of each host, as the real machines have them."""
+
+    model: str = Field(pattern=r"^[A-Za-z0-9 ._()/-]{1,64}$", description="e.g. 'NVIDIA GeForce RTX 3070'")
+    count: int = Field(1, ge=1, le=64, description="GPUs per host")
+
+
+class Hardware(Strict):
+    """What the real machines are like where a run depends on it: suites derive interface names, addresses and GPU
+    types from here (``{{ testbed.hardware.* }}``, Ansible's ``testbed_hardware``), and ``testbed rehearse`` builds
+    its local replica in this shape."""
+
+    shared_home: bool = Field(False, description="every host sees one home folder (NFS): a step that writes "
+                              "under ~/ runs once for all hosts")
+    interface: str | None = Field(None, pattern=IFNAME_RE, description="the network interface the hosts reach each "
+                                  "other on (NCCL_SOCKET_IFNAME, btl_tcp_if_include), e.g. eno1")
+    gpu: Gpu | None = Field(None, description="per-host GPUs; none: CPU hosts (or a TPU, from the provider)")
+    login_shell: str | None = Field(None, pattern=r"^/[A-Za-z0-9_./-]{1,100}$",
+                                    description="the login user's shell before set-up changes it, e.g. /bin/tcsh")
+
+    def context(self) -> dict[str, object]:
+        """``{{ testbed.hardware }}`` in suites and ``testbed_hardware`` in roles (flat, plain values)."""
+        return {"shared_home": self.shared_home, "interface": self.interface,
+                "gpu_model": self.gpu.model if self.gpu else None, "gpus": self.gpu.count if self.gpu else 0,
+                "login_shell": self.login_shell}
 
 
 class TestbedSpec(Strict):
@@ -46,6 +74,8 @@ class TestbedSpec(Strict):
                                "'testbed provision --expire' wins, 'testbed extend' moves it")
     idle_after: str | None = Field(None, description="release the testbed after this long with no run and no "
                                    "testbed command (30m, 2h)")
+    hardware: Hardware = Field(default_factory=Hardware, description="what the real machines are like: shared home, "
+                               "interface name, GPUs, login shell")
     source: str | None = Field(None, exclude=True)
 
     @field_validator("expire", "idle_after")

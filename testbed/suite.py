@@ -59,6 +59,11 @@ class Source(Strict):
     submodules: bool = False
 
 
+Need = Literal["gpu", "tpu", "cuda", "nvidia-driver", "network"]
+"""What a step or rank needs beyond a CPU host; ``testbed rehearse`` replaces (launch) or skips (steps) what the
+local replica lacks."""
+
+
 class Step(Strict):
     """A command run on a set of hosts (in parallel) that must finish before the next step."""
 
@@ -73,6 +78,10 @@ class Step(Strict):
     attempts: int = Field(2, ge=1, le=100, description="repair only: how many host repairs the run may make")
     timeout: float | None = Field(None, gt=0)
     cwd: str | None = None
+    per: Literal["host", "home"] = Field("host", description="home: the step writes only under ~/ and runs once per "
+                                         "home folder (on the first of its hosts when the testbed's home is shared)")
+    needs: list[Need] = Field(default_factory=list, description="what the step needs beyond a CPU host (gpu, tpu, "
+                              "cuda, nvidia-driver); a rehearsal skips it, with the reason, on hosts that lack it")
 
     @model_validator(mode="after")
     def _one(self) -> Step:
@@ -110,6 +119,11 @@ class Launch(Strict):
     command: str
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
+    needs: list[Need] | None = Field(None, description="what the ranks need beyond a CPU host; default: the suite's "
+                                     "requires.accelerator (gpu or tpu)")
+    probe: list[str] = Field(default_factory=list, description="the programs (Python scripts, relative to the "
+                             "launch folder) a rehearsal replaces by a probe when the ranks' needs are not met; "
+                             "default: every Python script the ranks start from a source checkout")
 
 
 class Steps(Strict):

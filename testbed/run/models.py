@@ -26,6 +26,12 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
 
+def _drop_empty(out: dict[str, Any], key: str) -> dict[str, Any]:
+    if not out.get(key):
+        out.pop(key, None)
+    return out
+
+
 # --- plans ------------------------------------------------------------------------------------------------------
 class PlanHost(_Model):
     """A host of the run, at the address the other hosts reach it by."""
@@ -45,6 +51,11 @@ class Rank(_Model):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     environment: str | None = None  # venv or conda prefix entered first
+    needs: list[str] = Field(default_factory=list)  # beyond a CPU host (gpu, tpu, cuda, ...): a rehearsal probes it
+
+    @model_serializer(mode="wrap")
+    def _absent_needs(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _drop_empty(handler(self), "needs")  # plan files keep the shape earlier versions wrote
 
 
 class RunStep(_Model):
@@ -57,13 +68,14 @@ class RunStep(_Model):
     cwd: str | None = None
     commands: dict[str, str]
     environments: dict[str, str | None] | None = None  # per host; absent (None) for source checkouts
+    needs: list[str] = Field(default_factory=list)  # beyond a CPU host: a rehearsal skips it where they are lacking
 
     @model_serializer(mode="wrap")
     def _absent_environments(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
         if self.environments is None:  # a source step never had the key
             out.pop("environments", None)
-        return out
+        return _drop_empty(out, "needs")
 
 
 class RelaunchStep(_Model):

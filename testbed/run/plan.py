@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError
+from testbed.spec import Hardware
 from testbed.run.models import (
     Check,
     CheckpointPlan,
@@ -88,6 +89,7 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: 
     subnet = tb.subnet if tb else None
     ctx["subnet"] = str(subnet) if subnet else "0.0.0.0/0"
     ctx["ssh_config"] = str(ssh.ssh_config_path(name)) if name and rec else "~/.ssh/config"
+    ctx["hardware"] = spec.hardware.context() if spec else Hardware().context()
     if hosts:
         return TestbedInfo(name or "", ctx["provider"], hosts, ctx)
     if not dry_run:
@@ -206,7 +208,10 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     launch_hosts = _select(launch.on, hosts, [], f"{suite.name}: steps.launch.on")
     rank_slots = [(h, i) for h in launch_hosts for i in range(launch.ranks_per_host)]
     base["world_size"] = len(rank_slots)
+    launch_needs = list(launch.needs if launch.needs is not None else
+                        [a for a in [suite.requires.accelerator] if a in ("gpu", "tpu")])
     addr = {h.name: h.address for h in hosts}
+    shared_home = bool(tb.context.get("hardware", {}).get("shared_home"))
     env_lines = _env_lines(suite.env)
 
     def environment(ctx: dict[str, Any]) -> str | None:
@@ -224,7 +229,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
             out.append(Rank(rank=k, host=h, address=addr[h], attempt=attempt,
                             command=render(command, ctx, where=f"{suite.name}: steps.launch.command"),
                             env=env, cwd=render(launch.cwd, ctx, where="launch.cwd") if launch.cwd else None,
-                            environment=environment(ctx)))
+                            environment=environment(ctx), needs=launch_needs))
         return out
 
     ranks = ranks_for(0, launch.command)
@@ -251,11 +256,14 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
                 continue
             assert s.run is not None
             sel = _select(s.on, hosts, ranks, f"{where}.on")
+            if s.per == "home" and shared_home:  # one home for all: the step's writes happen once
+                sel = sel[:1]
             out.append(RunStep(name=name, hosts=sel, timeout=s.timeout,
                                cwd=render(s.cwd, ctx, where=f"{where}.cwd") if s.cwd else None,
                                commands={h: render(s.run, {**ctx, "host": h, "address": addr[h]}, where=where)
                                          for h in sel},
-                               environments={h: environment({**ctx, "host": h, "address": addr[h]}) for h in sel}))
+                               environments={h: environment({**ctx, "host": h, "address": addr[h]}) for h in sel},
+                               needs=list(s.needs)))
         return out
 
     def run_steps(items: list[Step], phase: str) -> list[RunStep]:
@@ -317,6 +325,12 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
                     hosts=_select(c.on, hosts, ranks, f"{suite.name}: checks.{c.name}")) for c in suite.checks]
     sources: list[RunStep] = []
     files: dict[str, str] = {}
+
+    def src_hosts(path: str) -> list[str]:
+        """A checkout under a home every host shares is made once, by the first host (not by all at once)."""
+        names = [h.name for h in hosts]
+        return names[:1] if shared_home and path.startswith("~") else names
+
     source_info: dict[str, dict[str, Any]] = {}
     for s in suite.sources:
         path = shell_quote(s.path)
@@ -328,19 +342,25 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
             cmd = sources_mod.checkout_command(path, o, shlex.quote(f"src-{s.name}.bundle"))
             source_info[s.name] = {"repo": o.location, "ref": o.ref or o.commit, "path": s.path,
                                    "override": o.given, "commit": o.commit, "uncommitted_changes": o.dirty}
-            sources.append(RunStep(name=s.name, hosts=[h.name for h in hosts], commands={h.name: cmd for h in hosts}))
+            sources.append(RunStep(name=s.name, hosts=src_hosts(s.path), commands={h: cmd for h in src_hosts(s.path)}))
             continue
         repo, ref = (o.location, o.ref) if o is not None else (s.repo, s.ref)
         if o is not None:
             source_info[s.name] = {"repo": repo, "ref": ref, "path": s.path, "override": o.given}
+        # a folder set-up (or another source) already filled is taken over in place, not cloned into (git
+        # refuses a non-empty folder); --force: a tree an earlier run modified is put back at the ref
         cmd = (f"if [ -d {path}/.git ]; then git -C {path} remote set-url origin {shlex.quote(repo)} && "
-               f"git -C {path} fetch --quiet origin; else git clone --quiet {shlex.quote(repo)} {path}; fi")
+               f"git -C {path} fetch --quiet origin; elif [ -n \"$(ls -A {path} 2>/dev/null)\" ]; then "
+               f"git -C {path} init --quiet && git -C {path} remote add origin {shlex.quote(repo)} && "
+               f"git -C {path} fetch --quiet origin && git -C {path} checkout --quiet --force "
+               f"\"$(git -C {path} symbolic-ref --short refs/remotes/origin/HEAD 2>/dev/null || echo FETCH_HEAD)\"; "
+               f"else git clone --quiet {shlex.quote(repo)} {path}; fi")
         if ref:
-            cmd += f" && git -C {path} -c advice.detachedHead=false checkout --quiet {shlex.quote(ref)}"
+            cmd += f" && git -C {path} -c advice.detachedHead=false checkout --quiet --force {shlex.quote(ref)}"
         if s.submodules:
             cmd += (f" && git -C {path} -c url.https://github.com/.insteadOf=git@github.com: "
                     "submodule update --init --recursive --quiet")  # ssh submodule URLs need no key
-        sources.append(RunStep(name=s.name, hosts=[h.name for h in hosts], commands={h.name: cmd for h in hosts}))
+        sources.append(RunStep(name=s.name, hosts=src_hosts(s.path), commands={h: cmd for h in src_hosts(s.path)}))
     home = suite.dir.resolve()
     for rel in suite.files:
         p = (suite.dir / rel).resolve()  # links followed: a link out of the folder is outside too
