@@ -169,6 +169,10 @@ class Provider(ABC):
     def release(self) -> None:
         """Release every resource recorded for this testbed; raise (rows kept) while anything is left."""
 
+    def inventory_vars(self) -> dict[str, Any]:
+        """The inventory's variables: the spec's ``vars`` and what the real machines are like."""
+        return {**self.spec.vars, "testbed_hardware": self.spec.hardware.context()}
+
     def info(self) -> dict[str, Any]:
         """What to record with the testbed (zone, lease name, bridge...), merged into its state row."""
         return {}
@@ -257,7 +261,7 @@ class Provider(ABC):
                 raise
             hosts = made.hosts
             self.store.set_hosts(self.name, hosts)
-            ssh.write_inventory(self.name, hosts, self.spec.vars)
+            ssh.write_inventory(self.name, hosts, self.inventory_vars())
             down = [h for h in hosts if h.state == "unreachable"]
             self.record_testbed("degraded" if down else "up", self.info())
             if expiry is not None and len(down) < len(hosts):  # the hosts that answer hold the switch
@@ -312,7 +316,7 @@ class Provider(ABC):
             kept = {x.name: x for x in recorded}
             hosts = [mine.get(x.name) or kept.get(x.name) or x for x in made.hosts]
             self.store.set_hosts(self.name, hosts)
-            ssh.write_inventory(self.name, hosts, self.spec.vars)
+            ssh.write_inventory(self.name, hosts, self.inventory_vars())
             self.record_testbed("up", self.info())
             from testbed import deadman
 

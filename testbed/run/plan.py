@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError
-from testbed.spec import Hardware
 from testbed.run.models import (
     Check,
     CheckpointPlan,
@@ -29,6 +28,7 @@ from testbed.run.models import (
     RepairStep,
     RunStep,
 )
+from testbed.spec import Hardware
 from testbed.suite import Raw, Step, Suite, render, shell_quote
 
 if TYPE_CHECKING:

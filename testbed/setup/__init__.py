@@ -215,6 +215,8 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
         variables["testbed_subnet"] = tb.subnet
     provider = tb.kind
     variables["testbed_provider"] = provider
+    if spec is not None:  # what the real machines are like (interface, GPUs, shared home): roles derive from it
+        variables["testbed_hardware"] = spec.hardware.context()
     from testbed.providers import PROVIDERS, provider_class
 
     cls = provider_class(provider) if provider in PROVIDERS else None
