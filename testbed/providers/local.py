@@ -170,9 +170,13 @@ class LocalProvider(Provider):
     def slots(self) -> list[HostSlot]:
         s = self.settings
         net = self.network
-        return [HostSlot(i, f"{s.name_prefix}{i}", str(net.network_address + 2 + i), f"tb{self.tag}-{s.name_prefix}{i}",
-                         f"tb{self.tag}v{i}", self.base / "hosts" / f"{s.name_prefix}{i}")
-                for i in range(s.hosts)]
+        return [HostSlot(i, name, str(net.network_address + 2 + i), f"tb{self.tag}-{name}", f"tb{self.tag}v{i}",
+                         self.base / "hosts" / name) for i, name in enumerate(s.planned_hosts())]
+
+    @property
+    def shared_home(self) -> Path | None:
+        """The folder every host sees as /home when the spec says the home is shared (a lab's NFS home)."""
+        return self.base / "home" if self.spec.hardware.shared_home else None
 
     def slot(self, host: str) -> HostSlot:
         for sl in self.slots():
@@ -237,6 +241,12 @@ class LocalProvider(Provider):
         if problems:
             raise TestbedError("the local provider cannot run here: " + "; ".join(problems),
                                where="this machine", fix="run 'testbed doctor' for the install commands")
+        shell = self.spec.hardware.login_shell
+        if shell and not os.access(shell, os.X_OK):
+            raise TestbedError(f"the login shell {shell} the spec declares is not installed on this machine",
+                               where=f"{self.spec.source or self.name}: hardware.login_shell",
+                               fix=f"install it (apt-get install {Path(shell).name}) or change hardware.login_shell",
+                               code=2)
         self._check_subnet()
 
     def lock(self) -> contextlib.AbstractContextManager[None]:
@@ -371,8 +381,15 @@ class LocalProvider(Provider):
             # a stable MAC per host: a host restarted after a kill keeps it, so no stale ARP entry on the bridge
             mac = f"02:{self.tag[0:2]}:{self.tag[2:4]}:{self.tag[4:6]}:{sl.index // 256:02x}:{sl.index % 256:02x}"
             lines += [f"netns add {sl.netns}",
-                      f"link add {sl.veth} type veth peer name eth0 address {mac} netns {sl.netns}",
+                      f"link add {sl.veth} type veth peer name {self.interface} address {mac} netns {sl.netns}",
                       f"link set {sl.veth} master {self.bridge} up"]
+        if self.shared_home:
+            self.shared_home.mkdir(mode=0o755, parents=True, exist_ok=True)
+            if self.spec.user == "root" and not (self.shared_home / "root").exists():
+                (self.shared_home / "root").mkdir(mode=0o700)
+                for dot in (".bashrc", ".profile"):
+                    if Path("/etc/skel", dot).exists():
+                        shutil.copy(Path("/etc/skel", dot), self.shared_home / "root" / dot)
         ip_batch(lines)
         python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
         # one small shell starts every init (forking it is cheaper than forking this large Python per host);
@@ -383,7 +400,9 @@ class LocalProvider(Provider):
                     "--fork", "--propagation", "private", python, "-I", "-S", str(INIT), "--hostname", sl.name,
                     "--upper", str(sl.upper), "--work", str(sl.work), "--merged", str(sl.merged),
                     "--boot-id", str(sl.boot_id), "--address", f"{sl.address}/{self.network.prefixlen}",
-                    "--gateway", self.gateway]
+                    "--gateway", self.gateway, "--interface", self.interface]
+            if self.shared_home:
+                argv += ["--home", str(self.shared_home)]
             console = shlex.quote(str(sl.root / "console.log"))
             script.append(f"{shlex.join(argv)} </dev/null >>{console} 2>&1 &\necho $!")
         r = subprocess.run(["sh", "-c", "\n".join(script)], capture_output=True, text=True, check=False)
@@ -401,8 +420,16 @@ class LocalProvider(Provider):
                            "memory_mb": _mem_mb(), "arch": os.uname().machine, "accelerator": "cpu",
                            **({"python": "/usr/bin/python3"} if os.access("/usr/bin/python3", os.X_OK) else {})})
 
+    @property
+    def interface(self) -> str:
+        """The hosts' link into the bridge: the real machines' interface name when the spec declares one."""
+        return self.spec.hardware.interface or "eth0"
+
     def _ensure_user(self, sl: HostSlot, user: str) -> None:
-        script = (f"id -u {user} >/dev/null 2>&1 || useradd -m -s /bin/bash {user}; "
+        shell = self.spec.hardware.login_shell or "/bin/bash"
+        # a shared home: the first host makes the folder, the others find it (useradd then leaves it as it is)
+        script = (f"id -u {user} >/dev/null 2>&1 || useradd -m -s {shlex.quote(shell)} {user} 2>/dev/null || "
+                  f"id -u {user} >/dev/null; "
                   f"echo '{user} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/testbed-{user}; "
                   f"chmod 0440 /etc/sudoers.d/testbed-{user}")
         self.console(sl.name, script)

@@ -52,9 +52,10 @@ def mount(source: str, target: str, fstype: str | None, flags: int = 0, data: st
         raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
 
 
-def setup_network(address: str, gateway: str) -> None:
-    """This host's loopback, eth0 address and default route (one ``ip -batch`` inside its namespace)."""
-    cmds = f"link set lo up\naddr add {address} dev eth0\nlink set eth0 up\nroute add default via {gateway}\n"
+def setup_network(address: str, gateway: str, interface: str = "eth0") -> None:
+    """This host's loopback, address on its interface and default route (one ``ip -batch`` in its namespace)."""
+    cmds = (f"link set lo up\naddr add {address} dev {interface}\nlink set {interface} up\n"
+            f"route add default via {gateway}\n")
     subprocess.run(["ip", "-batch", "-"], input=cmds.encode(), check=True)
 
 
@@ -72,6 +73,10 @@ def mount_root(a: argparse.Namespace) -> None:
             print(f"note: {e}", file=sys.stderr, flush=True)
     mount("tmpfs", f"{m}/run", "tmpfs", 0, "mode=755")
     mount(a.boot_id, f"{m}/proc/sys/kernel/random/boot_id", None, MS_BIND)
+    if a.home:  # one home folder for every host of the testbed, as a lab's NFS home
+        mount(a.home, f"{m}/home", None, MS_BIND)
+        if os.path.isdir(f"{a.home}/root"):
+            mount(f"{a.home}/root", f"{m}/root", None, MS_BIND)
 
 
 def kill_all(grace: float = 2.0) -> None:
@@ -113,12 +118,14 @@ def main() -> int:
     p.add_argument("--boot-id", required=True)
     p.add_argument("--address", required=True, help="this host's address/prefix on eth0")
     p.add_argument("--gateway", required=True)
+    p.add_argument("--interface", default="eth0", help="the name of this host's link into the bridge")
+    p.add_argument("--home", default=None, help="a folder mounted at /home on every host (a shared home)")
     a = p.parse_args()
     if os.getpid() != 1:
         print("local_init must run as PID 1 of a new PID namespace", file=sys.stderr)
         return 2
     socket.sethostname(a.hostname)
-    setup_network(a.address, a.gateway)
+    setup_network(a.address, a.gateway, a.interface)
     mount_root(a)
     os.chroot(a.merged)
     os.chdir("/")

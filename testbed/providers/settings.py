@@ -67,6 +67,19 @@ class LocalSettings(Settings):
     subnet: str = Field("10.213.0.0/24", description="IPv4 subnet of the bridge; must not clash with routes")
     bridge: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,15}$", description="default: tb-<testbed>")
     sshd: str = "/usr/sbin/sshd"
+    names: list[str] | None = Field(None, description="the hosts' names (default: name_prefix0, 1, ...); a replica "
+                                    "of another testbed takes its names")
+
+    @field_validator("names")
+    @classmethod
+    def _names(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if v is not None:
+            bad = [n for n in v if not re.fullmatch(HOSTNAME_RE, n) or "." in n]
+            if bad or len(set(v)) != len(v):
+                raise ValueError(f"host names must be distinct and plain (letters, digits, '-'): {bad or v}")
+            if len(v) != info.data.get("hosts", len(v)):
+                raise ValueError(f"{len(v)} names for {info.data.get('hosts')} hosts")
+        return v
 
     @field_validator("subnet")
     @classmethod
@@ -90,7 +103,7 @@ class LocalSettings(Settings):
         return self
 
     def planned_hosts(self) -> list[str]:
-        return [f"{self.name_prefix}{i}" for i in range(self.hosts)]
+        return list(self.names) if self.names else [f"{self.name_prefix}{i}" for i in range(self.hosts)]
 
     def planned_subnet(self) -> str:
         return self.subnet
