@@ -1,0 +1,387 @@
+"""testbed rehearse: the probe that stands in for a program the host lacks the hardware for (standard library only).
+
+Armed on a replica host (``python3 probe.py arm CONFIG`` writes ``testbed_probe.pth`` into the site folders of the
+interpreters that may start the program), every Python process the real launcher starts (mpirun, deepspeed,
+torchrun, a plain ``python3 script.py``) imports this module first. When its main script is one the rehearsal
+probes (it lies under a source checkout, or is named in the config), the program does not run; instead the probe
+checks what the program needs from the host, writes ``probe-<host>-<pid>.json`` into the run folder, prints one
+line per finding and exits (0: nothing missing, 86: something the real run would trip on):
+
+- its working folder and script exist;
+- its argv is accepted by its own argument parser (the script run up to ``parse_args``, its imports loaded; when
+  an import fails on this host, by the parser read from the source with ``ast``);
+- the environment variables it reads with ``os.environ[...]`` (no default) are set;
+- the folders it writes into by a literal relative path exist or are made by the code itself, and the files it
+  reads by a literal relative path exist.
+
+``python3 probe.py disarm`` removes the hook again. The config: ``{"run_dir", "roots", "programs"}``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sys
+
+CONFIG = os.path.expanduser("~/.cache/testbed/probe.json")
+HOOK = "testbed_probe"
+PROBLEM_EXIT = 86
+
+
+# --- when the interpreter starts (the .pth hook) --------------------------------------------------------------
+def _config() -> dict | None:
+    try:
+        with open(CONFIG) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _target(cfg: dict) -> str | None:
+    """The main script when it is one the rehearsal probes."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if not argv0.endswith(".py"):
+        return None
+    script = os.path.realpath(argv0)
+    roots = [os.path.realpath(os.path.expanduser(r)) for r in cfg.get("roots", [])]
+    named = {os.path.realpath(os.path.expanduser(p)) for p in cfg.get("programs", [])}
+    names = {os.path.basename(p) for p in cfg.get("programs", [])}
+    if script in named or os.path.basename(script) in names:
+        return argv0
+    if any(script == r or script.startswith(r.rstrip("/") + "/") for r in roots):
+        return argv0
+    return None
+
+
+def hook() -> None:
+    """Called from ``testbed_probe.pth``: probe and exit when this process is a probed program, else nothing."""
+    cfg = _config()
+    if not cfg:
+        return
+    script = _target(cfg)
+    if script is None:
+        return
+    findings = probe(script, sys.argv[1:], cfg)
+    report(findings, cfg)
+    sys.stdout.flush()
+    os._exit(PROBLEM_EXIT if findings["problems"] else 0)
+
+
+# --- the checks -----------------------------------------------------------------------------------------------
+def probe(script: str, argv: list[str], cfg: dict) -> dict:
+    cwd = os.getcwd()
+    out: dict = {"host": os.uname().nodename, "pid": os.getpid(), "script": script, "argv": argv, "cwd": cwd,
+                 "python": sys.executable, "problems": [], "notes": [],
+                 "rank_env": {k: v for k, v in os.environ.items() if k in RANK_ENV}}
+    if not os.path.isfile(script):
+        out["problems"].append(f"{script}: no such file in {cwd}")
+        return out
+    try:
+        with open(script, encoding="utf-8", errors="replace") as f:
+            tree = ast.parse(f.read(), script)
+    except SyntaxError as e:
+        out["problems"].append(f"{script}:{e.lineno}: the script does not parse with {sys.version.split()[0]}: {e.msg}")
+        return out
+    parsed = parse_args(script, argv, tree)
+    out.update({k: v for k, v in parsed.items() if k != "problem"})
+    if parsed.get("problem"):
+        out["problems"].append(parsed["problem"])
+    env_reads(tree, script, out)
+    file_uses(tree, script, out)
+    return out
+
+
+RANK_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME",
+            "GLOO_SOCKET_IFNAME", "TESTBED_RANK")
+
+
+class _Parsed(BaseException):
+    pass
+
+
+class _Refused(BaseException):
+    pass
+
+
+def parse_args(script: str, argv: list[str], tree: ast.Module) -> dict:
+    """argv through the script's own parser: run up to ``parse_args`` (nothing past it), or read with ``ast``."""
+    import argparse
+    import runpy
+    import signal
+    import socket
+
+    real_parse = argparse.ArgumentParser.parse_args
+    real_known = argparse.ArgumentParser.parse_known_args
+
+    def parse_only(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        raise _Parsed(vars(real_parse(self, args, namespace)))
+
+    def known_only(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        ns, rest = real_known(self, args, namespace)
+        raise _Parsed({**vars(ns), "_unparsed": rest})
+
+    def refuse(self, message):  # type: ignore[no-untyped-def]
+        raise _Refused(message)
+
+    def no_network(*_a, **_k):  # type: ignore[no-untyped-def]
+        raise _Refused("the script opened a connection before parsing its arguments")
+
+    saved = (argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args,
+             argparse.ArgumentParser.error, socket.socket.connect)
+    argparse.ArgumentParser.parse_args = parse_only  # type: ignore[method-assign]
+    argparse.ArgumentParser.parse_known_args = known_only  # type: ignore[method-assign]
+    argparse.ArgumentParser.error = refuse  # type: ignore[method-assign]
+    socket.socket.connect = no_network  # type: ignore[method-assign]
+    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(_Refused("no parse_args within 120 s")))
+    signal.alarm(120)
+    sys.argv = [script, *argv]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        runpy.run_path(script, run_name="__main__")
+        return {"parsed_by": "none", "notes_": "the script ended without parsing arguments"}
+    except _Parsed as p:
+        args = p.args[0]
+        if args.get("_unparsed"):
+            return {"parsed_by": "its own parser", "args": _plain(args),
+                    "problem": f"its parser left {args['_unparsed']} unparsed"}
+        return {"parsed_by": "its own parser", "args": _plain(args)}
+    except _Refused as r:
+        return {"parsed_by": "its own parser", "problem": f"its own parser refuses {argv}: {r}"}
+    except SystemExit as e:
+        return {"parsed_by": "its own parser", "problem": f"the script exited ({e.code}) before parsing its arguments"}
+    except ImportError as e:  # this host lacks a module the real one has: the parser as the source writes it
+        static = _static_parse(tree, argv)
+        static["import_error"] = str(e)
+        return static
+    except BaseException as e:  # noqa: BLE001 - anything else before parse_args is what the real run would meet
+        static = _static_parse(tree, argv)
+        static["import_error"] = f"{type(e).__name__}: {e}"
+        return static
+    finally:
+        signal.alarm(0)
+        (argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args,
+         argparse.ArgumentParser.error, socket.socket.connect) = saved  # type: ignore[method-assign]
+
+
+def _plain(args: dict) -> dict:
+    return {k: v if isinstance(v, str | int | float | bool | type(None)) else repr(v) for k, v in args.items()}
+
+
+_TYPES = {"int": int, "float": float, "str": str}
+_ACTIONS = ("store", "store_true", "store_false", "store_const", "append", "append_const", "count", "extend")
+
+
+def _static_parse(tree: ast.Module, argv: list[str]) -> dict:
+    """argv through a parser rebuilt from the script's ``add_argument`` calls (literal names, types, choices)."""
+    import argparse
+
+    class P(argparse.ArgumentParser):
+        def error(self, message):  # type: ignore[no-untyped-def]
+            raise _Refused(message)
+
+    parser = P(add_help=True)
+    n = 0
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr == "ArgumentParser":
+            for kw in node.keywords:
+                if kw.arg == "allow_abbrev" and isinstance(kw.value, ast.Constant):
+                    parser.allow_abbrev = bool(kw.value.value)
+        if node.func.attr == "add_config_arguments":  # deepspeed's
+            for opt, kw in (("--deepspeed", {"action": "store_true"}), ("--deepspeed_config", {}),
+                            ("--deepscale", {"action": "store_true"}), ("--deepscale_config", {})):
+                parser.add_argument(opt, **kw)  # type: ignore[arg-type]
+            continue
+        if node.func.attr != "add_argument":
+            continue
+        names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        if not names:
+            continue
+        kwargs: dict = {}
+        for kw in node.keywords:
+            try:
+                v = ast.literal_eval(kw.value)
+            except (ValueError, SyntaxError, TypeError):
+                v = None
+                if kw.arg == "type" and isinstance(kw.value, ast.Name):
+                    kwargs["type"] = _TYPES.get(kw.value.id, str)
+                continue
+            if kw.arg in ("nargs", "dest", "required", "const", "default", "choices") or \
+                    (kw.arg == "action" and v in _ACTIONS):
+                kwargs[kw.arg] = v
+        try:
+            parser.add_argument(*names, **kwargs)
+            n += 1
+        except (argparse.ArgumentError, ValueError, TypeError):
+            continue
+    if not n:
+        return {"parsed_by": "none (the script declares no arguments)"}
+    try:
+        return {"parsed_by": "its parser, read from the source", "args": _plain(vars(parser.parse_args(argv)))}
+    except _Refused as r:
+        return {"parsed_by": "its parser, read from the source", "problem": f"its own parser refuses {argv}: {r}"}
+    except SystemExit:
+        return {"parsed_by": "its parser, read from the source", "problem": f"its own parser refuses {argv}"}
+
+
+def env_reads(tree: ast.Module, script: str, out: dict) -> None:
+    """``os.environ["X"]`` read with no default must be set; ``.get``/``getenv`` reads are listed."""
+    required, optional = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_environ(node.value):
+            key = node.slice
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                required.add((key.value, node.lineno))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args and \
+                isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) and \
+                ((node.func.attr == "get" and _is_environ(node.func.value)) or node.func.attr == "getenv"):
+            optional.add(node.args[0].value)
+    assigned = {t.slice.value for node in ast.walk(tree) if isinstance(node, ast.Assign) for t in node.targets
+                if isinstance(t, ast.Subscript) and _is_environ(t.value) and isinstance(t.slice, ast.Constant)}
+    for name, line in sorted(required):
+        if name not in os.environ and name not in assigned:
+            out["problems"].append(f"{os.path.basename(script)}:{line} reads ${name}, which is not set for this rank")
+    out["env_read"] = sorted({n for n, _ in required} | optional)
+    out["env_unset"] = sorted(n for n in optional if n not in os.environ)
+
+
+def _is_environ(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "environ" or \
+        isinstance(node, ast.Name) and node.id == "environ"
+
+
+_WRITERS = {"to_csv", "savefig", "save", "dump", "to_json", "savetxt", "FileHandler", "SummaryWriter"}
+
+
+def file_uses(tree: ast.Module, script: str, out: dict) -> None:
+    """Folders written into and files read by a literal relative path (from the working folder)."""
+    made: set[str] = set()
+    writes: list[tuple[str, int]] = []
+    reads: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id \
+            if isinstance(node.func, ast.Name) else ""
+        first = _literal_path(node.args[0]) if node.args else None
+        if fn in ("makedirs", "mkdir") and first:
+            made.add(os.path.normpath(first))
+        elif fn == "open" and first:
+            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"),
+                                                                 None)
+            m = mode.value if isinstance(mode, ast.Constant) and isinstance(mode.value, str) else "r"
+            (writes if any(c in m for c in "wax+") else reads).append((first, node.lineno))
+        elif fn in _WRITERS:
+            target = next((p for p in (_literal_path(a) for a in node.args) if p), None)
+            if target:
+                writes.append((target, node.lineno))
+    name = os.path.basename(script)
+    for path, line in writes:
+        folder = os.path.dirname(os.path.normpath(path))
+        if folder and not os.path.isdir(folder) and not any(folder == m or folder.startswith(m + "/") or
+                                                              m.startswith(folder + "/") for m in made):
+            out["problems"].append(f"{name}:{line} writes {path}, but {folder}/ does not exist in {os.getcwd()} "
+                                   "and the code does not make it")
+    for path, line in reads:
+        if not os.path.exists(path):
+            out["problems"].append(f"{name}:{line} reads {path}, which does not exist in {os.getcwd()}")
+    out["writes"] = sorted({p for p, _ in writes})
+    out["reads"] = sorted({p for p, _ in reads})
+
+
+def _literal_path(node: ast.AST) -> str | None:
+    """A relative path written literally (or an f-string's literal folder part), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        s = node.value
+    elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+        s = str(node.values[0].value)
+        s = s[: s.rfind("/") + 1] + "x" if "/" in s else ""
+    else:
+        return None
+    if not s or s.startswith(("/", "~")) or "\n" in s or len(s) > 200 or ("/" not in s and "." not in s):
+        return None
+    return s
+
+
+# --- reporting --------------------------------------------------------------------------------------------------
+def report(findings: dict, cfg: dict) -> None:
+    run_dir = os.path.expanduser(cfg.get("run_dir", "."))
+    path = os.path.join(run_dir, f"probe-{findings['host']}-{findings['pid']}.json")
+    try:
+        with open(path, "w") as f:
+            json.dump(findings, f, indent=1, default=str)
+    except OSError as e:
+        print(f"testbed probe: cannot write {path}: {e}", file=sys.stderr)
+    what = f"{findings['script']} {' '.join(findings['argv'])}".strip()
+    print(f"testbed probe: {what} (in {findings['cwd']}) replaced by the probe on {findings['host']}; "
+          f"argv checked by {findings.get('parsed_by', 'none')}", flush=True)
+    for p in findings["problems"]:
+        print(f"testbed probe: PROBLEM: {p}", flush=True)
+
+
+# --- arming ------------------------------------------------------------------------------------------------------
+def site_dirs() -> list[str]:
+    """Where this interpreter reads .pth files: its site-packages, and the user's when it honours them."""
+    import site
+    import sysconfig
+
+    dirs = [sysconfig.get_paths()["purelib"]]
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return dirs
+
+
+def arm(config_json: str) -> int:
+    """Install the hook for this interpreter (and /usr/bin/python3) and write the config."""
+    import shutil
+    import subprocess
+
+    os.makedirs(os.path.dirname(CONFIG), exist_ok=True)
+    with open(CONFIG, "w") as f:
+        f.write(config_json)
+    done = []
+    for d in site_dirs():
+        try:
+            os.makedirs(d, exist_ok=True)
+            shutil.copy(__file__, os.path.join(d, HOOK + ".py"))
+            with open(os.path.join(d, HOOK + ".pth"), "w") as f:
+                f.write(f"import {HOOK}; {HOOK}.hook()\n")
+            done.append(d)
+        except OSError:
+            continue
+    other = "/usr/bin/python3"
+    if os.path.realpath(sys.executable) != os.path.realpath(other) and os.access(other, os.X_OK) and \
+            "--here" not in sys.argv:
+        subprocess.run([other, __file__, "arm", config_json, "--here"], check=False)
+    print(f"testbed probe: armed in {', '.join(done) or 'no site folder'}")
+    return 0 if done else 1
+
+
+def disarm() -> int:
+    for d in site_dirs():
+        for name in (HOOK + ".pth", HOOK + ".py"):
+            try:
+                os.remove(os.path.join(d, name))
+            except OSError:
+                pass
+    if os.path.exists("/usr/bin/python3") and "--here" not in sys.argv:
+        import subprocess
+
+        subprocess.run(["/usr/bin/python3", __file__, "disarm", "--here"], check=False)
+    try:
+        os.remove(CONFIG)
+    except OSError:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "arm":
+        sys.exit(arm(sys.argv[2]))
+    if len(sys.argv) >= 2 and sys.argv[1] == "disarm":
+        sys.exit(disarm())
+    print("usage: probe.py arm CONFIG_JSON | disarm", file=sys.stderr)
+    sys.exit(2)
