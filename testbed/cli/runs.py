@@ -357,9 +357,92 @@ def list_suites(json_out: JsonOpt = False) -> None:
     console().print(t)
 
 
+def rehearse(
+    suite: Annotated[str, typer.Argument(help="Suite name (experiments/NAME.yml) or a .yml path.",
+                                         autocompletion=complete.suites)],
+    like: Annotated[str | None, typer.Option("--like", help="The real testbed to replicate (default: the suite's).",
+                                             autocompletion=complete.testbeds)] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="key=value, repeatable.")] = None,
+    matrix: Annotated[bool, typer.Option("--matrix", help="Rehearse every point of the suite's matrix.")] = False,
+    source: Annotated[list[str] | None, typer.Option("--source", help="NAME=PATH: a local checkout of a suite "
+                                                                      "source (the replica has no network).")] = None,
+    no_setup: Annotated[bool, typer.Option("--no-setup", help="Do not apply the suite's profile.")] = False,
+    role: Annotated[list[str] | None, typer.Option("--role", help="Apply only these roles of the profile "
+                                                                  "(repeatable).")] = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the replica afterwards (testbed destroy NAME).")] = False,
+    to: Annotated[str, typer.Option("--to", help="Where the rehearsal's outputs and reports go.")] = "results",
+    subnet: Annotated[str, typer.Option("--subnet", help="The replica's private subnet.")] = "10.219.0.0/24",
+    json_out: JsonOpt = False,
+) -> None:
+    """Rehearse a suite end to end on local hosts shaped like its real testbed, before renting it.
+
+    Same host count, names, user, login shell, shared home and interface names; the suite's profile applied as far
+    as these hosts allow; every step run for real. Steps that need a GPU, CUDA, a TPU or the network are skipped
+    with the reason; ranks that need one start through their real launcher and the program is replaced by a probe
+    that checks its folder, files, argv (against its own parser) and environment. Outputs are collected and
+    reported, marked as a rehearsal. Exit 0 when the rehearsal found nothing the real run would trip on.
+
+    Example: testbed rehearse tesla -p task=train -p gpus=2 --source vit=~/src/Scalable_ViT_DT
+    """
+    from pathlib import Path
+
+    from testbed import rehearse as rehearse_mod
+    from testbed import sources as sources_mod
+    from testbed import suite as suite_mod
+
+    c = console(stderr=True)
+    res = rehearse_mod.rehearse(suite, suite_mod.parse_assignments(param or []), like=like, matrix=matrix,
+                                sources=sources_mod.parse(source or []), setup=not no_setup, roles=role,
+                                keep=keep, to=Path(to), subnet=subnet, say=lambda m: c.print(escape(m)))
+    if json_out:
+        print_json(res.to_json())
+    else:
+        _show_rehearsal(res)
+    if not res.ok:
+        raise typer.Exit(1)
+
+
+def _show_rehearsal(res: Any) -> None:
+    out = console()
+    shape = res.shape
+    out.print(f"[bold]rehearsal of {escape(res.suite)}[/bold] on {escape(res.replica)}, a replica of "
+              f"{escape(res.like)}: {len(shape['hosts'])} hosts ({escape(', '.join(shape['hosts']))}), user "
+              f"{escape(shape['user'])}" + (", shared home" if shape.get("shared_home") else "")
+              + (f", interface {escape(str(shape['interface']))}" if shape.get("interface") else "")
+              + (f", GPU {escape(str(shape['gpu_model']))} (declared, not present)" if shape.get("gpu_model") else ""))
+    st = res.setup
+    if st.get("applied"):
+        out.print(f"set-up: {escape(st['applied'])} " + ("ok" if st.get("ok") else "[red]failed[/red]")
+                  + (f" in {st['seconds']} s" if "seconds" in st else ""))
+        for host, err in (st.get("failed") or {}).items():
+            out.print(f"  {escape(host)}: {escape(str(err))}")
+    else:
+        out.print(f"set-up: not applied ({escape(str(st.get('why', '')))})")
+    if st.get("stand_in_environment"):
+        out.print("environment: a stand-in venv on " + escape(", ".join(st["stand_in_environment"]))
+                  + " (the profile did not make the suite's environment here)")
+    for p in res.points:
+        verdict = "[green]rehearsed[/green]" if p.ok else "[red]would fail[/red]"
+        out.print(f"\n[bold]{escape(p.run_id)}[/bold] {verdict}: run {escape(p.status)}"
+                  + (f" ({escape(p.reason)})" if p.reason else ""))
+        for s in p.steps:
+            out.print(f"  {s.phase:8} {escape(s.name)}: {s.status}" + (f" ({escape(s.reason)})" if s.reason else ""))
+        out.print(f"  ranks: {p.ranks}")
+        for pr in p.probes:
+            out.print(f"    {escape(pr.host)}: {escape(pr.script)} checked by {escape(pr.parsed_by)}: "
+                      + ("ok" if not pr.problems else f"{len(pr.problems)} problem(s)"))
+            for prob in pr.problems:
+                out.print(f"      [red]{escape(prob)}[/red]")
+        for n in p.not_rehearsed:
+            out.print(f"  not rehearsed: {escape(n)}")
+        if p.folder:
+            out.print(f"  outputs and report (a rehearsal, not results): {escape(p.folder)}")
+
+
 def register(app: typer.Typer, list_app: typer.Typer) -> None:
-    """Add run, logs, stop, show to ``app`` and ``suites`` to ``list_app``."""
+    """Add run, rehearse, logs, stop, show to ``app`` and ``suites`` to ``list_app``."""
     app.command()(run)
+    app.command()(rehearse)
     app.command()(logs)
     app.command()(stop)
     app.command()(show)

@@ -241,6 +241,8 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
         "events": events,
         "files": sorted(files, key=lambda f: (f["host"], f["path"])),
     }
+    if info.rehearsal is not None:  # a rehearsal on a local replica: what ran, what was probed; never a result
+        manifest["rehearsal"] = info.rehearsal
     return redact(manifest, secret_values() if secrets is None else secrets)
 
 

@@ -188,11 +188,12 @@ class Plan(_Model):
     checks: list[Check] = Field(default_factory=list)
     outputs: dict[str, list[str]] = Field(default_factory=dict)  # host -> globs
     timeouts: PlanTimeouts
+    rehearsal: dict[str, Any] | None = None  # testbed rehearse: the real testbed, steps skipped, ranks probed
 
     @model_serializer(mode="wrap")
     def _absent_when_unused(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
-        for key in ("recovery", "checkpoint"):  # plan files of suites without them keep the earlier shape
+        for key in ("recovery", "checkpoint", "rehearsal"):  # plan files without them keep the earlier shape
             if not out.get(key):
                 out.pop(key, None)
         return out
@@ -255,6 +256,7 @@ class RunInfo(_Model):
     supervisor: SupervisorInfo | None = None
     launched_at: float | None = None
     ranks: list[Rank] | None = None  # the ranks of the current attempt
+    rehearsal: dict[str, Any] | None = None  # a rehearsal on a replica (testbed rehearse): never a result
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_unset=True)

@@ -47,6 +47,8 @@ def create(st: Store, plan: Plan, campaign: str | None = None) -> None:
     info = RunInfo(outputs=plan.outputs, run_dir=plan.run_dir, hosts=plan.host_names,
                    faults=[f.name for f in plan.faults], world_size=len(plan.ranks), plan=str(save_plan(plan)),
                    attempt=0, fired=[], recovered=[], sources=plan.source_info)
+    if plan.rehearsal is not None:
+        info.rehearsal = plan.rehearsal
     env = next((r.environment for r in plan.ranks if r.environment), None)
     if env:
         info.python = env.rstrip("/") + "/bin/python"  # the manifest's pip freeze is of the run's environment

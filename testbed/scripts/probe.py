@@ -20,6 +20,7 @@ line per finding and exits (0: nothing missing, 86: something the real run would
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import sys
@@ -155,14 +156,14 @@ def parse_args(script: str, argv: list[str], tree: ast.Module) -> dict:
         static = _static_parse(tree, argv)
         static["import_error"] = str(e)
         return static
-    except BaseException as e:  # noqa: BLE001 - anything else before parse_args is what the real run would meet
+    except BaseException as e:
         static = _static_parse(tree, argv)
         static["import_error"] = f"{type(e).__name__}: {e}"
         return static
     finally:
         signal.alarm(0)
-        (argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args,
-         argparse.ArgumentParser.error, socket.socket.connect) = saved  # type: ignore[method-assign]
+        argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = saved[0], saved[1]  # type: ignore[method-assign]
+        argparse.ArgumentParser.error, socket.socket.connect = saved[2], saved[3]  # type: ignore[method-assign]
 
 
 def _plain(args: dict) -> dict:
@@ -191,9 +192,9 @@ def _static_parse(tree: ast.Module, argv: list[str]) -> dict:
                 if kw.arg == "allow_abbrev" and isinstance(kw.value, ast.Constant):
                     parser.allow_abbrev = bool(kw.value.value)
         if node.func.attr == "add_config_arguments":  # deepspeed's
-            for opt, kw in (("--deepspeed", {"action": "store_true"}), ("--deepspeed_config", {}),
-                            ("--deepscale", {"action": "store_true"}), ("--deepscale_config", {})):
-                parser.add_argument(opt, **kw)  # type: ignore[arg-type]
+            for opt, extra in (("--deepspeed", {"action": "store_true"}), ("--deepspeed_config", {}),
+                               ("--deepscale", {"action": "store_true"}), ("--deepscale_config", {})):
+                parser.add_argument(opt, **extra)  # type: ignore[arg-type]
             continue
         if node.func.attr != "add_argument":
             continue
@@ -249,8 +250,8 @@ def env_reads(tree: ast.Module, script: str, out: dict) -> None:
 
 
 def _is_environ(node: ast.AST) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == "environ" or \
-        isinstance(node, ast.Name) and node.id == "environ"
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or \
+        (isinstance(node, ast.Name) and node.id == "environ")
 
 
 _WRITERS = {"to_csv", "savefig", "save", "dump", "to_json", "savetxt", "FileHandler", "SummaryWriter"}
@@ -363,18 +364,14 @@ def arm(config_json: str) -> int:
 def disarm() -> int:
     for d in site_dirs():
         for name in (HOOK + ".pth", HOOK + ".py"):
-            try:
+            with contextlib.suppress(OSError):
                 os.remove(os.path.join(d, name))
-            except OSError:
-                pass
     if os.path.exists("/usr/bin/python3") and "--here" not in sys.argv:
         import subprocess
 
         subprocess.run(["/usr/bin/python3", __file__, "disarm", "--here"], check=False)
-    try:
+    with contextlib.suppress(OSError):
         os.remove(CONFIG)
-    except OSError:
-        pass
     return 0
 
 

@@ -1,0 +1,339 @@
+"""``testbed rehearse``: a suite run end to end on local hosts made in the shape of its real testbed.
+
+The replica has the real testbed's host count, names, login user and shell, a home shared by every host when the
+spec says so, and the interface name and GPU model it declares (``hardware:``). The suite's profile is applied as
+far as these hosts allow; every step then runs for real, in order. A step that needs what the replica lacks (a
+GPU, CUDA, a TPU, the network) is skipped with the reason; ranks that need it still start through their real
+launcher with their real argv, environment and folder, and only the program is replaced by the probe
+(``testbed/scripts/probe.py``), which checks what it needs from the host. Collect and report then run on what
+the rehearsal produced, marked as a rehearsal: never counted as results.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from testbed import paths
+from testbed.errors import TestbedError, UsageError
+
+if TYPE_CHECKING:
+    from testbed.handle import Testbed
+    from testbed.run.models import Plan
+    from testbed.sources import Override
+    from testbed.spec import TestbedSpec
+    from testbed.suite import Suite
+
+LACKS = ("gpu", "tpu", "cuda", "nvidia-driver", "network")
+"""What a local replica never has: its hosts are CPU namespaces on one machine with no route out."""
+PROBE = Path(__file__).with_name("scripts") / "probe.py"
+DEFAULT_SUBNET = "10.219.0.0/24"
+
+
+@dataclass
+class StepOutcome:
+    phase: str
+    name: str
+    status: str  # ran, failed, skipped, not reached
+    hosts: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+@dataclass
+class Probe:
+    host: str
+    script: str
+    argv: list[str]
+    cwd: str
+    parsed_by: str
+    problems: list[str]
+
+
+@dataclass
+class PointResult:
+    params: dict[str, Any]
+    run_id: str
+    status: str  # the run's status
+    reason: str | None
+    steps: list[StepOutcome]
+    ranks: str  # ran, probed, or not reached
+    probes: list[Probe]
+    not_rehearsed: list[str]  # faults and recoveries the probe stands in for
+    folder: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "succeeded" and not any(p.problems for p in self.probes)
+
+
+@dataclass
+class RehearsalResult:
+    suite: str
+    like: str
+    replica: str
+    shape: dict[str, Any]
+    setup: dict[str, Any]
+    points: list[PointResult] = field(default_factory=list)
+    kept: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.setup.get("ok", True)) and bool(self.points) and all(p.ok for p in self.points)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok, "points": [{**asdict(p), "ok": p.ok} for p in self.points]}
+
+
+# --- the replica ------------------------------------------------------------------------------------------------
+def replica_name(like: str) -> str:
+    return f"rehearse-{like}"[:31].rstrip("-")
+
+
+def _hosts_needed(suite: Suite, points: list[dict[str, Any]]) -> int:
+    from testbed.suite import render
+
+    need = suite.requires.hosts
+    for p in points:
+        raw = suite.placement.hosts
+        try:
+            need = max(need, int(render(raw, p, shell=False)) if isinstance(raw, str) else int(raw or 0))
+        except (UsageError, ValueError):
+            continue
+    return need
+
+
+def replica_spec(target: TestbedSpec, suite: Suite, points: list[dict[str, Any]], subnet: str) -> dict[str, Any]:
+    """A local testbed spec in the shape of ``target``: names, count, user, shell, home, interface, GPUs."""
+    names = target.host_names()
+    if names is None:
+        count = int(getattr(target.provider, "count", 0) or 0)
+        names = [f"node{i}" for i in range(max(count, _hosts_needed(suite, points), 1))]
+    groups = {g: m for g, m in target.groups.items() if all(x in names for x in m)}
+    return {"name": replica_name(target.name),
+            "description": f"a local replica of {target.name} for testbed rehearse",
+            "provider": {"kind": "local", "hosts": len(names), "names": names, "subnet": subnet},
+            "user": target.user, "profile": target.profile, "groups": groups, "vars": dict(target.vars),
+            "sources": dict(target.sources), "hardware": target.hardware.model_dump(mode="json")}
+
+
+def _offline_sources(suite: Suite, overrides: dict[str, Override], like: str) -> None:
+    """A replica has no route out: every source must come from this machine (--source or the spec's mirrors)."""
+    missing = [s.name for s in suite.sources if (o := overrides.get(s.name)) is None or o.kind != "path"]
+    if missing:
+        s = next(x for x in suite.sources if x.name == missing[0])
+        raise UsageError(f"source '{s.name}' of suite '{suite.name}' is cloned from {s.repo}, which the replica "
+                         "cannot reach (its hosts have no route out)", where="--source",
+                         fix=" ".join(f"--source {n}=PATH" for n in missing) + " (a local checkout), or a path "
+                         f"under 'sources:' in inventories/{like}.yml")
+
+
+# --- the plan, rehearsed ----------------------------------------------------------------------------------------
+def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
+    """``plan`` as the replica runs it: steps whose needs it lacks skipped, ranks that need them probed."""
+    from testbed.run.models import RunStep
+
+    lacks = set(LACKS)
+    skipped: dict[str, str] = {}
+    for steps in (plan.sources, plan.prepare, plan.post):
+        for s in steps:
+            miss = sorted(set(s.needs) & lacks)
+            if miss:
+                why = f"needs {', '.join(miss)}, which the replica lacks"
+                skipped[s.name] = why
+                s.commands = {h: "echo " + shlex.quote(f"testbed rehearse: skipped: {why}") for h in s.hosts}
+    probed = sorted({r.rank for r in plan.ranks if set(r.needs) & lacks})
+    not_rehearsed: list[str] = []
+    if probed:
+        for f in plan.faults:
+            not_rehearsed.append(f"fault {f.name}: the ranks it targets are probed, not run")
+        plan.faults, plan.recovery, plan.checkpoint = [], {}, None
+        config = {"run_dir": plan.run_dir, "roots": [s.path for s in suite.sources],
+                  "programs": list(suite.steps.launch.probe)}
+        envs = {r.host: r.environment for r in plan.ranks}
+        plan.files["testbed_probe.py"] = str(PROBE)
+        arm = "python3 testbed_probe.py arm " + shlex.quote(json.dumps(config))
+        plan.prepare.append(RunStep(name="rehearse: arm the probe", hosts=plan.host_names,
+                                    commands={h: arm for h in plan.host_names},
+                                    environments={h: envs.get(h) for h in plan.host_names}))
+        plan.post.insert(0, RunStep(name="rehearse: disarm the probe", hosts=plan.host_names,
+                                    commands={h: "python3 testbed_probe.py disarm" for h in plan.host_names},
+                                    environments={h: envs.get(h) for h in plan.host_names}))
+        for h in plan.outputs:
+            plan.outputs[h].append("probe-*.json")
+    plan.rehearsal = {"like": like, "skipped": skipped, "probed_ranks": probed, "not_rehearsed": not_rehearsed,
+                      "lacks": sorted(lacks)}
+    return plan
+
+
+def stand_in_environments(tb: Testbed, plan: Plan) -> list[str]:
+    """Where the suite's environment is missing on a host (its profile did not make it here), a stand-in venv
+    that sees the controller's packages (local hosts share its files); the hosts it was made on."""
+    from testbed import remote
+    from testbed.setup import _controller_site_packages
+    from testbed.suite import path_word
+
+    by_host: dict[str, str] = {}
+    for r in plan.ranks:
+        if r.environment:
+            by_host.setdefault(r.host, r.environment)
+    for s in plan.prepare + plan.post:
+        for h, env in (s.environments or {}).items():
+            if env:
+                by_host.setdefault(h, env)
+    site = _controller_site_packages()
+    made = []
+    for host, env in sorted(by_host.items()):
+        w = path_word(env.rstrip("/"))
+        dest = f'"$(ls -d {w}/lib/python3*/site-packages)"/tb-controller.pth'
+        pth = f" && printf '%s\\n' {shlex.quote(site)} > {dest}" if site else ""
+        cmd = (f"if [ -x {w}/bin/python ] || [ -x {w}/bin/python3 ]; then echo present; else "
+               f"python3 -m venv --without-pip {w}{pth} && echo made; fi")
+        res = remote.run(tb.name, [host], cmd, timeout=120)[0]
+        if not res.ok:
+            raise TestbedError(f"could not make a stand-in for the environment {env} on {host}: "
+                               f"{(res.error or res.stderr).strip()[-300:]}", where=f"replica {tb.name}",
+                               fix="apply the suite's profile (drop --no-setup), or check python3 -m venv there")
+        if res.stdout.strip().endswith("made"):
+            made.append(host)
+    return made
+
+
+# --- the whole rehearsal ----------------------------------------------------------------------------------------
+def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None, matrix: bool = False,
+             sources: dict[str, str] | None = None, setup: bool = True, roles: list[str] | None = None,
+             keep: bool = False, to: Path = Path("results"), subnet: str = DEFAULT_SUBNET,
+             timeout: float | None = None, say: Any = None) -> RehearsalResult:
+    """Rehearse ``suite_name`` (every point of its matrix with ``matrix``) on a replica of ``like``.
+
+    Everything is checked before a host is made (suite, parameters, testbed spec, offline sources); the replica is
+    destroyed at the end unless ``keep``. ``say``: a callable taking one line of progress."""
+    from testbed import sources as sources_mod
+    from testbed.handle import Testbed
+    from testbed.run import plan as plan_mod
+    from testbed.run import runner
+    from testbed.run import state as rs
+    from testbed.spec import load_testbed
+    from testbed.suite import expand_matrix, load_suite, resolve_params
+
+    def note(msg: str) -> None:
+        if say:
+            say(msg)
+
+    s = load_suite(suite_name)
+    like = like or s.testbed
+    if not like:
+        raise UsageError(f"suite '{s.name}' names no testbed to rehearse on a replica of", where="--like",
+                         fix="give --like TESTBED (a spec in inventories/)")
+    target = load_testbed(like)
+    points = expand_matrix(s, given) if matrix else [resolve_params(s, given)]
+    spec = replica_spec(target, s, points, subnet)
+    folder = paths.home() / "rehearse"
+    folder.mkdir(parents=True, exist_ok=True)
+    spec_path = folder / f"{spec['name']}.yml"
+    spec_path.write_text(json.dumps(spec, indent=2) + "\n")  # JSON is YAML
+    load_testbed(str(spec_path))  # the replica's own spec is valid before anything is made
+    overrides = sources_mod.for_suite(s, like, sources)
+    _offline_sources(s, overrides, like)
+    for p in points:  # every point renders (a template, a fault, a host count) before a host is made
+        info = plan_mod.TestbedInfo(spec["name"], "local", [plan_mod.HostInfo(n, n, [], {})
+                                                            for n in spec["provider"]["names"]],
+                                    {"hardware": target.hardware.context(), "subnet": subnet, "name": spec["name"],
+                                     "provider": "local", "ssh_config": "~/.ssh/config", **target.vars})
+        plan_mod.build_plan(s, info, p, overrides=overrides)
+
+    tb = Testbed.open(str(spec_path))
+    result = RehearsalResult(suite=s.name, like=like, replica=tb.name, setup={},
+                             shape={"hosts": spec["provider"]["names"], "user": spec["user"],
+                                    **target.hardware.context()}, kept=keep)
+    try:
+        note(f"replica {tb.name}: {len(spec['provider']['names'])} local hosts shaped like {like}")
+        tb.provision()
+        result.setup = _setup(tb, s, overrides, setup, roles, note)
+        if not result.setup.get("ok", True):
+            return result
+        for p in points:
+            plan = plan_mod.build_plan(s, plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store), p,
+                                       overrides=overrides)
+            plan = rehearsal_plan(plan, s, like)
+            made = stand_in_environments(tb, plan)
+            if made:
+                result.setup.setdefault("stand_in_environment", sorted(set(made)))
+            note(f"run {plan.run_id}: {', '.join(f'{k}={v}' for k, v in p.items() if k in given or matrix)}")
+            run_id = runner.start_run(plan, store=tb.store)
+            limit = timeout or plan.timeouts.prepare * 2 + plan.timeouts.run + plan.timeouts.post + 60
+            try:
+                rec = runner.wait(run_id, limit, store=tb.store)
+            except TestbedError:  # past every timeout of the suite and more: stopped, and said so
+                runner.stop_run(run_id, store=tb.store)
+                rec = rs.require(tb.store, run_id)
+            result.points.append(_point(tb, plan, rec, to, note))
+        return result
+    finally:
+        if not keep:
+            try:
+                tb.destroy()
+            except TestbedError as e:
+                note(f"could not destroy the replica {tb.name}: {e.what} ({e.fix})")
+
+
+def _setup(tb: Testbed, s: Suite, overrides: dict[str, Override], setup: bool, roles: list[str] | None,
+           note: Any) -> dict[str, Any]:
+    from testbed import sources as sources_mod
+
+    if not setup or not s.profile:
+        return {"applied": None, "ok": True, "why": "--no-setup" if s.profile else "the suite has no profile"}
+    builds = sources_mod.for_setup(overrides, {x.name: x.repo for x in s.sources},
+                                   sources_mod.profile_builds(s.profile)) if overrides else None
+    note(f"set-up: profile {s.profile}" + (f", roles {', '.join(roles)}" if roles else ""))
+    t0 = time.monotonic()
+    res = tb.setup(s.profile if not roles else None, roles=roles,
+                   extra_vars={"testbed_source_overrides": builds} if builds else None)
+    out: dict[str, Any] = {"applied": s.profile, "roles": roles or res.roles, "ok": res.ok,
+                           "seconds": round(time.monotonic() - t0, 1)}
+    if not res.ok:
+        bad = {n: (h.error or "failed") for n, h in res.hosts.items() if h.failed or h.unreachable}
+        out["failed"] = bad
+        out["error"] = res.error
+    return out
+
+
+def _point(tb: Testbed, plan: Plan, rec: Any, to: Path, note: Any) -> PointResult:
+    from testbed.collect import collect_runs
+
+    events = [e for e in tb.store.events(plan.run_id) if e.kind == "step"]
+    seen = {(e.detail.get("phase"), e.detail.get("step")): e for e in events}
+    skipped = (plan.rehearsal or {}).get("skipped", {})
+    steps = []
+    for phase, items in (("sources", plan.sources), ("prepare", plan.prepare), ("post", plan.post)):
+        for st in items:
+            ev = seen.get((phase, st.name))
+            status = "not reached" if ev is None else "skipped" if st.name in skipped else \
+                "ran" if ev.detail.get("ok") else "failed"
+            steps.append(StepOutcome(phase, st.name, status, list(st.hosts), skipped.get(st.name, "")))
+    collected = collect_runs([plan.run_id], to, store=tb.store)[0]
+    folder = Path(to) / plan.suite / plan.run_id
+    probes = []
+    for f in sorted(folder.glob("*/probe-*.json")):
+        try:
+            d = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        probes.append(Probe(host=d.get("host", f.parent.name), script=d.get("script", ""), argv=d.get("argv", []),
+                            cwd=d.get("cwd", ""), parsed_by=str(d.get("parsed_by", "")),
+                            problems=list(d.get("problems", []))))
+    launched = any(e.kind == "started" for e in tb.store.events(plan.run_id)) or rec.info.launched_at
+    ranks = "not reached" if not launched else "probed" if probes else "ran"
+    if collected.ok:
+        try:
+            from testbed.report.build import build_report
+
+            build_report(folder)
+        except TestbedError as e:
+            note(f"report of {plan.run_id}: {e.what}")
+    return PointResult(params=plan.params, run_id=plan.run_id, status=rec.status, reason=rec.reason, steps=steps,
+                       ranks=ranks, probes=probes, not_rehearsed=list((plan.rehearsal or {}).get("not_rehearsed", [])),
+                       folder=str(folder))
