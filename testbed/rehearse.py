@@ -315,7 +315,7 @@ def _point(tb: Testbed, plan: Plan, rec: Any, to: Path, note: Any) -> PointResul
                 "ran" if ev.detail.get("ok") else "failed"
             steps.append(StepOutcome(phase, st.name, status, list(st.hosts), skipped.get(st.name, "")))
     collected = collect_runs([plan.run_id], to, store=tb.store)[0]
-    folder = Path(to) / plan.suite / plan.run_id
+    folder = (Path(to) / plan.suite / plan.run_id).absolute()
     probes = []
     for f in sorted(folder.glob("*/probe-*.json")):
         try:
@@ -337,3 +337,10 @@ def _point(tb: Testbed, plan: Plan, rec: Any, to: Path, note: Any) -> PointResul
     return PointResult(params=plan.params, run_id=plan.run_id, status=rec.status, reason=rec.reason, steps=steps,
                        ranks=ranks, probes=probes, not_rehearsed=list((plan.rehearsal or {}).get("not_rehearsed", [])),
                        folder=str(folder))
+
+
+def probe_exit() -> int:
+    """The exit status of a probed program that would trip on the real testbed."""
+    from testbed.scripts.probe import PROBLEM_EXIT
+
+    return PROBLEM_EXIT

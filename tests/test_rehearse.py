@@ -1,0 +1,175 @@
+"""``testbed rehearse``: the probe, the rehearsed plan, the replica's shape, refusals, and real rehearsals.
+
+The probe runs for real in a virtualenv (armed as a rehearsal arms it), the plans are the suites' own, and the
+rehearsals run each seed suite on a local replica of its real testbed with the artifact's real tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from artifacts import artifact
+from localbed import free_subnet
+
+from testbed import rehearse as rh
+from testbed.errors import UsageError
+from testbed.run import runner
+from testbed.spec import load_testbed
+from testbed.suite import load_suite, resolve_params
+
+PROBE = Path(rh.__file__).with_name("scripts") / "probe.py"
+SCRIPT = '''import argparse, os
+p = argparse.ArgumentParser()
+p.add_argument("--epochs", type=int, default=1)
+p.add_argument("--model", choices=["vgg", "resnet"], default="vgg")
+args = p.parse_args()
+rank = int(os.environ["RANK"])
+with open("log/rank.txt", "w") as f:
+    f.write(str(rank))
+print("TRAINED")
+'''
+
+
+@pytest.fixture
+def venv(tmp_path: Path) -> dict[str, Any]:
+    """A virtualenv with the probe armed for programs under ``src/`` (HOME in tmp: nothing outside is touched)."""
+    env_dir = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text(SCRIPT)
+    (tmp_path / "run").mkdir()
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    cfg = json.dumps({"run_dir": str(tmp_path / "run"), "roots": [str(tmp_path / "src")], "programs": []})
+    r = subprocess.run([str(env_dir / "bin" / "python"), str(PROBE), "arm", cfg, "--here"], env=env,
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    return {"python": str(env_dir / "bin" / "python"), "env": env, "src": tmp_path / "src", "run": tmp_path / "run"}
+
+
+def _py(v: dict[str, Any], *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([v["python"], *argv], cwd=v["src"], env={**v["env"], **(env or {})}, capture_output=True,
+                          text=True, check=False, timeout=120)
+
+
+def test_the_probe_stands_in_for_the_program_and_names_what_the_host_lacks(venv: dict[str, Any]) -> None:
+    r = _py(venv, "train.py", "--epochs", "2", "--model", "vit")
+    assert r.returncode == rh.probe_exit() and "TRAINED" not in r.stdout, r.stdout + r.stderr
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert found["parsed_by"] == "its own parser"
+    problems = "\n".join(found["problems"])
+    assert "invalid choice: 'vit'" in problems  # argv against the script's own parser
+    assert "reads $RANK, which is not set" in problems  # an environment variable it reads with no default
+    assert "writes log/rank.txt, but log/ does not exist" in problems  # a folder nothing creates
+
+    for f in venv["run"].glob("probe-*.json"):
+        f.unlink()
+    (venv["src"] / "log").mkdir()
+    r = _py(venv, "train.py", "--epochs", "2", env={"RANK": "1"})
+    assert r.returncode == 0 and "replaced by the probe" in r.stdout, r.stdout + r.stderr
+    assert json.loads(next(venv["run"].glob("probe-*.json")).read_text())["problems"] == []
+    assert not (venv["src"] / "log" / "rank.txt").exists()  # the program itself never ran
+
+    other = venv["src"].parent / "other.py"  # not under a source checkout: runs as it is
+    other.write_text("print('untouched')\n")
+    assert _py(venv, str(other)).stdout.strip() == "untouched"
+    r = subprocess.run([venv["python"], str(PROBE), "disarm", "--here"], env=venv["env"], check=False)
+    assert r.returncode == 0
+    assert "TRAINED" in _py(venv, "train.py", env={"RANK": "0"}).stdout  # disarmed: the program runs again
+
+
+def test_the_probe_reads_the_parser_from_the_source_when_an_import_is_missing(venv: dict[str, Any]) -> None:
+    (venv["src"] / "train.py").write_text("import not_on_this_host\n" + SCRIPT)
+    r = _py(venv, "train.py", "--epochs", "x", env={"RANK": "0"})
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert r.returncode == rh.probe_exit() and found["parsed_by"] == "its parser, read from the source", found
+    assert "not_on_this_host" in found["import_error"]
+    assert any("invalid int value: 'x'" in p for p in found["problems"]), found
+
+
+def test_a_rehearsed_plan_skips_what_the_replica_lacks_and_probes_the_ranks(tb_home: Path) -> None:
+    suite = load_suite("jitc")
+    plan = runner.plan_run(suite, None, {"fault": "kill-rank"}, dry_run=True)
+    needy = [s.name for s in plan.prepare if s.needs]
+    plan = rh.rehearsal_plan(plan, suite, "chameleon")
+    assert plan.rehearsal is not None and set(plan.rehearsal["skipped"]) == set(needy)
+    for s in plan.prepare:
+        if s.name in needy:
+            assert all(c.startswith("echo ") and "skipped: needs" in c for c in s.commands.values())
+    assert plan.prepare[-1].name == "rehearse: arm the probe" and plan.post[0].name == "rehearse: disarm the probe"
+    assert "testbed_probe.py" in plan.files and plan.faults == []
+    assert plan.rehearsal["probed_ranks"] == [r.rank for r in plan.ranks]
+    assert plan.rehearsal["not_rehearsed"] == ["fault kill-rank: the ranks it targets are probed, not run"]
+    assert all("probe-*.json" in globs for globs in plan.outputs.values())
+
+
+def test_a_replica_has_the_real_testbeds_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WATID", "h3trinh")
+    target = load_testbed("tesla")
+    suite = load_suite("tesla")
+    spec = rh.replica_spec(target, suite, [resolve_params(suite, {})], "10.219.0.0/24")
+    assert spec["provider"]["names"] == target.host_names() and spec["user"] == "h3trinh"
+    assert spec["hardware"] == target.hardware.model_dump(mode="json") and spec["groups"] == target.groups
+    cham = rh.replica_spec(load_testbed("chameleon"), load_suite("jitc"), [{"nodes": 3}], "10.219.0.0/24")
+    assert cham["provider"]["names"] == ["node0", "node1", "node2"]  # as many as the suite's points need
+
+
+def test_a_rehearsal_refuses_a_source_the_replica_cannot_reach_before_any_host(tb_home: Path) -> None:
+    with pytest.raises(UsageError) as e:
+        rh.rehearse("jitc", {}, like="chameleon")
+    assert "cannot reach" in e.value.what and "--source jitc=PATH" in e.value.fix
+    with pytest.raises(UsageError, match="has no parameter"):
+        rh.rehearse("jitc", {"nope": "1"}, like="chameleon")
+    with pytest.raises(UsageError, match="names no testbed"):
+        rh.rehearse("jitc", {})
+    assert not (tb_home / ".testbed" / "testbeds" / "rehearse-chameleon" / "local").exists()
+
+
+# --- real rehearsals on local replicas ------------------------------------------------------------------------------
+def _rehearse(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+              timeout: float = 1200) -> dict[str, Any]:
+    r = subprocess.run([sys.executable, "-m", "testbed", "rehearse", *args, "--subnet", free_subnet(), "--json"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=timeout, check=False,
+                       env={**os.environ, "TESTBED_HOME": str(tmp_path / ".testbed"), **(env or {})})
+    assert r.stdout.strip(), r.stderr
+    out: dict[str, Any] = json.loads(r.stdout)
+    out["_rc"], out["_stderr"] = r.returncode, r.stderr
+    return out
+
+
+@pytest.mark.slow
+def test_tesla_hello_rehearsed_on_a_replica_of_the_lab(tmp_path: Path, need_local: None) -> None:
+    vit = artifact("Scalable_ViT_DT")
+    out = _rehearse(tmp_path, "tesla", "-p", "task=hello", "--source", f"vit={vit}", "--role", "ssh_mesh",
+                    "--role", "shell", "--role", "mpi", env={"WATID": "h3trinh"})
+    assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)
+    target = load_testbed_env("tesla", WATID="h3trinh")
+    assert out["shape"]["hosts"] == target.host_names()
+    assert out["shape"]["shared_home"] == target.hardware.shared_home
+    point = out["points"][0]
+    assert point["status"] == "succeeded" and point["ranks"] == "ran"
+    folder = Path(point["folder"])
+    man = json.loads((folder / "manifest.json").read_text())
+    assert man["rehearsal"]["like"] == "tesla"  # marked: never counted as results
+    hello = (folder / "ecetesla0" / "rank0.out").read_text()
+    assert sorted(ln for ln in hello.splitlines() if ln.startswith("Hello world")) == sorted(
+        f"Hello world from processor {n}, rank {i} out of 5 processors" for i, n in enumerate(target.host_names()))
+    assert not (tmp_path / ".testbed" / "testbeds" / "rehearse-tesla" / "local").exists()  # the replica is gone
+
+
+def load_testbed_env(name: str, **env: str) -> Any:
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return load_testbed(name)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
