@@ -156,6 +156,8 @@ def test_tesla_hello_rehearsed_on_a_replica_of_the_lab(tmp_path: Path, need_loca
     folder = Path(point["folder"])
     man = json.loads((folder / "manifest.json").read_text())
     assert man["rehearsal"]["like"] == "tesla"  # marked: never counted as results
+    report = (folder / "report" / "report.md").read_text()
+    assert "Rehearsal: not results" in report and report.index("Rehearsal") < report.index("## Run"), report[:600]
     hello = (folder / "ecetesla0" / "rank0.out").read_text()
     assert sorted(ln for ln in hello.splitlines() if ln.startswith("Hello world")) == sorted(
         f"Hello world from processor {n}, rank {i} out of 5 processors" for i, n in enumerate(target.host_names()))

@@ -26,6 +26,13 @@ def add_summary(run: RunDir, rep: Report) -> None:
         ["status", m.get("status")],
         ["reason", m.get("reason")],
     ]
+    reh = m.get("rehearsal")
+    if isinstance(reh, dict):  # testbed rehearse: a local replica, probes for programs; never a result
+        rep.heading("Rehearsal: not results")
+        rep.text(f"This run is a rehearsal on a local replica of '{reh.get('like')}' (testbed rehearse): its numbers "
+                 "are not the artifact's results. Steps skipped: "
+                 + (", ".join(f"{k} ({v})" for k, v in (reh.get("skipped") or {}).items()) or "none")
+                 + ". Ranks probed: " + (", ".join(map(str, reh.get("probed_ranks") or [])) or "none") + ".")
     rep.heading("Run")
     rep.table("run", ["field", "value"], [r for r in rows if r[1] is not None])
     status = m.get("status")
