@@ -85,19 +85,20 @@ def test_shell_metacharacters_are_quoted() -> None:
 
 def test_tesla_dry_run_documented_commands() -> None:
     plan = runner.plan_run("tesla", "tesla", {"gpus": "5"}, dry_run=True)
-    assert [h.name for h in plan.hosts] == [f"ecetesla{i}" for i in range(5)]
+    assert [h.name for h in plan.hosts] == ["ecetesla1", "ecetesla2", "ecetesla4", "ecetesla0", "ecetesla3"]
     cmds = commands(plan)
     assert "mpicc -o setup/hello_mpi setup/hello_mpi.c" in cmds
     launch = commands(plan, "launch")
     assert len(launch) == 1
     assert launch[0].startswith("NCCL_IB_DISABLE=1 ") is False  # env goes through -x and the rank script
     assert "mpirun -np 5 --hostfile" in launch[0]
-    assert "-x MASTER_ADDR=ecetesla0.uwaterloo.ca" in launch[0]
-    assert "deepspeed/run_distributed_training.py --deepspeed_config deepspeed_config.json --epochs 10'" in launch[0]
+    assert "-x MASTER_ADDR=ecetesla1.uwaterloo.ca" in launch[0]
+    assert "deepspeed/run_distributed_training.py --deepspeed_config $HOME/.testbed-runs/" in launch[0]
+    assert "/deepspeed_config.json --epochs 10 --data_path $HOME/datasets/cifar10'" in launch[0]
     weak = commands(runner.plan_run("tesla", "tesla", {"gpus": "3", "dataset_percentage": "0.3"}, dry_run=True),
                     "launch")[0]
-    assert "--epochs 10 --dataset_percentage 0.3'" in weak  # log/3_GPUs/p0.3_b16_e10, as the artifact's
-    assert plan.generated["hostfile"].splitlines()[0] == "ecetesla0 slots=1"
+    assert "--epochs 10 --dataset_percentage 0.3 --data_path" in weak  # log/3_GPUs/p0.3_b16_e10, as the artifact's
+    assert plan.generated["hostfile"].splitlines()[0] == "ecetesla1 slots=1"
     cfg = next(c for c in cmds if "deepspeed_config.json" in c and c.startswith("printf"))
     import json
 
