@@ -171,17 +171,19 @@ def test_isca_dry_run_documented_commands() -> None:
 def test_neuronabox_dry_run_documented_commands() -> None:
     plan = runner.plan_run("neuronabox", None, {"experiment": "coll"}, dry_run=True)
     prep = commands(plan, "prepare")
-    # each host's own env (emu on the master, ori on the peer) at one path for mpirun --prefix, and the gitignored
-    # config.sh written per host; NCCL itself is built by the profile (no build_nccl.sh in the nccl checkout)
-    assert any("ln -sfn $HOME/neurona/emu ~/neurona/this" in c for c in prep)
-    assert any("ln -sfn $HOME/neurona/ori ~/neurona/this" in c for c in prep)
-    assert any("ENV_PATH=$HOME/neurona/ori" in c and "> ~/NeuronaBox/config.sh" in c for c in prep)
+    # each host's own env (emu on the master, ori on the peer) at one host-local path for mpirun --prefix, and the
+    # gitignored config.sh written once per home; NCCL itself is built by the profile (no build_nccl.sh in the nccl
+    # checkout); emu and ori binaries under their README names (a shared home holds both)
+    assert any("ln -sfn $HOME/neurona/emu /tmp/neuronabox-env" in c for c in prep)
+    assert any("ln -sfn $HOME/neurona/ori /tmp/neuronabox-env" in c for c in prep)
+    assert any("> ~/NeuronaBox/config.sh" in c for c in prep)
     assert not any("build_nccl" in c for c in prep)
-    assert any("nvcc -lmpi -lnccl -lcudart -O3 eval/coll/all_reduce.cu -o build/all_reduce" in c for c in prep)
-    assert any("eval/coll/all_reduce_ori.cu" in c for c in prep)
+    assert any("nvcc -lmpi -lnccl -lcudart -O3 eval/coll/all_reduce.cu -o build/all_reduce " in c for c in prep)
+    assert any("eval/coll/all_reduce_ori.cu -o build/all_reduce_ori" in c for c in prep)
     launch = commands(plan, "launch")
-    assert ("mpirun -x NCCL_PROTO -x NCCL_ALGO --prefix $HOME/neurona/this -np 2 -H host0:1,host1:1 --mca pml ob1 "
-            "--mca btl tcp,self --mca btl_tcp_if_include enp1s0f0 sh -c '/tmp/ex 67108864 100'") in launch[1]
+    # no testbed: no interface or subnet known, so no btl_tcp_if_include (never the authors' enp1s0f0)
+    assert ("mpirun -x NCCL_PROTO -x NCCL_ALGO --prefix /tmp/neuronabox-env -np 2 -H host0:1,host1:1 --mca pml ob1 "
+            "--mca btl tcp,self sh -c '/tmp/ex 67108864 100'") in launch[1]
     cnn = commands(runner.plan_run("neuronabox", None, {"experiment": "cnn"}, dry_run=True), "launch")
     assert ("CUDA_VISIBLE_DEVICES=0 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_RANK=0 "
             "MOD_KERNEL_BYPASS=1 python main.py -a resnet152 --lr 0.1 --world-size 2 --rank 0 --dist-url "
