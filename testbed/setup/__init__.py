@@ -338,6 +338,7 @@ class _Probe:
     matched: list[str] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    shared_home: bool = False  # one home for every host: each host's record is a file of its own there
 
 
 def _probe(testbed: str, plan: Plan, playbook: list[dict[str, Any]], inventory: dict[str, Any],
@@ -358,8 +359,9 @@ def _probe(testbed: str, plan: Plan, playbook: list[dict[str, Any]], inventory: 
                                   known_hosts=ssh.known_hosts_path(testbed))
     out.addresses = {n: address.host_address(common, inventory, n) for n in targets}
     # check mode never removes a record; a verified host's always goes; another's unless it matches
-    commands = {n: address.read_command(keep=None if check else "" if n in verify else out.addresses[n][0])
-                for n in targets}
+    out.shared_home = bool((inventory["all"]["vars"].get("testbed_hardware") or {}).get("shared_home"))
+    commands = {n: address.read_command(keep=None if check else "" if n in verify else out.addresses[n][0],
+                                        host=n if out.shared_home else None) for n in targets}
     t0 = time.monotonic()
     found = remote.run_each(testbed, commands, timeout=60, connect_timeout=15, max_output=1 << 20)
     out.seconds = time.monotonic() - t0
@@ -391,7 +393,7 @@ def _record(testbed: str, plan: str, probe: _Probe, hosts: list[str]) -> None:
     """Write each host's address (one round trip per host); a host that cannot be written simply runs next time."""
     from testbed import remote
 
-    cmds = {n: address.write_command(address.record(testbed, n, plan, *probe.addresses[n]))
-            for n in hosts if n in probe.addresses}
+    cmds = {n: address.write_command(address.record(testbed, n, plan, *probe.addresses[n]),
+                                     host=n if probe.shared_home else None) for n in hosts if n in probe.addresses}
     if cmds:
         remote.run_each(testbed, cmds, timeout=60, connect_timeout=15)

@@ -187,10 +187,19 @@ def record(testbed: str, host: str, plan: str, address: str, parts: dict[str, st
                       sort_keys=True)
 
 
-def read_command(keep: str | None) -> str:
+def record_path(host: str | None = None) -> str:
+    """The record's path under the login user's home; ``host``: a file per host (a home every host shares)."""
+    if host is None:
+        return RECORD
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.-]{0,62}", host):
+        raise ValueError(f"not a host name: {host!r}")
+    return RECORD.replace("setup.json", f"setup-{host}.json")
+
+
+def read_command(keep: str | None, host: str | None = None) -> str:
     """The host-side command that prints the record and then removes it unless it holds the address ``keep``
-    (``None``: never remove; ``""``: always); it never fails."""
-    path = f'"$HOME/{RECORD}"'
+    (``None``: never remove; ``""``: always); it never fails. ``host``: the record of that host in a shared home."""
+    path = f'"$HOME/{record_path(host)}"'
     if keep is None:
         return f"cat {path} 2>/dev/null; true"
     if keep:
@@ -201,9 +210,9 @@ def read_command(keep: str | None) -> str:
     return f"cat {path} 2>/dev/null; rm -f {path}; true"
 
 
-def write_command(text: str) -> str:
+def write_command(text: str, host: str | None = None) -> str:
     """The host-side command that writes ``text`` as the record, atomically (a temp file, then a rename)."""
-    path = "$HOME/" + RECORD
+    path = "$HOME/" + record_path(host)
     return (f'umask 077 && mkdir -p "$HOME/{os.path.dirname(RECORD)}" && printf %s {shlex.quote(text)} > "{path}.tmp"'
             f' && mv -f "{path}.tmp" "{path}"')
 
