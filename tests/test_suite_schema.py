@@ -135,10 +135,12 @@ def test_datastall_dry_run_documented_commands() -> None:
     plan = runner.plan_run(s, None, fig3[1], dry_run=True)
     script = commands(plan, "launch")[0].splitlines()
     assert script[0] == "set -e" and "sync; echo 3 | sudo tee /proc/sys/vm/drop_caches >/dev/null" in script
-    # as figure3.sh: --profile-batches -1 and --emulator-version=1, stdout and stderr into the output file
-    assert ("cgexec -g memory:myGroup python main-measure-time-emulator.py -a resnet18 -j 8 --epoch 2 -b 256 "
-            "--profile-batches -1 --gpu-type p100 --gpu-count 8 --emulator-version=1 ~/data/imagenette2 "
-            "> outputsfig3/outputresnet18.txt 2>&1") in script
+    # as figure3.sh: --profile-batches -1 and --emulator-version=1, stdout and stderr into the output file; run in
+    # the run folder (the checkout's outputsfig3/ holds the authors' committed outputs) with profile.csv copied in
+    assert plan.ranks[0].cwd is None and "cp ~/gpufs/emulator/datastall/profile.csv profile.csv" in script
+    assert ("cgexec -g memory:myGroup python ~/gpufs/emulator/datastall/main-measure-time-emulator.py -a resnet18 "
+            "-j 8 --epoch 2 -b 256 --profile-batches -1 --gpu-type p100 --gpu-count 8 --emulator-version=1 "
+            "~/data/imagenette2 > outputsfig3/outputresnet18.txt 2>&1") in script
     assert "vmtouch ~/data/imagenette2/train/ > outputsfig3/cache_resultresnet18.txt 2>&1" in script
     fig4 = suite.expand_matrix(s, {"figure": "4"})
     assert [p["mem_limit"] for p in fig4] == ["6g", "8g", "10g", "12g", "14g", "16g"]
