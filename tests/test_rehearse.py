@@ -175,3 +175,46 @@ def load_testbed_env(name: str, **env: str) -> Any:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(cwd), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_source_checkout_follows_its_branch_restores_a_modified_tree_and_takes_over_a_filled_folder(
+        tb_home: Path) -> None:
+    """The sources step, run for real with git: a later run gets the branch as the remote has it now (not the
+    local branch an earlier run left), a tree an earlier run modified is put back, and a folder that set-up
+    filled (not a git checkout) is taken over in place instead of failing the clone."""
+    origin = tb_home / "origin"
+    origin.mkdir()
+    _git(origin, "init", "-q", "-b", "main")
+    (origin / "main.py").write_text("v1\n")
+    _git(origin, "add", ".")
+    _git(origin, "commit", "-qm", "v1")
+    (tb_home / "experiments").mkdir()
+    (tb_home / "experiments" / "src.yml").write_text(
+        f"name: src\nsources:\n  - {{name: app, repo: {origin}, ref: main, path: ~/app}}\n"
+        "steps:\n  launch: {command: 'true'}\n")
+    plan = runner.plan_run("src", None, {}, dry_run=True)
+    cmd = plan.sources[0].commands[plan.sources[0].hosts[0]]
+    home = tb_home / "home"
+    home.mkdir()
+
+    def checkout() -> None:
+        r = subprocess.run(["sh", "-c", cmd], env={**os.environ, "HOME": str(home)}, capture_output=True, text=True,
+                           check=False)
+        assert r.returncode == 0, r.stderr
+
+    checkout()
+    (home / "app" / "main.py").write_text("modified by a run\n")
+    (origin / "main.py").write_text("v2\n")
+    _git(origin, "commit", "-qam", "v2")
+    checkout()
+    assert (home / "app" / "main.py").read_text() == "v2\n"  # the branch as it is now, the run's edit undone
+    filled = home / "app"
+    subprocess.run(["rm", "-rf", str(filled / ".git")], check=True)  # set-up left a plain copy there
+    (filled / "made-by-setup.txt").write_text("kept\n")
+    checkout()
+    assert (filled / "main.py").read_text() == "v2\n" and (filled / "made-by-setup.txt").exists()

@@ -355,8 +355,10 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
                f"git -C {path} fetch --quiet origin && git -C {path} checkout --quiet --force "
                f"\"$(git -C {path} symbolic-ref --short refs/remotes/origin/HEAD 2>/dev/null || echo FETCH_HEAD)\"; "
                f"else git clone --quiet {shlex.quote(repo)} {path}; fi")
-        if ref:
-            cmd += f" && git -C {path} -c advice.detachedHead=false checkout --quiet --force {shlex.quote(ref)}"
+        if ref:  # a branch is taken as the remote has it now (a local branch left from an earlier run is stale)
+            cmd += (f" && tb_ref={shlex.quote(ref)} && {{ git -C {path} rev-parse -q --verify "
+                    f'"refs/remotes/origin/$tb_ref" >/dev/null && tb_ref="origin/$tb_ref"; true; }} '
+                    f'&& git -C {path} -c advice.detachedHead=false checkout --quiet --force "$tb_ref"')
         if s.submodules:
             cmd += (f" && git -C {path} -c url.https://github.com/.insteadOf=git@github.com: "
                     "submodule update --init --recursive --quiet")  # ssh submodule URLs need no key
