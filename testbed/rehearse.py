@@ -169,9 +169,10 @@ def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
     return plan
 
 
-def stand_in_environments(tb: Testbed, plan: Plan) -> list[str]:
+def stand_in_environments(tb: Testbed, plan: Plan, site: str | None = None) -> list[str]:
     """Where the suite's environment is missing on a host (its profile did not make it here), a stand-in venv
-    that sees the controller's packages (local hosts share its files); the hosts it was made on."""
+    that sees ``site`` (default: the controller's packages; local hosts share its files); the hosts it was made
+    on."""
     from testbed import remote
     from testbed.setup import _controller_site_packages
     from testbed.suite import path_word
@@ -184,7 +185,7 @@ def stand_in_environments(tb: Testbed, plan: Plan) -> list[str]:
         for h, env in (s.environments or {}).items():
             if env:
                 by_host.setdefault(h, env)
-    site = _controller_site_packages()
+    site = site or _controller_site_packages()
     made = []
     for host, env in sorted(by_host.items()):
         w = path_word(env.rstrip("/"))
@@ -206,11 +207,14 @@ def stand_in_environments(tb: Testbed, plan: Plan) -> list[str]:
 def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None, matrix: bool = False,
              sources: dict[str, str] | None = None, setup: bool = True, roles: list[str] | None = None,
              keep: bool = False, to: Path = Path("results"), subnet: str = DEFAULT_SUBNET,
-             timeout: float | None = None, say: Any = None) -> RehearsalResult:
+             timeout: float | None = None, site: str | None = None, say: Any = None) -> RehearsalResult:
     """Rehearse ``suite_name`` (every point of its matrix with ``matrix``) on a replica of ``like``.
 
     Everything is checked before a host is made (suite, parameters, testbed spec, offline sources); the replica is
-    destroyed at the end unless ``keep``. ``say``: a callable taking one line of progress."""
+    destroyed at the end unless ``keep``. ``site``: the site-packages a stand-in environment sees. ``say``: a
+    callable taking one line of progress."""
+    if site is not None and not Path(site).is_dir():
+        raise UsageError(f"no folder {site}", where="--site", fix="give the site-packages folder of a virtualenv")
     from testbed import sources as sources_mod
     from testbed.handle import Testbed
     from testbed.run import plan as plan_mod
@@ -259,7 +263,7 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
             plan = plan_mod.build_plan(s, plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store), p,
                                        overrides=overrides)
             plan = rehearsal_plan(plan, s, like)
-            made = stand_in_environments(tb, plan)
+            made = stand_in_environments(tb, plan, site)
             if made:
                 result.setup.setdefault("stand_in_environment", sorted(set(made)))
             note(f"run {plan.run_id}: {', '.join(f'{k}={v}' for k, v in p.items() if k in given or matrix)}")

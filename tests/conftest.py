@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,3 +70,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _LOCAL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.local)
+
+
+PAIR = ["torch==2.14.1", "torchvision==0.29.1", "pandas", "pillow", "psutil", "wheel", "setuptools"]
+
+
+@pytest.fixture(scope="session")
+def torch_pair() -> Iterator[str]:
+    """site-packages of a venv holding the stock pair (made once per machine, ~1 min from pip's local files)."""
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "testbed-tests" / "torch-2.14.1-tv-0.29.1"
+    py = root / "bin" / "python"
+    probe = [str(py), "-c", "import torch, torchvision.models, pandas, PIL, psutil, wheel, sysconfig; "
+                            "print(sysconfig.get_paths()['purelib'])"]
+    r = subprocess.run(probe, capture_output=True, text=True, check=False) if py.exists() else None
+    if r is None or r.returncode != 0:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True)
+        pip = subprocess.run([str(root / "bin" / "pip"), "install", "-q", *PAIR], capture_output=True, text=True,
+                             check=False, timeout=1800)
+        if pip.returncode != 0:
+            pytest.skip(f"cannot install the stock torch pair here: {pip.stderr.strip()[-500:]}")
+        r = subprocess.run(probe, capture_output=True, text=True, check=True)
+    yield r.stdout.strip()

@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,26 +26,7 @@ from localbed import can_raise_memlock
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
 
-PAIR = ["torch==2.14.1", "torchvision==0.29.1", "pandas", "pillow", "psutil", "wheel", "setuptools"]
 ENV = "~/miniforge3/envs/datastall"  # the suite's environment: (a venv there with datastall_stack: check)
-
-
-@pytest.fixture(scope="module")
-def torch_pair() -> Iterator[str]:
-    """site-packages of a venv holding the stock pair (made once per machine, ~1 min from pip's local files)."""
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "testbed-tests" / "torch-2.14.1-tv-0.29.1"
-    py = root / "bin" / "python"
-    probe = [str(py), "-c", "import torch, torchvision.models, pandas, PIL, psutil, wheel, sysconfig; "
-                            "print(sysconfig.get_paths()['purelib'])"]
-    r = subprocess.run(probe, capture_output=True, text=True, check=False) if py.exists() else None
-    if r is None or r.returncode != 0:
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True)
-        pip = subprocess.run([str(root / "bin" / "pip"), "install", "-q", *PAIR], capture_output=True, text=True,
-                             check=False, timeout=1800)
-        if pip.returncode != 0:
-            pytest.skip(f"cannot install the stock torch pair here: {pip.stderr.strip()[-500:]}")
-        r = subprocess.run(probe, capture_output=True, text=True, check=True)
-    yield r.stdout.strip()
 
 
 def _cli(bed: Any, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:

@@ -218,3 +218,25 @@ def test_a_source_checkout_follows_its_branch_restores_a_modified_tree_and_takes
     (filled / "made-by-setup.txt").write_text("kept\n")
     checkout()
     assert (filled / "main.py").read_text() == "v2\n" and (filled / "made-by-setup.txt").exists()
+
+
+@pytest.mark.slow
+def test_jitc_rehearsed_ranks_probed_through_their_real_launch(tmp_path: Path, need_local: None,
+                                                                torch_pair: str) -> None:
+    """jitc on a replica of its Chameleon testbed: the tracer check (CUDA) is skipped with the reason, the real
+    prepare steps run (main.py repaired in the real checkout), and each rank's main.py, started by the suite's
+    own launch line, is replaced by the probe: argv through main.py's own parser, its folder and files."""
+    jitc = artifact("open-jitc")
+    out = _rehearse(tmp_path, "jitc", "--like", "chameleon", "-p", "fault=kill-rank", "--source", f"jitc={jitc}",
+                    "--no-setup", "--site", torch_pair)
+    point = out["points"][0]
+    steps = {s["name"]: s for s in point["steps"]}
+    tracer = next(s for n, s in steps.items() if n.startswith("check the CUDA trace preload"))
+    assert tracer["status"] == "skipped" and "needs cuda" in tracer["reason"], steps
+    assert all(s["status"] == "ran" for n, s in steps.items() if s is not tracer), json.dumps(point, indent=1)
+    assert point["ranks"] == "probed" and len(point["probes"]) == 2, json.dumps(point, indent=1)
+    for p in point["probes"]:
+        assert p["script"] == "main.py" and p["parsed_by"] == "its own parser", p
+        assert p["cwd"].endswith("open-jitc/UserLevel"), p
+    assert point["not_rehearsed"] == ["fault kill-rank: the ranks it targets are probed, not run"]
+    assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)

@@ -372,6 +372,9 @@ def rehearse(
     keep: Annotated[bool, typer.Option("--keep", help="Keep the replica afterwards (testbed destroy NAME).")] = False,
     to: Annotated[str, typer.Option("--to", help="Where the rehearsal's outputs and reports go.")] = "results",
     subnet: Annotated[str, typer.Option("--subnet", help="The replica's private subnet.")] = "10.219.0.0/24",
+    site: Annotated[str | None, typer.Option("--site", help="site-packages a stand-in for the suite's environment "
+                                                            "sees, where the profile did not make it (default: "
+                                                            "testbed's own when it holds torch).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Rehearse a suite end to end on local hosts shaped like its real testbed, before renting it.
@@ -393,7 +396,8 @@ def rehearse(
     c = console(stderr=True)
     res = rehearse_mod.rehearse(suite, suite_mod.parse_assignments(param or []), like=like, matrix=matrix,
                                 sources=sources_mod.parse(source or []), setup=not no_setup, roles=role,
-                                keep=keep, to=Path(to), subnet=subnet, say=lambda m: c.print(escape(m)))
+                                keep=keep, to=Path(to), subnet=subnet, site=site,
+                                say=lambda m: c.print(escape(m)))
     if json_out:
         print_json(res.to_json())
     else:
