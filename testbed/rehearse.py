@@ -147,7 +147,12 @@ def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
                 s.commands = {h: "echo " + shlex.quote(f"testbed rehearse: skipped: {why}") for h in s.hosts}
     probed = sorted({r.rank for r in plan.ranks if set(r.needs) & lacks})
     not_rehearsed: list[str] = []
-    if probed:
+    if probed:  # post steps work on what the ranks made, and a probe makes none of it
+        for s in plan.post:
+            if s.name not in skipped:
+                why = "works on the outputs of the probed ranks, which a probe does not make"
+                skipped[s.name] = why
+                s.commands = {h: "echo " + shlex.quote(f"testbed rehearse: skipped: {why}") for h in s.hosts}
         for f in plan.faults:
             not_rehearsed.append(f"fault {f.name}: the ranks it targets are probed, not run")
         plan.faults, plan.recovery, plan.checkpoint = [], {}, None

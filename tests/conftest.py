@@ -78,7 +78,13 @@ PAIR = ["torch==2.14.1", "torchvision==0.29.1", "pandas", "pillow", "psutil", "w
 @pytest.fixture(scope="session")
 def torch_pair() -> Iterator[str]:
     """site-packages of a venv holding the stock pair (made once per machine, ~1 min from pip's local files)."""
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "testbed-tests" / "torch-2.14.1-tv-0.29.1"
+    old = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "testbed-tests"
+    if old.is_dir():  # where earlier versions kept it (unreadable to other users): gone, made again below
+        import shutil
+
+        shutil.rmtree(old, ignore_errors=True)
+    # where every user can read it: a rehearsal's replica logs in as the real testbed's user (cc, h3trinh ...)
+    root = Path(os.environ.get("TESTBED_TEST_CACHE", "/var/tmp/testbed-tests")) / "torch-2.14.1-tv-0.29.1"
     py = root / "bin" / "python"
     probe = [str(py), "-c", "import torch, torchvision.models, pandas, PIL, psutil, wheel, sysconfig; "
                             "print(sysconfig.get_paths()['purelib'])"]

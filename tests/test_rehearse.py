@@ -30,6 +30,10 @@ p.add_argument("--epochs", type=int, default=1)
 p.add_argument("--model", choices=["vgg", "resnet"], default="vgg")
 args = p.parse_args()
 rank = int(os.environ["RANK"])
+try:
+    devices = os.environ["CUDA_VISIBLE_DEVICES"]  # guarded: has a default, never a problem
+except KeyError:
+    devices = "0"
 with open("log/rank.txt", "w") as f:
     f.write(str(rank))
 print("TRAINED")
@@ -65,6 +69,7 @@ def test_the_probe_stands_in_for_the_program_and_names_what_the_host_lacks(venv:
     problems = "\n".join(found["problems"])
     assert "invalid choice: 'vit'" in problems  # argv against the script's own parser
     assert "reads $RANK, which is not set" in problems  # an environment variable it reads with no default
+    assert "CUDA_VISIBLE_DEVICES" not in problems and "CUDA_VISIBLE_DEVICES" in found["env_read"]  # under except
     assert "writes log/rank.txt, but log/ does not exist" in problems  # a folder nothing creates
 
     for f in venv["run"].glob("probe-*.json"):

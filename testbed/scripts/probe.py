@@ -231,11 +231,13 @@ def _static_parse(tree: ast.Module, argv: list[str]) -> dict:
 def env_reads(tree: ast.Module, script: str, out: dict) -> None:
     """``os.environ["X"]`` read with no default must be set; ``.get``/``getenv`` reads are listed."""
     required, optional = set(), set()
+    guarded = {id(n) for t in ast.walk(tree) if isinstance(t, ast.Try) and _catches_key_error(t)
+               for stmt in t.body for n in ast.walk(stmt)}  # read under ``except KeyError``: it has a default
     for node in ast.walk(tree):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_environ(node.value):
             key = node.slice
             if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                required.add((key.value, node.lineno))
+                (optional.add(key.value) if id(node) in guarded else required.add((key.value, node.lineno)))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args and \
                 isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) and \
                 ((node.func.attr == "get" and _is_environ(node.func.value)) or node.func.attr == "getenv"):
@@ -247,6 +249,16 @@ def env_reads(tree: ast.Module, script: str, out: dict) -> None:
             out["problems"].append(f"{os.path.basename(script)}:{line} reads ${name}, which is not set for this rank")
     out["env_read"] = sorted({n for n, _ in required} | optional)
     out["env_unset"] = sorted(n for n in optional if n not in os.environ)
+
+
+def _catches_key_error(t: ast.Try) -> bool:
+    names = set()
+    for h in t.handlers:
+        if h.type is None:
+            return True
+        for e in (h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]):
+            names.add(e.id if isinstance(e, ast.Name) else e.attr if isinstance(e, ast.Attribute) else "")
+    return bool(names & {"KeyError", "LookupError", "Exception", "BaseException"})
 
 
 def _is_environ(node: ast.AST) -> bool:
