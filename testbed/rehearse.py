@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import paths
 from testbed.errors import TestbedError, UsageError
+from testbed.providers.settings import local_replica
 
 if TYPE_CHECKING:
     from testbed.handle import Testbed
@@ -115,7 +116,7 @@ def replica_spec(target: TestbedSpec, suite: Suite, points: list[dict[str, Any]]
     groups = {g: m for g, m in target.groups.items() if all(x in names for x in m)}
     return {"name": replica_name(target.name),
             "description": f"a local replica of {target.name} for testbed rehearse",
-            "provider": {"kind": "local", "hosts": len(names), "names": names, "subnet": subnet},
+            "provider": local_replica(names, subnet),
             "user": target.user, "profile": target.profile, "groups": groups, "vars": dict(target.vars),
             "sources": dict(target.sources), "hardware": target.hardware.model_dump(mode="json")}
 
@@ -248,10 +249,11 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
     overrides = sources_mod.for_suite(s, like, sources)
     _offline_sources(s, overrides, like)
     for p in points:  # every point renders (a template, a fault, a host count) before a host is made
-        info = plan_mod.TestbedInfo(spec["name"], "local", [plan_mod.HostInfo(n, n, [], {})
-                                                            for n in spec["provider"]["names"]],
+        kind = str(spec["provider"]["kind"])
+        info = plan_mod.TestbedInfo(spec["name"], kind, [plan_mod.HostInfo(n, n, [], {})
+                                                         for n in spec["provider"]["names"]],
                                     {"hardware": target.hardware.context(), "subnet": subnet, "name": spec["name"],
-                                     "provider": "local", "ssh_config": "~/.ssh/config", **target.vars})
+                                     "provider": kind, "ssh_config": "~/.ssh/config", **target.vars})
         plan_mod.build_plan(s, info, p, overrides=overrides)
 
     tb = Testbed.open(str(spec_path))

@@ -144,7 +144,9 @@ def test_cifar10_is_fetched_once_where_the_ranks_read_it() -> None:
     assert not (tesla() / "data").exists()  # the repository has none
     _, argv, _ = rank_call(plan({"gpus": 3}))
     data_path = argv[argv.index("--data_path") + 1].replace("$HOME/", "~/")
-    (item,) = next(r for r in profile()["roles"] if r["role"] == "dataset")["vars"]["dataset_items"]
+    (ref,) = next(r for r in profile()["roles"] if r["role"] == "dataset")["vars"]["dataset_items"]
+    assert ref == "{{ tesla_cifar10 }}"  # the profile's item (a mirror replaces it whole)
+    item = profile()["vars"]["tesla_cifar10"]
     assert item["extract_to"] == data_path and item["url"].endswith("/cifar-10-python.tar.gz") and item["sha256"]
     assert item["creates"].startswith(f"{data_path}/cifar-10-batches-py/")  # torchvision's base_folder
     check = next(s for s in plan({"gpus": 3}).prepare if "CIFAR" in s.name)

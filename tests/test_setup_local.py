@@ -133,7 +133,10 @@ def test_tesla_profile_then_noop(bed: Any, served: dict[str, Any]) -> None:
                "python_env_pip_extra_index_urls": [], "python_env_pip_no_index": True,
                "python_env_pip_find_links": [f"{url}/wheels/"],
                "python_env_pip_extra_args": f"--trusted-host {served['host']}",
-               "tesla_repo": f"{url}/vit.git", "tesla_version": "main"}
+               "tesla_repo": f"{url}/vit.git", "tesla_version": "main",
+               "tesla_cifar10": {"name": "cifar10", "url": f"{url}/tbdata.tar.gz",
+                                 "dest": "~/datasets/cifar10/tbdata.tar.gz", "sha256": served["tar_sha"],
+                                 "extract_to": "~/datasets/cifar10", "creates": "~/datasets/cifar10/tbdata/train.csv"}}
     first = _apply_twice(bed, "tesla", profile="tesla", extra_vars=offline)
     assert first.changed > 0 and set(first.hosts) == {h.name for h in bed.hosts}
     # ssh mesh: host to host by name and by bare IP, without a password
@@ -141,6 +144,8 @@ def test_tesla_profile_then_noop(bed: Any, served: dict[str, Any]) -> None:
         for target in (h.name, h.address):
             r = bed.ssh(bed.hosts[0].name, f"ssh -o BatchMode=yes {target} hostname")
             assert r.returncode == 0 and r.stdout.strip() == h.name, (target, r.stderr)
+    # the dataset fetched once, verified, where the suite's data_path points
+    assert set(_on_all(bed, "cat ~/datasets/cifar10/tbdata/train.csv").values()) == {"label,value\ncat,1"}
     # zsh is the login shell in a new session
     assert set(_on_all(bed, 'echo "$SHELL"').values()) == {"/usr/bin/zsh"}
     # mpi: hostfiles and a hello across the 4 hosts

@@ -114,6 +114,11 @@ class LocalSettings(Settings):
         return {name: str(net.network_address + 2 + i) for i, name in enumerate(self.planned_hosts())}
 
 
+def local_replica(names: list[str], subnet: str) -> dict[str, object]:
+    """The ``provider:`` block of local hosts named ``names`` (a replica of another testbed, for a rehearsal)."""
+    return {"kind": "local", "hosts": len(names), "names": list(names), "subnet": subnet}
+
+
 class LabHost(Strict):
     name: str = Field(pattern=HOSTNAME_RE)
     address: str | None = Field(None, description="hostname or IP; default: name")
