@@ -111,6 +111,11 @@ def test_jitc_connect_repair_lets_a_rank_start_before_the_master(torch_pair: str
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     main = (user_level / "main.py").read_text().replace("18080", str(port))  # a free port, not the real one
+    # main.py makes /tmp/jit_checkpoints and /tmp/app_0.log as it starts (lines 35-41): nothing of them is left on
+    # this machine, whose /tmp local hosts see through their copy-on-write roots (another user's root-owned files
+    # there stop a rehearsal's ranks)
+    main = main.replace("/tmp/jit_checkpoints", str(tmp_path / "jit_checkpoints"))
+    main = main.replace("/tmp/app_0.log", str(tmp_path / "app_0.log"))  # opened at import, whatever the rank
     (user_level / "main.py").write_text(main)
     proc = subprocess.Popen([py, "main.py", "--master-ip", "127.0.0.1", "--num-nodes", "2", "--rank", "1"],
                             cwd=user_level, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -96,6 +96,14 @@ def test_the_probe_reads_the_parser_from_the_source_when_an_import_is_missing(ve
     assert "not_on_this_host" in found["import_error"]
     assert any("invalid int value: 'x'" in p for p in found["problems"]), found
 
+    for f in venv["run"].glob("probe-*.json"):  # anything else that stops it before parse_args: the same fallback
+        f.unlink()
+    (venv["src"] / "train.py").write_text("open('/nonexistent/app.log', 'w')\n" + SCRIPT)
+    r = _py(venv, "train.py", "--epochs", "2", env={"RANK": "0"})
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert found["parsed_by"] == "its parser, read from the source" and "FileNotFoundError" in found["import_error"]
+    assert "args" in found and found["args"]["epochs"] == 2, found
+
 
 def test_a_rehearsed_plan_skips_what_the_replica_lacks_and_probes_the_ranks(tb_home: Path) -> None:
     suite = load_suite("jitc")

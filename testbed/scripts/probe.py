@@ -139,9 +139,10 @@ def parse_args(script: str, argv: list[str], tree: ast.Module) -> dict:
     signal.alarm(120)
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    failed: str | None = None
     try:
         runpy.run_path(script, run_name="__main__")
-        return {"parsed_by": "none", "notes_": "the script ended without parsing arguments"}
+        return {"parsed_by": "none", "note": "the script ended without parsing arguments"}
     except _Parsed as p:
         args = p.args[0]
         if args.get("_unparsed"):
@@ -153,17 +154,16 @@ def parse_args(script: str, argv: list[str], tree: ast.Module) -> dict:
     except SystemExit as e:
         return {"parsed_by": "its own parser", "problem": f"the script exited ({e.code}) before parsing its arguments"}
     except ImportError as e:  # this host lacks a module the real one has: the parser as the source writes it
-        static = _static_parse(tree, argv)
-        static["import_error"] = str(e)
-        return static
-    except BaseException as e:
-        static = _static_parse(tree, argv)
-        static["import_error"] = f"{type(e).__name__}: {e}"
-        return static
+        failed = str(e)
+    except BaseException as e:  # anything else before parse_args: the parser as the source writes it, and why
+        failed = f"{type(e).__name__}: {e}"
     finally:
         signal.alarm(0)
         argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = saved[0], saved[1]  # type: ignore[method-assign]
         argparse.ArgumentParser.error, socket.socket.connect = saved[2], saved[3]  # type: ignore[method-assign]
+    static = _static_parse(tree, argv)  # the real parser's methods are back in place
+    static["import_error"] = failed
+    return static
 
 
 def _plain(args: dict) -> dict:
