@@ -117,8 +117,10 @@ def replica_spec(target: TestbedSpec, suite: Suite, points: list[dict[str, Any]]
     return {"name": replica_name(target.name),
             "description": f"a local replica of {target.name} for testbed rehearse",
             "provider": local_replica(names, subnet),
-            "user": target.user, "profile": target.profile, "groups": groups, "vars": dict(target.vars),
-            "sources": dict(target.sources), "hardware": target.hardware.model_dump(mode="json")}
+            # the suite's profile: --role picks roles out of it, with its variables
+            "user": target.user, "profile": suite.profile or target.profile, "groups": groups,
+            "vars": dict(target.vars), "sources": dict(target.sources),
+            "hardware": target.hardware.model_dump(mode="json")}
 
 
 def _offline_sources(suite: Suite, overrides: dict[str, Override], like: str) -> None:
@@ -192,21 +194,20 @@ def stand_in_environments(tb: Testbed, plan: Plan, site: str | None = None) -> l
             if env:
                 by_host.setdefault(h, env)
     site = site or _controller_site_packages()
-    made = []
-    for host, env in sorted(by_host.items()):
+    commands = {}
+    for host, env in by_host.items():
         w = path_word(env.rstrip("/"))
         dest = f'"$(ls -d {w}/lib/python3*/site-packages)"/tb-controller.pth'
         pth = f" && printf '%s\\n' {shlex.quote(site)} > {dest}" if site else ""
-        cmd = (f"if [ -x {w}/bin/python ] || [ -x {w}/bin/python3 ]; then echo present; else "
-               f"python3 -m venv --without-pip {w}{pth} && echo made; fi")
-        res = remote.run(tb.name, [host], cmd, timeout=120)[0]
+        commands[host] = (f"if [ -x {w}/bin/python ] || [ -x {w}/bin/python3 ]; then echo present; else "
+                          f"python3 -m venv --without-pip {w}{pth} && echo made; fi")
+    results = remote.run_each(tb.name, commands, timeout=120) if commands else []
+    for res in results:
         if not res.ok:
-            raise TestbedError(f"could not make a stand-in for the environment {env} on {host}: "
+            raise TestbedError(f"could not make a stand-in for the environment {by_host[res.host]} on {res.host}: "
                                f"{(res.error or res.stderr).strip()[-300:]}", where=f"replica {tb.name}",
                                fix="apply the suite's profile (drop --no-setup), or check python3 -m venv there")
-        if res.stdout.strip().endswith("made"):
-            made.append(host)
-    return made
+    return sorted(r.host for r in results if r.stdout.strip().endswith("made"))
 
 
 # --- the whole rehearsal ----------------------------------------------------------------------------------------
@@ -248,12 +249,12 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
     load_testbed(str(spec_path))  # the replica's own spec is valid before anything is made
     overrides = sources_mod.for_suite(s, like, sources)
     _offline_sources(s, overrides, like)
+    kind = str(spec["provider"]["kind"])
+    info = plan_mod.TestbedInfo(spec["name"], kind, [plan_mod.HostInfo(n, n, [], {})
+                                                     for n in spec["provider"]["names"]],
+                                {"hardware": target.hardware.context(), "subnet": subnet, "name": spec["name"],
+                                 "provider": kind, "ssh_config": "~/.ssh/config", **target.vars})
     for p in points:  # every point renders (a template, a fault, a host count) before a host is made
-        kind = str(spec["provider"]["kind"])
-        info = plan_mod.TestbedInfo(spec["name"], kind, [plan_mod.HostInfo(n, n, [], {})
-                                                         for n in spec["provider"]["names"]],
-                                    {"hardware": target.hardware.context(), "subnet": subnet, "name": spec["name"],
-                                     "provider": kind, "ssh_config": "~/.ssh/config", **target.vars})
         plan_mod.build_plan(s, info, p, overrides=overrides)
 
     tb = Testbed.open(str(spec_path))
@@ -315,8 +316,8 @@ def _setup(tb: Testbed, s: Suite, overrides: dict[str, Override], setup: bool, r
 def _point(tb: Testbed, plan: Plan, rec: Any, to: Path, note: Any) -> PointResult:
     from testbed.collect import collect_runs
 
-    events = [e for e in tb.store.events(plan.run_id) if e.kind == "step"]
-    seen = {(e.detail.get("phase"), e.detail.get("step")): e for e in events}
+    events = tb.store.events(plan.run_id)
+    seen = {(e.detail.get("phase"), e.detail.get("step")): e for e in events if e.kind == "step"}
     skipped = (plan.rehearsal or {}).get("skipped", {})
     steps = []
     for phase, items in (("sources", plan.sources), ("prepare", plan.prepare), ("post", plan.post)):
@@ -336,7 +337,7 @@ def _point(tb: Testbed, plan: Plan, rec: Any, to: Path, note: Any) -> PointResul
         probes.append(Probe(host=d.get("host", f.parent.name), script=d.get("script", ""), argv=d.get("argv", []),
                             cwd=d.get("cwd", ""), parsed_by=str(d.get("parsed_by", "")),
                             problems=list(d.get("problems", []))))
-    launched = any(e.kind == "started" for e in tb.store.events(plan.run_id)) or rec.info.launched_at
+    launched = any(e.kind == "started" for e in events) or rec.info.launched_at
     ranks = "not reached" if not launched else "probed" if probes else "ran"
     if collected.ok:
         try:
@@ -348,10 +349,3 @@ def _point(tb: Testbed, plan: Plan, rec: Any, to: Path, note: Any) -> PointResul
     return PointResult(params=plan.params, run_id=plan.run_id, status=rec.status, reason=rec.reason, steps=steps,
                        ranks=ranks, probes=probes, not_rehearsed=list((plan.rehearsal or {}).get("not_rehearsed", [])),
                        folder=str(folder))
-
-
-def probe_exit() -> int:
-    """The exit status of a probed program that would trip on the real testbed."""
-    from testbed.scripts.probe import PROBLEM_EXIT
-
-    return PROBLEM_EXIT

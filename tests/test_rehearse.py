@@ -20,6 +20,7 @@ from localbed import free_subnet
 from testbed import rehearse as rh
 from testbed.errors import UsageError
 from testbed.run import runner
+from testbed.scripts.probe import PROBLEM_EXIT
 from testbed.spec import load_testbed
 from testbed.suite import load_suite, resolve_params
 
@@ -63,7 +64,7 @@ def _py(v: dict[str, Any], *argv: str, env: dict[str, str] | None = None) -> sub
 
 def test_the_probe_stands_in_for_the_program_and_names_what_the_host_lacks(venv: dict[str, Any]) -> None:
     r = _py(venv, "train.py", "--epochs", "2", "--model", "vit")
-    assert r.returncode == rh.probe_exit() and "TRAINED" not in r.stdout, r.stdout + r.stderr
+    assert r.returncode == PROBLEM_EXIT and "TRAINED" not in r.stdout, r.stdout + r.stderr
     found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
     assert found["parsed_by"] == "its own parser"
     problems = "\n".join(found["problems"])
@@ -92,7 +93,7 @@ def test_the_probe_reads_the_parser_from_the_source_when_an_import_is_missing(ve
     (venv["src"] / "train.py").write_text("import not_on_this_host\n" + SCRIPT)
     r = _py(venv, "train.py", "--epochs", "x", env={"RANK": "0"})
     found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
-    assert r.returncode == rh.probe_exit() and found["parsed_by"] == "its parser, read from the source", found
+    assert r.returncode == PROBLEM_EXIT and found["parsed_by"] == "its parser, read from the source", found
     assert "not_on_this_host" in found["import_error"]
     assert any("invalid int value: 'x'" in p for p in found["problems"]), found
 

@@ -342,7 +342,8 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
             cmd = sources_mod.checkout_command(path, o, shlex.quote(f"src-{s.name}.bundle"))
             source_info[s.name] = {"repo": o.location, "ref": o.ref or o.commit, "path": s.path,
                                    "override": o.given, "commit": o.commit, "uncommitted_changes": o.dirty}
-            sources.append(RunStep(name=s.name, hosts=src_hosts(s.path), commands={h: cmd for h in src_hosts(s.path)}))
+            where_to = src_hosts(s.path)
+            sources.append(RunStep(name=s.name, hosts=where_to, commands=dict.fromkeys(where_to, cmd)))
             continue
         repo, ref = (o.location, o.ref) if o is not None else (s.repo, s.ref)
         if o is not None:
@@ -362,7 +363,8 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
         if s.submodules:
             cmd += (f" && git -C {path} -c url.https://github.com/.insteadOf=git@github.com: "
                     "submodule update --init --recursive --quiet")  # ssh submodule URLs need no key
-        sources.append(RunStep(name=s.name, hosts=src_hosts(s.path), commands={h: cmd for h in src_hosts(s.path)}))
+        where_to = src_hosts(s.path)
+        sources.append(RunStep(name=s.name, hosts=where_to, commands=dict.fromkeys(where_to, cmd)))
     home = suite.dir.resolve()
     for rel in suite.files:
         p = (suite.dir / rel).resolve()  # links followed: a link out of the folder is outside too
