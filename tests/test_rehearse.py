@@ -254,3 +254,29 @@ def test_jitc_rehearsed_ranks_probed_through_their_real_launch(tmp_path: Path, n
         assert p["cwd"].endswith("open-jitc/UserLevel"), p
     assert point["not_rehearsed"] == ["fault kill-rank: the ranks it targets are probed, not run"]
     assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)
+
+
+def test_a_step_named_like_a_path_keeps_its_output_in_one_plain_file() -> None:
+    """isca's 'repair technique/replay/replay.py, …' step stopped the supervisor (found by rehearsing it)."""
+    from testbed.run.supervisor import step_log_name
+
+    suite = load_suite("isca-resnet18")
+    for s in suite.steps.prepare:
+        name = step_log_name("prepare", s.name or "", "node0")
+        assert "/" not in name and name.endswith("-node0.log") and name.startswith("prepare-"), name
+
+
+@pytest.mark.slow
+def test_isca_rehearsed_on_a_replica_of_its_tpu_vm(tmp_path: Path, need_local: None) -> None:
+    """isca on a one-host replica of the TPU VM: the TPU image check and the Drive download skipped with their
+    reasons, replay.py repaired in the real checkout, reproduce_injections.py probed through the suite's launch."""
+    isca = artifact("ISCA_AE")
+    out = _rehearse(tmp_path, "isca-resnet18", "--source", f"isca={isca}", "--no-setup",
+                    env={"GOOGLE_CLOUD_PROJECT": "rehearsal"})
+    point = out["points"][0]
+    steps = {s["name"]: s for s in point["steps"]}
+    assert next(s for n, s in steps.items() if n.startswith("repair technique/replay"))["status"] == "ran", steps
+    assert {s["reason"] for s in steps.values() if s["status"] == "skipped"} >= {
+        "needs tpu, which the replica lacks", "needs network, which the replica lacks"}, steps
+    assert point["ranks"] == "probed" and [p["script"] for p in point["probes"]] == ["reproduce_injections.py"]
+    assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)

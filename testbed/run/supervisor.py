@@ -10,6 +10,7 @@ that died (it resumes monitoring without relaunching).
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 import traceback
@@ -25,6 +26,12 @@ from testbed.run.models import ACTIVE, FaultPlan, Rank, RelaunchStep, RepairStep
 from testbed.state import Store
 
 log = logging.getLogger("testbed.supervisor")
+
+
+def step_log_name(phase: str, step: str, host: str) -> str:
+    """The file a step's output on ``host`` is kept in: one plain file name whatever the step is called (a name
+    such as 'repair technique/replay/replay.py' names a path, not a folder to write into)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{phase}-{step}-{host}")[:200] + ".log"
 
 
 class Abort(Exception):
@@ -90,7 +97,7 @@ class Supervisor:
         results = run_remote.run_step(self.plan, step, timeout)
         logs = rs.run_home(self.run_id)
         for r in results:
-            (logs / f"{phase}-{step.name}-{r.host}.log").write_text(r.stdout + r.stderr)
+            (logs / step_log_name(phase, step.name, r.host)).write_text(r.stdout + r.stderr)
         bad = [r for r in results if not r.ok]
         rs.event(self.st, self.run_id, "step", None, ts=t0, phase=phase, step=step.name,
                  hosts=step.hosts, seconds=round(time.time() - t0, 2), ok=not bad)
