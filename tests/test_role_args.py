@@ -297,3 +297,24 @@ def test_a_role_of_ones_own_without_a_spec_uses_its_defaults_and_a_broken_spec_i
         setup.load_profile("mine")
     assert "no argument_specs.main.options mapping" in e.value.what
     assert e.value.where == str(role / "meta" / "argument_specs.yml")
+
+
+def test_build_script_echoes_each_step_without_running_it(tmp_path: Path) -> None:
+    """The source build's script prints each step before running it: the printed copy never expands ``$(...)``,
+    backticks or variables, so a step's command substitution runs once, not twice."""
+    import subprocess
+
+    import jinja2
+    from ansible.plugins.filter.core import FilterModule
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters.update(FilterModule().filters())
+    template = env.from_string((ROLES / "source_build" / "templates" / "build.sh.j2").read_text())
+    count = tmp_path / "count"
+    step = f'echo x >> {count}; echo "$(echo x >> {count}; echo sub)" `echo tick` "$HOME" \'q\''
+    script = template.render(source_build_name="s", source_build_commit="c", source_build_dest=str(tmp_path),
+                             source_build_env={}, source_build_pre_steps=[], source_build_steps=[step],
+                             source_build_artifact="none")
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30, check=True).stdout
+    assert count.read_text() == "x\nx\n"  # the step's own two appends, none from its echo
+    assert f"+ {step}\n" in out
