@@ -233,7 +233,20 @@ class Suite(Strict):
     faults: dict[str, Fault] = Field(default_factory=dict)
     default_faults: list[str] = Field(default_factory=list)
     checkpoint: Checkpoint | None = Field(None, description="where checkpoints live (what a recovery resumes from)")
+    progress: str | None = Field(None, description="regex of the log lines worth showing while the run goes on: each "
+                                 "rank's last match is shown under the live status line (default: the checkpoint's "
+                                 "progress pattern, else each rank's last line)")
     source: str | None = Field(None, exclude=True)
+
+    @field_validator("progress")
+    @classmethod
+    def _progress(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"not a regular expression: {e}") from None
+        return v
 
     @field_validator("parameters")
     @classmethod

@@ -5,6 +5,7 @@ shell metacharacters staying inert."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -76,6 +77,20 @@ default_faults: [never]
 timeouts: {poll: 0.5, grace: 2}
 """
 
+# a rank that prints a step line, then noise, for a while: the live status line shows the step lines
+CHATTY = """\
+name: chatty
+parameters:
+  steps: {type: int, default: 12}
+placement: {hosts: 2}
+progress: "step ([0-9]+) of"
+steps:
+  launch:
+    command: >-
+      for i in $(seq 1 {{ steps }}); do echo "rank {{ rank }} step $i of {{ steps }}"; echo noise; sleep 0.5; done
+timeouts: {poll: 0.5}
+"""
+
 
 @pytest.fixture(scope="module")
 def bed(shared_local_testbed):  # type: ignore[no-untyped-def]
@@ -85,6 +100,7 @@ def bed(shared_local_testbed):  # type: ignore[no-untyped-def]
     (b.cwd / "experiments" / "echo.yml").write_text(ECHO)
     (b.cwd / "experiments" / "environed.yml").write_text(ENVIRONED)
     (b.cwd / "experiments" / "slowpoke.yml").write_text(SLOWPOKE)
+    (b.cwd / "experiments" / "chatty.yml").write_text(CHATTY)
     os.chdir(b.cwd)
     os.environ["TESTBED_HOME"] = str(b.home)
     return b
@@ -270,3 +286,53 @@ def test_suite_environment_unbuffered_and_a_fault_that_never_fired(bed) -> None:
     bad = start(bed, "environed", {"env": "~/no-such-env"}, faults=[])
     row = runner.wait(bad, timeout=120)
     assert row.status == "failed" and "environment does not exist" in (row.reason or ""), row.reason
+
+
+def test_ranks_last_lines_while_a_run_goes_on(bed) -> None:  # type: ignore[no-untyped-def]
+    """What `testbed run` shows under its live status line: each rank's last line matching the suite's progress
+    pattern (not the noise printed after it), read from the hosts while the ranks run."""
+    rid = start(bed, "chatty", {})
+    plan = rs.load_plan(rid)
+    seen: dict[int, str] = {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(seen) < 2:
+        seen.update({ln.rank: ln.text for ln in runner.rank_lines(plan)})
+        time.sleep(0.5)
+    runner.wait(rid, timeout=120)
+    assert set(seen) == {0, 1}, seen
+    assert all(t.startswith(f"rank {k} step ") and t.endswith(" of 12") for k, t in seen.items()), seen
+    done = {ln.rank: ln.text for ln in runner.rank_lines(plan)}
+    assert done == {0: "rank 0 step 12 of 12", 1: "rank 1 step 12 of 12"}
+
+
+def test_run_on_a_terminal_shows_the_ranks_lines_live(bed) -> None:  # type: ignore[no-untyped-def]
+    """`testbed run` on a terminal (a pseudo-terminal here) draws the live status line with the ranks' progress
+    lines while it follows the events, and leaves the events alone once the run ended."""
+    import pty
+    import select
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "TESTBED_HOME": str(bed.home), "TERM": "xterm", "COLUMNS": "120", "LINES": "40"}
+    proc = subprocess.Popen([PY, "-m", "testbed.cli.runs", "run", "chatty", "--on", bed.name, "--no-setup"],
+                            cwd=bed.cwd, stdin=follower, stdout=follower, stderr=follower, env=env, close_fds=True)
+    os.close(follower)
+    out = b""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 1.0)
+        if ready:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the pty closed: the command ended
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(leader)
+    assert proc.wait(timeout=30) == 0, out.decode(errors="replace")[-2000:]
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode(errors="replace"))  # colours and cursor moves
+    assert "r0  rank 0 step " in text and "r1  rank 1 step " in text, text[-3000:]
+    assert "Ctrl-C detaches" in text
+    assert "noise" not in text  # the suite's progress pattern picks the lines

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -240,17 +242,93 @@ def stop(run_id: Annotated[str, typer.Argument(help="Run id.", autocompletion=co
 
 
 def follow(run_id: str, c: Any, st: Store) -> RunRecord:
-    """Print the run's events until it ends; Ctrl-C detaches (the run goes on). The run as it ended."""
+    """Print the run's events until it ends; Ctrl-C detaches (the run goes on). The run as it ended.
+
+    On a terminal, a live status line sits under the events: the run's state and time so far, and what each rank
+    last printed (the suite's ``progress`` lines, else each rank's last line), read every few seconds."""
     from testbed.run import runner, state
 
+    live = _LiveRun(run_id, state.load_plan(run_id)) if c.is_terminal else None
     try:
-        for ev in runner.watch(run_id, store=st):
-            c.print(f"[dim]{runner.clock(ev.ts)}[/dim] {escape(runner.describe_event(ev))}")
+        with live.shown(c) if live else _nothing():
+            for ev in runner.watch(run_id, store=st):
+                c.print(f"[dim]{runner.clock(ev.ts)}[/dim] {escape(runner.describe_event(ev))}")
+                if live:
+                    live.status = runner.describe_event(ev)
     except KeyboardInterrupt:
         c.print(f"[yellow]detached[/yellow]: run {run_id} goes on. Reattach: testbed status {run_id} | "
                 f"testbed logs {run_id} -f | stop: testbed stop {run_id}")
         raise
     return state.require(st, run_id)
+
+
+def progress_view(run_id: str, last: str, elapsed: float, lines: list[Any], most: int = 8) -> Any:
+    """The live status line of a followed run: its id, time so far and last event, then each rank's last line
+    (host, rank, text), one row each, cut at the terminal's width rather than wrapped."""
+    from rich.console import Group
+    from rich.spinner import Spinner
+    from rich.text import Text
+
+    m, sec = divmod(int(elapsed), 60)
+    head = Text.assemble((f"run {run_id}", "bold"), f"  {m}m{sec:02d}s  ", (last, "dim"), "  (Ctrl-C detaches)",
+                         no_wrap=True, overflow="ellipsis")
+    rows: list[Any] = [Spinner("dots", head)]
+    for ln in lines[:most]:
+        rows.append(Text.assemble((f"  {ln.host} r{ln.rank}  ", "cyan"), ln.text, no_wrap=True, overflow="ellipsis"))
+    if len(lines) > most:
+        rows.append(Text(f"  … {len(lines) - most} more rank(s): testbed logs {run_id} -f", style="dim"))
+    return Group(*rows)
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+class _LiveRun:
+    """The live status line under a followed run's events, and the thread that reads the ranks' last lines."""
+
+    every = 3.0  # seconds between two reads of the ranks' last lines
+    most = 8  # ranks shown; the rest counted
+
+    def __init__(self, run_id: str, plan: Plan) -> None:
+        import time
+
+        self.run_id, self.plan, self.t0 = run_id, plan, time.monotonic()
+        self.status = "starting"
+        self.lines: list[Any] = []
+
+    def render(self) -> Any:
+        import time
+
+        return progress_view(self.run_id, self.status, time.monotonic() - self.t0, self.lines, self.most)
+
+    @contextlib.contextmanager
+    def shown(self, c: Any) -> Iterator[None]:
+        import threading
+
+        from rich.live import Live
+
+        from testbed.errors import TestbedError
+        from testbed.run import runner
+
+        done = threading.Event()
+
+        def read() -> None:
+            while not done.wait(self.every):
+                try:
+                    self.lines = runner.rank_lines(self.plan)
+                except TestbedError:
+                    continue  # the hosts may be between a repair and a relaunch: the next read tells
+
+        reader = threading.Thread(target=read, name="rank-lines", daemon=True)
+        with Live(get_renderable=self.render, console=c, refresh_per_second=2, transient=True):
+            reader.start()
+            try:
+                yield
+            finally:
+                done.set()
+                reader.join(timeout=15)
 
 
 def show_run_status(run_id: str, json_out: bool) -> None:

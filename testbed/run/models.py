@@ -189,11 +189,13 @@ class Plan(_Model):
     outputs: dict[str, list[str]] = Field(default_factory=dict)  # host -> globs
     timeouts: PlanTimeouts
     rehearsal: dict[str, Any] | None = None  # testbed rehearse: the real testbed, steps skipped, ranks probed
+    progress: str | None = None  # regex of the log lines shown while the run goes on (suite's, or the checkpoint's)
 
     @model_serializer(mode="wrap")
     def _absent_when_unused(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
-        for key in ("recovery", "checkpoint", "rehearsal"):  # plan files without them keep the earlier shape
+        # plan files without them keep the earlier shape
+        for key in ("recovery", "checkpoint", "rehearsal", "progress"):
             if not out.get(key):
                 out.pop(key, None)
         return out

@@ -389,6 +389,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
         sources=sources, source_info=source_info, prepare=run_steps(suite.steps.prepare, "prepare"),
         ranks=ranks, source_overrides={k: o.to_dict() for k, o in overrides.items()},
         faults=fplans, recovery=recovery, checkpoint=checkpoint, post=run_steps(suite.steps.post, "post"),
+        progress=suite.progress or (suite.checkpoint.progress if suite.checkpoint else None),
         checks=checks, outputs=outputs,
         timeouts=PlanTimeouts.model_validate(suite.timeouts.model_dump()),
     )

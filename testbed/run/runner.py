@@ -29,8 +29,8 @@ from testbed.suite import Suite, load_suite, resolve_params
 if TYPE_CHECKING:
     from testbed.sources import Override
 
-__all__ = ["RUNS_ROOT", "LogLine", "RunStatus", "logs", "plan_run", "run_status", "start_run", "stop_run", "wait",
-           "watch"]
+__all__ = ["RUNS_ROOT", "LogLine", "RankLine", "RunStatus", "logs", "plan_run", "rank_lines", "run_status",
+           "start_run", "stop_run", "wait", "watch"]
 
 
 def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *, faults: list[str] | None = None,
@@ -298,3 +298,63 @@ def logs(run_id: str, *, host: str | None = None, rank: int | None = None, follo
         if not active:
             return
         time.sleep(1)
+
+
+TAIL_BYTES = 4096  # of each rank's stdout read for the live status line
+_MARK = "@@testbed-rank "
+
+
+@dataclass
+class RankLine:
+    """What a rank last printed that is worth showing while the run goes on."""
+
+    host: str
+    rank: int
+    text: str
+
+
+def last_line(text: str, pattern: str | None) -> str:
+    """The last complete line of ``text`` matching ``pattern`` (any non-blank line without one); carriage-return
+    progress bars count by their last state."""
+    import re
+
+    rx = re.compile(pattern) if pattern else None
+    lines = [seg.rsplit("\r", 1)[-1].strip() for seg in text.splitlines()]
+    for ln in reversed(lines):
+        if ln and (rx is None or rx.search(ln)):
+            return ln
+    return ""
+
+
+def parse_tails(stdout: str) -> dict[int, str]:
+    """tails.sh's output: rank -> the end of its stdout (the first, possibly cut, line dropped)."""
+    out: dict[int, str] = {}
+    for chunk in stdout.split("\n" + _MARK)[1:]:
+        head, _, body = chunk.partition("\n")
+        if head.strip().isdigit():
+            lines = body.split("\n")
+            out[int(head)] = "\n".join(lines[1:] if len(body.encode()) >= TAIL_BYTES else lines)
+    return out
+
+
+def rank_lines(plan: Plan, ranks: list[int] | None = None, timeout: float = 10) -> list[RankLine]:
+    """Each rank's last line worth showing (the plan's ``progress`` pattern, else its last line): one SSH call per
+    host over the open connections; a host that does not answer is left out."""
+    from testbed import remote, scripts
+    from testbed.run import remote as run_remote
+
+    by_host: dict[str, list[int]] = {}
+    for r in plan.ranks:
+        if ranks is None or r.rank in ranks:
+            by_host.setdefault(r.host, []).append(r.rank)
+    commands = {h: run_remote.sh(scripts.program("tails.sh", plan.run_dir, TAIL_BYTES, *ks))
+                for h, ks in by_host.items()}
+    found: list[RankLine] = []
+    for res in remote.run_each(plan.testbed, commands, timeout=timeout):
+        if res.error or res.exit_code != 0:
+            continue
+        for k, text in parse_tails(res.stdout).items():
+            line = last_line(text, plan.progress)
+            if line:
+                found.append(RankLine(res.host, k, line))
+    return sorted(found, key=lambda r: r.rank)
