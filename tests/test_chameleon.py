@@ -221,7 +221,15 @@ def test_provision_ssh_destroy(fake: FakeChameleon, sshd: LoopbackSshd, make: Ca
         if p.is_file():
             assert secret not in p.read_bytes(), p
     # destroy used nova/neutron directly: one DELETE per floating IP (chi's Server.delete() would leak them)
+    before = len(m.lines)
     _destroy_leaves_nothing(m, fake)
+    # destroy says what it released, one resource at a time (it was silent for as long as nova took)
+    said = m.lines[before:]
+    assert sum(ln.startswith("floating IP ") and ln.endswith(": released") for ln in said) == 3, said
+    assert sum(ln.startswith("server ") and ln.endswith(": delete requested") for ln in said) == 3, said
+    assert sum(ln.startswith("server ") and ": deleted after " in ln for ln in said) == 3, said
+    assert any(ln.startswith("lease ") and ": delete" in ln for ln in said), said
+    assert any(ln.startswith("key pair ") and ln.endswith(": deleted") for ln in said), said
     assert sum(1 for meth, p in fake.requests if meth == "DELETE" and p.startswith("/network/v2.0/floatingips/")) == 3
     assert not any(p.startswith("/v2.0/") for _, p in fake.requests)
     assert sorted(fake.fip_pool) == sorted(sshd.addresses)

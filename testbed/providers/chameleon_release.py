@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from testbed.errors import TestbedError
-from testbed.providers.chameleon import ChameleonProvider
+from testbed.providers.chameleon import REPORT_EVERY, ChameleonProvider, _clock
 from testbed.providers.chameleon_lease import failure as lease_failure
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ def release(p: ChameleonProvider) -> None:
                 with p._step("deleting the key pair", f"key pair {r['id']}"):
                     api.keypair_delete(r["id"])
                 p.store.remove_resource(p.name, "keypair", r["id"])
+                p.progress(f"key pair {r['id']}: deleted")
             except TestbedError as e:
                 failures.append(e.what)
     except KeyboardInterrupt:
@@ -104,6 +105,7 @@ def _destroy_fips(p: ChameleonProvider, api: Chi, failures: list[str], after_lea
             with p._step("releasing a floating IP", thing):
                 api.fip_delete(r["id"])
             p.store.remove_resource(p.name, "fip", r["id"])
+            p.progress(f"{thing}: released")
         except TestbedError as e:
             if r["info"].get("reserved") and not after_lease:
                 continue  # a reserved IP may refuse deletion: the lease releases it
@@ -125,11 +127,14 @@ def delete_servers(p: ChameleonProvider, api: Chi, servers: dict[str, str], fail
             continue
         if sent:
             pending[sid] = name
+            p.progress(f"server {name}: delete requested")
         else:
             p.store.remove_resource(p.name, "server", sid)
-    deadline = time.monotonic() + p.destroy_timeout
+    start = time.monotonic()
+    deadline = start + p.destroy_timeout
     pause = p.backoff(deadline)
     problems: list[str] = []
+    total, told = len(pending), start
     while pending:
         for sid, name in list(pending.items()):
             with p._step("waiting for a server to go", f"server {name} ({sid})"):
@@ -138,6 +143,7 @@ def delete_servers(p: ChameleonProvider, api: Chi, servers: dict[str, str], fail
             if srv is None or status == "DELETED":
                 p.store.remove_resource(p.name, "server", sid)
                 pending.pop(sid)
+                p.progress(f"server {name}: deleted after {_clock(time.monotonic() - start)}")
             elif status == "ERROR" and not srv.get("OS-EXT-STS:task_state"):  # nova gave up deleting it
                 fault = (srv.get("fault") or {}).get("message") or "nova gives no reason"
                 problems.append(f"server {name} ({sid}) went to ERROR while being deleted: {fault}")
@@ -146,6 +152,10 @@ def delete_servers(p: ChameleonProvider, api: Chi, servers: dict[str, str], fail
             problems.append(f"server(s) still deleting after {int(p.destroy_timeout)} s: "
                             f"{', '.join(pending.values())}")
             break
+        if pending and time.monotonic() - told >= REPORT_EVERY:
+            told = time.monotonic()
+            p.progress(f"servers: {total - len(pending)} of {total} deleted after {_clock(told - start)} (gives up "
+                       f"after {_clock(p.destroy_timeout)})")
         if pending:
             pause.sleep()
     if problems and failures is None:
@@ -169,10 +179,14 @@ def _destroy_leases(p: ChameleonProvider, api: Chi, failures: list[str]) -> None
             state = _after_failed_delete(p, api, r["id"], thing, e.what, failures)
         if state == "deleting":
             pending[r["id"]] = thing
+            p.progress(f"{thing}: delete requested")
         elif state == "gone":
             p.store.remove_resource(p.name, "lease", r["id"])
-    deadline = time.monotonic() + p.destroy_timeout
+            p.progress(f"{thing}: deleted")
+    start = time.monotonic()
+    deadline = start + p.destroy_timeout
     pause = p.backoff(deadline)
+    told = start
     while pending:
         for lid, thing in list(pending.items()):
             with p._step("waiting for the lease to go", thing):
@@ -181,6 +195,7 @@ def _destroy_leases(p: ChameleonProvider, api: Chi, failures: list[str]) -> None
             if lease is None:
                 p.store.remove_resource(p.name, "lease", lid)
                 pending.pop(lid)
+                p.progress(f"{thing}: deleted after {_clock(time.monotonic() - start)}")
             elif status != "DELETING":  # DELETING's only way on is ERROR (blazar.status.LeaseStatus)
                 failures.append(f"{thing} went to {status or 'an unknown status'} while being deleted "
                                 f"({lease_failure(lease)})")
@@ -188,6 +203,10 @@ def _destroy_leases(p: ChameleonProvider, api: Chi, failures: list[str]) -> None
         if pending and time.monotonic() >= deadline:
             failures.append(f"lease(s) still deleting after {int(p.destroy_timeout)} s: {', '.join(pending.values())}")
             return
+        if pending and time.monotonic() - told >= REPORT_EVERY:
+            told = time.monotonic()
+            p.progress(f"{', '.join(pending.values())}: Blazar still deleting after {_clock(told - start)} (gives up "
+                       f"after {_clock(p.destroy_timeout)})")
         if pending:
             pause.sleep()
 
