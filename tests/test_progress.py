@@ -44,3 +44,111 @@ def test_a_suite_progress_pattern_must_be_a_regex() -> None:
     assert Suite.model_validate({**base, "progress": r"step (\d+)"}).progress == r"step (\d+)"
     with pytest.raises(ValidationError, match="not a regular expression"):
         Suite.model_validate({**base, "progress": "step ("})
+
+
+# --- downloads during set-up --------------------------------------------------------------------------------
+def _wheel(folder, name: str = "bigdata", size: int = 3 * 1024 * 1024):  # type: ignore[no-untyped-def]
+    """A real (installable) wheel of ``size`` bytes of incompressible data, and its file name."""
+    import base64
+    import hashlib
+    import os
+    import zipfile
+
+    fname = f"{name}-1.0-py3-none-any.whl"
+    files = {f"{name}/__init__.py": b"", f"{name}/blob.bin": os.urandom(size),
+             f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
+             f"{name}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                           b"Tag: py3-none-any\n"}
+
+    def digest(b: bytes) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode()
+
+    record = "".join(f"{p},sha256={digest(b)},{len(b)}\n" for p, b in files.items())
+    record += f"{name}-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(folder / fname, "w", zipfile.ZIP_STORED) as z:
+        for p, b in files.items():
+            z.writestr(p, b)
+        z.writestr(f"{name}-1.0.dist-info/RECORD", record)
+    return fname
+
+
+def test_pip_downloads_are_read_as_bytes_of_size(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A real pip download (`--progress-bar raw`, as the wheelhouse task runs it) from an index on 127.0.0.1,
+    read back as file, bytes and size."""
+    import functools
+    import http.server
+    import subprocess
+    import sys
+    import threading
+
+    from testbed.setup.events import describe_download, read_download
+
+    root = tmp_path / "index"
+    (root / "simple" / "bigdata").mkdir(parents=True)
+    fname = _wheel(root)
+    (root / "simple" / "bigdata" / "index.html").write_text(f'<a href="../../{fname}">{fname}</a>')
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "progress.log"
+        with out.open("w") as f:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps", "--no-cache-dir",
+                            "--disable-pip-version-check", "--progress-bar", "raw", "--index-url",
+                            f"http://127.0.0.1:{srv.server_port}/simple", "-d", str(tmp_path / "wh"), "bigdata"],
+                           stdout=f, stderr=subprocess.PIPE, check=True, timeout=120)
+    finally:
+        srv.shutdown()
+    size = (root / fname).stat().st_size
+    d = read_download(out.read_text())
+    assert d is not None and d.file == fname and d.done == d.total == size and d.files_done == 0
+    first = type(d)(file=fname, done=size // 4, total=size, at=10.0)
+    d.at = 11.0
+    line = describe_download(d, first)
+    assert line.startswith(f"downloading {fname}: ") and "/s" in line
+    half = type(d)(file=fname, done=size // 2, total=size, at=11.0)
+    assert "s left" in describe_download(half, first)
+
+
+def test_a_second_file_counts_the_first_as_done() -> None:
+    from testbed.setup.events import read_download
+
+    text = ("Collecting a\n  Downloading a-1.whl (2.0 MB)\nProgress 1000000 of 2000000\nProgress 2000000 of 2000000\n"
+            "Collecting b\n  Downloading https://host/x/b-2.whl (1.0 MB)\nProgress 500 of 1000000\n")
+    d = read_download(text)
+    assert d is not None and d.file == "b-2.whl" and d.files_done == 1 and d.bytes_before == 2000000
+    assert d.bytes_all == 2000500
+    assert read_download("Looking in indexes: x\nCollecting a\n") is None
+
+
+def test_the_setup_view_shows_a_download_while_it_runs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The watcher reads the progress file a role writes on the controller and the live set-up table shows it;
+    a new task clears it."""
+    import time
+
+    from testbed.cli.setup_view import SetupProgress, render_progress
+    from testbed.setup import _DownloadWatch
+
+    view = SetupProgress(["node0"])
+    log = tmp_path / "progress.log"
+    log.write_text("")
+    watch = _DownloadWatch(log, view.handle)
+    watch.every = 0.05
+    watch.start()
+    try:
+        log.write_text("Collecting torch\n  Downloading torch-2.13.0-cp311-none-any.whl (190.2 MB)\n"
+                       "Progress 50000000 of 190200000\n")
+        deadline = time.monotonic() + 10
+        while view.agg.download_line() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        watch.stop()
+    con = Console(record=True, width=120, color_system=None)
+    con.print(render_progress(view))
+    assert "downloading torch-2.13.0-cp311-none-any.whl: 50.0 MB of 190.2 MB" in con.export_text()
+    view.handle({"event": "playbook_on_task_start", "event_data": {"task": "next"}})
+    assert view.agg.download_line() is None

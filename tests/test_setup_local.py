@@ -137,8 +137,12 @@ def test_tesla_profile_then_noop(bed: Any, served: dict[str, Any]) -> None:
                "tesla_cifar10": {"name": "cifar10", "url": f"{url}/tbdata.tar.gz",
                                  "dest": "~/datasets/cifar10/tbdata.tar.gz", "sha256": served["tar_sha"],
                                  "extract_to": "~/datasets/cifar10", "creates": "~/datasets/cifar10/tbdata/train.csv"}}
-    first = _apply_twice(bed, "tesla", profile="tesla", extra_vars=offline)
+    events: list[dict[str, Any]] = []
+    first = _apply_twice(bed, "tesla", profile="tesla", extra_vars=offline, on_event=events.append)
     assert first.changed > 0 and set(first.hosts) == {h.name for h in bed.hosts}
+    # the wheelhouse's download on the controller was shown as it went (pip's own progress, read live)
+    downloads = [e["download"] for e in events if e.get("event") == "testbed_download"]
+    assert downloads and downloads[-1]["file"].startswith("tbprobe-1.0"), downloads
     # ssh mesh: host to host by name and by bare IP, without a password
     for h in bed.hosts[1:]:
         for target in (h.name, h.address):

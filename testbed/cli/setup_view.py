@@ -48,6 +48,12 @@ def render_progress(view: SetupProgress) -> Any:
         elif h.failed:
             now = f"FAILED at {h.error_task}"
         t.add_row(name, now, str(h.ok), str(h.changed), str(h.failed), str(h.skipped), style=style)
+    download = view.agg.download_line()
+    if download:  # a role downloading on the controller (the wheelhouse): bytes, rate and time left
+        from rich.console import Group
+        from rich.text import Text
+
+        return Group(t, Text(download, no_wrap=True, overflow="ellipsis"))
     return t
 
 

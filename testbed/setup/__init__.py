@@ -210,7 +210,9 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
     names = [h.name for h in hosts]
     lim = _check_limit(limit, names)
 
-    variables: dict[str, Any] = {"testbed_cache_dir": str(paths.home() / "cache")}
+    variables: dict[str, Any] = {"testbed_cache_dir": str(paths.home() / "cache"),
+                                 # where a role's downloads on the controller write pip's progress (shown live)
+                                 "testbed_progress_file": str(ansible_dir() / "runs" / tb.name / "progress.log")}
     if tb.subnet:
         variables["testbed_subnet"] = tb.subnet
     provider = tb.kind
@@ -269,6 +271,10 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
         return ev.get("event", "") in KEPT_EVENTS
 
 
+    progress_file = run_dir / "progress.log"
+    progress_file.write_bytes(b"")
+    watch = _DownloadWatch(progress_file, on_event) if on_event is not None else None
+
     cmdline = "--check --diff" if check else None
     ident = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     # ansible-runner turns SIGINT/SIGTERM into a flag that cancels the play (in init_runner), and never puts the
@@ -289,8 +295,12 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
         # artifacts (artifacts/<id>/command): keep only what Ansible needs, never the user's cloud secrets
         r.config.env = scrub_env(r.config.env)
         r.config.command = [sys.executable, "-c", _DIE_WITH_PARENT, *r.config.command]
+        if watch:
+            watch.start()
         r.run()
     finally:
+        if watch:
+            watch.stop()
         if threading.current_thread() is threading.main_thread():
             for sig, previous in saved.items():
                 signal.signal(sig, previous)
@@ -319,6 +329,41 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
         elapsed=time.monotonic() - start, hosts={n: hosts_res[n] for n in [*targets, *hosts_res] if n in hosts_res},
         artifact_dir=str(getattr(r.config, "artifact_dir", "") or ""), error=error, verify=every,
         unchanged=probe.unchanged, reasons=probe.reasons, drift=drift, probe_seconds=probe.seconds))
+
+
+class _DownloadWatch(threading.Thread):
+    """Reads the progress file a role's download on the controller writes (pip's raw bar) and hands each change
+    to ``on_event`` as a :data:`~testbed.setup.events.DOWNLOAD_EVENT`; bounded by :meth:`stop`."""
+
+    every = 1.0
+
+    def __init__(self, path: Path, on_event: EventHandler):
+        super().__init__(name="setup-downloads", daemon=True)
+        self.path, self.on_event, self.done = path, on_event, threading.Event()
+
+    def run(self) -> None:
+        from dataclasses import asdict
+
+        from testbed.setup.events import DOWNLOAD_EVENT, read_download
+
+        size = -1
+        while not self.done.wait(self.every):
+            try:
+                text = self.path.read_text(errors="replace")
+            except OSError:
+                continue
+            if len(text) == size:
+                continue
+            size = len(text)
+            d = read_download(text)
+            if d is not None:
+                d.at = time.monotonic()
+                with contextlib.suppress(Exception):  # a display bug must not break the set-up
+                    self.on_event({"event": DOWNLOAD_EVENT, "download": asdict(d)})
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(timeout=5)
 
 
 def _remember(tb: Testbed, roles: list[str] | None, res: SetupResult) -> SetupResult:

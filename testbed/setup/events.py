@@ -122,6 +122,67 @@ def change_label(task: str, role: str, res: dict[str, Any]) -> str:
     return f"{label} ({where})" if isinstance(where, str) and where.startswith(("/", "~")) else label
 
 
+# --- downloads on the controller ---------------------------------------------------------------------------
+DOWNLOAD_EVENT = "testbed_download"  # what apply sends while a role downloads on the controller (pip's raw bar)
+
+
+@dataclass
+class Download:
+    """Where a download on the controller stands, read from pip's output (``--progress-bar raw``)."""
+
+    file: str | None = None  # the file being downloaded now
+    done: int = 0  # its bytes so far
+    total: int | None = None  # its size, when pip knows it
+    files_done: int = 0
+    bytes_before: int = 0  # the finished files' bytes
+    at: float = 0.0  # monotonic time of this reading
+
+    @property
+    def bytes_all(self) -> int:
+        return self.bytes_before + self.done
+
+
+def read_download(text: str) -> Download | None:
+    """pip's output so far as one :class:`Download` (None when it downloaded nothing yet)."""
+    d: Download | None = None
+    for ln in text.splitlines():
+        ln = ln.strip()
+        if ln.startswith("Downloading "):
+            d = d or Download()
+            if d.file is not None:  # the previous file ended (pip prints no line for it with -d)
+                d.files_done += 1
+                d.bytes_before += d.total or d.done
+            d.file, d.done, d.total = ln.removeprefix("Downloading ").split(" (")[0].rsplit("/", 1)[-1], 0, None
+        elif ln.startswith("Progress ") and d is not None:
+            parts = ln.split()
+            if len(parts) == 4 and parts[1].isdigit() and parts[3].isdigit():
+                d.done, d.total = int(parts[1]), int(parts[3])
+    return d
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def describe_download(now: Download, first: Download | None) -> str:
+    """One line: the file, bytes of its size, the rate since ``first`` and the time left for this file."""
+    line = f"downloading {now.file}: {_size(now.done)}"
+    if now.total:
+        line += f" of {_size(now.total)}"
+    if first is not None and now.at > first.at and now.bytes_all > first.bytes_all:
+        rate = (now.bytes_all - first.bytes_all) / (now.at - first.at)
+        line += f", {_size(rate)}/s"
+        if now.total and now.total > now.done:
+            line += f", {int((now.total - now.done) / rate) + 1} s left"
+    if now.files_done:
+        line += f" ({now.files_done} file{'s' if now.files_done != 1 else ''}, {_size(now.bytes_before)} done)"
+    return line
+
+
 class EventAggregator:
     """Folds ansible-runner events into per-host counts, current task and first error (thread-safe)."""
 
@@ -135,6 +196,8 @@ class EventAggregator:
         self.tasks_started = 0
         self.stats_seen = False
         self.started = time.monotonic()
+        self.download: Download | None = None  # the controller's download now, and the first reading of it
+        self.download_first: Download | None = None
 
     def _host(self, name: str) -> HostResult:
         if name not in self.hosts:
@@ -148,10 +211,14 @@ class EventAggregator:
         host = d.get("host") or d.get("remote_addr")
         task = str(d.get("task") or "").strip()
         with self.lock:
-            if kind == "playbook_on_play_start":
+            if kind == DOWNLOAD_EVENT:
+                self.download = Download(**ev["download"])
+                self.download_first = self.download_first or self.download
+            elif kind == "playbook_on_play_start":
                 self.play = str(d.get("play") or "")
             elif kind == "playbook_on_task_start":
                 self.task = task
+                self.download = self.download_first = None
                 self.tasks_started += 1
             elif kind == "runner_on_start" and host:
                 self._host(host)
@@ -207,3 +274,8 @@ class EventAggregator:
         with self.lock:
             return ({k: HostResult(**asdict(v)) for k, v in self.hosts.items()}, dict(self.current),
                     dict(self.polls), self.task)
+
+    def download_line(self) -> str | None:
+        """The controller's download as one line, while a task downloads."""
+        with self.lock:
+            return describe_download(self.download, self.download_first) if self.download else None
