@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -88,12 +89,15 @@ def torch_pair() -> Iterator[str]:
     py = root / "bin" / "python"
     probe = [str(py), "-c", "import torch, torchvision.models, pandas, PIL, psutil, wheel, sysconfig; "
                             "print(sysconfig.get_paths()['purelib'])"]
-    r = subprocess.run(probe, capture_output=True, text=True, check=False) if py.exists() else None
-    if r is None or r.returncode != 0:
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True)
-        pip = subprocess.run([str(root / "bin" / "pip"), "install", "-q", *PAIR], capture_output=True, text=True,
-                             check=False, timeout=1800)
-        if pip.returncode != 0:
-            pytest.skip(f"cannot install the stock torch pair here: {pip.stderr.strip()[-500:]}")
-        r = subprocess.run(probe, capture_output=True, text=True, check=True)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f"{root.name}.lock", "w") as lock:  # test workers in parallel make it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        r = subprocess.run(probe, capture_output=True, text=True, check=False) if py.exists() else None
+        if r is None or r.returncode != 0:
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True)
+            pip = subprocess.run([str(root / "bin" / "pip"), "install", "-q", *PAIR], capture_output=True,
+                                 text=True, check=False, timeout=1800)
+            if pip.returncode != 0:
+                pytest.skip(f"cannot install the stock torch pair here: {pip.stderr.strip()[-500:]}")
+            r = subprocess.run(probe, capture_output=True, text=True, check=True)
     yield r.stdout.strip()
