@@ -38,9 +38,10 @@ def local_testbed(tmp_path: Path, need_local: None) -> Iterator[object]:
     stack: list[object] = []
 
     def make(hosts: int = 4, user: str = "root", name: str = "tb", groups: dict[str, list[str]] | None = None,
-             vars: dict[str, object] | None = None, bridge: str | None = None):
+             vars: dict[str, object] | None = None, bridge: str | None = None,
+             hardware: dict[str, object] | None = None):
         cm = local_bed(tmp_path / f"bed-{len(beds)}", name=name, hosts_n=hosts, user=user, groups=groups or {},
-                       vars=vars or {}, bridge=bridge)
+                       vars=vars or {}, bridge=bridge, hardware=hardware or {})
         bed = cm.__enter__()
         stack.append(cm)
         beds.append(bed)

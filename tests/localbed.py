@@ -63,6 +63,7 @@ class LocalBed:
     env: dict[str, str] = field(default_factory=dict)
     vars: dict[str, object] = field(default_factory=dict)  # the spec's vars: (set-up variables)
     bridge: str | None = None  # provider.bridge (default: one testbed makes)
+    hardware: dict[str, object] = field(default_factory=dict)  # the spec's hardware: (shared_home ...)
 
     @property
     def home(self) -> Path:
@@ -89,12 +90,13 @@ class LocalBed:
             subnet = free_subnet()
             self.spec = TestbedSpec(name=self.name, provider=LocalSettings(hosts=self.hosts_n, subnet=subnet,
                                                                            bridge=self.bridge),
-                                    user=self.user, groups=self.groups, vars=self.vars)
+                                    user=self.user, groups=self.groups, vars=self.vars,
+                                    hardware=self.hardware)
             spec_file = self.cwd / "inventories" / f"{self.name}.yml"
             prov = {"kind": "local", "hosts": self.hosts_n, "subnet": subnet,
                     **({"bridge": self.bridge} if self.bridge else {})}
-            spec_file.write_text(json.dumps({"provider": prov,
-                                             "user": self.user, "groups": self.groups, "vars": self.vars}))
+            spec_file.write_text(json.dumps({"provider": prov, "user": self.user, "groups": self.groups,
+                                             "vars": self.vars, "hardware": self.hardware}))
             self.spec.source = str(spec_file)
             self.provider = LocalProvider(self.spec, self.store)
             try:

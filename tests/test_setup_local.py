@@ -331,3 +331,20 @@ def test_gpu_and_tpu_checks_say_plainly_there_is_no_hardware(bed: Any) -> None:
 def test_report_timings() -> None:
     """Not a check: prints the measured times (pytest -s) for the closing note."""
     print("\nset-up timings on 4 local hosts:", {k: round(v, 1) for k, v in TIMINGS.items()})
+
+
+def test_an_environment_on_a_shared_home_is_made_by_one_host(local_testbed: Any) -> None:
+    """Where every host shares the home (an NFS lab), python_env has the first host make an environment under it
+    and the others use it: never three `venv --clear` into one folder at once. Each host can still run it."""
+    bed = local_testbed(hosts=3, name="nfs", hardware={"shared_home": True})
+    res = setup.apply(bed.name, roles=["python_env"], extra_vars={"python_env_path": "~/tb-shared-venv"})
+    assert res.ok, res.to_json()
+    made = {n for n, h in res.hosts.items() if any("Create the venv" in t for t in h.changed_tasks)}
+    assert made == {"node0"}, {n: h.changed_tasks for n, h in res.hosts.items()}
+    assert set(_on_all(bed, "~/tb-shared-venv/bin/python -c 'import sys; print(sys.prefix)'").values()) == \
+        {bed.ssh("node0", "echo ~/tb-shared-venv").stdout.strip()}
+    # on homes of their own, every host makes its own
+    solo = local_testbed(hosts=2, name="own")
+    res = setup.apply(solo.name, roles=["python_env"], extra_vars={"python_env_path": "~/tb-own-venv"})
+    assert res.ok, res.to_json()
+    assert {n for n, h in res.hosts.items() if any("Create the venv" in t for t in h.changed_tasks)} == {"node0", "node1"}
