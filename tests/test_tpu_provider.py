@@ -1,9 +1,9 @@
 """The GCP TPU provider: the real google-cloud-tpu client (REST) against a fake TPU API on 127.0.0.1.
 
-The fake's workers answer SSH on loopback addresses 127.0.20.1-16 where one real sshd (started here, as root)
-listens as a TPU VM's does: root may not log in, and the fake's guest agent writes the keys of each node's
-``ssh-keys`` metadata for their (non-root) user. That user ('tpu') exists only in the sshd's own mount namespace
-(a private copy of /etc/passwd), so this machine's accounts are untouched.
+The fake's workers answer SSH on loopback addresses 127.A.B.1-16 (a free net per test process) where one real sshd
+(started here, as root) listens as a TPU VM's does: root may not log in, and the fake's guest agent writes the keys
+of each node's ``ssh-keys`` metadata for their (non-root) user. That user ('tpu') exists only in the sshd's own
+mount namespace (a private copy of /etc/passwd), so this machine's accounts are untouched.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ TPU_USERS = ("tpu", "alice")  # the login users a test's nodes may name (the gue
 
 @pytest.fixture(scope="session")
 def tpu_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One real sshd on 127.0.20.1-16:22 (the fake's TPU workers), root login refused as on a TPU VM; yields the
+    """One real sshd on 127.A.B.1-16:22 (the fake's TPU workers, a free net per test process), root login refused as
+    on a TPU VM; yields the
     directory of per-user authorized keys (``<dir>/<user>``) the fake's guest agent writes."""
     if os.geteuid() != 0 or not os.access(SSHD, os.X_OK) or shutil.which("ssh-keyscan") is None \
             or shutil.which("unshare") is None:

@@ -73,8 +73,25 @@ HTTP_OF = {"INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "UNAUTHENTICATED
            "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504}
 ROUTE = re.compile(r"^/v2/(projects/[^/]+/locations/[^/]+)/(nodes|queuedResources|operations)(?:/([^/:]+))?$")
 NODE_ID_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-# the workers' loopback net; TB_TPU_NET lets two checkouts test side by side without sharing one sshd
-DEFAULT_POOL = [f"{os.environ.get('TB_TPU_NET', '127.0.20')}.{i}" for i in range(1, 17)]
+def _free_loopback_net() -> str:
+    """A 127.A.B net whose .1 has nothing on port 22: test processes side by side (parallel workers, two checkouts)
+    each get their own workers' addresses, never another's sshd."""
+    import random
+    import socket
+
+    for _ in range(100):
+        net = f"127.{random.randint(21, 63)}.{random.randint(1, 250)}"
+        with socket.socket() as s:
+            try:
+                s.bind((f"{net}.1", 22))
+                return net
+            except OSError:
+                continue
+    return "127.0.20"
+
+
+# the workers' loopback net (TB_TPU_NET names one)
+DEFAULT_POOL = [f"{os.environ.get('TB_TPU_NET') or _free_loopback_net()}.{i}" for i in range(1, 17)]
 
 # enum numbers of google.cloud.tpu.v2 (cloud_tpu.proto): Node.State, Node.Health, Node.ApiVersion,
 # QueuedResourceState.State and .StateInitiator
