@@ -1,4 +1,6 @@
-"""One ledger: every testbed of this state home, what it holds, since when, what it costs, when it is released.
+"""One ledger: every testbed of this state home, what it holds, since when, what it costs, when it is released;
+and (``elsewhere``) the testbeds of this user's other state homes, found through the per-user index
+(``testbed.homes``), each with its folder.
 
 Built from state alone (no network; ``orphans`` asks the providers). Costs are estimates from the price table
 (:func:`testbed.expiry.prices`): TPU in US dollars from the chip-hour price of the accelerator type, Chameleon in
@@ -7,18 +9,43 @@ service units (1 SU = 1 bare-metal node-hour), counted from when each billing re
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed import expiry as exp
+from testbed import paths
 from testbed.errors import TestbedError
 
 if TYPE_CHECKING:
+    from testbed.providers.base import Provider
     from testbed.state import Store
 
 
-def entry(st: Store, tb: dict[str, Any], table: dict[str, Any], now: float | None = None) -> dict[str, Any]:
-    """The ledger row of one testbed (its state record ``tb``)."""
+def _recorded_provider(st: Store, tb: dict[str, Any]) -> Provider:
+    """The provider of a testbed of another folder, from the spec copy recorded at provision (a spec of the same
+    name here may be another testbed altogether)."""
+    from testbed.providers import provider_class
+    from testbed.spec import TestbedSpec
+
+    copy = (tb["info"] or {}).get("spec")
+    if not copy:
+        raise TestbedError(f"testbed '{tb['name']}' has no recorded spec", where=str(st.path))
+    try:
+        spec = TestbedSpec.model_validate(copy)
+    except ValueError as e:
+        raise TestbedError(f"its recorded spec does not load here ({str(e).splitlines()[0]})",
+                           where=str(st.path)) from None
+    spec.source = tb.get("spec_path")
+    return provider_class(spec.kind)(spec, st)
+
+
+def entry(st: Store, tb: dict[str, Any], table: dict[str, Any], now: float | None = None, *,
+          recorded_spec: bool = False) -> dict[str, Any]:
+    """The ledger row of one testbed (its state record ``tb``); ``recorded_spec``: its provider from the spec
+    recorded at provision (another folder's testbed), not from the spec found here by name."""
     from testbed.providers import COSTS_MONEY
     from testbed.state import ACTIVE
 
@@ -39,7 +66,7 @@ def entry(st: Store, tb: dict[str, Any], table: dict[str, Any], now: float | Non
         from testbed.handle import Testbed
 
         try:
-            p = Testbed.open(name, st, recorded_ok=True).provider()
+            p = _recorded_provider(st, tb) if recorded_spec else Testbed.open(name, st, recorded_ok=True).provider()
             cost = p.cost(table)
             row.update({k: v for k, v in p.describe().items() if k in ("lease_end", "remaining", "warning")})
         except TestbedError as err:
@@ -66,10 +93,7 @@ def entry(st: Store, tb: dict[str, Any], table: dict[str, Any], now: float | Non
     return row
 
 
-def ledger(st: Store, home: Any) -> dict[str, Any]:
-    """Every testbed's row, and the totals per cost unit."""
-    table = exp.prices(home)
-    rows = [entry(st, tb, table) for tb in st.testbeds()]
+def _totals(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     totals: dict[str, dict[str, float]] = {}
     for r in rows:
         c = r.get("cost")
@@ -77,7 +101,75 @@ def ledger(st: Store, home: Any) -> dict[str, Any]:
             t = totals.setdefault(c["unit"], {"per_hour": 0.0, "so_far": 0.0})
             t["per_hour"] = round(t["per_hour"] + c["per_hour"], 4)
             t["so_far"] = round(t["so_far"] + (c.get("so_far") or 0.0), 2)
-    return {"testbeds": rows, "totals": totals, "prices": table.get("_source", "")}
+    return totals
+
+
+def folder_of(home: Path | str) -> str:
+    """The working folder a state home belongs to (``/x`` for ``/x/.testbed``; a TESTBED_HOME elsewhere as is)."""
+    p = Path(home)
+    return str(p.parent) if p.name == ".testbed" else str(p)
+
+
+def ledger(st: Store, home: Any) -> dict[str, Any]:
+    """Every testbed's row of this folder's state ``st`` (``Store.empty`` when it has none) at ``home``, and the
+    totals per cost unit."""
+    table = exp.prices(home)
+    rows = [entry(st, tb, table) for tb in st.testbeds()]
+    return {"home": str(home), "state": st.exists, "testbeds": rows, "totals": _totals(rows),
+            "prices": table.get("_source", "")}
+
+
+def _unreadable(home: str, e: Exception) -> str:
+    what = e.what if isinstance(e, TestbedError) else str(e)
+    return f"the testbeds of {folder_of(home)} are not listed: its state ({home}) cannot be read ({what})"
+
+
+def elsewhere(current: Path) -> dict[str, Any]:
+    """The testbeds recorded in this user's other state homes (from the index), each row with its ``home`` and
+    ``folder``; the homes whose state no longer exists are removed from the index and named in ``pruned``;
+    ``notes``: what could not be read. Other homes are opened read-only."""
+    from testbed import homes
+    from testbed.state import Store
+
+    listed, note = homes.read()
+    notes = [note] if note else []
+    here = os.path.realpath(current)
+    rows: list[dict[str, Any]] = []
+    gone: list[str] = []
+    for h in listed:
+        if h == here:
+            continue
+        if not (Path(h) / "state.db").is_file():
+            gone.append(h)
+            continue
+        try:
+            st = Store(Path(h) / "state.db", readonly=True)
+        except (TestbedError, OSError, sqlite3.Error) as e:
+            notes.append(_unreadable(h, e))
+            continue
+        try:
+            recorded = st.testbeds()
+            if recorded:  # a home whose testbeds are all destroyed costs one query
+                with paths.at_home(Path(h)):
+                    table = exp.prices(Path(h))
+                    rows += [{**entry(st, tb, table, recorded_spec=True), "home": h, "folder": folder_of(h)}
+                             for tb in recorded]
+        except (TestbedError, sqlite3.Error) as e:
+            notes.append(_unreadable(h, e))
+        finally:
+            st.close()
+    pruned: list[dict[str, str]] = []
+    if gone:
+        try:
+            removed = homes.prune(gone)
+        except OSError as e:
+            removed = []
+            notes.append(f"could not update the index of state homes ({paths.index_path()}: {e.strerror or e})")
+        pruned = [{"home": h, "folder": folder_of(h),
+                   "note": f"forgot {folder_of(h)}: its state ({h}/state.db) no longer exists; removed from "
+                           f"the index of state homes ({paths.index_path()})"} for h in removed]
+    return {"testbeds": rows, "totals": _totals(rows), "pruned": pruned, "notes": notes,
+            "index": str(paths.index_path())}
 
 
 def orphans(st: Store) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""Where things live: the state home (.testbed/) and the shipped resource folders.
+"""Where things live: the state home (.testbed/), the per-user index of state homes, and the shipped resource
+folders.
 
 Resource folders (playbooks, inventories, templates, experiments) are searched in the user's working
 directory first, then in the installed package (``testbed/_data``), then in the source checkout.
@@ -7,6 +8,9 @@ directory first, then in the installed package (``testbed/_data``), then in the 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 RESOURCE_KINDS = ("playbooks", "inventories", "templates", "experiments")
@@ -15,11 +19,39 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 PARTIAL_DIR = ".testbed-partial"
 
 
+# a state home other than this folder's, for the code that reads another folder's testbeds (testbed.ledger)
+_AT: ContextVar[Path | None] = ContextVar("testbed_home_at", default=None)
+
+
+def state_home() -> Path:
+    """The state directory, not created: ``$TESTBED_HOME`` or ``./.testbed`` (or the one ``at_home`` set)."""
+    return _AT.get() or Path(os.environ.get("TESTBED_HOME") or Path.cwd() / ".testbed").absolute()
+
+
 def home() -> Path:
-    """The state directory: ``$TESTBED_HOME`` or ``./.testbed``; created 0700."""
-    p = Path(os.environ.get("TESTBED_HOME") or Path.cwd() / ".testbed").absolute()
+    """The state directory (``state_home``), created 0700: for the commands that write state."""
+    p = state_home()
     p.mkdir(parents=True, exist_ok=True, mode=0o700)
     return p
+
+
+@contextmanager
+def at_home(p: Path) -> Iterator[Path]:
+    """Within the block, ``state_home``/``home`` answer ``p``: another folder's testbeds read as that folder
+    reads them (their files, their names at the provider, their price table)."""
+    token = _AT.set(Path(p).absolute())
+    try:
+        yield Path(p).absolute()
+    finally:
+        _AT.reset(token)
+
+
+def index_path() -> Path:
+    """The per-user index of state homes: ``$XDG_STATE_HOME/testbed/homes.json`` (default
+    ``~/.local/state``; a relative XDG_STATE_HOME is ignored, as the XDG spec says)."""
+    base = os.environ.get("XDG_STATE_HOME", "")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".local" / "state"
+    return root / "testbed" / "homes.json"
 
 
 def testbed_dir(name: str) -> Path:

@@ -120,26 +120,43 @@ def _row_to_host(r: sqlite3.Row) -> Host:
 
 
 class Store:
-    """The state database. Cheap to open; open one per command."""
+    """The state database. Cheap to open; open one per command.
 
-    def __init__(self, path: Path):
+    ``readonly``: for the commands that only read (status, list, report, completion): the file must exist, is
+    neither migrated nor re-moded, and SQLite refuses every write (``PRAGMA query_only``). A read-only open of
+    an older schema reads it as it is (the migrations so far add indexes only). ``Store.empty`` stands in for a
+    home that has no state, so that those commands never create one.
+    """
+
+    def __init__(self, path: Path, *, readonly: bool = False):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if not self.path.exists():
-            self._create()
+        self.readonly = readonly
+        self.exists = True  # False: Store.empty, no file behind it
+        if not readonly:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not self.path.exists():
+                self._create()
         # never open the file with a plain descriptor here: closing one drops every POSIX lock this process's
         # other connections hold on it (SQLite's own caveat), which shows up as "disk I/O error" elsewhere
         if self.path.stat().st_size == 0:
             raise self._damaged("empty file")
-        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        # mode=rw: a file that vanished since is an error, never created anew
+        target = f"{self.path.absolute().as_uri()}?mode=rw" if readonly else str(self.path)
+        self._db = sqlite3.connect(target, timeout=30, isolation_level=None, check_same_thread=False,
+                                   uri=readonly)
         self._db.row_factory = sqlite3.Row
         try:
             self._db.execute("PRAGMA busy_timeout=30000")
             self._db.execute("PRAGMA foreign_keys=ON")
-            with contextlib.suppress(sqlite3.OperationalError):  # another process is switching it right now
-                self._db.execute("PRAGMA journal_mode=WAL")
+            if readonly:
+                self._db.execute("PRAGMA query_only=ON")
+            else:
+                with contextlib.suppress(sqlite3.OperationalError):  # another process is switching it right now
+                    self._db.execute("PRAGMA journal_mode=WAL")
             self._check_size()
-            if self.schema_version != SCHEMA_VERSION:  # the usual open writes nothing
+            if readonly:
+                self._check_version(self.schema_version)
+            elif self.schema_version != SCHEMA_VERSION:  # the usual open writes nothing
                 with self.tx() as db:
                     self._migrate(db)
         except sqlite3.DatabaseError as e:
@@ -147,7 +164,27 @@ class Store:
                 raise
             self._db.close()
             raise self._damaged(str(e)) from None
-        self.path.chmod(0o600)
+        if not readonly:
+            self.path.chmod(0o600)
+
+    @classmethod
+    def empty(cls, path: Path) -> Store:
+        """A read-only store with no testbed, run or campaign, for a home with no state at ``path`` (nothing is
+        created there)."""
+        st = cls.__new__(cls)
+        st.path, st.readonly, st.exists = Path(path), True, False
+        st._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        st._db.row_factory = sqlite3.Row
+        st._db.execute("BEGIN")
+        st._migrate(st._db)
+        st._db.execute("COMMIT")
+        st._db.execute("PRAGMA query_only=ON")
+        return st
+
+    @property
+    def home(self) -> Path:
+        """The state home this database belongs to."""
+        return self.path.parent
 
     def _create(self) -> None:
         """A new state file, complete before it appears (so an empty or partial file is always damage)."""
@@ -191,12 +228,7 @@ class Store:
         if version == 0 and "meta" in tables:  # written before user_version was used
             row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             version = int(row[0]) if row else 1
-        if version > SCHEMA_VERSION:
-            from testbed.errors import TestbedError
-
-            raise TestbedError(f"the state was written by a newer testbed (schema {version}; this one knows up "
-                               f"to {SCHEMA_VERSION}); nothing was changed", where=str(self.path),
-                               fix="upgrade testbed (pip install -U testbed), or set TESTBED_HOME to another folder")
+        self._check_version(version)
         if version == SCHEMA_VERSION and db.execute("PRAGMA user_version").fetchone()[0] == version:
             return  # another process migrated it first
         if version == 0:
@@ -210,15 +242,35 @@ class Store:
         db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION:d}")
 
+    def _check_version(self, version: int) -> None:
+        """Refuse a file written by a newer testbed."""
+        if version > SCHEMA_VERSION:
+            from testbed.errors import TestbedError
+
+            raise TestbedError(f"the state was written by a newer testbed (schema {version}; this one knows up "
+                               f"to {SCHEMA_VERSION}); nothing was changed", where=str(self.path),
+                               fix="upgrade testbed (pip install -U testbed), or set TESTBED_HOME to another folder")
+
     @property
     def schema_version(self) -> int:
         return int(self._db.execute("PRAGMA user_version").fetchone()[0])
 
     @classmethod
     def open_default(cls) -> Store:
+        """This folder's state, created when it has none (for the commands that record something)."""
         from testbed import paths
 
         return cls(paths.home() / "state.db")
+
+    @classmethod
+    def open_existing(cls, home: Path | None = None, *, readonly: bool = True) -> Store:
+        """The state of ``home`` (default: this folder's) when it has one, else ``Store.empty``: never creates
+        anything. ``readonly=False``: writes allowed to an existing file (``status --probe`` records what it
+        found)."""
+        from testbed import paths
+
+        db = (home or paths.state_home()) / "state.db"
+        return cls(db, readonly=readonly) if db.is_file() else cls.empty(db)
 
     def close(self) -> None:
         self._db.close()
@@ -226,6 +278,8 @@ class Store:
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction; taken at once (IMMEDIATE) so two writers never interleave."""
+        if self.readonly:
+            raise RuntimeError(f"a write to the state opened read-only ({self.path})")  # a bug in the caller
         db = self._db
         for attempt in range(200):
             try:

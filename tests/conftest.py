@@ -16,6 +16,27 @@ sys.path.insert(0, str(Path(__file__).parent))
 from localbed import LocalBed, local_available, local_bed
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _user_index_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The per-user index of state homes (testbed.homes) of module- and session-wide fixtures: never the
+    real user's (~/.local/state/testbed), which tests would fill with their temporary folders."""
+    old = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("xdg-state-session"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = old
+
+
+@pytest.fixture(autouse=True)
+def _user_index(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test its own per-user index of state homes (other tests' folders are not its testbeds)."""
+    d = tmp_path_factory.mktemp("xdg-state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(d))
+    return d
+
+
 @pytest.fixture
 def tb_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty working directory with its own TESTBED_HOME; cwd is set to it."""

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from testbed.cli.output import console, escape, print_json, store
+from testbed.cli.output import console, escape, existing_store, print_json, store
 
-__all__ = ["JsonOpt", "console", "escape", "print_json", "store"]
+__all__ = ["JsonOpt", "console", "escape", "existing_store", "print_json", "store"]
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]

@@ -26,14 +26,11 @@ def _starting(names: Any, incomplete: str) -> list[str]:
 
 
 def _state() -> Any:
-    """This state home's store when it exists (completing never creates one)."""
-    import os
-    from pathlib import Path
-
+    """This state home's store, read-only, when it exists (completing never creates or migrates one)."""
     from testbed.state import Store
 
-    db = Path(os.environ.get("TESTBED_HOME") or Path.cwd() / ".testbed") / "state.db"
-    return Store(db) if db.is_file() else None
+    st = Store.open_existing()
+    return st if st.exists else None
 
 
 @_safe

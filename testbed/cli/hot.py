@@ -6,10 +6,12 @@ and the Typer commands in ``testbed.cli.testbeds`` call the same functions, so b
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.cli.output import Plain, console, escape, print_json, store
+from testbed.cli.output import Plain, console, escape, existing_store, print_json, store
 from testbed.errors import TestbedError, UsageError
 
 if TYPE_CHECKING:
@@ -51,21 +53,56 @@ def _known_testbed(st: Store, name: str) -> dict[str, Any]:
     if tb is None:
         from testbed.spec import load_testbed
 
-        load_testbed(name)  # an unknown name gets the 'no testbed named' message with a hint
-        raise TestbedError(f"testbed '{name}' is not provisioned", where="state", fix=f"testbed provision {name}")
+        hint = _elsewhere_hint(st, name)
+        if not hint:
+            load_testbed(name)  # an unknown name gets the 'no testbed named' message with a hint
+        where = "state" if st.exists else f"state (none in this folder: {st.home})"
+        raise TestbedError(f"testbed '{name}' is not provisioned here", where=where,
+                           fix=f"testbed provision {name}" + hint)
     return tb
+
+
+def _elsewhere_hint(st: Store, name: str) -> str:
+    """Where else (other folders' state, from the index) a testbed of that name is recorded, as a hint."""
+    from testbed import homes, ledger
+    from testbed.state import Store
+
+    found = []
+    here = os.path.realpath(st.home)
+    for h in homes.read()[0]:
+        db = Path(h) / "state.db"
+        if h == here or not db.is_file():
+            continue
+        try:
+            other = Store(db, readonly=True)
+            try:
+                if other.testbed(name) is not None:
+                    found.append(ledger.folder_of(h))
+            finally:
+                other.close()
+        except Exception:  # noqa: S112 - a hint only: an unreadable home is named by 'testbed status'
+            continue
+    return f"; or cd to {' or '.join(found)}, where it is provisioned" if found else ""
 
 
 def status(target: str | None, probe: bool, json_out: bool, orphans: bool = False) -> None:
     """``testbed status``: what state knows, without touching the network (``probe`` checks reachability); no
-    target: the ledger of every testbed (``orphans``: also what the clouds hold that state does not record)."""
-    st = store()
+    target: the ledger of every testbed, this folder's and (from the per-user index) those of every other folder
+    (``orphans``: also what the clouds hold that state does not record). Creates no state: a folder without
+    one reads as empty."""
     if target is None:
-        from testbed import ledger, paths
+        from testbed import homes, ledger
         from testbed.cli import ledger_view
 
-        data = ledger.ledger(st, paths.home())
+        st = existing_store()
+        data = ledger.ledger(st, st.home)
         data["runs"] = _recent_runs(st)
+        other = ledger.elsewhere(st.home)
+        if data["testbeds"]:  # state from before the index: listed from now on
+            note = homes.register(st.home)
+            if note:
+                other["notes"].append(note)
+        data["elsewhere"] = other
         if orphans:
             data["orphans"] = ledger.orphans(st)
         if json_out:
@@ -75,6 +112,7 @@ def status(target: str | None, probe: bool, json_out: bool, orphans: bool = Fals
         if data["runs"]:
             _print_runs(data["runs"])
         return
+    st = existing_store(readonly=not probe)  # --probe records the hosts' state it finds
     if st.testbed(target) is None and st.run(target) is not None:
         return _run_status(target, json_out)
     tb = _known_testbed(st, target)
@@ -122,7 +160,7 @@ def exec_(name: str, command: list[str], hosts: str | None, timeout: float | Non
     """``testbed exec``: run ``command`` on the selected hosts in parallel; the exit code (1: a host failed)."""
     from testbed import remote
 
-    st = store()
+    st = existing_store(readonly=False)  # a testbed not provisioned here: no state is created to say so
     _known_testbed(st, name)
     selected = remote.select_hosts(st.hosts(name), hosts)
     cmd = " ".join(command)

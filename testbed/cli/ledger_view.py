@@ -1,4 +1,5 @@
-"""The ledger (``testbed status`` with no name) as tables: the data comes from :mod:`testbed.ledger`."""
+"""The ledger (``testbed status`` with no name) as tables, this folder's and the other folders': the data comes
+from :mod:`testbed.ledger`."""
 
 from __future__ import annotations
 
@@ -18,43 +19,65 @@ def _cost(c: dict[str, Any] | None) -> tuple[str, str]:
     return fmt(c["per_hour"]) + "/h", fmt(c.get("so_far") or 0.0)
 
 
+def _table(out: Plain, title: str, rows: list[dict[str, Any]], *, folder: bool = False) -> None:
+    table: list[list[str]] = []
+    for r in rows:
+        counts: dict[str, int] = {}
+        for res in r["resources"]:
+            counts[res["kind"]] = counts.get(res["kind"], 0) + 1
+        holds = ", ".join(f"{n} {k}{'s' if n > 1 else ''}" for k, n in counts.items()) or f"{r['hosts']} hosts"
+        if r.get("lease_end"):
+            holds += f"; lease ends {r['lease_end']}"
+        holds += f"\nsince {(r['since'] or '')[:16]}"
+        per_h, so_far = _cost(r.get("cost"))
+        e = r.get("expiry")
+        exp_txt = "none"
+        if e:
+            parts = []
+            if e["expire_at"]:
+                parts.append(f"at {e['expire_at']}")
+            if e["idle_after"]:
+                parts.append(f"idle {span(e['idle_after'])}")
+            exp_txt = (", ".join(parts) + f" [{e['switch']}]\nnext release {e['release_at']} (in {e['in']})"
+                       + (", held by a run" if e.get("held_by_run") else ""))
+        table.append([f"{r['name']}\n{r['provider']}, {r['status']}", *([r["folder"]] if folder else []), holds,
+                      ", ".join(r["active_runs"]) or "-", f"{per_h}\n{so_far} so far", exp_txt])
+    columns = ("testbed", *(("folder",) if folder else ()), "holds", "run", "cost", "expiry")
+    out.table(title, columns, table, lines=True)
+    for r in rows:
+        if r.get("warning"):
+            where = f" (in {r['folder']})" if folder else ""
+            out.write(f"{out.paint('warning:', 'yellow')} {r['name']}{where}: {r['warning']}")
+        if folder and r.get("note"):
+            out.write(f"{out.paint('note:', 'yellow')} {r['name']} (in {r['folder']}): {r['note']}")
+
+
+def _totals(out: Plain, totals: dict[str, Any], label: str) -> None:
+    for unit, tot in totals.items():
+        per_h, so_far = _cost({"unit": unit, **tot})
+        out.write(f"{label}: {per_h}, {so_far} so far")
+
+
 def render(out: Plain, data: dict[str, Any]) -> None:
     rows = data["testbeds"]
+    other = data.get("elsewhere") or {}
     if not rows:
-        out.write("no testbed provisioned (try: testbed provision local)")
+        why = [] if data.get("state", True) else [f"no state at {data.get('home')}"]
+        why += [] if other.get("testbeds") else ["try: testbed provision local"]
+        out.write("no testbed provisioned in this folder" + (f" ({'; '.join(why)})" if why else ""))
     else:
-        table: list[list[str]] = []
-        for r in rows:
-            counts: dict[str, int] = {}
-            for res in r["resources"]:
-                counts[res["kind"]] = counts.get(res["kind"], 0) + 1
-            holds = ", ".join(f"{n} {k}{'s' if n > 1 else ''}" for k, n in counts.items()) or f"{r['hosts']} hosts"
-            if r.get("lease_end"):
-                holds += f"; lease ends {r['lease_end']}"
-            holds += f"\nsince {(r['since'] or '')[:16]}"
-            per_h, so_far = _cost(r.get("cost"))
-            e = r.get("expiry")
-            exp_txt = "none"
-            if e:
-                parts = []
-                if e["expire_at"]:
-                    parts.append(f"at {e['expire_at']}")
-                if e["idle_after"]:
-                    parts.append(f"idle {span(e['idle_after'])}")
-                exp_txt = (", ".join(parts) + f" [{e['switch']}]\nnext release {e['release_at']} (in {e['in']})"
-                           + (", held by a run" if e.get("held_by_run") else ""))
-            table.append([f"{r['name']}\n{r['provider']}, {r['status']}", holds, ", ".join(r["active_runs"]) or "-",
-                          f"{per_h}\n{so_far} so far", exp_txt])
-        out.table("testbeds (the ledger)", ("testbed", "holds", "run", "cost", "expiry"), table, lines=True)
-        for r in rows:
-            if r.get("warning"):
-                out.write(f"{out.paint('warning:', 'yellow')} {r['name']}: {r['warning']}")
-        for unit, tot in data.get("totals", {}).items():
-            per_h, so_far = _cost({"unit": unit, **tot})
-            out.write(f"total: {per_h}, {so_far} so far")
-        if data.get("totals"):
-            out.write(out.paint("estimates from the price table (testbed/data/prices.json; your own in "
-                                "<state home>/prices.json)", "dim"))
+        _table(out, "testbeds (the ledger)", rows)
+        _totals(out, data.get("totals", {}), "total")
+    if other.get("testbeds"):
+        _table(out, "testbeds in other folders", other["testbeds"], folder=True)
+        _totals(out, other.get("totals", {}), "total in other folders")
+    if data.get("totals") or other.get("totals"):
+        out.write(out.paint("estimates from the price table (testbed/data/prices.json; your own in "
+                            "<state home>/prices.json)", "dim"))
+    for p in other.get("pruned", []):
+        out.write(f"{out.paint('note:', 'yellow')} {p['note']}")
+    for n in other.get("notes", []):
+        out.write(f"{out.paint('note:', 'yellow')} {n}")
     orphans = data.get("orphans")
     if orphans is not None:
         if not orphans:

@@ -27,9 +27,17 @@ def print_json(obj: Any) -> None:
 
 
 def store() -> Store:
+    """This folder's state, created when it has none (the commands that record something)."""
     from testbed.state import Store
 
     return Store.open_default()
+
+
+def existing_store(*, readonly: bool = True) -> Store:
+    """This folder's state for a command that only reads it: never created (``Store.empty`` when none)."""
+    from testbed.state import Store
+
+    return Store.open_existing(readonly=readonly)
 
 
 def escape(s: str) -> str:

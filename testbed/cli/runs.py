@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from testbed.cli import complete
-from testbed.cli.common import JsonOpt, console, escape, print_json, store
+from testbed.cli.common import JsonOpt, console, escape, existing_store, print_json, store
 
 if TYPE_CHECKING:
     from testbed.run.models import Plan, RunRecord
@@ -60,7 +60,7 @@ def run(
     tb = on or s.testbed or DEFAULT_TESTBED
     if matrix:
         return _campaign(s, tb, given, faults, detach, dry_run, no_setup, collect, json_out, src)
-    st = store()
+    st = existing_store() if dry_run else store()  # a dry run creates nothing
     plan = runner.plan_run(s, on, given, faults=faults, dry_run=dry_run, sources=src, store=st)
     if dry_run:
         return _show_dry_run(plan, json_out)
@@ -159,7 +159,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     from testbed.run import campaign, runner
 
     points = suite_mod.expand_matrix(s, given)
-    st = store()
+    st = existing_store() if dry_run else store()
     if dry_run:
         plans = [runner.plan_run(s, tb, p, faults=faults, dry_run=True, sources=src, store=st) for p in points]
         if json_out:
@@ -213,7 +213,7 @@ def logs(
 
     from testbed.run import runner, state
 
-    st = store()
+    st = existing_store(readonly=False)  # --follow may restart the run's supervisor; no state is created
     try:
         for ln in runner.logs(run_id, host=host, follow=follow, store=st):
             if ln.stream == "error":
@@ -339,7 +339,7 @@ def show_run_status(run_id: str, json_out: bool) -> None:
 
     from testbed.run import runner
 
-    rs = runner.run_status(run_id, store=store())
+    rs = runner.run_status(run_id, store=existing_store(readonly=False))
     if json_out:
         return print_json(rs.to_json())
     run, clock = rs.run, runner.clock

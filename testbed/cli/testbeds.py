@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from testbed.cli import complete, hot
-from testbed.cli.common import JsonOpt, console, print_json, store
+from testbed.cli.common import JsonOpt, console, existing_store, print_json, store
 from testbed.cli.hot import _hosts_table, _known_testbed, _print_runs, _recent_runs, provider_for
 from testbed.cli.output import Plain
 from testbed.errors import TestbedError, UsageError
@@ -158,7 +158,7 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
     if len(given) > 1:
         raise UsageError("give only one of --profile, --suite, --role", where="command line",
                          fix="testbed setup local --profile local-suites")
-    _known_testbed(store(), name)
+    _known_testbed(existing_store(readonly=False), name)
     extra: dict[str, Any] = {}
     for kv in var or []:
         if "=" not in kv:
@@ -230,7 +230,7 @@ def ssh_(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletio
     """
     from testbed import remote
 
-    st = store()
+    st = existing_store(readonly=False)
     _known_testbed(st, name)
     hosts = st.hosts(name)
     names = [h.name for h in hosts]
@@ -259,7 +259,7 @@ def extend(name: Annotated[str, typer.Argument(help="Testbed name.", autocomplet
     from testbed import deadman, expiry
 
     if off:
-        st = store()
+        st = existing_store(readonly=False)
         _known_testbed(st, name)
         p = provider_for(name, st, recorded_ok=True)
         p.disarm_switch()
@@ -272,7 +272,7 @@ def extend(name: Annotated[str, typer.Argument(help="Testbed name.", autocomplet
     if hours is not None and hours <= 0:
         raise UsageError(f"cannot extend by {hours} hours", where="--hours", fix="give a positive number")
     _check_duration(expire, "--expire")
-    st = store()
+    st = existing_store(readonly=False)
     _known_testbed(st, name)
     p = provider_for(name, st)
     e = deadman.recorded(st, name)
@@ -318,7 +318,7 @@ def forget_host(name: Annotated[str, typer.Argument(help="Testbed name.", autoco
     """
     from testbed import ssh
 
-    _known_testbed(store(), name)
+    _known_testbed(existing_store(readonly=False), name)
     ssh.forget_host_keys(name, [host])
     console().print(f"forgot the pinned key of {host}; the next connection trusts and pins its current key")
 
@@ -333,7 +333,7 @@ def list_testbeds(json_out: JsonOpt = False) -> None:
     """Testbed specs found in inventories/ (cwd first, then the shipped ones). Example: testbed list testbeds"""
     from testbed import paths
 
-    st = store()
+    st = existing_store()
     rows = []
     for name, p in paths.list_resources("inventories").items():
         tb = st.testbed(name)
@@ -376,7 +376,7 @@ def list_profiles(json_out: JsonOpt = False) -> None:
 
 def list_runs(json_out: JsonOpt = False) -> None:
     """Recent runs recorded in state. Example: testbed list runs"""
-    runs = _recent_runs(store(), limit=100)
+    runs = _recent_runs(existing_store(), limit=100)
     if json_out:
         print_json(runs)
     else:

@@ -432,6 +432,12 @@ class Provider(ABC):
         spec file is later edited, deleted or needs an unset variable."""
         # what destroy needs (provider settings, user, groups); not vars or sources, which may carry tokens
         spec = self.spec.model_dump(mode="json", exclude={"source", "vars", "sources"})
+        from testbed import homes
+
+        # listed in the user's index before anything is made, so that `testbed status` anywhere shows it
+        problem = homes.register(self.store.home)
+        if problem:
+            self.progress(f"note: {problem}")
         self.store.upsert_testbed(self.name, self.kind, self.spec.source, status, {**(info or {}), "spec": spec})
 
     def can(self, capability: str) -> bool:

@@ -106,7 +106,7 @@ class ChameleonProvider(Provider):
     @property
     def tag(self) -> str:
         """Short hash of the state home: two checkouts in one project never share names."""
-        return hashlib.sha256(str(paths.home()).encode()).hexdigest()[:6]
+        return hashlib.sha256(str(paths.state_home()).encode()).hexdigest()[:6]
 
     @property
     def prefix(self) -> str:

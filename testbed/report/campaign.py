@@ -163,15 +163,10 @@ def campaign_of(run: RunDir, recorded: dict[str, str]) -> str | None:
 
 def recorded_campaigns() -> dict[str, str]:
     """run id -> campaign id from this machine's state (empty when there is no state)."""
-    from testbed import paths
-
-    db = paths.home() / "state.db"
-    if not db.is_file():
-        return {}
     from testbed.state import Store
 
     try:
-        st = Store(db)
+        st = Store.open_existing()  # read-only; a folder without state stays without
     except Exception:  # a state this version cannot open: campaigns are then only known from manifests
         return {}
     try:
