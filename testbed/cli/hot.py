@@ -67,7 +67,8 @@ def status(target: str | None, probe: bool, json_out: bool, orphans: bool = Fals
         data = ledger.ledger(st, paths.home())
         data["runs"] = _recent_runs(st)
         if orphans:
-            data["orphans"] = ledger.orphans(st)
+            found = ledger.orphans(st)
+            data["orphans"], data["orphans_asked"] = found["orphans"], found["asked"]
         if json_out:
             print_json(data)
             return
