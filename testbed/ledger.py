@@ -95,10 +95,11 @@ def orphans(st: Store) -> dict[str, list[dict[str, Any]]]:
 
     out: list[dict[str, Any]] = []
     asked: list[dict[str, Any]] = []
-    names = {tb["name"] for tb in st.testbeds()} | set(paths.list_resources("inventories"))
+    specs = paths.list_resources("inventories")
+    names = {tb["name"] for tb in st.testbeds()} | set(specs)
     for name in sorted(names):
         rec = st.testbed(name)
-        kind = str(rec["provider"]) if rec else ""
+        kind = str(rec["provider"]) if rec else _kind_written(specs.get(name))
         try:
             tb = Testbed.open(name, st, recorded_ok=True)
             kind = tb.kind
@@ -123,3 +124,17 @@ def orphans(st: Store) -> dict[str, list[dict[str, Any]]]:
         out += found
         asked.append({"testbed": name, "provider": kind, "asked": True, "where": where, "found": len(found)})
     return {"orphans": out, "asked": asked}
+
+
+def _kind_written(path: Any) -> str:
+    """provider.kind as a spec file writes it ('' when unreadable): what a spec that does not load is about."""
+    if path is None:
+        return ""
+    from ruamel.yaml import YAML, YAMLError
+
+    try:
+        data = YAML(typ="safe").load(path.read_text())
+        kind = data.get("provider", {}).get("kind") if isinstance(data, dict) else None
+    except (OSError, YAMLError, AttributeError):
+        return ""
+    return kind if isinstance(kind, str) else ""
