@@ -221,7 +221,7 @@ def test_local_rows_are_checks(no_cloud: pytest.MonkeyPatch) -> None:
     root = os.geteuid() == 0
     assert rows["root"]["ok"] is root
     if root:  # a namespace really made (and dropped)
-        assert rows["network namespaces"]["ok"] is (rows["tools"]["ok"] and rows["sshd"]["ok"] or
+        assert rows["network namespaces"]["ok"] is ((rows["tools"]["ok"] and rows["sshd"]["ok"]) or
                                                      rows["network namespaces"]["ok"])
     no_cloud.setattr(os, "geteuid", lambda: 1000)  # as a user without root
     code, data = _check("local")
@@ -235,7 +235,7 @@ def test_local_rows_are_checks(no_cloud: pytest.MonkeyPatch) -> None:
 def test_unknown_target_is_refused_before_any_check(no_cloud: pytest.MonkeyPatch) -> None:
     from testbed.errors import UsageError
 
-    code, out, exc = invoke("check", "local", "nosuch")  # the valid one is not checked either
+    _, out, exc = invoke("check", "local", "nosuch")  # the valid one is not checked either
     assert isinstance(exc, UsageError) and exc.code == 2 and out == ""
     assert "'nosuch' is neither a provider (local, lab, chameleon, gcp-tpu) nor a testbed" in exc.what
 

@@ -8,13 +8,15 @@ from typing import Annotated, Any
 
 import typer
 
+from testbed.cli import complete
 from testbed.cli.common import JsonOpt, console, escape, print_json, store
 from testbed.errors import TestbedError
 
 # check / doctor ---------------------------------------------------------------------------------------
 Targets = Annotated[list[str] | None, typer.Argument(
     help="Provider kinds (local, lab, chameleon, gcp-tpu) or testbed names (checked with their spec's settings); "
-         "none: every provider.", show_default=False)]
+         "none: every provider.", show_default=False, metavar="TARGET",
+    autocompletion=complete.providers_or_testbeds)]
 
 
 def check(targets: Targets = None, json_out: JsonOpt = False) -> None:
