@@ -32,15 +32,29 @@ class UsageError(TestbedError):
         super().__init__(what, where=where, fix=fix, code=2)
 
 
-def require_extra(module: str, extra: str, what: str) -> None:
-    """Refuse, with the install command, when an optional extra's module is missing (never ModuleNotFoundError)."""
+DISTRIBUTION = "testbed"
+"""The name this project is installed by (its wheel's metadata Name): every install hint is built from it."""
+
+
+def install_command(extra: str | None = None) -> str:
+    """The command that installs this project, with ``extra`` (``chameleon``, ``tpu``) when given."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'" if extra else f"pip install {DISTRIBUTION}"
+
+
+def has_module(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it (a missing parent package counts as missing:
+    ``find_spec('google.cloud.tpu_v2')`` raises when ``google`` is absent)."""
     import importlib.util
 
     try:
-        found = importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # a parent package is missing
-        found = False
-    if not found:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package is missing, or None in sys.modules
+        return False
+
+
+def require_extra(module: str, extra: str, what: str) -> None:
+    """Refuse, with the install command, when an optional extra's module is missing (never ModuleNotFoundError)."""
+    if not has_module(module):
         raise UsageError(f"{what} needs the '{extra}' extra, which is not installed (no module {module})",
                          where="this Python environment",
-                         fix=f"pip install 'testbed[{extra}]' (in the environment testbed runs from), then retry")
+                         fix=f"{install_command(extra)} (in the environment testbed runs from), then retry")

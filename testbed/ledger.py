@@ -172,21 +172,61 @@ def elsewhere(current: Path) -> dict[str, Any]:
             "index": str(paths.index_path())}
 
 
-def orphans(st: Store) -> list[dict[str, Any]]:
-    """Resources at the providers that state does not record: for every recorded testbed and every cloud spec in
-    inventories/ (a testbed whose state row is gone), asked of its provider (network; credentials needed)."""
+def orphans(st: Store) -> dict[str, list[dict[str, Any]]]:
+    """Resources at the providers that state does not record, for every recorded testbed and every cloud spec in
+    inventories/ (a testbed whose state row is gone), asked of its provider (network; credentials needed).
+
+    ``orphans``: what was found; ``asked``: one entry per cloud testbed, ``asked`` True with ``where`` and
+    ``found``, or False with ``why`` (the extra missing, no credentials, credentials refused, the listing
+    failed) and ``fix``: a provider that could not be asked is never reported as holding nothing.
+    """
     from testbed import paths
     from testbed.handle import Testbed
+    from testbed.providers import COSTS_MONEY
+    from testbed.providers.check import check
 
     out: list[dict[str, Any]] = []
-    names = {tb["name"] for tb in st.testbeds()} | set(paths.list_resources("inventories"))
+    asked: list[dict[str, Any]] = []
+    specs = paths.list_resources("inventories")
+    names = {tb["name"] for tb in st.testbeds()} | set(specs)
     for name in sorted(names):
+        rec = st.testbed(name)
+        kind = str(rec["provider"]) if rec else _kind_written(specs.get(name))
         try:
-            p = Testbed.open(name, st, recorded_ok=True).provider()
-            if not p.costs_money:
+            tb = Testbed.open(name, st, recorded_ok=True)
+            kind = tb.kind
+            if kind not in COSTS_MONEY:
                 continue
-            out += [{"testbed": name, **o} for o in p.orphans()]
+            assert tb.spec is not None
+            ready = check(kind, tb.spec, quotas=False)  # extra, credentials, a login: the reason when it fails
+            where = ", ".join(f"{k} {ready.context[k]}" for k in ("site", "project", "zone") if k in ready.context)
+            if not ready.usable:
+                bad = ready.failed
+                asked.append({"testbed": name, "provider": kind, "asked": False,
+                              "why": f"{bad.check}: {bad.detail}" if bad else "not usable",
+                              "fix": bad.fix if bad else ""})
+                continue
+            found = [{"testbed": name, **o} for o in tb.provider().orphans()]
         except TestbedError as e:
-            if st.testbed(name) is not None:
-                out.append({"testbed": name, "kind": "?", "id": "?", "error": e.what, "release": e.fix})
-    return out
+            if kind and kind not in COSTS_MONEY:
+                continue
+            asked.append({"testbed": name, "provider": kind or "?", "asked": False, "why": e.what,
+                          "fix": e.fix or ""})
+            continue
+        out += found
+        asked.append({"testbed": name, "provider": kind, "asked": True, "where": where, "found": len(found)})
+    return {"orphans": out, "asked": asked}
+
+
+def _kind_written(path: Any) -> str:
+    """provider.kind as a spec file writes it ('' when unreadable): what a spec that does not load is about."""
+    if path is None:
+        return ""
+    from ruamel.yaml import YAML, YAMLError
+
+    try:
+        data = YAML(typ="safe").load(path.read_text())
+        kind = data.get("provider", {}).get("kind") if isinstance(data, dict) else None
+    except (OSError, YAMLError, AttributeError):
+        return ""
+    return kind if isinstance(kind, str) else ""

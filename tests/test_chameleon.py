@@ -516,6 +516,32 @@ def test_oidc_password_openrc(fake: FakeChameleon, clean_env: pytest.MonkeyPatch
     _destroy_leaves_nothing(m, fake)
 
 
+def test_jupyterhub_access_token(fake: FakeChameleon, clean_env: pytest.MonkeyPatch, make: Callable[..., Made],
+                                 tb_home: Path) -> None:
+    """A notebook on Chameleon's JupyterHub (v3oidcaccesstoken, as jupyterhub-chameleon sets it): the access token
+    the server started with has expired; python-chi asks the Hub for a fresh one, keystone's OS-FEDERATION auth
+    takes it as a bearer token and rescopes it to OS_PROJECT_NAME. Provision and destroy work end to end."""
+    env = fake.jupyter_env(token_ttl=-60)
+    _use_env(clean_env, env)
+    m = make(count=1)
+    (h,) = m.p.provision()
+    assert h.user == "cc" and fake.hub_requests >= 1
+    flow = [p for _, p in fake.requests if p.startswith(("/hub", "/identity"))][:3]
+    assert flow == ["/hub/api/users/alice",
+                    "/identity/v3/OS-FEDERATION/identity_providers/chameleon/protocols/openid/auth",
+                    "/identity/v3/auth/tokens"]
+    _no_secret_on_disk(tb_home, env["OS_ACCESS_TOKEN"], fake.hub_token)
+    _destroy_leaves_nothing(m, fake)
+    # outside the Hub the expired token is refused, with what to do
+    for k in ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER"):
+        clean_env.delenv(k)
+    with pytest.raises(TestbedError) as ei:
+        make(count=1).p.provision()
+    _assert_clear(ei.value, "refused the credentials", "401", where="Chameleon CHI@UC",
+                  fix="access token has expired")
+    assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
+
+
 def test_oidc_wrong_password_and_no_password(fake: FakeChameleon, clean_env: pytest.MonkeyPatch,
                                              make: Callable[..., Made]) -> None:
     _use_env(clean_env, {**fake.env("oidc"), "OS_PASSWORD": "not-it"})

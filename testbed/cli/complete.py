@@ -78,3 +78,11 @@ def hosts(ctx: Any, incomplete: str) -> list[str]:
     if not name or st is None:
         return []
     return _starting((h.name for h in st.hosts(name)), incomplete)
+
+
+@_safe
+def providers_or_testbeds(incomplete: str) -> list[str]:
+    """Provider kinds (``testbed check``) and testbed names."""
+    from testbed.providers import PROVIDERS
+
+    return sorted({*_starting(PROVIDERS, incomplete), *testbeds(incomplete)})

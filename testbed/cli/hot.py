@@ -104,7 +104,8 @@ def status(target: str | None, probe: bool, json_out: bool, orphans: bool = Fals
                 other["notes"].append(note)
         data["elsewhere"] = other
         if orphans:
-            data["orphans"] = ledger.orphans(st)
+            found = ledger.orphans(st)
+            data["orphans"], data["orphans_asked"] = found["orphans"], found["asked"]
         if json_out:
             print_json(data)
             return

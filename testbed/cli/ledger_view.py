@@ -79,9 +79,21 @@ def render(out: Plain, data: dict[str, Any]) -> None:
     for n in other.get("notes", []):
         out.write(f"{out.paint('note:', 'yellow')} {n}")
     orphans = data.get("orphans")
-    if orphans is not None:
-        if not orphans:
-            out.write("orphans: none found at the providers")
-        else:
-            out.table("orphans: held at a provider, not in state", ("testbed", "kind", "id", "release with"),
-                      [[o["testbed"], o["kind"], o["id"], o.get("release") or o.get("error") or ""] for o in orphans])
+    if orphans is None:
+        return
+    asked = data.get("orphans_asked") or []
+    done = [a for a in asked if a["asked"]]
+    if orphans:
+        out.table("orphans: held at a provider, not in state", ("testbed", "kind", "id", "release with"),
+                  [[o["testbed"], o["kind"], o["id"], o.get("release") or ""] for o in orphans])
+    elif done:
+        out.write("orphans: none found at the providers asked")
+    else:
+        out.write("orphans: no provider could be asked, so none were looked for")
+    for a in done:
+        out.write(f"  asked {a['provider']} for testbed {a['testbed']}"
+                  + (f" ({a['where']})" if a.get("where") else "") + f": {a['found']} found")
+    for a in asked:
+        if not a["asked"]:
+            out.write(f"  {out.paint('not asked:', 'yellow')} {a['provider']} for testbed {a['testbed']}: "
+                      f"{a['why']}" + (f"\n    fix: {a['fix']}" if a.get("fix") else ""))

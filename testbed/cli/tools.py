@@ -1,72 +1,76 @@
-"""CLI commands about this machine and the whole loop: doctor and demo.
-"""
+"""CLI commands about this machine and the whole loop: check (doctor) and demo."""
 
 from __future__ import annotations
 
 import os
-import sys
 import time
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
+from testbed.cli import complete
+from testbed.cli.common import JsonOpt, console, escape, print_json, store
 from testbed.errors import TestbedError
 
-if TYPE_CHECKING:
+# check / doctor ---------------------------------------------------------------------------------------
+Targets = Annotated[list[str] | None, typer.Argument(
+    help="Provider kinds (local, lab, chameleon, gcp-tpu) or testbed names (checked with their spec's settings); "
+         "none: every provider.", show_default=False, metavar="TARGET",
+    autocompletion=complete.providers_or_testbeds)]
 
-    pass
 
-from testbed.cli.common import JsonOpt, console, escape, print_json, store
+def check(targets: Targets = None, json_out: JsonOpt = False) -> None:
+    """Whether each provider can be used from here: its extra installed, credentials found (and where) and
+    accepted by the service, the project, site or zone in use, quotas where the API gives them; for the local
+    provider root, its tools and namespaces. Exit 1 when a provider asked about is not usable.
+
+    Example: testbed check chameleon
+    """
+    from testbed import check as checks
+
+    data = checks.run(targets)
+    if json_out:
+        print_json(data)
+    else:
+        render_check(data)
+    if not data["ok"]:
+        raise typer.Exit(1)
 
 
-# list / doctor ----------------------------------------------------------------------------------------
-def doctor(json_out: JsonOpt = False) -> None:
-    """Check this machine for what each provider needs and say how to install what is missing.
+def doctor(targets: Targets = None, json_out: JsonOpt = False) -> None:
+    """The same as 'testbed check': this machine and every provider (or those named).
 
     Example: testbed doctor
     """
-    import importlib.util
-    import shutil
+    check(targets, json_out)
 
-    from testbed.providers.local import REQUIRED_TOOLS
 
-    checks: list[dict[str, Any]] = []
+def render_check(data: dict[str, Any]) -> None:
+    """The check as one table (a row per thing checked), then per provider whether it is usable and, under it,
+    how to fix each row that is not ok."""
+    from testbed.cli.output import Plain
 
-    def add(what: str, ok: bool, fix: str, needed_by: str) -> None:
-        checks.append({"check": what, "ok": ok, "fix": "" if ok else fix, "needed_by": needed_by})
+    out = Plain()
 
-    add("python >= 3.11", sys.version_info >= (3, 11), "install Python 3.11", "everything")
-    add("running as root", os.geteuid() == 0, "run as root (sudo -E testbed ...)", "local provider")
-    for tool, pkg in REQUIRED_TOOLS.items():
-        add(f"{tool} on PATH", shutil.which(tool) is not None, f"apt-get install -y {pkg}", "local provider")
-    add("sshd (/usr/sbin/sshd)", os.access("/usr/sbin/sshd", os.X_OK), "apt-get install -y openssh-server",
-        "local provider")
-    add("rsync on PATH", shutil.which("rsync") is not None, "apt-get install -y rsync", "collect")
-    add("mpirun on PATH", shutil.which("mpirun") is not None, "apt-get install -y openmpi-bin libopenmpi-dev",
-        "mpi suites")
-    add("ansible-playbook next to python",
-        os.path.exists(os.path.join(os.path.dirname(sys.executable), "ansible-playbook")),
-        "pip install testbed (ansible-core comes with it)", "setup")
-    add("python-chi installed", importlib.util.find_spec("chi") is not None,
-        "pip install 'testbed[chameleon]'", "chameleon provider")
-    add("python-blazarclient installed", importlib.util.find_spec("blazarclient") is not None,
-        "pip install python-blazarclient (python-chi forgets it)", "chameleon provider")
-    add("google-cloud-tpu installed", importlib.util.find_spec("google.cloud.tpu_v2") is not None
-        if importlib.util.find_spec("google.cloud") else False, "pip install 'testbed[tpu]'", "gcp-tpu provider")
-    ok = all(c["ok"] for c in checks if c["needed_by"] in ("everything", "local provider"))
-    if json_out:
-        print_json({"ok": ok, "checks": checks})
-    else:
-        from rich.table import Table
+    def mark(c: dict[str, Any]) -> str:
+        if c["ok"] is None:
+            return "not checked" if c["required"] else "-"
+        return "yes" if c["ok"] else "no"
 
-        t = Table(title="testbed doctor", title_justify="left")
-        for col in ("check", "ok", "needed by", "fix"):
-            t.add_column(col)
-        for c in checks:
-            t.add_row(c["check"], "[green]yes[/green]" if c["ok"] else "[red]no[/red]", c["needed_by"], c["fix"])
-        console().print(t)
-    if not ok:
-        raise typer.Exit(1)
+    reports = [data["machine"], *data["providers"]]
+    rows = [[(rep["provider"] + (f"\n({rep['testbed']})" if rep.get("testbed") else "")) if i == 0 else "",
+             c["check"], mark(c), c["detail"]] for rep in reports for i, c in enumerate(rep["checks"])]
+    out.table("testbed check", ("provider", "check", "ok", "detail"), rows)
+    for rep in reports:
+        name = "this machine" if rep["provider"] == "machine" else rep["provider"]
+        name += f" ({rep['testbed']})" if rep.get("testbed") else ""
+        ctx = ", ".join(f"{k} {v}" for k, v in rep["context"].items() if k in ("auth", "site", "project", "zone"))
+        state = out.paint("usable" if rep["provider"] != "machine" else "ready", "green") if rep["usable"] else \
+            out.paint("not usable" if rep["provider"] != "machine" else "not ready", "red")
+        out.write(f"{out.paint(name, 'bold')}: {state}" + (f" ({ctx})" if ctx and rep["usable"] else ""))
+        for c in rep["checks"]:
+            if c["fix"] and c["ok"] is False:
+                out.write(f"  fix ({c['check']}): {c['fix']}")
 
 
 def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local testbed up afterwards.")] = False,
@@ -126,6 +130,7 @@ def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local test
 
 
 def register(app: typer.Typer) -> None:
-    """Add doctor and demo to ``app``."""
+    """Add check, doctor and demo to ``app``."""
+    app.command()(check)
     app.command()(doctor)
     app.command()(demo)

@@ -85,6 +85,24 @@ def _span(td: timedelta) -> str:
     return f"{sign}{h}h {m:02d}m" if h else f"{sign}{m}m"
 
 
+def auth_fix(kind: str, source: str, site: str) -> str:
+    """What to do when the site refuses credentials of auth type ``kind`` (read from ``source``)."""
+    if kind == "v3applicationcredential":
+        return (f"the application credential ({source}) may have expired or been deleted, or be another "
+                f"site's: create one in the {site} dashboard (Identity > Application Credentials) and source "
+                "its openrc (or use its clouds.yaml)")
+    if kind == "v3oidcpassword":
+        return ("check your Chameleon CLI password (the openrc asks for it) and the openrc's OS_USERNAME and "
+                f"OS_PROJECT_ID; or create an application credential in the {site} dashboard and source its "
+                "openrc")
+    if kind == "v3oidcaccesstoken":
+        return ("the access token has expired (they last minutes) or the Hub could not renew it: in Chameleon's "
+                "JupyterHub, log in again (File > Hub Control Panel > Stop My Server, then start it); "
+                "elsewhere, export a fresh OS_ACCESS_TOKEN, or create an application credential in the "
+                f"{site} dashboard and source its openrc")
+    return f"source a fresh openrc for {site}; credentials belong to one site"
+
+
 class ChameleonProvider(Provider):
     """Bare-metal nodes on a Chameleon lease."""
 
@@ -143,16 +161,7 @@ class ChameleonProvider(Provider):
 
     def _auth_fix(self) -> str:
         kind, source = self._auth
-        site = self.settings.site
-        if kind == "v3applicationcredential":
-            return (f"the application credential ({source}) may have expired or been deleted, or be another "
-                    f"site's: create one in the {site} dashboard (Identity > Application Credentials) and source "
-                    "its openrc (or use its clouds.yaml)")
-        if kind == "v3oidcpassword":
-            return ("check your Chameleon CLI password (the openrc asks for it) and the openrc's OS_USERNAME and "
-                    f"OS_PROJECT_ID; or create an application credential in the {site} dashboard and source its "
-                    "openrc")
-        return f"source a fresh openrc for {site}; credentials belong to one site"
+        return auth_fix(kind, source, self.settings.site)
 
     def _error(self, e: ApiError, doing: str, thing: str) -> TestbedError:
         """One clear message for a failed call: what happened, where, what to do."""

@@ -25,7 +25,12 @@ from testbed.errors import TestbedError, require_extra
 OPENRC_FIX = ("source your Chameleon openrc: an application credential's (the site's dashboard, Identity > "
               "Application Credentials; OS_AUTH_TYPE=v3applicationcredential) or the project's OpenStack RC file "
               "(Project > API Access; OS_AUTH_TYPE=v3oidcpassword, it asks for your Chameleon CLI password); or set "
-              "OS_CLOUD to the application credential's entry in the clouds.yaml the dashboard offers")
+              "OS_CLOUD to the application credential's entry in the clouds.yaml the dashboard offers; in "
+              "Chameleon's JupyterHub the environment already holds them (v3oidcaccesstoken)")
+# Chameleon's JupyterHub (jupyterhub-chameleon) starts each notebook server with OS_AUTH_TYPE=v3oidcaccesstoken and
+# OS_ACCESS_TOKEN, a Keycloak access token that expires in minutes; python-chi then asks the Hub for a fresh one
+# (GET $JUPYTERHUB_API_URL/users/$JUPYTERHUB_USER with $JUPYTERHUB_API_TOKEN: auth_state.access_token), as here
+HUB_VARS = ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER")
 
 QUIET_LOGGERS = ("chi", "neutronclient", "neutronclient.v2_0.client", "keystoneauth", "keystoneauth1",
                  "openstack", "blazarclient", "novaclient", "glanceclient", "keystoneclient", "stevedore",
@@ -45,14 +50,17 @@ AUTH_VARS: dict[str, list[tuple[str, str, bool]]] = {
                    ("user_domain_name", "OS_USER_DOMAIN_NAME", False),
                    ("user_domain_id", "OS_USER_DOMAIN_ID", False)],
     "v3token": [("token", "OS_TOKEN", True)],
+    "v3oidcaccesstoken": [("access_token", "OS_ACCESS_TOKEN", True),
+                          ("identity_provider", "OS_IDENTITY_PROVIDER", True), ("protocol", "OS_PROTOCOL", True)],
 }
 # a token for these must name its project (an application credential carries its own and may not ask for one)
-SCOPED = ("v3oidcpassword", "v3password", "v3token")
+SCOPED = ("v3oidcpassword", "v3password", "v3token", "v3oidcaccesstoken")
 SCOPE_VARS = [("project_id", "OS_PROJECT_ID"), ("project_name", "OS_PROJECT_NAME"),
               ("project_domain_name", "OS_PROJECT_DOMAIN_NAME"), ("project_domain_id", "OS_PROJECT_DOMAIN_ID")]
 AUTH_ALIASES = {"password": "v3password", "applicationcredential": "v3applicationcredential",
                 "v3applicationcredential": "v3applicationcredential", "token": "v3token",
-                "v3oidcpassword": "v3oidcpassword", "oidcpassword": "v3oidcpassword"}
+                "v3oidcpassword": "v3oidcpassword", "oidcpassword": "v3oidcpassword",
+                "v3oidcaccesstoken": "v3oidcaccesstoken", "oidcaccesstoken": "v3oidcaccesstoken"}
 
 
 @dataclass(repr=False)
@@ -64,6 +72,7 @@ class Credentials:
     region: str | None
     fields: dict[str, str] = field(default_factory=dict)
     source: str = "environment (OS_* variables)"
+    hub: dict[str, str] = field(default_factory=dict)  # JupyterHub's API (HUB_VARS) that renews an access token
 
     def __repr__(self) -> str:  # never show secrets, even in a debugger or a traceback
         return f"Credentials(auth_url={self.auth_url!r}, auth_type={self.auth_type!r}, region={self.region!r})"
@@ -118,6 +127,8 @@ def credentials_from_env(env: Mapping[str, str] | None = None, *, site: str | No
     network call, when they are missing or of a kind testbed cannot use."""
     env = os.environ if env is None else env
     source = "environment (OS_* variables)"
+    hub = {k: (env.get(k) or "").strip() for k in HUB_VARS}
+    hub = hub if all(hub.values()) else {}  # inside Chameleon's JupyterHub: the Hub renews the access token
     cloud = (env.get("OS_CLOUD") or "").strip()
     if cloud:
         env, source = _from_clouds_yaml(cloud, env)
@@ -138,7 +149,7 @@ def credentials_from_env(env: Mapping[str, str] | None = None, *, site: str | No
     for opt, var, required in AUTH_VARS[auth_type]:
         if get(var):
             fields[opt] = get(var)
-        elif required:
+        elif required and not (var == "OS_ACCESS_TOKEN" and hub):
             needed.append(var)
     if auth_type == "v3oidcpassword" and not (get("OS_DISCOVERY_ENDPOINT") or get("OS_ACCESS_TOKEN_ENDPOINT")):
         needed.append("OS_DISCOVERY_ENDPOINT")
@@ -152,7 +163,10 @@ def credentials_from_env(env: Mapping[str, str] | None = None, *, site: str | No
             fields["user_domain_name"] = "Default"
     if needed:
         hint = (" (the openrc asks for your Chameleon CLI password when sourced in a terminal; a script that "
-                "sources it gets none)" if needed == ["OS_PASSWORD"] and auth_type == "v3oidcpassword" else "")
+                "sources it gets none)" if needed == ["OS_PASSWORD"] and auth_type == "v3oidcpassword" else
+                " (Chameleon's JupyterHub sets it; outside a Chameleon notebook, JUPYTERHUB_API_URL, "
+                "JUPYTERHUB_API_TOKEN and JUPYTERHUB_USER let testbed ask the Hub for it)"
+                if "OS_ACCESS_TOKEN" in needed else "")
         raise TestbedError(f"no Chameleon credentials: {', '.join(needed)} not set (auth type {auth_type}){hint}",
                            where=source, fix=OPENRC_FIX)
     region = get("OS_REGION_NAME") or None
@@ -161,8 +175,10 @@ def credentials_from_env(env: Mapping[str, str] | None = None, *, site: str | No
                            where=f"OS_REGION_NAME ({source}) / inventories provider.site",
                            fix=f"use the openrc or clouds.yaml of {site} (credentials belong to one site), or set "
                                f"provider.site: {region}")
+    if auth_type == "v3oidcaccesstoken" and hub:
+        source += f"; the access token renewed by JupyterHub ({hub['JUPYTERHUB_API_URL']})"
     return Credentials(auth_url=_v3(get("OS_AUTH_URL")), auth_type=auth_type, region=region or site,
-                       fields=fields, source=source)
+                       fields=fields, source=source, hub=hub if auth_type == "v3oidcaccesstoken" else {})
 
 
 class ApiError(Exception):
@@ -269,6 +285,7 @@ class Chi:
         with quiet():
             import chi  # lazy: ~1.3 s, and it reads OS_* at import
             import chi.context
+            import chi.jupyterhub
             import chi.lease
             import chi.network
             import chi.server
@@ -280,6 +297,9 @@ class Chi:
             chi.set("region_name", creds.region or site)
             chi.set("interface", "public")
             chi.set("timeout", int(max(1, http_timeout)))
+            # python-chi renews a v3oidcaccesstoken from JupyterHub when it knows the Hub (read at its import)
+            chi.jupyterhub.hub_api_url = creds.hub.get("JUPYTERHUB_API_URL") or None
+            chi.jupyterhub.hub_token = creds.hub.get("JUPYTERHUB_API_TOKEN") or None
             fields = dict(creds.fields)
             if project and creds.auth_type in SCOPED:  # provider.project names the project to work in
                 for k in ("project_id", "project_domain_id"):
@@ -437,6 +457,33 @@ class Chi:
                 return False
             raise
 
+
+    # keystone: who the credentials are, and the project's quotas (testbed check) --------------------------
+    def whoami(self) -> dict[str, Any]:
+        """Log in (keystone issues a token for the credentials): the user, the project and when the token ends."""
+        with self.call("keystone"):
+            adapter = self.chi.session()
+            sess = getattr(adapter, "session", adapter)
+            access = sess.auth.get_access(sess)
+            return {"user": access.username or access.user_id, "user_id": access.user_id,
+                    "project": access.project_name, "project_id": access.project_id,
+                    "expires": access.expires.strftime("%Y-%m-%dT%H:%M:%SZ") if access.expires else None}
+
+    def quotas(self, project_id: str) -> dict[str, tuple[int, int]]:
+        """What the project holds and may hold (used, limit; -1: no limit): nova's instances and cores, neutron's
+        floating IPs."""
+        out: dict[str, tuple[int, int]] = {}
+        with self.call("nova"):
+            absolute = {x.name: x.value for x in self.chi.nova().limits.get().absolute}
+        for name, used, limit in (("instances", "totalInstancesUsed", "maxTotalInstances"),
+                                  ("cores", "totalCoresUsed", "maxTotalCores")):
+            if limit in absolute:
+                out[name] = (int(absolute.get(used) or 0), int(absolute[limit]))
+        with self.call("neutron"):
+            fip = self.chi.neutron().show_quota_details(project_id)["quota"].get("floatingip") or {}
+        if "limit" in fip:
+            out["floating IPs"] = (int(fip.get("used") or 0), int(fip["limit"]))
+        return out
 
     # keystone: endpoints and application credentials (the dead-man's switch) ----------------------------
     def endpoint(self, service_type: str) -> str:

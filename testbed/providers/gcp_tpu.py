@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 NODE = "tpu-node"
 QUEUED_RESOURCE = "tpu-queued-resource"
 ANONYMOUS_ENV = "TESTBED_TPU_ANONYMOUS"
+PROJECT_ENV = "GOOGLE_CLOUD_PROJECT"
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 
 # Node.State (google.cloud.tpu.v2): what a wait does with each
@@ -150,18 +151,28 @@ class TpuProvider(Provider):
                                where="this machine (ADC)", fix=ADC_FIX) from None
         return creds, project
 
+    def project(self, adc_project: str | None) -> tuple[str, str]:
+        """The GCP project to work in and where it came from: provider.project, else $GOOGLE_CLOUD_PROJECT, else
+        the one Application Default Credentials name; refused (no request made) when none names one."""
+        if self.settings.project:
+            return self.settings.project, f"{self.source}: provider.project"
+        if os.environ.get(PROJECT_ENV):
+            return os.environ[PROJECT_ENV], PROJECT_ENV
+        if adc_project:
+            return adc_project, "Application Default Credentials (the key file's or gcloud's project)"
+        raise UsageError(f"no GCP project for the TPU testbed: provider.project is not set and neither "
+                         f"{PROJECT_ENV} nor Application Default Credentials name one",
+                         where=f"{self.source}: provider.project",
+                         fix=f"export {PROJECT_ENV}=<project id>, or set provider.project in {self.source}, or "
+                             "'gcloud config set project <id>' before 'gcloud auth application-default login'")
+
     def client(self) -> Any:
         """The ``tpu_v2.TpuClient`` (REST transport), built once; ADC is checked before any API request."""
         if self._client is not None:
             return self._client
         self._validate()
         creds, adc_project = self._credentials()
-        project = self.settings.project or os.environ.get("GOOGLE_CLOUD_PROJECT") or adc_project
-        if not project:
-            raise UsageError("no GCP project for the TPU testbed", where=f"{self.source}: provider.project",
-                             fix="set provider.project, or export GOOGLE_CLOUD_PROJECT, or "
-                                 "'gcloud config set project <id>' before 'gcloud auth application-default login'")
-        self._project = project
+        self._project, _ = self.project(adc_project)
         from google.api_core.client_options import ClientOptions
         from google.cloud import tpu_v2
 

@@ -205,7 +205,8 @@ class TpuSettings(Settings):
     # TPU VMs refuse SSH as root (Compute Engine images ship PermitRootLogin no/prohibit-password and the guest
     # agent makes accounts only for the users named in the ssh-keys metadata): log in as a normal user with sudo
     default_user: ClassVar[str] = "tpu"
-    project: str | None = Field(None, description="default: $GOOGLE_CLOUD_PROJECT")
+    project: str | None = Field(None, description="default: $GOOGLE_CLOUD_PROJECT, else the project of the "
+                                 "Application Default Credentials; none: refused")
     zone: str = "us-central1-f"
     accelerator_type: str = "v2-8"
     runtime_version: str = "tpu-vm-tf-2.6.0"

@@ -11,7 +11,11 @@ its own error body format. Sources: ChameleonCloud/blazar (branch chameleoncloud
 
 - keystone: application credentials (which may not ask for a scope: 401), passwords, token rescoping and the
   OpenID Connect password flow of Chameleon's openrc files (``v3oidcpassword``: discovery document, token
-  endpoint, ``OS-FEDERATION`` auth, then a project-scoped token); wrong secrets answer 401. Application
+  endpoint, ``OS-FEDERATION`` auth, then a project-scoped token) and the access token that Chameleon's JupyterHub
+  hands a notebook (``v3oidcaccesstoken``: ``POST /v3/OS-FEDERATION/identity_providers/{idp}/protocols/{protocol}/
+  auth`` with ``Authorization: Bearer <access token>`` -> an unscoped token, rescoped to the project with the
+  ``token`` method, as the Identity API reference gives it; an expired access token answers 401 from the OIDC
+  module in front of keystone); wrong secrets answer 401. Application
   credentials are made, read and deleted under ``/v3/users/{id}/application_credentials`` (keystone/api/users.py:
   403 for a token of a restricted credential -- ``app_cred_unrestricted`` is False by default, as in keystone --
   and for another user; 400 for a bad body; an expired one cannot log in); a token of a credential with
@@ -38,7 +42,14 @@ its own error body format. Sources: ChameleonCloud/blazar (branch chameleoncloud
   ``delete_polls`` GETs, then 404s (``fail_server_delete``: names whose first delete ends in ERROR);
 - neutron: floating IPs come from ``fip_pool``; an empty pool answers 409 IpAddressGenerationFailure,
   ``quota_fips`` 409 OverQuota; a floating IP moves to another port on request (409 only when that port already
-  has one).
+  has one);
+- quotas as the APIs give them: nova ``GET /limits`` (absolute ``maxTotalInstances``/``totalInstancesUsed``,
+  ``maxTotalCores``/``totalCoresUsed``; -1 is no limit) and neutron ``GET /v2.0/quotas/{project}/details.json``
+  (``floatingip``: used, limit, reserved), from ``quota_instances`` and ``quota_fips``;
+- JupyterHub's REST API as python-chi asks it for a fresh access token (``GET /hub/api/users/{name}`` with
+  ``Authorization: token <JUPYTERHUB_API_TOKEN>``: the user model with ``auth_state.access_token`` and
+  ``expires_at``, which jupyterhub-chameleon keeps renewed); ``jupyter_env()`` is what a notebook server of
+  Chameleon's JupyterHub starts with (jupyterhub-chameleon's ``openstack_oauth.py``).
 
 Its servers "answer SSH": binding a floating IP calls ``ssh_hook(address, public_key)`` (the server's key pair),
 and unbinding or deleting it calls ``ssh_hook(address, None)``; tests map each pool address to a real sshd.
@@ -55,6 +66,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
@@ -164,7 +176,10 @@ class FakeChameleon:
         self.ports: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
         self.tokens: dict[str, str | None] = {}  # keystone token -> project id (None: unscoped)
-        self.oidc_tokens: set[str] = set()
+        self.oidc_tokens: dict[str, float] = {}  # Keycloak access token -> when it expires (epoch)
+        self.hub_user = "alice"  # JupyterHub: the notebook's user and the server's API token
+        self.hub_token = "hub-" + uuid.uuid4().hex
+        self.hub_requests = 0
         self._server_posts = 0
         self._next_ip = 10
         self.lock = threading.RLock()
@@ -253,6 +268,38 @@ class FakeChameleon:
                 "OS_APPLICATION_CREDENTIAL_ID": self.app_cred[0],
                 "OS_APPLICATION_CREDENTIAL_SECRET": self.app_cred[1]}
 
+    def access_token(self, ttl: float = 300) -> str:
+        """A Keycloak access token for the user, valid ``ttl`` seconds (negative: already expired)."""
+        at = "oidc-" + uuid.uuid4().hex
+        with self.lock:
+            self.oidc_tokens[at] = time.time() + ttl
+        return at
+
+    def jupyter_env(self, *, token_ttl: float = 300) -> dict[str, str]:
+        """The environment of a notebook server on Chameleon's JupyterHub: the OS_* variables jupyterhub-chameleon
+        sets (its access token valid ``token_ttl`` seconds; OS_PROJECT_NAME is the project's charge code) and the
+        JUPYTERHUB_* variables every JupyterHub single-user server gets."""
+        return {"OS_AUTH_URL": f"{self.base}/identity/v3", "OS_INTERFACE": "public", "OS_IDENTITY_API_VERSION": "3",
+                "OS_ACCESS_TOKEN": self.access_token(token_ttl), "OS_IDENTITY_PROVIDER": "chameleon",
+                "OS_PROTOCOL": "openid", "OS_AUTH_TYPE": "v3oidcaccesstoken", "OS_PROJECT_DOMAIN_NAME": "chameleon",
+                "OS_REGION_NAME": self.region, "OS_PROJECT_NAME": self.project,
+                "JUPYTERHUB_API_URL": f"{self.base}/hub/api", "JUPYTERHUB_API_TOKEN": self.hub_token,
+                "JUPYTERHUB_USER": self.hub_user}
+
+    def _hub(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, Any, dict]:
+        """JupyterHub's REST API, the one call python-chi makes: the user model with its auth_state (a fresh
+        access token, as jupyterhub-chameleon keeps it)."""
+        self.hub_requests += 1
+        auth = headers.get("Authorization") or headers.get("authorization") or ""
+        if auth.split(" ", 1)[-1] != self.hub_token:
+            return 403, {"status": 403, "message": "Forbidden"}, {}
+        if method != "GET" or path != f"/hub/api/users/{self.hub_user}":
+            return 404, {"status": 404, "message": "Not Found"}, {}
+        at = self.access_token(300)
+        return 200, {"kind": "user", "name": self.hub_user, "admin": False, "servers": {},
+                     "auth_state": {"access_token": at, "expires_at": int(self.oidc_tokens[at]),
+                                    "refresh_token": "r-" + uuid.uuid4().hex, "is_federated": True}}, {}
+
     def clouds_yaml(self, cloud: str = "chameleon") -> str:
         """The clouds.yaml the dashboard offers with a new application credential (auth_url without /v3)."""
         return (f"clouds:\n  {cloud}:\n    auth:\n      auth_url: {self.base}/identity\n"
@@ -317,6 +364,8 @@ class FakeChameleon:
                raw: bytes) -> tuple[int, Any, dict]:
         if path.startswith("/oidc"):
             return self._oidc(method, path, raw, headers)
+        if path.startswith("/hub/api"):
+            return self._hub(method, path, headers)
         if path.startswith("/identity"):
             return self._keystone(method, path, body, headers)
         token = headers.get("X-Auth-Token") or headers.get("x-auth-token")
@@ -491,7 +540,7 @@ class FakeChameleon:
                                    "message": f"Could not find federated protocol {protocol} for Identity "
                                               f"Provider: {idp}."}}, {}
         bearer = (headers.get("Authorization") or headers.get("authorization") or "").removeprefix("Bearer ")
-        if bearer not in self.oidc_tokens:
+        if self.oidc_tokens.get(bearer, 0.0) < time.time():  # unknown or expired: mod_auth_openidc refuses it
             return self._unauthorized()
         return self._token(["openid"], None)
 
@@ -516,7 +565,7 @@ class FakeChameleon:
             if (form.get("username"), form.get("password")) != self.oidc_user:
                 return 401, {"error": "invalid_grant", "error_description": "Invalid user credentials"}, {}
             at = "oidc-" + uuid.uuid4().hex
-            self.oidc_tokens.add(at)
+            self.oidc_tokens[at] = time.time() + 300
             return 200, {"access_token": at, "expires_in": 300, "refresh_expires_in": 1800,
                          "refresh_token": "r-" + uuid.uuid4().hex, "token_type": "Bearer",
                          "id_token": "i-" + uuid.uuid4().hex, "not-before-policy": 0,
@@ -800,6 +849,14 @@ class FakeChameleon:
             return 200, ({"extra_specs": {}} if m.group(2) else {"flavor": self._flavor_json(f)})
         if path.startswith("/os-keypairs"):
             return self._keypairs(method, path, body)
+        if path == "/limits" and method == "GET":  # nova api/openstack/compute/views/limits.py (2.57+)
+            live = [s for s in self.servers.values() if s["_deleting"] is None]
+            cap = -1 if self.quota_instances is None else self.quota_instances
+            return 200, {"limits": {"rate": [], "absolute": {
+                "maxTotalInstances": cap, "totalInstancesUsed": len(live), "maxTotalCores": -1,
+                "totalCoresUsed": 48 * len(live), "maxTotalRAMSize": -1, "totalRAMUsed": 196608 * len(live),
+                "maxTotalKeypairs": 100, "maxServerMeta": 128, "maxServerGroups": 10, "maxServerGroupMembers": 10,
+                "totalServerGroupsUsed": 0}}}
         if path == "/servers" and method == "POST":
             return self._server_create(body or {})
         if path in ("/servers/detail", "/servers") and method == "GET":
@@ -1012,6 +1069,16 @@ class FakeChameleon:
             path = path[len("/v2.0"):]
         if path in ("", "/"):
             return 200, {"resources": []}
+        m = re.fullmatch(r"/quotas/([^/]+)/details(?:\.json)?", path)
+        if m and method == "GET":  # neutron quota details: per resource used, limit, reserved (-1: unlimited)
+            if m.group(1) != self.project_id:
+                return self._neutron_error(403, "HTTPForbidden", "Non-admin is not authorized to access quotas "
+                                                                 "for another project")
+            return 200, {"quota": {
+                "floatingip": {"used": len(self.fips), "reserved": 0,
+                               "limit": -1 if self.quota_fips is None else self.quota_fips},
+                "network": {"used": 0, "reserved": 0, "limit": 100}, "port": {"used": len(self.ports),
+                                                                              "reserved": 0, "limit": 500}}}
         if path == "/networks":
             nets = [self._net_json(n) for n in (self.net_shared, self.net_public)]
             if "name" in query:
