@@ -79,11 +79,15 @@ def _print_collect(results: list[CollectResult]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from testbed.collect import lost_line
+
     c = Console(highlight=False, soft_wrap=True)
     if not results:
         c.print("no run to collect")
         return
     for r in results:
+        if r.lost and not r.named:  # (a run named is in the error that follows)
+            c.print(f"[yellow]{escape(lost_line(r))}[/yellow]")
         for note in r.notes:
             c.print(f"[dim]note ({escape(r.run_id)}): {escape(note)}[/dim]")
         if not r.hosts:
