@@ -37,7 +37,9 @@ def collect_cmd(
     """Fetch runs' outputs and logs from every host into results/, verified by sha256, with a manifest.
 
     Incremental (unchanged files are not sent again) and resumable; never overwrites a collected file with
-    different content.
+    different content. A run whose hosts are gone (its testbed destroyed, or provisioned again, since it ran) is
+    never retried: what was collected before is kept, and a run never collected is named as one that cannot be
+    collected any more (with --all, the others are collected and the exit status is 0).
 
     Example: testbed collect --all --to results/
     """
