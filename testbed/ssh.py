@@ -11,6 +11,7 @@ reported as such.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -63,14 +64,56 @@ def inventory_path(testbed: str) -> Path:
     return paths.testbed_dir(testbed) / "inventory.yml"
 
 
-def control_dir(testbed: str) -> Path:
-    """Where OpenSSH keeps multiplexed connections (short path: unix sockets are limited to ~100 bytes)."""
-    import hashlib
+CONTROL_PREFIX = "tbcm-"
+CONTROL_OWNER = "owner"
 
-    tag = hashlib.sha256(str(paths.testbed_dir(testbed)).encode()).hexdigest()[:10]
-    d = Path(f"/tmp/tbcm-{os.getuid()}-{tag}")
-    d.mkdir(mode=0o700, exist_ok=True)
+
+def control_dir(testbed: str, *, make: bool = True) -> Path:
+    """Where OpenSSH keeps the testbed's multiplexed connections (testbed's own; Ansible's under ``ansible/``):
+    ``/tmp/tbcm-<uid>-<tag>``, a short path (unix sockets are limited to ~100 bytes).
+
+    The testbed owns it: it is made (``make``) with the testbed's ssh_config and set-up, its ``owner`` file names
+    the testbed's folder (:func:`control_dirs`), and destroy removes it (:func:`close_connections`, ``remove``).
+    """
+    import hashlib
+    import stat
+
+    owner = paths.home() / "testbeds" / testbed  # (paths.testbed_dir would make that folder)
+    tag = hashlib.sha256(str(owner).encode()).hexdigest()[:10]
+    d = Path(f"/tmp/{CONTROL_PREFIX}{os.getuid()}-{tag}")
+    if make:
+        d.mkdir(mode=0o700, exist_ok=True)
+        st = d.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise TestbedError(f"{d} is not a private folder of this user: testbed will not keep SSH connections "
+                               "there", where=str(d), fix=f"remove {d} (another user or program made it), then retry")
+        marker = d / CONTROL_OWNER
+        if not marker.exists():
+            marker.write_text(f"{owner}\n")
     return d
+
+
+def control_dirs() -> list[tuple[Path, Path | None]]:
+    """This user's control folders in /tmp, each with the testbed folder that owns it (None: no owner recorded)."""
+    out: list[tuple[Path, Path | None]] = []
+    for d in sorted(Path("/tmp").glob(f"{CONTROL_PREFIX}{os.getuid()}-*")):
+        try:
+            owner: Path | None = Path((d / CONTROL_OWNER).read_text().strip())
+        except (OSError, ValueError):
+            owner = None
+        out.append((d, owner))
+    return out
+
+
+def remove_control_dir(d: Path) -> None:
+    """Stop every master connection whose socket is in ``d`` (ours, Ansible's), then remove ``d``."""
+    from testbed import remote
+
+    with contextlib.suppress(OSError):
+        for sock in sorted(p for p in d.rglob("*") if p.is_socket()):
+            remote.call(["ssh", "-F", "/dev/null", "-o", f"ControlPath={sock}", "-O", "exit", "testbed-master"],
+                        timeout=10)
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def pin_host_keys(testbed: str, host: str, key_lines: list[str]) -> None:
@@ -203,11 +246,15 @@ def close_connections(testbed: str, hosts: list[str], *, remove: bool = False) -
     """Stop multiplexed master connections (after destroy or when a host changed)."""
     from testbed import remote
 
+    d = control_dir(testbed, make=False)
+    if not d.is_dir():
+        return  # no master was ever started (or destroy removed them)
+    if remove:  # every socket in it, Ansible's too
+        remove_control_dir(d)
+        return
     if ssh_config_path(testbed).exists():
         for h in hosts:
             remote.control(testbed, h, "exit", timeout=10)
-    if remove:
-        shutil.rmtree(control_dir(testbed), ignore_errors=True)
 
 
 def scan_host_keys(address: str, port: int = 22, timeout: float = 5) -> list[str]:

@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from leftovers import remove_control_dirs_under
 from localbed import LocalBed, local_available, local_bed
 
 
@@ -35,6 +36,37 @@ def _user_index(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     d = tmp_path_factory.mktemp("xdg-state")
     monkeypatch.setenv("XDG_STATE_HOME", str(d))
     return d
+
+
+@pytest.fixture(autouse=True)
+def _control_dirs_removed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """At the end of a test, the SSH control folders of the testbeds in its tmp_path are gone, whether or not the
+    test destroyed them (a failed provision, a fake testbed): nothing of a test stays in /tmp."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    root = request.getfixturevalue("tmp_path")
+    yield
+    remove_control_dirs_under(root)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session loudly when its testbeds left SSH control folders in /tmp (then remove them)."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    base = getattr(factory, "_basetemp", None)
+    if base is None:
+        return
+    left = remove_control_dirs_under(Path(base))
+    if left:
+        rep = session.config.pluginmanager.get_plugin("terminalreporter")
+        msg = (f"this test session left {len(left)} SSH control folder(s) in /tmp (removed now): "
+               + ", ".join(str(d) for d in left[:5]) + ("" if len(left) <= 5 else " ..."))
+        if rep is not None:
+            rep.ensure_newline()
+            rep.write_line(f"ERROR: {msg}", red=True, bold=True)
+        else:
+            sys.stderr.write(f"ERROR: {msg}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture

@@ -45,13 +45,16 @@ def make_run(bed: Any, *, suite: str = "demo", hosts: list[str] | None = None,
     full_info = {"run_dir": run_dir, "outputs": outputs or {}, "hosts": hosts, "sources": {},
                  "python": sys.executable, **(info or {})}
     st = bed.store
+    tb = st.testbed(bed.name)
+    # a run of this testbed: made after it was provisioned (an older run's hosts are gone: collect knows it)
+    created = max(now - 10, float(tb["created"]) + 0.01) if tb else now - 10
     with st.tx() as db:
         db.execute("INSERT INTO runs(id, suite, testbed, params, status, created, started, ended, info) "
                    "VALUES (?,?,?,?,?,?,?,?,?)", (run_id, suite, bed.name, json.dumps(params or {"n": 1}),
-                                                  "succeeded", now - 10, now - 9, now - 1, json.dumps(full_info)))
+                                                  "succeeded", created, created + 0.01, now, json.dumps(full_info)))
         for k, h in enumerate(hosts):
             db.execute("INSERT INTO run_hosts(run_id, host, rank, status, exit_code, started, ended) "
-                       "VALUES (?,?,?,?,?,?,?)", (run_id, h, k, "succeeded", 0, now - 9, now - 1))
+                       "VALUES (?,?,?,?,?,?,?)", (run_id, h, k, "succeeded", 0, created + 0.01, now))
         for kind, host, detail in events or []:
             db.execute("INSERT INTO events(run_id, ts, kind, host, detail) VALUES (?,?,?,?,?)",
                        (run_id, now - 5, kind, host, json.dumps(detail)))

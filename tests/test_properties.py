@@ -13,9 +13,12 @@ Examples are derandomized (the same on every run, so CI is reproducible) and bou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ import yaml
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from leftovers import remove_control_dirs_under  # noqa: E402
 from test_bad_inputs import _kernel_objects, _recorded, run_main  # noqa: E402
 
 SETTINGS = settings(max_examples=int(os.environ.get("TB_PROPERTY_EXAMPLES", "120")), deadline=None,
@@ -105,9 +109,11 @@ def _dump(doc: Any, draw: st.DrawFn) -> str:
     return text
 
 
-def _isolated(monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh working folder (inventories/, experiments/) and state home for one example."""
-    tmp = Path(tempfile.mkdtemp(prefix="tb-prop-"))
+@contextlib.contextmanager
+def _isolated(monkeypatch: pytest.MonkeyPatch, factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh working folder (inventories/, experiments/) and state home for one example, under the session's
+    temporary folder; removed after the example with the SSH control folders of its testbeds."""
+    tmp = Path(tempfile.mkdtemp(prefix="tb-prop-", dir=factory.getbasetemp()))
     for d in ("inventories", "experiments"):
         (tmp / d).mkdir()
     monkeypatch.chdir(tmp)
@@ -116,7 +122,12 @@ def _isolated(monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("TERM", "dumb")
     for k in [k for k in os.environ if k.startswith(("OS_", "GOOGLE_", "CLOUDSDK_", "TESTBED_DEBUG"))]:
         monkeypatch.delenv(k)
-    return tmp
+    try:
+        yield tmp
+    finally:
+        monkeypatch.chdir(factory.getbasetemp())
+        remove_control_dirs_under(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def one_message(code: int, out: str, where: str) -> None:
@@ -156,13 +167,13 @@ SPECS = {
 @SETTINGS
 @given(data=st.data())
 def test_any_spec_gets_one_message(data: st.DataObject, monkeypatch: pytest.MonkeyPatch,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+                                   capsys: pytest.CaptureFixture[str],
+                                   tmp_path_factory: pytest.TempPathFactory) -> None:
     kind = data.draw(st.sampled_from(sorted(SPECS)))
     doc = data.draw(mutated(SPECS[kind]))
     kind_now = doc.get("provider", {}).get("kind") if isinstance(doc.get("provider"), dict) else None
     text = _dump(doc, data.draw)
-    with monkeypatch.context() as mp:
-        tmp = _isolated(mp)
+    with monkeypatch.context() as mp, _isolated(mp, tmp_path_factory) as tmp:
         (tmp / "inventories" / "gen.yml").write_text(text)
         if kind_now == "local":  # provisioning would build hosts: the spec layer answers instead
             from testbed import spec
@@ -209,7 +220,8 @@ PARAM_VALUES = st.one_of(st.sampled_from(ODD), st.integers(-10, 10).map(str), st
 @SETTINGS
 @given(data=st.data())
 def test_any_suite_and_parameters_get_one_message(data: st.DataObject, monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
     doc = data.draw(st.one_of(st.just(SUITE), mutated(SUITE)))
     text = _dump(doc, data.draw)
     params = data.draw(st.lists(st.tuples(st.sampled_from(["n", "lr", "mode", "nope", "", "n=1"]), PARAM_VALUES),
@@ -219,8 +231,7 @@ def test_any_suite_and_parameters_get_one_message(data: st.DataObject, monkeypat
         argv += ["-p", f"{k}={v}"]
     argv += data.draw(st.sampled_from([[], ["--matrix"], ["--fault", "t"], ["--fault", "nope"], ["--no-faults"],
                                        ["--source", "x=/nonexistent"], ["--json"]]))
-    with monkeypatch.context() as mp:
-        tmp = _isolated(mp)
+    with monkeypatch.context() as mp, _isolated(mp, tmp_path_factory) as tmp:
         (tmp / "experiments" / "gen.yml").write_text(text)
         code, out = run_main(argv, mp, capsys)
         one_message(code, out, f"{argv}\n{text}")
@@ -241,12 +252,12 @@ COMMANDS = [["status"], ["status", "gen"], ["destroy"], ["exec", "gen", "--"], [
 @SETTINGS
 @given(data=st.data())
 def test_any_command_line_gets_one_message(data: st.DataObject, monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+                                           capsys: pytest.CaptureFixture[str],
+                                           tmp_path_factory: pytest.TempPathFactory) -> None:
     argv = [*data.draw(st.sampled_from(COMMANDS)), *data.draw(st.lists(WORDS, max_size=5))]
     if argv[0] == "run":
         argv.append("--dry-run")  # never a real run
-    with monkeypatch.context() as mp:
-        tmp = _isolated(mp)
+    with monkeypatch.context() as mp, _isolated(mp, tmp_path_factory) as tmp:
         (tmp / "experiments" / "gen.yml").write_text(yaml.safe_dump(SUITE))
         (tmp / "inventories" / "gen.yml").write_text(yaml.safe_dump(SPECS["lab"]))
         code, out = run_main(argv, mp, capsys)

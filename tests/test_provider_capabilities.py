@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from testbed.providers import COSTS_MONEY, PROVIDERS, provider_class
+from testbed.providers import COSTS_MONEY, KEEPS_HOSTS, PROVIDERS, provider_class
 from testbed.providers.base import Provider
 
 OPS = {"extend": "extend", "kill-host": "kill_host", "cut-network": "cut_network", "repair": "discard"}
@@ -19,6 +19,7 @@ def test_declared_capabilities_match_what_each_provider_implements() -> None:
             assert (cap in cls.capabilities) == (getattr(cls, meth) is not getattr(Provider, meth)), (kind, cap)
     assert provider_class("chameleon").costs_money and provider_class("gcp-tpu").costs_money
     assert COSTS_MONEY == {k for k in PROVIDERS if provider_class(k).costs_money}  # the registry's copy
+    assert KEEPS_HOSTS == {k for k in PROVIDERS if provider_class(k).keeps_hosts} == {"lab"}
     local = provider_class("local")
     assert not local.costs_money and local.offline_hosts and local.shares_controller_files
     assert not provider_class("lab").offline_hosts

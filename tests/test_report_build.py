@@ -109,7 +109,10 @@ def test_html_is_escaped_and_self_contained(tmp_path):
 
 def test_markdown_neutralises_html_and_pipes(tmp_path):
     m = {"suite": "mystery", "params": {"a|b": "<img src=x onerror=alert(1)>"}}
-    res = build_report(make_run(tmp_path, "mystery", m, sample="none"))
+    run = make_run(tmp_path, "mystery", m, sample="none")
+    (run / "node0").mkdir()
+    (run / "node0/rank0.out").write_text("hi\n")  # a folder without files is not a run
+    res = build_report(run)
     md = res.path.read_text()
     assert "<img" not in md and "a\\|b" in md
 
@@ -118,6 +121,8 @@ def test_unknown_suite_gets_generic_report(tmp_path):
     m = {"suite": "mystery", "run_id": "run-1", "hosts": [{"name": "h0", "exit_code": 3, "status": "failed"}],
          "files": [{"host": "h0", "path": "out/a.txt", "sha256": "cd" * 32, "size": 5}]}
     run = make_run(tmp_path, "mystery", m, sample="none")
+    (run / "h0/out").mkdir(parents=True)
+    (run / "h0/out/a.txt").write_text("hello")
     res = build_report(run)
     md = res.path.read_text()
     assert "No reporter is registered for suite 'mystery'" in md and "out/a.txt" in md

@@ -240,7 +240,7 @@ def test_ssh_mesh_on_one_host_keeps_every_peer(local_testbed: Any) -> None:
 
 
 def test_source_build_once_installed_everywhere_and_survives_ssh_drop(bed: Any, served: dict[str, Any]) -> None:
-    cp_dir = str(setup._control_dir(setup.ansible_dir()))
+    cp_dir = str(setup.ansible_control_dir(bed.name))
     killed: list[int] = []
 
     def drop_ssh(ev: dict[str, Any]) -> None:

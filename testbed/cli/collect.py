@@ -37,7 +37,9 @@ def collect_cmd(
     """Fetch runs' outputs and logs from every host into results/, verified by sha256, with a manifest.
 
     Incremental (unchanged files are not sent again) and resumable; never overwrites a collected file with
-    different content.
+    different content. A run whose hosts are gone (its testbed destroyed, or provisioned again, since it ran) is
+    never retried: what was collected before is kept, and a run never collected is named as one that cannot be
+    collected any more (with --all, the others are collected and the exit status is 0).
 
     Example: testbed collect --all --to results/
     """
@@ -79,11 +81,15 @@ def _print_collect(results: list[CollectResult]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from testbed.collect import lost_line
+
     c = Console(highlight=False, soft_wrap=True)
     if not results:
         c.print("no run to collect")
         return
     for r in results:
+        if r.lost and not r.named:  # (a run named is in the error that follows)
+            c.print(f"[yellow]{escape(lost_line(r))}[/yellow]")
         for note in r.notes:
             c.print(f"[dim]note ({escape(r.run_id)}): {escape(note)}[/dim]")
         if not r.hosts:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Annotated, Any
 
@@ -80,7 +79,7 @@ def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local test
     Each step is the command a user would type, printed before it runs.
     Example: testbed demo --keep
     """
-    import glob
+    from pathlib import Path
 
     from rich.rule import Rule
 
@@ -108,9 +107,11 @@ def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local test
             if isinstance(rc, int) and rc != 0:
                 raise TestbedError(f"demo step 'testbed {' '.join(args)}' failed (exit {rc})", where="demo",
                                    fix="run that command by hand to see why (testbed doctor checks the machine)")
+        from testbed.report.campaign import scan
+
         reports = []
-        for run_dir in sorted(glob.glob(os.path.join(results, "*", "*", "manifest.json"))):
-            d = os.path.dirname(run_dir)
+        runs = scan(Path(results)).runs if Path(results).is_dir() else []  # folders with files only
+        for d in sorted(str(r.path) for r in runs):
             c.print(Rule(f"[bold]testbed report {d}[/bold]", align="left"))
             cmd.main(["report", d], prog_name="testbed", standalone_mode=False)
             reports.append(d)

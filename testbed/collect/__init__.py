@@ -25,8 +25,14 @@ Per host, in parallel (one thread each):
 An unreachable host is reported with its files missing; the other hosts are still collected. The run's
 ``manifest.json`` (testbed.collect.manifest) is rewritten after every collect that changes it and lists only files
 whose bytes on disk are the verified ones (files put there otherwise are named in a note); a folder holding another
-run's manifest is refused before any host is contacted. Nothing from the controller's environment is ever written
-under results/.
+run's manifest is refused before any host is contacted. A run of which no file was ever verified gets no manifest,
+and the folders this collect made for it are removed: a folder without files is never a run. Nothing from the
+controller's environment is ever written under results/.
+
+A run whose hosts are gone (its testbed destroyed since, or destroyed and provisioned again: new hosts, new disks;
+see :func:`hosts_gone`, read from state alone) is never retried: the results collected before are kept, and a run
+never collected is named as one that cannot be collected any more (``lost``): a problem when it was named, a line
+for ``--all``.
 """
 
 from __future__ import annotations
@@ -89,10 +95,12 @@ class CollectResult:
     error: str | None = None
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    lost: str | None = None  # why this run cannot be collected any more (its hosts are gone); nothing was kept
+    named: bool = False  # asked for by its id (not by --all): a lost run is then a problem
 
     @property
     def ok(self) -> bool:
-        return self.error is None and all(h.error is None for h in self.hosts)
+        return self.error is None and self.lost is None and all(h.error is None for h in self.hosts)
 
     @property
     def files_sent(self) -> int:
@@ -105,12 +113,15 @@ class CollectResult:
     def problems(self) -> list[str]:
         """One line per failed host (or the run's own failure)."""
         out = [f"{self.run_id}: {self.error}"] if self.error else []
+        if self.lost and self.named:
+            out.append(lost_line(self))
         out += [f"{self.run_id} on {h.host}: {h.error}" for h in self.hosts if h.error]
         return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "suite": self.suite, "path": str(self.path),
                 "manifest": str(self.manifest) if self.manifest else None, "ok": self.ok, "error": self.error,
+                "lost": self.lost,
                 "files_sent": self.files_sent, "bytes_sent": self.bytes_sent, "seconds": self.seconds,
                 "notes": self.notes,
                 "hosts": [asdict(h) for h in self.hosts]}
@@ -132,13 +143,40 @@ def collect_runs(run_ids: list[str] | None, to: Path, *, all_runs: bool = False,
     for rid in ids:
         run = st.run(rid)
         assert run is not None  # _resolve_ids checked it
-        if all_runs and not run_ended(run):
+        if all_runs and not run_ended(run) and hosts_gone(st, run) is None:
             out.append(CollectResult(rid, run.suite, run_folder(to, run.suite, rid),
                                      notes=[f"still {run.status}: skipped by --all (name it to collect it now)"]))
             continue
-        out.append(_collect_run(st, run, Path(to), progress=progress, timeout=timeout, io_timeout=io_timeout,
-                                bwlimit_kbps=bwlimit_kbps, force_sftp=force_sftp))
+        res = _collect_run(st, run, Path(to), progress=progress, timeout=timeout, io_timeout=io_timeout,
+                           bwlimit_kbps=bwlimit_kbps, force_sftp=force_sftp)
+        res.named = not all_runs
+        out.append(res)
     return out
+
+
+def hosts_gone(st: Store, run: RunRecord) -> str | None:
+    """Why the hosts that held ``run``'s files are gone, or None while they may hold them still.
+
+    From state alone (no host is contacted): the run's testbed is not recorded any more (destroyed), or its record
+    is newer than the run (destroyed and provisioned again: new hosts, new disks), unless its provider's destroy
+    leaves the hosts as they were (``Provider.keeps_hosts``: lab machines).
+    """
+    from testbed.providers import KEEPS_HOSTS
+
+    tb = st.testbed(run.testbed)
+    if tb is None:
+        return (f"testbed '{run.testbed}' was destroyed after this run and its hosts with it (had they been lab "
+                f"machines, which keep their files: provision '{run.testbed}' again, then collect)")
+    if float(tb["created"]) > run.created and tb["provider"] not in KEEPS_HOSTS:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(tb["created"])))
+        return (f"testbed '{run.testbed}' was destroyed after this run and provisioned again at {when}: its hosts "
+                f"are new ones, without this run's files")
+    return None
+
+
+def lost_line(res: CollectResult) -> str:
+    """The one line saying that (and why) ``res``'s run cannot be collected any more."""
+    return f"{res.run_id} cannot be collected any more: {res.lost}"
 
 
 UNFINISHED = ("pending", "queued", "starting", "running")
@@ -189,12 +227,10 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
     info = run.info.to_json()  # the listing and transfer read the stored keys
     folder = run_folder(to, suite, run_id)
     res = CollectResult(run_id, suite, folder)
+    gone = hosts_gone(st, run)
     tb = st.testbed(testbed)
-    if tb is None:
-        if (folder / mf.MANIFEST).is_file():
-            res.notes.append(f"testbed '{testbed}' is gone; kept the results collected before")
-        else:
-            res.error = f"testbed '{testbed}' of this run is not provisioned any more: its hosts cannot be reached"
+    if gone is not None or tb is None:
+        _kept_or_lost(res, run, gone or f"testbed '{testbed}' is not recorded any more")
         return res
     hosts = _run_hosts(st, run)
     bad = [h.name for h in hosts if not _SAFE_NAME.match(h.name)]
@@ -206,6 +242,7 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
         res.error = (f"{folder} holds the results of run {old.get('run_id')!r}, not of {run_id}: its files are never "
                      f"mixed with another run's; move that folder away or collect into another --to")
         return res
+    made = _missing_parents(folder, Path(to))  # removed again when nothing of the run could be fetched
     folder.mkdir(parents=True, exist_ok=True)
     old_facts = {h.get("name"): h.get("facts") or {} for h in old.get("hosts") or [] if isinstance(h, dict)}
     have_software = bool((old.get("software") or {}).get("pip_freeze"))
@@ -278,6 +315,12 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
     if stray:
         res.notes.append(f"{len(stray)} file(s) under {folder} are not verified files of this run and are left out "
                          f"of its manifest: {', '.join(stray[:3])}{' …' if len(stray) > 3 else ''}")
+    if not files and not old:  # nothing of the run was fetched: no manifest-only folder, which would read as a run
+        _remove_empty(made)
+        if not any(h.error for h in res.hosts):
+            res.notes.append("no file of this run was found on its hosts: no manifest written")
+        res.seconds = round(time.monotonic() - t0, 3)
+        return res
     man = mf.build(st, run_id, hosts=hosts, facts=facts, software=software, files=files, provider=tb["provider"])
     try:  # the same manifest as the one read at the start (an unchanged re-collect): nothing to write
         res.manifest = folder / mf.MANIFEST if man == old else mf.write(folder, man)
@@ -286,6 +329,41 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
                      "free some space (or choose another --to) and collect again")
     res.seconds = round(time.monotonic() - t0, 3)
     return res
+
+
+def _kept_or_lost(res: CollectResult, run: RunRecord, gone: str) -> None:
+    """A run whose hosts are gone: the results collected before are kept (a note says what never came back),
+    else the run is ``lost``. Nothing is written."""
+    old = mf.load(res.path)
+    files = [f for f in old.get("files") or [] if isinstance(f, dict)] if old.get("run_id") == run.id else []
+    if not files:
+        res.lost = gone
+        return
+    res.manifest = res.path / mf.MANIFEST
+    have = {str(f.get("host")) for f in files}
+    missing = [h for h in run.info.hosts if h not in have]
+    res.notes.append(f"{gone}; kept the {len(files)} file(s) collected before"
+                     + (f" (none of {', '.join(missing)} had been collected)" if missing else ""))
+
+
+def _missing_parents(folder: Path, to: Path) -> list[Path]:
+    """The folders from ``to`` down to ``folder`` that do not exist yet, deepest first."""
+    out = []
+    p = folder
+    while p != p.parent and not p.exists():
+        out.append(p)
+        if p == to:
+            break
+        p = p.parent
+    return out
+
+
+def _remove_empty(made: list[Path]) -> None:
+    """Remove the folders ``made`` (deepest first) as long as nothing but empty folders is in them."""
+    for top in made:
+        for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
+            with contextlib.suppress(OSError):  # not empty (a partial file of an interrupted transfer): kept
+                os.rmdir(dirpath)
 
 
 def _collect_host(ctx: Ctx, h: Host, want_facts: bool,
@@ -358,7 +436,8 @@ def _stray_files(folder: Path, known: set[tuple[str, str]], hosts: set[str]) -> 
 
 
 def format_problems(results: list[CollectResult]) -> TestbedError | None:
-    """One TestbedError summarising every failed host and run, or None when all went well."""
+    """One TestbedError summarising every failed host and run, or None when all went well (runs that cannot be
+    collected any more are problems only when they were named: ``--all`` lists them and goes on)."""
     lines = [p for r in results for p in r.problems()]
     if not lines:
         return None
@@ -366,6 +445,11 @@ def format_problems(results: list[CollectResult]) -> TestbedError | None:
     what = (f"collect incomplete: {len(lines)} problem(s)\n  " + "\n  ".join(lines)) if len(lines) > 1 \
         else f"collect incomplete: {lines[0]}"
     where = ", ".join(failed_hosts) if failed_hosts else "state"
-    return TestbedError(what, where=where,
-                        fix="fix the cause and run the same collect again: verified files are kept and only "
-                            "missing or partial ones are fetched")
+    retry = any(r.error or any(h.error for h in r.hosts) for r in results)
+    lost = "runs that cannot be collected any more have no files left anywhere: run their suites again for new " \
+        "results (collect --all lists them and collects the rest)"
+    if not retry:
+        return TestbedError(what, where=where, fix=lost)
+    fix = "fix the cause and run the same collect again: verified files are kept and only missing or partial ones " \
+        "are fetched"
+    return TestbedError(what, where=where, fix=fix + ("; " + lost if any(r.lost and r.named for r in results) else ""))

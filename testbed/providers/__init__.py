@@ -19,6 +19,11 @@ COSTS_MONEY = frozenset({"chameleon", "gcp-tpu"})
 """The providers whose resources bill while held (their classes' ``costs_money``, checked equal in the tests):
 what the ledger asks for a cost without importing every provider."""
 
+KEEPS_HOSTS = frozenset({"lab"})
+"""The providers whose destroy leaves the hosts, and the files on them, as they were (their classes' ``keeps_hosts``,
+checked equal in the tests): for every other one, a testbed destroyed and provisioned again has new hosts, so the
+files of its earlier runs are gone (what collect tells a user)."""
+
 
 def provider_class(kind: str) -> type[Provider]:
     """The Provider class for ``kind`` (imports only that provider's module)."""

@@ -136,6 +136,7 @@ class Provider(ABC):
     costs_money: ClassVar[bool] = False  # its resources bill while held (destroy asks first at a terminal)
     offline_hosts: ClassVar[bool] = False  # hosts have no route out (set-up installs from the controller)
     shares_controller_files: ClassVar[bool] = False  # hosts see the controller's files (its Python env)
+    keeps_hosts: ClassVar[bool] = False  # destroy leaves the hosts and their files (lab machines): never remade
     # Optional operations it implements: "extend" (the lease end), "kill-host", "cut-network" (faults),
     # "repair" (bring one failed host back: ``discard`` it, then ``create`` makes it again), "expire" (a
     # dead-man's switch releases the testbed at its expiry: see testbed.deadman).

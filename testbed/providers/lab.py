@@ -20,6 +20,7 @@ from testbed.providers.settings import LabSettings
 class LabProvider(Provider):
     kind = "lab"
     capabilities = frozenset({"repair"})
+    keeps_hosts = True  # destroy only forgets the machines: their files stay
     repair_how = "answered again (a reboot)"
     _why: dict[str, str]  # host -> why it did not answer (set by reach)
 

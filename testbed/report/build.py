@@ -40,6 +40,11 @@ def build_report(run_dir: Path, fmt: str = "md") -> ReportResult:
     if fmt not in FORMATS:
         raise UsageError(f"unknown report format {fmt!r}", where="--format", fix="use one of: md, html")
     run = RunDir.open(Path(run_dir))
+    empty = run.empty()
+    if empty is not None:
+        raise UsageError(f"{run.path} is not a run to report: {empty}", where=str(run.path),
+                         fix="collect the run (`testbed collect RUN`); a run that cannot be collected any more has "
+                             "nothing to report: remove its folder")
     out_dir = run.path / REPORT_DIR
     try:
         out_dir.mkdir(exist_ok=True)

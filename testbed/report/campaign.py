@@ -119,6 +119,8 @@ def scan(root: Path) -> Scan:
             run, why = read_run(path)
             if run is None:
                 found.bad.append((path, why or "unusable manifest"))
+            elif (empty := run.empty()) is not None:  # a folder without files is never a run
+                found.skipped.append((path, f"not a run: {empty}"))
             else:
                 found.runs.append(run)
             return True

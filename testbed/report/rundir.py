@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,21 @@ class RunDir:
                 if p.is_file() and rx.fullmatch(p.name) and PARTIAL_DIR not in p.relative_to(hdir).parts:
                     found.append((host, p))
         return found
+
+    def empty(self) -> str | None:
+        """Why this folder holds no collected file (its manifest lists none, or no host folder holds a file),
+        or None: a folder without files is never reported as a run."""
+        listed = self.manifest.get("files")
+        if isinstance(listed, list) and not listed:
+            return "its manifest lists no collected file (collect fetched nothing of this run)"
+        for dirpath, dirnames, filenames in os.walk(self.path):
+            if Path(dirpath) == self.path:
+                dirnames[:] = [d for d in dirnames if d != REPORT_DIR and not d.startswith(".")]
+                filenames = [f for f in filenames if f != "manifest.json"]
+            dirnames[:] = [d for d in dirnames if d != PARTIAL_DIR]
+            if filenames:
+                return None
+        return "no collected file in it (only a manifest)"
 
     def rel(self, path: Path) -> str:
         """A path shown relative to the run folder."""

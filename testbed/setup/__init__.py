@@ -22,7 +22,6 @@ the testbed spec's ``vars`` < ``extra_vars``.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import sys
@@ -80,13 +79,13 @@ def ansible_dir() -> Path:
     return p
 
 
-def _control_dir(base: Path) -> Path:
-    """Where Ansible's SSH control sockets go: under the home unless that path is too long for a socket."""
-    d = base / "cp"
-    if len(str(d)) > 60:
-        tag = hashlib.sha256(str(base).encode()).hexdigest()[:10]
-        d = Path(f"/tmp/tbac-{os.getuid()}-{tag}")
-    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+def ansible_control_dir(testbed: str) -> Path:
+    """Where Ansible's SSH control sockets go: ``ansible/`` in the testbed's control folder, which destroy removes
+    with every master connection in it (:func:`testbed.ssh.control_dir`)."""
+    from testbed import ssh
+
+    d = ssh.control_dir(testbed) / "ansible"
+    d.mkdir(exist_ok=True, mode=0o700)
     return d
 
 
@@ -105,7 +104,7 @@ def ansible_env(testbed: str, forks: int) -> dict[str, str]:
         "ANSIBLE_ROLES_PATH": str(roles_dir()),
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_FORKS": str(forks),
-        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(_control_dir(base)),
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(ansible_control_dir(testbed)),
         "ANSIBLE_SSH_RETRIES": "3",
         "ANSIBLE_TIMEOUT": "30",
         "ANSIBLE_CACHE_PLUGIN": "jsonfile",
