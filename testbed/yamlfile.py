@@ -165,6 +165,13 @@ def _models_in(ann: Any) -> list[type[BaseModel]]:
     return out
 
 
+def _is_mapping(ann: Any) -> bool:
+    """Whether an annotation is (or may be) a mapping of names to values (``dict[str, Fault] | None``)."""
+    from typing import get_args, get_origin
+
+    return get_origin(ann) is dict or any(_is_mapping(a) for a in get_args(ann))
+
+
 def _tag_of(m: type[BaseModel]) -> str | None:
     f = m.model_fields.get("kind")
     if f is not None and isinstance(f.default, str):
@@ -176,6 +183,7 @@ def _resolve(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[tuple[Any, .
     """Strip discriminator tags from a pydantic loc; also return the valid keys where it ends."""
     clean: list[Any] = []
     current: list[type[BaseModel]] = [model]
+    keyed = False  # the field just passed is a mapping: the next part is one of its keys (faults.<name>)
     for part in loc:
         if isinstance(part, int):
             clean.append(part)
@@ -188,8 +196,13 @@ def _resolve(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[tuple[Any, .
         owner = next((m for m in current if part in m.model_fields), None)
         clean.append(part)
         if owner is None:
+            if keyed:
+                keyed = False
+                continue
             break
-        current = _models_in(owner.model_fields[part].annotation) or current
+        ann = owner.model_fields[part].annotation
+        keyed = _is_mapping(ann)
+        current = _models_in(ann) or current
     valid = sorted({f.alias or n for m in current for n, f in m.model_fields.items()})
     return tuple(clean), valid
 
