@@ -706,7 +706,7 @@ def _env(shell: bool) -> Any:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         class Bounded(ImmutableSandboxedEnvironment):
-            """Sandboxed, and '**' and '*' refuse results too large to compute (``{{ 10 ** 10 ** 10 }}``)."""
+            """Sandboxed, and '**' and '*' refuse results too large to compute (``{{ 9 ** (9 ** 9) }}``)."""
 
             intercepted_binops = frozenset(["**", "*"])
 
@@ -746,7 +746,7 @@ def render(template: str, context: dict[str, Any], *, shell: bool = True, where:
         raise UsageError(f"{where}: template error: {e}", where=place, fix="fix the Jinja2 syntax") from None
     except UsageError:
         raise
-    except Exception as e:  # the expression itself failed: 1 / 0, 'a' + 1, int('x'), 9 ** 9 ** 9
+    except Exception as e:  # the expression itself failed: 1 / 0, 'a' + 1, int('x'), 9 ** (9 ** 9)
         what = str(e) or type(e).__name__
         raise UsageError(f"{where}: the template failed while it was evaluated: {what} ({type(e).__name__})",
                          where=place, fix="fix the expression at that line, or the values it uses (-p values, "
