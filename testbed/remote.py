@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import math
 import os
 import re
 import shlex
@@ -297,6 +298,10 @@ def run_each(testbed: str, commands: Mapping[str, str], *, timeout: float | None
 
 def _fan_out(testbed: str, jobs: list[tuple[str, str, bytes | None]], *, timeout: float | None, concurrency: int,
              mux: str, connect_timeout: float | None, max_output: int, user: str | None) -> list[HostResult]:
+    for name, seconds in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+        if seconds is not None and not (math.isfinite(seconds) and seconds > 0):  # nan would never time out
+            raise UsageError(f"{name} {seconds} is not a number of seconds", where=name,
+                             fix="give a positive, finite number of seconds, or none")
     kw: dict[str, Any] = {"timeout": timeout, "mux": mux, "connect_timeout": connect_timeout,
                           "max_output": max_output, "user": user}
     if len(jobs) == 1:

@@ -290,6 +290,15 @@ class Suite(Strict):
                 raise ValueError(f"not a regular expression: {e}") from None
         return v
 
+    @field_validator("vars")
+    @classmethod
+    def _vnames(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if not re.match(PARAM_RE, k):
+                raise Invalid(f"'{k}' is not a name a template can use", loc=(k,),
+                              fix="name it like a variable: letters, digits and _ (e.g. per_host)")
+        return v
+
     @field_validator("parameters")
     @classmethod
     def _pnames(cls, v: dict[str, Param]) -> dict[str, Param]:
@@ -337,6 +346,10 @@ class Suite(Strict):
                 if k not in self.parameters:
                     raise ValueError(f"matrix uses '{k}', which is not a parameter")
         self._check_matrix_values()
+        for k in self.vars:
+            if k in self.parameters:
+                raise Invalid(f"'{k}' is both a parameter and a var (the var would silently replace -p {k})",
+                              loc=("vars", k), fix="rename the var, or drop it and use the parameter")
         _distinct([s.name for s in self.sources], ("sources",), "source", "name")
         _distinct([c.name for c in self.checks], ("checks",), "check", "name")
         for phase in ("prepare", "recovery", "post"):

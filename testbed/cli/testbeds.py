@@ -166,6 +166,9 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
 
         selection(limit, "--limit")
     extra = _extra_vars(var or [])
+    twice = next((r for i, r in enumerate(role or []) if r in (role or [])[:i]), None)
+    if twice is not None:
+        raise UsageError(f"--role {twice} is given twice", where="--role", fix="name each role once")
     _known_testbed(existing_store(readonly=False), name)
     builds = _setup_sources(name, profile, suite, source or [])
     if builds:

@@ -404,8 +404,10 @@ def resolve_plan(*, profile: str | None = None, suite: str | None = None, roles:
         raise UsageError("choose one of --profile, --suite and --role", where="command line",
                          fix="--profile P, or --suite S, or one or more --role R")
     if roles:
-        for r in roles:
+        for i, r in enumerate(roles):
             _check_role(r, "--role")
+            if r in roles[:i]:
+                raise UsageError(f"--role {r} is given twice", where="--role", fix="name each role once")
         base = None
         if default_profile and default_profile in available_profiles():
             base = load_profile(default_profile)
