@@ -9,7 +9,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -68,8 +69,8 @@ def _key(k: Any, seen: dict[str, Any], path: Path, located: Located, loc: tuple[
     if k is None or (isinstance(k, str) and not k.strip()):
         raise UsageError(f"{path.name}: an empty key in {field}", where=where,
                          fix="give the key a name, or remove the line (a key is the text before its colon)")
-    if isinstance(k, dict | list | tuple | set | frozenset):
-        raise UsageError(f"{path.name}: a key in {field} is a {'list' if isinstance(k, list | tuple) else 'mapping'}",
+    if isinstance(k, Mapping | Sequence | AbstractSet) and not isinstance(k, str):  # ? [a, b]: and ? {a: 1}:
+        raise UsageError(f"{path.name}: a key in {field} is a {'mapping' if isinstance(k, Mapping) else 'list'}",
                          where=where, fix="keys are plain names: write 'name: value'")
     name = str(k)
     if name in seen:
