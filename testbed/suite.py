@@ -435,8 +435,8 @@ def check_matrix_size(matrix: dict[str, list[Any]] | list[dict[str, Any]]) -> No
         axes = " x ".join(f"{k}: {len(v)}" for k, v in matrix.items()) if isinstance(matrix, dict) else \
             f"{n:,} points listed"
         raise Invalid(f"{n:,} runs ({axes}); a matrix holds at most {MAX_MATRIX_POINTS:,}", loc=(),
-                      fix="split it into several suites or campaigns, or fix some axes with -p NAME=VALUE in a "
-                          "smaller matrix")
+                      fix=f"drop values or axes, or split the sweep into several suites of at most "
+                          f"{MAX_MATRIX_POINTS:,} runs each")
 
 
 # --- loading --------------------------------------------------------------------------------------------------
