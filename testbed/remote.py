@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import math
 import os
 import re
 import shlex
@@ -75,17 +76,35 @@ _LINK_LOST = ("Broken pipe", "Connection reset", "Connection timed out", "No rou
 _FILE_ERRORS = (11, 23, 24)  # rsync: file I/O error, partial transfer (a file it could not read), vanished files
 
 
-def select_hosts(hosts: list[Host], pattern: str | None) -> list[Host]:
-    """Hosts matching a comma-separated list of names, groups or globs (``node[12]``, ``workers``)."""
-    if not pattern:
-        return hosts
+def selection(pattern: str, option: str = "--hosts") -> list[str]:
+    """The items of a comma-separated host selection; one that names nothing (``''``, ``','``) is refused, as it
+    would otherwise widen to every host."""
     wanted = [p.strip() for p in pattern.split(",") if p.strip()]
-    picked = [h for h in hosts if any(fnmatch.fnmatchcase(h.name, w) or w in h.groups for w in wanted)]
-    if not picked:
-        raise UsageError(f"no host matches '{pattern}'", where="--hosts",
-                         fix=f"hosts: {', '.join(h.name for h in hosts)}; groups: "
-                             f"{', '.join(sorted({g for h in hosts for g in h.groups})) or 'none'}")
-    return picked
+    if not wanted:
+        raise UsageError(f"{option} {pattern!r} names no host", where=option,
+                         fix=f"name hosts, groups or globs ({option} node1,node2 or {option} workers), or leave "
+                             f"{option} out for every host")
+    return wanted
+
+
+def select_hosts(hosts: list[Host], pattern: str | None, option: str = "--hosts") -> list[Host]:
+    """Hosts matching a comma-separated list of names, groups or globs (``node[12]``, ``workers``); None: all.
+
+    Every item must match a host or a group: a misspelt name is refused (with the closest), not dropped."""
+    if pattern is None:
+        return hosts
+    import difflib
+
+    wanted = selection(pattern, option)
+    groups = sorted({g for h in hosts for g in h.groups})
+    for w in wanted:
+        if not any(fnmatch.fnmatchcase(h.name, w) or w in h.groups for h in hosts):
+            close = difflib.get_close_matches(w, [h.name for h in hosts] + groups, n=1, cutoff=0.5)
+            raise UsageError(f"no host or group matches '{w}'" + (f" (in {pattern!r})" if w != pattern else ""),
+                             where=option, fix=(f"did you mean '{close[0]}'? " if close else "")
+                             + f"hosts: {', '.join(h.name for h in hosts) or 'none'}; groups: "
+                             f"{', '.join(groups) or 'none'}")
+    return [h for h in hosts if any(fnmatch.fnmatchcase(h.name, w) or w in h.groups for w in wanted)]
 
 
 # the policy --------------------------------------------------------------------------------------
@@ -279,6 +298,10 @@ def run_each(testbed: str, commands: Mapping[str, str], *, timeout: float | None
 
 def _fan_out(testbed: str, jobs: list[tuple[str, str, bytes | None]], *, timeout: float | None, concurrency: int,
              mux: str, connect_timeout: float | None, max_output: int, user: str | None) -> list[HostResult]:
+    for name, seconds in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+        if seconds is not None and not (math.isfinite(seconds) and seconds > 0):  # nan would never time out
+            raise UsageError(f"{name} {seconds} is not a number of seconds", where=name,
+                             fix="give a positive, finite number of seconds, or none")
     kw: dict[str, Any] = {"timeout": timeout, "mux": mux, "connect_timeout": connect_timeout,
                           "max_output": max_output, "user": user}
     if len(jobs) == 1:

@@ -60,6 +60,9 @@ def parse(items: list[str], where: str = "--source") -> dict[str, str]:
         if not sep or not NAME_RE.match(name) or not spec.strip():
             raise UsageError(f"'{where} {it}' is not NAME=PATH|URL[@REF]", where=where,
                              fix="e.g. --source jitc=~/src/open-jitc or --source vit=https://github.com/me/fork@main")
+        if name in out:
+            raise UsageError(f"{where} {name} is given twice ({out[name]!r} and {spec.strip()!r})", where=where,
+                             fix="give each source once")
         out[name] = spec.strip()
     return out
 

@@ -123,12 +123,20 @@ class TestbedSpec(Strict):
 
     @model_validator(mode="after")
     def _group_members(self) -> TestbedSpec:
+        import difflib
+
+        from testbed.yamlfile import Invalid
+
         names = self.host_names()
-        if names is not None:
-            for g, members in self.groups.items():
-                for m in members:
-                    if m not in names:
-                        raise ValueError(f"group '{g}' names unknown host '{m}' (hosts: {', '.join(names)})")
+        for g, members in self.groups.items():
+            for i, m in enumerate(members):
+                if names is not None and m not in names:
+                    close = difflib.get_close_matches(m, names, n=1, cutoff=0.5)
+                    raise Invalid(f"group '{g}' names unknown host '{m}'", loc=("groups", g, i),
+                                  fix=(f"did you mean '{close[0]}'? " if close else "")
+                                  + f"hosts: {', '.join(names)}")
+                if m in members[:i]:
+                    raise Invalid(f"group '{g}' lists host '{m}' twice", loc=("groups", g, i), fix="list it once")
         return self
 
     def groups_for(self, host: str, index: int) -> list[str]:

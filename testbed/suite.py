@@ -16,19 +16,45 @@ import shlex
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from testbed import paths
 from testbed.errors import UsageError
+from testbed.yamlfile import Invalid
 
 SUITE_NAME_RE = r"^[a-z][a-z0-9-]{0,40}$"
 PARAM_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ENV_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"  # what a shell takes after 'export'
+MAX_MATRIX_POINTS = 1000
+"""The most runs one matrix may hold: a campaign plans every point before its first run (about 6 ms each)."""
 SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGSTOP", "SIGCONT", "SIGUSR1",
            "SIGUSR2", "SIGHUP", "SIGQUIT")
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+
+def _env_names(env: dict[str, str]) -> dict[str, str]:
+    """Environment variable names a shell can export: a name that is not one would break (or inject into) the
+    ``export NAME=value`` lines every rank and step starts with."""
+    for k in env:
+        if not re.match(ENV_RE, k):
+            raise Invalid(f"'{k}' is not an environment variable name", loc=(k,),
+                          fix="use letters, digits and _, not starting with a digit (e.g. MY_VAR)")
+    return env
+
+
+def selector_parts(on: str) -> list[str]:
+    """The comma-separated items of a host selection (``all``, ``master``, a group, a host, ``rank:K``)."""
+    return [p.strip() for p in on.split(",") if p.strip()]
+
+
+def _selector(v: str | None) -> str | None:
+    """A host selection names at least one thing: an empty one would widen to every host or none."""
+    if v is not None and "{{" not in v and not selector_parts(v):
+        raise Invalid(f"{v!r} selects no host", fix="name all, master, workers, a group, a host or rank:K")
+    return v
 
 
 class Param(Strict):
@@ -83,6 +109,8 @@ class Step(Strict):
     needs: list[Need] = Field(default_factory=list, description="what the step needs beyond a CPU host (gpu, tpu, "
                               "cuda, nvidia-driver); a rehearsal skips it, with the reason, on hosts that lack it")
 
+    _on = field_validator("on")(classmethod(lambda cls, v: _selector(v)))
+
     @model_validator(mode="after")
     def _one(self) -> Step:
         if (self.run is not None) + (self.relaunch not in (None, False)) + self.repair != 1:
@@ -98,6 +126,8 @@ class Checkpoint(Strict):
     rank: int = Field(0, ge=0, description="the rank whose log the patterns below read")
     saved: str | None = Field(None, description="regex of the log line written with a checkpoint; group 1: its step")
     progress: str | None = Field(None, description="regex of the log line of each step; group 1: the global step")
+
+    _on = field_validator("on")(classmethod(lambda cls, v: _selector(v)))
 
     @field_validator("saved", "progress")
     @classmethod
@@ -125,6 +155,9 @@ class Launch(Strict):
                              "launch folder) a rehearsal replaces by a probe when the ranks' needs are not met; "
                              "default: every Python script the ranks start from a source checkout")
 
+    _on = field_validator("on")(classmethod(lambda cls, v: _selector(v)))
+    _env = field_validator("env")(classmethod(lambda cls, v: _env_names(v)))
+
 
 class Steps(Strict):
     prepare: list[Step] = Field(default_factory=list)
@@ -138,6 +171,8 @@ class Placement(Strict):
                                     "default: all")
     master: str | None = Field(None, description="host name or group holding rank 0; default: group 'master'")
     slots: int = Field(1, ge=1, description="slots per host in the rendered MPI hostfile")
+
+    _master = field_validator("master")(classmethod(lambda cls, v: _selector(v)))
 
 
 class Timeouts(Strict):
@@ -166,6 +201,8 @@ class Fault(Strict):
     when: str | None = Field(None, description="regular expression matched against the watched rank's log")
     watch_rank: int | None = Field(None, description="rank whose log 'when' watches; default: the target rank")
     recovery: list[Step] | None = Field(None, description="default: steps.recovery")
+
+    _host = field_validator("host")(classmethod(lambda cls, v: _selector(v)))
 
     @field_validator("signal")
     @classmethod
@@ -206,6 +243,8 @@ class Check(Strict):
     contains: str | None = None
     on: str = "all"
 
+    _on = field_validator("on")(classmethod(lambda cls, v: _selector(v)))
+
 
 class Suite(Strict):
     """One suite: ``experiments/<name>.yml``."""
@@ -237,6 +276,9 @@ class Suite(Strict):
                                  "rank's last match is shown under the live status line (default: the checkpoint's "
                                  "progress pattern, else each rank's last line)")
     source: str | None = Field(None, exclude=True)
+    _located: Any = PrivateAttr(None)  # the file's line lookup (yamlfile.Located), when loaded from one
+
+    _env = field_validator("env")(classmethod(lambda cls, v: _env_names(v)))
 
     @field_validator("progress")
     @classmethod
@@ -248,31 +290,153 @@ class Suite(Strict):
                 raise ValueError(f"not a regular expression: {e}") from None
         return v
 
+    @field_validator("vars")
+    @classmethod
+    def _vnames(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if not re.match(PARAM_RE, k):
+                raise Invalid(f"'{k}' is not a name a template can use", loc=(k,),
+                              fix="name it like a variable: letters, digits and _ (e.g. per_host)")
+        return v
+
     @field_validator("parameters")
     @classmethod
     def _pnames(cls, v: dict[str, Param]) -> dict[str, Param]:
         for k, p in v.items():
             if not re.match(PARAM_RE, k):
-                raise ValueError(f"parameter name '{k}' must be letters, digits and _")
+                raise Invalid(f"parameter name '{k}' must be letters, digits and _", loc=(k,),
+                              fix="name it like a variable (e.g. batch_size)")
             if p.default is not None:
-                p.default = coerce(k, p, p.default)
+                try:
+                    p.default = typed(p, p.default)
+                except ValueError as e:
+                    raise Invalid(f"default {p.default!r} {e}", loc=(k, "default"),
+                                  fix=f"give {_KIND[p.type]}" + _span(p)) from None
+        return v
+
+    @field_validator("matrix")
+    @classmethod
+    def _size(cls, v: dict[str, list[Any]] | list[dict[str, Any]] | None) -> Any:
+        """Counted before anything is expanded: a matrix over the bound is refused at once, not built."""
+        if v is not None:
+            check_matrix_size(v)
+        return v
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs_on(cls, v: list[str] | dict[str, list[str]]) -> Any:
+        for on in v if isinstance(v, dict) else ():
+            if not selector_parts(on):
+                raise Invalid(f"{on!r} selects no host", loc=(on,),
+                              fix="name all, master, workers, a group, a host or rank:K")
         return v
 
     @model_validator(mode="after")
     def _refs(self) -> Suite:
-        for f in self.default_faults:
+        seen_faults: set[str] = set()
+        for i, f in enumerate(self.default_faults):
             if f not in self.faults:
                 raise ValueError(f"default_faults names unknown fault '{f}' (faults: {', '.join(self.faults)})")
+            if f in seen_faults:
+                raise Invalid(f"default_faults lists '{f}' twice", loc=("default_faults", i), fix="list it once")
+            seen_faults.add(f)
         points = self.matrix if isinstance(self.matrix, list) else [self.matrix or {}]
         for pt in points:
             for k in pt:
                 if k not in self.parameters:
                     raise ValueError(f"matrix uses '{k}', which is not a parameter")
+        self._check_matrix_values()
+        for k in self.vars:
+            if k in self.parameters:
+                raise Invalid(f"'{k}' is both a parameter and a var (the var would silently replace -p {k})",
+                              loc=("vars", k), fix="rename the var, or drop it and use the parameter")
+        _distinct([s.name for s in self.sources], ("sources",), "source", "name")
+        _distinct([c.name for c in self.checks], ("checks",), "check", "name")
+        for phase in ("prepare", "recovery", "post"):
+            _distinct(step_names(getattr(self.steps, phase), phase), ("steps", phase), f"{phase} step", "name")
+        for fname, fault in self.faults.items():
+            if fault.recovery is not None:
+                _distinct(step_names(fault.recovery, "recovery"), ("faults", fname, "recovery"), "recovery step",
+                          "name")
         return self
+
+    def _check_matrix_values(self) -> None:
+        """Every matrix value has its parameter's type and range, and no point is there twice."""
+        if isinstance(self.matrix, dict):
+            for k, values in self.matrix.items():
+                p = self.parameters[k]
+                typed_values = []
+                for i, val in enumerate(values):
+                    try:
+                        typed_values.append(typed(p, val))
+                    except ValueError as e:
+                        raise Invalid(f"{val!r} {e}", loc=("matrix", k, i),
+                                      fix=f"give {k} {_KINDS[p.type]}" + _span(p)) from None
+                _distinct([repr(x) for x in typed_values], ("matrix", k), f"matrix axis '{k}' value", None,
+                          shown=[str(x) for x in values])
+        elif isinstance(self.matrix, list):
+            keys = []
+            for i, pt in enumerate(self.matrix):
+                for k, val in pt.items():
+                    try:
+                        typed(self.parameters[k], val)
+                    except ValueError as e:
+                        raise Invalid(f"{val!r} {e}", loc=("matrix", i, k),
+                                      fix=f"give {k} {_KIND[self.parameters[k].type]}" + _span(self.parameters[k])) \
+                            from None
+                keys.append(repr(sorted((k, typed(self.parameters[k], val)) for k, val in pt.items())))
+            _distinct(keys, ("matrix",), "matrix point", None, shown=[str(pt) for pt in self.matrix])
+
+    def at(self, *loc: Any) -> str:
+        """``file:line`` of ``loc`` (keys and indexes) in the suite's file; the file (or the suite's name)
+        when the line is not known."""
+        line = self._located.line(loc) if self._located is not None else None
+        place = self.source or self.name
+        return f"{place}:{line}" if line else place
 
     @property
     def dir(self) -> Path:
         return Path(self.source).parent if self.source else Path.cwd()
+
+
+def step_names(items: list[Step], phase: str) -> list[str]:
+    """The names the steps of ``phase`` go by (their own, else ``<phase>-<n>``): their logs are kept by name."""
+    return [s.name or f"{phase}-{i + 1}" for i, s in enumerate(items)]
+
+
+def _distinct(names: list[str], loc: tuple[Any, ...], what: str, key: str | None,
+              shown: list[str] | None = None) -> None:
+    """Refuse the second of two items of one name (``Invalid`` at that item's line)."""
+    seen: dict[str, int] = {}
+    for i, n in enumerate(names):
+        if n in seen:
+            label = (shown or names)[i]
+            raise Invalid(f"two {what}s are named '{label}' (items {seen[n] + 1} and {i + 1})" if key else
+                          f"{what} '{label}' is there twice (items {seen[n] + 1} and {i + 1})",
+                          loc=(*loc, i, *((key,) if key else ())),
+                          fix=f"give each {what} its own name" if key else "list it once")
+        seen[n] = i
+
+
+def matrix_size(matrix: dict[str, list[Any]] | list[dict[str, Any]]) -> int:
+    """How many points ``matrix`` holds, counted without building one."""
+    return math.prod(len(v) for v in matrix.values()) if isinstance(matrix, dict) else len(matrix)
+
+
+def check_matrix_size(matrix: dict[str, list[Any]] | list[dict[str, Any]]) -> None:
+    """Refuse (``Invalid``) a matrix with an empty axis or more than ``MAX_MATRIX_POINTS`` points."""
+    if isinstance(matrix, dict):
+        for k, values in matrix.items():
+            if not values:
+                raise Invalid(f"axis '{k}' has no values: the matrix would hold no run", loc=(k,),
+                              fix=f"give {k} at least one value, or remove the axis")
+    n = matrix_size(matrix)
+    if n > MAX_MATRIX_POINTS:
+        axes = " x ".join(f"{k}: {len(v)}" for k, v in matrix.items()) if isinstance(matrix, dict) else \
+            f"{n:,} points listed"
+        raise Invalid(f"{n:,} runs ({axes}); a matrix holds at most {MAX_MATRIX_POINTS:,}", loc=(),
+                      fix=f"drop values or axes, or split the sweep into several suites of at most "
+                          f"{MAX_MATRIX_POINTS:,} runs each")
 
 
 # --- loading --------------------------------------------------------------------------------------------------
@@ -307,6 +471,7 @@ def load_suite(name_or_path: str) -> Suite:
     data.setdefault("name", path.stem)
     suite = yamlfile.validate(Suite, data, path, located)
     suite.source = str(path)
+    suite._located = located
     outs = suite.outputs.items() if isinstance(suite.outputs, dict) else [(None, suite.outputs)]
     for key, globs in outs:
         for i, pattern in enumerate(globs):
@@ -356,47 +521,91 @@ def list_suites() -> dict[str, Path]:
 
 
 # --- parameters ------------------------------------------------------------------------------------------------
-def coerce(name: str, p: Param, value: Any) -> Any:
-    """``value`` (a string from -p, or YAML) as the parameter's type, checked against its choices."""
+_KIND = {"int": "a whole number", "float": "a finite number", "bool": "true or false", "str": "a string"}
+_KINDS = {"int": "whole numbers", "float": "finite numbers", "bool": "true or false values", "str": "strings"}
+
+
+def _span(p: Param) -> str:
+    """`` (1 to 4)``: the range a number parameter allows, or its choices; empty when neither is set."""
+    if p.choices is not None and p.min is None and p.max is None:
+        return f" (one of {', '.join(map(str, p.choices))})"
+    if p.min is not None and p.max is not None:
+        return f" ({p.min:g} to {p.max:g})"
+    if p.min is not None or p.max is not None:
+        return f" (at least {p.min:g})" if p.min is not None else f" (at most {p.max:g})"
+    return ""
+
+
+def _convert(p: Param, value: Any) -> Any:
+    """``value`` as ``p``'s type; ValueError when it is not one (a float that is not finite is none)."""
     try:
         if p.type == "int":
-            v: Any = int(value)
-        elif p.type == "float":
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        if p.type == "float":
             v = float(value)
             if not math.isfinite(v):
                 raise ValueError
-        elif p.type == "bool":
+            return v
+        if p.type == "bool":
             if isinstance(value, bool):
-                v = value
-            elif str(value).lower() in ("1", "true", "yes", "on"):
-                v = True
-            elif str(value).lower() in ("0", "false", "no", "off"):
-                v = False
-            else:
-                raise ValueError
-        else:
-            v = value if isinstance(value, str) else str(value)
-    except (TypeError, ValueError):
+                return value
+            if str(value).lower() in ("1", "true", "yes", "on"):
+                return True
+            if str(value).lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        return value if isinstance(value, str) else str(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
+        raise ValueError(f"is not {_KIND[p.type]}") from None
+
+
+def _allowed(p: Param, v: Any) -> str | None:
+    """Why the typed value ``v`` is refused by ``p``'s range or choices (None: it is not)."""
+    if p.type in ("int", "float") and ((p.min is not None and v < p.min) or (p.max is not None and v > p.max)):
+        return "is out of range"
+    if p.choices is not None and v not in p.choices:
+        return "is not allowed"
+    return None
+
+
+def typed(p: Param, value: Any) -> Any:
+    """``value`` as ``p``'s type, in its range and choices; ValueError says what is wrong (``is not ...``)."""
+    v = _convert(p, value)
+    why = _allowed(p, v)
+    if why:
+        raise ValueError(why)
+    return v
+
+
+def coerce(name: str, p: Param, value: Any) -> Any:
+    """``value`` (a string from -p, or YAML) as the parameter's type, checked against its choices."""
+    try:
+        v = _convert(p, value)
+    except ValueError:
         raise UsageError(f"parameter '{name}' must be {p.type}, got {value!r}", where=f"-p {name}=...",
                          fix=f"give a {p.type} value" + (" (a finite number)" if p.type == "float" else "")) from None
-    if p.type in ("int", "float") and ((p.min is not None and v < p.min) or (p.max is not None and v > p.max)):
-        span = f"{p.min:g} to {p.max:g}" if p.min is not None and p.max is not None else (
-            f"at least {p.min:g}" if p.min is not None else f"at most {p.max:g}")
+    why = _allowed(p, v)
+    if why == "is out of range":
         raise UsageError(f"parameter '{name}' = {v!r} is out of range", where=f"-p {name}=...",
-                         fix=f"give a value {span}")
-    if p.choices is not None and v not in p.choices:
+                         fix=f"give a value {_span(p)[2:-1]}")
+    if why:
         raise UsageError(f"parameter '{name}' = {v!r} is not allowed", where=f"-p {name}=...",
-                         fix=f"allowed values: {', '.join(map(str, p.choices))}")
+                         fix=f"allowed values: {', '.join(map(str, p.choices or []))}")
     return v
 
 
 def parse_assignments(items: list[str]) -> dict[str, str]:
-    """``["a=1", "b=x y"]`` -> dict; a malformed item is a UsageError."""
+    """``["a=1", "b=x y"]`` -> dict; a malformed item, or a name given twice, is a UsageError."""
     out: dict[str, str] = {}
     for it in items:
         k, sep, v = it.partition("=")
         if not sep or not re.match(PARAM_RE, k.strip()):
             raise UsageError(f"'-p {it}' is not key=value", where="command line", fix="write -p name=value")
+        if k.strip() in out:
+            raise UsageError(f"parameter '{k.strip()}' is given twice ({out[k.strip()]!r} and {v!r})",
+                             where=f"-p {k.strip()}=...", fix="give each parameter once (--matrix runs several values)")
         out[k.strip()] = v
     return out
 
@@ -430,6 +639,10 @@ def expand_matrix(suite: Suite, given: dict[str, Any]) -> list[dict[str, Any]]:
     if not suite.matrix:
         raise UsageError(f"suite '{suite.name}' has no matrix", where=suite.source or suite.name,
                          fix="add 'matrix:' to the suite, or run without --matrix")
+    try:  # counted again here: a suite built in code may have skipped the file's checks
+        check_matrix_size(suite.matrix)
+    except Invalid as e:
+        raise UsageError(f"{suite.name}: matrix: {e}", where=suite.at("matrix", *e.loc), fix=e.fix) from None
     if isinstance(suite.matrix, dict):
         keys = list(suite.matrix)
         raw = [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*suite.matrix.values())]
@@ -481,6 +694,23 @@ def path_word(path: str) -> str:
 
 
 _ENVS: dict[bool, Any] = {}
+MAX_DIGITS = 4300  # the longest whole number a template may make (Python's own limit on printing one)
+MAX_REPEAT = 1 << 20  # the longest string or list a template may make by '*'
+
+
+def _too_big(operator: str, left: Any, right: Any) -> str | None:
+    """Why ``left <operator> right`` would make a value too large to compute or print (None: it would not)."""
+    def whole(x: Any) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    if operator == "**" and whole(left) and whole(right) and abs(left) > 1 and right > 0 \
+            and right * math.log10(abs(left)) > MAX_DIGITS:
+        return f"{left} ** {right} has more than {MAX_DIGITS} digits"
+    if operator == "*":
+        for seq, n in ((left, right), (right, left)):
+            if isinstance(seq, str | list | tuple) and whole(n) and len(seq) * n > MAX_REPEAT:
+                return f"repeating a {type(seq).__name__} of {len(seq)} {n} times makes more than {MAX_REPEAT:,} items"
+    return None
 
 
 def _env(shell: bool) -> Any:
@@ -488,28 +718,49 @@ def _env(shell: bool) -> Any:
         import jinja2
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+        class Bounded(ImmutableSandboxedEnvironment):
+            """Sandboxed, and '**' and '*' refuse results too large to compute (``{{ 9 ** (9 ** 9) }}``)."""
+
+            intercepted_binops = frozenset(["**", "*"])
+
+            def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+                why = _too_big(operator, left, right)
+                if why:
+                    raise OverflowError(why)
+                return super().call_binop(context, operator, left, right)
+
         # a suite is data: its templates may not reach Python on the controller (e.g. through
         # ''.__class__.__mro__ ...), even in --dry-run
-        env = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
-                                            autoescape=False, finalize=shell_quote if shell else None)
+        env = Bounded(undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
+                      autoescape=False, finalize=shell_quote if shell else None)
         env.filters["raw"] = lambda v: Raw(shell_quote(v) if isinstance(v, list | tuple) else str(v))
         env.filters["quote"] = lambda v: Raw(shell_quote(v))
         _ENVS[shell] = env
     return _ENVS[shell]
 
 
-def render(template: str, context: dict[str, Any], *, shell: bool = True, where: str = "template") -> str:
-    """Render with StrictUndefined; ``shell=True`` quotes every ``{{ }}`` value. Errors name ``where``."""
+def render(template: str, context: dict[str, Any], *, shell: bool = True, where: str = "template",
+           at: str | None = None) -> str:
+    """Render with StrictUndefined; ``shell=True`` quotes every ``{{ }}`` value. Any failure while the template is
+    evaluated (a missing name, a division by zero, a wrong type) is one UsageError naming ``where`` (what) and
+    ``at`` (``file:line``; default: ``where``)."""
     import jinja2
 
+    known = f"known names: {', '.join(sorted(k for k in context if not k.startswith('_')))}"
+    place = at or where
     try:
         return _env(shell).from_string(template).render(**context).strip()
     except jinja2.exceptions.SecurityError as e:
-        raise UsageError(f"{where}: the template reaches for what a suite may not use ({e})", where=where,
+        raise UsageError(f"{where}: the template reaches for what a suite may not use ({e})", where=place,
                          fix="use the suite's parameters, vars and filters only (templates run sandboxed)") from None
     except jinja2.UndefinedError as e:
-        raise UsageError(f"{where}: {e.message}", where=where,
-                         fix=f"known names: {', '.join(sorted(k for k in context if not k.startswith('_')))}") \
-            from None
+        raise UsageError(f"{where}: {e.message}", where=place, fix=known) from None
     except jinja2.TemplateError as e:
-        raise UsageError(f"{where}: template error: {e}", where=where, fix="fix the Jinja2 syntax") from None
+        raise UsageError(f"{where}: template error: {e}", where=place, fix="fix the Jinja2 syntax") from None
+    except UsageError:
+        raise
+    except Exception as e:  # the expression itself failed: 1 / 0, 'a' + 1, int('x'), 9 ** (9 ** 9)
+        what = str(e) or type(e).__name__
+        raise UsageError(f"{where}: the template failed while it was evaluated: {what} ({type(e).__name__})",
+                         where=place, fix="fix the expression at that line, or the values it uses (-p values, "
+                                          "parameter defaults, vars)") from None

@@ -9,7 +9,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -49,10 +50,41 @@ class Located:
         return best
 
 
+class Invalid(ValueError):
+    """A validator's refusal that knows where, below the field it checks, the culprit sits (``loc``: keys and
+    indexes), and what to do: :func:`validate` reports that line, not the field's."""
+
+    def __init__(self, what: str, *, loc: tuple[Any, ...] = (), fix: str | None = None):
+        super().__init__(what)
+        self.loc = loc
+        self.fix = fix
+
+
+def _key(k: Any, seen: dict[str, Any], path: Path, located: Located, loc: tuple[Any, ...]) -> str:
+    """A mapping key as the string the models see: an empty key (``"":``, ``null:``, ``~:``), a list or mapping
+    as a key, or two keys that read the same once made strings (``1:`` and ``"1":``) are refused."""
+    line = located.line((*loc, k))
+    where = f"{path}:{line}" if line else str(path)
+    field = ".".join(map(str, loc)) or "the top level"
+    if k is None or (isinstance(k, str) and not k.strip()):
+        raise UsageError(f"{path.name}: an empty key in {field}", where=where,
+                         fix="give the key a name, or remove the line (a key is the text before its colon)")
+    if isinstance(k, Mapping | Sequence | AbstractSet) and not isinstance(k, str):  # ? [a, b]: and ? {a: 1}:
+        raise UsageError(f"{path.name}: a key in {field} is a {'mapping' if isinstance(k, Mapping) else 'list'}",
+                         where=where, fix="keys are plain names: write 'name: value'")
+    name = str(k)
+    if name in seen:
+        raise UsageError(f"{path.name}: two keys in {field} read as '{name}' ({seen[name]!r} and {k!r})",
+                         where=where, fix="keep one of them (a number and a quoted number are the same key here)")
+    seen[name] = k
+    return name
+
+
 def _plain(node: Any, path: Path, located: Located, loc: tuple[Any, ...] = ()) -> Any:
     """ruamel nodes -> plain dict/list/str with ${VAR} expanded (errors carry file:line)."""
     if isinstance(node, dict):
-        return {str(k): _plain(v, path, located, (*loc, k)) for k, v in node.items()}
+        seen: dict[str, Any] = {}
+        return {_key(k, seen, path, located, loc): _plain(v, path, located, (*loc, k)) for k, v in node.items()}
     if isinstance(node, list):
         return [_plain(v, path, located, (*loc, i)) for i, v in enumerate(node)]
     if isinstance(node, str):
@@ -134,6 +166,13 @@ def _models_in(ann: Any) -> list[type[BaseModel]]:
     return out
 
 
+def _is_mapping(ann: Any) -> bool:
+    """Whether an annotation is (or may be) a mapping of names to values (``dict[str, Fault] | None``)."""
+    from typing import get_args, get_origin
+
+    return get_origin(ann) is dict or any(_is_mapping(a) for a in get_args(ann))
+
+
 def _tag_of(m: type[BaseModel]) -> str | None:
     f = m.model_fields.get("kind")
     if f is not None and isinstance(f.default, str):
@@ -145,6 +184,7 @@ def _resolve(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[tuple[Any, .
     """Strip discriminator tags from a pydantic loc; also return the valid keys where it ends."""
     clean: list[Any] = []
     current: list[type[BaseModel]] = [model]
+    keyed = False  # the field just passed is a mapping: the next part is one of its keys (faults.<name>)
     for part in loc:
         if isinstance(part, int):
             clean.append(part)
@@ -157,8 +197,13 @@ def _resolve(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[tuple[Any, .
         owner = next((m for m in current if part in m.model_fields), None)
         clean.append(part)
         if owner is None:
+            if keyed:
+                keyed = False
+                continue
             break
-        current = _models_in(owner.model_fields[part].annotation) or current
+        ann = owner.model_fields[part].annotation
+        keyed = _is_mapping(ann)
+        current = _models_in(ann) or current
     valid = sorted({f.alias or n for m in current for n, f in m.model_fields.items()})
     return tuple(clean), valid
 
@@ -193,6 +238,10 @@ def validate(model: type[M], data: Any, path: Path, located: Located, **context:
         clean, _ = _resolve(model, loc)
         _, valid = _resolve(model, (*loc[:-1], "\0")) if err["type"] == "extra_forbidden" else ((), [])
         msg, fix = _describe(err, clean, valid)
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, Invalid):  # the validator named the culprit below its field: report that line
+            clean = (*clean, *cause.loc)
+            msg, fix = f"{'.'.join(map(str, clean))}: {cause}", cause.fix or fix
         line = located.line(clean)
         more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
         raise UsageError(f"{path.name}: {msg}{more}", where=f"{path}:{line}" if line else str(path),

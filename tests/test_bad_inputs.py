@@ -227,3 +227,43 @@ def test_usage_errors(argv: list[str], frag: str, tmp_path: Path, monkeypatch: p
     assert "Traceback" not in out
     assert frag.lower() in " ".join(out.split()).lower(), out
     assert _recorded(tmp_path / ".testbed") == []
+
+
+# Host names on a testbed state records (the corpus's working folders have none): a name that is no host of it,
+# or an empty one, is refused with the closest name before any host is reached.
+RECORDED = [
+    (["exec", "lab1", "--hosts", "alpha,betta", "--", "true"], ["no host or group matches 'betta'",
+                                                                "did you mean 'beta'"]),
+    (["exec", "lab1", "-H", "workrs", "--", "true"], ["no host or group matches 'workrs'", "did you mean 'workers'"]),
+    (["ssh", "lab1", "alpah"], ["no host 'alpah' in testbed 'lab1'", "did you mean 'alpha'"]),
+    (["ssh", "lab1", ""], ["the host name is empty"]),
+    (["forget-host", "lab1", "betta"], ["no host 'betta' in testbed 'lab1'", "did you mean 'beta'"]),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("argv", "frags"), RECORDED, ids=[" ".join(a) for a, _ in RECORDED])
+def test_unknown_host_on_a_recorded_testbed(argv: list[str], frags: list[str], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from testbed import remote
+    from testbed.hosts import Host
+    from testbed.state import Store
+
+    _prepare(Case(tmp_path / "x.args", frags, argv), tmp_path, monkeypatch)
+    (tmp_path / "inventories" / "lab1.yml").write_text(
+        "provider:\n  kind: lab\n  hosts:\n    - {name: alpha, address: 127.0.0.1, port: 9}\n"
+        "    - {name: beta, address: 127.0.0.2, port: 9}\n")
+    st = Store(tmp_path / ".testbed" / "state.db")
+    st.upsert_testbed("lab1", "lab", None, "up", {})
+    st.set_hosts("lab1", [Host(name="alpha", address="127.0.0.1", port=9, groups=["master"]),
+                          Host(name="beta", address="127.0.0.2", port=9, groups=["workers"])])
+    st.close()
+
+    def touched(*a: object, **k: object) -> None:
+        raise AssertionError("a host was reached for a refused input")
+
+    monkeypatch.setattr(remote, "run", touched)
+    monkeypatch.setattr(remote, "interactive", touched)
+    code, out = run_main(argv, monkeypatch, capsys)
+    check_message(Case(tmp_path / "x.args", frags, argv), code, out)

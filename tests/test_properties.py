@@ -14,11 +14,12 @@ Examples are derandomized (the same on every run, so CI is reproducible) and bou
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -263,3 +264,321 @@ def test_any_command_line_gets_one_message(data: st.DataObject, monkeypatch: pyt
         code, out = run_main(argv, mp, capsys)
         one_message(code, out, str(argv))
         nothing_made(tmp, code, "gen")
+
+
+# --- the classes of bad input, generated -------------------------------------------------------------------------
+# Each class below is refused, whatever its spelling or place: exit 2, one message, before anything is built or any
+# host touched (the runs are dry runs, the specs lab hosts on a closed loopback port).
+BAD = settings(SETTINGS, max_examples=max(15, int(os.environ.get("TB_PROPERTY_EXAMPLES", "120")) // 4))
+NAME = st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True)
+Refuse = Callable[..., str]  # the 'refused' fixture: run a command line on generated files, assert it was refused
+
+
+def _suite(**extra: Any) -> dict[str, Any]:
+    return {"name": "gen", "steps": {"launch": {"command": "true"}}, **extra}
+
+
+@pytest.fixture
+def refused(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+            tmp_path_factory: pytest.TempPathFactory) -> Callable[..., str]:
+    """``refused(argv, suite=..., spec=..., raw=..., frags=..., line=..., env=...)``: run ``argv`` on a fresh folder
+    holding the generated suite (experiments/gen.yml) or spec (inventories/gen.yml), with ``env`` set; assert it
+    was refused as bad input (exit 2, one message, the fragments, ``line``: a file:line in ``where``) with nothing
+    made. Returns the output."""
+    def run(argv: list[str], suite: dict[str, Any] | None = None, spec: dict[str, Any] | None = None,
+            raw: str | None = None, frags: tuple[str, ...] = (), line: bool = False,
+            env: dict[str, str] | None = None) -> str:
+        with monkeypatch.context() as mp, _isolated(mp, tmp_path_factory) as tmp:
+            for k, v in (env or {}).items():
+                mp.setenv(k, v)
+            text = raw if raw is not None else yaml.safe_dump(suite if suite is not None else spec, sort_keys=False)
+            folder = "experiments" if suite is not None or raw is not None else "inventories"
+            (tmp / folder / "gen.yml").write_text(text)
+            code, out = run_main(argv, mp, capsys)
+            one_message(code, out, f"{argv}\n{text}")
+            assert code == 2, f"{argv}: exit {code}\n{out}\n{text}"
+            flat = " ".join(out.split()).lower()
+            for f in frags:
+                assert f.lower() in flat, f"missing {f!r}:\n{out}\n{text}"
+            if line:
+                assert re.search(r"(?m)^\s+where: \S*gen\.yml:\d+", out), f"no file:line:\n{out}\n{text}"
+            nothing_made(tmp, code, "gen")
+            return out
+    return run
+
+
+@st.composite
+def huge_matrices(draw: st.DrawFn) -> dict[str, list[int]]:
+    """Axes whose product is over the bound (up to 60**8 points), or with an empty axis."""
+    from testbed.suite import MAX_MATRIX_POINTS
+
+    names = draw(st.lists(NAME, min_size=1, max_size=8, unique=True))
+    sizes = [draw(st.integers(1, 60)) for _ in names]
+    if draw(st.integers(0, 4)) == 0:
+        sizes[draw(st.integers(0, len(sizes) - 1))] = 0
+    elif math.prod(sizes) <= MAX_MATRIX_POINTS:
+        sizes[0] = MAX_MATRIX_POINTS // math.prod(sizes[1:]) + 1
+    return {n: list(range(s)) for n, s in zip(names, sizes, strict=True)}
+
+
+@pytest.mark.timeout(600)
+@BAD
+@given(matrix=huge_matrices(), listed=st.booleans())
+def test_huge_matrices_are_counted_not_built(matrix: dict[str, list[int]], listed: bool,
+                                             refused: Refuse) -> None:
+    import time
+
+    from testbed.suite import MAX_MATRIX_POINTS
+
+    params = {k: {"type": "int", "default": 0} for k in matrix}
+    n = math.prod(len(v) for v in matrix.values())
+    if listed and n:  # the list form: the points written out, as many as the bound allows and one more
+        points: Any = [dict.fromkeys(matrix, i) for i in range(MAX_MATRIX_POINTS + 1)]
+        frags: tuple[str, ...] = (f"{MAX_MATRIX_POINTS + 1:,} runs",)
+    else:
+        points = matrix
+        empty = [k for k, v in matrix.items() if not v]
+        frags = (f"axis '{empty[0]}' has no values",) if empty else \
+            (f"{n:,} runs", *(f"{k}: {len(v)}" for k, v in matrix.items()))
+    t0 = time.monotonic()
+    refused(["run", "gen", "--matrix", "--dry-run"], _suite(parameters=params, matrix=points),
+             frags=frags, line=True)
+    assert time.monotonic() - t0 < 20  # counted: nothing was expanded
+
+
+NON_FINITE = st.sampled_from([math.nan, math.inf, -math.inf])
+NON_FINITE_WORDS = st.sampled_from(["nan", "inf", "-inf", "NaN", "Infinity", "-Infinity", "+inf", "1e999"])
+
+
+@pytest.mark.timeout(600)
+@BAD
+@given(data=st.data())
+def test_non_finite_numbers_are_refused(data: st.DataObject, refused: Refuse) -> None:
+    x = data.draw(NON_FINITE)
+    word = data.draw(NON_FINITE_WORDS)
+    where = data.draw(st.sampled_from(["timeouts", "step-timeout", "fault-at", "param-min", "param-max",
+                                       "param-default", "matrix", "lab", "chameleon", "role-var", "exec", "extend",
+                                       "-p", "env-var"]))
+    if where == "timeouts":
+        key = data.draw(st.sampled_from(["prepare", "run", "post", "grace", "unreachable", "poll"]))
+        refused(["run", "gen", "--dry-run"], _suite(timeouts={key: x}), frags=("finite",), line=True)
+    elif where == "step-timeout":
+        suite = _suite()
+        suite["steps"]["prepare"] = [{"run": "true", "timeout": x}]
+        refused(["run", "gen", "--dry-run"], suite, frags=("finite",), line=True)
+    elif where == "fault-at":
+        refused(["run", "gen", "--dry-run"], _suite(
+            faults={"k": {"action": "signal", "rank": 0, "at": x}}, default_faults=["k"]), frags=("finite",),
+            line=True)
+    elif where in ("param-min", "param-max", "param-default"):
+        kind = data.draw(st.sampled_from(["int", "float"]))
+        refused(["run", "gen", "--dry-run"], _suite(
+            parameters={"n": {"type": kind, where[6:]: x}}), frags=("finite" if where != "param-default" or
+                                                                     kind == "float" else "whole number",),
+            line=True)
+    elif where == "matrix":
+        kind = data.draw(st.sampled_from(["int", "float"]))
+        refused(["run", "gen", "--matrix", "--dry-run"], _suite(
+            parameters={"n": {"type": kind, "default": 1}}, matrix={"n": [1, x]}), line=True)
+    elif where == "lab":
+        key = data.draw(st.sampled_from(["connect_timeout", "ssh_timeout"]))
+        refused(["provision", "gen"], spec={"provider": {
+            "kind": "lab", key: x, "hosts": [{"name": "h1", "address": "127.0.0.1", "port": 9}]}}, line=True)
+    elif where == "chameleon":
+        refused(["provision", "gen"], spec={"provider": {"kind": "chameleon", "hours": x}},
+                 line=True)
+    elif where == "role-var":
+        refused(["provision", "gen"], spec={"provider": {
+            "kind": "lab", "hosts": [{"name": "h1", "address": "127.0.0.1", "port": 9}]},
+            "vars": {data.draw(st.sampled_from(["mpi_slots", "memlock_limit", "gpu_check_min_gpus"])): x}},
+            frags=("not a number a role can use",), line=True)
+    elif where == "exec":
+        refused(["exec", "gen", "--timeout", word, "--", "true"], raw="",
+                 frags=("--timeout",) if word != "1e999" else ())
+    elif where == "extend":
+        refused(["extend", "gen", "--hours", word], raw="", frags=("--hours",))
+    elif where == "-p":
+        refused(["run", "gen", "--dry-run", "-p", f"lr={word}"], _suite(
+            parameters={"lr": {"type": "float", "default": 0.1}}), frags=("finite",))
+    else:  # a ${VAR} that expands to a non-finite number where a number goes
+        refused(["run", "gen", "--dry-run"], _suite(timeouts={"run": "${TB_GEN_NUMBER}"}),
+                line=True, env={"TB_GEN_NUMBER": word})
+
+
+# names that are not names: empty, blank, digits first, spaces, dashes, shell and YAML characters, non-ASCII
+NOT_NAMES = st.one_of(st.sampled_from(["", " ", "\t", "1A", "A-B", "A B", "A;B", "A=B", "$A", "A.B", "ü", "A\nB",
+                                       "-A", "A/B", "`id`"]),
+                      st.text(min_size=1, max_size=6).filter(lambda t: not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*",
+                                                                                           t)))
+
+
+@pytest.mark.timeout(600)
+@BAD
+@given(data=st.data(), bad=NOT_NAMES)
+def test_empty_keys_and_names_that_are_not_names(data: st.DataObject, bad: str, refused: Refuse) -> None:
+    place = data.draw(st.sampled_from(["env", "launch-env", "parameters", "faults", "spec-vars", "yaml-null",
+                                       "--var", "-p"]))
+    lab = {"kind": "lab", "hosts": [{"name": "h1", "address": "127.0.0.1", "port": 9}]}
+    if place == "env":
+        refused(["run", "gen", "--dry-run"], _suite(env={bad: "1"}), line=True)
+    elif place == "launch-env":
+        refused(["run", "gen", "--dry-run"],
+                 {"name": "gen", "steps": {"launch": {"command": "true", "env": {bad: "1"}}}}, line=True)
+    elif place == "parameters":
+        refused(["run", "gen", "--dry-run"], _suite(parameters={bad: {"type": "int"}}), line=True)
+    elif place == "faults" and not bad.strip():  # a fault may have any name but an empty one
+        refused(["run", "gen", "--dry-run"], _suite(
+            faults={bad: {"action": "signal", "rank": 0, "at": 1}}), frags=("an empty key",), line=True)
+    elif place == "spec-vars":
+        refused(["provision", "gen"], spec={"provider": lab, "vars": {bad: 1}}, line=True)
+    elif place == "yaml-null":  # null, ~ and '' as keys anywhere in a mapping
+        key = data.draw(st.sampled_from(["null", "~", "''", '""']))
+        text = yaml.safe_dump(_suite(env={"A": "1"}), sort_keys=False).replace("  A: '1'", f"  {key}: '1'")
+        refused(["run", "gen", "--dry-run"], raw=text, frags=("an empty key in env",), line=True)
+    elif place == "--var" and "=" not in bad:
+        refused(["setup", "gen", "--var", f"{bad}=1"], raw="", frags=("--var",))
+    elif place == "-p" and "=" not in bad:
+        refused(["run", "gen", "--dry-run", "-p", f"{bad}=1"], _suite(
+            parameters={"n": {"type": "int", "default": 1}}), frags=("is not key=value",))
+
+
+@pytest.mark.timeout(600)
+@BAD
+@given(data=st.data(), names=st.lists(NAME, min_size=1, max_size=5))
+def test_two_things_of_one_name(data: st.DataObject, names: list[str], refused: Refuse) -> None:
+    twice = [*names, data.draw(st.sampled_from(names))]
+    twice = data.draw(st.permutations(twice))
+    place = data.draw(st.sampled_from(["steps", "recovery", "post", "sources", "checks", "lab-hosts", "group",
+                                       "matrix", "default-faults", "-p", "--source", "--fault"]))
+    if place in ("steps", "recovery", "post"):
+        suite = _suite()
+        suite["steps"][{"steps": "prepare"}.get(place, place)] = [{"name": n, "run": "true"} for n in twice]
+        refused(["run", "gen", "--dry-run"], suite, frags=("are named",), line=True)
+    elif place == "sources":
+        refused(["run", "gen", "--dry-run"], _suite(sources=[
+            {"name": n, "repo": "https://example.invalid/x.git", "path": f"~/{i}"} for i, n in enumerate(twice)]),
+            frags=("two sources are named",), line=True)
+    elif place == "checks":
+        refused(["run", "gen", "--dry-run"], _suite(checks=[
+            {"name": n, "file": "rank0.out"} for n in twice]), frags=("two checks are named",), line=True)
+    elif place == "lab-hosts":
+        hosts = [{"name": n.replace("_", "-"), "address": "127.0.0.1", "port": 9} for n in twice]
+        refused(["provision", "gen"], spec={"provider": {"kind": "lab", "hosts": hosts}},
+                 frags=("two hosts are named",), line=True)
+    elif place == "group":
+        hosts = [{"name": n.replace("_", "-"), "address": "127.0.0.1", "port": 9} for n in dict.fromkeys(names)]
+        refused(["provision", "gen"], spec={"provider": {"kind": "lab", "hosts": hosts},
+                                                        "groups": {"g": [n.replace("_", "-") for n in twice]}},
+                 frags=("twice",), line=True)
+    elif place == "matrix":
+        values = [len(n) * 7 + sum(map(ord, n)) for n in twice]  # a value per name: equal names, equal values
+        refused(["run", "gen", "--matrix", "--dry-run"], _suite(
+            parameters={"n": {"type": "int", "default": 0}}, matrix={"n": values}), frags=("twice",), line=True)
+    elif place == "default-faults":
+        faults = {n: {"action": "signal", "rank": 0, "at": 1} for n in names}
+        refused(["run", "gen", "--dry-run"], _suite(faults=faults, default_faults=twice),
+                 frags=("twice",), line=True)
+    else:
+        option = {"-p": "-p", "--source": "--source", "--fault": "--fault"}[place]
+        args = [w for n in twice for w in (option, f"{n}=1" if option != "--fault" else n)]
+        faults = {n: {"action": "signal", "rank": 0, "at": 1} for n in names}
+        refused(["run", "gen", "--dry-run", *args], _suite(
+            parameters={n: {"type": "int", "default": 0} for n in names}, faults=faults), frags=("twice",))
+
+
+SEPARATORS = st.text(alphabet=", \t", max_size=6)
+
+
+@pytest.mark.timeout(600)
+@BAD
+@given(data=st.data(), empty=SEPARATORS)
+def test_empty_selections_never_widen_to_every_host(data: st.DataObject, empty: str, refused: Refuse) -> None:
+    place = data.draw(st.sampled_from(["--limit", "--hosts", "step-on", "launch-on", "checks-on", "fault-host",
+                                       "outputs"]))
+    if place == "--limit":
+        refused(["setup", "gen", "--limit", empty], raw="", frags=("names no host",))
+    elif place == "--hosts":
+        refused(["exec", "gen", "--hosts", empty, "--", "true"], raw="", frags=("names no host",))
+    elif place == "step-on":
+        suite = _suite()
+        suite["steps"]["prepare"] = [{"run": "true", "on": empty}]
+        refused(["run", "gen", "--on", "local", "--dry-run"], suite, frags=("selects no host",),
+                 line=True)
+    elif place == "launch-on":
+        refused(["run", "gen", "--on", "local", "--dry-run"],
+                 {"name": "gen", "steps": {"launch": {"command": "true", "on": empty}}},
+                 frags=("selects no host",), line=True)
+    elif place == "checks-on":
+        refused(["run", "gen", "--on", "local", "--dry-run"], _suite(checks=[
+            {"name": "c", "file": "x", "on": empty}]), frags=("selects no host",), line=True)
+    elif place == "fault-host":  # a template that renders to nothing
+        refused(["run", "gen", "--on", "local", "--dry-run"], _suite(
+            parameters={"victim": {"type": "str", "default": empty or ","}},
+            faults={"k": {"action": "kill-host", "host": "{{ victim }}", "at": 1}}, default_faults=["k"]),
+            frags=("selects no host",), line=True)
+    elif empty.strip():  # outputs: a key of commas (an empty key is refused as such)
+        refused(["run", "gen", "--on", "local", "--dry-run"], _suite(outputs={empty: ["x"]}),
+                 frags=("selects no host",), line=True)
+
+
+@pytest.mark.timeout(600)
+@BAD
+@given(data=st.data(), name=st.from_regex(r"[a-z][a-z0-9-]{0,8}", fullmatch=True))
+def test_hosts_that_do_not_exist(data: st.DataObject, name: str, refused: Refuse) -> None:
+    """The local testbed's hosts are node0..node3 (groups master, workers): any other name is refused."""
+    hypothesis.assume(name not in {"node0", "node1", "node2", "node3", "master", "workers", "all"})
+    place = data.draw(st.sampled_from(["fault-host", "master", "step-on", "group"]))
+    if place == "fault-host":
+        refused(["run", "gen", "--on", "local", "--dry-run"], _suite(
+            faults={"k": {"action": "kill-host", "host": name, "at": 1}}, default_faults=["k"]),
+            frags=(f"'{name}' is no host or group",), line=True)
+    elif place == "master":
+        refused(["run", "gen", "--on", "local", "--dry-run"], _suite(placement={"master": name}),
+                 frags=(f"'{name}' is no host or group",), line=True)
+    elif place == "step-on":
+        suite = _suite()
+        suite["steps"]["post"] = [{"run": "true", "on": f"all,{name}"}]
+        refused(["run", "gen", "--on", "local", "--dry-run"], suite,
+                 frags=(f"'{name}' is no host or group",), line=True)
+    else:
+        refused(["provision", "gen"], spec={"provider": {"kind": "lab", "hosts": [
+            {"name": "h1", "address": "127.0.0.1", "port": 9}]}, "groups": {"g": ["h1", name]}},
+            frags=(f"unknown host '{name}'",), line=True)
+
+
+# expressions that fail while they are evaluated: arithmetic, missing names, wrong types, results too large
+FAILING = st.sampled_from([
+    "{{ n / 0 }}", "{{ n // 0 }}", "{{ n % 0 }}", "{{ 1.5 / (n - n) }}", "{{ 'x' + n }}", "{{ n + 'x' }}",
+    "{{ n - 'x' }}", "{{ [1, 2][n * 100] }}", "{{ nope }}", "{{ testbed.nope.deeper }}", "{{ n.nope() }}",
+    "{{ 10 ** 100000 }}", "{{ 9 ** (9 ** 9) }}", "{{ n ** (10 ** 8) }}", "{{ 'ab' * 10 ** 8 }}", "{{ [0] * 10 ** 9 }}",
+    "{{ range(10 ** 9) | list }}", "{{ 1e308 * 10 ** 400 }}", "{{ (n | string)[5:] | float / 0 }}",
+    "{{ 'abc' | int + {} }}", "{{ {}.x.y }}", "{{ none_name | default(n) / 0 }}",
+])
+
+
+@pytest.mark.timeout(600)
+@BAD
+@given(data=st.data(), expr=FAILING)
+def test_failing_templates_get_one_message_with_their_line(data: st.DataObject, expr: str, refused: Refuse) -> None:
+    place = data.draw(st.sampled_from(["vars", "command", "step", "env", "fault-rank", "fault-command", "hosts",
+                                       "environment", "default"]))
+    suite = _suite(parameters={"n": {"type": "int", "default": 3}})
+    if place == "vars":
+        suite["vars"] = {"v": expr}
+    elif place == "command":
+        suite["steps"]["launch"]["command"] = f"echo {expr}"
+    elif place == "step":
+        suite["steps"]["prepare"] = [{"name": "s", "run": f"echo {expr}"}]
+    elif place == "env":
+        suite["steps"]["launch"]["env"] = {"V": expr}
+    elif place in ("fault-rank", "fault-command"):
+        fault: dict[str, Any] = {"action": "signal", "rank": expr, "at": 1} if place == "fault-rank" else \
+            {"action": "command", "command": f"echo {expr}", "at": 1}
+        suite.update(faults={"k": fault}, default_faults=["k"])
+    elif place == "hosts":
+        suite["placement"] = {"hosts": expr}
+    elif place == "environment":
+        suite["environment"] = expr
+    else:
+        suite["parameters"]["m"] = {"type": "str", "default": expr}
+    refused(["run", "gen", "--on", "local", "--dry-run"], suite, line=True)

@@ -189,7 +189,7 @@ BAD: dict[str, tuple[str, list[str], int | None]] = {
     "name-meta": ("name: 'x;y'\nprovider: {kind: local}\n", ["bad value for 'name'"], 1),
     "groups-type": ("provider: {kind: local}\ngroups:\n  workers: node1\n", ["'groups.workers'"], 3),
     "groups-unknown-host": ("provider: {kind: lab, hosts: [{name: a}]}\ngroups: {g: [b]}\n",
-                            ["names unknown host 'b'"], 1),
+                            ["names unknown host 'b'"], 2),
     "groups-name": ("provider: {kind: local}\ngroups: {'9x': [node0]}\n", ["group name '9x'"], 2),
     "env-unset": ("provider: {kind: local}\n\nuser: ${TB_SPEC_NEVER_SET}\n",
                   ["environment variable TB_SPEC_NEVER_SET is not set", "user"], 3),

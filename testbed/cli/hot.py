@@ -6,6 +6,7 @@ and the Typer commands in ``testbed.cli.testbeds`` call the same functions, so b
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
@@ -161,12 +162,17 @@ def exec_(name: str, command: list[str], hosts: str | None, timeout: float | Non
     """``testbed exec``: run ``command`` on the selected hosts in parallel; the exit code (1: a host failed)."""
     from testbed import remote
 
+    cmd = " ".join(command)  # the options first: a bad one is refused whatever state holds
+    if not cmd.strip():
+        raise UsageError("no command given", where="command line", fix="testbed exec local -- hostname")
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise UsageError(f"--timeout {timeout} is not a number of seconds", where="--timeout",
+                         fix="give a positive, finite number of seconds (e.g. --timeout 30), or leave it out")
+    if hosts is not None:
+        remote.selection(hosts)
     st = existing_store(readonly=False)  # a testbed not provisioned here: no state is created to say so
     _known_testbed(st, name)
     selected = remote.select_hosts(st.hosts(name), hosts)
-    cmd = " ".join(command)
-    if not cmd.strip():
-        raise UsageError("no command given", where="command line", fix="testbed exec local -- hostname")
     results = remote.run(name, [h.name for h in selected], cmd, timeout=timeout)
     from testbed import deadman
 

@@ -49,13 +49,16 @@ def run(
     """
     from testbed import sources as sources_mod
     from testbed import suite as suite_mod
-    from testbed.errors import TestbedError
+    from testbed.errors import TestbedError, UsageError
     from testbed.run import runner
     from testbed.spec import DEFAULT_TESTBED
 
     s = suite_mod.load_suite(suite)
     given = suite_mod.parse_assignments(param or [])
     src = sources_mod.parse(source or [])
+    twice = next((f for i, f in enumerate(fault or []) if f in (fault or [])[:i]), None)
+    if twice is not None:
+        raise UsageError(f"--fault {twice} is given twice", where="--fault", fix="name each fault once")
     faults = [] if no_faults else (fault or None)
     tb = on or s.testbed or DEFAULT_TESTBED
     if matrix:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import Annotated, Any
@@ -38,6 +39,8 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
     from testbed.spec import check_vars
 
     _check_duration(expire, "--expire")
+    if repair is not None and not repair.strip():
+        raise UsageError("--repair names no host", where="--repair", fix=f"testbed provision {name} --repair HOST")
     st = store()
     p = provider_for(name, st)
     p.expire = expire
@@ -158,19 +161,20 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
     if len(given) > 1:
         raise UsageError("give only one of --profile, --suite, --role", where="command line",
                          fix="testbed setup local --profile local-suites")
+    if limit is not None:  # the options first: a bad one is refused whatever state holds
+        from testbed.remote import selection
+
+        selection(limit, "--limit")
+    extra = _extra_vars(var or [])
+    twice = next((r for i, r in enumerate(role or []) if r in (role or [])[:i]), None)
+    if twice is not None:
+        raise UsageError(f"--role {twice} is given twice", where="--role", fix="name each role once")
     _known_testbed(existing_store(readonly=False), name)
-    extra: dict[str, Any] = {}
-    for kv in var or []:
-        if "=" not in kv:
-            raise UsageError(f"bad --var '{kv}'", where="command line", fix="use --var key=value")
-        k, v = kv.split("=", 1)
-        extra[k.strip()] = v
     builds = _setup_sources(name, profile, suite, source or [])
     if builds:
         extra["testbed_source_overrides"] = builds
     kw: dict[str, Any] = {"profile": profile, "suite": suite, "roles": role or None, "check": check, "verify": verify,
-                          "limit": [x.strip() for x in limit.split(",") if x.strip()] if limit else None,
-                          "extra_vars": extra or None}
+                          "limit": [limit] if limit is not None else None, "extra_vars": extra or None}
     from testbed import deadman
 
     deadman.touch(name)
@@ -186,6 +190,24 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
                            fix="read the Ansible output above; fix the role or the host, then run setup again")
     if not result.ok:
         raise typer.Exit(1)
+
+
+def _extra_vars(items: list[str]) -> dict[str, Any]:
+    """``--var key=value`` items as a mapping: a key that is no variable name, or one given twice, is refused."""
+    from testbed.setup.profiles import VAR_RE
+
+    extra: dict[str, Any] = {}
+    for kv in items:
+        k, sep, v = kv.partition("=")
+        k = k.strip()
+        if not sep or not VAR_RE.fullmatch(k):
+            raise UsageError(f"bad --var '{kv}'" + ("" if not sep else f": {k!r} is not a variable name"),
+                             where="--var", fix="use --var key=value, the key made of letters, digits and _")
+        if k in extra:
+            raise UsageError(f"--var {k} is given twice ({extra[k]!r} and {v!r})", where="--var",
+                             fix="give each variable once")
+        extra[k] = v
+    return extra
 
 
 def _setup_sources(name: str, profile: str | None, suite: str | None, given: list[str]) -> dict[str, Any]:
@@ -230,14 +252,20 @@ def ssh_(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletio
     """
     from testbed import remote
 
+    if host is not None and not host.strip():
+        raise UsageError("the host name is empty", where="command line",
+                         fix=f"name a host (testbed ssh {name} HOST), or give none for the master")
     st = existing_store(readonly=False)
     _known_testbed(st, name)
     hosts = st.hosts(name)
     names = [h.name for h in hosts]
-    host = host or next((h.name for h in hosts if "master" in h.groups), names[0] if names else None)
+    host = host if host is not None else next((h.name for h in hosts if "master" in h.groups),
+                                              names[0] if names else None)
     if host is None or host not in names:
+        from testbed.setup.profiles import closest
+
         raise UsageError(f"no host '{host}' in testbed '{name}'", where="command line",
-                         fix=f"hosts: {', '.join(names)}")
+                         fix=f"{closest(host or '', names)}hosts: {', '.join(names) or 'none'}")
     from testbed import deadman
 
     deadman.touch(name)
@@ -269,8 +297,9 @@ def extend(name: Annotated[str, typer.Argument(help="Testbed name.", autocomplet
         return
     if hours is None and expire is None:
         raise UsageError("give --hours or --expire", where="command line", fix=f"testbed extend {name} --hours 4")
-    if hours is not None and hours <= 0:
-        raise UsageError(f"cannot extend by {hours} hours", where="--hours", fix="give a positive number")
+    if hours is not None and not (math.isfinite(hours) and 0 < hours <= expiry.MAX_SECONDS / 3600):
+        raise UsageError(f"cannot extend by {hours} hours", where="--hours",
+                         fix=f"give a positive number of hours, at most {expiry.MAX_SECONDS // 3600}")
     _check_duration(expire, "--expire")
     st = existing_store(readonly=False)
     _known_testbed(st, name)
@@ -318,7 +347,14 @@ def forget_host(name: Annotated[str, typer.Argument(help="Testbed name.", autoco
     """
     from testbed import ssh
 
-    _known_testbed(existing_store(readonly=False), name)
+    st = existing_store(readonly=False)
+    _known_testbed(st, name)
+    names = [h.name for h in st.hosts(name)]
+    if host not in names:
+        from testbed.setup.profiles import closest
+
+        raise UsageError(f"no host '{host}' in testbed '{name}'", where="command line",
+                         fix=f"{closest(host, names)}hosts: {', '.join(names) or 'none'}")
     ssh.forget_host_keys(name, [host])
     console().print(f"forgot the pinned key of {host}; the next connection trusts and pins its current key")
 

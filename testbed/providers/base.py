@@ -277,8 +277,7 @@ class Provider(ABC):
         it. Raises when the provider cannot repair, or the host does not come back."""
         t0 = time.monotonic()
         with self.lock():
-            self.preflight()
-            recorded = self.store.hosts(self.name)
+            recorded = self.store.hosts(self.name)  # a name that is no host is refused before any credentials
             h = next((x for x in recorded if x.name == host), None)
             if h is None:
                 import difflib
@@ -290,6 +289,7 @@ class Provider(ABC):
                 raise UsageError(f"testbed '{self.name}' has no host '{host}'", where="--repair",
                                  fix=(f"did you mean '{close[0]}'? " if close else "")
                                  + f"hosts: {', '.join(names) or 'none (provision first)'}")
+            self.preflight()
             if not self.can("repair"):
                 raise TestbedError(f"the {self.kind} provider cannot repair a host", where=f"testbed {self.name}",
                                    fix=self.repair_fix(h))

@@ -33,7 +33,8 @@ def _ssh_value(v: str | None, pattern: str, what: str) -> str | None:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
+    model_config = ConfigDict(extra="forbid", frozen=False, allow_inf_nan=False)
+
 
 class Settings(Strict):
     """What every provider's settings answer."""
@@ -147,6 +148,21 @@ class LabSettings(Settings):
     connect_timeout: int = Field(10, ge=1, le=300)
     ssh_timeout: int = Field(300, ge=5, description="how long a host being repaired may take to answer SSH again "
                                                     "(a reboot)")
+
+    @field_validator("hosts")
+    @classmethod
+    def _distinct(cls, v: list[LabHost]) -> list[LabHost]:
+        """Two hosts of one name would be one host to SSH, Ansible and state."""
+        from testbed.yamlfile import Invalid
+
+        seen: dict[str, int] = {}
+        for i, h in enumerate(v):
+            if h.name in seen:
+                raise Invalid(f"two hosts are named '{h.name}' (items {seen[h.name] + 1} and {i + 1})",
+                              loc=(i, "name"), fix="give each host its own name (the same machine twice is "
+                                                   "one host)")
+            seen[h.name] = i
+        return v
 
     def planned_hosts(self) -> list[str]:
         return [h.name for h in self.hosts]

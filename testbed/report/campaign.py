@@ -361,7 +361,7 @@ def report_path(path: Path, fmt: str = "md", campaign: str | None = None) -> Rep
     """What ``testbed report PATH [--campaign ID]`` does: a run, a suite folder, a campaign or the index."""
     path = Path(path)
     _check_fmt(fmt)
-    if campaign:
+    if campaign is not None:  # an empty id is refused there, not read as "no campaign" (every run)
         return report_campaign(path, campaign, fmt)
     if not path.is_dir():
         raise UsageError(f"no run or results folder at {str(path)!r}", where=str(path),

@@ -29,7 +29,7 @@ from testbed.run.models import (
     RunStep,
 )
 from testbed.spec import Hardware
-from testbed.suite import Raw, Step, Suite, render, shell_quote
+from testbed.suite import ENV_RE, Raw, Step, Suite, render, selector_parts, shell_quote
 
 if TYPE_CHECKING:
     from testbed.sources import Override
@@ -105,11 +105,18 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: 
     return TestbedInfo(name or "dry-run", ctx["provider"], hs, ctx, placeholder=True, elastic=not names)
 
 
-def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str) -> list[str]:
-    """Host names of ``on``: all, master, workers, rank:K, group or host names (comma-separated)."""
+def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str, at: str | None = None) -> list[str]:
+    """Host names of ``on``: all, master, workers, rank:K, group or host names (comma-separated). A selection
+    that names nothing, or a name that is no host or group of the run, is refused (``at``: its file:line)."""
+    import difflib
+
     names = [h.name for h in hosts]
     out: list[str] = []
-    for part in [p.strip() for p in on.split(",") if p.strip()]:
+    parts = selector_parts(on)
+    if not parts:
+        raise UsageError(f"{where}: {on!r} selects no host", where=at or where,
+                         fix="name all, master, workers, a group, a host or rank:K")
+    for part in parts:
         if part == "all":
             picked = names
         elif part == "master":
@@ -124,15 +131,19 @@ def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str) -> li
         else:
             picked = [h.name for h in hosts if part == h.name or part in h.groups]
             if not picked:
-                raise UsageError(f"{where}: '{part}' is no host or group of this run", where=where,
-                                 fix=f"hosts: {', '.join(names)}; or all, master, workers, rank:K")
+                groups = sorted({g for h in hosts for g in h.groups})
+                close = difflib.get_close_matches(part, [*names, *groups, "all", "master", "workers"], n=1,
+                                                  cutoff=0.5)
+                raise UsageError(f"{where}: '{part}' is no host or group of this run", where=at or where,
+                                 fix=(f"did you mean '{close[0]}'? " if close else "")
+                                 + f"hosts: {', '.join(names)}; or all, master, workers, rank:K")
         out += [p for p in picked if p not in out]
     return out
 
 
 def _render_int(raw: int | str, ctx: dict[str, Any], what: str, where: str) -> int:
     """A whole number given as one or as a template (``{{ world_size - 1 }}``); anything else is refused."""
-    txt = render(raw, ctx, shell=False, where=what) if isinstance(raw, str) else raw
+    txt = render(raw, ctx, shell=False, where=what, at=where) if isinstance(raw, str) else raw
     try:
         return int(txt)
     except (TypeError, ValueError):
@@ -144,10 +155,11 @@ def _pick_hosts(suite: Suite, tb: TestbedInfo, ctx: dict[str, Any], only: list[s
     pool = [h for h in tb.hosts if only is None or h.name in only]
     want: int | None = None
     if suite.placement.hosts is not None:
-        want = _render_int(suite.placement.hosts, ctx, f"{suite.name}: placement.hosts", suite.source or suite.name)
+        want = _render_int(suite.placement.hosts, ctx, f"{suite.name}: placement.hosts",
+                           suite.at("placement", "hosts"))
         if want < 1:
             raise UsageError(f"{suite.name}: placement.hosts rendered to {want}: a run needs at least one host",
-                             where=suite.source or suite.name, fix="give the host count parameter a value >= 1")
+                             where=suite.at("placement", "hosts"), fix="give the host count parameter a value >= 1")
     need = max(want or 0, suite.requires.hosts)
     if tb.elastic and only is None and len(pool) < need:  # a dry run with no spec: stand-ins for what it asks
         pool += [HostInfo(f"host{i}", f"host{i}", ["workers"], {}) for i in range(len(pool), need)]
@@ -156,24 +168,34 @@ def _pick_hosts(suite: Suite, tb: TestbedInfo, ctx: dict[str, Any], only: list[s
                          where=f"testbed {tb.name}", fix="use a larger testbed or lower the host count parameter")
     master = suite.placement.master
     if master:
-        master = render(master, ctx, shell=False, where=f"{suite.name}: placement.master")
+        at = suite.at("placement", "master")
+        master = render(master, ctx, shell=False, where=f"{suite.name}: placement.master", at=at)
         first = next((h for h in pool if h.name == master or master in h.groups), None)
         if first is None:
+            import difflib
+
+            choices = [*(h.name for h in pool), *sorted({g for h in pool for g in h.groups})]
+            close = difflib.get_close_matches(master, choices, n=1, cutoff=0.5)
             raise UsageError(f"{suite.name}: placement.master '{master}' is no host or group of '{tb.name}'",
-                             where=suite.source or suite.name, fix=f"hosts: {', '.join(h.name for h in pool)}")
+                             where=at, fix=(f"did you mean '{close[0]}'? " if close else "")
+                             + f"hosts: {', '.join(h.name for h in pool)}")
     else:
         first = next((h for h in pool if "master" in h.groups), pool[0])
     ordered = [first] + [h for h in pool if h is not first]
     return ordered[: want or len(ordered)]
 
 
-def _env_lines(env: dict[str, str]) -> list[str]:
-    out = []
-    for k, v in env.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
-            raise UsageError(f"environment variable name '{k}' is not valid", where="env", fix="use [A-Za-z_0-9]")
-        out.append(f"export {k}={shell_quote(v)}")
-    return out
+def _env_names(env: dict[str, Any], what: str, at: str) -> None:
+    """Refuse an environment variable name a shell cannot export (it would break, or inject into, the command)."""
+    for k in env:
+        if not re.fullmatch(ENV_RE, k):
+            raise UsageError(f"{what}: '{k}' is not an environment variable name", where=at,
+                             fix="use letters, digits and _, not starting with a digit (e.g. MY_VAR)")
+
+
+def _env_lines(env: dict[str, str], at: str = "env") -> list[str]:
+    _env_names(env, "env", at)
+    return [f"export {k}={shell_quote(v)}" for k, v in env.items()]
 
 
 def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id: str | None = None,
@@ -197,71 +219,79 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     params = dict(params)
     for k, v in params.items():  # a default may be a template (``{{ testbed.python | default('python3') }}``)
         if isinstance(v, str) and "{{" in v and k in suite.parameters and suite.parameters[k].default == v:
-            params[k] = base[k] = render(v, base, shell=False, where=f"{suite.name}: parameters.{k}.default")
+            params[k] = base[k] = render(v, base, shell=False, where=f"{suite.name}: parameters.{k}.default",
+                                         at=suite.at("parameters", k, "default"))
     base["params"] = params
     hosts = _pick_hosts(suite, tb, base, only_hosts)
     base.update(hosts=[h.name for h in hosts], addresses=[h.address for h in hosts], num_hosts=len(hosts),
                 master=hosts[0].name, master_addr=hosts[0].address)
     for k, tmpl in suite.vars.items():
-        base[k] = render(tmpl, base, shell=False, where=f"{suite.name}: vars.{k}")
+        base[k] = render(tmpl, base, shell=False, where=f"{suite.name}: vars.{k}", at=suite.at("vars", k))
     launch = suite.steps.launch
-    launch_hosts = _select(launch.on, hosts, [], f"{suite.name}: steps.launch.on")
+    launch_hosts = _select(launch.on, hosts, [], f"{suite.name}: steps.launch.on", suite.at("steps", "launch", "on"))
     rank_slots = [(h, i) for h in launch_hosts for i in range(launch.ranks_per_host)]
     base["world_size"] = len(rank_slots)
     launch_needs = list(launch.needs if launch.needs is not None else
                         [a for a in [suite.requires.accelerator] if a in ("gpu", "tpu")])
     addr = {h.name: h.address for h in hosts}
     shared_home = bool(tb.context.get("hardware", {}).get("shared_home"))
-    env_lines = _env_lines(suite.env)
+    env_lines = _env_lines(suite.env, suite.at("env"))
+    _env_names(launch.env, f"{suite.name}: steps.launch.env", suite.at("steps", "launch", "env"))
 
     def environment(ctx: dict[str, Any]) -> str | None:
         if not suite.environment:
             return None
-        return render(suite.environment, ctx, shell=False, where=f"{suite.name}: environment") or None
+        return render(suite.environment, ctx, shell=False, where=f"{suite.name}: environment",
+                      at=suite.at("environment")) or None
 
-    def ranks_for(attempt: int, command: str) -> list[Rank]:
+    def ranks_for(attempt: int, command: str, command_at: str) -> list[Rank]:
         out = []
         for k, (h, local) in enumerate(rank_slots):
             ctx = {**base, "rank": k, "local_rank": local, "host": h, "address": addr[h], "attempt": attempt,
                    "recovering": attempt > 0}
-            env = {key: render(v, ctx, shell=False, where=f"{suite.name}: steps.launch.env.{key}")
-                   for key, v in launch.env.items()}
+            env = {key: render(v, ctx, shell=False, where=f"{suite.name}: steps.launch.env.{key}",
+                               at=suite.at("steps", "launch", "env", key)) for key, v in launch.env.items()}
             out.append(Rank(rank=k, host=h, address=addr[h], attempt=attempt,
-                            command=render(command, ctx, where=f"{suite.name}: steps.launch.command"),
-                            env=env, cwd=render(launch.cwd, ctx, where="launch.cwd") if launch.cwd else None,
+                            command=render(command, ctx, where=f"{suite.name}: steps.launch.command", at=command_at),
+                            env=env, cwd=render(launch.cwd, ctx, where=f"{suite.name}: steps.launch.cwd",
+                                                at=suite.at("steps", "launch", "cwd")) if launch.cwd else None,
                             environment=environment(ctx), needs=launch_needs))
         return out
 
-    ranks = ranks_for(0, launch.command)
+    ranks = ranks_for(0, launch.command, suite.at("steps", "launch", "command"))
 
-    def steps(items: list[Step], phase: str, attempt: int = 0) -> list[PlanStep]:
+    def steps(items: list[Step], phase: str, attempt: int = 0, loc: tuple[Any, ...] | None = None) -> list[PlanStep]:
         out: list[PlanStep] = []
+        loc = loc or ("steps", phase)
         for i, s in enumerate(items):
             name = s.name or f"{phase}-{i + 1}"
             ctx = {**base, "attempt": attempt, "recovering": attempt > 0}
-            where = f"{suite.name}: steps.{phase}[{i}]"
+            where = f"{suite.name}: {'.'.join(map(str, loc))}[{i}]"
+            at = suite.at(*loc, i)
             if s.relaunch not in (None, False):
                 if phase != "recovery":  # the ranks are not running yet (prepare) or have ended (post)
                     raise UsageError(f"{where}: 'relaunch' restarts the ranks after a fault: a recovery step only",
-                                     where=suite.source or where,
+                                     where=at,
                                      fix="move the step to steps.recovery (or a fault's recovery), or give it 'run:'")
                 cmd = launch.command if s.relaunch is True else str(s.relaunch)
-                out.append(RelaunchStep(name=name, ranks=ranks_for(attempt, cmd)))
+                out.append(RelaunchStep(name=name, ranks=ranks_for(attempt, cmd, suite.at(
+                    *(("steps", "launch", "command") if s.relaunch is True else (*loc, i, "relaunch"))))))
                 continue
             if s.repair:
                 if phase != "recovery":
                     raise UsageError(f"{where}: 'repair' brings back a lost host during a run: a recovery step only",
-                                     where=suite.source or where, fix="move the step to steps.recovery")
+                                     where=at, fix="move the step to steps.recovery")
                 out.append(RepairStep(name=name, setup=s.setup, attempts=s.attempts, timeout=s.timeout))
                 continue
             assert s.run is not None
-            sel = _select(s.on, hosts, ranks, f"{where}.on")
+            sel = _select(s.on, hosts, ranks, f"{where}.on", suite.at(*loc, i, "on"))
             if s.per == "home" and shared_home:  # one home for all: the step's writes happen once
                 sel = sel[:1]
             out.append(RunStep(name=name, hosts=sel, timeout=s.timeout,
-                               cwd=render(s.cwd, ctx, where=f"{where}.cwd") if s.cwd else None,
-                               commands={h: render(s.run, {**ctx, "host": h, "address": addr[h]}, where=where)
-                                         for h in sel},
+                               cwd=render(s.cwd, ctx, where=f"{where}.cwd", at=suite.at(*loc, i, "cwd"))
+                               if s.cwd else None,
+                               commands={h: render(s.run, {**ctx, "host": h, "address": addr[h]}, where=where,
+                                                   at=suite.at(*loc, i, "run")) for h in sel},
                                environments={h: environment({**ctx, "host": h, "address": addr[h]}) for h in sel},
                                needs=list(s.needs)))
         return out
@@ -281,13 +311,15 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     for n, fname in enumerate(chosen):
         fault = suite.faults[fname]
         where = f"{suite.name}: faults.{fname}"
-        rank = _render_int(fault.rank, base, f"{where}.rank", suite.source or where) if fault.rank is not None \
-            else None
+        rank = _render_int(fault.rank, base, f"{where}.rank", suite.at("faults", fname, "rank")) \
+            if fault.rank is not None else None
         if rank is not None and not 0 <= rank < len(ranks):
-            raise UsageError(f"{where}: rank {rank} does not exist (world size {len(ranks)})", where=where,
-                             fix="choose a rank below the world size")
-        if fault.host:
-            sel = _select(render(fault.host, base, shell=False, where=f"{where}.host"), hosts, ranks, f"{where}.host")
+            raise UsageError(f"{where}: rank {rank} does not exist (world size {len(ranks)})",
+                             where=suite.at("faults", fname, "rank"), fix="choose a rank below the world size")
+        if fault.host is not None:
+            host_at = suite.at("faults", fname, "host")
+            sel = _select(render(fault.host, base, shell=False, where=f"{where}.host", at=host_at), hosts, ranks,
+                          f"{where}.host", host_at)
             host = sel[0]
         else:
             host = ranks[rank].host if rank is not None else hosts[0].name
@@ -296,12 +328,16 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
         fplans.append(FaultPlan(
             name=fname, description=fault.description, action=fault.action, signal=fault.signal,
             rank=rank, host=host, at=fault.at, watch_rank=watch,
-            when=render(fault.when, fctx, shell=False, where=f"{where}.when") if fault.when else None,
+            when=render(fault.when, fctx, shell=False, where=f"{where}.when", at=suite.at("faults", fname, "when"))
+            if fault.when else None,
             watch_host=ranks[watch].host if watch < len(ranks) else host,
-            command=render(fault.command, fctx, where=f"{where}.command") if fault.command else None,
-            restore=render(fault.restore, fctx, where=f"{where}.restore") if fault.restore else None,
+            command=render(fault.command, fctx, where=f"{where}.command", at=suite.at("faults", fname, "command"))
+            if fault.command else None,
+            restore=render(fault.restore, fctx, where=f"{where}.restore", at=suite.at("faults", fname, "restore"))
+            if fault.restore else None,
             recovery={str(a): steps(fault.recovery if fault.recovery is not None else suite.steps.recovery,
-                                    "recovery", a) for a in range(1, len(chosen) + 1)},
+                                    "recovery", a, ("faults", fname, "recovery") if fault.recovery is not None
+                                    else None) for a in range(1, len(chosen) + 1)},
             order=n,
         ))
     # a host lost with no fault fired (a real failure) is recovered only by a suite whose recovery repairs hosts
@@ -309,7 +345,8 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     recovery = {str(a): steps(suite.steps.recovery, "recovery", a) for a in range(1, repairs + 1)}
     ck = suite.checkpoint
     checkpoint = None if ck is None else CheckpointPlan(
-        file=ck.file, hosts=_select(ck.on, hosts, ranks, f"{suite.name}: checkpoint.on"), rank=ck.rank,
+        file=ck.file, hosts=_select(ck.on, hosts, ranks, f"{suite.name}: checkpoint.on", suite.at("checkpoint", "on")),
+        rank=ck.rank,
         saved=ck.saved, progress=ck.progress)
     if ck is not None and ck.rank >= len(ranks):
         raise UsageError(f"{suite.name}: checkpoint.rank {ck.rank} does not exist (world size {len(ranks)})",
@@ -317,12 +354,13 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     outs = suite.outputs if isinstance(suite.outputs, dict) else {"all": suite.outputs}
     outputs: dict[str, list[str]] = {h.name: [] for h in hosts}
     for on, globs in outs.items():
-        for h in _select(on, hosts, ranks, f"{suite.name}: outputs"):
+        for h in _select(on, hosts, ranks, f"{suite.name}: outputs", suite.at("outputs", on)):
             outputs[h] += [g for g in globs if g not in outputs[h]]
     for h in outputs:
         outputs[h] += ["rank*.out", "rank*.err", "rank*.exit", "rank*.start", "rank*.end"]
     checks = [Check(name=c.name, file=c.file, contains=c.contains,
-                    hosts=_select(c.on, hosts, ranks, f"{suite.name}: checks.{c.name}")) for c in suite.checks]
+                    hosts=_select(c.on, hosts, ranks, f"{suite.name}: checks.{c.name}", suite.at("checks", i, "on")))
+              for i, c in enumerate(suite.checks)]
     sources: list[RunStep] = []
     files: dict[str, str] = {}
 

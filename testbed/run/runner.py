@@ -263,8 +263,12 @@ def logs(run_id: str, *, host: str | None = None, rank: int | None = None, follo
     plan = rs.load_plan(run_id)
     ranks = [r for r in plan.ranks if (host is None or r.host == host) and (rank is None or r.rank == rank)]
     if not ranks:
+        import difflib
+
+        names = sorted({r.host for r in plan.ranks})
+        close = difflib.get_close_matches(host or "", names, n=1, cutoff=0.5)
         raise UsageError(f"run {run_id} has no rank on '{host}'", where="--host",
-                         fix=f"hosts: {', '.join(sorted({r.host for r in plan.ranks}))}")
+                         fix=(f"did you mean '{close[0]}'? " if close else "") + f"hosts: {', '.join(names)}")
     if not follow:
         for r in ranks:
             res = remote.run(plan.testbed, [r.host], run_remote.sh(

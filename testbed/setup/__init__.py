@@ -147,17 +147,24 @@ def scrub_env(env: dict[str, str]) -> dict[str, str]:
 
 # --- apply -----------------------------------------------------------------------------------------------
 def _check_limit(limit: list[str] | None, names: list[str]) -> list[str] | None:
-    if not limit:
+    """The host names of ``limit`` (items may hold commas); None: every host. A limit that names no host (``[]``,
+    ``','``) is refused: it would otherwise widen to every host."""
+    if limit is None:
         return None
     out: list[str] = []
     for item in limit:
         for n in (x.strip() for x in item.split(",")):
             if not n:
                 continue
+            if n in out:
+                continue
             if n not in names:
                 raise UsageError(f"--limit names unknown host '{n}'", where="--limit",
                                  fix=f"{closest(n, names)}hosts: {', '.join(names)}")
             out.append(n)
+    if not out:
+        raise UsageError(f"--limit {','.join(limit)!r} names no host", where="--limit",
+                         fix=f"name hosts (--limit {','.join(names[:2])}), or leave --limit out for every host")
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from testbed import paths
 from testbed.errors import TestbedError, UsageError
 
 Where = str | Callable[[tuple[Any, ...]], str]  # a place, or a function from a path inside the given vars to one
+VAR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what Ansible takes as a variable name
 
 
 # --- profiles and plans ---------------------------------------------------------------------------------
@@ -191,7 +193,9 @@ def _check_value(role: str, name: str, value: Any, opt: dict[str, Any], loc: tup
     convert = DEFAULT_TYPE_VALIDATORS.get(wanted, DEFAULT_TYPE_VALIDATORS["raw"])
     try:
         value = convert(value)
-    except (TypeError, ValueError):
+        if isinstance(value, float) and not math.isfinite(value):  # 'nan' and 'inf' convert; no role wants one
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
         of = f" of {_PLURALS.get(opt['elements'], opt['elements'])}" if opt.get("elements") else ""
         kind = type(value).__name__
         got = "empty (nothing after its colon)" if value is None else f"{_GOT.get(kind, kind)} ({value!r})"
@@ -254,6 +258,15 @@ def check_role_vars(given: Mapping[str, Any] | Iterable[str], roles: list[str], 
     """
     at: Callable[[tuple[Any, ...]], str] = where if callable(where) else (lambda _loc: str(where))
     values = given if isinstance(given, Mapping) else dict.fromkeys(given)
+    for name in values:
+        if not isinstance(name, str) or not VAR_RE.fullmatch(name):
+            raise UsageError(f"{str(name)!r} is not a variable name" if str(name).strip() else
+                             "a variable has an empty name", where=at((name,)),
+                             fix="name it with letters, digits and _, not starting with a digit (as Ansible does)")
+        bad = _non_finite(values[name], (name,)) if isinstance(given, Mapping) else None
+        if bad is not None:
+            raise UsageError(f"{_label(bad[0])} is {bad[1]}: not a number a role can use", where=at(bad[0]),
+                             fix=f"give {_label(bad[0])} a finite number")
     specs = {r: role_spec(r) for r in sorted(set(roles))}
     close = {m: r for r, spec in specs.items() for m in spec}
     for name in sorted(values, key=str):
@@ -275,6 +288,18 @@ def check_role_vars(given: Mapping[str, Any] | Iterable[str], roles: list[str], 
                              fix=f"set the variables it is derived from instead (see {spec_file})")
         raise UsageError(f"role '{role}' has no variable '{n}'", where=at((n,)),
                          fix=f"{closest(n, sorted(specs[role]))}see {spec_file}")
+
+
+def _non_finite(value: Any, loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], float] | None:
+    """Where in ``value`` a number is NaN or infinite (YAML's .nan, .inf), and that number; None if nowhere."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return loc, value
+    items = value.items() if isinstance(value, Mapping) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _non_finite(v, (*loc, k))
+        if found is not None:
+            return found
+    return None
 
 
 def check_plan(plan: Plan, given: Iterable[str] = ()) -> None:
@@ -379,8 +404,10 @@ def resolve_plan(*, profile: str | None = None, suite: str | None = None, roles:
         raise UsageError("choose one of --profile, --suite and --role", where="command line",
                          fix="--profile P, or --suite S, or one or more --role R")
     if roles:
-        for r in roles:
+        for i, r in enumerate(roles):
             _check_role(r, "--role")
+            if r in roles[:i]:
+                raise UsageError(f"--role {r} is given twice", where="--role", fix="name each role once")
         base = None
         if default_profile and default_profile in available_profiles():
             base = load_profile(default_profile)
