@@ -192,11 +192,13 @@ class Store:
             row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             version = int(row[0]) if row else 1
         if version > SCHEMA_VERSION:
+            from testbed.distribution import install_command
             from testbed.errors import TestbedError
 
             raise TestbedError(f"the state was written by a newer testbed (schema {version}; this one knows up "
                                f"to {SCHEMA_VERSION}); nothing was changed", where=str(self.path),
-                               fix="upgrade testbed (pip install -U testbed), or set TESTBED_HOME to another folder")
+                               fix=f"upgrade testbed ({install_command(upgrade=True)}), or set TESTBED_HOME to "
+                                   "another folder")
         if version == SCHEMA_VERSION and db.execute("PRAGMA user_version").fetchone()[0] == version:
             return  # another process migrated it first
         if version == 0:
