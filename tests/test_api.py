@@ -12,15 +12,13 @@ from pathlib import Path
 
 import pytest
 from localbed import free_subnet
+from pending import README_PENDING
 
 from testbed.errors import TestbedError
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# README.md still shows the example from before docs/api.md's (the README is placed by hand): set this to False
-# once README.md's "From Python" block is docs/api.md's (strict: the README case fails until then)
-README_PENDING = True
 
 
 def python_example(page: str) -> str:
