@@ -1,5 +1,7 @@
-"""The Python API as a user meets it: the README's example, run as written against a real local testbed, and the
-pieces a notebook relies on (errors as exceptions, pinned host keys in Fabric, the HTML views)."""
+"""The Python API as a user meets it: docs/api.md's example (and the README's), run as written from an empty folder
+against a real local testbed; failures that raise as in Fabric, with warn=True to get the results back; errors
+that print what, where and fix when nobody catches them; the old names with their DeprecationWarning; and the
+pieces a notebook relies on (pinned host keys in Fabric, the HTML views)."""
 
 from __future__ import annotations
 
