@@ -29,6 +29,7 @@ def doctor(json_out: JsonOpt = False) -> None:
     import shutil
 
     from testbed.distribution import install_command
+    from testbed.providers import chameleon_chi, gcp_tpu
     from testbed.providers.local import REQUIRED_TOOLS
 
     checks: list[dict[str, Any]] = []
@@ -49,11 +50,11 @@ def doctor(json_out: JsonOpt = False) -> None:
         os.path.exists(os.path.join(os.path.dirname(sys.executable), "ansible-playbook")),
         f"{install_command()} (ansible-core comes with it)", "setup")
     add("python-chi installed", importlib.util.find_spec("chi") is not None,
-        install_command("chameleon"), "chameleon provider")
+        install_command(chameleon_chi.EXTRA), "chameleon provider")
     add("python-blazarclient installed", importlib.util.find_spec("blazarclient") is not None,
         "pip install python-blazarclient (python-chi forgets it)", "chameleon provider")
     add("google-cloud-tpu installed", importlib.util.find_spec("google.cloud.tpu_v2") is not None
-        if importlib.util.find_spec("google.cloud") else False, install_command("tpu"), "gcp-tpu provider")
+        if importlib.util.find_spec("google.cloud") else False, install_command(gcp_tpu.EXTRA), "gcp-tpu provider")
     ok = all(c["ok"] for c in checks if c["needed_by"] in ("everything", "local provider"))
     if json_out:
         print_json({"ok": ok, "checks": checks})
