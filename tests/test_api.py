@@ -183,6 +183,12 @@ def test_failures_raise_as_in_fabric_and_warn_returns_them(local_testbed: object
     assert [r.run_id for r in res] == [run.id, again.id] and all(r.ok for r in res)
     assert "trying" in "".join(ln.text for ln in again.logs())
 
+    bed.provider.kill_host("node2")  # set-up on a host that does not answer: raises, the set-up's result in it
+    with pytest.raises(testbed.HostsFailed) as ei:
+        tb.setup(roles=["shell"], limit=["node2"])
+    assert set(ei.value.failed) == {"node2"} and not ei.value.results.ok and "node2: unreachable" in ei.value.what
+    assert not tb.setup(roles=["shell"], limit=["node2"], warn=True).ok
+
 
 def test_fabric_connection_refuses_a_key_that_is_not_the_pinned_one(local_testbed: object,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
