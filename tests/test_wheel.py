@@ -106,12 +106,12 @@ COMMAND = re.compile(r"\b(?:pip|pip3|pipx|python3? -m pip) (?:install|upgrade)\b
 
 def commands(text: str) -> list[str]:
     """The pip and pipx commands in ``text`` (a message or one line of a page), each with its arguments: they
-    end at a word, a parenthesis, or a token that closes a code span, a clause or a sentence."""
+    end at a word, a parenthesis, a comment, or a token that closes a code span, a clause or a sentence."""
     out = []
     for m in COMMAND.finditer(text):
         args: list[str] = []
         for raw in text[m.end():].split():
-            if raw.startswith("(") or raw in STOP:
+            if raw.startswith(("(", "#")) or raw in STOP:  # prose, or a shell comment
                 break
             tok, closes = raw, False
             while len(tok) > 1 and tok[-1] in "`,;:).'\"":
