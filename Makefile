@@ -31,6 +31,7 @@ deps:
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
+	-$(VENV)/bin/pip uninstall -q -y testbed 2>/dev/null  # this project's former distribution name
 	$(VENV)/bin/pip install -q -e '.[chameleon,tpu,dev]'
 	$(VENV)/bin/pip install -q 'torch==2.13.0' || $(VENV)/bin/pip install -q torch
 	touch $(STAMP)

@@ -1,11 +1,11 @@
 """testbed: provision -> setup -> run -> collect -> report for research artifacts.
 
-From Python (a script, a notebook)::
+From Python (a script, a notebook), the CLI's verbs as methods (docs/api.md)::
 
     import testbed
     tb = testbed.open("tesla").provision()
-    tb.run("hostname")
-    run = tb.start("mpi-hello").wait()
+    tb.exec("hostname")                 # raises HostsFailed when a host fails; warn=True returns the results
+    run = tb.run_suite("mpi-hello")     # waits; raises RunFailed when the run does not succeed
     run.report("results")
 
 Everything is imported on first use: ``import testbed`` loads nothing else.
@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Run", "Testbed", "TestbedError", "UsageError", "open"]
+__all__ = ["HostsFailed", "Run", "RunFailed", "Testbed", "TestbedError", "UsageError", "open"]
 
 if TYPE_CHECKING:
-    from testbed.errors import TestbedError, UsageError
+    from testbed.errors import HostsFailed, RunFailed, TestbedError, UsageError
     from testbed.handle import Run, Testbed
     from testbed.state import Store
 
@@ -36,7 +36,7 @@ def __getattr__(name: str) -> Any:
         from testbed import handle
 
         return getattr(handle, name)
-    if name in ("TestbedError", "UsageError"):
+    if name in ("TestbedError", "UsageError", "HostsFailed", "RunFailed"):
         from testbed import errors
 
         return getattr(errors, name)

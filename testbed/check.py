@@ -12,7 +12,8 @@ import shutil
 import sys
 from typing import Any
 
-from testbed.errors import UsageError, install_command
+from testbed.distribution import install_command
+from testbed.errors import UsageError
 from testbed.providers.check import KINDS, Report, check
 
 

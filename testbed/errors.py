@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class TestbedError(Exception):
     """A failure the user can act on. Rendered without a traceback (``--debug`` shows one)."""
@@ -24,6 +26,14 @@ class TestbedError(Exception):
             parts.append(f"  fix:   {self.fix}")
         return "\n".join(parts)
 
+    def __str__(self) -> str:
+        """What, where and fix: an uncaught one (a script, a notebook cell) shows all three, as the CLI does."""
+        return self.render()
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in (("where", self.where), ("fix", self.fix)) if v is not None)
+        return f"{type(self).__name__}({self.what!r}{extra})"
+
 
 class UsageError(TestbedError):
     """Bad input from the user (exit code 2): refused before any host is touched."""
@@ -32,13 +42,25 @@ class UsageError(TestbedError):
         super().__init__(what, where=where, fix=fix, code=2)
 
 
-DISTRIBUTION = "testbed"
-"""The name this project is installed by (its wheel's metadata Name): every install hint is built from it."""
+class HostsFailed(TestbedError):
+    """A command or transfer failed on some hosts (as Fabric's ``GroupException``): ``results`` holds what every
+    host did (host -> result), ``failed`` the hosts that failed. ``warn=True`` returns the results instead."""
+
+    def __init__(self, what: str, *, results: Any = None, failed: Any = None, where: str | None = None,
+                 fix: str | None = None):
+        super().__init__(what, where=where, fix=fix)
+        self.results = results
+        self.failed = failed
 
 
-def install_command(extra: str | None = None) -> str:
-    """The command that installs this project, with ``extra`` (``chameleon``, ``tpu``) when given."""
-    return f"pip install '{DISTRIBUTION}[{extra}]'" if extra else f"pip install {DISTRIBUTION}"
+class RunFailed(TestbedError):
+    """A suite's run ended without succeeding (failed, stopped, timed out...): ``run`` is the run, to look at its
+    ``record``, ``logs()`` or to ``collect()``. The exit code is the CLI's for that outcome."""
+
+    def __init__(self, what: str, *, run: Any = None, where: str | None = None, fix: str | None = None,
+                 code: int = 1):
+        super().__init__(what, where=where, fix=fix, code=code)
+        self.run = run
 
 
 def has_module(module: str) -> bool:
@@ -55,6 +77,8 @@ def has_module(module: str) -> bool:
 def require_extra(module: str, extra: str, what: str) -> None:
     """Refuse, with the install command, when an optional extra's module is missing (never ModuleNotFoundError)."""
     if not has_module(module):
+        from testbed.distribution import install_command
+
         raise UsageError(f"{what} needs the '{extra}' extra, which is not installed (no module {module})",
                          where="this Python environment",
                          fix=f"{install_command(extra)} (in the environment testbed runs from), then retry")

@@ -2,14 +2,18 @@
 
 A command resolves the testbed it names once, where it starts (the CLI, a script, a notebook), and passes this
 handle down to the stages; nothing below the edge looks the testbed up again or opens the state store on its
-own. The same object is what ``testbed.open("tesla")`` gives a script or a notebook: the verbs as methods
-(``provision``, ``run``, ``put``/``get``, ``setup``, ``start`` a suite, ``destroy``), each host as a Fabric
-``Connection`` with the testbed's pinned host keys, and the CLI's errors as exceptions (``TestbedError``).
+own. The same object is what ``testbed.open("tesla")`` gives a script or a notebook: the CLI's verbs as methods
+of the same names (``provision``, ``setup``, ``exec``, ``put``/``get``, ``run_suite``, ``collect``, ``report``,
+``destroy``), each host as a Fabric ``Connection`` with the testbed's pinned host keys, and the CLI's errors as
+exceptions (``TestbedError``, printing what, where and fix). As in Fabric and Invoke, a verb that fails on a host
+raises (``HostsFailed``, with every host's result; a run that does not succeed: ``RunFailed``) unless called with
+``warn=True``, which returns the results instead. docs/api.md describes it.
 """
 
 from __future__ import annotations
 
 import html
+import shlex
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed import paths
-from testbed.errors import TestbedError, UsageError
+from testbed.errors import HostsFailed, RunFailed, TestbedError, UsageError
 
 if TYPE_CHECKING:
     from fabric import Connection, ThreadingGroup
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
     from testbed.providers.base import Progress, Provider
     from testbed.remote import HostResult
     from testbed.report.build import ReportResult
+    from testbed.report.campaign import IndexResult
     from testbed.run.models import RunEvent, RunRecord
     from testbed.run.runner import LogLine
     from testbed.setup.events import SetupResult
@@ -214,17 +219,28 @@ class Testbed:
                              fix=f"hosts: {', '.join(h.name for h in known)}; groups work too (master, workers)")
         return picked
 
-    def run(self, command: str, hosts: str | Sequence[str] | None = None, *,
-            timeout: float | None = None) -> dict[str, HostResult]:
+    def exec(self, command: str, hosts: str | Sequence[str] | None = None, *, timeout: float | None = None,
+             warn: bool = False) -> HostResults:
         """Run a shell command on the hosts in parallel (OpenSSH over multiplexed connections, as ``testbed
-        exec``); host -> result (``ok``, ``exit_code``, ``stdout``, ``stderr``, ``error``)."""
-        from testbed import remote
+        exec``); host -> result (``ok``, ``exit_code``, ``stdout``, ``stderr``, ``error``). A host where it fails
+        (a non-zero exit, no answer, a timeout) raises :class:`HostsFailed` with every host's result, unless
+        ``warn`` (then look at the results' ``ok``/``failed``), as Fabric's ``run`` and ``Group.run`` do."""
+        from testbed import deadman, remote
 
-        return {r.host: r for r in remote.run(self.name, self._names(hosts), command, timeout=timeout)}
+        if not command.strip():
+            raise UsageError("no command given", where="exec", fix="tb.exec('hostname')")
+        names = self._names(hosts)
+        out = HostResults((r.host, r) for r in remote.run(self.name, names, command, timeout=timeout))
+        deadman.touch(self.name, self.store)  # a command: the idle clock restarts (as the CLI's exec)
+        if not out.ok and not warn:
+            raise self._failed(f"exec {command!r}", out, "each host's exit_code, stdout and stderr are in the "
+                                                           "exception's results")
+        return out
 
     def put(self, local: str | Path, remote_path: str, hosts: str | Sequence[str] | None = None, *,
-            timeout: float = 300) -> dict[str, HostResult]:
-        """Copy a local file to ``remote_path`` on each host (sftp, in parallel); host -> result."""
+            timeout: float = 300, warn: bool = False) -> HostResults:
+        """Copy a local file to ``remote_path`` on each host (sftp, in parallel); host -> result. A host that fails
+        raises :class:`HostsFailed` unless ``warn``."""
         from testbed import remote
 
         src = Path(local)
@@ -233,40 +249,77 @@ class Testbed:
         names = self._names(hosts)
         with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
             done = pool.map(lambda h: remote.put(self.name, h, [(src, remote_path)], idle=timeout), names)
-        return dict(zip(names, done, strict=True))
+        out = HostResults(zip(names, done, strict=True))
+        if not out.ok and not warn:
+            raise self._failed(f"put {src} -> {remote_path}", out,
+                               f"check that the folder of {remote_path} exists and is writable there "
+                               f"(tb.exec('ls -ld {shlex.quote(str(Path(remote_path).parent))}'))")
+        return out
 
     def get(self, remote_path: str, local_dir: str | Path, hosts: str | Sequence[str] | None = None, *,
-            timeout: float = 300) -> dict[str, Path]:
-        """Copy ``remote_path`` from each host to ``local_dir/<host>/<its name>`` (sftp, in parallel); host ->
-        the local file. A host that fails raises, naming it."""
+            timeout: float = 300, warn: bool = False) -> Fetched:
+        """Copy ``remote_path`` from each host to ``local_dir/<host>/<its name>`` (sftp, in parallel); host -> the
+        local file. A host that fails raises :class:`HostsFailed` unless ``warn`` (then it is left out of the
+        mapping and its result is in ``failed``)."""
         from testbed import remote
 
         names = self._names(hosts)
-        out = {h: Path(local_dir) / h / Path(remote_path).name for h in names}
-        for p in out.values():
+        files = {h: Path(local_dir) / h / Path(remote_path).name for h in names}
+        for p in files.values():
             p.parent.mkdir(parents=True, exist_ok=True)
         with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
-            done = list(pool.map(lambda h: remote.get(self.name, h, [(remote_path, out[h])], idle=timeout), names))
-        bad = [r for r in done if not r.ok]
-        if bad:
-            raise TestbedError(f"could not get {remote_path} from {', '.join(r.host for r in bad)}: "
-                               f"{bad[0].error or bad[0].stderr.strip()}", where=f"testbed {self.name}",
-                               fix="check the path on those hosts (testbed.run('ls -l PATH'))")
-        return out
+            done = pool.map(lambda h: remote.get(self.name, h, [(remote_path, files[h])], idle=timeout), names)
+        results = HostResults(zip(names, done, strict=True))
+        if not results.ok and not warn:
+            raise self._failed(f"get {remote_path}", results,
+                               f"check the path on those hosts (tb.exec('ls -l {shlex.quote(remote_path)}'))")
+        return Fetched({h: p for h, p in files.items() if results[h].ok}, results)
+
+    def _failed(self, verb: str, results: HostResults, fix: str) -> HostsFailed:
+        """The error for a verb that failed on some hosts: each one named with why (at most 10 lines)."""
+        bad = results.failed
+        lines = [f"{h}: {_why(r)}" for h, r in list(bad.items())[:10]]
+        if len(bad) > 10:
+            lines.append(f"... and {len(bad) - 10} more")
+        head = f"{verb} failed on {len(bad)} of {len(results)} host{'s' if len(results) != 1 else ''}"
+        what = f"{head}: {lines[0]}" if len(lines) == 1 else head + ":\n  " + "\n  ".join(lines)
+        return HostsFailed(what, results=results, failed=bad, where=f"testbed {self.name}",
+                           fix=f"{fix}; warn=True returns the results instead of raising")
 
     def setup(self, profile: str | None = None, *, suite: str | None = None, roles: list[str] | None = None,
-              check: bool = False, limit: list[str] | None = None,
-              extra_vars: dict[str, Any] | None = None, verify: bool = False) -> SetupResult:
+              check: bool = False, limit: list[str] | None = None, extra_vars: dict[str, Any] | None = None,
+              verify: bool = False, warn: bool = False) -> SetupResult:
         """Apply a profile (the spec's by default), a suite's profile or single roles (as ``testbed setup``):
-        hosts whose recorded set-up matches are skipped unless ``verify``."""
+        hosts whose recorded set-up matches are skipped unless ``verify``. A host that fails or does not answer
+        raises :class:`HostsFailed` (its ``results`` is the set-up's result) unless ``warn``."""
         from testbed.setup import apply
 
-        return apply(self, profile=profile, suite=suite, roles=roles, check=check, limit=limit,
-                     extra_vars=extra_vars, verify=verify)
+        res = apply(self, profile=profile, suite=suite, roles=roles, check=check, limit=limit,
+                    extra_vars=extra_vars, verify=verify)
+        if not res.ok and not warn:
+            bad = {n: h for n, h in res.hosts.items() if h.failed or h.unreachable}
+            why = [f"{n}: {h.status}" + (f" at {h.error_task}" if h.error_task else "")
+                   + (f": {h.error}" if h.error else "") for n, h in bad.items()]
+            what = f"setup of '{self.name}' ({res.plan}) failed" + (
+                f" on {len(bad)} host{'s' if len(bad) != 1 else ''}:\n  " + "\n  ".join(why[:10]) if why
+                else f": {res.error or f'ansible-playbook exit {res.rc}'}")
+            raise HostsFailed(what, results=res, failed=bad, where=res.artifact_dir or f"testbed {self.name}",
+                              fix=f"fix the failing task and call setup again (testbed setup {self.name} shows "
+                                  "it live); warn=True returns the result instead of raising")
+        return res
 
-    def start(self, suite: str, params: dict[str, Any] | None = None, *, faults: list[str] | None = None,
-              setup: bool = True, sources: dict[str, str] | None = None) -> Run:
-        """Start a suite detached (its profile applied first unless ``setup=False``); the run, to ``wait`` on."""
+    def run_suite(self, suite: str, params: dict[str, Any] | None = None, *, faults: list[str] | None = None,
+                  setup: bool = True, sources: dict[str, str] | None = None, detach: bool = False,
+                  timeout: float = 3600, warn: bool = False) -> Run:
+        """Run a suite on this testbed (as ``testbed run SUITE --on NAME``): its profile applied first unless
+        ``setup=False``, then the run, detached on the hosts, waited for (``detach=True``: returned once started,
+        to ``wait`` on). A run that does not succeed raises :class:`RunFailed` unless ``warn``. ``faults``: None
+        for the suite's default faults, [] for none. ``sources``: name -> path or URL[@ref] (``--source``)."""
+        run = self._start(suite, params, faults=faults, setup=setup, sources=sources)
+        return run if detach else run.wait(timeout, warn=warn)
+
+    def _start(self, suite: str, params: dict[str, Any] | None, *, faults: list[str] | None, setup: bool,
+               sources: dict[str, str] | None) -> Run:
         from testbed.run import runner
         from testbed.suite import load_suite
 
@@ -282,11 +335,55 @@ class Testbed:
                 builds = sources_mod.for_setup(resolved, {x.name: x.repo for x in s.sources},
                                                sources_mod.profile_builds(s.profile))
                 extra = {"testbed_source_overrides": builds} if builds else None
-            result = self.setup(s.profile, extra_vars=extra)
-            if not result.ok:
-                raise TestbedError(f"setup of '{self.name}' with profile '{s.profile}' failed",
-                                   where=f"testbed {self.name}", fix="see the result's hosts; or start(setup=False)")
+            self.setup(s.profile, extra_vars=extra)
         return Run(runner.start_run(plan, store=self.store), self.store)
+
+    def collect(self, runs: Run | str | Sequence[Run | str] | None = None, to: str | Path = "results", *,
+                warn: bool = False) -> list[CollectResult]:
+        """Fetch runs' outputs into ``to/<suite>/<run id>/`` with checksums and a manifest (as ``testbed
+        collect``): the runs given, else every ended run of this testbed. A host or run that could not be
+        collected raises :class:`HostsFailed` (its ``results``: every run's result) unless ``warn``."""
+        from testbed.collect import collect_runs
+        from testbed.run.models import ENDED
+
+        if runs is None:
+            ids = [r["id"] for r in self.store.run_rows(-1, testbed=self.name) if r["status"] in ENDED][::-1]
+            if not ids:
+                raise UsageError(f"testbed '{self.name}' has no ended run to collect", where="state",
+                                 fix="run a suite first: tb.run_suite('mpi-hello')")
+        else:
+            ids = [r.id if isinstance(r, Run) else r for r in ([runs] if isinstance(runs, Run | str) else runs)]
+        out = collect_runs(ids, Path(to), store=self.store)
+        if not warn:
+            _raise_collect(out)
+        return out
+
+    def report(self, target: Run | str | Path = "results", fmt: str = "md", *, to: str | Path = "results",
+               campaign: str | None = None) -> ReportResult | IndexResult:
+        """Write reports (as ``testbed report``): of a run (a :class:`Run` or a run id: its folder under ``to``,
+        collected first when it is not), else of a results path: a run folder, a suite folder or ``results/``
+        (an index of everything). Failed checks are in the result's ``checks``/``passed``, as the CLI shows them."""
+        from testbed.report.campaign import report_path
+
+        if isinstance(target, Run) or (isinstance(target, str) and self.store.run(target) is not None):
+            return (target if isinstance(target, Run) else Run(target, self.store)).report(to, fmt)
+        return report_path(Path(target), fmt, campaign)
+
+    # the names before 0.2 (one release, with a DeprecationWarning) ------------------------------------------
+    def run(self, command: str, hosts: str | Sequence[str] | None = None, *,
+            timeout: float | None = None) -> HostResults:
+        """Deprecated: :meth:`exec` (the CLI's name). Returns failures without raising, as it always did."""
+        _deprecated("Testbed.run(command)", "Testbed.exec(command) (it raises on failure; warn=True does not)")
+        return self.exec(command, hosts, timeout=timeout, warn=True)
+
+    def start(self, suite: str, params: dict[str, Any] | None = None, *, faults: list[str] | None = None,
+              setup: bool = True, sources: dict[str, str] | None = None) -> Run:
+        """Deprecated: :meth:`run_suite` with ``detach=True``. Its run's ``wait`` does not raise, as it never did."""
+        _deprecated("Testbed.start(suite)", "Testbed.run_suite(suite) (it waits and raises when the run fails; "
+                                            "detach=True returns at once)")
+        run = self._start(suite, params, faults=faults, setup=setup, sources=sources)
+        run.warn = True
+        return run
 
     def connection(self, host: str) -> Connection:
         """A Fabric ``Connection`` to ``host``: address, port, user and key from the testbed's ssh_config, and
@@ -337,10 +434,12 @@ class Testbed:
 
 @dataclass
 class Run:
-    """A run started by :meth:`Testbed.start` (or found by id with ``Run(id, store)``)."""
+    """A run started by :meth:`Testbed.run_suite` (or found by id with ``Run(id, store)``). ``warn``: the
+    default of ``wait``'s and ``collect``'s ``warn``."""
 
     id: str
     store: Store
+    warn: bool = False
 
     @property
     def record(self) -> RunRecord:
@@ -352,11 +451,19 @@ class Run:
     def status(self) -> str:
         return self.record.status
 
-    def wait(self, timeout: float = 3600) -> Run:
-        """Block until the run ends (a run that ends badly does not raise: look at ``status``/``record``)."""
+    def wait(self, timeout: float = 3600, *, warn: bool | None = None) -> Run:
+        """Block until the run ends; a run that does not succeed raises :class:`RunFailed` unless ``warn`` (then
+        look at ``status`` and ``record.reason``)."""
         from testbed.run import runner
+        from testbed.run.models import OUTCOMES
 
-        runner.wait(self.id, timeout, store=self.store)
+        rec = runner.wait(self.id, timeout, store=self.store)
+        if rec.status != "succeeded" and not (self.warn if warn is None else warn):
+            raise RunFailed(f"run {self.id} {rec.status}: {rec.reason or 'no reason recorded'}", run=self,
+                            where=f"run {self.id} on {rec.testbed}",
+                            fix=f"see run.logs() or `testbed logs {self.id}`, and run.collect() for its outputs; "
+                                "warn=True returns the run instead of raising",
+                            code=OUTCOMES.get(rec.status, 1))
         return self
 
     def events(self) -> Iterator[RunEvent]:
@@ -377,12 +484,16 @@ class Run:
         runner.stop_run(self.id, store=self.store)
         return self
 
-    def collect(self, to: str | Path = "results") -> CollectResult:
+    def collect(self, to: str | Path = "results", *, warn: bool | None = None) -> CollectResult:
         """Fetch its outputs into ``to/<suite>/<run id>/`` with checksums and a manifest (as ``testbed
-        collect``); a host that failed is in the result's ``problems()``."""
+        collect``); a host that could not be collected raises :class:`HostsFailed` unless ``warn`` (then it is in
+        the result's ``problems()``)."""
         from testbed.collect import collect_runs
 
-        return collect_runs([self.id], Path(to), store=self.store)[0]
+        out = collect_runs([self.id], Path(to), store=self.store)
+        if not (self.warn if warn is None else warn):
+            _raise_collect(out)
+        return out[0]
 
     def report(self, to: str | Path = "results", fmt: str = "md") -> ReportResult:
         """Write its report into the collected folder (collected first if it is not)."""
@@ -401,3 +512,62 @@ class Run:
         r = self.record
         return (f"<b>run {html.escape(self.id)}</b>: {html.escape(r.suite)} on {html.escape(r.testbed)}, "
                 f"<b>{html.escape(r.status)}</b>" + (f" ({html.escape(r.reason)})" if r.reason else ""))
+
+
+class HostResults(dict[str, "HostResult"]):
+    """host -> what a call did there (``ok``, ``exit_code``, ``stdout``, ``stderr``, ``error``), in host order;
+    like Fabric's ``GroupResult``, with ``ok``, ``succeeded`` and ``failed``."""
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.values())
+
+    @property
+    def succeeded(self) -> dict[str, HostResult]:
+        return {h: r for h, r in self.items() if r.ok}
+
+    @property
+    def failed(self) -> dict[str, HostResult]:
+        return {h: r for h, r in self.items() if not r.ok}
+
+
+class Fetched(dict[str, Path]):
+    """host -> the local copy :meth:`Testbed.get` made, for each host that sent it; ``results``: what every host
+    did, ``failed`` those that did not send it (only with ``warn=True``: it raises otherwise)."""
+
+    def __init__(self, files: dict[str, Path], results: HostResults):
+        super().__init__(files)
+        self.results = results
+
+    @property
+    def ok(self) -> bool:
+        return self.results.ok
+
+    @property
+    def failed(self) -> dict[str, HostResult]:
+        return self.results.failed
+
+
+def _why(r: HostResult) -> str:
+    """One host's failure in a few words: the transport's error, else the exit code and stderr's last line."""
+    if r.error:
+        return r.error
+    last = next((ln.strip() for ln in reversed(r.stderr.splitlines()) if ln.strip()), "")
+    return f"exit {r.exit_code}" + (f": {last[:200]}" if last else "")
+
+
+def _raise_collect(results: list[CollectResult]) -> None:
+    """The collect's problems (a host that failed, a run that could not be read) as :class:`HostsFailed`."""
+    from testbed.collect import format_problems
+
+    problem = format_problems(results)
+    if problem is not None:
+        failed = {f"{r.run_id} on {h.host}": h for r in results for h in r.hosts if h.error}
+        raise HostsFailed(problem.what, results=results, failed=failed, where=problem.where,
+                          fix=f"{problem.fix}; warn=True returns the results instead of raising")
+
+
+def _deprecated(old: str, new: str) -> None:
+    import warnings
+
+    warnings.warn(f"{old} is deprecated and goes in the next release: use {new}", DeprecationWarning, stacklevel=3)

@@ -303,7 +303,7 @@ def _setup(tb: Testbed, s: Suite, overrides: dict[str, Override], setup: bool, r
     note(f"set-up: profile {s.profile}" + (f", roles {', '.join(roles)}" if roles else ""))
     t0 = time.monotonic()
     res = tb.setup(s.profile if not roles else None, roles=roles,
-                   extra_vars={"testbed_source_overrides": builds} if builds else None)
+                   extra_vars={"testbed_source_overrides": builds} if builds else None, warn=True)
     out: dict[str, Any] = {"applied": s.profile, "roles": roles or res.roles, "ok": res.ok,
                            "seconds": round(time.monotonic() - t0, 1)}
     if not res.ok:

@@ -151,8 +151,11 @@ def write_ssh_config(testbed: str, hosts: list[Host], *, connect_timeout: int = 
     kh.touch(mode=0o600, exist_ok=True)
     tmpl_path = paths.find_resource("templates", "ssh_config.j2")
     if tmpl_path is None:
+        from testbed.distribution import install_command
+
         raise TestbedError("the ssh_config template is missing", where="templates/ssh_config.j2",
-                           fix="reinstall testbed, or put a templates/ssh_config.j2 in the working directory")
+                           fix=f"reinstall testbed ({install_command(reinstall=True)}), or put a "
+                               "templates/ssh_config.j2 in the working directory")
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=True, autoescape=False)  # noqa: S701 (not HTML)
     try:

@@ -245,11 +245,13 @@ class Store:
     def _check_version(self, version: int) -> None:
         """Refuse a file written by a newer testbed."""
         if version > SCHEMA_VERSION:
+            from testbed.distribution import install_command
             from testbed.errors import TestbedError
 
             raise TestbedError(f"the state was written by a newer testbed (schema {version}; this one knows up "
                                f"to {SCHEMA_VERSION}); nothing was changed", where=str(self.path),
-                               fix="upgrade testbed (pip install -U testbed), or set TESTBED_HOME to another folder")
+                               fix=f"upgrade testbed ({install_command(upgrade=True)}), or set TESTBED_HOME to "
+                                   "another folder")
 
     @property
     def schema_version(self) -> int:

@@ -543,7 +543,8 @@ def test_import_does_not_load_the_sdk() -> None:
 
 
 def test_missing_extra_is_one_message_with_the_install_command(bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No google-cloud-tpu in this environment: a usage error naming `pip install 'testbed[tpu]'`, no request made
+    """No google-cloud-tpu in this environment: a usage error naming `pip install 'testbed-artifacts[tpu]'` (this
+    project's distribution, not PyPI's unrelated "testbed"), no request made
     (and, for chameleon, the same with python-chi)."""
     import sys
 
@@ -553,14 +554,14 @@ def test_missing_extra_is_one_message_with_the_install_command(bed: Bed, monkeyp
     p = bed.provider()
     with pytest.raises(UsageError) as e:
         p.provision()
-    assert "pip install 'testbed[tpu]'" in (e.value.fix or "") and "tpu" in e.value.what
+    assert "pip install 'testbed-artifacts[tpu]'" in (e.value.fix or "") and "tpu" in e.value.what
     assert bed.fake.api_requests() == []
     monkeypatch.setitem(sys.modules, "chi", None)
     from testbed.providers.chameleon_chi import Chi, Credentials
 
     with pytest.raises(UsageError) as e:
         Chi(Credentials("http://127.0.0.1:1/v3", "v3applicationcredential", None), site="CHI@UC")
-    assert "pip install 'testbed[chameleon]'" in (e.value.fix or "")
+    assert "pip install 'testbed-artifacts[chameleon]'" in (e.value.fix or "")
 
 
 # the fake refuses what the real service refuses (checked with raw requests and with the real client) ------------

@@ -22,6 +22,7 @@ from typing import Any
 
 from testbed.errors import TestbedError, require_extra
 
+EXTRA = "chameleon"  # the pip extra that brings python-chi and python-blazarclient (pyproject.toml)
 OPENRC_FIX = ("source your Chameleon openrc: an application credential's (the site's dashboard, Identity > "
               "Application Credentials; OS_AUTH_TYPE=v3applicationcredential) or the project's OpenStack RC file "
               "(Project > API Access; OS_AUTH_TYPE=v3oidcpassword, it asks for your Chameleon CLI password); or set "
@@ -86,7 +87,7 @@ def _v3(url: str) -> str:
 
 def _from_clouds_yaml(name: str, env: Mapping[str, str]) -> tuple[dict[str, str], str]:
     """OS_* style values from the clouds.yaml entry ``name`` (openstacksdk's search path, secure.yaml merged)."""
-    require_extra("openstack", "chameleon", "OS_CLOUD (openstacksdk reads clouds.yaml)")
+    require_extra("openstack", EXTRA, "OS_CLOUD (openstacksdk reads clouds.yaml)")
     from openstack import exceptions as os_exc
     from openstack.config import loader
 
@@ -280,7 +281,7 @@ class Chi:
     """python-chi configured for one site from explicit credentials; every method returns plain data."""
 
     def __init__(self, creds: Credentials, *, site: str, project: str | None = None, http_timeout: float = 60):
-        require_extra("chi", "chameleon", "the chameleon provider (python-chi)")
+        require_extra("chi", EXTRA, "the chameleon provider (python-chi)")
         _silence_loggers()
         with quiet():
             import chi  # lazy: ~1.3 s, and it reads OS_* at import

@@ -16,7 +16,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from testbed.errors import TestbedError, has_module, install_command
+from testbed.distribution import install_command
+from testbed.errors import TestbedError, has_module
 
 if TYPE_CHECKING:
     from testbed.spec import TestbedSpec

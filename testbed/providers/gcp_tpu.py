@@ -44,6 +44,8 @@ from testbed.providers.gcp_tpu_wait import duration as duration
 from testbed.providers.gcp_tpu_wait import pace
 from testbed.providers.settings import TpuSettings
 
+EXTRA = "tpu"  # the pip extra that brings google-cloud-tpu (pyproject.toml)
+
 if TYPE_CHECKING:
     from testbed.expiry import Expiry
     from testbed.spec import TestbedSpec
@@ -135,7 +137,7 @@ class TpuProvider(Provider):
                              fix=f"unset {ANONYMOUS_ENV} to use Application Default Credentials")
 
     def _credentials(self) -> tuple[Any, str | None]:
-        require_extra("google.cloud.tpu_v2", "tpu", "the gcp-tpu provider (google-cloud-tpu)")
+        require_extra("google.cloud.tpu_v2", EXTRA, "the gcp-tpu provider (google-cloud-tpu)")
         if os.environ.get(ANONYMOUS_ENV) == "1" and self.settings.endpoint:
             from google.auth.credentials import AnonymousCredentials
 

@@ -286,7 +286,7 @@ class Supervisor:
         try:
             detail = faults_mod.fire(self.plan, f, self.st)
         except Exception as e:  # a fault that cannot fire is recorded, not fatal
-            detail = {"fault": f.name, "action": f.action, "ok": False, "error": str(e)}
+            detail = {"fault": f.name, "action": f.action, "ok": False, "error": getattr(e, "what", None) or str(e)}
         self.fired.append(f.name)
         self.fired_at[f.name] = ts
         self.save()

@@ -25,9 +25,11 @@ def text(name: str) -> str:
     try:
         return (resources.files(__name__) / name).read_text(encoding="utf-8")
     except OSError:
+        from testbed.distribution import install_command
+
         raise TestbedError(f"the remote script {name} is missing from the testbed package",
                            where=f"testbed/scripts/{name}",
-                           fix="reinstall testbed (pip install --force-reinstall testbed, or pip install -e . "
+                           fix=f"reinstall testbed ({install_command(reinstall=True)}, or pip install -e . "
                                "from a checkout)") from None
 
 

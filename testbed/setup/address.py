@@ -93,13 +93,13 @@ def role_closure(roles: Iterable[str], roles_dir: Path) -> list[str]:
 def _tools() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {}
-    for dist in ("ansible-core", "testbed"):
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            out[dist] = "?"
-    return out
+    from testbed import distribution
+
+    try:
+        ansible = version("ansible-core")
+    except PackageNotFoundError:
+        ansible = "?"
+    return {"ansible-core": ansible, "testbed": distribution.version()}
 
 
 def common_parts(*, playbook: list[dict[str, Any]], roles: list[str], roles_dir: Path,

@@ -60,8 +60,11 @@ def roles_dir() -> Path:
     """The roles folder (a ``playbooks/roles`` in the working directory overrides the shipped one)."""
     p = paths.find_resource("playbooks", "roles")
     if p is None:
+        from testbed.distribution import install_command
+
         raise TestbedError("no playbooks/roles folder found", where="playbooks/",
-                           fix="reinstall testbed or run from a checkout that has playbooks/roles")
+                           fix=f"reinstall testbed ({install_command(reinstall=True)}) or run from a checkout "
+                               "that has playbooks/roles")
     return p
 
 
