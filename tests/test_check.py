@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from localbed import invoke
 
-from testbed.errors import install_command
+from testbed.distribution import install_command
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(120)
