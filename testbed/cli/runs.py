@@ -14,6 +14,7 @@ import typer
 
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, console, escape, existing_store, print_json, store
+from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.run.models import Plan, RunRecord
@@ -195,7 +196,15 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     if json_out:
         print_json(row.to_json())
     ok = sum(p.status == "succeeded" for p in row.points)
-    c.print(f"campaign {cid}: {ok}/{len(row.points)} runs succeeded")
+    colour = "green" if ok == len(row.points) else "red"
+    c.print(f"campaign {cid} [{colour}]{escape(row.status)}[/{colour}]: {ok}/{plural(len(row.points), 'run')} "
+            "succeeded")
+    for pt in row.points:
+        if pt.status != "succeeded":
+            run = st.run(pt.run_id) if pt.run_id else None
+            c.print(f"  {escape(pt.run_id or '-')} {escape(pt.status)}"
+                    + (f": {escape(run.reason)}" if run is not None and run.reason else "")
+                    + (f" (testbed logs {pt.run_id})" if pt.run_id else ""))
     if ok != len(row.points):
         raise typer.Exit(1)
 
