@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, print_json
+from testbed.textfmt import plural
 
 
 def _human(n: float) -> str:
@@ -158,7 +159,7 @@ def _print_report(rr: ReportResult) -> None:
     from rich.markup import escape
 
     c = Console(highlight=False, soft_wrap=True)
-    c.print(f"report: {escape(str(rr.path))}" + (f" ({len(rr.runs)} runs)" if rr.runs else ""))
+    c.print(f"report: {escape(str(rr.path))}" + (f" ({plural(len(rr.runs), 'run')})" if rr.runs else ""))
     for f in rr.figures:
         c.print(f"figure: {escape(str(f))}")
     for n, p, d in rr.checks:
@@ -196,7 +197,7 @@ def _print_index(res: IndexResult) -> None:
                 + (f"\n  why: {escape(r['cause'])}" if r.get("cause") else ""))
     for rr in res.campaigns:
         mark = "[green]pass[/green]" if rr.passed else "[red]FAIL[/red]"
-        c.print(f"campaign {mark} {escape(rr.suite)} ({len(rr.runs)} runs): {escape(str(rr.path))}")
+        c.print(f"campaign {mark} {escape(rr.suite)} ({plural(len(rr.runs), 'run')}): {escape(str(rr.path))}")
     for b in res.failed_runs:
         if b["status"] == "missing":
             c.print(f"[red]missing[/red] {escape(str(b['run_id'] or '-'))}: {escape(b['cause'])}")

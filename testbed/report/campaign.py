@@ -29,6 +29,7 @@ from testbed.report.model import Link, Report
 from testbed.report.registry import get_campaign_reporter
 from testbed.report.rundir import REPORT_DIR, RunDir
 from testbed.report.summary import _scalar
+from testbed.textfmt import plural
 
 MANIFEST = "manifest.json"
 CAMPAIGN_PREFIX = "campaign-"
@@ -243,7 +244,8 @@ def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", na
     _check_fmt(fmt)
     suites = sorted({r.suite for r in runs})
     if len(suites) != 1:
-        raise UsageError(f"runs of {len(suites)} suites ({', '.join(suites) or 'none'}) in one campaign report",
+        raise UsageError(f"runs of {plural(len(suites), 'suite')} ({', '.join(suites) or 'none'}) in one campaign "
+                         "report",
                          where=str(out_dir.parent), fix="pass results/<suite>/ or --campaign ID")
     runs = sorted(runs, key=lambda r: (str(r.manifest.get("started") or ""), r.run_id))
     try:
@@ -252,7 +254,8 @@ def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", na
         raise UsageError(f"cannot write the report folder: {exc.strerror}", where=str(out_dir),
                          fix="check the results folder's permissions") from exc
     camp = Campaign(suites[0], runs, out_dir, name)
-    title = f"{camp.suite} campaign {name}: {len(runs)} runs" if name else f"{camp.suite}: {len(runs)} runs"
+    title = f"{camp.suite} campaign {name}: {plural(len(runs), 'run')}" if name else \
+        f"{camp.suite}: {plural(len(runs), 'run')}"
     rep = Report(out_dir, title)
     bad = run_table(camp, rep, fmt, expected or [])
     fn = get_campaign_reporter(camp.suite)
@@ -295,11 +298,11 @@ def run_table(camp: Campaign, rep: Report, fmt: str = "md", expected: list[Expec
     rep.table("runs", ["run", "parameters", "status", "testbed", "cause"], rows)
     total = len(camp.runs) + sum(1 for p in expected or [] if p.run_id not in here)
     if bad:
-        detail = f"{len(bad)} of {total} runs did not succeed: " + "; ".join(
+        detail = f"{len(bad)} of {plural(total, 'run')} did not succeed: " + "; ".join(
             f"{b['run_id'] or params_text(dict(b.get('params') or {}))} {b['status']}"
             + (f" ({b['cause']})" if b["cause"] else "") for b in bad[:5]) + ("; ..." if len(bad) > 5 else "")
     else:
-        detail = f"all {total} runs succeeded"
+        detail = "the run succeeded" if total == 1 else f"all {plural(total, 'run')} succeeded"
     rep.check("every run succeeded", not bad, detail)
     return bad
 

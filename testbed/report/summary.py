@@ -8,6 +8,7 @@ from typing import Any
 from testbed.report.cause import Cause, run_cause
 from testbed.report.model import Report
 from testbed.report.rundir import REPORT_DIR, RunDir
+from testbed.textfmt import plural
 
 
 def add_summary(run: RunDir, rep: Report) -> None:
@@ -140,7 +141,7 @@ def add_host_check(run: RunDir, rep: Report) -> None:
         return
     bad = [str(h.get("name")) for h in hosts if h.get("exit_code") not in (0, None) or
            h.get("status") not in ("succeeded", None)]
-    rep.check("hosts succeeded", not bad, f"failed: {', '.join(bad)}" if bad else f"{len(hosts)} host(s) ok")
+    rep.check("hosts succeeded", not bad, f"failed: {', '.join(bad)}" if bad else f"{plural(len(hosts), 'host')} ok")
 
 
 def generic(run: RunDir, rep: Report) -> None:

@@ -22,6 +22,7 @@ from testbed.errors import UsageError
 from testbed.run import state as rs
 from testbed.run.models import ACTIVE, CampaignInfo, CampaignPoint, CampaignRecord
 from testbed.state import Store
+from testbed.textfmt import plural
 
 DONE = rs.ENDED
 
@@ -73,7 +74,7 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
                                          store=st).hosts))
     skipped = sum(1 for p in points if p.status in DONE)
     if skipped:
-        progress(f"campaign {cid}: resuming; {skipped}/{len(points)} runs already finished (not repeated)")
+        progress(f"campaign {cid}: resuming; {skipped}/{plural(len(points), 'run')} already finished (not repeated)")
     deadline = time.monotonic() + timeout
     while True:
         busy: set[str] = set()
