@@ -97,7 +97,7 @@ def _print_collect(results: list[CollectResult]) -> None:
             continue
         t = Table(title=f"{r.run_id} -> {r.path}", title_justify="left")
         for col in ("host", "method", "files", "sent", "bytes", "unchanged", "seconds", "status"):
-            t.add_column(col)
+            t.add_column(col, no_wrap=col == "host")
         for h in r.hosts:
             status = "[green]ok[/green]" if h.error is None else "[red]failed[/red]"
             t.add_row(h.host, h.method or "-", str(h.files), str(h.sent), _human(h.bytes_sent), str(h.unchanged),

@@ -458,7 +458,7 @@ def list_suites(ctx: typer.Context, json_out: JsonOpt = False) -> None:
 
     t = Table(title="suites", title_justify="left")
     for col in ("name", "testbed", "matrix", "description"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col in ("name", "testbed"))  # names are never cut in two
     for r in rows:
         t.add_row(str(r["name"]), str(r["testbed"]), "yes" if r["matrix"] else "", escape(str(r["description"])))
     console().print(t)

@@ -347,7 +347,7 @@ def list_testbeds(ctx: typer.Context, json_out: JsonOpt = False) -> None:
 
     t = Table(title="testbeds", title_justify="left")
     for col in ("name", "status", "spec"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col == "name")  # a name is never cut in two
     for r in rows:
         t.add_row(r["name"], r["status"], r["spec"])
     console().print(t)
@@ -368,7 +368,7 @@ def list_profiles(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     from rich.table import Table
 
     t = Table(title="profiles", title_justify="left")
-    t.add_column("profile")
+    t.add_column("profile", no_wrap=True)
     t.add_column("roles, in order")
     for r in rows:
         t.add_row(r["name"], ", ".join(r["roles"]))
