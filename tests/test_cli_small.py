@@ -97,6 +97,7 @@ def test_every_command_with_json_prints_json(tb_home: Path) -> None:
         ("run",): [["run", "mpi-hello", "--on", "local", "--dry-run", "--json"],
                    ["run", "matmul-baseline", "--on", "local", "--matrix", "--dry-run", "--json"]],
         ("doctor",): [["doctor", "--json"]],
+        ("check",): [["check", "local", "--json"]],
         ("report",): [["report", str(run), "--json"]],
         ("collect",): [["collect", "--all", "--json"]],
     }
@@ -219,7 +220,7 @@ def test_no_count_is_glued_to_a_plural_by_hand() -> None:
     """Every count shown with a noun goes through textfmt.plural: no f-string puts a number before a noun ending in
     's' or '(s)' (words that are always plural, such as 'seconds' after a float, are allowed)."""
     pattern = re.compile(r"\{[^{}]+\} ?(?:[A-Za-z]+ )?(?:host|rank|run|file|point|step|node|server|problem|"
-                         r"resource|netns|lease|line|epoch|name|suite|error|fault|role)(?:s|\(s\))\b")
+                         r"resource|netns|lease|line|epoch|name|suite|error|fault|role)(?:s\b|\(s\))")
     found = []
     for path in sorted((ROOT / "testbed").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -304,7 +304,7 @@ def progress_view(run_id: str, last: str, elapsed: float, lines: list[Any], most
     for ln in lines[:most]:
         rows.append(Text.assemble((f"  {ln.host} r{ln.rank}  ", "cyan"), ln.text, no_wrap=True, overflow="ellipsis"))
     if len(lines) > most:
-        rows.append(Text(f"  … {len(lines) - most} more rank(s): testbed logs {run_id} -f", style="dim"))
+        rows.append(Text(f"  … {plural(len(lines) - most, 'more rank')}: testbed logs {run_id} -f", style="dim"))
     return Group(*rows)
 
 
