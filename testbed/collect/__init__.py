@@ -343,7 +343,7 @@ def _kept_or_lost(res: CollectResult, run: RunRecord, gone: str) -> None:
     res.manifest = res.path / mf.MANIFEST
     have = {str(f.get("host")) for f in files}
     missing = [h for h in run.info.hosts if h not in have]
-    res.notes.append(f"{gone}; kept the {len(files)} file(s) collected before"
+    res.notes.append(f"{gone}; kept the {plural(len(files), 'file')} collected before"
                      + (f" (none of {', '.join(missing)} had been collected)" if missing else ""))
 
 
