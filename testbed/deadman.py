@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from testbed import expiry as exp
 from testbed.errors import TestbedError, UsageError
 from testbed.expiry import Expiry
+from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.hosts import Host
@@ -107,7 +108,7 @@ def install_agent(p: Provider, hosts: list[Host], e: Expiry, release: dict[str, 
     bad = [r for r in res if not r.ok]
     if bad:
         why = "; ".join(f"{r.host}: {(r.error or r.stderr or r.stdout).strip()[-200:]}" for r in bad)
-        raise TestbedError(f"the dead-man's switch could not be installed on {len(bad)} host(s): {why}",
+        raise TestbedError(f"the dead-man's switch could not be installed on {plural(len(bad), 'host')}: {why}",
                            where=f"testbed {p.name}",
                            fix=f"the hosts need python3 and passwordless sudo; run 'testbed provision {p.name}' "
                                f"again, or 'testbed destroy {p.name}' (the resources are held and billing)")

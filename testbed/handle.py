@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import paths
 from testbed.errors import HostsFailed, RunFailed, TestbedError, UsageError
+from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from fabric import Connection, ThreadingGroup
@@ -420,7 +421,7 @@ class Testbed:
 
     def __repr__(self) -> str:
         status = (self.record or {}).get("status", "not provisioned")
-        return f"<Testbed {self.name} ({self.kind}, {status}, {len(self.hosts)} hosts)>"
+        return f"<Testbed {self.name} ({self.kind}, {status}, {plural(len(self.hosts), 'host')})>"
 
     def _repr_html_(self) -> str:
         """A notebook's view: the testbed and a table of its hosts."""

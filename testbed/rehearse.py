@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from testbed import paths
 from testbed.errors import TestbedError, UsageError
 from testbed.providers.settings import local_replica
+from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.handle import Testbed
@@ -262,7 +263,7 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
                              shape={"hosts": spec["provider"]["names"], "user": spec["user"],
                                     **target.hardware.context()}, kept=keep)
     try:
-        note(f"replica {tb.name}: {len(spec['provider']['names'])} local hosts shaped like {like}")
+        note(f"replica {tb.name}: {plural(len(spec['provider']['names']), 'local host')} shaped like {like}")
         tb.provision()
         result.setup = _setup(tb, s, overrides, setup, roles, note)
         if not result.setup.get("ok", True):

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from testbed import paths
 from testbed.errors import UsageError
@@ -77,6 +77,7 @@ class TestbedSpec(Strict):
     hardware: Hardware = Field(default_factory=Hardware, description="what the real machines are like: shared home, "
                                "interface name, GPUs, login shell")
     source: str | None = Field(None, exclude=True)
+    _user_given: bool = PrivateAttr(default=True)  # False: 'user' is the provider's default, the spec named none
 
     @field_validator("expire", "idle_after")
     @classmethod
@@ -111,7 +112,13 @@ class TestbedSpec(Strict):
     def _default_user(self) -> TestbedSpec:
         if "user" not in self.model_fields_set:
             self.user = self.provider.default_user
+            self._user_given = False
         return self
+
+    @property
+    def user_given(self) -> bool:
+        """Whether the spec names its login user (else ``user`` is the provider's default)."""
+        return self._user_given
 
     @property
     def kind(self) -> str:

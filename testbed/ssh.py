@@ -143,8 +143,92 @@ def _key_for(testbed: str, h: Host) -> str:
     return os.path.expanduser(h.key) if h.key else str(key_path(testbed))
 
 
+# the user's own OpenSSH configuration ----------------------------------------------------------------------------
+USER_SSH_CONFIG = "~/.ssh/config"
+_MULTI = ("identityfile",)
+_KEPT = ("hostname", "user", "port", "proxyjump", "identityfile", "identitiesonly", "identityagent")
+
+
+def _ssh_g(args: list[str], where: str) -> dict[str, list[str]]:
+    """``ssh -G``'s view of a host (what OpenSSH would use to connect, nothing connected): key -> values."""
+    try:
+        r = subprocess.run(["ssh", "-G", *args], capture_output=True, text=True, timeout=15,
+                           stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        raise TestbedError(f"reading {where} for '{args[-1]}' took over 15 s (a Match exec that hangs?)",
+                           where=where, fix="fix that file, or set provider.ssh_config: null to ignore it") from None
+    except FileNotFoundError:
+        raise TestbedError("ssh is not installed", where="this machine",
+                           fix="apt-get install openssh-client (testbed doctor checks this)") from None
+    if r.returncode != 0:
+        raise TestbedError(f"OpenSSH cannot read {where} for '{args[-1]}': "
+                           f"{(r.stderr.strip().splitlines() or ['ssh -G failed'])[-1]}", where=where,
+                           fix="fix that file (ssh -G HOST shows what OpenSSH makes of it), or set "
+                               "provider.ssh_config: null to ignore it")
+    out: dict[str, list[str]] = {}
+    for line in r.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        if key in _KEPT:
+            out.setdefault(key, []).append(value.strip())
+    return out
+
+
+def user_ssh_config(host: str, config: str | None = USER_SSH_CONFIG) -> dict[str, Any]:
+    """What the user's own OpenSSH config (``config``, default ``~/.ssh/config``) sets for ``host``: hostname,
+    user, port, proxyjump, identityfile (a list), identitiesonly and identityagent, only where the file sets them.
+
+    Read with ``ssh -G`` (Host, Match and Include as OpenSSH reads them; nothing is connected) and compared with
+    what OpenSSH does with no config. A ``User`` equal to this machine's login name is found in the file's text.
+    {} when ``config`` is None or no such file exists."""
+    if not config:
+        return {}
+    path = os.path.expanduser(config)
+    if not os.path.isfile(path):
+        return {}
+    got = _ssh_g(["-F", path, host], config)
+    base = _ssh_g(["-F", "/dev/null", host], config)
+    out: dict[str, Any] = {}
+    for key in _KEPT:
+        if key in got and got[key] != base.get(key):
+            out[key] = got[key] if key in _MULTI else got[key][0]
+    if "user" not in out and got.get("user") and _names_user(path, got["user"][0]):
+        out["user"] = got["user"][0]
+    if out.get("proxyjump") == "none":
+        out.pop("proxyjump")
+    return out
+
+
+def _names_user(path: str, user: str, depth: int = 0) -> bool:
+    """Whether the config at ``path`` (or a file it includes) has a ``User <user>`` line."""
+    import glob
+    import re
+
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return False
+    if re.search(rf"(?im)^\s*User\s*=?\s*\"?{re.escape(user)}\"?\s*$", text):
+        return True
+    if depth >= 4:
+        return False
+    for inc in re.findall(r"(?im)^\s*Include\s*=?\s*(.+)$", text):
+        for pattern in inc.split():
+            full = os.path.expanduser(pattern)
+            if not os.path.isabs(full):
+                full = os.path.join(os.path.expanduser("~/.ssh"), full)
+            if any(_names_user(f, user, depth + 1) for f in sorted(glob.glob(full))[:50]):
+                return True
+    return False
+
+
 def write_ssh_config(testbed: str, hosts: list[Host], *, connect_timeout: int = 10) -> Path:
-    """Generate the testbed's ssh_config (one Host block per host, multiplexed connections)."""
+    """Generate the testbed's ssh_config (one Host block per host, multiplexed connections).
+
+    A host whose facts hold ``ssh`` (a lab host with no key in its spec) logs in as the user's own OpenSSH
+    would: the IdentityFiles of the user's ssh config, then the testbed's key, with the ssh-agent
+    (SSH_AUTH_SOCK) offered too (no IdentitiesOnly unless the user's config says so); the jump hosts its
+    ProxyJump names get blocks from the user's config. Host keys stay pinned in the testbed's known_hosts.
+    """
     import jinja2
 
     kh = known_hosts_path(testbed)
@@ -162,7 +246,7 @@ def write_ssh_config(testbed: str, hosts: list[Host], *, connect_timeout: int = 
         text = env.from_string(tmpl_path.read_text()).render(
             testbed=testbed, config_path=ssh_config_path(testbed), known_hosts=kh, control_dir=control_dir(testbed),
             connect_timeout=connect_timeout,
-            hosts=[{**h.to_dict(), "identity": _key_for(testbed, h)} for h in hosts])
+            hosts=[_host_block(testbed, h) for h in hosts], jumps=_jump_blocks(hosts))
     except jinja2.TemplateError as e:
         raise TestbedError(f"cannot render {tmpl_path}: {e}", where=str(tmpl_path),
                            fix="fix the template (variables: testbed, hosts, known_hosts, control_dir, ...)") from None
@@ -170,6 +254,44 @@ def write_ssh_config(testbed: str, hosts: list[Host], *, connect_timeout: int = 
     p.write_text(text)
     p.chmod(0o600)
     return p
+
+
+def _host_block(testbed: str, h: Host) -> dict[str, Any]:
+    """A host's values for the template: ``identity`` (the first key), ``identities`` (every IdentityFile, in
+    order), ``identities_only`` and ``identity_agent``."""
+    own = h.facts.get("ssh") if isinstance(h.facts.get("ssh"), dict) else None
+    if own is None:  # a key of its own, or the testbed's: only that key is offered
+        keys, only, agent = [_key_for(testbed, h)], True, None
+    else:
+        keys = [*own.get("identities", []), str(key_path(testbed))]
+        only, agent = bool(own.get("identities_only")), own.get("identity_agent")
+    return {**h.to_dict(), "identity": keys[0], "identities": [_cfg_value(k) for k in keys],
+            "identities_only": only, "identity_agent": _cfg_value(agent) if agent else None}
+
+
+def _cfg_value(value: Any) -> str:
+    """A value as ssh_config reads it back: quoted when it holds a space."""
+    text = str(value)
+    return f'"{text}"' if " " in text and not text.startswith('"') else text
+
+
+def _jump_blocks(hosts: list[Host]) -> list[dict[str, Any]]:
+    """The jump hosts the hosts' ProxyJump names, as the user's ssh config defines them (each alias once; never
+    one of the testbed's own hosts, which have their blocks)."""
+    names = {h.name for h in hosts}
+    out: dict[str, dict[str, Any]] = {}
+    for h in hosts:
+        jumps = h.facts.get("ssh_jumps")
+        for j in jumps if isinstance(jumps, list) else []:
+            if isinstance(j, dict) and j.get("alias") and j["alias"] not in names:
+                out.setdefault(str(j["alias"]), {
+                    "alias": j["alias"], "source": j.get("source") or USER_SSH_CONFIG, "hostname": j.get("hostname"),
+                    "port": j.get("port"), "user": j.get("user"),
+                    "identities": [_cfg_value(k) for k in j.get("identities") or []],
+                    "identities_only": bool(j.get("identities_only")),
+                    "identity_agent": _cfg_value(j["identity_agent"]) if j.get("identity_agent") else None,
+                    "proxy_jump": j.get("proxy_jump")})
+    return list(out.values())
 
 
 def inventory(testbed: str, hosts: list[Host], variables: dict[str, Any] | None = None) -> dict[str, Any]:

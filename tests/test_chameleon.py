@@ -613,7 +613,7 @@ def test_unknown_node_type_is_no_hosts(fake: FakeChameleon, make: Callable[..., 
     m = make(node_type="compute_skylak")
     with pytest.raises(TestbedError) as ei:
         m.p.provision()
-    _assert_clear(ei.value, "no 3 free compute_skylak node(s)", "HTTP 500", "Not enough hosts available",
+    _assert_clear(ei.value, "no 3 free compute_skylak nodes", "HTTP 500", "Not enough hosts available",
                   where="blazar", fix="check its spelling")
     assert m.kinds() == {} and not fake.leases
     _destroy_leaves_nothing(m, fake)

@@ -170,7 +170,7 @@ def test_tpu_check_lists_nodes_and_names_the_project_source(tpu: Any, tb_home: P
     rows = _rows(data, "gcp-tpu")
     assert code == 0 and data["ok"], rows
     assert rows["project"]["detail"] == f"p1 (from {tb_home / 'inventories' / 't1.yml'}: provider.project)"
-    assert rows["accepted"]["detail"].startswith("the TPU API listed 1 node(s) in projects/p1/locations/"
+    assert rows["accepted"]["detail"].startswith("the TPU API listed 1 node in projects/p1/locations/"
                                                  "us-central2-b (1 made by testbed)")
     assert "anonymous" in rows["credentials"]["detail"] and rows["quotas"]["ok"] is None
     assert _report(data, "gcp-tpu")["testbed"] == "t1"

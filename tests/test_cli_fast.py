@@ -102,7 +102,7 @@ def test_hot_commands_import_neither_pydantic_nor_rich(tmp_path: Path) -> None:
         r = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
                            timeout=60, check=False)
         assert "HEAVY [] 0" in r.stderr, (argv, r.stdout, r.stderr)
-        assert ("lab1" in r.stdout) if argv[0] == "status" else ("1/1 hosts ok" in r.stdout), (argv, r.stdout)
+        assert ("lab1" in r.stdout) if argv[0] == "status" else ("1/1 host ok" in r.stdout), (argv, r.stdout)
 
 
 def test_plain_output_colours_wraps_and_never_reads_markup(monkeypatch: pytest.MonkeyPatch) -> None:

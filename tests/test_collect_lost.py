@@ -77,7 +77,7 @@ def test_runs_of_an_earlier_testbed_are_lost_and_nothing_is_contacted_or_made(st
         assert not (tb_home / "results/demo" / rid).exists()
     half = res["r-half"]
     assert half.ok and half.lost is None and not half.hosts
-    assert "kept the 1 file(s) collected before (none of node1 had been collected)" in half.notes[0], half.notes
+    assert "kept the 1 file collected before (none of node1 had been collected)" in half.notes[0], half.notes
     assert format_problems(list(res.values())) is None  # --all: exit 0, each lost run one line
     assert json.loads((tb_home / "results/demo/r-half/manifest.json").read_text())["files"][0]["host"] == "node0"
 

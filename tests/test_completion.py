@@ -5,6 +5,7 @@ flags as flags."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,4 +80,5 @@ def test_help_shows_flags_as_flags(shell_env: dict[str, str], tb_home: Path) -> 
     r = subprocess.run(["testbed", "run", "--help"], env={**shell_env, "COLUMNS": "100"}, cwd=tb_home,
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0
-    assert "<bool>" not in r.stdout and "--dry-run" in r.stdout and "<list[str]>" in r.stdout
+    assert "<bool>" not in r.stdout and "--dry-run" in r.stdout and "<list[str]>" not in r.stdout
+    assert re.search(r"--param\s+-p\s+TEXT", r.stdout), r.stdout

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from testbed import ssh
 from testbed.cli import app
 from testbed.errors import TestbedError
 
@@ -99,3 +100,59 @@ def test_lab_repair_waits_for_a_rebooted_machine_and_names_one_that_stays_down(l
         Testbed.open("lab").repair("lab1", setup=False)
     assert "lab host lab1" in ei.value.what and "did not answer within 5 s" in ei.value.what
     assert "power-cycle lab1" in (ei.value.fix or "")
+
+
+def test_lab_hosts_log_in_as_the_users_own_ssh_would(local_testbed, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec naming only aliases of the user's ~/.ssh/config (its own file here): gpu0 takes a key held only by
+    the ssh-agent (deleted from disk); gpu1 takes only the IdentityFile the config names, and only from the jump
+    host's address (``from=`` in its authorized_keys), so it answers only through the config's ProxyJump. The
+    testbed's own key is authorized nowhere. Host keys are pinned in the testbed's known_hosts."""
+    import os
+    import re
+    import signal
+    import subprocess
+
+    bed = local_testbed(hosts=3, name="machines")
+    node0, node1, node2 = (h.address for h in bed.hosts)
+    for k in ("agent_only", "cluster"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / k)], check=True)
+    agent_pub = (tmp_path / "agent_only.pub").read_text().strip()
+    file_pub = (tmp_path / "cluster.pub").read_text().strip()
+    for host, line in (("node0", agent_pub), ("node2", agent_pub), ("node1", f'from="{node2}" {file_pub}')):
+        r = bed.ssh(host, f"mkdir -p ~/.ssh && printf '%s\\n' '{line}' >> ~/.ssh/authorized_keys")
+        assert r.returncode == 0, r.stderr
+    sock = tmp_path / "agent.sock"
+    out = subprocess.run(["ssh-agent", "-a", str(sock)], capture_output=True, text=True, check=True).stdout
+    pid = int(re.search(r"SSH_AGENT_PID=(\d+)", out)[1])  # type: ignore[index]
+    try:
+        subprocess.run(["ssh-add", "-q", str(tmp_path / "agent_only")], env={**os.environ, "SSH_AUTH_SOCK": str(sock)},
+                       check=True, capture_output=True)
+        (tmp_path / "agent_only").unlink()  # the agent holds the only copy
+        (tmp_path / "user_config").write_text(
+            f"Host gpu0\n  HostName {node0}\n  User root\nHost jump\n  HostName {node2}\n  User root\n"
+            f"Host gpu1\n  HostName {node1}\n  ProxyJump jump\n  IdentityFile {tmp_path / 'cluster'}\n")
+        (Path(bed.cwd) / "inventories" / "lab.yml").write_text(
+            f"provider:\n  kind: lab\n  ssh_config: {tmp_path / 'user_config'}\n  connect_timeout: 5\n"
+            "  hosts:\n    - {name: gpu0, address: gpu0}\n    - {name: gpu1, address: gpu1}\nprofile: base\n")
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        r = CliRunner().invoke(app, ["provision", "lab", "--json"])
+        assert r.exit_code == 0, (r.stdout, r.exception)
+        hosts = {h["name"]: h for h in json.loads(r.stdout)["hosts"]}
+        assert hosts["gpu0"]["address"] == node0 and hosts["gpu1"]["proxy_jump"] == "jump"
+        assert all(h["state"] == "up" for h in hosts.values()), hosts
+        r = CliRunner().invoke(app, ["exec", "lab", "--json", "--", "hostname"])
+        assert [x["stdout"].strip() for x in json.loads(r.stdout)] == ["node0", "node1"]
+        pinned = (Path(bed.home) / "testbeds" / "lab" / "known_hosts").read_text()
+        assert re.search(r"(?m)^gpu0 ", pinned) and re.search(r"(?m)^gpu1 ", pinned)
+        assert node2 in pinned  # the jump host's key is pinned too
+        # the agent was what let gpu0 in: without it, gpu0 refuses (gpu1 still takes the config's key file)
+        from testbed import remote
+
+        ssh.close_connections("lab", ["gpu0", "gpu1"])
+        monkeypatch.delenv("SSH_AUTH_SOCK")
+        res = {x.host: x for x in remote.run("lab", ["gpu0"], "true", timeout=20, mux="none")}
+        assert not res["gpu0"].ok and "Permission denied" in (res["gpu0"].stderr + (res["gpu0"].error or ""))
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        CliRunner().invoke(app, ["destroy", "lab", "--yes"])

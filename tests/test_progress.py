@@ -33,7 +33,7 @@ def test_the_live_line_is_cut_never_wrapped() -> None:
     shown = con.export_text().splitlines()
     assert "fault-drill-20261124-120000-abcd" in shown[0] and "1m23s" in shown[0]
     assert all(len(ln) <= 80 for ln in shown)
-    assert sum("node0 r" in ln for ln in shown) == 8 and "2 more rank(s)" in shown[-1]
+    assert sum("node0 r" in ln for ln in shown) == 8 and "2 more ranks" in shown[-1]
 
 
 def test_a_suite_progress_pattern_must_be_a_regex() -> None:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -44,6 +45,21 @@ steps:
 timeouts: {poll: 0.5}
 """
 
+SECRET = "s3cr3t-Value-8842"  # the controller holds it (TB_TEST_API_KEY) and the failing rank prints it
+FLAKY = f"""\
+name: flaky
+parameters:
+  n: {{type: int, default: 1}}
+matrix:
+  n: [1, 2, 3]
+placement: {{hosts: 1}}
+steps:
+  launch:
+    command: >-
+      {{% if n == 2 %}}echo 'loading weights' >&2; echo 'connecting with api_key={SECRET} password=pw-in-log' >&2;
+      echo 'RuntimeError: boom at step 7' >&2; exit 3{{% else %}}echo ok n {{{{ n }}}}{{% endif %}}
+timeouts: {{poll: 0.5, grace: 2}}
+"""
 
 # a rank that outlives timeouts.run, and one that even exits 0 when it is stopped (it traps TERM)
 SLOWPOKE = """\
@@ -101,6 +117,7 @@ def bed(shared_local_testbed):  # type: ignore[no-untyped-def]
     (b.cwd / "experiments" / "environed.yml").write_text(ENVIRONED)
     (b.cwd / "experiments" / "slowpoke.yml").write_text(SLOWPOKE)
     (b.cwd / "experiments" / "chatty.yml").write_text(CHATTY)
+    (b.cwd / "experiments" / "flaky.yml").write_text(FLAKY)
     os.chdir(b.cwd)
     os.environ["TESTBED_HOME"] = str(b.home)
     return b
@@ -245,6 +262,57 @@ def test_campaign_interrupted_and_resumed(bed) -> None:  # type: ignore[no-untyp
     assert len(runs) == 3 and before <= {x["id"] for x in runs}  # nothing repeated
     assert sorted(__import__("json").loads(x["params"])["n"] for x in runs) == [1, 2, 3]
     assert all(x["status"] == "succeeded" for x in runs)
+
+
+def test_a_campaign_with_a_failed_run_fails_and_its_reports_say_why(bed) -> None:  # type: ignore[no-untyped-def]
+    """A real campaign, one point of which exits 3 after printing to stderr (a secret among it): the campaign ends
+    failed (state, exit code, last line); collected, its run's report shows the failing rank's stderr tail with
+    the secret masked (text, Markdown, HTML) and the campaign's report fails with that cause in the run's row; a
+    run of the campaign missing from the results fails the campaign's report too."""
+    import json
+    import re
+    import shutil
+
+    env = {**os.environ, "TESTBED_HOME": str(bed.home), "TB_TEST_API_KEY": SECRET}
+    r = subprocess.run([PY, "-m", "testbed.cli.runs", "run", "flaky", "--on", bed.name, "--matrix", "--collect"],
+                       cwd=bed.cwd, capture_output=True, text=True, timeout=240, env=env, check=False)
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 1, r.stderr
+    cid = re.search(r"campaign (flaky-[0-9a-f]{8}): 3 runs", err)[1]  # type: ignore[index]
+    assert f"campaign {cid} failed: 2/3 runs succeeded" in err, err
+    camp = Store.open_default().campaign(cid)
+    assert camp is not None and camp.status == "failed"
+    bad = next(p.run_id for p in camp.points if p.params["n"] == 2)
+    assert bad and f"{bad} failed" in err and f"testbed logs {bad}" in err
+
+    def report(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([PY, "-m", "testbed", "report", *args], cwd=bed.cwd, capture_output=True, text=True,
+                              timeout=120, env={**env, "COLUMNS": "200"}, check=False)
+
+    folder = bed.cwd / "results" / "flaky" / bad
+    rep = report(str(folder))
+    assert rep.returncode == 1, rep.stdout + rep.stderr
+    assert "why it failed:" in rep.stdout and "| RuntimeError: boom at step 7" in rep.stdout, rep.stdout
+    assert SECRET not in rep.stdout and "pw-in-log" not in rep.stdout and "api_key=***" in rep.stdout
+    md = (folder / "report" / "report.md").read_text()
+    assert "## Why it failed" in md and "rank 0 failed with exit 3" in md and "```text" in md
+    assert "loading weights" in md and SECRET not in md
+    assert report(str(folder), "--format", "html").returncode == 1
+    html = (folder / "report" / "report.html").read_text()
+    assert "RuntimeError: boom at step 7</pre>" in html and SECRET not in html
+    # the campaign's report: FAIL, with the failed run's cause in its row
+    rep = report("results", "--campaign", cid, "--json")
+    assert rep.returncode == 1, rep.stdout + rep.stderr
+    out = json.loads(rep.stdout)
+    assert not out["passed"] and [b["run_id"] for b in out["failed_runs"]] == [bad]
+    assert out["failed_runs"][0]["cause"].endswith("failed (exit 3): RuntimeError: boom at step 7")
+    rows = (Path(out["path"]).parent / "runs.csv").read_text()
+    assert "RuntimeError: boom at step 7" in rows and SECRET not in rows
+    # a run of the campaign missing from the results: the campaign's report fails naming it
+    good = next(p.run_id for p in camp.points if p.params["n"] == 1)
+    shutil.rmtree(bed.cwd / "results" / "flaky" / str(good))
+    out = json.loads(report("results", "--campaign", cid, "--json").stdout)
+    assert {b["run_id"]: b["status"] for b in out["failed_runs"]} == {bad: "failed", good: "missing"}
 
 
 def test_host_killed_mid_run_fails_fast_naming_it(bed) -> None:  # type: ignore[no-untyped-def]

@@ -480,7 +480,7 @@ def test_ctrl_c_mid_provision(bed: Bed) -> None:
     e = ei.value
     _record("Ctrl-C", e)
     assert e.code == 130
-    assert "interrupted; 1 TPU resource(s) were requested" in e.what
+    assert "interrupted; 1 TPU resource requested" in e.what
     assert "testbed destroy tb" in (e.fix or "")
     assert bed.store.testbed("tb")["status"] == "interrupted"
     assert bed.fake.node_ids() == ["tb-0"]
@@ -954,7 +954,7 @@ def test_heartbeat_says_what_is_awaited(bed: Bed) -> None:
     p.polling = replace(p.polling, report_every=0.5)
     with pytest.raises(TestbedError):
         p.provision()
-    beats = [ln for ln in bed.lines if ln.startswith("waiting for 1 TPU node(s) to be READY: tb-0 CREATING (")]
+    beats = [ln for ln in bed.lines if ln.startswith("waiting for 1 TPU node to be READY: tb-0 CREATING (")]
     assert beats and "gives up in" in beats[-1] and "next check in" in beats[-1]
     p.destroy()
     _assert_nothing_left(bed, p)

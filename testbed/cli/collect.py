@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, print_json
+from testbed.textfmt import plural
 
 
 def _human(n: float) -> str:
@@ -96,7 +97,7 @@ def _print_collect(results: list[CollectResult]) -> None:
             continue
         t = Table(title=f"{r.run_id} -> {r.path}", title_justify="left")
         for col in ("host", "method", "files", "sent", "bytes", "unchanged", "seconds", "status"):
-            t.add_column(col)
+            t.add_column(col, no_wrap=col == "host")
         for h in r.hosts:
             status = "[green]ok[/green]" if h.error is None else "[red]failed[/red]"
             t.add_row(h.host, h.method or "-", str(h.files), str(h.sent), _human(h.bytes_sent), str(h.unchanged),
@@ -121,6 +122,10 @@ def report_cmd(
     suite folder into results/<suite>/report/, of one campaign into results/<suite>/campaign-<ID>/; for results/,
     every run's report and results/index.md and index.html.
 
+    A failed run's report shows why: the failing rank and the last lines of its stderr (secrets masked). Exit 1
+    when a run of the report failed, timed out or was stopped, or a run of its campaign is missing (the report
+    is written all the same); 0 otherwise.
+
     Example: testbed report results/mpi-hello/mpi-hello-20240501-120000-ab12 --format html
     """
     from testbed.report.campaign import IndexResult, report_path
@@ -130,20 +135,23 @@ def report_cmd(
         if json_out:
             print_json({"index": [str(p) for p in res.paths], "runs": res.runs,
                          "campaigns": [_report_dict(c) for c in res.campaigns],
-                         "skipped": [{"folder": f, "why": w} for f, w in res.skipped]})
+                         "skipped": [{"folder": f, "why": w} for f, w in res.skipped],
+                         "failed_runs": res.failed_runs})
         else:
             _print_index(res)
-        return
-    if json_out:
+    elif json_out:
         print_json(_report_dict(res))
-        return
-    _print_report(res)
+    else:
+        _print_report(res)
+    if res.failed_runs:
+        raise typer.Exit(1)
 
 
 def _report_dict(rr: ReportResult) -> dict[str, Any]:
     return {"suite": rr.suite, "path": str(rr.path), "figures": [str(f) for f in rr.figures],
             "csvs": [str(c) for c in rr.csvs], "passed": rr.passed, "runs": rr.runs,
-            "checks": [{"name": n, "passed": p, "detail": d} for n, p, d in rr.checks], "skipped": rr.skipped}
+            "checks": [{"name": n, "passed": p, "detail": d} for n, p, d in rr.checks], "skipped": rr.skipped,
+            "cause": rr.cause, "failed_runs": rr.failed_runs}
 
 
 def _print_report(rr: ReportResult) -> None:
@@ -151,12 +159,27 @@ def _print_report(rr: ReportResult) -> None:
     from rich.markup import escape
 
     c = Console(highlight=False, soft_wrap=True)
-    c.print(f"report: {escape(str(rr.path))}" + (f" ({len(rr.runs)} runs)" if rr.runs else ""))
+    c.print(f"report: {escape(str(rr.path))}" + (f" ({plural(len(rr.runs), 'run')})" if rr.runs else ""))
     for f in rr.figures:
         c.print(f"figure: {escape(str(f))}")
     for n, p, d in rr.checks:
         mark = "[green]pass[/green]" if p else ("[red]FAIL[/red]" if p is False else "[yellow]n/a[/yellow]")
         c.print(f"check {mark} {escape(n)}{': ' + escape(d) if d else ''}")
+    cause = rr.cause
+    if cause:
+        where = f"{cause['host']} rank {cause['rank']}" if cause.get("rank") is not None else cause.get("host")
+        c.print(f"[red]why it failed[/red]: {escape(str(where or cause['status']))}"
+                + (f" ({escape(cause['reason'])})" if cause.get("reason") else ""))
+        if cause.get("tail"):
+            c.print(f"  last lines of {escape(str(cause['file']))} ({cause['stream']}):")
+            for line in cause["tail"]:
+                c.print(f"  | {escape(line)}")
+        elif cause.get("note"):
+            c.print(f"  {escape(cause['note'])}")
+    elif rr.failed_runs:
+        for b in rr.failed_runs:
+            c.print(f"[red]{escape(str(b['status']))}[/red] {escape(str(b['run_id'] or '-'))}"
+                    + (f": {escape(b['cause'])}" if b.get("cause") else ""))
     for s in rr.skipped:
         c.print(f"[dim]skipped: {escape(s)}[/dim]")
 
@@ -170,10 +193,14 @@ def _print_index(res: IndexResult) -> None:
         c.print(f"index: {escape(str(p))}")
     for r in res.runs:
         mark = "[red]error[/red]" if r["error"] else ("[green]pass[/green]" if r["passed"] else "[red]FAIL[/red]")
-        c.print(f"run {mark} {escape(r['run_id'])}: {escape(str(r['report'] or r['error']))}")
+        c.print(f"run {mark} {escape(r['run_id'])}: {escape(str(r['report'] or r['error']))}"
+                + (f"\n  why: {escape(r['cause'])}" if r.get("cause") else ""))
     for rr in res.campaigns:
         mark = "[green]pass[/green]" if rr.passed else "[red]FAIL[/red]"
-        c.print(f"campaign {mark} {escape(rr.suite)} ({len(rr.runs)} runs): {escape(str(rr.path))}")
+        c.print(f"campaign {mark} {escape(rr.suite)} ({plural(len(rr.runs), 'run')}): {escape(str(rr.path))}")
+    for b in res.failed_runs:
+        if b["status"] == "missing":
+            c.print(f"[red]missing[/red] {escape(str(b['run_id'] or '-'))}: {escape(b['cause'])}")
     for folder, why in res.skipped:
         c.print(f"[dim]skipped: {escape(folder)}: {escape(why)}[/dim]")
 

@@ -4,6 +4,7 @@
 to the full Typer app unchanged (so every other spelling, ``--help`` of a command, a usage error and shell
 completion behave as before):
 
+- ``testbed --version``: the version of the installed distribution (its package metadata);
 - ``testbed --help``: the root help as Typer renders it, kept in a cache keyed by everything that shapes it
   (the CLI's source files, the Typer and Rich installs, the terminal and the environment variables Rich and
   Typer read); a miss renders it through Typer and stores it;
@@ -40,6 +41,9 @@ def run(argv: list[str]) -> int | None:
         args = args[1:]
     if args == ["--help"] and not debug:
         return _help()
+    if args == ["--version"]:
+        sys.stdout.write(version_line() + "\n")
+        return 0
     if args[:1] == ["status"]:
         st = _parse_status(args[1:])
         if st is None:
@@ -58,6 +62,25 @@ def run(argv: list[str]) -> int | None:
 
         return hot.exec_(*ex)
     return None
+
+
+def version_line() -> str:
+    """``testbed X.Y.Z``: the version in the package metadata of the distribution whose ``testbed`` command this
+    is (found by its entry point, whatever the distribution is called); the source's own version when testbed
+    runs from a checkout that was never installed."""
+    from importlib import metadata
+
+    for dist in metadata.distributions():
+        try:
+            eps = dist.entry_points
+        except Exception:  # noqa: S112 (a broken distribution elsewhere in the environment is not ours)
+            continue
+        if any(ep.group == "console_scripts" and ep.value.replace(" ", "") == "testbed.cli:main" for ep in eps):
+            name = dist.metadata["Name"] or "testbed"
+            return f"testbed {dist.version}" + (f" (distribution {name})" if name != "testbed" else "")
+    from testbed import __version__
+
+    return f"testbed {__version__} (not installed: running from {Path(__file__).resolve().parents[2]})"
 
 
 def _set_debug(flag: bool) -> None:

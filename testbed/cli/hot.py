@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.cli.output import Plain, console, escape, existing_store, print_json, store
 from testbed.errors import TestbedError, UsageError
+from testbed.textfmt import iso, plural
 
 if TYPE_CHECKING:
     from testbed.providers.base import Provider
@@ -46,7 +46,8 @@ def _progress_printer() -> Any:
 
 def _hosts_table(out: Plain, title: str, hosts: list[Any]) -> None:
     out.table(title, ("host", "address", "port", "user", "groups", "state"),
-              [[h.name, h.address, str(h.port), h.user, ",".join(h.groups), h.state] for h in hosts])
+              [[h.name, h.address, str(h.port), h.user, ",".join(h.groups), h.state] for h in hosts],
+              whole=("host", "address"))
 
 
 def _known_testbed(st: Store, name: str) -> dict[str, Any]:
@@ -190,7 +191,7 @@ def exec_(name: str, command: list[str], hosts: str | None, timeout: float | Non
                 out.write(r.stdout.rstrip("\n"))
             if r.stderr and not r.error:
                 out.write(out.paint(r.stderr.rstrip(), "dim"))
-        out.write(f"{len(results) - len(failed)}/{len(results)} hosts ok"
+        out.write(f"{len(results) - len(failed)}/{plural(len(results), 'host')} ok"
                   + (f"; failed: {', '.join(r.host for r in failed)}" if failed else ""))
     return 1 if failed else 0
 
@@ -203,9 +204,8 @@ def _recent_runs(st: Store, limit: int = 10) -> list[dict[str, Any]]:
 
 def _print_runs(runs: list[dict[str, Any]]) -> None:
     Plain().table("runs", ("id", "suite", "testbed", "status", "started", "reason"),
-                  [[r["id"], r["suite"], r["testbed"], r["status"],
-                    time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"])) if r.get("started") else "",
-                    r.get("reason") or ""] for r in runs])
+                  [[r["id"], r["suite"], r["testbed"], r["status"], iso(r.get("started")) or "", r.get("reason") or ""]
+                   for r in runs], whole=("id", "testbed"))
 
 
 def _run_status(run_id: str, json_out: bool) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from testbed.cli.output import Plain
 from testbed.expiry import span
+from testbed.textfmt import plural
 
 
 def _cost(c: dict[str, Any] | None) -> tuple[str, str]:
@@ -25,10 +26,10 @@ def _table(out: Plain, title: str, rows: list[dict[str, Any]], *, folder: bool =
         counts: dict[str, int] = {}
         for res in r["resources"]:
             counts[res["kind"]] = counts.get(res["kind"], 0) + 1
-        holds = ", ".join(f"{n} {k}{'s' if n > 1 else ''}" for k, n in counts.items()) or f"{r['hosts']} hosts"
+        holds = ", ".join(plural(n, k) for k, n in counts.items()) or plural(r["hosts"], "host")
         if r.get("lease_end"):
             holds += f"; lease ends {r['lease_end']}"
-        holds += f"\nsince {(r['since'] or '')[:16]}"
+        holds += f"\nsince {r['since'] or 'unknown'}"
         per_h, so_far = _cost(r.get("cost"))
         e = r.get("expiry")
         exp_txt = "none"
@@ -41,9 +42,9 @@ def _table(out: Plain, title: str, rows: list[dict[str, Any]], *, folder: bool =
             exp_txt = (", ".join(parts) + f" [{e['switch']}]\nnext release {e['release_at']} (in {e['in']})"
                        + (", held by a run" if e.get("held_by_run") else ""))
         table.append([f"{r['name']}\n{r['provider']}, {r['status']}", *([r["folder"]] if folder else []), holds,
-                      ", ".join(r["active_runs"]) or "-", f"{per_h}\n{so_far} so far", exp_txt])
+                      "\n".join(r["active_runs"]) or "-", f"{per_h}\n{so_far} so far", exp_txt])
     columns = ("testbed", *(("folder",) if folder else ()), "holds", "run", "cost", "expiry")
-    out.table(title, columns, table, lines=True)
+    out.table(title, columns, table, lines=True, whole=("testbed", "run"))  # ids are never cut in two
     for r in rows:
         if r.get("warning"):
             where = f" (in {r['folder']})" if folder else ""
@@ -85,7 +86,8 @@ def render(out: Plain, data: dict[str, Any]) -> None:
     done = [a for a in asked if a["asked"]]
     if orphans:
         out.table("orphans: held at a provider, not in state", ("testbed", "kind", "id", "release with"),
-                  [[o["testbed"], o["kind"], o["id"], o.get("release") or ""] for o in orphans])
+                  [[o["testbed"], o["kind"], o["id"], o.get("release") or ""] for o in orphans],
+                  whole=("testbed", "id"))
     elif done:
         out.write("orphans: none found at the providers asked")
     else:

@@ -75,14 +75,23 @@ class Plain:
         title = "  ".join(self.paint(t, st) if st else t for t, st in parts)
         self.write(f"{title} {self.line_char * max(0, self.width - len(plain) - 1)}")
 
-    def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], *, lines: bool = False) -> None:
+    def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], *, lines: bool = False,
+              whole: Sequence[str] = ()) -> None:
         """A boxed table as Rich draws one (heavy head), cells wrapped to fit the width; ``lines``: a rule between
-        rows. Cells may hold several lines."""
+        rows. Cells may hold several lines. The columns named in ``whole`` (ids: runs, hosts, testbeds) never
+        break a word: the other columns give up their room first, and a table that still does not fit is wider
+        than the terminal rather than cut an id in two."""
         cells = [[str(c).split("\n") for c in r] for r in rows]
         widths = [max([len(h), *(len(ln) for r in cells for ln in r[i])]) for i, h in enumerate(columns)]
+        floor = [max([8, *(len(w) for r in cells for ln in r[i] for w in ln.split())]) if h in whole else 8
+                 for i, h in enumerate(columns)]
         room = self.width - 3 * len(columns) - 1
-        while sum(widths) > room and max(widths) > 8:  # bounded: the widest shrinks by one each pass
-            widths[widths.index(max(widths))] -= 1
+        while sum(widths) > room:  # bounded: a column shrinks by one each pass, never below its floor
+            give = [i for i, w in enumerate(widths) if w > floor[i]]
+            if not give:
+                break
+            widest = max(give, key=lambda i: widths[i])
+            widths[widest] -= 1
         u = self.line_char == "─"
         h, v, hh, hv = ("─", "│", "━", "┃") if u else ("-", "|", "-", "|")
 

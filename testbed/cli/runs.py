@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from testbed.cli import complete
-from testbed.cli.common import JsonOpt, console, escape, existing_store, print_json, store
+from testbed.cli.common import JsonOpt, console, escape, existing_store, json_wanted, print_json, store
+from testbed.textfmt import iso, plural
 
 if TYPE_CHECKING:
     from testbed.run.models import Plan, RunRecord
@@ -33,7 +34,9 @@ def run(
     no_faults: Annotated[bool, typer.Option("--no-faults", help="Inject no fault at all.")] = False,
     detach: Annotated[bool, typer.Option("--detach", help="Start and return; follow with status/logs.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print every command per host, in order; touch "
-                                                            "nothing.")] = False,
+                                                            "nothing. Exit 2, after the commands, with the refusal "
+                                                            "when the real run would be refused on this testbed.")
+                       ] = False,
     collect: Annotated[bool, typer.Option("--collect", help="Collect outputs into results/ afterwards.")] = False,
     no_setup: Annotated[bool, typer.Option("--no-setup", help="Skip applying the suite's profile.")] = False,
     source: Annotated[list[str] | None, typer.Option("--source", help="NAME=PATH|URL[@REF]: run a suite source or "
@@ -66,12 +69,13 @@ def run(
     st = existing_store() if dry_run else store()  # a dry run creates nothing
     plan = runner.plan_run(s, on, given, faults=faults, dry_run=dry_run, sources=src, store=st)
     if dry_run:
-        return _show_dry_run(plan, json_out)
+        _show_dry_run(plan, json_out)
+        return _warn_refused(plan)
     _setup(s, plan.testbed, no_setup, plan.source_overrides)
     run_id = runner.start_run(plan, store=st)
     c = console(stderr=True)
     c.print(f"run [bold]{run_id}[/bold] on {plan.testbed} "
-            f"({len(plan.ranks)} ranks on {', '.join(plan.host_names)})")
+            f"({plural(len(plan.ranks), 'rank')} on {', '.join(plan.host_names)})")
     if detach:
         if json_out:
             print_json({"run_id": run_id, "status": "pending"})
@@ -125,10 +129,23 @@ def _collect(run_ids: list[str]) -> None:
 
     results = collect.collect_runs(run_ids, to=Path("results"))
     for r in results:
-        console(stderr=True).print(f"collected {r.run_id} -> {r.path} ({r.files_sent} files sent)")
+        console(stderr=True).print(f"collected {r.run_id} -> {r.path} ({plural(r.files_sent, 'file')} sent)")
     problem = collect.format_problems(results)
     if problem is not None:
         raise problem
+
+
+def _warn_refused(plan: Plan) -> None:
+    """A dry run the real run would refuse (the suite's provider or accelerator): after the commands, the same
+    refusal as one error, exit 2, as the real run would end (before touching a host)."""
+    if not plan.refused:
+        return
+    from testbed.errors import UsageError
+
+    r = plan.refused[0]
+    more = f" (and {len(plan.refused) - 1} more)" if len(plan.refused) > 1 else ""
+    raise UsageError(f"dry run shown above, but the real run would be refused: {r['what']}{more}",
+                     where=r.get("where"), fix=r.get("fix"))
 
 
 def _show_dry_run(plan: Plan, json_out: bool) -> None:
@@ -139,7 +156,7 @@ def _show_dry_run(plan: Plan, json_out: bool) -> None:
     lines = dry_run_lines(plan)
     if json_out:
         print_json({"run_id": plan.run_id, "testbed": plan.testbed, "params": plan.params,
-                    "hosts": [h.model_dump() for h in plan.hosts], "commands": lines})
+                    "hosts": [h.model_dump() for h in plan.hosts], "commands": lines, "refused": plan.refused})
         return
     c = console()
     note = " (placeholder hosts: the testbed is not provisioned)" if plan.placeholder_hosts else ""
@@ -168,24 +185,27 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
         if json_out:
             from testbed.run.plan import dry_run_lines
 
-            print_json([{"params": p.params, "commands": dry_run_lines(p)} for p in plans])
-            return
-        for p in plans:
-            _show_dry_run(p, False)
-        return
+            print_json([{"params": p.params, "commands": dry_run_lines(p), "refused": p.refused} for p in plans])
+        else:
+            for p in plans:
+                _show_dry_run(p, False)
+        return _warn_refused(plans[0]) if plans else None
     # checks the overrides before any host
     first = runner.plan_run(s, tb, points[0], faults=faults, sources=src, store=st)
     _setup(s, tb, no_setup, first.source_overrides)
     cid = campaign.create_or_resume(s.name, tb, points, faults, src, store=st)
     c = console(stderr=True)
-    c.print(f"campaign [bold]{cid}[/bold]: {len(points)} runs of {s.name} on {tb}")
+    c.print(f"campaign [bold]{cid}[/bold]: {plural(len(points), 'run')} of {s.name} on {tb}")
     if detach:
         from testbed.run import state as run_state
 
         log = open(run_state.run_home(cid) / "campaign.out", "ab")  # noqa: SIM115
         subprocess.Popen([sys.executable, "-m", "testbed.run.campaign", cid], stdin=subprocess.DEVNULL, stdout=log,
                          stderr=log, start_new_session=True, close_fds=True)
-        c.print(f"detached: testbed list runs; rerun the same command to follow or resume {cid}")
+        if json_out:
+            print_json({"campaign": cid, "status": "running", "points": len(points)})
+        else:
+            c.print(f"detached: testbed list runs; rerun the same command to follow or resume {cid}")
         return
     try:
         row = campaign.drive(cid, progress=lambda line: c.print(line), store=st)
@@ -198,7 +218,15 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     if json_out:
         print_json(row.to_json())
     ok = sum(p.status == "succeeded" for p in row.points)
-    c.print(f"campaign {cid}: {ok}/{len(row.points)} runs succeeded")
+    colour = "green" if ok == len(row.points) else "red"
+    c.print(f"campaign {cid} [{colour}]{escape(row.status)}[/{colour}]: {ok}/{plural(len(row.points), 'run')} "
+            "succeeded")
+    for pt in row.points:
+        if pt.status != "succeeded":
+            run = st.run(pt.run_id) if pt.run_id else None
+            c.print(f"  {escape(pt.run_id or '-')} {escape(pt.status)}"
+                    + (f": {escape(run.reason)}" if run is not None and run.reason else "")
+                    + (f" (testbed logs {pt.run_id})" if pt.run_id else ""))
     if ok != len(row.points):
         raise typer.Exit(1)
 
@@ -279,7 +307,7 @@ def progress_view(run_id: str, last: str, elapsed: float, lines: list[Any], most
     for ln in lines[:most]:
         rows.append(Text.assemble((f"  {ln.host} r{ln.rank}  ", "cyan"), ln.text, no_wrap=True, overflow="ellipsis"))
     if len(lines) > most:
-        rows.append(Text(f"  … {len(lines) - most} more rank(s): testbed logs {run_id} -f", style="dim"))
+        rows.append(Text(f"  … {plural(len(lines) - most, 'more rank')}: testbed logs {run_id} -f", style="dim"))
     return Group(*rows)
 
 
@@ -355,7 +383,7 @@ def show_run_status(run_id: str, json_out: bool) -> None:
         c.print("params: " + escape(", ".join(f"{k}={v}" for k, v in run.params.items())))
     if run.started:
         end = run.ended or time.time()
-        c.print(f"started {clock(run.started)}, {'ended ' + clock(run.ended) if run.ended else 'running'}"
+        c.print(f"started {iso(run.started)}, {'ended ' + str(iso(run.ended)) if run.ended else 'running'}"
                 f" ({end - run.started:.1f} s)")
     t = Table(title_justify="left")
     for col in ("rank", "host", "status", "exit", "reason"):
@@ -401,7 +429,7 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
             c.print(f"  {k} ({p.type}) = {p.default!r}{extra}  {escape(p.help)}")
     if s.matrix:
         n = len(s.matrix) if isinstance(s.matrix, list) else len(suite_mod.expand_matrix(s, {}))
-        c.print(f"matrix: {n} points (testbed run {s.name} --matrix)")
+        c.print(f"matrix: {plural(n, 'point')} (testbed run {s.name} --matrix)")
     c.print(f"steps: prepare {len(s.steps.prepare)}, launch on {s.steps.launch.on} "
             f"({s.steps.launch.ranks_per_host}/host), recovery {len(s.steps.recovery)}, post {len(s.steps.post)}")
     for name, f in s.faults.items():
@@ -410,11 +438,12 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
         c.print(f"fault {name}{dflt}: {f.action} {trig}  {escape(f.description)}")
 
 
-def list_suites(json_out: JsonOpt = False) -> None:
+def list_suites(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """Suites found in experiments/ (cwd first, then the shipped ones). Example: testbed list suites"""
     from testbed import suite as suite_mod
     from testbed.errors import TestbedError
 
+    json_out = json_wanted(ctx, json_out)
     rows = []
     for name, path in suite_mod.list_suites().items():
         try:
@@ -432,7 +461,7 @@ def list_suites(json_out: JsonOpt = False) -> None:
 
     t = Table(title="suites", title_justify="left")
     for col in ("name", "testbed", "matrix", "description"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col in ("name", "testbed"))  # names are never cut in two
     for r in rows:
         t.add_row(str(r["name"]), str(r["testbed"]), "yes" if r["matrix"] else "", escape(str(r["description"])))
     console().print(t)
@@ -491,7 +520,7 @@ def _show_rehearsal(res: Any) -> None:
     out = console()
     shape = res.shape
     out.print(f"[bold]rehearsal of {escape(res.suite)}[/bold] on {escape(res.replica)}, a replica of "
-              f"{escape(res.like)}: {len(shape['hosts'])} hosts ({escape(', '.join(shape['hosts']))}), user "
+              f"{escape(res.like)}: {plural(len(shape['hosts']), 'host')} ({escape(', '.join(shape['hosts']))}), user "
               f"{escape(shape['user'])}" + (", shared home" if shape.get("shared_home") else "")
               + (f", interface {escape(str(shape['interface']))}" if shape.get("interface") else "")
               + (f", GPU {escape(str(shape['gpu_model']))} (declared, not present)" if shape.get("gpu_model") else ""))
@@ -515,7 +544,7 @@ def _show_rehearsal(res: Any) -> None:
         out.print(f"  ranks: {p.ranks}")
         for pr in p.probes:
             out.print(f"    {escape(pr.host)}: {escape(pr.script)} checked by {escape(pr.parsed_by)}: "
-                      + ("ok" if not pr.problems else f"{len(pr.problems)} problem(s)"))
+                      + ("ok" if not pr.problems else plural(len(pr.problems), "problem")))
             for prob in pr.problems:
                 out.print(f"      [red]{escape(prob)}[/red]")
         for n in p.not_rehearsed:

@@ -8,6 +8,7 @@ from typing import Any
 
 from testbed.setup import apply
 from testbed.setup.events import EventAggregator, SetupResult
+from testbed.textfmt import plural
 
 
 # --- progress display ------------------------------------------------------------------------------------
@@ -64,8 +65,8 @@ def render_summary(result: SetupResult) -> Any:
     from rich.text import Text
 
     if not result.ran:
-        return Text(f"setup {result.testbed}: {result.plan}: skipped: unchanged on {len(result.unchanged)} hosts "
-                    f"({result.elapsed:.1f} s)", style="green")
+        return Text(f"setup {result.testbed}: {result.plan}: skipped: unchanged on "
+                    f"{plural(len(result.unchanged), 'host')} ({result.elapsed:.1f} s)", style="green")
     verdict = "would change" if result.check else "changed"
     t = Table(title=f"setup {result.testbed}: {result.plan}  ({result.elapsed:.1f} s"
                     f"{', check mode' if result.check else ''})", title_justify="left")
@@ -79,7 +80,7 @@ def render_summary(result: SetupResult) -> Any:
                   Text(h.status, style=style))
     parts: list[Any] = [t]
     if result.unchanged:
-        parts.append(Text(f"skipped: unchanged on {len(result.unchanged)} hosts", style="green"))
+        parts.append(Text(f"skipped: unchanged on {plural(len(result.unchanged), 'host')}", style="green"))
     why: dict[str, list[str]] = {}
     for name, reason in result.reasons.items():
         why.setdefault(reason, []).append(name)

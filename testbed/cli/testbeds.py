@@ -12,10 +12,11 @@ from typing import Annotated, Any
 import typer
 
 from testbed.cli import complete, hot
-from testbed.cli.common import JsonOpt, console, existing_store, print_json, store
+from testbed.cli.common import JsonOpt, console, existing_store, json_wanted, print_json, store
 from testbed.cli.hot import _hosts_table, _known_testbed, _print_runs, _recent_runs, provider_for
 from testbed.cli.output import Plain
 from testbed.errors import TestbedError, UsageError
+from testbed.textfmt import plural
 
 
 # provision / status / destroy ---------------------------------------------------------------------
@@ -70,7 +71,7 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
                      "hosts": [h.to_dict() for h in hosts], "release_at": release_at})
         return
     c = console()
-    _hosts_table(Plain(), f"testbed {p.name} ({p.kind}): {len(hosts)} hosts up in {dt:.1f} s", hosts)
+    _hosts_table(Plain(), f"testbed {p.name} ({p.kind}): {plural(len(hosts), 'host')} up in {dt:.1f} s", hosts)
     if release_at:
         c.print(f"released at {release_at} by its dead-man's switch ({e.switch if e else ''}) unless extended "
                 f"(testbed extend {p.name} --expire 8h)")
@@ -360,15 +361,16 @@ def forget_host(name: Annotated[str, typer.Argument(help="Testbed name.", autoco
 
 
 def list_default(ctx: typer.Context, json_out: JsonOpt = False) -> None:
-    """Testbeds defined in inventories/ and their state."""
+    """Testbeds defined in inventories/ and their state (--json here applies to the list that follows)."""
     if ctx.invoked_subcommand is None:
-        list_testbeds(json_out)
+        list_testbeds(ctx, json_out)
 
 
-def list_testbeds(json_out: JsonOpt = False) -> None:
+def list_testbeds(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """Testbed specs found in inventories/ (cwd first, then the shipped ones). Example: testbed list testbeds"""
     from testbed import paths
 
+    json_out = json_wanted(ctx, json_out)
     st = existing_store()
     rows = []
     for name, p in paths.list_resources("inventories").items():
@@ -381,16 +383,17 @@ def list_testbeds(json_out: JsonOpt = False) -> None:
 
     t = Table(title="testbeds", title_justify="left")
     for col in ("name", "status", "spec"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col == "name")  # a name is never cut in two
     for r in rows:
         t.add_row(r["name"], r["status"], r["spec"])
     console().print(t)
 
 
-def list_profiles(json_out: JsonOpt = False) -> None:
+def list_profiles(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """Set-up profiles (playbooks/profiles/) with their roles. Example: testbed list profiles"""
     from testbed import setup as setup_mod
 
+    json_out = json_wanted(ctx, json_out)
     rows: list[dict[str, Any]] = []
     for name in setup_mod.available_profiles():
         plan = setup_mod.load_profile(name)
@@ -401,7 +404,7 @@ def list_profiles(json_out: JsonOpt = False) -> None:
     from rich.table import Table
 
     t = Table(title="profiles", title_justify="left")
-    t.add_column("profile")
+    t.add_column("profile", no_wrap=True)
     t.add_column("roles, in order")
     for r in rows:
         t.add_row(r["name"], ", ".join(r["roles"]))
@@ -410,8 +413,9 @@ def list_profiles(json_out: JsonOpt = False) -> None:
     c.print("roles: " + ", ".join(setup_mod.available_roles()))
 
 
-def list_runs(json_out: JsonOpt = False) -> None:
+def list_runs(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """Recent runs recorded in state. Example: testbed list runs"""
+    json_out = json_wanted(ctx, json_out)
     runs = _recent_runs(existing_store(), limit=100)
     if json_out:
         print_json(runs)

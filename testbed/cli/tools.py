@@ -10,6 +10,7 @@ import typer
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, console, escape, print_json, store
 from testbed.errors import TestbedError
+from testbed.textfmt import plural
 
 # check / doctor ---------------------------------------------------------------------------------------
 Targets = Annotated[list[str] | None, typer.Argument(
@@ -120,7 +121,7 @@ def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local test
             c.print(Rule(f"[bold]testbed destroy {tb}[/bold]", align="left"))
             cmd.main(["destroy", tb, "--yes"], prog_name="testbed", standalone_mode=False)
     c.print(f"\n[bold green]demo done[/bold green] in {time.monotonic() - t0:.0f} s; results in {results}/ "
-            f"({len(reports)} runs with a manifest and a report)")
+            f"({plural(len(reports), 'run')} with a manifest and a report)")
     from testbed.run.runner import describe_event
 
     st = store()

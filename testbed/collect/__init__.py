@@ -79,6 +79,7 @@ from testbed.hosts import Host
 from testbed.paths import PARTIAL_DIR
 from testbed.run.models import RunRecord
 from testbed.state import Store
+from testbed.textfmt import plural
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]*$")
 
@@ -313,7 +314,7 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
                                 unchanged_since(folder / h / p, sha, size, collected_at.get((h, p), 0)))]
     stray = _stray_files(folder, {(f["host"], f["path"]) for f in files}, host_names)
     if stray:
-        res.notes.append(f"{len(stray)} file(s) under {folder} are not verified files of this run and are left out "
+        res.notes.append(f"{plural(len(stray), 'file')} under {folder}: not verified files of this run, left out "
                          f"of its manifest: {', '.join(stray[:3])}{' …' if len(stray) > 3 else ''}")
     if not files and not old:  # nothing of the run was fetched: no manifest-only folder, which would read as a run
         _remove_empty(made)
@@ -342,7 +343,7 @@ def _kept_or_lost(res: CollectResult, run: RunRecord, gone: str) -> None:
     res.manifest = res.path / mf.MANIFEST
     have = {str(f.get("host")) for f in files}
     missing = [h for h in run.info.hosts if h not in have]
-    res.notes.append(f"{gone}; kept the {len(files)} file(s) collected before"
+    res.notes.append(f"{gone}; kept the {plural(len(files), 'file')} collected before"
                      + (f" (none of {', '.join(missing)} had been collected)" if missing else ""))
 
 
@@ -442,7 +443,7 @@ def format_problems(results: list[CollectResult]) -> TestbedError | None:
     if not lines:
         return None
     failed_hosts = sorted({h.host for r in results for h in r.hosts if h.error})
-    what = (f"collect incomplete: {len(lines)} problem(s)\n  " + "\n  ".join(lines)) if len(lines) > 1 \
+    what = (f"collect incomplete: {plural(len(lines), 'problem')}\n  " + "\n  ".join(lines)) if len(lines) > 1 \
         else f"collect incomplete: {lines[0]}"
     where = ", ".join(failed_hosts) if failed_hosts else "state"
     retry = any(r.error or any(h.error for h in r.hosts) for r in results)

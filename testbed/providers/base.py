@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from testbed import ssh
 from testbed.errors import TestbedError
 from testbed.hosts import Host
+from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.expiry import Expiry
@@ -187,7 +188,7 @@ class Provider(ABC):
 
     def unreachable(self, hosts: list[Host]) -> TestbedError:
         """The message when hosts were recorded but did not answer."""
-        return TestbedError(f"{len(hosts)} host(s) of '{self.name}' did not answer: "
+        return TestbedError(f"{plural(len(hosts), 'host')} of '{self.name}' did not answer: "
                             + ", ".join(h.name for h in hosts), where=f"testbed {self.name}",
                             fix=f"'testbed provision {self.name}' tries again")
 
@@ -380,7 +381,7 @@ class Provider(ABC):
             self._login(h, deadline, made.login_as)
 
         each(one, hosts)
-        self.progress(f"{len(hosts)} host(s) answer SSH")
+        self.progress(f"{plural(len(hosts), 'host')} answering SSH")
 
     def pin(self, host: str, keys: list[str], *, renewed: bool) -> None:
         """The host-key policy: pin a new host's keys; replace the pin only of a host testbed itself (re)made;

@@ -28,6 +28,7 @@ from testbed.errors import TestbedError
 from testbed.hosts import Host
 from testbed.providers.base import Made, Pacer, Provider
 from testbed.providers.settings import ChameleonSettings
+from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.expiry import Expiry
@@ -197,8 +198,8 @@ class ChameleonProvider(Provider):
                                 fix=f"{after}; wait for addresses to free up, or set provider.floating_ips: "
                                     "false (fixed IPs, reachable only from inside Chameleon)")
         if "not enough hosts available" in low or "not enough resources available" in low:
-            return TestbedError(f"no {s.count} free {s.node_type} node(s) for the lease period while {doing} "
-                                f"({status}: {m})", where=where,
+            return TestbedError(f"no {s.count} free {s.node_type} {'node' if s.count == 1 else 'nodes'} for the lease "
+                                f"period while {doing} ({status}: {m})", where=where,
                                 fix="pick other dates (provider.start/end/hours), fewer nodes or another "
                                     f"node_type (check its spelling); see availability in the {s.site} host "
                                     "calendar")
@@ -361,7 +362,7 @@ class ChameleonProvider(Provider):
             now = time.monotonic()
             if now >= deadline:
                 names = ", ".join(f"{self.server_name(h)} ({seen.get(h)})" for h in pending)
-                raise TestbedError(f"{len(pending)} server(s) not ACTIVE after {s.server_timeout} s: {names}",
+                raise TestbedError(f"{plural(len(pending), 'server')} not ACTIVE after {s.server_timeout} s: {names}",
                                    where=self._where("nova", f"reservation of lease {self.lease_name}"),
                                    fix=f"bare metal takes 10-20 min to deploy: run 'testbed provision {self.name}' "
                                        "again to keep waiting (or raise provider.server_timeout); "

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from testbed.errors import TestbedError, UsageError
 from testbed.expiry import iso
+from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.expiry import Expiry
@@ -117,7 +118,7 @@ def cost(p: ChameleonProvider, table: dict[str, Any]) -> dict[str, Any] | None:
     nodes = len(p.store.resources(p.name, "server")) or p.settings.count
     su = float((table.get("chameleon") or {}).get("su_per_node_hour") or 1.0)
     return {"per_hour": nodes * su, "unit": "SU", "since": leases[0]["created"],
-            "basis": f"{nodes} node(s) x {su:g} SU/node-hour ({p.settings.node_type})"}
+            "basis": f"{plural(nodes, 'node')} x {su:g} SU/node-hour ({p.settings.node_type})"}
 
 
 def orphans(p: ChameleonProvider) -> list[dict[str, Any]]:

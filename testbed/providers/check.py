@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from testbed.distribution import install_command
 from testbed.errors import TestbedError, has_module
+from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.spec import TestbedSpec
@@ -294,7 +295,7 @@ def _tpu(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
         rep.failure("accepted", err)
         return
     ours = sum(1 for n in nodes if dict(n.labels).get("managed-by") == "testbed")
-    rep.add("accepted", True, f"the TPU API listed {len(nodes)} node(s) in {p.parent} ({ours} made by testbed)")
+    rep.add("accepted", True, f"the TPU API listed {plural(len(nodes), 'node')} in {p.parent} ({ours} made by testbed)")
     if quotas:
         rep.add("quotas", None, "not given by the TPU API: see IAM & Admin > Quotas in the console (service "
                 "tpu.googleapis.com)", required=False)

@@ -43,6 +43,7 @@ from testbed.providers.gcp_tpu_wait import Polling as Polling
 from testbed.providers.gcp_tpu_wait import duration as duration
 from testbed.providers.gcp_tpu_wait import pace
 from testbed.providers.settings import TpuSettings
+from testbed.textfmt import plural
 
 EXTRA = "tpu"  # the pip extra that brings google-cloud-tpu (pyproject.toml)
 
@@ -256,8 +257,8 @@ class TpuProvider(Provider):
                              fix="set 'user: tpu' (or any normal login name), or leave user out: the default is tpu")
         if s.queued_resource and s.count > 1 and s.accelerator_type.startswith(SINGLE_SLICE_ONLY):
             raise UsageError(
-                f"a queued resource for {s.count} nodes is a multislice request, which Cloud TPU offers for v4 and "
-                f"later only, not {s.accelerator_type}", where=f"{self.source}: provider.queued_resource",
+                f"a queued resource for {plural(s.count, 'node')} is a multislice request, which Cloud TPU offers for "
+                f"v4 and later only, not {s.accelerator_type}", where=f"{self.source}: provider.queued_resource",
                 fix="use count: 1 (a bigger slice such as v2-32 has several workers, each a host), queued_resource: "
                     "false (one create per node), or a v4 or later accelerator_type")
         self.client()  # refuses missing ADC / project before any API request
@@ -276,7 +277,7 @@ class TpuProvider(Provider):
 
     def interrupted(self) -> TestbedError:
         n = len(self.store.resources(self.name))
-        told = (f"{n} TPU resource(s) were requested and may be running (and billing)" if n
+        told = (f"{plural(n, 'TPU resource')} requested, possibly running (and billing)" if n
                 else "no TPU resource was requested yet")
         return TestbedError(
             f"provisioning of TPU testbed '{self.name}' was interrupted; {told}",
@@ -325,7 +326,7 @@ class TpuProvider(Provider):
         surplus = [r["id"] for r in self.store.resources(self.name, NODE)
                    if r["id"] not in self.node_ids() and not r["info"].get("queued_resource")]
         if surplus:  # the spec asks for fewer nodes than were made
-            self.progress(f"deleting {len(surplus)} node(s) no longer in the spec: {', '.join(surplus)}")
+            self.progress(f"deleting {plural(len(surplus), 'node')} no longer in the spec: {', '.join(surplus)}")
             from testbed.providers import gcp_tpu_release
 
             failures = gcp_tpu_release.delete_nodes(self, surplus)
@@ -438,7 +439,7 @@ class TpuProvider(Provider):
             if now - last_report >= self.polling.report_every:
                 last_report = now
                 waiting = ", ".join(f"{n} {seen.get(n, '?')}" for n in ops if n not in ready)
-                self.progress(f"waiting for {len(ops) - len(ready)} TPU node(s) to be READY: {waiting} "
+                self.progress(f"waiting for {plural(len(ops) - len(ready), 'TPU node')} to be READY: {waiting} "
                               f"({duration(now - start)}, gives up in {duration(deadline - now)}; next check in "
                               f"{pause:.0f} s)")
             time.sleep(pause)

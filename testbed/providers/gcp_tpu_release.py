@@ -13,6 +13,7 @@ from testbed.providers.gcp_tpu_errors import (
     is_not_found,
 )
 from testbed.providers.gcp_tpu_wait import pace
+from testbed.textfmt import plural
 
 
 def release(p: TpuProvider) -> None:
@@ -31,7 +32,7 @@ def release(p: TpuProvider) -> None:
                 failures += delete_nodes(p, left)
         except KeyboardInterrupt:
             n = len(p.store.resources(p.name))
-            raise TestbedError(f"destroy of TPU testbed '{p.name}' was interrupted; {n} TPU resource(s) "
+            raise TestbedError(f"destroy of TPU testbed '{p.name}' was interrupted; {plural(n, 'TPU resource')} "
                                "may still exist", where=f"testbed {p.name} ({p.parent})",
                                fix=f"run 'testbed destroy {p.name}' again", code=130) from None
         if failures:

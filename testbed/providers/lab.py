@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from testbed import remote, ssh
 from testbed.errors import TestbedError
 from testbed.hosts import Host
 from testbed.providers.base import Made, Provider
 from testbed.providers.settings import LabSettings
+from testbed.textfmt import plural
 
 
 class LabProvider(Provider):
@@ -30,14 +32,59 @@ class LabProvider(Provider):
         return self.spec.provider
 
     def hosts_from_spec(self) -> list[Host]:
+        """The spec's hosts; what the spec leaves out (user, port, jump host, key, the real host name of an
+        alias) comes from the user's own OpenSSH config (provider.ssh_config) for the host's address, as a plain
+        ``ssh ADDRESS`` would use it. With no key in the spec the ssh-agent is offered too."""
         s = self.settings
         out = []
         for i, h in enumerate(s.hosts):
+            addr = h.address or h.name
+            mine = self._user_config(addr)
             key = h.key or s.key
-            out.append(Host(name=h.name, address=h.address or h.name, port=h.port, user=h.user or self.spec.user,
-                            key=os.path.expanduser(key) if key else None, proxy_jump=h.proxy_jump or s.proxy_jump,
-                            groups=sorted({*self.spec.groups_for(h.name, i), *h.groups}),
-                            facts={"provider": "lab"}))
+            user = h.user or (self.spec.user if self.spec.user_given else mine.get("user") or self.spec.user)
+            port = h.port if "port" in h.model_fields_set else int(mine.get("port") or h.port)
+            jump = h.proxy_jump or s.proxy_jump or mine.get("proxyjump")
+            facts: dict[str, Any] = {"provider": "lab"}
+            if key is None:  # log in as the user's ssh would: their identity files, their agent, then ours
+                facts["ssh"] = {"identities": list(mine.get("identityfile") or []),
+                                "identities_only": mine.get("identitiesonly") == "yes",
+                                "identity_agent": mine.get("identityagent"),
+                                "from": s.ssh_config if mine else None}
+            jumps = self._jumps(jump, {x.name for x in s.hosts}) if jump else []
+            if jumps:  # the jump hosts the user's config defines (an alias such as 'bastion')
+                facts["ssh_jumps"] = jumps
+            out.append(Host(name=h.name, address=mine.get("hostname") or addr, port=port, user=user,
+                            key=os.path.expanduser(key) if key else None, proxy_jump=jump,
+                            groups=sorted({*self.spec.groups_for(h.name, i), *h.groups}), facts=facts))
+        return out
+
+    def _user_config(self, host: str) -> dict[str, Any]:
+        """The user's OpenSSH config for ``host`` (read once per provider and host)."""
+        cache: dict[str, dict[str, Any]] = self.__dict__.setdefault("_ssh_seen", {})
+        if host not in cache:
+            cache[host] = ssh.user_ssh_config(host, self.settings.ssh_config)
+        return cache[host]
+
+    def _jumps(self, jump: str, own: set[str], depth: int = 0) -> list[dict[str, Any]]:
+        """Blocks for the hops of a ProxyJump (``[user@]host[:port],...``) that the user's config defines, their
+        own jump hosts first; never one of this testbed's hosts (they have their blocks). Bounded depth."""
+        out: list[dict[str, Any]] = []
+        for hop in jump.split(","):
+            alias = hop.rsplit("@", 1)[-1]
+            alias = alias[1:].split("]", 1)[0] if alias.startswith("[") else alias.split(":", 1)[0]
+            if not alias or alias in own or depth > 4:
+                continue
+            mine = self._user_config(alias)
+            if not mine:
+                continue
+            inner = mine.get("proxyjump")
+            if inner:
+                out += self._jumps(str(inner), own, depth + 1)
+            out.append({"alias": alias, "hostname": mine.get("hostname"), "port": mine.get("port"),
+                        "user": mine.get("user"), "identities": list(mine.get("identityfile") or []),
+                        "identities_only": mine.get("identitiesonly") == "yes",
+                        "identity_agent": mine.get("identityagent"), "proxy_jump": inner,
+                        "source": self.settings.ssh_config})
         return out
 
     @property
@@ -45,6 +92,10 @@ class LabProvider(Provider):
         return self.settings.connect_timeout
 
     def preflight(self) -> None:
+        cfg = self.settings.ssh_config
+        if cfg and cfg != ssh.USER_SSH_CONFIG and not os.path.isfile(os.path.expanduser(cfg)):
+            raise TestbedError(f"provider.ssh_config names {cfg}, which is not a file", where=self.spec.source or
+                               "inventory", fix="name your OpenSSH config file, or remove provider.ssh_config")
         for h in self.hosts_from_spec():
             if h.key and not os.path.exists(h.key):
                 raise TestbedError(f"the SSH key {h.key} for {h.name} does not exist",
@@ -100,10 +151,12 @@ class LabProvider(Provider):
     def unreachable(self, hosts: list[Host]) -> TestbedError:
         bad = [f"{h.name} ({h.user}@{h.address}:{h.port}): {self._why.get(h.name, '')}" for h in hosts]
         pub = ssh.key_path(self.name).with_suffix(".pub")
-        return TestbedError(f"{len(bad)} of {len(self.spec.provider.planned_hosts() or [])} lab hosts are "
+        planned = len(self.spec.provider.planned_hosts() or [])
+        return TestbedError(f"{len(bad)} of {plural(planned, 'lab host')} {'is' if len(bad) == 1 else 'are'} "
                             "unreachable: " + "; ".join(bad), where=f"testbed {self.name}",
-                            fix=f"check the addresses, your user and key (the testbed key is {pub} when "
-                                "provider.key is not set: add it to ~/.ssh/authorized_keys on each host)")
+                            fix=f"check the addresses, your user and key (when provider.key is not set, the keys "
+                                f"of your ssh config and ssh-agent are tried, then the testbed key {pub}: add "
+                                "one of them to ~/.ssh/authorized_keys on each host)")
 
     def release(self) -> None:
         """Nothing to release: lab machines are never deleted (destroy only forgets them)."""

@@ -14,6 +14,8 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from testbed.textfmt import plural
+
 HOSTNAME_RE = r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}$"
 USER_RE = r"^[a-z_][a-z0-9_.-]{0,31}$"
 # values written into ssh_config and inventories: no whitespace or control characters (a newline in an address
@@ -79,7 +81,7 @@ class LocalSettings(Settings):
             if bad or len(set(v)) != len(v):
                 raise ValueError(f"host names must be distinct and plain (letters, digits, '-'): {bad or v}")
             if len(v) != info.data.get("hosts", len(v)):
-                raise ValueError(f"{len(v)} names for {info.data.get('hosts')} hosts")
+                raise ValueError(f"{plural(len(v), 'name')} for {plural(int(info.data.get('hosts') or 0), 'host')}")
         return v
 
     @field_validator("subnet")
@@ -100,7 +102,8 @@ class LocalSettings(Settings):
     def _fits(self) -> LocalSettings:
         net = ipaddress.IPv4Network(self.subnet)
         if self.hosts + 2 > net.num_addresses - 2:
-            raise ValueError(f"{self.hosts} hosts do not fit in {self.subnet}")
+            verb = "does" if self.hosts == 1 else "do"
+            raise ValueError(f"{plural(self.hosts, 'host')} {verb} not fit in {self.subnet}")
         return self
 
     def planned_hosts(self) -> list[str]:
@@ -143,8 +146,14 @@ class LabSettings(Settings):
     key: str | None = Field(None, description="private key; default: the testbed's own key")
     proxy_jump: str | None = Field(None, description="[user@]host[:port][,...]")
 
+    ssh_config: str | None = Field("~/.ssh/config", description="your own OpenSSH config: its User, Port, "
+                                   "ProxyJump, IdentityFile and HostName for a host's address apply where this spec "
+                                   "gives none (and, with no key here, your ssh-agent is offered too); null: "
+                                   "ignore it")
+
     _key = field_validator("key")(classmethod(lambda cls, v: _ssh_value(v, PATH_RE, "a file path")))
     _jump = field_validator("proxy_jump")(classmethod(lambda cls, v: _ssh_value(v, JUMP_RE, "[user@]host[:port]")))
+    _cfg = field_validator("ssh_config")(classmethod(lambda cls, v: _ssh_value(v, PATH_RE, "a file path")))
     connect_timeout: int = Field(10, ge=1, le=300)
     ssh_timeout: int = Field(300, ge=5, description="how long a host being repaired may take to answer SSH again "
                                                     "(a reboot)")

@@ -28,6 +28,8 @@ class ReportResult:
     checks: list[Check] = field(default_factory=list)
     suite: str = ""
     runs: list[str] = field(default_factory=list)  # the run ids of a campaign report
+    cause: dict[str, Any] | None = None  # a failed run's report: why it failed (testbed.report.cause.Cause)
+    failed_runs: list[dict[str, Any]] = field(default_factory=list)  # runs that did not succeed or are missing
 
     @property
     def passed(self) -> bool:
@@ -58,7 +60,11 @@ def build_report(run_dir: Path, fmt: str = "md") -> ReportResult:
         generic(run, rep)
     else:
         call_reporter(reporter, run, rep, f"{run.suite} reporter")
-    return write_report(rep, out_dir, fmt, run.suite)
+    res = write_report(rep, out_dir, fmt, run.suite)
+    if rep.cause is not None:
+        res.cause = rep.cause.to_json()
+        res.failed_runs = [{"run_id": run.run_id, "status": rep.cause.status, "cause": rep.cause.summary()}]
+    return res
 
 
 def call_reporter(fn: Callable[[Any, Report], None], subject: Any, rep: Report, what: str) -> None:

@@ -24,10 +24,12 @@ from typing import Any
 from testbed.errors import UsageError
 from testbed.report import render
 from testbed.report.build import ReportResult, build_report, call_reporter, write_report
+from testbed.report.cause import failed, run_cause
 from testbed.report.model import Link, Report
 from testbed.report.registry import get_campaign_reporter
 from testbed.report.rundir import REPORT_DIR, RunDir
 from testbed.report.summary import _scalar
+from testbed.textfmt import plural
 
 MANIFEST = "manifest.json"
 CAMPAIGN_PREFIX = "campaign-"
@@ -56,6 +58,16 @@ class Campaign:
 
 
 @dataclass
+class Expected:
+    """A point of a campaign as this machine's state records it (its run may be missing from the results)."""
+
+    campaign: str
+    params: dict[str, Any]
+    run_id: str | None
+    status: str
+
+
+@dataclass
 class Scan:
     """What a results folder holds: runs, unreadable manifests, and every other folder skipped."""
 
@@ -73,6 +85,20 @@ class IndexResult:
     runs: list[dict[str, Any]] = field(default_factory=list)
     campaigns: list[ReportResult] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def failed_runs(self) -> list[dict[str, Any]]:
+        """Runs that did not succeed, then campaign points whose run is missing (each once)."""
+        out = [{"run_id": r["run_id"], "status": r["status"], "cause": r.get("cause") or ""}
+               for r in self.runs if failed(r["status"])]
+        seen = {(b["run_id"], b["status"], "") for b in out}
+        for c in self.campaigns:
+            for b in c.failed_runs:
+                key = (b["run_id"], b["status"], params_text(b.get("params") or {}) if not b["run_id"] else "")
+                if key not in seen:
+                    seen.add(key)
+                    out.append(b)
+        return out
 
 
 # --- discovery -------------------------------------------------------------------------------------------------
@@ -177,18 +203,49 @@ def recorded_campaigns() -> dict[str, str]:
         st.close()
 
 
+def recorded_points(cids: Iterable[str]) -> list[Expected]:
+    """Every point of these campaigns as this machine's state records it (none without a state: read only)."""
+    from testbed import paths
+
+    wanted = sorted(set(cids))
+    db = paths.home() / "state.db"
+    if not wanted or not db.is_file():
+        return []
+    from testbed.state import Store
+
+    try:
+        st = Store(db)
+    except Exception:  # a state this version cannot open: the campaigns' points are then unknown
+        return []
+    try:
+        out = []
+        for cid in wanted:
+            row = st.campaign(cid)
+            for p in row.points if row is not None else []:
+                out.append(Expected(cid, dict(p.params), p.run_id, p.status))
+        return out
+    finally:
+        st.close()
+
+
 # --- reports -------------------------------------------------------------------------------------------------------
 def _check_fmt(fmt: str) -> None:
     if fmt not in ("md", "html"):
         raise UsageError(f"unknown report format {fmt!r}", where="--format", fix="use one of: md, html")
 
 
-def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", name: str = "") -> ReportResult:
-    """One report over ``runs`` (all of one suite) written to ``out_dir/report.<fmt>``."""
+def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", name: str = "",
+                          expected: list[Expected] | None = None) -> ReportResult:
+    """One report over ``runs`` (all of one suite) written to ``out_dir/report.<fmt>``.
+
+    ``expected``: the points of the runs' campaigns as state records them; a point whose run is not among
+    ``runs`` is a missing run (listed, and the campaign fails).
+    """
     _check_fmt(fmt)
     suites = sorted({r.suite for r in runs})
     if len(suites) != 1:
-        raise UsageError(f"runs of {len(suites)} suites ({', '.join(suites) or 'none'}) in one campaign report",
+        raise UsageError(f"runs of {plural(len(suites), 'suite')} ({', '.join(suites) or 'none'}) in one campaign "
+                         "report",
                          where=str(out_dir.parent), fix="pass results/<suite>/ or --campaign ID")
     runs = sorted(runs, key=lambda r: (str(r.manifest.get("started") or ""), r.run_id))
     try:
@@ -197,9 +254,10 @@ def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", na
         raise UsageError(f"cannot write the report folder: {exc.strerror}", where=str(out_dir),
                          fix="check the results folder's permissions") from exc
     camp = Campaign(suites[0], runs, out_dir, name)
-    title = f"{camp.suite} campaign {name}: {len(runs)} runs" if name else f"{camp.suite}: {len(runs)} runs"
+    title = f"{camp.suite} campaign {name}: {plural(len(runs), 'run')}" if name else \
+        f"{camp.suite}: {plural(len(runs), 'run')}"
     rep = Report(out_dir, title)
-    run_table(camp, rep, fmt)
+    bad = run_table(camp, rep, fmt, expected or [])
     fn = get_campaign_reporter(camp.suite)
     if fn is None:
         rep.text(f"No campaign reporter is registered for suite {camp.suite!r}: the runs are listed above; "
@@ -208,18 +266,45 @@ def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", na
         call_reporter(fn, camp, rep, f"{camp.suite} campaign reporter")
     res = write_report(rep, out_dir, fmt, camp.suite)
     res.runs = [r.run_id for r in runs]
+    res.failed_runs = bad
     return res
 
 
-def run_table(camp: Campaign, rep: Report, fmt: str = "md") -> None:
-    """The runs: id (linked to its report when built), parameters, status, testbed."""
+def run_table(camp: Campaign, rep: Report, fmt: str = "md", expected: list[Expected] | None = None
+              ) -> list[dict[str, Any]]:
+    """The runs: id (linked to its report when built), parameters, status, testbed and, for a run that did not
+    succeed, its cause; then the points state expects whose run is not here. A check says whether every run
+    succeeded. Returns the runs that did not (and the missing ones): run id, status, cause."""
     rep.heading("Runs")
-    rows = []
+    rows: list[list[Any]] = []
+    bad: list[dict[str, Any]] = []
     for run in camp.runs:
         own = run.path / REPORT_DIR / f"report.{fmt}"
         rid: Any = Link(run.run_id, os.path.relpath(own, camp.out_dir)) if own.is_file() else run.run_id
-        rows.append([rid, params_text(run.params), run.manifest.get("status"), testbed_of(run)])
-    rep.table("runs", ["run", "parameters", "status", "testbed"], rows)
+        status = run.manifest.get("status")
+        cause = run_cause(run)
+        text = cause.summary() if cause is not None else ""
+        rows.append([rid, params_text(run.params), status, testbed_of(run), text])
+        if failed(status):
+            bad.append({"run_id": run.run_id, "status": status, "cause": text})
+    here = {r.run_id for r in camp.runs}
+    for p in expected or []:
+        if p.run_id in here:
+            continue
+        why = (f"not collected (state: {p.status}); collect it: testbed collect {p.run_id}" if p.run_id
+               else f"never started (campaign {p.campaign}); run the campaign's command again to resume it")
+        rows.append([p.run_id or "-", params_text(p.params), "missing", None, why])
+        bad.append({"run_id": p.run_id, "status": "missing", "cause": why, "params": p.params})
+    rep.table("runs", ["run", "parameters", "status", "testbed", "cause"], rows)
+    total = len(camp.runs) + sum(1 for p in expected or [] if p.run_id not in here)
+    if bad:
+        detail = f"{len(bad)} of {plural(total, 'run')} did not succeed: " + "; ".join(
+            f"{b['run_id'] or params_text(dict(b.get('params') or {}))} {b['status']}"
+            + (f" ({b['cause']})" if b["cause"] else "") for b in bad[:5]) + ("; ..." if len(bad) > 5 else "")
+    else:
+        detail = "the run succeeded" if total == 1 else f"all {plural(total, 'run')} succeeded"
+    rep.check("every run succeeded", not bad, detail)
+    return bad
 
 
 def params_text(params: dict[str, Any]) -> str:
@@ -237,7 +322,9 @@ def report_suite_folder(folder: Path, fmt: str = "md") -> ReportResult:
     _refuse_bad(found)
     if not found.runs:
         raise _no_runs(found)
-    res = build_campaign_report(found.runs, Path(folder) / REPORT_DIR, fmt)
+    recorded = recorded_campaigns()
+    expected = recorded_points(c for r in found.runs if (c := campaign_of(r, recorded)))
+    res = build_campaign_report(found.runs, Path(folder) / REPORT_DIR, fmt, expected=expected)
     res.skipped = [f"{p.name}/: {w}" for p, w in found.skipped] + res.skipped
     return res
 
@@ -257,7 +344,8 @@ def report_campaign(root: Path, cid: str, fmt: str = "md") -> ReportResult:
                          fix=(f"known campaigns here: {', '.join(known)}" if known else
                               "collect the campaign's runs first (`testbed collect --all`), or pass results/<suite>/"))
     parent = runs[0].path.parent
-    return build_campaign_report(runs, parent / f"{CAMPAIGN_PREFIX}{cid}", fmt, name=cid)
+    return build_campaign_report(runs, parent / f"{CAMPAIGN_PREFIX}{cid}", fmt, name=cid,
+                                 expected=recorded_points([cid]))
 
 
 def build_index(root: Path, fmt: str = "md") -> IndexResult:
@@ -278,15 +366,19 @@ def build_index(root: Path, fmt: str = "md") -> IndexResult:
             row["error"] = exc.what
         else:
             row["report"], row["checks"] = rr.path, rr.checks
+            row["cause"] = rr.cause["summary"] if rr.cause else None
         rows.append(row)
     campaigns: list[tuple[str, ReportResult]] = []
     by_folder: dict[Path, list[RunDir]] = {}
     for run in found.runs:
         by_folder.setdefault(run.path.parent, []).append(run)
+    points = recorded_points(r["campaign"] for r in rows if r["campaign"])
     for folder, runs in sorted(by_folder.items()):
         if folder == root or len({r.suite for r in runs}) != 1:
             continue
-        campaigns.append((f"{folder.name}/ (all runs)", build_campaign_report(runs, folder / REPORT_DIR, fmt)))
+        cids = {campaign_of(r, recorded) for r in runs}
+        campaigns.append((f"{folder.name}/ (all runs)", build_campaign_report(
+            runs, folder / REPORT_DIR, fmt, expected=[p for p in points if p.campaign in cids])))
     by_cid: dict[str, list[RunDir]] = {}
     for row in rows:
         if row["campaign"]:
@@ -294,7 +386,8 @@ def build_index(root: Path, fmt: str = "md") -> IndexResult:
     for cid, runs in sorted(by_cid.items()):
         if len({r.suite for r in runs}) == 1:
             out = runs[0].path.parent / f"{CAMPAIGN_PREFIX}{cid}"
-            campaigns.append((cid, build_campaign_report(runs, out, fmt, name=cid)))
+            campaigns.append((cid, build_campaign_report(runs, out, fmt, name=cid,
+                                                         expected=[p for p in points if p.campaign == cid])))
     paths = []
     for ext in ("md", "html"):
         rep = index_report(root, rows, campaigns, skipped, ext)
@@ -303,7 +396,7 @@ def build_index(root: Path, fmt: str = "md") -> IndexResult:
         paths.append(path)
     out_rows = [{"run_id": r["run"].run_id, "suite": r["run"].suite, "campaign": r["campaign"],
                  "status": r["run"].manifest.get("status"), "report": str(r["report"]) if r["report"] else None,
-                 "passed": _passed(r["checks"]), "error": r.get("error")} for r in rows]
+                 "passed": _passed(r["checks"]), "error": r.get("error"), "cause": r.get("cause")} for r in rows]
     return IndexResult(paths, out_rows, [c for _, c in campaigns], skipped)
 
 
@@ -316,9 +409,10 @@ def index_report(root: Path, rows: list[dict[str, Any]], campaigns: list[tuple[s
         return Link(text, os.path.relpath(path, root)) if path is not None else text
 
     rep.heading("Runs")
-    rep.table("index_runs", ["suite", "run", "testbed", "parameters", "status", "checks", "campaign"], [
+    rep.table("index_runs", ["suite", "run", "testbed", "parameters", "status", "checks", "campaign", "cause"], [
         [r["run"].suite, link(r["run"].run_id, r["report"]), testbed_of(r["run"]), params_text(r["run"].params),
-         r["run"].manifest.get("status"), r.get("error") or _checks_text(r["checks"]), r["campaign"]]
+         r["run"].manifest.get("status"), r.get("error") or _checks_text(r["checks"]), r["campaign"],
+         r.get("cause") or ""]
         for r in rows])
     if campaigns:
         rep.heading("Campaigns")

@@ -22,7 +22,7 @@ class Link:
         return self.text
 
 
-Cell = str | int | float | bool | Link | None
+Cell = str | int | float | bool | Link | None  # a Timestamp too (defined below)
 Check = tuple[str, bool | None, str]
 """(name, passed, detail); passed is None when the check could not be evaluated."""
 
@@ -66,7 +66,26 @@ class Text:
     text: str
 
 
-Block = Heading | Text | Table | Figure
+@dataclass
+class Code:
+    """Lines shown as they are (a log's tail): a fenced block in Markdown, ``<pre>`` in HTML."""
+
+    lines: list[str]
+
+
+@dataclass(frozen=True)
+class Timestamp:
+    """A table cell holding a moment (unix seconds): shown as ISO 8601 UTC, written to CSVs as the number."""
+
+    epoch: float
+
+    def __str__(self) -> str:
+        from testbed.textfmt import iso
+
+        return iso(self.epoch, ms=self.epoch % 1 != 0) or ""
+
+
+Block = Heading | Text | Code | Table | Figure
 
 
 @dataclass
@@ -78,12 +97,16 @@ class Report:
     blocks: list[Block] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    cause: Any = None  # a failed run's report: its testbed.report.cause.Cause
 
     def heading(self, text: str, level: int = 2) -> None:
         self.blocks.append(Heading(text, level))
 
     def text(self, text: str) -> None:
         self.blocks.append(Text(text))
+
+    def code(self, lines: Sequence[str]) -> None:
+        self.blocks.append(Code(list(lines)))
 
     def table(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "") -> Table:
         tab = Table(_safe_name(name), list(columns), [list(r) for r in rows], title)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import math
 
-from testbed.report.model import Cell, Figure, Heading, Link, Report, Table, Text
+from testbed.report.model import Cell, Code, Figure, Heading, Link, Report, Table, Text, Timestamp
 from testbed.report.tidy_csv import _verdict
 
 
@@ -15,6 +15,8 @@ def fmt_cell(value: Cell | object) -> str:
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, Timestamp):
+        return str(value)
     if isinstance(value, float):
         if math.isnan(value):
             return "nan"
@@ -32,6 +34,15 @@ def _md_cell(value: Cell | object) -> str:
     return " ".join(text.split())
 
 
+def _longest_run(text: str, ch: str) -> int:
+    """The longest run of ``ch`` in ``text`` (a code fence must be longer than any run inside it)."""
+    best = cur = 0
+    for c in text:
+        cur = cur + 1 if c == ch else 0
+        best = max(best, cur)
+    return best
+
+
 def _md_text(text: str) -> str:
     """Neutralise raw HTML in Markdown prose (``<`` and ``&``); keep it readable."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -44,6 +55,9 @@ def to_markdown(report: Report) -> str:
             out += ["#" * max(2, min(block.level, 6)) + " " + _md_text(block.text), ""]
         elif isinstance(block, Text):
             out += [_md_text(block.text), ""]
+        elif isinstance(block, Code):
+            fence = "`" * max(3, *(_longest_run(ln, "`") + 1 for ln in block.lines)) if block.lines else "```"
+            out += [f"{fence}text", *block.lines, fence, ""]
         elif isinstance(block, Table):
             out += _md_table(block)
         elif isinstance(block, Figure):
@@ -75,6 +89,7 @@ _CSS = (
     "body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}"
     "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .5em}"
     "th{background:#eee}td.num{text-align:right}.pass{color:#070}.FAIL{color:#b00}img{max-width:100%}"
+    "pre{background:#f6f6f6;padding:.5em;overflow-x:auto}"
 )
 
 
@@ -88,6 +103,8 @@ def to_html(report: Report) -> str:
             out.append(f"<h{lvl}>{e(block.text)}</h{lvl}>")
         elif isinstance(block, Text):
             out.append(f"<p>{e(block.text)}</p>")
+        elif isinstance(block, Code):
+            out.append("<pre>" + "\n".join(e(ln) for ln in block.lines) + "</pre>")
         elif isinstance(block, Table):
             out.append(_html_table(block))
         elif isinstance(block, Figure):

@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from testbed.report.cause import Cause, run_cause
 from testbed.report.model import Report
 from testbed.report.rundir import REPORT_DIR, RunDir
+from testbed.textfmt import plural
 
 
 def add_summary(run: RunDir, rep: Report) -> None:
@@ -36,9 +38,11 @@ def add_summary(run: RunDir, rep: Report) -> None:
     rep.heading("Run")
     rep.table("run", ["field", "value"], [r for r in rows if r[1] is not None])
     status = m.get("status")
+    cause = run_cause(run)
     if isinstance(status, str) and status not in ("pending", "running"):
-        rep.check("run succeeded", status == "succeeded",
-                  status + (f": {m['reason']}" if m.get("reason") else ""))
+        rep.check("run succeeded", status == "succeeded", check_detail(status, cause))
+    if cause is not None:
+        add_cause(rep, cause)
     if run.params:
         rep.table("params", ["parameter", "value"], [[k, _scalar(v)] for k, v in sorted(run.params.items())],
                   "Parameters")
@@ -57,6 +61,35 @@ def add_summary(run: RunDir, rep: Report) -> None:
                 rep.check(f"fault '{detail.get('fault')}' fired", False, str(detail.get("reason") or "never fired"))
         add_recovery(run, rep)
     rep.skip(run.notes)
+
+
+def check_detail(status: str, cause: Cause | None) -> str:
+    """The "run succeeded" check's detail: the status, its reason and the last line of the failing rank's log."""
+    if cause is None:
+        return status
+    text = status + (f": {cause.reason}" if cause.reason else "")
+    if cause.tail:
+        text += f"; {cause.where} {cause.stream}: {cause.tail[-1]}"
+    return text
+
+
+def add_cause(rep: Report, cause: Cause) -> None:
+    """Why the run failed: the failing rank, how it ended and the last lines of its collected stderr."""
+    rep.cause = cause
+    rep.heading("Why it failed")
+    how = cause.status + (f" with exit {cause.exit_code}" if cause.exit_code not in (None, 0) else "")
+    reason = cause.reason or ""
+    if cause.where and reason.startswith(f"{cause.where}: "):  # the supervisor's reason names the rank again
+        reason = reason[len(cause.where) + 2:]
+    if reason in (f"exit {cause.exit_code}", cause.status):
+        reason = ""
+    rep.text((f"{cause.where} {how}" if cause.where else f"The run {how}") + (f": {reason}" if reason else "")
+             + ".")
+    if cause.tail:
+        rep.text(f"The last lines of {cause.file} ({cause.stream}, secrets masked):")
+        rep.code(cause.tail)
+    if cause.note:
+        rep.text(cause.note + ".")
 
 
 RECOVERY_COLUMNS = ["attempt", "fault", "hosts_repaired", "detect_seconds", "drain_seconds", "repair_seconds",
@@ -108,7 +141,7 @@ def add_host_check(run: RunDir, rep: Report) -> None:
         return
     bad = [str(h.get("name")) for h in hosts if h.get("exit_code") not in (0, None) or
            h.get("status") not in ("succeeded", None)]
-    rep.check("hosts succeeded", not bad, f"failed: {', '.join(bad)}" if bad else f"{len(hosts)} host(s) ok")
+    rep.check("hosts succeeded", not bad, f"failed: {', '.join(bad)}" if bad else f"{plural(len(hosts), 'host')} ok")
 
 
 def generic(run: RunDir, rep: Report) -> None:

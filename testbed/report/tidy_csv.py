@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from testbed.report.model import Check, Report, Table
+from testbed.report.model import Check, Report, Table, Timestamp
 
 
 def write_table(out_dir: Path, table: Table) -> Path:
@@ -15,7 +15,7 @@ def write_table(out_dir: Path, table: Table) -> Path:
         writer = csv.writer(fh)
         writer.writerow(table.columns)
         for row in table.rows:
-            writer.writerow(["" if c is None else c for c in row])
+            writer.writerow(["" if c is None else c.epoch if isinstance(c, Timestamp) else c for c in row])
     return path
 
 

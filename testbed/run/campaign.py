@@ -1,5 +1,8 @@
 """Campaigns: a suite's matrix expanded into runs, dispatched across the testbed's hosts as they free up.
 
+A campaign ends ``succeeded`` when every run succeeded and ``failed`` otherwise; ``testbed run --matrix`` (and
+its detached driver) then exits 1.
+
 Progress lives in the ``campaigns`` table (each point: its parameters, run id and status), written before each
 run starts, so a campaign that was interrupted resumes where it stopped: finished runs are not repeated and
 runs still going are waited for, not restarted. The campaign id is derived from the suite, testbed, points and
@@ -19,6 +22,7 @@ from testbed.errors import UsageError
 from testbed.run import state as rs
 from testbed.run.models import ACTIVE, CampaignInfo, CampaignPoint, CampaignRecord
 from testbed.state import Store
+from testbed.textfmt import plural
 
 DONE = rs.ENDED
 
@@ -70,7 +74,7 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
                                          store=st).hosts))
     skipped = sum(1 for p in points if p.status in DONE)
     if skipped:
-        progress(f"campaign {cid}: resuming; {skipped}/{len(points)} runs already finished (not repeated)")
+        progress(f"campaign {cid}: resuming; {skipped}/{plural(len(points), 'run')} already finished (not repeated)")
     deadline = time.monotonic() + timeout
     while True:
         busy: set[str] = set()
@@ -108,11 +112,17 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
         if changed:
             st.save_campaign(cid, points)
         if all(p.status in DONE for p in points):
-            st.save_campaign(cid, points, "done")
+            st.save_campaign(cid, points, outcome(points))
             return st.campaign(cid) or row
         if time.monotonic() > deadline:
             return st.campaign(cid) or row
         time.sleep(poll)
+
+
+def outcome(points: list[CampaignPoint]) -> str:
+    """A finished campaign's status: succeeded when every run did, else failed (a run failed, timed out or was
+    stopped)."""
+    return "succeeded" if all(p.status == "succeeded" for p in points) else "failed"
 
 
 def main(argv: list[str]) -> int:

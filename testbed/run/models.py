@@ -190,12 +190,14 @@ class Plan(_Model):
     timeouts: PlanTimeouts
     rehearsal: dict[str, Any] | None = None  # testbed rehearse: the real testbed, steps skipped, ranks probed
     progress: str | None = None  # regex of the log lines shown while the run goes on (suite's, or the checkpoint's)
+    refused: list[dict[str, str | None]] = Field(default_factory=list)  # a dry run: why the real run would be
+    # refused on this testbed (what, where, fix of each refusal)
 
     @model_serializer(mode="wrap")
     def _absent_when_unused(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
         # plan files without them keep the earlier shape
-        for key in ("recovery", "checkpoint", "rehearsal", "progress"):
+        for key in ("recovery", "checkpoint", "rehearsal", "progress", "refused"):
             if not out.get(key):
                 out.pop(key, None)
         return out

@@ -30,6 +30,7 @@ from testbed.run.models import (
 )
 from testbed.spec import Hardware
 from testbed.suite import ENV_RE, Raw, Step, Suite, render, selector_parts, shell_quote
+from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.sources import Override
@@ -164,7 +165,7 @@ def _pick_hosts(suite: Suite, tb: TestbedInfo, ctx: dict[str, Any], only: list[s
     if tb.elastic and only is None and len(pool) < need:  # a dry run with no spec: stand-ins for what it asks
         pool += [HostInfo(f"host{i}", f"host{i}", ["workers"], {}) for i in range(len(pool), need)]
     if len(pool) < need:
-        raise UsageError(f"suite '{suite.name}' needs {need} hosts; testbed '{tb.name}' has {len(pool)}",
+        raise UsageError(f"suite '{suite.name}' needs {plural(need, 'host')}; testbed '{tb.name}' has {len(pool)}",
                          where=f"testbed {tb.name}", fix="use a larger testbed or lower the host count parameter")
     master = suite.placement.master
     if master:

@@ -25,8 +25,10 @@ from testbed.run.plan import RUNS_ROOT, build_plan, dry_run_lines, testbed_info 
 from testbed.spec import DEFAULT_TESTBED
 from testbed.state import Store
 from testbed.suite import Suite, load_suite, resolve_params
+from testbed.textfmt import plural
 
 if TYPE_CHECKING:
+    from testbed.run.plan import TestbedInfo
     from testbed.sources import Override
 
 __all__ = ["RUNS_ROOT", "LogLine", "RankLine", "RunStatus", "logs", "plan_run", "rank_lines", "run_status",
@@ -45,23 +47,34 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
     s = load_suite(suite) if isinstance(suite, str) else suite
     tb_name = testbed or s.testbed or (DEFAULT_TESTBED if not dry_run else None)
     tb = testbed_info(tb_name, dry_run=dry_run, min_hosts=s.requires.hosts, store=store)
-    if not dry_run:
-        req = s.requires
-        if req.providers and tb.provider not in req.providers:
-            raise UsageError(f"suite '{s.name}' runs on {', '.join(req.providers)} testbeds; '{tb.name}' is "
-                             f"{tb.provider}", where=f"--on {tb.name}",
-                             fix="pick a matching testbed, or use --dry-run to see the commands")
-        accel = {h.facts.get("accelerator") for h in tb.hosts} - {None}
-        if req.accelerator and accel and req.accelerator not in accel:
-            raise UsageError(f"suite '{s.name}' needs {req.accelerator} hosts; '{tb.name}' has "
-                             f"{', '.join(sorted(map(str, accel)))}", where=f"--on {tb.name}",
-                             fix="use a testbed with that accelerator, or --dry-run")
+    refused = refusals(s, tb)
+    if refused and not dry_run:
+        first = refused[0]
+        raise UsageError(first.what, where=first.where, fix=f"{first.fix}, or use --dry-run to see the commands")
     if overrides is None:
         from testbed import sources as sources_mod
 
         overrides = sources_mod.for_suite(s, tb_name, sources)
-    return build_plan(s, tb, resolve_params(s, params), run_id=run_id, faults=faults, only_hosts=only_hosts,
+    plan = build_plan(s, tb, resolve_params(s, params), run_id=run_id, faults=faults, only_hosts=only_hosts,
                       overrides=overrides)
+    plan.refused = [{"what": e.what, "where": e.where, "fix": e.fix} for e in refused]
+    return plan
+
+
+def refusals(s: Suite, tb: TestbedInfo) -> list[UsageError]:
+    """Why the suite's ``requires`` refuses this testbed (its provider, its hosts' accelerator): what a real run
+    raises, and a dry run shows as a warning. None for a dry run with no testbed at all (nothing to check)."""
+    req, out = s.requires, []
+    if req.providers and tb.provider != "none" and tb.provider not in req.providers:
+        out.append(UsageError(f"suite '{s.name}' runs on {', '.join(req.providers)} testbeds; '{tb.name}' is "
+                              f"{tb.provider}", where=f"--on {tb.name}",
+                              fix=f"run it on a testbed of {', '.join(req.providers)} (--on NAME)"))
+    accel = {h.facts.get("accelerator") for h in tb.hosts} - {None}
+    if req.accelerator and accel and req.accelerator not in accel:
+        out.append(UsageError(f"suite '{s.name}' needs {req.accelerator} hosts; '{tb.name}' has "
+                              f"{', '.join(sorted(map(str, accel)))}", where=f"--on {tb.name}",
+                              fix=f"run it on a testbed whose hosts have a {req.accelerator} (--on NAME)"))
+    return out
 
 
 def _store(store: Store | None) -> Store:
@@ -124,15 +137,17 @@ def wait(run_id: str, timeout: float = 3600, interval: float = 0.5, *, store: St
 
 # --- rendering -----------------------------------------------------------------------------------------------
 def clock(t: float | None) -> str:
-    """HH:MM:SS.t of a timestamp (events, runs)."""
-    return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int((t % 1) * 10)}" if t else ""
+    """The time of day of a timestamp (events as they stream): ISO 8601 UTC, ``12:00:01.2Z``."""
+    from testbed.textfmt import clock as iso_clock
+
+    return iso_clock(t)
 
 
 def describe_event(ev: RunEvent) -> str:
     d, k = ev.detail, ev.kind
     host = f" {ev.host}" if ev.host else ""
     if k == "started":
-        return f"started {d.get('ranks')} ranks on {', '.join(d.get('hosts', []))}"
+        return f"started {plural(int(d.get('ranks') or 0), 'rank')} on {', '.join(d.get('hosts', []))}"
     if k == "step":
         return f"{d.get('phase')} '{d.get('step')}' on {', '.join(d.get('hosts', []))}: " \
                f"{'ok' if d.get('ok') else 'FAILED'} ({d.get('seconds')} s)"
@@ -163,11 +178,11 @@ def describe_event(ev: RunEvent) -> str:
         parts = [f"{name} {d[key]} s" for name, key in (("detected", "detect_seconds"), ("repair", "repair_seconds"),
                                                          ("set-up", "setup_seconds"), ("relaunch", "relaunch_seconds"))
                  if d.get(key) is not None]
-        lost = f"; {d['steps_lost']} step(s) redone" if d.get("steps_lost") is not None else ""
+        lost = f"; {plural(int(d['steps_lost']), 'step')} redone" if d.get("steps_lost") is not None else ""
         return f"resumed {frm}{lost}; {', '.join(parts)}; down {d.get('downtime_seconds')} s"
     if k == "goodput":
         ratio = f", {d['ratio']:.0%} of a fault-free run ({d.get('fault_free_seconds')} s)" if d.get("ratio") else ""
-        return f"goodput: {d.get('steps')} steps in {d.get('seconds')} s{ratio}"
+        return f"goodput: {plural(int(d.get('steps') or 0), 'step')} in {d.get('seconds')} s{ratio}"
     if k == "relaunched":
         return f"relaunched ranks {d.get('ranks')} (attempt {d.get('attempt')})"
     if k == "ended":

@@ -24,6 +24,7 @@ from testbed.run import remote as run_remote
 from testbed.run import state as rs
 from testbed.run.models import ACTIVE, FaultPlan, Rank, RelaunchStep, RepairStep, RunInfo, RunStep, recovery_steps
 from testbed.state import Store
+from testbed.textfmt import plural
 
 log = logging.getLogger("testbed.supervisor")
 
@@ -347,7 +348,7 @@ class Supervisor:
             rs.event(self.st, self.run_id, "repaired", None, hosts=[], note="every host answers")
             return []
         if len(self.repaired) + len(lost) > s.attempts:
-            raise Abort(f"{', '.join(lost)} lost; the run may repair {s.attempts} host(s) (step '{s.name}': "
+            raise Abort(f"{', '.join(lost)} lost; the run may repair {plural(s.attempts, 'host')} (step '{s.name}': "
                         f"attempts) and has repaired {len(self.repaired)}", lost[0])
         times.update(repair_seconds=0.0, setup_seconds=0.0)
         rs.event(self.st, self.run_id, "repairing", None, hosts=lost, setup=s.setup)

@@ -23,6 +23,7 @@ from testbed.report.parsers.datastall_profile import parse_profile
 from testbed.report.parsers.vmtouch import parse_vmtouch
 from testbed.report.registry import reporter
 from testbed.report.rundir import RunDir
+from testbed.textfmt import plural
 
 FIG4_EPOCH = 2
 
@@ -118,7 +119,7 @@ def _fig4(rep: Report, by_limit: dict, cache: dict[str, float]) -> None:
         t = out.epoch_totals(FIG4_EPOCH)
         if t is None:
             rep.skip([f"figure 4(a): {path.name} has no complete epoch {FIG4_EPOCH} "
-                      f"({len(out.epochs)} epoch(s) found); limit {limit:g}g left out"])
+                      f"({plural(len(out.epochs), 'epoch')} found); limit {limit:g}g left out"])
         else:
             epoch2[limit] = t
     rows = fig4a(epoch2)

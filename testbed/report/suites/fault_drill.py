@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from testbed.report import plotting
-from testbed.report.model import Report
+from testbed.report.model import Report, Timestamp
 from testbed.report.parsers.train_log import TrainRow, global_steps, parse_train_log
 from testbed.report.registry import reporter
 from testbed.report.rundir import RunDir
 from testbed.report.suites.common import mean_by, rank_of
+from testbed.textfmt import plural
 
 MARKS = {"fault": "tab:red", "failed": "tab:red", "recovery": "tab:green"}
 
@@ -63,7 +64,8 @@ def report(run: RunDir, rep: Report) -> None:
         rep.check("training resumed from checkpoint", None, "no train_log.csv")
         return
     rep.table("train_log", ["host", "rank", "attempt", "epoch", "step", "global_step", "time", "loss"],
-              [[lg.host, lg.rank, lg.row.attempt, lg.row.epoch, lg.row.step, lg.gstep, lg.row.time, lg.row.loss]
+              [[lg.host, lg.rank, lg.row.attempt, lg.row.epoch, lg.row.step, lg.gstep, Timestamp(lg.row.time),
+                lg.row.loss]
                for lg in logged], "Training log, all ranks")
 
     marks: list[tuple[float, str, str]] = []
@@ -73,7 +75,7 @@ def report(run: RunDir, rep: Report) -> None:
         if kind not in MARKS or ts is None:
             continue
         step = nearest_step(logged, float(ts))
-        ev_rows.append([kind, ev.get("host"), ts, step])
+        ev_rows.append([kind, ev.get("host"), Timestamp(float(ts)), step])
         if step is not None and kind not in {m[1].split(" ")[0] for m in marks} \
                 and not (kind == "failed" and any(m[1].startswith("fault") for m in marks)):
             marks.append((float(step), f"{kind} ({ev['host']})" if ev.get("host") else kind, MARKS[kind]))
@@ -84,7 +86,7 @@ def report(run: RunDir, rep: Report) -> None:
     series = {}
     for attempt in sorted({lg.row.attempt for lg in logged}):
         xs, ys = mean_by([(lg.gstep, lg.row.loss) for lg in logged if lg.row.attempt == attempt])
-        series[f"attempt {attempt}" + (f" (mean of {len(ranks)} ranks)" if len(ranks) > 1 else "")] = (xs, ys)
+        series[f"attempt {attempt}" + (f" (mean of {plural(len(ranks), 'rank')})" if len(ranks) > 1 else "")] = (xs, ys)
     rep.figure("loss", plotting.lines(series, xlabel="global step", ylabel="loss", vlines=marks,
                                       title="Loss with failure and restart"),
                "Loss over global step; dashed lines: failure (red) and restart (green).")

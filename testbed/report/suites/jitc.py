@@ -10,6 +10,7 @@ from testbed.report.model import Report
 from testbed.report.parsers.jitc import JitcLog, parse_jitc
 from testbed.report.registry import reporter
 from testbed.report.rundir import RunDir
+from testbed.textfmt import plural
 
 PHASES = ("checkpointing", "consolidation", "recovering")
 
@@ -57,4 +58,4 @@ def report(run: RunDir, rep: Report) -> None:
         seen = {r[3] for r in timing}
         missing = [p for p in ("checkpointing", "recovering") if p not in seen]
         rep.check("checkpoint and recovery timed", not missing,
-                  f"missing: {', '.join(missing)}" if missing else f"{len(timing)} timing line(s)")
+                  f"missing: {', '.join(missing)}" if missing else plural(len(timing), "timing line"))

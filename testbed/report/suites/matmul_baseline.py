@@ -9,6 +9,7 @@ from testbed.report.model import Report
 from testbed.report.parsers.matmul import MatmulRow, parse_matmul
 from testbed.report.registry import reporter
 from testbed.report.rundir import RunDir
+from testbed.textfmt import plural
 
 
 @reporter("matmul-baseline")
@@ -35,7 +36,7 @@ def report(run: RunDir, rep: Report) -> None:
                "Distribution of per-iteration matmul time, one box per rank.")
     n = max((_world(run) or 0), len(ranks))
     missing = sorted(set(range(n)) - set(ranks))
-    detail = f"{len(ranks)} of {n} ranks" + (f"; missing {missing}" if missing else "")
+    detail = f"{len(ranks)} of {plural(n, 'rank')}" + (f"; missing {missing}" if missing else "")
     rep.check("every rank reported", not missing, detail)
 
 

@@ -6,6 +6,7 @@ from testbed.report.model import Report
 from testbed.report.parsers.mpi_hello import HelloRow, parse_mpi_hello
 from testbed.report.registry import reporter
 from testbed.report.rundir import RunDir
+from testbed.textfmt import plural
 
 
 @reporter("mpi-hello")
@@ -26,4 +27,4 @@ def report(run: RunDir, rep: Report) -> None:
     ranks = {r.rank for _, _, r in found}
     missing = sorted(set(range(size)) - ranks)
     rep.check("all ranks answered", not missing,
-              f"{len(ranks)} of {size} ranks" + (f"; missing {missing}" if missing else ""))
+              f"{len(ranks)} of {plural(size, 'rank')}" + (f"; missing {missing}" if missing else ""))

@@ -1,0 +1,53 @@
+"""How testbed writes counts and moments for people: one plural rule and one time format everywhere.
+
+Times are ISO 8601 in UTC with a ``Z`` (``2025-01-01T12:00:00Z``), the form the manifest, the ledger and the
+expiry already use; a clock in a live stream is the time of day of the same form (``12:00:01.2Z``). JSON keeps
+the numbers (unix seconds) it always gave.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+_SAME = frozenset({"netns", "series", "ms", "s", "GB", "MB", "KB", "B", "data"})  # a plural like the singular
+_IRREGULAR = {"is": "are", "was": "were", "has": "have", "this": "these", "it": "them", "entry": "entries",
+              "directory": "directories", "dependency": "dependencies", "policy": "policies", "child": "children"}
+
+
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """``n`` and ``noun`` made to agree: ``1 rank``, ``4 ranks``, ``2 netns``, ``3 processes``, ``0 hosts``."""
+    return f"{n} {noun if n == 1 else (many or plural_of(noun))}"
+
+
+def plural_of(noun: str) -> str:
+    """The plural of an English noun as testbed uses them (kinds of resources, hosts, ranks, runs...)."""
+    head, sep, last = noun.rpartition(" ")
+    if sep:
+        return f"{head} {plural_of(last)}"
+    if noun in _SAME or not noun[-1:].isalpha():
+        return noun
+    if noun in _IRREGULAR:
+        return _IRREGULAR[noun]
+    low = noun.lower()
+    if low.endswith(("s", "x", "z", "ch", "sh")):
+        return noun + "es"
+    if low.endswith("y") and low[-2:-1] not in tuple("aeiou"):
+        return noun[:-1] + "ies"
+    return noun + "s"
+
+
+def iso(ts: float | None, *, ms: bool = False) -> str | None:
+    """Unix seconds as ISO 8601 UTC: ``2025-01-01T12:00:00Z`` (``.123Z`` with ``ms``); None (or 0) stays None."""
+    if not ts:
+        return None
+    moment = datetime.fromtimestamp(float(ts), UTC)
+    return moment.isoformat(timespec="milliseconds" if ms else "seconds").replace("+00:00", "Z")
+
+
+def clock(ts: float | None) -> str:
+    """The time of day of a moment, ISO 8601 UTC with tenths (``12:00:01.2Z``): a live stream's prefix."""
+    if not ts:
+        return ""
+    t = float(ts)
+    return time.strftime("%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 10)}Z"
