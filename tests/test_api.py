@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from localbed import free_subnet
-from pending import README_PENDING
 
 from testbed.errors import TestbedError
 
@@ -72,17 +71,13 @@ def test_the_old_names_warn_before_touching_anything(tb_home: Path) -> None:
         tb.start("nosuch-suite")
 
 
-@pytest.mark.parametrize("page", ["docs/api.md", pytest.param("README.md", marks=pytest.mark.xfail(
-    README_PENDING, strict=True, reason="README.md does not show docs/api.md's example yet"))])
+@pytest.mark.parametrize("page", ["docs/api.md", "README.md"])
 def test_python_example_runs_as_written(need_local: None, tmp_path: Path, page: str) -> None:
     """The block in the page, unchanged, in a fresh interpreter, from a folder that holds only the local spec (so
     that it gets a free subnet); it makes what it reads and cleans up after itself."""
     code = python_example(page)
-    if page == "README.md":
-        if README_PENDING:
-            assert code == python_example("docs/api.md"), "README.md's example is not docs/api.md's"
-        if code == python_example("docs/api.md"):
-            return  # the same text, run as docs/api.md's
+    if page == "README.md" and code == python_example("docs/api.md"):
+        return  # the same text, run as docs/api.md's
     (tmp_path / "inventories").mkdir()
     (tmp_path / "inventories" / "local.yml").write_text(
         f"provider: {{kind: local, hosts: 3, subnet: {free_subnet()}}}\nuser: root\n"

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from pending import README_PENDING
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -225,7 +224,6 @@ def test_the_distribution_is_ours_and_every_install_command_installs_it(wheel: P
     assert not bad, bad
 
 
-@pytest.mark.xfail(README_PENDING, strict=True, reason="README.md's install commands name the old distribution")
 def test_the_readme_install_commands_install_this_project(wheel: Path) -> None:
     lines = (ROOT / "README.md").read_text().splitlines()
     found = {c: i for i, line in enumerate(lines, 1) for c in commands(line)}
