@@ -129,6 +129,7 @@ def test_failures_raise_as_in_fabric_and_warn_returns_them(local_testbed: object
     """exec, put, get and run_suite raise on a failed host or run, with every host's result, as Fabric's
     Group.run raises GroupException; warn=True gives the same results back, as Fabric's warn=True does."""
     from fabric.exceptions import GroupException
+    from invoke.exceptions import UnexpectedExit
 
     import testbed
     from testbed.handle import Testbed
@@ -140,7 +141,8 @@ def test_failures_raise_as_in_fabric_and_warn_returns_them(local_testbed: object
     cmd = "test $(hostname) != node1"
     with pytest.raises(GroupException) as fe:
         tb.group().run(cmd, hide=True, in_stream=False)
-    fabric_failed = {c.original_host for c, r in fe.value.result.items() if isinstance(r, Exception)}
+    # the hosts where the command ran and failed (a paramiko connection that gives up under load is another matter)
+    fabric_failed = {c.original_host for c, r in fe.value.result.items() if isinstance(r, UnexpectedExit)}
     with pytest.raises(testbed.HostsFailed) as ei:
         tb.exec(cmd)
     assert set(ei.value.failed) == fabric_failed == {"node1"}
