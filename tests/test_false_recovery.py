@@ -92,3 +92,25 @@ def test_a_gone_host_is_judged_lost_by_probes_over_the_bound_then_repaired(local
     assert repairing["hosts"] == ["node1"] and "3 probes" in repairing["why"]["node1"]
     assert [e.host for e in evs if e.kind == "repaired" and e.host] == ["node1"]
     assert times["judged_lost"] is not None and times["judged_lost"] < 15
+
+
+def test_a_host_that_refuses_the_key_is_not_replaced_and_the_run_fails_naming_it(local_testbed) -> None:
+    """node1 stops accepting the testbed key (its authorized keys removed, its SSH sessions dropped) while its rank
+    runs: it answers, it is not lost. The run fails naming node1 and why, and nothing replaces it."""
+    bed = local_testbed(hosts=2)
+    boot = _boot_id(bed, "node1")
+
+    def lock_out(victim: str) -> None:
+        r = bed.provider.console(victim, "rm -f /etc/ssh/testbed_authorized_keys; "
+                                         "pkill -9 -f '^sshd(-session)?: [a-z]+@'")  # the sessions, not the listener
+        assert r.returncode in (0, 1), r.stderr
+
+    status, evs = disturb_mid_run(bed, bed.name, lock_out, suite=LONG)
+    kinds = [e.kind for e in evs]
+    ended = next(e for e in evs if e.kind == "ended")
+    print("ended:", ended.detail)
+    assert status == "failed" and ended.host == "node1"
+    assert ended.detail["reason"].startswith("node1 rank 1: host unreachable") and "refused the key" in \
+        ended.detail["reason"]
+    assert not {"recovery", "repairing", "repaired", "host-lost"} & set(kinds), kinds
+    assert bed.provider.console("node1", "cat /proc/sys/kernel/random/boot_id").stdout.strip() == boot

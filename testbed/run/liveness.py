@@ -79,7 +79,7 @@ def classify(res: remote.HostResult) -> tuple[str, str]:
         return "no-route", last
     if "timed out" in text.lower():
         return "slow", last
-    return "other", last
+    return "other", res.error or last  # the transport's sentence (a refused key: what to check), else ssh's line
 
 
 def probe_command(run_dir: str | None) -> str:

@@ -323,7 +323,7 @@ class Supervisor:
         if lp is None or lp.at < since or lp.ssh == "slow" or lp.lost:
             return  # no probe of this spell back yet; slow (never lost); or lost, not yet judged so
         if now - since >= self.t.unreachable:
-            why = self.suspect.get(host) or (f"{lp.ssh}: {lp.detail}" if lp.detail else lp.ssh)
+            why = (lp.detail if lp.ssh == "other" and lp.detail else None) or self.suspect.get(host) or lp.ssh
             for r in ranks_here:
                 self.end_rank(att, r, "failed", None, f"host unreachable ({why})")
 
