@@ -5,6 +5,7 @@ answer never counted as a loss. Real ssh against loopback sockets for what a pro
 from __future__ import annotations
 
 import contextlib
+import itertools
 import socket
 import subprocess
 import threading
@@ -178,32 +179,44 @@ def test_confirm_probes_again_every_spacing_until_judged_and_is_bounded() -> Non
     assert lost == [] and len(j.spell("node1")) == 3
 
 
-def test_the_prober_runs_probes_side_by_side_and_returns_them_in_order() -> None:
-    """Three probes of one host that each take 0.3 s, started 0.05 s apart, all land within 0.3 s of the last
-    start (none waits for another); a fourth is refused while three run; a probe that raises is recorded as
-    'other'."""
+def test_the_prober_probes_a_watched_host_every_spacing_side_by_side() -> None:
+    """A watched host is probed at once and every ``spacing`` (0.1 s) while each probe takes 0.35 s: probes run side
+    by side (three at most), start 0.1 s apart and land in the order they started; ``landed`` wakes the run; once
+    unwatched, no probe starts; a probe that raises is recorded as 'other', never lost."""
     def look(hosts: list[str]) -> dict[str, Probe]:
         t0 = time.time()
         if hosts == ["bad"]:
             raise RuntimeError("boom")
-        time.sleep(0.3)
-        return {h: Probe(h, t0, 0.3, "slow") for h in hosts}
+        time.sleep(0.35)
+        return {h: Probe(h, t0, 0.35, "slow") for h in hosts}
 
-    pr = liveness.Prober(look)
-    t0 = time.monotonic()
-    for _ in range(3):
-        assert pr.due("h", 0.0, time.time())
-        pr.start("h")
-        time.sleep(0.05)
-    assert not pr.due("h", 0.0, time.time())  # three running: no fourth
-    pr.start("bad")
+    pr = liveness.Prober(look, spacing=0.1, until=time.time() + 60)
+    pr.watch("h")
+    pr.watch("h")  # already watched: nothing more
+    assert pr.landed.wait(5)
+    time.sleep(0.5)
+    pr.unwatch("h")
+    assert not pr.watching("h")
     pr.wait(5)
-    assert time.monotonic() - t0 < 1.0
     got = pr.take()
-    assert [p.host for p in got].count("h") == 3 and got == sorted(got, key=lambda p: p.at)
-    bad = next(p for p in got if p.host == "bad")
-    assert bad.ssh == "other" and "boom" in bad.detail and not bad.lost
-    assert pr.take() == [] and pr.due("h", 1000.0, time.time()) is False  # spacing from the last start
+    assert not pr.landed.is_set() and 3 <= len(got) <= 9, len(got)
+    assert got == sorted(got, key=lambda p: p.at)
+    gaps = [b.at - a.at for a, b in itertools.pairwise(got)]
+    assert sum(gaps) / len(gaps) >= 0.09, gaps  # spaced, however long each takes
+    assert min(gaps) < 0.3  # side by side: the next did not wait for the last one to end
+    time.sleep(0.3)
+    assert pr.take() == []  # unwatched: no more
+    pr.watch("bad")
+    assert pr.landed.wait(5)
+    pr.stop()
+    pr.wait(5)
+    bad = [p for p in pr.take() if p.host == "bad"]
+    assert bad and bad[0].ssh == "other" and "boom" in bad[0].detail and not bad[0].lost
+
+    ended = liveness.Prober(look, spacing=0.1, until=time.time() - 1)  # past the run's end: never probes
+    ended.watch("h")
+    time.sleep(0.2)
+    assert ended.take() == []
 
 
 def test_alive_sh_reports_what_the_host_knows(tmp_path: Path) -> None:

@@ -198,28 +198,57 @@ def summary(probes: list[Probe], bound: float | None = None) -> str:
 
 
 class Prober:
-    """Probes started in the background, a thread each (at most ``per_host`` at once for one host), so that a
-    probe's wait (a timeout, an address being resolved) holds neither the run's polls nor the next probe back."""
+    """Probes in the background: each watched host is probed at once and then every ``spacing`` seconds until it is
+    no longer watched (or ``until``, a time past which the run cannot be going), each probe in a thread of its own
+    (at most ``per_host`` at once for one host), so that a probe's wait (a timeout, an address being resolved) holds
+    neither the run's polls nor the next probe back. ``landed`` is set whenever a probe finishes."""
 
-    def __init__(self, look: Callable[[list[str]], dict[str, Probe]], per_host: int = 3):
+    def __init__(self, look: Callable[[list[str]], dict[str, Probe]], spacing: float, until: float,
+                 per_host: int = 3):
         self._look = look
+        self.spacing = spacing
+        self._until = until
         self._per_host = per_host
         self._lock = threading.Lock()
         self._done: list[Probe] = []
         self._flying: Counter[str] = Counter()
-        self._started: dict[str, float] = {}
+        self._watched: dict[str, threading.Event] = {}
+        self.landed = threading.Event()
 
-    def due(self, host: str, spacing: float, now: float) -> bool:
-        """Whether a probe of ``host`` may start now: ``spacing`` seconds after the last one started."""
+    def watch(self, host: str) -> None:
+        """Probe ``host`` now and every ``spacing`` seconds until :meth:`unwatch` (nothing when it is watched)."""
         with self._lock:
-            last = self._started.get(host)
-            return self._flying[host] < self._per_host and (last is None or now - last >= spacing)
+            if host in self._watched:
+                return
+            stop = self._watched[host] = threading.Event()
+        threading.Thread(target=self._pace, args=(host, stop), daemon=True, name=f"probes-{host}").start()
 
-    def start(self, host: str) -> None:
+    def unwatch(self, host: str) -> None:
         with self._lock:
-            self._flying[host] += 1
-            self._started[host] = time.time()
-        threading.Thread(target=self._run, args=(host,), daemon=True, name=f"probe-{host}").start()
+            stop = self._watched.pop(host, None)
+        if stop is not None:
+            stop.set()
+
+    def watching(self, host: str) -> bool:
+        with self._lock:
+            return host in self._watched
+
+    def stop(self) -> None:
+        """No host watched any more (the probes running finish on their own, within their timeout)."""
+        with self._lock:
+            hosts = list(self._watched)
+        for h in hosts:
+            self.unwatch(h)
+
+    def _pace(self, host: str, stop: threading.Event) -> None:
+        while not stop.is_set() and time.time() < self._until:  # bounded: unwatched, stopped, or the run's end
+            with self._lock:
+                free = self._flying[host] < self._per_host
+                if free:
+                    self._flying[host] += 1
+            if free:
+                threading.Thread(target=self._run, args=(host,), daemon=True, name=f"probe-{host}").start()
+            stop.wait(self.spacing)
 
     def _run(self, host: str) -> None:
         t0 = time.time()
@@ -230,10 +259,12 @@ class Prober:
         with self._lock:
             self._done.append(p)
             self._flying[host] -= 1
+            self.landed.set()
 
     def take(self) -> list[Probe]:
         """The probes finished since the last call, in the order they started."""
         with self._lock:
+            self.landed.clear()
             out, self._done = sorted(self._done, key=lambda q: q.at), []
         return out
 

@@ -81,7 +81,8 @@ class Supervisor:
         self.stale: dict[int, int | None] = {}  # attempt -> the step its rank's log showed when it was first read
         self.recovered_any = False
         self.judge = liveness.Judge(self.t.unreachable, self.t.probes)
-        self.prober = liveness.Prober(self.look)
+        self.prober = liveness.Prober(self.look, self.judge.spacing,  # bounded by the run's own limits
+                                      until=time.time() + self.t.prepare + self.t.run + self.t.post + 3600)
         self.suspect: dict[str, str] = {}  # host -> its failed poll's error: probed in the background, not polled
         self.last_probe: dict[str, liveness.Probe] = {}
         self.repaired_at: dict[str, float] = {}  # a probe started before a host's repair ended tells nothing of it
@@ -206,7 +207,10 @@ class Supervisor:
             if now - self.started > t.run and att.first_failure is None:
                 att.timed_out = True
                 self.failure(att, now, f"timed out after {t.run:g} s (timeouts.run)", None)
-            time.sleep(t.poll)
+            if self.suspect:  # woken as soon as a probe lands
+                self.prober.landed.wait(t.poll)
+            else:
+                time.sleep(t.poll)
 
     def pace_tail(self, att: Attempt, want: dict[str, list[int]], now: float) -> dict[str, tuple[int, int]]:
         """The checkpoint rank's log end to read in this poll (host -> (rank, bytes)) when a pace sample is due:
@@ -298,13 +302,10 @@ class Supervisor:
 
             threading.Thread(target=ssh.close_connections, args=(self.plan.testbed, [host]), daemon=True).start()
         self.suspect[host] = error
+        self.prober.watch(host)
 
     def probe_suspects(self) -> None:
-        """Start the probes that are due (``spacing`` apart per host), and take in those that finished."""
-        now = time.time()
-        for host in self.suspect:
-            if self.prober.due(host, self.judge.spacing, now):
-                self.prober.start(host)
+        """Take in the probes that finished."""
         for p in self.prober.take():
             self.note(p)
 
@@ -337,6 +338,7 @@ class Supervisor:
         self.answers(p.host, self.judge.add(p))
         if p.ssh == "answered":
             self.suspect.pop(p.host, None)
+            self.prober.unwatch(p.host)
         if first_slow:
             rs.event(self.st, self.run_id, "host-slow", p.host, probe=p.to_json(),
                      note="a slow answer is not a lost host: the run waits")
@@ -505,6 +507,7 @@ class Supervisor:
             self.judged.pop(host, None)
             self.judge.answered(host)
             self.suspect.pop(host, None)
+            self.prober.unwatch(host)
             self.last_probe.pop(host, None)
             self.repaired_at[host] = time.time()
             self.save()
@@ -563,6 +566,7 @@ class Supervisor:
             return self.finish("succeeded", None)
         except Abort as e:
             if e.reason == "stopped":
+                self.prober.stop()
                 return "stopped"
             return self.finish(e.status, e.reason, e.host)
         except Exception as e:
@@ -583,6 +587,7 @@ class Supervisor:
             log.info("fault never fired: %s: %s", f.name, why)
 
     def finish(self, status: str, reason: str | None, host: str | None = None) -> str:
+        self.prober.stop()
         self.prober.wait(self.probe_timeout + 2)  # no probe outlives the run
         now = time.time()
         row = self.st.run(self.run_id)
