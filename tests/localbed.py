@@ -337,14 +337,6 @@ def starved(bed, host: str, *, delay_ms: int = 3000, cpu_percent: float = 1.0) -
     group = base / f"tb-starve-{bed.provider.tag}-{host}"
     if not (base / "cgroup.procs").exists():
         pytest.skip("no cpu cgroup on this machine")
-    group.mkdir(exist_ok=True)
-    period = 100_000
-    quota = max(1000, int(period * cpu_percent / 100))
-    if v2:
-        (group / "cpu.max").write_text(f"{quota} {period}")
-    else:
-        (group / "cpu.cfs_period_us").write_text(str(period))
-        (group / "cpu.cfs_quota_us").write_text(str(quota))
     ino = os.stat(f"/run/netns/{sl.netns}").st_ino
 
     def members() -> list[int]:
@@ -361,16 +353,24 @@ def starved(bed, host: str, *, delay_ms: int = 3000, cpu_percent: float = 1.0) -
             with contextlib.suppress(OSError):  # gone meanwhile
                 (to / "cgroup.procs").write_text(str(pid))
 
-    try:
-        bed.provider.slow_network(host, delay_ms=delay_ms)
-        how = f"netem delay {delay_ms} ms"
-    except TestbedError as e:
-        if "unknown" not in e.what:
-            raise
-        how = "tbf rate 1kbit latency 60s (no sch_netem in this kernel)"
-        subprocess.run(["tc", "qdisc", "replace", "dev", sl.veth, "root", "tbf", "rate", "1kbit", "burst", "1600",
-                        "latency", "60s"], capture_output=True, check=True)
-    try:
+    group.mkdir(exist_ok=True)
+    try:  # from here on, the link and the group are undone whatever fails
+        period = 100_000
+        quota = max(1000, int(period * cpu_percent / 100))
+        if v2:
+            (group / "cpu.max").write_text(f"{quota} {period}")
+        else:
+            (group / "cpu.cfs_period_us").write_text(str(period))
+            (group / "cpu.cfs_quota_us").write_text(str(quota))
+        try:
+            bed.provider.slow_network(host, delay_ms=delay_ms)
+            how = f"netem delay {delay_ms} ms"
+        except TestbedError as e:
+            if "unknown" not in e.what:
+                raise
+            how = "tbf rate 1kbit latency 60s (no sch_netem in this kernel)"
+            subprocess.run(["tc", "qdisc", "replace", "dev", sl.veth, "root", "tbf", "rate", "1kbit", "burst",
+                            "1600", "latency", "60s"], capture_output=True, check=True)
         move(members(), group)
         yield f"{how}, {cpu_percent:g}% of a CPU"
     finally:
