@@ -181,7 +181,12 @@ class Timeouts(Strict):
                                                "recoveries included; then the run is stopped: timed-out")
     post: float = Field(600, gt=0)
     grace: float = Field(10, ge=0, description="after one rank fails, how long the others get to end")
-    unreachable: float = Field(8, gt=0, description="seconds of failed polls before a host is unreachable")
+    unreachable: float = Field(8, gt=0, allow_inf_nan=False, description="seconds over which a host must be found "
+                               "lost (connection refused, no route, its machine gone at the provider), by 'probes' "
+                               "probes spaced over them, before the run judges it lost and may repair it; a probe "
+                               "that times out finds the host slow, never lost (the testbed's lost_after raises it)")
+    probes: int = Field(3, ge=2, le=20, description="how many probes in a row, spaced over 'unreachable' seconds, "
+                                                    "must each find a host lost before it is judged lost")
     poll: float = Field(1.0, gt=0, le=30)
 
 

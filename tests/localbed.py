@@ -273,9 +273,26 @@ def tpu_cloud(bed, monkeypatch: pytest.MonkeyPatch, provider: str, *,  # type: i
         fake.stop()
 
 
-def lose_a_host_mid_run(bed, testbed: str, rank_host: int = 1) -> tuple[str, list]:  # type: ignore[no-untyped-def]
-    """Run 'survivor' with its supervisor in this process; the machine behind rank ``rank_host``'s host is killed
-    (no fault fired: a real failure) once the rank has started. Returns the run's status and events."""
+def lose_a_host_mid_run(bed, testbed: str, rank_host: int = 1, *, how: str = "kill",  # type: ignore[no-untyped-def]
+                        at: list[float] | None = None) -> tuple[str, list]:
+    """Run 'survivor' with its supervisor in this process; the machine behind rank ``rank_host``'s host is lost
+    (no fault fired: a real failure) once the rank has started: ``how`` "kill" kills its every process (its kernel
+    still refuses connections), "netns" takes its network namespace and link away too (no route to it). Returns the
+    run's status and events; ``at`` gets the time it was lost."""
+    def lose(victim: str) -> None:
+        if how == "netns":
+            bed.provider._teardown_hosts([bed.provider.slot(victim)], keep_disk=True)
+        else:
+            bed.provider.kill_host(victim)
+
+    return disturb_mid_run(bed, testbed, lose, rank_host, at=at)
+
+
+def disturb_mid_run(bed, testbed: str, act: Callable[[str], None], rank_host: int = 1, *,  # type: ignore[no-untyped-def]
+                    suite: str = SURVIVOR, delay: float = 1.5, at: list[float] | None = None) -> tuple[str, list]:
+    """Run ``suite`` (named 'survivor') with its supervisor in this process; ``act(host)`` runs on the local host
+    behind rank ``rank_host``'s host ``delay`` seconds after the rank has started (in a thread; ``at`` gets the
+    time it started). Returns the run's status and events."""
     import threading
 
     from testbed.run import runner
@@ -283,7 +300,7 @@ def lose_a_host_mid_run(bed, testbed: str, rank_host: int = 1) -> tuple[str, lis
     from testbed.run.supervisor import Supervisor
 
     (Path(bed.cwd) / "experiments").mkdir(exist_ok=True)
-    (Path(bed.cwd) / "experiments" / "survivor.yml").write_text(SURVIVOR)
+    (Path(bed.cwd) / "experiments" / "survivor.yml").write_text(suite)
     st = Store.open_default()
     plan = runner.plan_run("survivor", testbed, {}, store=st)
     rs.create(st, plan)
@@ -291,17 +308,79 @@ def lose_a_host_mid_run(bed, testbed: str, rank_host: int = 1) -> tuple[str, lis
     address = next(h.address for h in st.hosts(testbed) if h.name == cloud_host)
     victim = next(h.name for h in bed.hosts if h.address == address)
 
-    def kill() -> None:
+    def work() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if any(r.status == "running" for r in rs.ranks(st, plan.run_id)):
-                time.sleep(1.5)
-                bed.provider.kill_host(victim)
+                time.sleep(delay)
+                if at is not None:
+                    at.append(time.time())
+                act(victim)
                 return
             time.sleep(0.2)
 
-    t = threading.Thread(target=kill, daemon=True)
+    t = threading.Thread(target=work, daemon=True)
     t.start()
     status = Supervisor(plan.run_id).run()
-    t.join(5)
+    t.join(120)
     return status, rs.events(st, plan.run_id)
+
+
+@contextlib.contextmanager
+def starved(bed, host: str, *, delay_ms: int = 3000, cpu_percent: float = 1.0) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """``host`` made slow, not lost: every packet to it delayed ``delay_ms`` (tc netem on its link; where the kernel
+    has no netem, a token bucket lets 1 kbit/s through and queues the rest up to a minute) and its processes, and
+    every one they start, held to ``cpu_percent`` of one CPU (a cpu cgroup: cpu.max on cgroup v2,
+    cpu.cfs_quota_us on v1). Yields how the link was slowed; undone on leaving."""
+    sl = bed.provider.slot(host)
+    root = Path("/sys/fs/cgroup")
+    v2 = "cpu" in (root / "cgroup.controllers").read_text().split() if (root / "cgroup.controllers").exists() else False
+    base = root if v2 else root / "cpu"
+    group = base / f"tb-starve-{bed.provider.tag}-{host}"
+    if not (base / "cgroup.procs").exists():
+        pytest.skip("no cpu cgroup on this machine")
+    ino = os.stat(f"/run/netns/{sl.netns}").st_ino
+
+    def members() -> list[int]:
+        out = []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                with contextlib.suppress(OSError):
+                    if os.stat(f"/proc/{d}/ns/net").st_ino == ino:
+                        out.append(int(d))
+        return out
+
+    def move(pids: list[int], to: Path) -> None:
+        for pid in pids:
+            with contextlib.suppress(OSError):  # gone meanwhile
+                (to / "cgroup.procs").write_text(str(pid))
+
+    group.mkdir(exist_ok=True)
+    try:  # from here on, the link and the group are undone whatever fails
+        period = 100_000
+        quota = max(1000, int(period * cpu_percent / 100))
+        if v2:
+            (group / "cpu.max").write_text(f"{quota} {period}")
+        else:
+            (group / "cpu.cfs_period_us").write_text(str(period))
+            (group / "cpu.cfs_quota_us").write_text(str(quota))
+        try:
+            bed.provider.slow_network(host, delay_ms=delay_ms)
+            how = f"netem delay {delay_ms} ms"
+        except TestbedError as e:
+            if "unknown" not in e.what:
+                raise
+            how = "tbf rate 1kbit latency 60s (no sch_netem in this kernel)"
+            subprocess.run(["tc", "qdisc", "replace", "dev", sl.veth, "root", "tbf", "rate", "1kbit", "burst",
+                            "1600", "latency", "60s"], capture_output=True, check=True)
+        move(members(), group)
+        yield f"{how}, {cpu_percent:g}% of a CPU"
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", sl.veth, "root"], capture_output=True, check=False)
+        for _ in range(50):  # bounded: processes forked meanwhile land in the group too
+            left = [int(x) for x in (group / "cgroup.procs").read_text().split()]
+            if not left:
+                break
+            move(left, base)
+        with contextlib.suppress(OSError):
+            group.rmdir()

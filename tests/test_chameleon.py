@@ -484,6 +484,24 @@ def test_refresh_reports_server_state(fake: FakeChameleon, make: Callable[..., M
     _destroy_leaves_nothing(m, fake)
 
 
+def test_reported_states_tell_a_run_which_servers_are_gone(fake: FakeChameleon, make: Callable[..., Made]) -> None:
+    """What a run asks before it judges a host lost: an ACTIVE server is up; one in ERROR, or deleted, is gone (a
+    probe of it that times out is then lost, not slow); SHUTOFF is reported but is not gone by itself."""
+    from testbed.run.liveness import Probe
+
+    m = make(count=3)
+    m.p.provision()
+    assert m.p.reported_states() == {"node0": "up", "node1": "up", "node2": "up"}
+    by_name = {srv["name"].rsplit("-", 1)[-1]: sid for sid, srv in fake.servers.items()}
+    fake.servers[by_name["node0"]]["status"] = "ERROR"
+    del fake.servers[by_name["node1"]]
+    fake.servers[by_name["node2"]]["status"] = "SHUTOFF"
+    states = m.p.reported_states()
+    assert states == {"node0": "error", "node1": "gone", "node2": "shutoff"}
+    assert [Probe(h, 0.0, 5.0, "slow", provider=st).lost for h, st in sorted(states.items())] == [True, True, False]
+    _destroy_leaves_nothing(m, fake)
+
+
 # credentials as Chameleon users have them ---------------------------------------------------------------
 def _use_env(env: pytest.MonkeyPatch, values: dict[str, str]) -> None:
     for k in list(os.environ):

@@ -232,3 +232,28 @@ def test_recovery_times_and_goodput_are_reported(tmp_path):
     assert good[0]["ratio"] == "0.625"
     md = res.path.read_text()
     assert "## Recovery" in md and "Goodput" in md
+
+
+def test_why_a_host_was_judged_lost_and_a_slow_spell_are_reported(tmp_path):
+    """The report shows each host judged lost with the probes that found it so (their results, how many, the span
+    and the bound) and each spell a host gave no answer without being judged lost."""
+    m = fault_drill_manifest()
+    refused = [{"at": 1010.0 + 1.5 * i, "seconds": 0.01, "ssh": "refused", "lost": True, "provider": "down"}
+               for i in range(3)]
+    slow = [{"at": 1001.0 + 5 * i, "seconds": 5.0, "ssh": "slow", "lost": False, "provider": "up"} for i in range(4)]
+    m["events"] += [
+        {"ts": 1021.0, "kind": "host-back", "host": "node0", "detail": {
+            "seconds": 20.0, "probes": slow, "summary": "4 probes over 15.0 s: slow x4; none lost"}},
+        {"ts": 1013.1, "kind": "host-lost", "host": "node1", "detail": {
+            "bound": 3, "count": 3, "probes": refused,
+            "summary": "3 probes over 3.0 s (bound 3 s): refused x3; the provider: down x3; every one lost"}}]
+    run = make_run(tmp_path, "fault-drill", m, per_host=True)
+    res = build_report(run)
+    lost = list(csv.DictReader((run / "report/lost.csv").open()))
+    assert len(lost) == 1 and lost[0]["host"] == "node1" and lost[0]["probes"] == "3"
+    assert lost[0]["span_seconds"] == "3.0" and lost[0]["bound_seconds"] == "3"
+    assert lost[0]["results"] == "refused/down, refused/down, refused/down" and "every one lost" in lost[0]["why"]
+    spells = list(csv.DictReader((run / "report/unanswered.csv").open()))
+    assert spells[0]["host"] == "node0" and spells[0]["probes"] == "4" and spells[0]["results"].count("slow/up") == 4
+    md = res.path.read_text()
+    assert "## Hosts without an answer" in md and "judged lost" in md

@@ -509,3 +509,8 @@ class Provider(ABC):
     def refresh(self) -> list[Host]:
         """Ask the provider for the hosts' real state (network allowed); default: state as recorded."""
         return self.store.hosts(self.name)
+
+    def reported_states(self) -> dict[str, str] | None:
+        """Each host's state as the provider itself reports it now (network allowed): evidence when a run judges
+        a host lost (testbed.run.liveness.GONE_STATES); None when this provider cannot tell (the default)."""
+        return None

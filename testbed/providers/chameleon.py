@@ -540,6 +540,10 @@ class ChameleonProvider(Provider):
 
         return chameleon_switch.orphans(self)
 
+    def reported_states(self) -> dict[str, str] | None:
+        """Up (ACTIVE), gone (no server), or the server's status in lower case (error, shutoff, ...), per host."""
+        return {h.name: h.state for h in self.refresh()}
+
     def refresh(self) -> list[Host]:
         """Hosts with their servers' real state (network)."""
         hosts = self.store.hosts(self.name)

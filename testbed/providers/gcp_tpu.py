@@ -571,6 +571,10 @@ class TpuProvider(Provider):
 
         return gcp_tpu_switch.orphans(self)
 
+    def reported_states(self) -> dict[str, str] | None:
+        """Up (READY), preempted, gone (no node), or the node's state in lower case, per host."""
+        return {h.name: h.state for h in self.refresh()}
+
     def refresh(self) -> list[Host]:
         """Hosts with their real state: up, preempted, gone, or the node's state in lower case."""
         hosts = self.store.hosts(self.name)

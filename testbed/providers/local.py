@@ -553,6 +553,10 @@ class LocalProvider(Provider):
     def describe(self) -> dict[str, object]:
         return {"bridge": self.bridge, "subnet": str(self.network)}
 
+    def reported_states(self) -> dict[str, str] | None:
+        """Up, cut (its link down) or down (its init not running), per host."""
+        return {h.name: h.state for h in self.refresh()}
+
     def refresh(self) -> list[Host]:
         hosts = self.store.hosts(self.name)
         for h in hosts:

@@ -60,6 +60,7 @@ def add_summary(run: RunDir, rep: Report) -> None:
             if e.get("kind") == "fault-missed":
                 rep.check(f"fault '{detail.get('fault')}' fired", False, str(detail.get("reason") or "never fired"))
         add_recovery(run, rep)
+        add_liveness(run, rep)
     rep.skip(run.notes)
 
 
@@ -117,6 +118,31 @@ def add_recovery(run: RunDir, rep: Report) -> None:
         rep.table("goodput", cols, [[good.get(c) for c in cols]],
                   "Goodput: useful steps per wall-clock second; the fault-free run is estimated from the run's own "
                   "start-up and pace between faults (ratio = fault-free time / real time)")
+
+
+def add_liveness(run: RunDir, rep: Report) -> None:
+    """Each host judged lost (the probes that found it lost, the bound they spanned) and each spell a host gave no
+    answer without being judged lost (slow: a slow answer is not a lost host)."""
+    rows, spells = [], []
+    for e in run.events:
+        raw = e.get("detail")
+        d: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        probes = [p for p in d.get("probes") or [] if isinstance(p, dict)]
+        found = ", ".join(f"{p.get('ssh')}" + (f"/{p['provider']}" if p.get("provider") else "") for p in probes)
+        if e.get("kind") == "host-lost":
+            span = round(probes[-1].get("at", 0) - probes[0].get("at", 0), 2) if probes else None
+            rows.append([e.get("host"), e.get("ts"), len(probes), span, d.get("bound"), found, d.get("summary")])
+        elif e.get("kind") == "host-back":
+            spells.append([e.get("host"), e.get("ts"), d.get("seconds"), len(probes), found, d.get("summary")])
+    if rows or spells:
+        rep.heading("Hosts without an answer")
+    if rows:
+        rep.table("lost", ["host", "judged_at", "probes", "span_seconds", "bound_seconds", "results", "why"], rows,
+                  "Hosts judged lost before any repair: probes in a row, spaced over the bound, each refused, with no "
+                  "route, or the machine gone at the provider (ssh result/provider state)")
+    if spells:
+        rep.table("unanswered", ["host", "answered_at", "seconds", "probes", "results", "summary"], spells,
+                  "Spells a host gave no answer and was not judged lost (a probe that times out is slow, not lost)")
 
 
 def add_file_table(run: RunDir, rep: Report) -> None:

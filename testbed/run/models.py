@@ -156,8 +156,16 @@ class PlanTimeouts(_Model):
     run: float
     post: float
     grace: float
-    unreachable: float
+    unreachable: float  # the bound over which a host must be found lost (testbed.run.liveness)
     poll: float
+    probes: int = 3  # the lost probes in a row that judge a host lost
+
+    @model_serializer(mode="wrap")
+    def _default_probes(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("probes") == 3:  # plan files keep the shape earlier versions wrote
+            out.pop("probes")
+        return out
 
 
 class Plan(_Model):

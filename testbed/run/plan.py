@@ -68,6 +68,7 @@ class TestbedInfo:
     context: dict[str, Any]  # {{ testbed.* }}: name, provider, subnet, ssh_config, vars
     placeholder: bool = False
     elastic: bool = False  # generic placeholders (no spec to name hosts): as many as the suite asks for
+    lost_after: float | None = None  # the spec's: the least bound over which a run must find a host lost
 
 
 def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: Store | None = None) -> TestbedInfo:
@@ -92,7 +93,7 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: 
     ctx["ssh_config"] = str(ssh.ssh_config_path(name)) if name and rec else "~/.ssh/config"
     ctx["hardware"] = spec.hardware.context() if spec else Hardware().context()
     if hosts:
-        return TestbedInfo(name or "", ctx["provider"], hosts, ctx)
+        return TestbedInfo(name or "", ctx["provider"], hosts, ctx, lost_after=spec.lost_after if spec else None)
     if not dry_run:
         raise TestbedError(f"testbed '{name}' is not provisioned", where="state",
                            fix=f"testbed provision {name} (or use --dry-run to see the commands)")
@@ -103,7 +104,8 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: 
     else:
         hs = [HostInfo(f"host{i}", f"host{i}", ["master"] if i == 0 else ["workers"], {})
               for i in range(max(min_hosts, 1))]
-    return TestbedInfo(name or "dry-run", ctx["provider"], hs, ctx, placeholder=True, elastic=not names)
+    return TestbedInfo(name or "dry-run", ctx["provider"], hs, ctx, placeholder=True, elastic=not names,
+                       lost_after=spec.lost_after if spec else None)
 
 
 def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str, at: str | None = None) -> list[str]:
@@ -430,7 +432,8 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
         faults=fplans, recovery=recovery, checkpoint=checkpoint, post=run_steps(suite.steps.post, "post"),
         progress=suite.progress or (suite.checkpoint.progress if suite.checkpoint else None),
         checks=checks, outputs=outputs,
-        timeouts=PlanTimeouts.model_validate(suite.timeouts.model_dump()),
+        timeouts=PlanTimeouts.model_validate({**suite.timeouts.model_dump(),
+                                              "unreachable": max(suite.timeouts.unreachable, tb.lost_after or 0)}),
     )
 
 

@@ -1,5 +1,5 @@
-"""Recovering a run from a lost host: which hosts no longer answer, their repair and set-up, the run uploaded to
-them again, where the checkpoint is and how many steps a restart redoes, and the run's goodput.
+"""Recovering a run from a lost host (judged lost by testbed.run.liveness): its repair and set-up, the run uploaded
+to it again, where the checkpoint is and how many steps a restart redoes, and the run's goodput.
 
 The supervisor calls these between the end of a failed attempt and the relaunch; they return data, which it
 records as events (``repaired``, ``resumed``, ``goodput``) for ``status``, the manifest and the report.
@@ -26,12 +26,6 @@ LOG_TAIL = 1 << 20
 """Bytes of a rank's log read for its step lines (the end of a long log is what tells the last steps)."""
 PACE_TAIL = 64 << 10
 """Bytes of the checkpoint rank's log read at each poll for the last step reached (the pace, for the goodput)."""
-
-
-def lost_hosts(plan: Plan, timeout: float = 15) -> list[str]:
-    """The run's hosts that do not answer a fresh SSH login now."""
-    res = remote.run(plan.testbed, plan.host_names, "true", timeout=timeout, mux="none")
-    return [r.host for r in res if not r.ok and (r.error or r.exit_code == 255)]
 
 
 def repair(plan: Plan, store: Store, host: str, *, setup: bool, timeout: float,

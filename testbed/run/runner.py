@@ -165,7 +165,16 @@ def describe_event(ev: RunEvent) -> str:
         return f"recovery after {after} (attempt {d.get('attempt')}): {', '.join(d.get('steps', []))}"
     if k == "repairing":
         then = ", then its set-up" if d.get("setup") else ""
-        return f"repairing {', '.join(d.get('hosts', []))} (not answering){then}"
+        why = d.get("why") or {}
+        lost = "; ".join(f"{h}: {why[h]}" for h in d.get("hosts", []) if h in why)
+        return f"repairing {', '.join(d.get('hosts', []))} (judged lost{': ' + lost if lost else ''}){then}"
+    if k == "host-lost":
+        return f"{ev.host} judged lost: {d.get('summary')}"
+    if k == "host-slow":
+        p = d.get("probe") or {}
+        return f"{ev.host} slow: no answer in {p.get('seconds')} s ({p.get('detail') or 'timed out'}); {d.get('note')}"
+    if k == "host-back":
+        return f"{ev.host} answers again after {d.get('seconds')} s without an answer: {d.get('summary')}"
     if k == "repaired":
         if not ev.host:
             return f"repair: {d.get('note') or 'nothing to repair'}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any
 
 from testbed.errors import TestbedError
 from testbed.run import faults as faults_mod
+from testbed.run import liveness
 from testbed.run import recovery as rec
 from testbed.run import remote as run_remote
 from testbed.run import state as rs
@@ -54,6 +56,7 @@ class Attempt:
     done: dict[int, tuple[str, int | None, str]] = field(default_factory=dict)  # rank -> (status, code, reason)
     vanished: dict[int, int] = field(default_factory=dict)
     unreachable_since: dict[str, float] = field(default_factory=dict)
+    lost: set[str] = field(default_factory=set)  # hosts judged lost (liveness): their ranks failed with them
     first_failure: tuple[float, str, str] | None = None  # (time, reason, host)
     stop_sent: float | None = None
     killed: bool = False
@@ -78,6 +81,15 @@ class Supervisor:
         self.sampled = 0.0
         self.stale: dict[int, int | None] = {}  # attempt -> the step its rank's log showed when it was first read
         self.recovered_any = False
+        self.judge = liveness.Judge(self.t.unreachable, self.t.probes)
+        self.prober = liveness.Prober(self.look, self.judge.spacing,  # bounded by the run's own limits
+                                      until=time.time() + self.t.prepare + self.t.run + self.t.post + 3600)
+        self.suspect: dict[str, str] = {}  # host -> its failed poll's error: probed in the background, not polled
+        self.last_probe: dict[str, liveness.Probe] = {}
+        self.repaired_at: dict[str, float] = {}  # a probe started before a host's repair ended tells nothing of it
+        self.judged: dict[str, dict[str, Any]] = {}  # host -> why it was judged lost (until it is repaired)
+        self._provider: Any = None
+        self._provider_lock = threading.Lock()
 
     # helpers -------------------------------------------------------------------------------------------
     def status(self) -> str:
@@ -152,11 +164,23 @@ class Supervisor:
                     patterns.setdefault(f.watch_host, {})[f.name] = (f.watch_rank, f.when)
                     want.setdefault(f.watch_host, [])
             tails = self.pace_tail(att, want, now)
-            polls = run_remote.poll(self.plan, want, patterns, timeout=max(5.0, t.poll * 5),
+            for host in self.suspect:  # probed in the background until one answers: a hung poll holds nothing up
+                want.pop(host, None)
+                tails.pop(host, None)
+            polls = run_remote.poll(self.plan, want, patterns, timeout=self.probe_timeout,
                                     tails=tails) if want else {}
+            for host, hp in polls.items():
+                if hp.ok:
+                    self.answers(host, self.judge.answered(host))
+                else:
+                    self.suspected(host, hp.error or "no answer")
+            self.probe_suspects()
             matched = {name for hp in polls.values() for name in hp.triggers}
             for host, hp in polls.items():
                 self.absorb(att, host, hp, now)
+            for host in list(self.suspect):
+                if host not in polls:
+                    self.unanswered(att, host, now)
             for f in self.plan.faults:
                 if f.name not in self.fired and faults_mod.due(f, att.launched, now, matched):
                     self.fire(f)
@@ -177,14 +201,17 @@ class Supervisor:
                 if pending:
                     att = self.recover(pending[0], att)
                     continue
-                if att.unreachable_since and recovery_steps(self.plan.recovery, self.attempt + 1):
+                if att.lost and recovery_steps(self.plan.recovery, self.attempt + 1):
                     att = self.recover(None, att)  # a host was lost with no fault fired: a real failure
                     continue
                 raise Abort(first[1], first[2])
             if now - self.started > t.run and att.first_failure is None:
                 att.timed_out = True
                 self.failure(att, now, f"timed out after {t.run:g} s (timeouts.run)", None)
-            time.sleep(t.poll)
+            if self.suspect:  # woken as soon as a probe lands
+                self.prober.landed.wait(t.poll)
+            else:
+                time.sleep(t.poll)
 
     def pace_tail(self, att: Attempt, want: dict[str, list[int]], now: float) -> dict[str, tuple[int, int]]:
         """The checkpoint rank's log end to read in this poll (host -> (rank, bytes)) when a pace sample is due:
@@ -218,10 +245,7 @@ class Supervisor:
     def absorb(self, att: Attempt, host: str, hp: run_remote.HostPoll, now: float) -> None:
         ranks_here = [r for r in att.ranks if r.host == host and r.rank not in att.done]
         if not hp.ok:
-            since = att.unreachable_since.setdefault(host, now)
-            if now - since >= self.t.unreachable:
-                for r in ranks_here:
-                    self.end_rank(att, r, "failed", None, f"host unreachable ({hp.error})")
+            self.unanswered(att, host, now)
             return
         att.unreachable_since.pop(host, None)
         if hp.no_run_dir:  # nothing there can tell how the ranks end: they failed, whatever they still do
@@ -248,6 +272,87 @@ class Supervisor:
                     self.end_rank(att, r, "failed", None, "process vanished without an exit code")
             else:
                 att.vanished.pop(r.rank, None)
+
+    # liveness -------------------------------------------------------------------------------------------
+    @property
+    def probe_timeout(self) -> float:
+        """Seconds one poll or probe of a host may take; past it the host is slow, not lost."""
+        return max(5.0, self.t.poll * 5)
+
+    def states(self) -> dict[str, str] | None:
+        """Each host's state as the testbed's provider reports it now (None: it cannot tell); one question at a
+        time, on a state connection of its own (the probes' threads ask it)."""
+        with self._provider_lock:
+            if self._provider is None:
+                from testbed.handle import Testbed
+
+                self._provider = Testbed.open(self.plan.testbed, Store(self.st.path), recorded_ok=True).provider()
+            states: dict[str, str] | None = self._provider.reported_states()
+        return states
+
+    def look(self, hosts: list[str]) -> dict[str, liveness.Probe]:
+        """One probe of each of ``hosts`` (a fresh login; the provider asked about those that do not answer)."""
+        return liveness.probe(self.plan.testbed, hosts, timeout=self.probe_timeout, run_dir=self.plan.run_dir,
+                              states=self.states) if hosts else {}
+
+    def suspected(self, host: str, error: str) -> None:
+        """``host``'s poll failed: from now on it is probed in the background (each probe a fresh login) rather
+        than polled, until a probe answers; its multiplexed connection is closed (it may hang on a dead host)."""
+        if host not in self.suspect:
+            from testbed import ssh
+
+            threading.Thread(target=ssh.close_connections, args=(self.plan.testbed, [host]), daemon=True).start()
+        self.suspect[host] = error
+        self.prober.watch(host)
+
+    def probe_suspects(self) -> None:
+        """Take in the probes that finished."""
+        for p in self.prober.take():
+            self.note(p)
+
+    def unanswered(self, att: Attempt, host: str, now: float) -> None:
+        """``host`` gave no answer to its poll: its ranks fail once it is judged lost, or once its polls failed
+        for ``timeouts.unreachable`` with probes that neither time out nor find it lost (a refused key, a poll that
+        fails); a host whose probes time out is slow, and waited for."""
+        ranks_here = [r for r in att.ranks if r.host == host and r.rank not in att.done]
+        since = att.unreachable_since.setdefault(host, now)
+        if host in self.judged:
+            att.lost.add(host)
+            for r in ranks_here:
+                self.end_rank(att, r, "failed", None, f"host unreachable: judged lost ({self.judged[host]['summary']})")
+            return
+        lp = self.last_probe.get(host)
+        if lp is None or lp.at < since or lp.ssh == "slow" or lp.lost:
+            return  # no probe of this spell back yet; slow (never lost); or lost, not yet judged so
+        if now - since >= self.t.unreachable:
+            why = (lp.detail if lp.ssh == "other" and lp.detail else None) or self.suspect.get(host) or lp.ssh
+            for r in ranks_here:
+                self.end_rank(att, r, "failed", None, f"host unreachable ({why})")
+
+    def note(self, p: liveness.Probe) -> None:
+        """Record probe ``p``: the end of a spell without an answer (the host polled again), the start of a slow
+        spell, or a host judged lost."""
+        if p.at < self.repaired_at.get(p.host, 0.0):
+            return
+        first_slow = p.ssh == "slow" and not any(q.ssh == "slow" for q in self.judge.spell(p.host))
+        self.last_probe[p.host] = p
+        self.answers(p.host, self.judge.add(p))
+        if p.ssh == "answered":
+            self.suspect.pop(p.host, None)
+            self.prober.unwatch(p.host)
+        if first_slow:
+            rs.event(self.st, self.run_id, "host-slow", p.host, probe=p.to_json(),
+                     note="a slow answer is not a lost host: the run waits")
+        if self.judge.lost(p.host) and p.host not in self.judged:
+            self.judged[p.host] = self.judge.evidence(p.host)
+            rs.event(self.st, self.run_id, "host-lost", p.host, **self.judged[p.host])
+            log.info("%s judged lost: %s", p.host, self.judged[p.host]["summary"])
+
+    def answers(self, host: str, spell: list[liveness.Probe]) -> None:
+        """``host`` answered again after ``spell`` (the probes that found no answer): recorded when there were any."""
+        if spell:
+            rs.event(self.st, self.run_id, "host-back", host, seconds=round(time.time() - spell[0].at, 2),
+                     probes=[p.to_json() for p in spell[-liveness.KEEP:]], summary=liveness.summary(spell))
 
     def end_rank(self, att: Attempt, r: Rank, status: str, code: int | None, reason: str,
                  ended: float | None = None) -> None:
@@ -306,6 +411,7 @@ class Supervisor:
         steps = f.recovery_steps(self.attempt) if f is not None else recovery_steps(self.plan.recovery, self.attempt)
         rs.event(self.st, self.run_id, "recovery", None, ts=ts, fault=f.name if f else None, attempt=self.attempt,
                  steps=[s.name for s in steps], after=att.first_failure[1])
+        restored = None
         if f is not None:
             restored = faults_mod.restore(self.plan, f, self.st)
             if restored:
@@ -332,26 +438,64 @@ class Supervisor:
                 rs.event(self.st, self.run_id, "resumed", None, **times, **resume,
                          downtime_seconds=round(time.time() - (fault_at or att.first_failure[0]), 2))
             elif isinstance(s, RepairStep):
-                replaced += self.repair(s, times)
+                replaced += self.repair(s, times, restored=bool(restored))
             else:
                 self.step(s, "recovery", self.t.prepare)
         if new is None:
             raise Abort(att.first_failure[1] + " (recovery did not relaunch)", att.first_failure[2])
         return new
 
-    def repair(self, s: RepairStep, times: dict[str, Any]) -> list[str]:
-        """Repair every host of the run that does not answer, set it up again, upload the run to it; the hosts
-        testbed made anew. Aborts naming the host when one cannot be repaired or the run's limit is reached."""
+    def confirm_lost(self, fresh_only: bool) -> tuple[list[str], dict[str, liveness.Probe]]:
+        """The run's hosts judged lost right before a repair, and each host's last probe. A host judged lost whose
+        last probe (lost) ended within ``spacing`` seconds stays judged so (the probes go on while the run drains);
+        every other host is probed again, and again every ``spacing`` while it is lost but not yet judged so
+        (``fresh_only``: every host, e.g. after a fault was undone)."""
+        for p in self.prober.take():
+            self.note(p)
+        last = {} if fresh_only else self.fresh_losses()
+        if len(last) < len(self.judged):  # a host judged lost without a recent probe: the probes running land first
+            self.prober.wait(self.probe_timeout + 2)
+            for p in self.prober.take():
+                self.note(p)
+            last = {} if fresh_only else self.fresh_losses()
+        others = [h for h in self.plan.host_names if h not in last]
+        _, found = liveness.confirm(self.judge, others, self.look, self.note)
+        last.update(found)
+        return [h for h in self.plan.host_names if h in last and self.judge.lost(h)], last
+
+    def fresh_losses(self) -> dict[str, liveness.Probe]:
+        """The hosts judged lost whose last probe (lost) ended within ``spacing`` seconds: that probe."""
+        now = time.time()
+        out = {}
+        for host in self.judged:
+            p = self.judge.last(host)
+            if p is not None and self.judge.lost(host) and now - p.at - p.seconds <= self.judge.spacing:
+                out[host] = p
+        return out
+
+    def repair(self, s: RepairStep, times: dict[str, Any], restored: bool = False) -> list[str]:
+        """Repair every host of the run judged lost (several probes over the bound, see testbed.run.liveness),
+        set it up again, upload the run to it; the hosts testbed made anew. Aborts naming the host when one cannot
+        be repaired or the run's limit is reached. ``restored``: a fault was undone (every host probed afresh)."""
         t0 = time.time()
-        lost = rec.lost_hosts(self.plan)
+        lost, last = self.confirm_lost(fresh_only=restored)
+        for host in lost:
+            if host not in self.judged:  # judged here, not while polling (a fault's recovery)
+                self.judged[host] = self.judge.evidence(host)
+                rs.event(self.st, self.run_id, "host-lost", host, **self.judged[host])
         if not lost:
-            rs.event(self.st, self.run_id, "repaired", None, hosts=[], note="every host answers")
+            silent = {h: p for h, p in last.items() if p.ssh != "answered"}
+            note = ("every host answers" if not silent else "no host judged lost: " + "; ".join(
+                f"{h}: {liveness.summary([p])}" for h, p in silent.items()))
+            rs.event(self.st, self.run_id, "repaired", None, hosts=[], note=note,
+                     probes={h: p.to_json() for h, p in silent.items()})
             return []
         if len(self.repaired) + len(lost) > s.attempts:
             raise Abort(f"{', '.join(lost)} lost; the run may repair {plural(s.attempts, 'host')} (step '{s.name}': "
                         f"attempts) and has repaired {len(self.repaired)}", lost[0])
         times.update(repair_seconds=0.0, setup_seconds=0.0)
-        rs.event(self.st, self.run_id, "repairing", None, hosts=lost, setup=s.setup)
+        rs.event(self.st, self.run_id, "repairing", None, hosts=lost, setup=s.setup,
+                 why={h: self.judged[h]["summary"] for h in lost})
         replaced: list[str] = []
         for host in lost:
             try:
@@ -361,6 +505,12 @@ class Supervisor:
                 raise Abort(f"{host} was lost and could not be repaired: {e.what}"
                             + (f" ({e.fix})" if e.fix else ""), host) from None
             self.repaired.append(host)
+            self.judged.pop(host, None)
+            self.judge.answered(host)
+            self.suspect.pop(host, None)
+            self.prober.unwatch(host)
+            self.last_probe.pop(host, None)
+            self.repaired_at[host] = time.time()
             self.save()
             replaced += done.replaced
             times["repair_seconds"] += done.repair_seconds
@@ -417,6 +567,7 @@ class Supervisor:
             return self.finish("succeeded", None)
         except Abort as e:
             if e.reason == "stopped":
+                self.prober.stop()
                 return "stopped"
             return self.finish(e.status, e.reason, e.host)
         except Exception as e:
@@ -437,6 +588,8 @@ class Supervisor:
             log.info("fault never fired: %s: %s", f.name, why)
 
     def finish(self, status: str, reason: str | None, host: str | None = None) -> str:
+        self.prober.stop()
+        self.prober.wait(self.probe_timeout + 2)  # no probe outlives the run
         now = time.time()
         row = self.st.run(self.run_id)
         if row is not None and row.status in ACTIVE:
