@@ -49,6 +49,7 @@ def test_a_slow_starved_host_is_never_repaired_and_the_run_completes(local_testb
     status, evs = disturb_mid_run(bed, bed.name, slow, suite=LONG, at=at)
     kinds = [e.kind for e in evs]
     print("slowed by:", how, "events:", [(round(e.ts - at[0], 1), e.kind, e.host) for e in evs if e.ts >= at[0]])
+    print("lost:", [e.detail.get("summary") for e in evs if e.kind == "host-lost"])
     assert status == "succeeded", [e.detail for e in evs if e.kind in ("failed", "ended")]
     assert not {"recovery", "repairing", "host-lost", "relaunched"} & set(kinds), kinds
     assert not any(e.kind == "repaired" for e in evs)

@@ -96,7 +96,9 @@ def test_what_one_probe_found(res: remote.HostResult, kind: str) -> None:
 
 
 @pytest.mark.parametrize("ssh,provider,lost", [
-    ("refused", None, True), ("no-route", "up", True), ("slow", None, False), ("slow", "up", False),
+    ("refused", None, True), ("no-route", None, True), ("no-route", "down", True), ("refused", "up", True),
+    ("no-route", "up", False),  # the provider says it runs: a link dropping its neighbour lookups, not a lost host
+    ("slow", None, False), ("slow", "up", False),
     ("slow", "down", True), ("slow", "error", True), ("slow", "gone", True), ("other", "preempted", True),
     ("slow", "shutoff", False), ("answered", "down", False), ("other", None, False),
 ])

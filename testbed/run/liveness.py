@@ -11,7 +11,8 @@ when the host does not answer, the provider is asked what it knows of the machin
   host, network unreachable);
 - ``other``: an SSH failure that tells nothing of the machine (a refused key, a changed host key, a reset).
 
-A probe is *lost* when the host did not answer and either SSH was refused or found no route, or the provider says
+A probe is *lost* when the host did not answer and either SSH was refused or found no route (unless the provider
+says the machine is up: a link that drops even its neighbour lookups is slow, not gone), or the provider says
 its machine is gone (down, ERROR, deleted, preempted, terminated). A host is judged lost when ``count`` probes in a
 row were lost, the first and the last at least ``bound`` seconds apart (the suite's ``timeouts.unreachable``, raised
 by the testbed's ``lost_after``); any other probe starts the count again.
@@ -51,6 +52,10 @@ class Probe:
 
     @property
     def lost(self) -> bool:
+        # no route to an address the provider says is up is a link that drops even its neighbour lookups (a
+        # congested or throttled link, an ARP that timed out): unknown, like a timeout, never lost by itself
+        if self.ssh == "no-route" and self.provider == "up":
+            return False
         return self.ssh != "answered" and (self.ssh in LOST_SSH or (self.provider or "") in GONE_STATES)
 
     def to_json(self) -> dict[str, Any]:
