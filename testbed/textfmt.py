@@ -1,4 +1,4 @@
-"""How testbed writes counts and moments for people: one plural rule and one time format everywhere.
+"""How testbed writes counts, sizes and moments for people: one plural rule, one size and one time format.
 
 Times are ISO 8601 in UTC with a ``Z`` (``2025-01-01T12:00:00Z``), the form the manifest, the ledger and the
 expiry already use; a clock in a live stream is the time of day of the same form (``12:00:01.2Z``). JSON keeps
@@ -51,3 +51,12 @@ def clock(ts: float | None) -> str:
         return ""
     t = float(ts)
     return time.strftime("%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 10)}Z"
+
+
+def size(n: float) -> str:
+    """A byte count for people, in decimal units as pip and rsync show them: ``512 B``, ``11.2 kB``, ``190.2 MB``."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"

@@ -17,15 +17,7 @@ if TYPE_CHECKING:
 
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, print_json
-from testbed.textfmt import plural
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
+from testbed.textfmt import plural, size
 
 
 def collect_cmd(
@@ -100,7 +92,7 @@ def _print_collect(results: list[CollectResult]) -> None:
             t.add_column(col, no_wrap=col == "host")
         for h in r.hosts:
             status = "[green]ok[/green]" if h.error is None else "[red]failed[/red]"
-            t.add_row(h.host, h.method or "-", str(h.files), str(h.sent), _human(h.bytes_sent), str(h.unchanged),
+            t.add_row(h.host, h.method or "-", str(h.files), str(h.sent), size(h.bytes_sent), str(h.unchanged),
                       f"{h.seconds:.2f}", status)
         c.print(t)
         for h in r.hosts:

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from testbed.textfmt import size
+
 EventHandler = Callable[[dict[str, Any]], object]
 
 _COUNTED = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped")
@@ -160,26 +162,18 @@ def read_download(text: str) -> Download | None:
     return d
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"
-
-
 def describe_download(now: Download, first: Download | None) -> str:
     """One line: the file, bytes of its size, the rate since ``first`` and the time left for this file."""
-    line = f"downloading {now.file}: {_size(now.done)}"
+    line = f"downloading {now.file}: {size(now.done)}"
     if now.total:
-        line += f" of {_size(now.total)}"
+        line += f" of {size(now.total)}"
     if first is not None and now.at > first.at and now.bytes_all > first.bytes_all:
         rate = (now.bytes_all - first.bytes_all) / (now.at - first.at)
-        line += f", {_size(rate)}/s"
+        line += f", {size(rate)}/s"
         if now.total and now.total > now.done:
             line += f", {int((now.total - now.done) / rate) + 1} s left"
     if now.files_done:
-        line += f" ({now.files_done} file{'s' if now.files_done != 1 else ''}, {_size(now.bytes_before)} done)"
+        line += f" ({now.files_done} file{'s' if now.files_done != 1 else ''}, {size(now.bytes_before)} done)"
     return line
 
 
