@@ -21,12 +21,17 @@ if TYPE_CHECKING:
     from testbed.state import Store
 
 
+# the suite and its parameters, as `run` and `rehearse` take them
+SuiteArg = Annotated[str, typer.Argument(help="Suite name (experiments/NAME.yml) or a .yml path.",
+                                         autocompletion=complete.suites)]
+ParamOpt = Annotated[list[str] | None, typer.Option("--param", "-p", help="key=value, repeatable.")]
+
+
 def run(
-    suite: Annotated[str, typer.Argument(help="Suite name (experiments/NAME.yml) or a .yml path.",
-                                         autocompletion=complete.suites)],
+    suite: SuiteArg,
     on: Annotated[str | None, typer.Option("--on", help="Testbed (default: the suite's, else local).",
                                                   autocompletion=complete.testbeds)] = None,
-    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="key=value, repeatable.")] = None,
+    param: ParamOpt = None,
     matrix: Annotated[bool, typer.Option("--matrix", help="Run every point of the suite's matrix (a campaign; "
                                                           "-p values filter the points).")] = False,
     fault: Annotated[list[str] | None, typer.Option("--fault", help="Fault to inject (repeatable); default: the "
@@ -281,7 +286,7 @@ def follow(run_id: str, c: Any, st: Store) -> RunRecord:
 
     live = _LiveRun(run_id, state.load_plan(run_id)) if c.is_terminal else None
     try:
-        with live.shown(c) if live else _nothing():
+        with live.shown(c) if live else contextlib.nullcontext():
             for ev in runner.watch(run_id, store=st):
                 c.print(f"[dim]{runner.clock(ev.ts)}[/dim] {escape(runner.describe_event(ev))}")
                 if live:
@@ -309,11 +314,6 @@ def progress_view(run_id: str, last: str, elapsed: float, lines: list[Any], most
     if len(lines) > most:
         rows.append(Text(f"  … {plural(len(lines) - most, 'more rank')}: testbed logs {run_id} -f", style="dim"))
     return Group(*rows)
-
-
-@contextlib.contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 class _LiveRun:
@@ -468,11 +468,10 @@ def list_suites(ctx: typer.Context, json_out: JsonOpt = False) -> None:
 
 
 def rehearse(
-    suite: Annotated[str, typer.Argument(help="Suite name (experiments/NAME.yml) or a .yml path.",
-                                         autocompletion=complete.suites)],
+    suite: SuiteArg,
     like: Annotated[str | None, typer.Option("--like", help="The real testbed to replicate (default: the suite's).",
                                              autocompletion=complete.testbeds)] = None,
-    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="key=value, repeatable.")] = None,
+    param: ParamOpt = None,
     matrix: Annotated[bool, typer.Option("--matrix", help="Rehearse every point of the suite's matrix.")] = False,
     source: Annotated[list[str] | None, typer.Option("--source", help="NAME=PATH: a local checkout of a suite "
                                                                       "source (the replica has no network).")] = None,

@@ -365,7 +365,7 @@ def parse_tails(stdout: str) -> dict[int, str]:
     return out
 
 
-def rank_lines(plan: Plan, ranks: list[int] | None = None, timeout: float = 10) -> list[RankLine]:
+def rank_lines(plan: Plan, timeout: float = 10) -> list[RankLine]:
     """Each rank's last line worth showing (the plan's ``progress`` pattern, else its last line): one SSH call per
     host over the open connections; a host that does not answer is left out."""
     from testbed import remote, scripts
@@ -373,8 +373,7 @@ def rank_lines(plan: Plan, ranks: list[int] | None = None, timeout: float = 10) 
 
     by_host: dict[str, list[int]] = {}
     for r in plan.ranks:
-        if ranks is None or r.rank in ranks:
-            by_host.setdefault(r.host, []).append(r.rank)
+        by_host.setdefault(r.host, []).append(r.rank)
     commands = {h: run_remote.sh(scripts.program("tails.sh", plan.run_dir, TAIL_BYTES, *ks))
                 for h, ks in by_host.items()}
     found: list[RankLine] = []
