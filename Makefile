@@ -1,7 +1,7 @@
 # The two commands a new user types (as root on Debian/Ubuntu):
 #   make demo   provision the local testbed and run the whole loop on it
 #   make test   run the whole test suite
-#   make test-fast  the tests that need no root and no local hosts (about a minute), while you work
+#   make test-fast  the tests that need no root and no local hosts (about 3 minutes), while you work
 # Both install what they need: the apt packages, then .venv/ with testbed and its extras.
 
 VENV   ?= .venv
@@ -41,11 +41,13 @@ venv: deps $(STAMP)
 demo: venv
 	$(VENV)/bin/testbed demo
 
+# the suite waits on hosts far more than it computes: three workers, one test file each at a time
+# (a file's tests share their local testbed); the slowest 25 tests are listed at the end
 test: venv
-	$(VENV)/bin/python -m pytest -q -ra
+	$(VENV)/bin/python -m pytest -q -ra -n 3 --dist loadfile --durations=25
 
 test-fast: venv
-	$(VENV)/bin/python -m pytest -q -ra -m "not local and not slow"
+	$(VENV)/bin/python -m pytest -q -ra -n 2 -m "not local and not slow"
 
 lint: venv
 	$(VENV)/bin/ruff check testbed tests bench
