@@ -217,18 +217,19 @@ def hub_refresher(hub: Mapping[str, str]) -> Callable[[], tuple[str, Any]]:
     api = (hub.get("JUPYTERHUB_API_URL") or "").rstrip("/")
     url = f"{api}/users/{quote(hub.get('JUPYTERHUB_USER') or '', safe='')}"
 
-    failed = [-HUB_TIMEOUT, ""]  # when the Hub last failed, and how: python-chi asks again at once, several times
+    failed_at, failed_why = -HUB_TIMEOUT, ""  # the Hub's last failure: python-chi asks again at once, several times
 
     def fail(why: str) -> NoReturn:
-        failed[:] = [time.monotonic(), why]
+        nonlocal failed_at, failed_why
+        failed_at, failed_why = time.monotonic(), why
         HUB_FAILURES.add(why)
         raise ApiError(None, why, service="JupyterHub", kind="hub")
 
     def refresh() -> tuple[str, Any]:
         if not hub:  # not in a JupyterHub: the token given is the only one (keystone says if it expired)
             raise ApiError(None, "no JupyterHub to renew the access token", service="JupyterHub", kind="hub")
-        if time.monotonic() - float(failed[0]) < HUB_TIMEOUT:  # one wait per failure, not one per question
-            fail(str(failed[1]))
+        if time.monotonic() - failed_at < HUB_TIMEOUT:  # one wait per failure, not one per question
+            fail(failed_why)
         try:
             res = requests.get(url, headers={"Authorization": f"token {hub['JUPYTERHUB_API_TOKEN']}"},
                                timeout=(HUB_TIMEOUT, HUB_TIMEOUT))
