@@ -73,11 +73,13 @@ def test_the_chameleon_notebook_runs_in_the_hubs_environment(local_testbed: Any,
         inject(nb, **PARAMS)
         client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                                          resources={"metadata": {"path": str(folder)}})
+        left: dict[str, int] | None = None
         try:
             client.execute(env=env)
         finally:
             nbformat.write(nb, tmp_path / "executed.ipynb")  # what the user would have seen, kept for a failure
-            if fake.leaked() != NOTHING:  # the notebook failed half way: its own destroy, as a user would
+            left = fake.leaked()
+            if left != NOTHING:  # the notebook failed half way: its own destroy, as a user would
                 subprocess.run([sys.executable, "-m", "testbed", "destroy", "trovi", "--yes"], cwd=folder, env=env,
                                capture_output=True, timeout=120, check=False)
         assert fake.hub_requests >= 1  # python-chi renewed the access token from the Hub
@@ -95,7 +97,7 @@ def test_the_chameleon_notebook_runs_in_the_hubs_environment(local_testbed: Any,
         report = output(nb, "report")  # the report shown inline, and its checks
         assert "every rank said hello" in report and "(True, [('run succeeded', True)" in report, report
         assert "<Testbed trovi (chameleon, not provisioned, 0 hosts)>" in output(nb, "destroy")
-        assert fake.leaked() == NOTHING and not fake.keypairs  # nothing left at the site
+        assert left == NOTHING and not fake.keypairs  # the notebook's last cell left nothing at the site
         text = json.dumps(nb)  # no secret in what the notebook showed, nor in what testbed wrote
         for secret in (hub["OS_ACCESS_TOKEN"], fake.hub_token, *fake.oidc_tokens):
             assert secret not in text
