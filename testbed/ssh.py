@@ -146,7 +146,7 @@ def _key_for(testbed: str, h: Host) -> str:
 # the user's own OpenSSH configuration ----------------------------------------------------------------------------
 USER_SSH_CONFIG = "~/.ssh/config"
 _MULTI = ("identityfile",)
-_KEPT = ("hostname", "user", "port", "proxyjump", "identityfile", "identitiesonly", "identityagent")
+_KEPT = ("hostname", "user", "port", "proxyjump", "proxycommand", "identityfile", "identitiesonly", "identityagent")
 
 
 def _ssh_g(args: list[str], where: str) -> dict[str, list[str]]:
@@ -175,7 +175,8 @@ def _ssh_g(args: list[str], where: str) -> dict[str, list[str]]:
 
 def user_ssh_config(host: str, config: str | None = USER_SSH_CONFIG) -> dict[str, Any]:
     """What the user's own OpenSSH config (``config``, default ``~/.ssh/config``) sets for ``host``: hostname,
-    user, port, proxyjump, identityfile (a list), identitiesonly and identityagent, only where the file sets them.
+    user, port, proxyjump or proxycommand (the one in effect), identityfile (a list), identitiesonly and
+    identityagent, only where the file sets them.
 
     Read with ``ssh -G`` (Host, Match and Include as OpenSSH reads them; nothing is connected) and compared with
     what OpenSSH does with no config. A ``User`` equal to this machine's login name is found in the file's text.
@@ -193,9 +194,23 @@ def user_ssh_config(host: str, config: str | None = USER_SSH_CONFIG) -> dict[str
             out[key] = got[key] if key in _MULTI else got[key][0]
     if "user" not in out and got.get("user") and _names_user(path, got["user"][0]):
         out["user"] = got["user"][0]
-    if out.get("proxyjump") == "none":
-        out.pop("proxyjump")
+    for key in ("proxyjump", "proxycommand"):
+        if out.get(key) == "none":
+            out.pop(key)
     return out
+
+
+def proxy_command(command: str, alias: str, where: str) -> str:
+    """A ProxyCommand from the user's config as the testbed's ssh_config must give it: the same text (OpenSSH
+    passes it to the shell as written, so the user's own quoting stands), with ``%n`` -- the name the user would
+    type, ``alias`` -- written out, since the testbed's ssh is given its own name for the host. A control
+    character would end the line (and add options): refused."""
+    import re
+
+    if re.search(r"[\x00-\x1f\x7f]", command):
+        raise TestbedError(f"the ProxyCommand for '{alias}' holds a control character", where=where,
+                           fix="fix that ProxyCommand, or set provider.ssh_config: null to ignore the file")
+    return re.sub(r"%(.)", lambda m: alias.replace("%", "%%") if m.group(1) == "n" else m.group(0), command)
 
 
 def _names_user(path: str, user: str, depth: int = 0) -> bool:
@@ -265,8 +280,10 @@ def _host_block(testbed: str, h: Host) -> dict[str, Any]:
     else:
         keys = [*own.get("identities", []), str(key_path(testbed))]
         only, agent = bool(own.get("identities_only")), own.get("identity_agent")
+    proxy = h.facts.get("ssh_proxy_command")  # a lab host's, from the user's config (never beside a ProxyJump)
     return {**h.to_dict(), "identity": keys[0], "identities": [_cfg_value(k) for k in keys],
-            "identities_only": only, "identity_agent": _cfg_value(agent) if agent else None}
+            "identities_only": only, "identity_agent": _cfg_value(agent) if agent else None,
+            "proxy_command": str(proxy) if proxy and not h.proxy_jump else None}
 
 
 def _cfg_value(value: Any) -> str:
@@ -290,7 +307,8 @@ def _jump_blocks(hosts: list[Host]) -> list[dict[str, Any]]:
                     "identities": [_cfg_value(k) for k in j.get("identities") or []],
                     "identities_only": bool(j.get("identities_only")),
                     "identity_agent": _cfg_value(j["identity_agent"]) if j.get("identity_agent") else None,
-                    "proxy_jump": j.get("proxy_jump")})
+                    "proxy_jump": j.get("proxy_jump"),
+                    "proxy_command": None if j.get("proxy_jump") else j.get("proxy_command")})
     return list(out.values())
 
 

@@ -560,6 +560,26 @@ def test_jupyterhub_access_token(fake: FakeChameleon, clean_env: pytest.MonkeyPa
     assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0}
 
 
+def test_jupyterhub_that_hangs_is_one_message(fake: FakeChameleon, clean_env: pytest.MonkeyPatch,
+                                             make: Callable[..., Made]) -> None:
+    """The Hub takes the request for a fresh access token and never answers (python-chi's call has no timeout):
+    provisioning stops after HUB_TIMEOUT with the Hub named, before anything is made."""
+    import socket
+
+    from testbed.providers import chameleon_chi
+
+    clean_env.setattr(chameleon_chi, "HUB_TIMEOUT", 1.0, raising=False)
+    with socket.socket() as hub:
+        hub.bind(("127.0.0.1", 0))
+        hub.listen(8)
+        url = f"http://127.0.0.1:{hub.getsockname()[1]}/hub/api"
+        _use_env(clean_env, {**fake.jupyter_env(token_ttl=-60), "JUPYTERHUB_API_URL": url})
+        with pytest.raises(TestbedError) as ei:
+            make(count=1).p.provision()
+    _assert_clear(ei.value, "no fresh access token", f"JupyterHub at {url} did not answer within 1 s",
+                  where="JupyterHub", fix="Stop My Server")
+    assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0} and not fake.keypairs
+
 def test_oidc_wrong_password_and_no_password(fake: FakeChameleon, clean_env: pytest.MonkeyPatch,
                                              make: Callable[..., Made]) -> None:
     _use_env(clean_env, {**fake.env("oidc"), "OS_PASSWORD": "not-it"})

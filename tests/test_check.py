@@ -5,10 +5,13 @@ what to do, and a provider that could not be asked is named with the reason, nev
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -156,6 +159,43 @@ def test_chameleon_jupyterhub_access_token(chameleon: Any, no_cloud: pytest.Monk
     no_cloud.setenv("OS_ACCESS_TOKEN", fake.access_token())  # a fresh one (exported by hand)
     code, data = _check("chameleon")
     assert code == 0 and _rows(data, "chameleon")["accepted"]["ok"]
+
+
+@contextlib.contextmanager
+def _silent_hub() -> Iterator[str]:
+    """A JupyterHub API URL on 127.0.0.1 where connections are taken and never answered (a Hub that hangs)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}/hub/api"
+
+
+@pytest.mark.timeout(30)
+def test_chameleon_jupyterhub_that_hangs_or_refuses_is_one_message(chameleon: Any,
+                                                                   no_cloud: pytest.MonkeyPatch) -> None:
+    """python-chi asks the Hub for a fresh access token with no timeout and swallows any failure (the expired token
+    then goes to keystone, whose 401 blames the token): testbed bounds the call and names the Hub."""
+    from testbed.providers import chameleon_chi
+
+    fake = chameleon
+    for k, v in fake.jupyter_env(token_ttl=-60).items():
+        no_cloud.setenv(k, v)
+    no_cloud.setattr(chameleon_chi, "HUB_TIMEOUT", 1.0, raising=False)
+    with _silent_hub() as url:
+        no_cloud.setenv("JUPYTERHUB_API_URL", url)
+        t0 = time.monotonic()
+        code, data = _check("chameleon")
+        took = time.monotonic() - t0
+    row = _rows(data, "chameleon")["accepted"]
+    assert code == 1 and row["ok"] is False, row
+    assert f"JupyterHub at {url} did not answer within 1 s" in row["detail"], row
+    assert "Stop My Server" in row["fix"] and took < 8, took
+    no_cloud.setenv("JUPYTERHUB_API_URL", f"{fake.base}/hub/api")  # a Hub that refuses this server's API token
+    no_cloud.setenv("JUPYTERHUB_API_TOKEN", "not-the-hubs")
+    code, data = _check("chameleon")
+    row = _rows(data, "chameleon")["accepted"]
+    assert code == 1 and "JupyterHub at " in row["detail"] and "HTTP 403" in row["detail"], row
+    assert "not-the-hubs" not in json.dumps(data)
 
 
 # gcp-tpu ------------------------------------------------------------------------------------------------------

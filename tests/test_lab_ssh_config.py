@@ -112,3 +112,39 @@ def test_a_config_openssh_cannot_read_is_one_message(tb_home: Path) -> None:
         _generated(tb_home)
     assert "OpenSSH cannot read" in ei.value.what and "ssh_config: null" in (ei.value.fix or "")
     assert ei.value.where == str(tb_home / "user_ssh_config")
+
+
+def test_a_proxycommand_in_the_users_config_is_honoured(tb_home: Path) -> None:
+    """ProxyCommand (a cluster's gateway script, `ssh -W`, a VPN helper) as the user's config gives it, quoted as the
+    user quoted it, for the lab hosts and their jump hosts: OpenSSH itself runs it with the same arguments a plain
+    ``ssh ADDRESS`` would pass (%n is the address the user would type, not the testbed's name for the host)."""
+    proxy_dir = tb_home / "my proxy"
+    proxy_dir.mkdir()
+    seen = tb_home / "seen"
+    script = proxy_dir / "gw.sh"
+    script.write_text(f"#!/bin/sh\nprintf '%s|' \"$@\" >> '{seen}'\necho >> '{seen}'\nexit 1\n")
+    script.chmod(0o755)
+    (tb_home / "user_ssh_config").write_text(
+        f'Host gpu1\n  HostName gpu1.cluster.example\n  User alice\n  Port 2222\n'
+        f'  ProxyCommand "{script}" %h %p %r %n "a b" \'%%\'\n'
+        f'Host gpu2\n  ProxyJump bastion\nHost bastion\n  HostName bastion.example.org\n'
+        f'  ProxyCommand "{script}" jump %h %n\n')
+    _spec(tb_home)
+    hosts, cfg = _generated(tb_home)
+    by = {h.name: h for h in hosts}
+    assert by["g1"].proxy_jump is None and by["g2"].proxy_jump == "bastion"
+    one = _g(cfg, "g1")
+    assert one["proxycommand"] == [f'"{script}" %h %p %r gpu1 "a b" \'%%\''] and "proxyjump" not in one
+    assert _g(cfg, "bastion")["proxycommand"] == [f'"{script}" jump %h bastion']
+    assert "proxycommand" not in _g(cfg, "g3")
+    for host in ("g1", "g2"):  # OpenSSH runs the commands (each exits 1: nothing is reached)
+        r = subprocess.run(["ssh", "-F", str(cfg), "-o", "ControlMaster=no", host, "true"], capture_output=True,
+                           text=True, stdin=subprocess.DEVNULL, timeout=30, check=False)
+        assert r.returncode == 255, r.stderr
+    assert seen.read_text().splitlines() == ["gpu1.cluster.example|2222|alice|gpu1|a b|%|",
+                                             "jump|bastion.example.org|bastion|"]
+    # a jump host in the spec wins over the config's ProxyCommand, as the first of the two wins in OpenSSH
+    _spec(tb_home, extra="  proxy_jump: gw.example.org\n")
+    _, cfg = _generated(tb_home)
+    one = _g(cfg, "g1")
+    assert one["proxyjump"] == ["gw.example.org"] and "proxycommand" not in one

@@ -179,6 +179,18 @@ def test_read_only_commands_create_no_state(user: Path, tmp_path: Path, monkeypa
     assert not (empty / ".testbed").exists()
 
 
+def test_refused_destroy_and_stop_create_no_state(user: Path, tmp_path: Path) -> None:
+    """destroy of a testbed with neither spec nor state here, and stop of a run this folder never had, are refused
+    with the usual message and leave an empty folder empty (no .testbed to say nothing was there)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args, says in ((["destroy", "nosuch", "--yes"], "no testbed named 'nosuch'"),
+                       (["stop", "nosuch-run-1"], "no run 'nosuch-run-1'")):
+        r = _cli(empty, *args)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert list(empty.iterdir()) == [], (args, list(empty.iterdir()))
+    assert not user.exists()
+
 def test_a_read_only_store_refuses_writes_and_an_empty_one_creates_nothing(tmp_path: Path) -> None:
     db = tmp_path / "h" / "state.db"
     st = Store.open_existing(tmp_path / "h")

@@ -273,7 +273,7 @@ def stop(run_id: Annotated[str, typer.Argument(help="Run id.", autocompletion=co
     """
     from testbed.run import runner
 
-    row = runner.stop_run(run_id, store=store())
+    row = runner.stop_run(run_id, store=existing_store(readonly=False))  # an unknown run: refused, nothing created
     console().print(f"run {run_id}: {row.status}" + (f" ({row.reason})" if row.reason else ""))
 
 

@@ -118,7 +118,12 @@ def destroy(name: Annotated[str, typer.Argument(help="Testbed name.", autocomple
 
     Example: testbed destroy local
     """
-    st = store()
+    st = existing_store(readonly=False)
+    if not st.exists:  # no state here: an unknown name is refused before any is created to say so
+        from testbed.handle import Testbed
+
+        Testbed.open(name, st, recorded_ok=True)
+        st = store()  # a known spec: destroy may still find what an interrupted provision made (by name)
     p = provider_for(name, st, recorded_ok=True)
     if not yes and sys.stdin.isatty() and p.costs_money:
         typer.confirm(f"destroy every cloud resource of testbed '{name}'?", abort=True)

@@ -173,6 +173,11 @@ class ChameleonProvider(Provider):
         status = f"HTTP {e.status}" if e.status else "no answer"
         after = (f"run 'testbed destroy {self.name}' to release what was made (ids are recorded), "
                  f"or 'testbed provision {self.name}' to retry (what exists is reused)")
+        if e.kind == "hub":
+            from testbed.providers.chameleon_chi import HUB_FIX
+
+            return TestbedError(f"no fresh access token while {doing}: {m}", where=self._where("JupyterHub", thing),
+                                fix=HUB_FIX)
         if e.kind == "auth":
             return TestbedError(f"Chameleon refused the credentials while {doing} ({status}: {m})", where=where,
                                 fix=self._auth_fix())

@@ -15,10 +15,13 @@ import io
 import logging
 import os
 import re
+import threading
+import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
+from urllib.parse import quote
 
 from testbed.errors import TestbedError, require_extra
 
@@ -32,6 +35,10 @@ OPENRC_FIX = ("source your Chameleon openrc: an application credential's (the si
 # OS_ACCESS_TOKEN, a Keycloak access token that expires in minutes; python-chi then asks the Hub for a fresh one
 # (GET $JUPYTERHUB_API_URL/users/$JUPYTERHUB_USER with $JUPYTERHUB_API_TOKEN: auth_state.access_token), as here
 HUB_VARS = ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER")
+HUB_TIMEOUT = 20.0  # seconds for the Hub to answer that request (python-chi's own call waits forever)
+HUB_FIX = ("retry in a minute; if it repeats, restart your notebook server so that the Hub logs you in again "
+           "(File > Hub Control Panel > Stop My Server, then Start My Server); or export a fresh OS_ACCESS_TOKEN, "
+           "or source an application credential's openrc instead")
 
 QUIET_LOGGERS = ("chi", "neutronclient", "neutronclient.v2_0.client", "keystoneauth", "keystoneauth1",
                  "openstack", "blazarclient", "novaclient", "glanceclient", "keystoneclient", "stevedore",
@@ -182,6 +189,67 @@ def credentials_from_env(env: Mapping[str, str] | None = None, *, site: str | No
                        fields=fields, source=source, hub=hub if auth_type == "v3oidcaccesstoken" else {})
 
 
+class _HubFailures:
+    """What went wrong in the last renewals of the access token (python-chi logs a failed renewal and goes on with
+    no token, so keystone's refusal would hide it): numbered, so that a call can tell whether one happened during
+    it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.last = ""
+
+    def add(self, why: str) -> None:
+        with self.lock:
+            self.count += 1
+            self.last = why
+
+
+HUB_FAILURES = _HubFailures()
+
+
+def hub_refresher(hub: Mapping[str, str]) -> Callable[[], tuple[str, Any]]:
+    """python-chi's ``chi.jupyterhub.refresh_access_token`` for the Hub in ``hub`` (HUB_VARS), with a timeout:
+    ``GET $JUPYTERHUB_API_URL/users/$JUPYTERHUB_USER`` -> (auth_state.access_token, auth_state.expires_at). A
+    failure is recorded in HUB_FAILURES, then raised (python-chi catches it)."""
+    import requests
+
+    api = (hub.get("JUPYTERHUB_API_URL") or "").rstrip("/")
+    url = f"{api}/users/{quote(hub.get('JUPYTERHUB_USER') or '', safe='')}"
+
+    failed_at, failed_why = -HUB_TIMEOUT, ""  # the Hub's last failure: python-chi asks again at once, several times
+
+    def fail(why: str) -> NoReturn:
+        nonlocal failed_at, failed_why
+        failed_at, failed_why = time.monotonic(), why
+        HUB_FAILURES.add(why)
+        raise ApiError(None, why, service="JupyterHub", kind="hub")
+
+    def refresh() -> tuple[str, Any]:
+        if not hub:  # not in a JupyterHub: the token given is the only one (keystone says if it expired)
+            raise ApiError(None, "no JupyterHub to renew the access token", service="JupyterHub", kind="hub")
+        if time.monotonic() - failed_at < HUB_TIMEOUT:  # one wait per failure, not one per question
+            fail(failed_why)
+        try:
+            res = requests.get(url, headers={"Authorization": f"token {hub['JUPYTERHUB_API_TOKEN']}"},
+                               timeout=(HUB_TIMEOUT, HUB_TIMEOUT))
+        except requests.Timeout:
+            fail(f"JupyterHub at {api} did not answer within {HUB_TIMEOUT:g} s when asked for a fresh access token")
+        except requests.RequestException as e:
+            fail(f"cannot reach JupyterHub at {api} for a fresh access token: {type(e).__name__}")
+        if res.status_code != 200:
+            fail(f"JupyterHub at {api} refused to renew the access token (HTTP {res.status_code})")
+        try:
+            state = dict(res.json().get("auth_state") or {})
+        except (ValueError, AttributeError, TypeError):
+            state = {}
+        if not state.get("access_token"):
+            fail(f"JupyterHub at {api} gave no access token (the user's auth_state has none)")
+        return str(state["access_token"]), state.get("expires_at")
+
+    return refresh
+
+
 class ApiError(Exception):
     """A failed cloud call: HTTP status (None: no answer) and the service's own message."""
 
@@ -190,7 +258,7 @@ class ApiError(Exception):
         self.status = status
         self.message = message
         self.service = service
-        self.kind = kind  # "connect", "auth", "endpoint", ""
+        self.kind = kind  # "connect", "auth", "endpoint", "hub" (JupyterHub did not renew the token), ""
 
 
 def _explain(exc: BaseException) -> ApiError:
@@ -301,6 +369,9 @@ class Chi:
             # python-chi renews a v3oidcaccesstoken from JupyterHub when it knows the Hub (read at its import)
             chi.jupyterhub.hub_api_url = creds.hub.get("JUPYTERHUB_API_URL") or None
             chi.jupyterhub.hub_token = creds.hub.get("JUPYTERHUB_API_TOKEN") or None
+            # its renewal, with a timeout and a failure that is not lost (always replaced: python-chi patches the
+            # access-token plugin's class, so an earlier Chi's renewal would otherwise live on)
+            chi.jupyterhub.refresh_access_token = hub_refresher(creds.hub)
             fields = dict(creds.fields)
             if project and creds.auth_type in SCOPED:  # provider.project names the project to work in
                 for k in ("project_id", "project_domain_id"):
@@ -317,13 +388,19 @@ class Chi:
 
     @contextlib.contextmanager
     def call(self, service: str) -> Iterator[None]:
-        """Run chi code quietly; any failure leaves as ApiError tagged with ``service``."""
+        """Run chi code quietly; any failure leaves as ApiError tagged with ``service`` (or as the Hub's failure,
+        when the access token could not be renewed during the call)."""
+        hub_failures = HUB_FAILURES.count
         try:
             with quiet():
                 yield
-        except (ApiError, KeyboardInterrupt):
+        except KeyboardInterrupt:
             raise
         except Exception as e:
+            if HUB_FAILURES.count != hub_failures:  # the real cause: keystone only saw no token
+                raise ApiError(None, HUB_FAILURES.last, service="JupyterHub", kind="hub") from None
+            if isinstance(e, ApiError):
+                raise
             err = _explain(e)
             err.service = service
             raise err from None

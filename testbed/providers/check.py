@@ -219,6 +219,10 @@ def _keystone_refusal(e: Any, creds: Any, site: str) -> tuple[str, str]:
     from testbed.providers.chameleon import auth_fix
 
     status = f"HTTP {e.status}" if e.status else "no answer"
+    if e.kind == "hub":  # JupyterHub did not renew the access token: keystone never saw one
+        from testbed.providers.chameleon_chi import HUB_FIX
+
+        return e.message, HUB_FIX
     if e.kind == "auth":
         return f"refused by keystone at {creds.auth_url} ({status}: {e.message})", auth_fix(creds.auth_type,
                                                                                           creds.source, site)

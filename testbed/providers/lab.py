@@ -1,7 +1,7 @@
 """The lab provider: machines that already exist (a university cluster), reached over SSH.
 
-Nothing is created or deleted: ``provision`` records the hosts, generates the ssh_config (with ProxyJump
-where given) and checks every host in parallel; unreachable hosts are named with the SSH error.
+Nothing is created or deleted: ``provision`` records the hosts, generates the ssh_config (with ProxyJump or
+ProxyCommand where given) and checks every host in parallel; unreachable hosts are named with the SSH error.
 Host keys are trusted on first use and verified afterwards.
 """
 
@@ -33,8 +33,8 @@ class LabProvider(Provider):
 
     def hosts_from_spec(self) -> list[Host]:
         """The spec's hosts; what the spec leaves out (user, port, jump host, key, the real host name of an
-        alias) comes from the user's own OpenSSH config (provider.ssh_config) for the host's address, as a plain
-        ``ssh ADDRESS`` would use it. With no key in the spec the ssh-agent is offered too."""
+        alias, a ProxyCommand) comes from the user's own OpenSSH config (provider.ssh_config) for the host's
+        address, as a plain ``ssh ADDRESS`` would use it. With no key in the spec the ssh-agent is offered too."""
         s = self.settings
         out = []
         for i, h in enumerate(s.hosts):
@@ -53,6 +53,9 @@ class LabProvider(Provider):
             jumps = self._jumps(jump, {x.name for x in s.hosts}) if jump else []
             if jumps:  # the jump hosts the user's config defines (an alias such as 'bastion')
                 facts["ssh_jumps"] = jumps
+            if not jump and mine.get("proxycommand"):  # the config's ProxyCommand, unless the spec names a jump
+                facts["ssh_proxy_command"] = ssh.proxy_command(str(mine["proxycommand"]), addr,
+                                                               s.ssh_config or ssh.USER_SSH_CONFIG)
             out.append(Host(name=h.name, address=mine.get("hostname") or addr, port=port, user=user,
                             key=os.path.expanduser(key) if key else None, proxy_jump=jump,
                             groups=sorted({*self.spec.groups_for(h.name, i), *h.groups}), facts=facts))
@@ -80,10 +83,13 @@ class LabProvider(Provider):
             inner = mine.get("proxyjump")
             if inner:
                 out += self._jumps(str(inner), own, depth + 1)
+            cmd = mine.get("proxycommand")
             out.append({"alias": alias, "hostname": mine.get("hostname"), "port": mine.get("port"),
                         "user": mine.get("user"), "identities": list(mine.get("identityfile") or []),
                         "identities_only": mine.get("identitiesonly") == "yes",
                         "identity_agent": mine.get("identityagent"), "proxy_jump": inner,
+                        "proxy_command": ssh.proxy_command(str(cmd), alias, self.settings.ssh_config or
+                                                           ssh.USER_SSH_CONFIG) if cmd and not inner else None,
                         "source": self.settings.ssh_config})
         return out
 
