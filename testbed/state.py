@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -117,6 +118,36 @@ def _row_to_host(r: sqlite3.Row) -> Host:
         groups=json.loads(r["groups"]), facts=json.loads(r["facts"]), proxy_jump=r["proxy_jump"],
         state=r["state"],
     )
+
+
+_DB_FILES = ("state.db", "state.db-wal", "state.db-shm", "state.db-journal")
+
+
+def discard_if_unused(home: Path) -> bool:
+    """Remove ``home`` when it holds nothing but a state database with nothing recorded in it: what a command
+    refused before it recorded anything leaves behind when the folder had no state before (the folder is left
+    as the user found it). Anything else there (keys, a testbed's files, a row in any table) keeps it."""
+    if not home.is_dir() or any(p.name not in _DB_FILES for p in home.iterdir()):
+        return False
+    db = home / "state.db"
+    if db.is_file():
+        try:
+            con = sqlite3.connect(f"{db.absolute().as_uri()}?mode=ro", uri=True)
+            try:
+                present = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                tables = [t for t in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA) if t != "meta"]
+                # names from this module's own schema, never from the file
+                if any(con.execute(f"SELECT 1 FROM {t} LIMIT 1").fetchone()  # noqa: S608
+                       for t in tables if t in present):
+                    return False
+            finally:
+                con.close()
+        except sqlite3.DatabaseError:
+            return False
+    for p in home.iterdir():
+        p.unlink()
+    home.rmdir()
+    return True
 
 
 class Store:

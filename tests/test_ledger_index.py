@@ -191,6 +191,39 @@ def test_refused_destroy_and_stop_create_no_state(user: Path, tmp_path: Path) ->
         assert list(empty.iterdir()) == [], (args, list(empty.iterdir()))
     assert not user.exists()
 
+
+def test_any_refused_command_leaves_a_folder_without_state_as_it_was(user: Path, tmp_path: Path) -> None:
+    """Every command refused before it recorded anything, in a folder with no state: the refusal, and no
+    .testbed left behind (the commands that write state open it before they judge their arguments)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args, says in ((["provision", "nosuch"], "no testbed named 'nosuch'"),
+                       (["collect", "nosuch-run"], "no run with id nosuch-run"),
+                       (["run", "mpi-hello", "--on", "nosuch"], "no testbed named 'nosuch'"),
+                       (["provision", "local", "--repair", "zz"], "is not provisioned")):
+        r = _cli(empty, *args)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+        assert list(empty.iterdir()) == [], (args, list(empty.iterdir()))
+
+
+def test_discarding_keeps_a_home_with_anything_recorded_or_any_other_file(tmp_path: Path) -> None:
+    from testbed.state import discard_if_unused
+
+    home = tmp_path / "h"
+    Store(home / "state.db").close()
+    (home / "keys").mkdir()
+    assert not discard_if_unused(home) and home.is_dir()  # a file of its own: kept
+    (home / "keys").rmdir()
+    st = Store(home / "state.db")
+    with st.tx() as db:
+        db.execute("INSERT INTO campaigns VALUES ('c', 's', 't', '[]', 'running', 0, '{}')")
+    st.close()
+    assert not discard_if_unused(home) and home.is_dir()  # a row: kept
+    with Store(home / "state.db").tx() as db:
+        db.execute("DELETE FROM campaigns")
+    assert discard_if_unused(home) and not home.exists()
+
+
 def test_a_read_only_store_refuses_writes_and_an_empty_one_creates_nothing(tmp_path: Path) -> None:
     db = tmp_path / "h" / "state.db"
     st = Store.open_existing(tmp_path / "h")

@@ -34,12 +34,9 @@ def main() -> None:
     """Console-script entry: run the app and turn every error into one message and an exit code."""
     from testbed.cli import fast
 
+    fresh = not _state_home().exists()  # a refused command leaves a folder with no state as it found it
     try:
-        rc = fast.run(sys.argv[1:])
-        if rc is None:
-            from testbed.cli.typer_app import app
-
-            rc = app(standalone_mode=False, prog_name="testbed")
+        rc = _run_refusing_cleanly(fast, fresh)
     # an except clause's classes are looked up only when an exception is raised: no Click import otherwise
     except _click_exceptions()[0] as exc:  # Typer/Click's own usage errors, in our one-message format
         e: Any = exc  # a click.UsageError (format_message, ctx), whichever Click Typer brought
@@ -80,6 +77,34 @@ def main() -> None:
                                    "  fix:   run again with --debug for the traceback and report it")
         sys.exit(1)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _state_home() -> Any:
+    from testbed import paths
+
+    return paths.state_home()
+
+
+def _run_refusing_cleanly(fast: Any, fresh: bool) -> Any:
+    """The command; when it fails in a folder that had no state, the state it created with nothing recorded
+    is removed again (``provision nosuch`` or ``run … --on nosuch`` leave no ``.testbed/`` behind)."""
+    try:
+        rc = fast.run(sys.argv[1:])
+        if rc is None:
+            from testbed.cli.typer_app import app
+
+            rc = app(standalone_mode=False, prog_name="testbed")
+    except BaseException:
+        if fresh:
+            from testbed.state import discard_if_unused
+
+            discard_if_unused(_state_home())
+        raise
+    if fresh and isinstance(rc, int) and rc != 0:
+        from testbed.state import discard_if_unused
+
+        discard_if_unused(_state_home())
+    return rc
 
 
 def _click_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
