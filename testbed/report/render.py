@@ -72,6 +72,11 @@ def _difference(v: Any) -> str:
     return text + (f" ({v.relative_pct:+.1f}%)" if v.relative_pct is not None else "")
 
 
+def _lead(report: Report) -> list[Any]:
+    """The first screen's blocks: the key figure first, then the timeline."""
+    return sorted(report.lead, key=lambda b: not isinstance(b, Figure))
+
+
 def to_markdown(report: Report) -> str:
     """The first screen (status, verdicts, checks, key figure, timeline), then every block in order."""
     from testbed.report.verdicts import summary
@@ -87,7 +92,7 @@ def to_markdown(report: Report) -> str:
         out += ["## Checks", ""]
         out += _md_table(Table("checks", ["check", "result", "detail"],
                                [[n, _verdict(p), d] for n, p, d in report.checks]))
-    for block in [*report.lead, *report.blocks]:
+    for block in [*_lead(report), *report.blocks]:
         if isinstance(block, Heading):
             out += ["#" * max(2, min(block.level, 6)) + " " + _md_text(block.text), ""]
         elif isinstance(block, Text):
@@ -126,7 +131,9 @@ _CSS = (
     ".within{color:#070}.outside{color:#b00;font-weight:bold}.missing{color:#a60}td.src,td.hw{font-size:.8em}"
     ".status{font-size:1.1em;margin:.3em 0}.st-succeeded{color:#070}.st-bad{color:#b00}"
     ".lead{display:flex;gap:1em;align-items:flex-start;flex-wrap:wrap}.lead figure{margin:0}"
-    ".lead img{max-height:300px}.lead table{font-size:.85em}details{margin:.3em 0}summary{cursor:pointer}"
+    ".lead img{max-height:300px}.lead table{font-size:.85em}.lead p{margin:.2em 0}figcaption{font-size:.85em}"
+    "details{margin:.3em 0}summary{cursor:pointer}#verdicts table,#checks table{font-size:.9em}"
+    "td.nw{white-space:nowrap}"
     "pre{background:#f6f6f6;padding:.5em;overflow-x:auto}"
 )
 
@@ -152,10 +159,11 @@ def to_html(report: Report) -> str:
         order = sorted(range(len(report.verdicts)), key=lambda i: (report.verdicts[i].within is True, i))
         rows = _verdict_rows(report)
         shown, rest = order[:SHOWN_VERDICTS], order[SHOWN_VERDICTS:]
-        out.append(_verdict_html([rows[i] for i in shown], [report.verdicts[i] for i in shown]))
+        hw = any(v.hardware for v in report.verdicts)
+        out.append(_verdict_html([rows[i] for i in shown], [report.verdicts[i] for i in shown], hw))
         if rest:
             out.append(f"<details><summary>{len(rest)} more verdicts, all within tolerance</summary>"
-                       + _verdict_html([rows[i] for i in rest], [report.verdicts[i] for i in rest]) + "</details>")
+                       + _verdict_html([rows[i] for i in rest], [report.verdicts[i] for i in rest], hw) + "</details>")
         out.append("</section>")
     if report.checks:
         out.append('<section id="checks"><h2>Checks</h2><table><tr><th>check</th><th>result</th><th>detail</th></tr>')
@@ -165,7 +173,7 @@ def to_html(report: Report) -> str:
         out.append("</table></section>")
     if report.lead:
         out.append('<div class="lead" id="lead">')
-        out += [_html_block(b, fold=False) for b in report.lead]
+        out += [f"<div>{_html_block(b, fold=False)}</div>" for b in _lead(report)]
         out.append("</div>")
     if report.blocks and report.fold and (report.verdicts or report.checks or report.lead):
         out.append('<h2 id="details">Details</h2>')
@@ -179,17 +187,19 @@ def to_html(report: Report) -> str:
     return "\n".join(out)
 
 
-def _verdict_html(rows: list[list[Any]], verdicts: list[Any]) -> str:
+def _verdict_html(rows: list[list[Any]], verdicts: list[Any], hardware: bool = True) -> str:
+    """The verdict rows; ``hardware``: with the hardware column (left out when no verdict names a difference)."""
     e = html.escape
     cls = {"within tolerance": "within", "outside tolerance": "outside", "not measured": "missing"}
-    parts = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in VERDICT_HEAD) + "</tr>"]
+    head = [h for h in VERDICT_HEAD if hardware or h != "hardware"]
+    parts = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
     for row, v in zip(rows, verdicts, strict=True):
         cells = [f"<td>{e(fmt_cell(row[0]))}</td>"]
-        cells += [f'<td class="num">{e(fmt_cell(c))}</td>' for c in row[1:4]]
+        cells += [f'<td class="num nw">{e(fmt_cell(c))}</td>' for c in row[1:4]]
         note = f' title="{e(v.note)}"' if v.note else ""
-        cells.append(f'<td class="{cls[v.status]}"{note}>{e(v.status)}</td>')
-        cells.append(f"<td>{e(row[5])}</td>")
-        cells.append(f'<td class="hw">{e(row[6])}</td><td class="src">{e(row[7])}</td>')
+        cells.append(f'<td class="{cls[v.status]} nw"{note}>{e(v.status)}</td>')
+        cells.append(f'<td class="nw">{e(row[5])}</td>')
+        cells.append((f'<td class="hw">{e(row[6])}</td>' if hardware else "") + f'<td class="src">{e(row[7])}</td>')
         parts.append("<tr>" + "".join(cells) + "</tr>")
     parts.append("</table>")
     return "\n".join(parts)

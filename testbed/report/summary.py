@@ -85,8 +85,10 @@ def add_timeline(run: RunDir, rep: Report) -> None:
         t0 = ts if t0 is None else t0
         raw = e.get("detail")
         d: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        brief = next((str(d[k]) for k in ("fault", "summary", "why", "reason", "resumed_step", "status") if d.get(k)
-                      not in (None, "")), "")
+        brief = next((str(d[k]) for k in ("fault", "summary", "why", "reason", "status") if d.get(k) not in (None, "")),
+                     "")
+        if kind == "resumed" and d.get("resumed_step") is not None:
+            brief = f"from step {d['resumed_step']}" + (f" after {brief}" if brief else "")
         rows.append([round(ts - t0, 2), kind, e.get("host"), brief[:80]])
     if any(r[1] not in ("started", "ended") for r in rows):  # a run without a fault has no timeline to show
         rep.table("timeline", ["t_seconds", "event", "host", "detail"], rows,
