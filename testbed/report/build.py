@@ -9,7 +9,7 @@ from typing import Any
 
 from testbed.errors import UsageError
 from testbed.report import render, tidy_csv
-from testbed.report.model import Check, Report
+from testbed.report.model import Check, Report, Table
 from testbed.report.registry import get_reporter
 from testbed.report.rundir import REPORT_DIR, RunDir
 from testbed.report.summary import add_summary, generic
@@ -32,6 +32,7 @@ class ReportResult:
     cause: dict[str, Any] | None = None  # a failed run's report: why it failed (testbed.report.cause.Cause)
     failed_runs: list[dict[str, Any]] = field(default_factory=list)  # runs that did not succeed or are missing
     verdicts: list[Verdict] = field(default_factory=list)  # each of the suite's references against ours
+    tables: list[Table] = field(default_factory=list, repr=False)  # the report's tables (data, as built)
 
     @property
     def passed(self) -> bool:
@@ -86,4 +87,4 @@ def write_report(rep: Report, out_dir: Path, fmt: str, suite: str) -> ReportResu
     path = out_dir / f"report.{fmt}"
     path.write_text(render.to_html(rep) if fmt == "html" else render.to_markdown(rep), encoding="utf-8")
     return ReportResult(path, [f.path for f in rep.figures], csvs, list(rep.skipped), list(rep.checks), suite,
-                        verdicts=list(rep.verdicts))
+                        verdicts=list(rep.verdicts), tables=list(rep.tables))

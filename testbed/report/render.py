@@ -8,6 +8,7 @@ from typing import Any
 
 from testbed.report.model import Cell, Code, Figure, Heading, Link, Report, Table, Text, Timestamp
 from testbed.report.tidy_csv import _verdict
+from testbed.textfmt import plural
 
 
 def fmt_cell(value: Cell | object) -> str:
@@ -215,12 +216,12 @@ def _html_block(block: Any, fold: bool) -> str:
         return f"<p>{e(block.text)}</p>"
     if isinstance(block, Code):
         pre = "<pre>" + "\n".join(e(ln) for ln in block.lines) + "</pre>"
-        return f"<details><summary>log ({len(block.lines)} lines)</summary>{pre}</details>" if fold else pre
+        return f"<details><summary>log ({plural(len(block.lines), 'line')})</summary>{pre}</details>" if fold else pre
     if isinstance(block, Table):
         if not fold:
             return _html_table(block)
         label = block.title or block.name
-        return (f"<details><summary>{e(label)} ({e(block.name)}.csv, {len(block.rows)} rows)</summary>"
+        return (f"<details><summary>{e(label)} ({e(block.name)}.csv, {plural(len(block.rows), 'row')})</summary>"
                 + _html_table(block, title=False) + "</details>")
     if isinstance(block, Figure):
         return (f'<figure><img src="{e(block.path.name)}" alt="{e(block.caption or block.name)}">'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 from testbed.report import plotting
@@ -60,7 +61,7 @@ def report(run: RunDir, rep: Report) -> None:
     _overheads(run, rep)
 
 
-def outcomes(rep: Report, logs: dict[str, ReplayLog], ff: ReplayLog | None, specs: dict[str, object]) -> None:
+def outcomes(rep: Report, logs: dict[str, ReplayLog], ff: ReplayLog | None, specs: Mapping[str, object]) -> None:
     """Each replay's outcome (the paper's classes), where it first went non-finite, and its final accuracies."""
     rows = []
     for name, log in sorted(logs.items()):
