@@ -188,3 +188,34 @@ def test_a_missing_point_is_not_measured_and_json_carries_verdicts(tmp_path: Pat
 def test_every_shipped_suite_loads() -> None:
     for name in list_suites():
         load_suite(name)
+
+
+def test_isca_campaign_report_opens_with_its_verdicts(tmp_path: Path) -> None:
+    from testbed.report.campaign import report_suite_folder
+
+    repo = extract("ISCA_AE", tmp_path)
+    fi, tech = repo / "fault_injection", repo / "technique"
+    files = {"inj_immediate_infs_nans": [fi / "expected_results/replay_inj_immediate_infs_nans.txt",
+                                         fi / "expected_results/fault_free.txt",
+                                         fi / "injections/inj_immediate_infs_nans.csv"],
+             "inj_masked": [fi / "expected_results/replay_inj_masked.txt", fi / "injections/inj_masked.csv"],
+             "inj_slow_degrade": [fi / "expected_results/replay_inj_slow_degrade.txt",
+                                  fi / "injections/inj_slow_degrade.csv"],
+             "detection": list((tech / "detection/expected_results").glob("*.txt")),
+             "replay": list((tech / "replay/expected_result").glob("*.txt"))}
+    suite_dir = tmp_path / "results" / "isca-resnet18"
+    for i, (exp, paths) in enumerate(files.items()):
+        run = suite_dir / f"isca-{i}"
+        (run / "node0").mkdir(parents=True)
+        for p in paths:
+            shutil.copy(p, run / "node0" / p.name)
+        (run / "manifest.json").write_text(json.dumps({
+            "suite": "isca-resnet18", "run_id": f"isca-{i}", "status": "succeeded", "params": {"experiment": exp},
+            "started": f"2025-01-01T00:0{i}:00+00:00", "hosts": [{"name": "node0", "facts": {"cpus": 96, "gpus": [],
+                                                                                             "tpu": "v2-8"}}]}))
+    res = report_suite_folder(suite_dir, "html")
+    assert len(res.verdicts) == 12 and all(v.status == WITHIN for v in res.verdicts), \
+        [(v.metric, v.ours, v.note) for v in res.verdicts if v.status != WITHIN]
+    assert all(v.hardware == "" for v in res.verdicts)  # the same TPU type: no difference to name
+    text = res.path.read_text()
+    assert text.index('id="verdicts"') < text.index('id="checks"') < text.index('id="details"')

@@ -71,7 +71,7 @@ def outcomes(rep: Report, logs: dict[str, ReplayLog], ff: ReplayLog | None, spec
                      bad.epoch if bad else None, bad.step if bad else None,
                      final.train_accuracy if final else None, final.valid_accuracy if final else None])
     if rows:
-        rep.table("outcomes", ["run", "outcome", "nonfinite_epoch", "nonfinite_step", "final_train_accuracy",
+        rep.table("replay_outcomes", ["run", "outcome", "nonfinite_epoch", "nonfinite_step", "final_train_accuracy",
                                "final_valid_accuracy"], rows, "Outcome of each replayed injection")
 
 
