@@ -57,6 +57,7 @@ def prepare(run_dir: Path, on: str | None = None, allow: list[str] | None = None
     ``allow`` names every kind of difference. Touches no host."""
     from testbed.collect.manifest import load
     from testbed.run.runner import file_sha256
+    from testbed.spec import DEFAULT_TESTBED
     from testbed.suite import load_suite
 
     allow = list(allow or [])
@@ -94,7 +95,7 @@ def prepare(run_dir: Path, on: str | None = None, allow: list[str] | None = None
         diffs.append(Difference("suite", "the manifest records no faults (an older testbed): the suite's default "
                                 f"faults ({', '.join(faults) or 'none'}) are used"))
     tb_rec: dict[str, Any] = m["testbed"] if isinstance(m.get("testbed"), dict) else {}
-    testbed = on or str(tb_rec.get("name") or suite.testbed or "local")
+    testbed = on or str(tb_rec.get("name") or suite.testbed or DEFAULT_TESTBED)
     rep = Replay(run_dir, m, suite, testbed, dict(params), faults, pins, diffs)
     _refuse(rep, allow)  # what the files say first: a changed suite is named even where the testbed is gone
     diffs += _hardware(m, tb_rec, testbed, store)
