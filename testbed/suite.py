@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from testbed import paths
 from testbed.errors import UsageError
+from testbed.references import References
 from testbed.yamlfile import Invalid
 
 SUITE_NAME_RE = r"^[a-z][a-z0-9-]{0,40}$"
@@ -280,6 +281,8 @@ class Suite(Strict):
     progress: str | None = Field(None, description="regex of the log lines worth showing while the run goes on: each "
                                  "rank's last match is shown under the live status line (default: the checkpoint's "
                                  "progress pattern, else each rank's last line)")
+    references: References | None = Field(None, description="the artifact's published numbers, their sources and "
+                                           "tolerances: the verdicts a report opens with (testbed.references)")
     source: str | None = Field(None, exclude=True)
     _located: Any = PrivateAttr(None)  # the file's line lookup (yamlfile.Located), when loaded from one
 

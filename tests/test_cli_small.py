@@ -73,7 +73,7 @@ def _with_json() -> set[tuple[str, ...]]:
 
 # commands that need provisioned hosts: their --json is exercised on local hosts by these tests
 ON_HOSTS = {("provision",): "test_lab_provider.py", ("exec",): "test_lab_provider.py",
-            ("setup",): "test_setup_skip.py", ("rehearse",): "test_rehearse.py"}
+            ("setup",): "test_setup_skip.py", ("rehearse",): "test_rehearse.py", ("reproduce",): "test_reproduce.py"}
 
 
 def _a_run(root: Path) -> Path:

@@ -143,7 +143,7 @@ def _report_dict(rr: ReportResult) -> dict[str, Any]:
     return {"suite": rr.suite, "path": str(rr.path), "figures": [str(f) for f in rr.figures],
             "csvs": [str(c) for c in rr.csvs], "passed": rr.passed, "runs": rr.runs,
             "checks": [{"name": n, "passed": p, "detail": d} for n, p, d in rr.checks], "skipped": rr.skipped,
-            "cause": rr.cause, "failed_runs": rr.failed_runs}
+            "cause": rr.cause, "failed_runs": rr.failed_runs, "verdicts": [v.to_json() for v in rr.verdicts]}
 
 
 def _print_report(rr: ReportResult) -> None:
@@ -152,6 +152,10 @@ def _print_report(rr: ReportResult) -> None:
 
     c = Console(highlight=False, soft_wrap=True)
     c.print(f"report: {escape(str(rr.path))}" + (f" ({plural(len(rr.runs), 'run')})" if rr.runs else ""))
+    if rr.verdicts:
+        from testbed.cli.verdict_view import print_verdicts
+
+        print_verdicts(c, rr.verdicts)
     for f in rr.figures:
         c.print(f"figure: {escape(str(f))}")
     for n, p, d in rr.checks:

@@ -241,6 +241,12 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
         "events": events,
         "files": sorted(files, key=lambda f: (f["host"], f["path"])),
     }
+    # what `testbed reproduce` needs to run it again: the suite file by hash, the profile, the faults
+    manifest["suite_file"] = {"path": info.suite_file, "sha256": info.suite_sha256} if info.suite_sha256 else None
+    manifest["profile"] = info.profile
+    manifest["faults"] = list(info.faults)
+    if info.reproduces:
+        manifest["reproduces"] = info.reproduces
     if info.rehearsal is not None:  # a rehearsal on a local replica: what ran, what was probed; never a result
         manifest["rehearsal"] = info.rehearsal
     return redact(manifest, secret_values() if secrets is None else secrets)

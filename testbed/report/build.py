@@ -9,10 +9,11 @@ from typing import Any
 
 from testbed.errors import UsageError
 from testbed.report import render, tidy_csv
-from testbed.report.model import Check, Report
+from testbed.report.model import Check, Report, Table
 from testbed.report.registry import get_reporter
 from testbed.report.rundir import REPORT_DIR, RunDir
 from testbed.report.summary import add_summary, generic
+from testbed.report.verdicts import Verdict, add_verdicts
 
 FORMATS = ("md", "html")
 
@@ -30,6 +31,8 @@ class ReportResult:
     runs: list[str] = field(default_factory=list)  # the run ids of a campaign report
     cause: dict[str, Any] | None = None  # a failed run's report: why it failed (testbed.report.cause.Cause)
     failed_runs: list[dict[str, Any]] = field(default_factory=list)  # runs that did not succeed or are missing
+    verdicts: list[Verdict] = field(default_factory=list)  # each of the suite's references against ours
+    tables: list[Table] = field(default_factory=list, repr=False)  # the report's tables (data, as built)
 
     @property
     def passed(self) -> bool:
@@ -60,6 +63,7 @@ def build_report(run_dir: Path, fmt: str = "md") -> ReportResult:
         generic(run, rep)
     else:
         call_reporter(reporter, run, rep, f"{run.suite} reporter")
+    add_verdicts(rep, run.suite, run.host_records())
     res = write_report(rep, out_dir, fmt, run.suite)
     if rep.cause is not None:
         res.cause = rep.cause.to_json()
@@ -78,7 +82,9 @@ def call_reporter(fn: Callable[[Any, Report], None], subject: Any, rep: Report, 
 
 def write_report(rep: Report, out_dir: Path, fmt: str, suite: str) -> ReportResult:
     """Render ``rep`` into ``out_dir/report.<fmt>`` with its tidy CSVs; what was written."""
+    rep.promote_key_figure()
     csvs = tidy_csv.write_all(rep)
     path = out_dir / f"report.{fmt}"
     path.write_text(render.to_html(rep) if fmt == "html" else render.to_markdown(rep), encoding="utf-8")
-    return ReportResult(path, [f.path for f in rep.figures], csvs, list(rep.skipped), list(rep.checks), suite)
+    return ReportResult(path, [f.path for f in rep.figures], csvs, list(rep.skipped), list(rep.checks), suite,
+                        verdicts=list(rep.verdicts), tables=list(rep.tables))

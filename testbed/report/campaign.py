@@ -29,6 +29,7 @@ from testbed.report.model import Link, Report
 from testbed.report.registry import get_campaign_reporter
 from testbed.report.rundir import REPORT_DIR, RunDir
 from testbed.report.summary import _scalar
+from testbed.report.verdicts import add_verdicts
 from testbed.textfmt import plural
 
 MANIFEST = "manifest.json"
@@ -264,6 +265,7 @@ def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", na
                  "each run's own report has its results.")
     else:
         call_reporter(fn, camp, rep, f"{camp.suite} campaign reporter")
+    add_verdicts(rep, camp.suite, [h for r in runs for h in r.host_records()])
     res = write_report(rep, out_dir, fmt, camp.suite)
     res.runs = [r.run_id for r in runs]
     res.failed_runs = bad
@@ -403,7 +405,7 @@ def build_index(root: Path, fmt: str = "md") -> IndexResult:
 def index_report(root: Path, rows: list[dict[str, Any]], campaigns: list[tuple[str, ReportResult]],
                  skipped: list[tuple[str, str]], fmt: str) -> Report:
     """The index as a Report (rendered like any other): runs, campaigns, skipped folders."""
-    rep = Report(root, f"Results in {root.name or root}")
+    rep = Report(root, f"Results in {root.name or root}", fold=False)
 
     def link(text: str, path: Path | None) -> Any:
         return Link(text, os.path.relpath(path, root)) if path is not None else text

@@ -98,6 +98,11 @@ class Report:
     checks: list[Check] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     cause: Any = None  # a failed run's report: its testbed.report.cause.Cause
+    status: str | None = None  # the run's status and its reason: the first line a reader sees
+    reason: str | None = None
+    verdicts: list[Any] = field(default_factory=list)  # testbed.report.verdicts.Verdict, one per reference
+    lead: list[Block] = field(default_factory=list)  # the key figure and the timeline: on the first screen
+    fold: bool = True  # HTML: fold every table and log after the first screen (an index folds nothing)
 
     def heading(self, text: str, level: int = 2) -> None:
         self.blocks.append(Heading(text, level))
@@ -108,22 +113,35 @@ class Report:
     def code(self, lines: Sequence[str]) -> None:
         self.blocks.append(Code(list(lines)))
 
-    def table(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "") -> Table:
+    def table(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "",
+              lead: bool = False) -> Table:
+        """A tidy table; ``lead``: shown on the report's first screen (a short timeline), not among the details."""
         tab = Table(_safe_name(name), list(columns), [list(r) for r in rows], title)
-        self.blocks.append(tab)
+        (self.lead if lead else self.blocks).append(tab)
         return tab
 
     def figure(
-        self, name: str, draw: Callable[[Any], None], caption: str = "", size: tuple[float, float] = (7, 4)
+        self, name: str, draw: Callable[[Any], None], caption: str = "", size: tuple[float, float] = (7, 4),
+        key: bool = False,
     ) -> Figure:
-        """Draw with ``draw(fig)`` on a fresh matplotlib Figure and save it as ``<name>.png``."""
+        """Draw with ``draw(fig)`` on a fresh matplotlib Figure and save it as ``<name>.png``; ``key``: the
+        report's key figure, shown on its first screen (the first one marked wins; the others stay in place)."""
         from testbed.report.plotting import save_figure
 
         path = self.out_dir / f"{_safe_name(name)}.png"
         save_figure(path, draw, size)
         fig = Figure(_safe_name(name), path, caption)
-        self.blocks.append(fig)
+        first_key = key and not any(isinstance(b, Figure) for b in self.lead)
+        (self.lead if first_key else self.blocks).append(fig)
         return fig
+
+    def promote_key_figure(self) -> None:
+        """Without a figure marked ``key``, the first figure is the key one (shown on the first screen)."""
+        if not any(isinstance(b, Figure) for b in self.lead):
+            first = next((b for b in self.blocks if isinstance(b, Figure)), None)
+            if first is not None:
+                self.blocks.remove(first)
+                self.lead.insert(0, first)
 
     def check(self, name: str, passed: bool | None, detail: str) -> None:
         self.checks.append((name, passed, detail))
@@ -133,11 +151,11 @@ class Report:
 
     @property
     def tables(self) -> list[Table]:
-        return [b for b in self.blocks if isinstance(b, Table)]
+        return [b for b in [*self.lead, *self.blocks] if isinstance(b, Table)]
 
     @property
     def figures(self) -> list[Figure]:
-        return [b for b in self.blocks if isinstance(b, Figure)]
+        return [b for b in [*self.lead, *self.blocks] if isinstance(b, Figure)]
 
 
 def _safe_name(name: str) -> str:

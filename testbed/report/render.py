@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import html
 import math
+from typing import Any
 
 from testbed.report.model import Cell, Code, Figure, Heading, Link, Report, Table, Text, Timestamp
 from testbed.report.tidy_csv import _verdict
+from testbed.textfmt import plural
 
 
 def fmt_cell(value: Cell | object) -> str:
@@ -48,9 +50,50 @@ def _md_text(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _status_text(report: Report) -> str | None:
+    """``failed: rank 1 exited 3`` (the status, its reason and, for a failed run, its cause); None without one."""
+    if report.status is None:
+        return None
+    why = report.cause.summary() if report.cause is not None else report.reason
+    return report.status + (f": {why}" if why else "")
+
+
+def _verdict_rows(report: Report) -> list[list[Any]]:
+    return [[v.metric, v.reference, v.ours, _difference(v), v.status, v.tolerance, v.hardware, v.source]
+            for v in report.verdicts]
+
+
+VERDICT_HEAD = ["metric", "reference", "ours", "difference", "verdict", "tolerance", "hardware", "source"]
+
+
+def _difference(v: Any) -> str:
+    if v.difference is None:
+        return "" if v.within is None else ("same" if v.within else "differs")
+    text = f"{fmt_cell(v.difference) if v.difference < 0 else '+' + fmt_cell(v.difference)}"
+    return text + (f" ({v.relative_pct:+.1f}%)" if v.relative_pct is not None else "")
+
+
+def _lead(report: Report) -> list[Any]:
+    """The first screen's blocks: the key figure first, then the timeline."""
+    return sorted(report.lead, key=lambda b: not isinstance(b, Figure))
+
+
 def to_markdown(report: Report) -> str:
+    """The first screen (status, verdicts, checks, key figure, timeline), then every block in order."""
+    from testbed.report.verdicts import summary
+
     out: list[str] = [f"# {_md_text(report.title)}", ""]
-    for block in report.blocks:
+    status = _status_text(report)
+    if status:
+        out += [f"**Status:** {_md_text(status)}", ""]
+    if report.verdicts:
+        out += ["## Verdicts", "", _md_text(summary(report.verdicts)) + " (verdicts.csv)", ""]
+        out += _md_table(Table("verdicts", VERDICT_HEAD, _verdict_rows(report)))
+    if report.checks:
+        out += ["## Checks", ""]
+        out += _md_table(Table("checks", ["check", "result", "detail"],
+                               [[n, _verdict(p), d] for n, p, d in report.checks]))
+    for block in [*_lead(report), *report.blocks]:
         if isinstance(block, Heading):
             out += ["#" * max(2, min(block.level, 6)) + " " + _md_text(block.text), ""]
         elif isinstance(block, Text):
@@ -65,10 +108,6 @@ def to_markdown(report: Report) -> str:
             out += [f"![{alt}]({block.path.name})", ""]
             if block.caption:
                 out += [f"*{_md_text(block.caption)}*", ""]
-    if report.checks:
-        out += ["## Checks", ""]
-        out += _md_table(Table("checks", ["check", "result", "detail"],
-                               [[n, _verdict(p), d] for n, p, d in report.checks]))
     if report.skipped:
         out += ["## Skipped while parsing", ""]
         out += [f"- {_md_text(s)}" for s in report.skipped] + [""]
@@ -86,47 +125,113 @@ def _md_table(tab: Table) -> list[str]:
 
 
 _CSS = (
-    "body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}"
-    "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .5em}"
+    "body{font-family:sans-serif;max-width:72em;margin:1em auto;padding:0 1em}h1{font-size:1.4em;margin:.3em 0}"
+    "h2{font-size:1.15em;margin:.6em 0 .3em}"
+    "table{border-collapse:collapse;margin:.4em 0}td,th{border:1px solid #ccc;padding:.1em .4em}"
     "th{background:#eee}td.num{text-align:right}.pass{color:#070}.FAIL{color:#b00}img{max-width:100%}"
+    ".within{color:#070}.outside{color:#b00;font-weight:bold}.missing{color:#a60}td.src,td.hw{font-size:.8em}"
+    ".status{font-size:1.1em;margin:.3em 0}.st-succeeded{color:#070}.st-bad{color:#b00}"
+    ".lead{display:flex;gap:1em;align-items:flex-start;flex-wrap:wrap}.lead figure{margin:0}"
+    ".lead img{max-height:300px}.lead table{font-size:.85em}.lead p{margin:.2em 0}figcaption{font-size:.85em}"
+    "details{margin:.3em 0}summary{cursor:pointer}#verdicts table,#checks table{font-size:.9em}"
+    "td.nw{white-space:nowrap}"
     "pre{background:#f6f6f6;padding:.5em;overflow-x:auto}"
 )
 
+SHOWN_VERDICTS = 8
+"""Verdict rows shown unfolded (those not within tolerance first); the rest fold under them."""
+
 
 def to_html(report: Report) -> str:
+    """The first screen (1280x800): status, verdicts, checks, key figure and timeline; then the details, every
+    table and log folded (``<details>``)."""
+    from testbed.report.verdicts import summary
+
     e = html.escape
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f"<title>{e(report.title)}</title><style>{_CSS}</style></head><body>", f"<h1>{e(report.title)}</h1>"]
-    for block in report.blocks:
-        if isinstance(block, Heading):
-            lvl = max(2, min(block.level, 6))
-            out.append(f"<h{lvl}>{e(block.text)}</h{lvl}>")
-        elif isinstance(block, Text):
-            out.append(f"<p>{e(block.text)}</p>")
-        elif isinstance(block, Code):
-            out.append("<pre>" + "\n".join(e(ln) for ln in block.lines) + "</pre>")
-        elif isinstance(block, Table):
-            out.append(_html_table(block))
-        elif isinstance(block, Figure):
-            out.append(f'<figure><img src="{e(block.path.name)}" alt="{e(block.caption or block.name)}">'
-                       f"<figcaption>{e(block.caption)}</figcaption></figure>")
+    status = _status_text(report)
+    if status:
+        cls = "st-succeeded" if report.status == "succeeded" else "st-bad"
+        out.append(f'<p id="status" class="status {cls}"><b>{e(report.status or "")}</b>'
+                   f"{e(status[len(report.status or ''):])}</p>")
+    if report.verdicts:
+        out.append(f'<section id="verdicts"><h2>Verdicts</h2><p>{e(summary(report.verdicts))}</p>')
+        order = sorted(range(len(report.verdicts)), key=lambda i: (report.verdicts[i].within is True, i))
+        rows = _verdict_rows(report)
+        shown, rest = order[:SHOWN_VERDICTS], order[SHOWN_VERDICTS:]
+        hw = any(v.hardware for v in report.verdicts)
+        out.append(_verdict_html([rows[i] for i in shown], [report.verdicts[i] for i in shown], hw))
+        if rest:
+            out.append(f"<details><summary>{len(rest)} more verdicts, all within tolerance</summary>"
+                       + _verdict_html([rows[i] for i in rest], [report.verdicts[i] for i in rest], hw) + "</details>")
+        out.append("</section>")
     if report.checks:
-        out.append("<h2>Checks</h2><table><tr><th>check</th><th>result</th><th>detail</th></tr>")
+        out.append('<section id="checks"><h2>Checks</h2><table><tr><th>check</th><th>result</th><th>detail</th></tr>')
         for name, passed, detail in report.checks:
             v = _verdict(passed)
             out.append(f'<tr><td>{e(name)}</td><td class="{e(v)}">{e(v)}</td><td>{e(detail)}</td></tr>')
-        out.append("</table>")
+        out.append("</table></section>")
+    if report.lead:
+        out.append('<div class="lead" id="lead">')
+        out += [f"<div>{_html_block(b, fold=False)}</div>" for b in _lead(report)]
+        out.append("</div>")
+    if report.blocks and report.fold and (report.verdicts or report.checks or report.lead):
+        out.append('<h2 id="details">Details</h2>')
+    for block in report.blocks:
+        out.append(_html_block(block, fold=report.fold))
     if report.skipped:
-        out.append("<h2>Skipped while parsing</h2><ul>")
+        out.append(f"<details><summary>Skipped while parsing ({len(report.skipped)})</summary><ul>")
         out += [f"<li>{e(s)}</li>" for s in report.skipped]
-        out.append("</ul>")
+        out.append("</ul></details>")
     out.append("</body></html>")
     return "\n".join(out)
 
 
-def _html_table(tab: Table) -> str:
+def _verdict_html(rows: list[list[Any]], verdicts: list[Any], hardware: bool = True) -> str:
+    """The verdict rows; ``hardware``: with the hardware column (left out when no verdict names a difference)."""
     e = html.escape
-    parts = [f"<p><b>{e(tab.title)}</b> ({e(tab.name)}.csv)</p>"] if tab.title else []
+    cls = {"within tolerance": "within", "outside tolerance": "outside", "not measured": "missing"}
+    head = [h for h in VERDICT_HEAD if hardware or h != "hardware"]
+    parts = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
+    for row, v in zip(rows, verdicts, strict=True):
+        cells = [f"<td>{e(fmt_cell(row[0]))}</td>"]
+        cells += [f'<td class="num nw">{e(fmt_cell(c))}</td>' for c in row[1:4]]
+        note = f' title="{e(v.note)}"' if v.note else ""
+        cells.append(f'<td class="{cls[v.status]} nw"{note}>{e(v.status)}</td>')
+        cells.append(f'<td class="nw">{e(row[5])}</td>')
+        cells.append((f'<td class="hw">{e(row[6])}</td>' if hardware else "") + f'<td class="src">{e(row[7])}</td>')
+        parts.append("<tr>" + "".join(cells) + "</tr>")
+    parts.append("</table>")
+    return "\n".join(parts)
+
+
+def _html_block(block: Any, fold: bool) -> str:
+    """One block; with ``fold``, a table or a log is folded under a one-line summary."""
+    e = html.escape
+    if isinstance(block, Heading):
+        lvl = max(2, min(block.level, 6))
+        return f"<h{lvl}>{e(block.text)}</h{lvl}>"
+    if isinstance(block, Text):
+        return f"<p>{e(block.text)}</p>"
+    if isinstance(block, Code):
+        pre = "<pre>" + "\n".join(e(ln) for ln in block.lines) + "</pre>"
+        return f"<details><summary>log ({plural(len(block.lines), 'line')})</summary>{pre}</details>" if fold else pre
+    if isinstance(block, Table):
+        if not fold:
+            return _html_table(block)
+        label = block.title or block.name
+        return (f"<details><summary>{e(label)} ({e(block.name)}.csv, {plural(len(block.rows), 'row')})</summary>"
+                + _html_table(block, title=False) + "</details>")
+    if isinstance(block, Figure):
+        return (f'<figure><img src="{e(block.path.name)}" alt="{e(block.caption or block.name)}">'
+                f"<figcaption>{e(block.caption)}</figcaption></figure>")
+    return ""
+
+
+def _html_table(tab: Table, title: bool = True) -> str:
+    e = html.escape
+    parts = [f"<p><b>{e(tab.title)}</b> ({e(tab.name)}.csv)</p>"] if tab.title and title else []
     parts.append("<table><tr>" + "".join(f"<th>{e(c)}</th>" for c in tab.columns) + "</tr>")
     for row in tab.rows:
         cells = []

@@ -35,9 +35,12 @@ def add_summary(run: RunDir, rep: Report) -> None:
                  "are not the artifact's results. Steps skipped: "
                  + (", ".join(f"{k} ({v})" for k, v in (reh.get("skipped") or {}).items()) or "none")
                  + ". Ranks probed: " + (", ".join(map(str, reh.get("probed_ranks") or [])) or "none") + ".")
+    status = m.get("status")
+    rep.status = status if isinstance(status, str) else None
+    rep.reason = str(m["reason"]) if m.get("reason") else None
+    add_timeline(run, rep)
     rep.heading("Run")
     rep.table("run", ["field", "value"], [r for r in rows if r[1] is not None])
-    status = m.get("status")
     cause = run_cause(run)
     if isinstance(status, str) and status not in ("pending", "running"):
         rep.check("run succeeded", status == "succeeded", check_detail(status, cause))
@@ -62,6 +65,34 @@ def add_summary(run: RunDir, rep: Report) -> None:
         add_recovery(run, rep)
         add_liveness(run, rep)
     rep.skip(run.notes)
+
+
+TIMELINE_KINDS = ("started", "fault", "fault-missed", "failed", "host-lost", "host-back", "repairing", "repaired",
+                  "recovery", "relaunched", "resumed", "stopping", "ended")
+"""The events a reader wants first: what was injected, what broke, what was repaired, when it resumed."""
+
+
+def add_timeline(run: RunDir, rep: Report) -> None:
+    """The fault and recovery timeline (seconds from the first event) for the report's first screen."""
+    from testbed.report.suites.fault_drill import event_time
+
+    rows: list[list[Any]] = []
+    t0: float | None = None
+    for e in run.events:
+        kind, ts = e.get("kind"), event_time(e.get("ts"))
+        if kind not in TIMELINE_KINDS or ts is None:
+            continue
+        t0 = ts if t0 is None else t0
+        raw = e.get("detail")
+        d: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        brief = next((str(d[k]) for k in ("fault", "summary", "why", "reason", "status") if d.get(k) not in (None, "")),
+                     "")
+        if kind == "resumed" and d.get("resumed_step") is not None:
+            brief = f"from step {d['resumed_step']}" + (f" after {brief}" if brief else "")
+        rows.append([round(ts - t0, 2), kind, e.get("host"), brief[:80]])
+    if any(r[1] not in ("started", "ended") for r in rows):  # a run without a fault has no timeline to show
+        rep.table("timeline", ["t_seconds", "event", "host", "detail"], rows,
+                  "Fault and recovery timeline (seconds from the first event)", lead=True)
 
 
 def check_detail(status: str, cause: Cause | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 from testbed.report.model import Check, Report, Table, Timestamp
 
@@ -24,11 +25,24 @@ def checks_table(checks: list[Check]) -> Table:
     return Table("checks", ["check", "result", "detail"], rows, "Checks")
 
 
+VERDICT_COLUMNS = ["metric", "reference", "ours", "difference", "relative_pct", "verdict", "tolerance", "hardware",
+                   "source", "note"]
+
+
+def verdicts_table(verdicts: list[Any]) -> Table:
+    """The verdicts (testbed.report.verdicts.Verdict) as a tidy table."""
+    rows = [[v.metric, v.reference, v.ours, v.difference, v.relative_pct, v.status, v.tolerance, v.hardware, v.source,
+             v.note] for v in verdicts]
+    return Table("verdicts", VERDICT_COLUMNS, rows, "Verdicts")
+
+
 def write_all(report: Report) -> list[Path]:
-    """All tables, plus checks.csv when there are checks; names made unique."""
+    """All tables, plus verdicts.csv and checks.csv when there are verdicts and checks; names made unique."""
     seen: dict[str, int] = {}
     paths = []
     tables = list(report.tables)
+    if report.verdicts:
+        tables.append(verdicts_table(report.verdicts))
     if report.checks:
         tables.append(checks_table(report.checks))
     for tab in tables:

@@ -200,12 +200,14 @@ class Plan(_Model):
     progress: str | None = None  # regex of the log lines shown while the run goes on (suite's, or the checkpoint's)
     refused: list[dict[str, str | None]] = Field(default_factory=list)  # a dry run: why the real run would be
     # refused on this testbed (what, where, fix of each refusal)
+    suite_file: str | None = None  # the suite's YAML and its sha256: what `testbed reproduce` runs again
+    suite_sha256: str | None = None
 
     @model_serializer(mode="wrap")
     def _absent_when_unused(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
         # plan files without them keep the earlier shape
-        for key in ("recovery", "checkpoint", "rehearsal", "progress", "refused"):
+        for key in ("recovery", "checkpoint", "rehearsal", "progress", "refused", "suite_file", "suite_sha256"):
             if not out.get(key):
                 out.pop(key, None)
         return out
@@ -269,6 +271,10 @@ class RunInfo(_Model):
     launched_at: float | None = None
     ranks: list[Rank] | None = None  # the ranks of the current attempt
     rehearsal: dict[str, Any] | None = None  # a rehearsal on a replica (testbed rehearse): never a result
+    suite_file: str | None = None  # the suite's YAML (path) and its sha256 when the run was planned
+    suite_sha256: str | None = None
+    profile: str | None = None  # the suite's set-up profile
+    reproduces: str | None = None  # the run this one replays (testbed reproduce)
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_unset=True)

@@ -58,7 +58,16 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
     plan = build_plan(s, tb, resolve_params(s, params), run_id=run_id, faults=faults, only_hosts=only_hosts,
                       overrides=overrides)
     plan.refused = [{"what": e.what, "where": e.where, "fix": e.fix} for e in refused]
+    if s.source and Path(s.source).is_file() and not dry_run:  # what a collected run's manifest records
+        plan.suite_file, plan.suite_sha256 = str(Path(s.source).resolve()), file_sha256(Path(s.source))
     return plan
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes (a suite's YAML: what `testbed reproduce` checks is unchanged)."""
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def refusals(s: Suite, tb: TestbedInfo) -> list[UsageError]:

@@ -47,6 +47,10 @@ def create(st: Store, plan: Plan, campaign: str | None = None) -> None:
     info = RunInfo(outputs=plan.outputs, run_dir=plan.run_dir, hosts=plan.host_names,
                    faults=[f.name for f in plan.faults], world_size=len(plan.ranks), plan=str(save_plan(plan)),
                    attempt=0, fired=[], recovered=[], sources=plan.source_info)
+    if plan.suite_sha256:
+        info.suite_file, info.suite_sha256 = plan.suite_file, plan.suite_sha256
+    if plan.profile:
+        info.profile = plan.profile
     if plan.rehearsal is not None:
         info.rehearsal = plan.rehearsal
     env = next((r.environment for r in plan.ranks if r.environment), None)

@@ -89,7 +89,7 @@ def report(run: RunDir, rep: Report) -> None:
         series[f"attempt {attempt}" + (f" (mean of {plural(len(ranks), 'rank')})" if len(ranks) > 1 else "")] = (xs, ys)
     rep.figure("loss", plotting.lines(series, xlabel="global step", ylabel="loss", vlines=marks,
                                       title="Loss with failure and restart"),
-               "Loss over global step; dashed lines: failure (red) and restart (green).")
+               "Loss over global step; dashed lines: failure (red) and restart (green).", key=True)
 
     _checks(logged, rep)
 

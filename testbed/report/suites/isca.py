@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 from testbed.report import plotting
@@ -56,7 +57,22 @@ def report(run: RunDir, rep: Report) -> None:
                for n, lg in sorted(logs.items()) for e in lg.epochs], "End-of-epoch metrics")
     for name, log in sorted(logs.items()):
         outcome_check(rep, name, log, ff, specs.get(name))
+    outcomes(rep, logs, ff, specs)
     _overheads(run, rep)
+
+
+def outcomes(rep: Report, logs: dict[str, ReplayLog], ff: ReplayLog | None, specs: Mapping[str, object]) -> None:
+    """Each replay's outcome (the paper's classes), where it first went non-finite, and its final accuracies."""
+    rows = []
+    for name, log in sorted(logs.items()):
+        bad = log.first_nonfinite
+        final = log.final
+        rows.append([name, "fault-free" if name == FAULT_FREE else outcome(log, ff, specs.get(name)),
+                     bad.epoch if bad else None, bad.step if bad else None,
+                     final.train_accuracy if final else None, final.valid_accuracy if final else None])
+    if rows:
+        rep.table("replay_outcomes", ["run", "outcome", "nonfinite_epoch", "nonfinite_step", "final_train_accuracy",
+                               "final_valid_accuracy"], rows, "Outcome of each replayed injection")
 
 
 def _plot(rep: Report, name: str, log: ReplayLog, ff: ReplayLog | None) -> None:

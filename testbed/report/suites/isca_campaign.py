@@ -11,7 +11,15 @@ from testbed.report.model import Parsed, Report
 from testbed.report.parsers.isca_injection import InjectionRow, parse_injection
 from testbed.report.parsers.isca_replay import ReplayLog, parse_replay
 from testbed.report.registry import campaign_reporter
-from testbed.report.suites.isca import FAULT_FREE, elapsed, expected_outcome, outcome, outcome_check, overheads
+from testbed.report.suites.isca import (
+    FAULT_FREE,
+    elapsed,
+    expected_outcome,
+    outcome,
+    outcome_check,
+    outcomes,
+    overheads,
+)
 
 EXPERIMENTS = ("inj_immediate_infs_nans", "inj_masked", "inj_slow_degrade", "detection", "replay")
 RECORDERS = {"detection": ("no_check", "check"), "replay": ("no_rerun", "rerun")}
@@ -78,6 +86,7 @@ def campaign(camp: Campaign, rep: Report) -> None:
                   "; ".join(wrong) if wrong else f"{len(named)} of {len(named)} as expected")
     for name in injections:
         outcome_check(rep, name, logs[name][0], ff, specs.get(name))
+    outcomes(rep, {n: lg for n, (lg, _) in logs.items()}, ff, specs)
     _accuracy_figure(rep, {n: logs[n][0] for n in [*injections, FAULT_FREE] if n in logs})
     overheads(rep, elapsed(list(recorders.values()), rep))
     _missing(rep, set(injections), recorders, launched)

@@ -91,3 +91,8 @@ def _cnn(run: RunDir, rep: Report) -> None:
         pts = [(r[4], r[5] / 1e6) for r in rows if (r[1], r[2]) == key]
         series[f"rank {key[0]} {key[1]}".strip()] = ([p[0] for p in pts], [p[1] for p in pts])
     rep.figure("cnn_steps", plotting.lines(series, xlabel="step", ylabel="ms per step"), "Step time per rank.")
+    by = {v: [r[5] / 1e6 for r in rows if r[2] == v] for v in ("emu", "ori")}
+    if by["emu"] and by["ori"]:
+        emu, ori = fmean(by["emu"]), fmean(by["ori"])
+        rep.table("cnn_emu_vs_ori", ["emu_ms_per_step", "ori_ms_per_step", "emu_over_ori"], [[emu, ori, emu / ori]],
+                  "Mean time per iteration, emulated against original (the paper's fidelity measure)")
