@@ -193,9 +193,6 @@ def parse_budget(text: str) -> Budget:
 
 
 # --- price per hour ----------------------------------------------------------------------------------------------
-MONEY_UNITS = ("SU", "USD")
-
-
 @dataclass(frozen=True)
 class Rate:
     """What the whole testbed costs per hour held: ``per_hour`` of ``unit`` (None: free, or no price known)."""
@@ -207,41 +204,12 @@ class Rate:
     def cost(self, seconds: float) -> float | None:
         return None if self.per_hour is None else round(self.per_hour * seconds / 3600, 4)
 
-
-def rate(kind: str, settings: Any, hosts: int, table: dict[str, Any], *, servers: int | None = None) -> Rate:
-    """The testbed's price per hour from the price table (``testbed/data/prices.json`` with the state home's
-    ``prices.json`` laid over it): Chameleon in SUs per node-hour, TPU in dollars per chip-hour; any other provider
-    is free unless the table has a section of its kind, ``{"per_node_hour": X, "unit": "SU"|"USD"}`` (how a lab
-    with a chargeback, or a test, prices hosts). ``servers``: the nodes state records as held."""
-    from testbed.expiry import tpu_rate
-    from testbed.textfmt import plural
-
-    if kind == "chameleon":
-        nodes = servers or max(int(getattr(settings, "count", hosts) or hosts), hosts)
-        su = float((table.get("chameleon") or {}).get("su_per_node_hour") or 1.0)
-        return Rate(nodes * su, "SU", f"{plural(nodes, 'node')} x {su:g} SU/node-hour")
-    if kind == "gcp-tpu":
-        nodes = servers or int(getattr(settings, "count", 1) or 1)
-        accel = str(getattr(settings, "accelerator_type", ""))
-        per_node, basis = tpu_rate(table, accel, str(getattr(settings, "zone", "")),
-                                   spot=bool(getattr(settings, "spot", False) or getattr(settings, "preemptible",
-                                                                                           False)))
-        if per_node is None:
-            return Rate(None, "USD", basis)
-        return Rate(round(per_node * nodes, 4), "USD", f"{nodes} x {accel}: {basis}")
-    row = table.get(kind)
-    if isinstance(row, dict) and row.get("per_node_hour") is not None:
-        unit = row.get("unit")
-        if unit not in MONEY_UNITS:
-            from testbed.errors import UsageError
-
-            raise UsageError(f"the price table's '{kind}' section has unit {unit!r}",
-                             where=str(table.get("_override_path") or "prices.json"),
-                             fix=f"give \"unit\": one of {', '.join(MONEY_UNITS)}")
-        per = float(row["per_node_hour"])
-        return Rate(round(per * hosts, 6), str(unit), f"{plural(hosts, 'host')} x {per:g} {unit}/host-hour "
-                                                       "(price table)")
-    return Rate(None, None, f"free: the price table has no price for {kind}")
+    @classmethod
+    def of(cls, cost: dict[str, Any] | None, free: str) -> Rate:
+        """From a provider's ``planned_cost`` (None: free, ``free`` saying why)."""
+        if cost is None:
+            return cls(None, None, free)
+        return cls(cost.get("per_hour"), str(cost["unit"]), str(cost.get("basis") or ""))
 
 
 def budget_hours(b: Budget, r: Rate) -> float:

@@ -468,6 +468,10 @@ class Store:
         return [self._run(r) for r in self.query("SELECT * FROM runs WHERE suite=? AND status=? "
                                                  "ORDER BY created DESC", (suite, status))]
 
+    def campaign_runs(self, cid: str) -> list[RunRecord]:
+        """The runs of campaign ``cid``, oldest first."""
+        return [self._run(r) for r in self.query("SELECT * FROM runs WHERE campaign=? ORDER BY created", (cid,))]
+
     def run_rows(self, limit: int = 100, testbed: str | None = None) -> list[dict[str, Any]]:
         """The newest ``limit`` runs (of ``testbed``), newest first, as their plain columns (no params, no info):
         what the ledger and run listings show, without loading the run models."""

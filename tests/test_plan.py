@@ -73,7 +73,7 @@ def test_a_suite_estimate_is_validated_with_file_and_line(tb_home: Path) -> None
         with pytest.raises(UsageError) as e:
             load_suite("s")
         assert what in e.value.what and e.value.where.endswith(f"s.yml:{line}"), (text, e.value.render())
-        assert e.value.fix and "duration" in e.value.fix or "parameter" in e.value.fix
+        assert e.value.fix and ("duration" in e.value.fix or "parameter" in e.value.fix)
 
 
 def test_every_shipped_suite_declares_an_estimate_for_every_matrix_point(tb_home: Path) -> None:
@@ -106,24 +106,25 @@ def test_budgets_are_parsed_strictly() -> None:
             est.parse_budget(bad)
 
 
-def test_prices_per_provider_and_budgets_in_the_testbeds_unit() -> None:
-    from types import SimpleNamespace
+def test_prices_per_provider_and_budgets_in_the_testbeds_unit(tb_home: Path) -> None:
+    from testbed.run.forecast import testbed_rate
+    from testbed.state import Store
 
-    from testbed.expiry import shipped_prices
-
-    table = json.loads(json.dumps(shipped_prices()))
-    cham = est.rate("chameleon", SimpleNamespace(count=2), 2, table)
-    assert (cham.per_hour, cham.unit) == (2.0, "SU") and cham.cost(1800) == 1.0
-    assert est.rate("chameleon", SimpleNamespace(count=2), 2, table, servers=3).per_hour == 3.0  # what state holds
-    tpu = est.rate("gcp-tpu", SimpleNamespace(count=1, accelerator_type="v2-8", zone="us-central1-f", spot=False,
-                                              preemptible=False), 1, table)
-    assert (tpu.per_hour, tpu.unit) == (4.5, "USD")  # 4 chips x $1.125
-    free = est.rate("local", None, 4, table)
+    st = Store.open_default()
+    kind, cham = testbed_rate("chameleon", 2, st)  # the shipped spec: 1 node, but the suite asks for 2
+    assert (kind, cham.per_hour, cham.unit) == ("chameleon", 2.0, "SU") and cham.cost(1800) == 1.0
+    kind, tpu = testbed_rate("tpu", 1, st)
+    assert (kind, tpu.per_hour, tpu.unit) == ("gcp-tpu", 4.5, "USD") and "4 chips x $1.125" in tpu.basis
+    kind, free = testbed_rate("local", 4, st)
     assert free.per_hour is None and free.cost(3600) is None and "free" in free.basis
-    priced = est.rate("local", None, 4, {**table, "local": {"per_node_hour": 2.5, "unit": "SU"}})
-    assert (priced.per_hour, priced.unit) == (10.0, "SU")
-    with pytest.raises(UsageError, match="unit 'credits'"):
-        est.rate("local", None, 4, {**table, "local": {"per_node_hour": 1, "unit": "credits"}})
+    prices = tb_home / ".testbed" / "prices.json"
+    prices.write_text(json.dumps({"local": {"per_node_hour": 2.5, "unit": "SU"}}))  # the state home's table
+    _, priced = testbed_rate("local", 4, st)
+    assert (priced.per_hour, priced.unit) == (10.0, "SU") and "4 hosts x 2.5 SU/host-hour" in priced.basis
+    prices.write_text(json.dumps({"local": {"per_node_hour": 1, "unit": "credits"}}))
+    with pytest.raises(UsageError, match="unit 'credits'") as e:
+        testbed_rate("local", 4, st)
+    assert e.value.where == str(prices)
     assert est.budget_hours(est.parse_budget("5 SU"), cham) == 2.5
     assert est.budget_hours(est.parse_budget("3h"), free) == 3
     with pytest.raises(UsageError) as e:

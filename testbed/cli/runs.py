@@ -318,7 +318,8 @@ def _show_forecast(fc: Any) -> None:
     unit = r.unit or ""
     if fc.spent_seconds:
         spent_cost = r.cost(fc.spent_seconds)
-        c.print(f"spent: {span(fc.spent_seconds)} (the campaign's runs so far)" + (f" ({spent_cost:g} {unit})" if spent_cost else ""))
+        c.print(f"spent: {span(fc.spent_seconds)} (the campaign's runs so far)"
+                + (f" ({spent_cost:g} {unit})" if spent_cost else ""))
     if fc.total_seconds is None:
         c.print(f"[yellow]total: unknown[/yellow]: no estimate for {escape(', '.join(fc.unknown))} (add "
                 "'estimate:' to the suite, or run the point once)")

@@ -19,7 +19,6 @@ import json
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from testbed import estimate as est
@@ -148,57 +147,38 @@ def testbed_rate(name: str, hosts: int, store: Store) -> tuple[str, est.Rate]:
     from testbed.handle import Testbed
 
     try:
-        tb = Testbed.open(name, store, recorded_ok=True, need_spec=False)
+        tb = Testbed.open(name, store, recorded_ok=True)
     except TestbedError:
         return "none", est.Rate(None, None, f"testbed '{name}' has no spec here: no price")
     table = expiry.prices(paths.state_home())
     table["_override_path"] = str(paths.state_home() / expiry.PRICES_FILE)
-    kind = tb.kind
-    servers = {"chameleon": "server", "gcp-tpu": "tpu-node"}.get(kind)
-    held = len(store.resources(tb.name, servers)) if servers and tb.record else 0
-    settings = tb.spec.provider if tb.spec is not None else None
-    return kind, est.rate(kind, settings, hosts, table, servers=held or None)
+    return tb.kind, est.Rate.of(tb.provider().planned_cost(table, hosts),
+                                f"free: the price table has no price for {tb.kind}")
 
 
 def time_left(name: str, store: Store, now: float) -> tuple[float | None, str]:
-    """Seconds until the testbed goes (its Chameleon lease ends, or its expiry), and what says so; None: no end
+    """Seconds until the testbed goes (its expiry, or its provider's lease end), and what says so; None: no end
     known. A testbed not provisioned yet: the length its spec asks for."""
     from testbed import expiry
     from testbed.errors import TestbedError
     from testbed.handle import Testbed
 
     try:
-        tb = Testbed.open(name, store, recorded_ok=True, need_spec=False)
+        tb = Testbed.open(name, store, recorded_ok=True)
     except TestbedError:
         return None, "no spec"
     ends: list[tuple[float, str]] = []
     if tb.record:
         e = expiry.Expiry.from_info(tb.info)
         if e is not None and e.expire_at is not None:
-            ends.append((e.expire_at, f"its expiry at {expiry.iso(e.expire_at)}"))
-        lease = tb.info.get("lease_end")
-        if lease:
-            at = datetime.strptime(str(lease), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-            ends.append((at, f"its lease end at {lease}"))
-        if ends:
-            at, why = min(ends)
-            return at - now, why
-        return None, "it is provisioned with no lease end or expiry"
-    spec = tb.spec
-    if spec is None:
-        return None, "no spec"
-    lengths: list[tuple[float, str]] = []
-    if spec.expire:
-        lengths.append((expiry.parse_duration(spec.expire), f"its spec's expire: {spec.expire}"))
-    s = spec.provider
-    if tb.kind == "chameleon" and not getattr(s, "end", None):
-        hours = float(getattr(s, "hours", 0) or 0)
-        if hours:
-            lengths.append((hours * 3600, f"its spec's lease of {hours:g} h"))
-    if lengths:
-        secs, why = min(lengths)
-        return secs, why + " (not provisioned yet)"
-    return None, "no lease end or expiry"
+            ends.append((e.expire_at - now, f"its expiry at {expiry.iso(e.expire_at)}"))
+    elif tb.spec is not None and tb.spec.expire:
+        ends.append((expiry.parse_duration(tb.spec.expire), f"its spec's expire: {tb.spec.expire} (not provisioned "
+                                                           "yet)"))
+    lease, why = tb.provider().lease_left(now)
+    if lease is not None:
+        ends.append((lease, why))
+    return min(ends) if ends else (None, "no lease end or expiry")
 
 
 # --- the stage ---------------------------------------------------------------------------------------------------
@@ -261,7 +241,5 @@ def spent_seconds(store: Store, cid: str, now: float | None = None) -> float:
     """Testbed time the campaign's runs took: from each run's creation to its end (or now, while it goes), runs
     that overlapped counted once. Actual times, from state."""
     now = now or time.time()
-    rows = store.query("SELECT created, ended, status FROM runs WHERE campaign=?", (cid,))
-    return est.union_seconds([(float(r["created"]), float(r["ended"] or (now if r["status"] in ACTIVE
-                                                                           else r["created"])))
-                              for r in rows])
+    return est.union_seconds([(r.created, r.ended or (now if r.status in ACTIVE else r.created))
+                              for r in store.campaign_runs(cid)])
