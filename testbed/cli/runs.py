@@ -203,6 +203,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     import sys
 
     from testbed import suite as suite_mod
+    from testbed.expiry import span
     from testbed.run import campaign, runner
 
     points = suite_mod.expand_matrix(s, given)
@@ -224,7 +225,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     cid = campaign.create_or_resume(s.name, tb, points, faults, src, store=st, budget=budget)
     c = console(stderr=True)
     c.print(f"campaign [bold]{cid}[/bold]: {plural(len(points), 'run')} of {s.name} on {tb}"
-            + (f"; budget {escape(budget.given)} ({limit.seconds / 3600:.4g} h of this testbed)" if limit else ""))
+            + (f"; budget {escape(budget.given)} ({span(limit.seconds)} of this testbed)" if limit else ""))
     if detach:
         from testbed.run import state as run_state
 

@@ -125,12 +125,20 @@ class Estimator:
                 deeper = ("cases", key) if key is not None else ("other",) if self.declared.by else ()
                 if deeper and ":" in self.suite.at("estimate", *deeper).rsplit("/", 1)[-1]:
                     at = self.suite.at("estimate", *deeper)
-                return chosen.seconds(params), f"the suite's estimate '{chosen.text}' ({at})"
+                return chosen.seconds(params), f"the suite's estimate '{chosen.text}' ({_short(at)})"
             except ValueError as e:
                 raise UsageError(f"{self.suite.name}: estimate: {e}", where=at,
                                  fix="give the parameter a value (-p), write '(name or N)' in the estimate, or add "
                                      "a case (or 'other')") from None
         return None, "none: no earlier run of this point, and the suite declares no estimate"
+
+
+def _short(at: str) -> str:
+    """``file:line`` relative to the working folder when the file is under it."""
+    import os
+
+    rel = os.path.relpath(at)
+    return at if rel.startswith("..") else rel
 
 
 def _label(points: list[dict[str, Any]], p: dict[str, Any]) -> str:
