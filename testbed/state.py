@@ -32,7 +32,7 @@ from testbed.hosts import Host
 if TYPE_CHECKING:  # pydantic and the run models load on first use: `testbed status` and `exec` stay fast
     from pydantic import BaseModel
 
-    from testbed.run.models import CampaignPoint, CampaignRecord, RankRecord, RunEvent, RunInfo, RunRecord
+    from testbed.run.models import CampaignInfo, CampaignPoint, CampaignRecord, RankRecord, RunEvent, RunInfo, RunRecord
 
 ACTIVE = ("pending", "running")  # testbed.run.models.ACTIVE (checked equal in tests/test_state.py)
 
@@ -494,6 +494,15 @@ class Store:
         """The newest ``limit`` runs, newest first."""
         return [self._run(r) for r in self.query("SELECT * FROM runs ORDER BY created DESC LIMIT ?", (limit,))]
 
+    def runs_of(self, suite: str, status: str) -> list[RunRecord]:
+        """The runs of ``suite`` that ended with ``status``, newest first."""
+        return [self._run(r) for r in self.query("SELECT * FROM runs WHERE suite=? AND status=? "
+                                                 "ORDER BY created DESC", (suite, status))]
+
+    def campaign_runs(self, cid: str) -> list[RunRecord]:
+        """The runs of campaign ``cid``, oldest first."""
+        return [self._run(r) for r in self.query("SELECT * FROM runs WHERE campaign=? ORDER BY created", (cid,))]
+
     def run_rows(self, limit: int = 100, testbed: str | None = None) -> list[dict[str, Any]]:
         """The newest ``limit`` runs (of ``testbed``), newest first, as their plain columns (no params, no info):
         what the ledger and run listings show, without loading the run models."""
@@ -589,6 +598,11 @@ class Store:
                                                                      cid))
             if status:
                 db.execute("UPDATE campaigns SET status=? WHERE id=?", (status, cid))
+
+    def set_campaign_info(self, cid: str, info: CampaignInfo) -> None:
+        """Replace the campaign's ``info`` (its faults, sources and budget)."""
+        with self.tx() as db:
+            db.execute("UPDATE campaigns SET info=? WHERE id=?", (json.dumps(info.model_dump()), cid))
 
     def campaign_of_runs(self) -> dict[str, str]:
         """run id -> campaign id, from the campaigns' points and the runs' own column (tolerant of odd rows)."""

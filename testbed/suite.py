@@ -252,6 +252,14 @@ class Check(Strict):
     _on = field_validator("on")(classmethod(lambda cls, v: _selector(v)))
 
 
+class EstimateBy(Strict):
+    """``estimate:`` per value of a parameter: ``cases`` maps its values to estimates; ``other`` the rest."""
+
+    by: str
+    cases: dict[str, str] = Field(min_length=1)
+    other: str | None = None
+
+
 class Suite(Strict):
     """One suite: ``experiments/<name>.yml``."""
 
@@ -278,6 +286,10 @@ class Suite(Strict):
     faults: dict[str, Fault] = Field(default_factory=dict)
     default_faults: list[str] = Field(default_factory=list)
     checkpoint: Checkpoint | None = Field(None, description="where checkpoints live (what a recovery resumes from)")
+    estimate: str | EstimateBy | None = Field(
+        None, description="wall time of one run, for 'testbed plan' and 'run --budget' when no earlier run of the "
+        "point is recorded: a duration (5m), or a sum of terms, each a duration times numbers or int/float "
+        "parameters ('2m + 40s * epochs'); or one such per value of a parameter ({by, cases, other})")
     progress: str | None = Field(None, description="regex of the log lines worth showing while the run goes on: each "
                                  "rank's last match is shown under the live status line (default: the checkpoint's "
                                  "progress pattern, else each rank's last line)")
@@ -354,6 +366,7 @@ class Suite(Strict):
                 if k not in self.parameters:
                     raise ValueError(f"matrix uses '{k}', which is not a parameter")
         self._check_matrix_values()
+        self._check_estimate()
         for k in self.vars:
             if k in self.parameters:
                 raise Invalid(f"'{k}' is both a parameter and a var (the var would silently replace -p {k})",
@@ -367,6 +380,37 @@ class Suite(Strict):
                 _distinct(step_names(fault.recovery, "recovery"), ("faults", fname, "recovery"), "recovery step",
                           "name")
         return self
+
+    def _check_estimate(self) -> None:
+        """``estimate`` reads as an estimate and names only int or float parameters."""
+        if self.estimate is None:
+            return
+        from testbed.estimate import ESTIMATE_RULE, declared
+
+        raw = self.estimate.model_dump() if isinstance(self.estimate, EstimateBy) else self.estimate
+        try:
+            est = declared(raw)
+        except ValueError as e:
+            raise Invalid(str(e.args[0]), loc=("estimate", *(e.args[1] if len(e.args) > 1 else ())),
+                          fix=f"write {ESTIMATE_RULE}") from None
+        if est.by is not None:
+            p = self.parameters.get(est.by)
+            if p is None:
+                raise Invalid(f"by: {est.by!r} is not a parameter", loc=("estimate", "by"),
+                              fix=f"name one of this suite's parameters ({', '.join(self.parameters) or 'none'})")
+            for k in est.cases:
+                if p.choices is not None and k not in {str(c).lower() if isinstance(c, bool) else str(c)
+                                                       for c in p.choices}:
+                    raise Invalid(f"case {k!r} is not a value of {est.by} ({', '.join(map(str, p.choices))})",
+                                  loc=("estimate", "cases", k), fix="name the parameter's values")
+        for name in est.names:
+            p = self.parameters.get(name)
+            if p is None:
+                raise Invalid(f"{name!r} is not a parameter", loc=("estimate",),
+                              fix=f"use parameters of this suite ({', '.join(self.parameters) or 'none'})")
+            if p.type not in ("int", "float"):
+                raise Invalid(f"parameter {name!r} is a {p.type}, not a number", loc=("estimate",),
+                              fix="multiply only by int or float parameters (or write one estimate per run)")
 
     def _check_matrix_values(self) -> None:
         """Every matrix value has its parameter's type and range, and no point is there twice."""

@@ -96,6 +96,7 @@ def test_every_command_with_json_prints_json(tb_home: Path) -> None:
         ("show",): [["show", "mpi-hello", "--json"]],
         ("run",): [["run", "mpi-hello", "--on", "local", "--dry-run", "--json"],
                    ["run", "matmul-baseline", "--on", "local", "--matrix", "--dry-run", "--json"]],
+        ("plan",): [["plan", "matmul-baseline", "--matrix", "--on", "local", "--json"]],
         ("doctor",): [["doctor", "--json"]],
         ("check",): [["check", "local", "--json"]],
         ("report",): [["report", str(run), "--json"]],

@@ -47,6 +47,10 @@ def run(
     source: Annotated[list[str] | None, typer.Option("--source", help="NAME=PATH|URL[@REF]: run a suite source or "
                                                                       "profile build from a local checkout, a fork "
                                                                       "or a mirror (repeatable).")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", help="With --matrix: stop starting points once the next "
+                                                                "one's estimate would pass this: hours (40h), "
+                                                                "SUs (500 SU) or dollars ($120); rerun to resume "
+                                                                "(testbed plan shows the estimates).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a suite on a testbed: setup, prepare, launch detached ranks, faults, recovery, post.
@@ -61,6 +65,7 @@ def run(
     from testbed.run import runner
     from testbed.spec import DEFAULT_TESTBED
 
+    bud = _parse_budget(budget, matrix)
     s = suite_mod.load_suite(suite)
     given = suite_mod.parse_assignments(param or [])
     src = sources_mod.parse(source or [])
@@ -70,7 +75,7 @@ def run(
     faults = [] if no_faults else (fault or None)
     tb = on or s.testbed or DEFAULT_TESTBED
     if matrix:
-        return _campaign(s, tb, given, faults, detach, dry_run, no_setup, collect, json_out, src)
+        return _campaign(s, tb, given, faults, detach, dry_run, no_setup, collect, json_out, src, bud)
     st = existing_store() if dry_run else store()  # a dry run creates nothing
     plan = runner.plan_run(s, on, given, faults=faults, dry_run=dry_run, sources=src, store=st)
     if dry_run:
@@ -102,6 +107,22 @@ def run(
                            where=f"testbed status {run_id}", fix=f"testbed logs {run_id}",
                            code=run_state.OUTCOMES.get(row.status, 1))
     c.print(f"[green]run {run_id} succeeded[/green]")
+
+
+def _parse_budget(text: str | None, matrix: bool) -> Any:
+    """``--budget`` read strictly (a testbed.estimate.Budget), before anything else; None when not given."""
+    if text is None:
+        return None
+    from testbed import estimate
+    from testbed.errors import UsageError
+
+    if not matrix:
+        raise UsageError("--budget limits a campaign: it needs --matrix", where="--budget",
+                         fix="add --matrix (one run is not cut short by a budget: see testbed plan SUITE)")
+    try:
+        return estimate.parse_budget(text)
+    except ValueError as e:
+        raise UsageError(str(e), where="--budget", fix=f"write {estimate.BUDGET_RULE}") from None
 
 
 def _setup(s: Any, testbed: str, no_setup: bool, overrides: dict[str, Any] | None = None) -> None:
@@ -176,11 +197,13 @@ def _show_dry_run(plan: Plan, json_out: bool) -> None:
 
 
 def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, detach: bool, dry_run: bool,
-              no_setup: bool, collect: bool, json_out: bool, src: dict[str, str] | None = None) -> None:
+              no_setup: bool, collect: bool, json_out: bool, src: dict[str, str] | None = None,
+              budget: Any = None) -> None:
     import subprocess
     import sys
 
     from testbed import suite as suite_mod
+    from testbed.expiry import span
     from testbed.run import campaign, runner
 
     points = suite_mod.expand_matrix(s, given)
@@ -197,10 +220,12 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
         return _warn_refused(plans[0]) if plans else None
     # checks the overrides before any host
     first = runner.plan_run(s, tb, points[0], faults=faults, sources=src, store=st)
+    limit = campaign.Limit(s.name, tb, points, budget, st) if budget else None  # its unit, every estimate
     _setup(s, tb, no_setup, first.source_overrides)
-    cid = campaign.create_or_resume(s.name, tb, points, faults, src, store=st)
+    cid = campaign.create_or_resume(s.name, tb, points, faults, src, store=st, budget=budget)
     c = console(stderr=True)
-    c.print(f"campaign [bold]{cid}[/bold]: {plural(len(points), 'run')} of {s.name} on {tb}")
+    c.print(f"campaign [bold]{cid}[/bold]: {plural(len(points), 'run')} of {s.name} on {tb}"
+            + (f"; budget {escape(budget.given)} ({span(limit.seconds)} of this testbed)" if limit else ""))
     if detach:
         from testbed.run import state as run_state
 
@@ -222,6 +247,9 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
         _collect(ids)
     if json_out:
         print_json(row.to_json())
+    if row.status == "paused" and row.info.stopped:
+        _paused(c, cid, row.info.stopped)
+        raise typer.Exit(3)
     ok = sum(p.status == "succeeded" for p in row.points)
     colour = "green" if ok == len(row.points) else "red"
     c.print(f"campaign {cid} [{colour}]{escape(row.status)}[/{colour}]: {ok}/{plural(len(row.points), 'run')} "
@@ -234,6 +262,91 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
                     + (f" (testbed logs {pt.run_id})" if pt.run_id else ""))
     if ok != len(row.points):
         raise typer.Exit(1)
+
+
+def plan_cmd(
+    suite: SuiteArg,
+    on: Annotated[str | None, typer.Option("--on", help="Testbed (default: the suite's, else local).",
+                                           autocompletion=complete.testbeds)] = None,
+    param: ParamOpt = None,
+    matrix: Annotated[bool, typer.Option("--matrix", help="Every point of the suite's matrix (-p values filter "
+                                                          "the points).")] = False,
+    fault: Annotated[list[str] | None, typer.Option("--fault", help="Faults, as run takes them (they name the "
+                                                                    "campaign).")] = None,
+    no_faults: Annotated[bool, typer.Option("--no-faults", help="As run --no-faults.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Time and cost of a run or campaign before it starts: each point's estimated wall time and where it comes
+    from (earlier runs of the point, else the suite's estimate), the total, its cost in the provider's unit, and
+    whether it fits in the testbed's lease or expiry. Points a campaign already finished are not counted again.
+    Touches no host (the commands themselves: run --dry-run).
+
+    Example: testbed plan matmul-baseline --matrix --on local
+    """
+    from testbed import suite as suite_mod
+    from testbed.run import forecast
+
+    given = suite_mod.parse_assignments(param or [])
+    fc = forecast.forecast(suite, on, given, matrix=matrix, faults=[] if no_faults else (fault or None),
+                           store=existing_store())
+    if json_out:
+        print_json(fc.to_json())
+        return
+    _show_forecast(fc)
+
+
+def _show_forecast(fc: Any) -> None:
+    from rich.table import Table
+
+    from testbed.expiry import span
+
+    c = console()
+    r = fc.rate
+    price = f"{r.per_hour:g} {r.unit}/h: {r.basis}" if r.per_hour is not None else r.basis
+    c.print(f"[bold]plan[/bold] of {escape(fc.suite)} on {escape(fc.testbed)} ({escape(fc.provider)}, "
+            f"{plural(fc.hosts, 'host')}; {escape(price)})"
+            + (f"; resumes campaign {escape(fc.campaign)}" if fc.campaign else ""))
+    t = Table(title_justify="left")
+    for col in ("point", "hosts", "estimate", "status", "from"):
+        t.add_column(col, no_wrap=col in ("hosts", "estimate"), ratio=2 if col in ("point", "from") else None)
+    for p in fc.points:
+        status = p.status if p.status == "todo" else f"{p.status} ({span(p.spent or 0)})"
+        t.add_row(escape(p.label), str(p.hosts), span(p.seconds) if p.seconds is not None else "?", escape(status),
+                  escape(p.source))
+    c.print(t)
+    for note in fc.notes:
+        c.print(f"[yellow]note[/yellow]: {escape(note)}")
+    unit = r.unit or ""
+    if fc.spent_seconds:
+        spent_cost = r.cost(fc.spent_seconds)
+        c.print(f"spent: {span(fc.spent_seconds)} (the campaign's runs so far)"
+                + (f" ({spent_cost:g} {unit})" if spent_cost else ""))
+    if fc.total_seconds is None:
+        c.print(f"[yellow]total: unknown[/yellow]: no estimate for {escape(', '.join(fc.unknown))} (add "
+                "'estimate:' to the suite, or run the point once)")
+        return
+    cost = fc.cost
+    c.print(f"total: [bold]{span(fc.total_seconds)}[/bold] of wall time left"
+            + (f", cost [bold]{cost:g} {unit}[/bold]" if cost is not None and r.per_hour else ", free"))
+    fit = fc.fit
+    if fit["fits"] is None:
+        c.print(f"fits: no end to fit in ({escape(fit['basis'])})")
+    elif fit["fits"]:
+        c.print(f"fits: [green]yes[/green], {span(fit['left_seconds'])} left ({escape(fit['basis'])})")
+    else:
+        c.print(f"fits: [red]no[/red], short by {span(fit['short_by_seconds'])}: {span(fit['left_seconds'])} left "
+                f"({escape(fit['basis'])}); extend it (testbed extend), or plan fewer points (-p)")
+
+
+def _paused(c: Any, cid: str, stopped: dict[str, Any]) -> None:
+    """A campaign its budget stopped: what it spent (actual run times), what is left, how to resume."""
+    unit = stopped["unit"]
+    amt = (lambda x: f"{x:.4g} h") if unit == "hours" else (lambda x: f"{x:.4g} {unit}" if x is not None else "?")
+    c.print(f"campaign {cid} [yellow]paused[/yellow] by its budget ({escape(stopped['budget']['given'])}): spent "
+            f"{amt(stopped['spent'])} ({stopped['spent_seconds']:.0f} s of runs), {amt(stopped['left'])} left; "
+            f"{plural(stopped['not_started'], 'point')} not started (the next estimated at "
+            f"{stopped['next_estimate_seconds'] or 0:.0f} s)")
+    c.print("resume: the same command again, with a larger --budget or none")
 
 
 def logs(
@@ -553,9 +666,10 @@ def _show_rehearsal(res: Any) -> None:
 
 
 def register(app: typer.Typer, list_app: typer.Typer) -> None:
-    """Add run, rehearse, logs, stop, show to ``app`` and ``suites`` to ``list_app``."""
+    """Add run, rehearse, plan, logs, stop, show to ``app`` and ``suites`` to ``list_app``."""
     app.command()(run)
     app.command()(rehearse)
+    app.command("plan")(plan_cmd)
     app.command()(logs)
     app.command()(stop)
     app.command()(show)

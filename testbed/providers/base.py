@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from testbed import ssh
-from testbed.errors import TestbedError
+from testbed.errors import TestbedError, UsageError
 from testbed.hosts import Host
 from testbed.textfmt import plural
 
@@ -496,6 +496,28 @@ class Provider(ABC):
         """What the held resources cost per hour from state (no network): ``{"per_hour", "unit", "basis"}``; None
         when they cost nothing."""
         return None
+
+    def planned_cost(self, prices: dict[str, Any], hosts: int) -> dict[str, Any] | None:
+        """What holding the testbed with ``hosts`` hosts costs per hour, held or not yet (no network):
+        ``{"per_hour", "unit", "basis"}`` (``per_hour`` None: no price found); None when it costs nothing. By
+        default the price table's section of this kind, ``{"per_node_hour": X, "unit": "SU"|"USD"}`` (a lab with a
+        chargeback, or a test, prices its hosts so); none: free."""
+        row = prices.get(self.kind)
+        if not isinstance(row, dict) or row.get("per_node_hour") is None:
+            return None
+        unit = row.get("unit")
+        if unit not in ("SU", "USD"):
+            raise UsageError(f"the price table's '{self.kind}' section has unit {unit!r}",
+                             where=str(prices.get("_override_path") or "prices.json"),
+                             fix='give "unit": "SU" or "USD"')
+        per = float(row["per_node_hour"])
+        return {"per_hour": round(per * hosts, 6), "unit": str(unit),
+                "basis": f"{plural(hosts, 'host')} x {per:g} {unit}/host-hour (price table)"}
+
+    def lease_left(self, now: float) -> tuple[float | None, str]:
+        """Seconds until the provider itself takes the hosts back (a lease's end), and what says so; for a testbed
+        not provisioned yet, the length a provision would ask for. None: no such end (the default)."""
+        return None, "no lease end"
 
     def orphans(self) -> list[dict[str, Any]]:
         """Resources of this testbed at the provider that state does not record (network), each with ``kind``,

@@ -540,6 +540,16 @@ class ChameleonProvider(Provider):
 
         return chameleon_switch.cost(self, prices)
 
+    def planned_cost(self, prices: dict[str, Any], hosts: int) -> dict[str, Any] | None:
+        from testbed.providers import chameleon_switch
+
+        return chameleon_switch.planned_cost(self, prices, hosts)
+
+    def lease_left(self, now: float) -> tuple[float | None, str]:
+        from testbed.providers import chameleon_switch
+
+        return chameleon_switch.lease_left(self, now)
+
     def orphans(self) -> list[dict[str, Any]]:
         from testbed.providers import chameleon_switch
 

@@ -121,6 +121,26 @@ def cost(p: ChameleonProvider, table: dict[str, Any]) -> dict[str, Any] | None:
             "basis": f"{plural(nodes, 'node')} x {su:g} SU/node-hour ({p.settings.node_type})"}
 
 
+def planned_cost(p: ChameleonProvider, table: dict[str, Any], hosts: int) -> dict[str, Any]:
+    """SUs per hour of the servers held, else of the nodes a lease would hold (the spec's count, or the hosts a
+    suite asks for when more)."""
+    nodes = len(p.store.resources(p.name, "server")) or max(p.settings.count, hosts)
+    su = float((table.get("chameleon") or {}).get("su_per_node_hour") or 1.0)
+    return {"per_hour": nodes * su, "unit": "SU",
+            "basis": f"{plural(nodes, 'node')} x {su:g} SU/node-hour ({p.settings.node_type})"}
+
+
+def lease_left(p: ChameleonProvider, now: float) -> tuple[float | None, str]:
+    """Seconds to the lease's end (as recorded); not provisioned yet: the lease the spec asks for."""
+    end = _lease_end(p)
+    if end is not None:
+        info = (p.store.testbed(p.name) or {}).get("info") or {}
+        return end - now, f"its lease end at {info.get('lease_end')}"
+    if p.store.testbed(p.name) is None and not p.settings.end:
+        return p.settings.hours * 3600, f"its spec's lease of {p.settings.hours:g} h (not provisioned yet)"
+    return None, "no lease end recorded"
+
+
 def orphans(p: ChameleonProvider) -> list[dict[str, Any]]:
     """Leases, servers and floating IPs named for this testbed at the site that state does not record."""
     api = p._connect()

@@ -566,6 +566,11 @@ class TpuProvider(Provider):
 
         return gcp_tpu_switch.cost(self, prices)
 
+    def planned_cost(self, prices: dict[str, Any], hosts: int) -> dict[str, Any] | None:
+        from testbed.providers import gcp_tpu_switch
+
+        return gcp_tpu_switch.planned_cost(self, prices)
+
     def orphans(self) -> list[dict[str, Any]]:
         from testbed.providers import gcp_tpu_switch
 

@@ -70,6 +70,18 @@ def cost(p: TpuProvider, table: dict[str, Any]) -> dict[str, Any] | None:
             "basis": f"{len(nodes)} x {s.accelerator_type}: {basis}"}
 
 
+def planned_cost(p: TpuProvider, table: dict[str, Any]) -> dict[str, Any]:
+    """US dollars per hour of the nodes held, else of the spec's count of nodes."""
+    from testbed.expiry import tpu_rate
+    from testbed.providers.gcp_tpu import NODE
+
+    s = p.settings
+    nodes = len(p.store.resources(p.name, NODE)) or s.count
+    rate, basis = tpu_rate(table, s.accelerator_type, s.zone, spot=s.spot or s.preemptible)
+    return {"per_hour": None if rate is None else round(rate * nodes, 4), "unit": "USD",
+            "basis": f"{nodes} x {s.accelerator_type}: {basis}"}
+
+
 def orphans(p: TpuProvider) -> list[dict[str, Any]]:
     """Nodes labelled for this testbed (and its queued resource) in the zone that state does not record."""
     from testbed.providers.gcp_tpu import NODE, QUEUED_RESOURCE

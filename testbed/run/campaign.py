@@ -7,6 +7,12 @@ Progress lives in the ``campaigns`` table (each point: its parameters, run id an
 run starts, so a campaign that was interrupted resumes where it stopped: finished runs are not repeated and
 runs still going are waited for, not restarted. The campaign id is derived from the suite, testbed, points and
 faults, so running the same ``testbed run SUITE --matrix`` again resumes it.
+
+A budget (``--budget 40h``, ``500 SU``, ``$120``; kept in the campaign's info for the session that gave it) stops
+launching points once the next one's estimate (:class:`testbed.run.forecast.Estimator`) would take the campaign's
+spending past it. Spending is the testbed time its runs actually took (:func:`testbed.run.forecast.spent_seconds`,
+every session counted), at the price table's rate for SUs and dollars. The campaign then waits for its started runs
+and ends ``paused`` (``info.stopped`` says what was spent and what is left); running it again resumes it.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from testbed import estimate as est
 from testbed.errors import UsageError
 from testbed.run import state as rs
 from testbed.run.models import ACTIVE, CampaignInfo, CampaignPoint, CampaignRecord
@@ -33,10 +40,12 @@ def campaign_id(suite: str, testbed: str, points: list[dict[str, Any]], faults: 
 
 
 def create_or_resume(suite: str, testbed: str, points: list[dict[str, Any]], faults: list[str] | None,
-                     sources: dict[str, str] | None = None, *, store: Store | None = None) -> str:
+                     sources: dict[str, str] | None = None, *, store: Store | None = None,
+                     budget: est.Budget | None = None) -> str:
     """The campaign for these points: a new one, or the unfinished one with the same id (resumed).
 
     ``sources``: --source overrides, applied to every run (a different override is a different campaign).
+    ``budget``: this session's limit (None: none; a resumed campaign's earlier budget is not kept).
     """
     cid = campaign_id(suite, testbed, points, faults) if not sources else \
         campaign_id(suite, testbed, [*points, {"__sources__": sources}], faults)
@@ -45,10 +54,78 @@ def create_or_resume(suite: str, testbed: str, points: list[dict[str, Any]], fau
     if row is None:
         st.add_campaign(CampaignRecord(id=cid, suite=suite, testbed=testbed,
                                        points=[CampaignPoint(params=p) for p in points], status="running",
-                                       created=time.time(), info=CampaignInfo(faults=faults, sources=sources or {})))
-    elif row.status != "running":
+                                       created=time.time(), info=CampaignInfo(
+                                           faults=faults, sources=sources or {},
+                                           budget=budget.to_json() if budget else None)))
+        return cid
+    if row.status != "running":
         st.save_campaign(cid, row.points, "running")
+    st.set_campaign_info(cid, row.info.model_copy(update={"budget": budget.to_json() if budget else None,
+                                                          "stopped": None}))
     return cid
+
+
+class Limit:
+    """A campaign's budget as testbed seconds, with the estimates that decide whether the next point fits."""
+
+    def __init__(self, suite: str, testbed: str, points: list[dict[str, Any]], budget: est.Budget, st: Store,
+                 cid: str = "") -> None:
+        """Refuses (UsageError, before any host) a budget in a unit the testbed is not priced in, and a point
+        with no estimate."""
+        from testbed.run import forecast
+        from testbed.suite import load_suite
+
+        self.budget, self.cid, self.st = budget, cid, st
+        self.suite = load_suite(suite)
+        self.rate = forecast.testbed_rate(testbed, len(st.hosts(testbed)), st)[1]
+        self.seconds = est.budget_hours(budget, self.rate) * 3600
+        estimator = forecast.Estimator(self.suite, testbed, st)
+        self.estimates: list[float] = []
+        for p in points:
+            secs, _ = estimator(p)
+            if secs is None:
+                raise UsageError(f"--budget needs an estimate for every point; {suite} has none for "
+                                 + ", ".join(f"{k}={v}" for k, v in p.items()), where=self.suite.source or suite,
+                                 fix="add 'estimate:' to the suite (e.g. estimate: 10m), or run the point once "
+                                     "without --budget: later estimates use its recorded time")
+            self.estimates.append(secs)
+
+    @classmethod
+    def of(cls, row: CampaignRecord, st: Store) -> Limit | None:
+        """The limit of the campaign's current session (None: no budget)."""
+        b = row.info.budget
+        if not b:
+            return None
+        return cls(row.suite, row.testbed, [p.params for p in row.points],
+                   est.Budget(float(b["amount"]), str(b["unit"]), str(b["given"])), st, row.id)
+
+    def spent(self, now: float | None = None) -> float:
+        from testbed.run import forecast
+
+        return forecast.spent_seconds(self.st, self.cid, now)
+
+    def allows(self, i: int, points: list[CampaignPoint]) -> bool:
+        """Whether point ``i`` may start now: the time spent, plus what the runs going and this one still need
+        (at their estimates), stays within the budget."""
+        now = time.time()
+        going = 0.0
+        for j, p in enumerate(points):
+            if p.run_id and p.status not in DONE:
+                run = self.st.run(p.run_id)
+                if run is not None:
+                    going = max(going, self.estimates[j] - (now - run.created))
+        return self.spent(now) + max(going, self.estimates[i]) <= self.seconds
+
+    def summary(self, points: list[CampaignPoint], stopped_at: int | None) -> dict[str, Any]:
+        """What was spent (actual run times), the limit, what is left, and the points not started."""
+        spent = self.spent()
+        unit = self.budget.unit
+        amount = (lambda secs: round(secs / 3600, 4)) if unit == "hours" else \
+            (lambda secs: self.rate.cost(secs))
+        return {"budget": self.budget.to_json(), "unit": unit, "spent": amount(spent),
+                "left": amount(max(self.seconds - spent, 0.0)), "spent_seconds": round(spent, 1),
+                "limit_seconds": round(self.seconds, 1), "not_started": sum(p.status == "todo" for p in points),
+                "next_estimate_seconds": None if stopped_at is None else round(self.estimates[stopped_at], 1)}
 
 
 def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: float = 1.0,
@@ -62,6 +139,8 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
         raise UsageError(f"no campaign '{cid}'", where="state", fix="testbed run SUITE --matrix")
     points, suite, testbed = row.points, row.suite, row.testbed
     faults = row.info.faults
+    limit = Limit.of(row, st)
+    stopped_at: int | None = None
     from testbed import sources as sources_mod
     from testbed.suite import load_suite
 
@@ -95,11 +174,17 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
                     if run.status in DONE:
                         progress(f"{p.run_id}: {run.status}" + (f" ({run.reason})" if run.reason else ""))
         for i, p in enumerate(points):
-            if p.status != "todo":
+            if p.status != "todo" or stopped_at is not None:
                 continue
             free = [h for h in all_hosts if h not in busy]
             if len(free) < needs[i]:
                 break  # keep the matrix order: wait for hosts
+            if limit is not None and not limit.allows(i, points):  # judged when it could start, not before
+                stopped_at = i
+                progress(f"campaign {cid}: budget {limit.budget.given} reached; no new point is started "
+                         f"(the next, {', '.join(f'{k}={v}' for k, v in p.params.items())}, is estimated at "
+                         f"{limit.estimates[i]:.0f} s)")
+                break
             plan = runner.plan_run(suite, testbed, p.params, faults=faults, only_hosts=free, overrides=overrides,
                                    store=st)
             p.run_id, p.status = plan.run_id, "pending"
@@ -113,6 +198,11 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
             st.save_campaign(cid, points)
         if all(p.status in DONE for p in points):
             st.save_campaign(cid, points, outcome(points))
+            return st.campaign(cid) or row
+        if limit is not None and stopped_at is not None and all(p.status in DONE or p.status == "todo"
+                                                                for p in points):
+            st.save_campaign(cid, points, "paused")
+            st.set_campaign_info(cid, row.info.model_copy(update={"stopped": limit.summary(points, stopped_at)}))
             return st.campaign(cid) or row
         if time.monotonic() > deadline:
             return st.campaign(cid) or row
@@ -128,6 +218,8 @@ def outcome(points: list[CampaignPoint]) -> str:
 def main(argv: list[str]) -> int:
     """``python -m testbed.run.campaign CID``: drive a campaign detached (``testbed run --matrix --detach``)."""
     row = drive(argv[0], progress=lambda s: print(s, flush=True))
+    if row.status == "paused":
+        return 3
     return 0 if all(p.status == "succeeded" for p in row.points) else 1
 
 

@@ -339,6 +339,8 @@ class CampaignPoint(_Model):
 class CampaignInfo(_Model):
     faults: list[str] | None = None
     sources: dict[str, str] = Field(default_factory=dict)
+    budget: dict[str, Any] | None = None  # --budget of the last session: amount, unit, given (testbed.estimate)
+    stopped: dict[str, Any] | None = None  # why launching stopped short (the budget): spent, limit, points left
 
 
 class CampaignRecord(_Model):
