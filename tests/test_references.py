@@ -167,7 +167,13 @@ def test_datastall_published_outputs_are_within_their_references(tmp_path: Path)
 
 def test_tesla_published_outputs_are_within_their_references(tmp_path: Path) -> None:
     repo = extract("Scalable_ViT_DT", tmp_path)
-    self_check(as_run(tmp_path, "tesla", repo / "tesla" / "log"), "tesla")
+    report = self_check(as_run(tmp_path, "tesla", repo / "tesla" / "log"), "tesla")
+    # log/ holds micro-batches 1, 16 and 32 at the same GPU counts: one series each, as result/'s plots
+    rows = list(csv.DictReader((report / "scaling.csv").open()))
+    keys = [(r["kind"], int(r["micro_batch"]), int(r["gpus"])) for r in rows]
+    assert len(keys) == len(set(keys)) and {k[1] for k in keys} == {1, 16, 32}
+    b16 = {int(r["gpus"]): r for r in rows if r["kind"] == "strong" and r["micro_batch"] == "16"}
+    assert float(b16[2]["speedup_vs_1"]) == pytest.approx(float(b16[1]["mean_epoch_s"]) / float(b16[2]["mean_epoch_s"]))
 
 
 def test_isca_published_outputs_are_within_their_references(tmp_path: Path) -> None:
