@@ -11,6 +11,7 @@ from testbed.report.parsers.tesla_logs import parse_baseline, parse_vit_log
 from testbed.report.parsers.tesla_metrics import MetricRow, RunConfig, config_from_path, parse_metrics
 from testbed.report.registry import reporter
 from testbed.report.rundir import RunDir
+from testbed.textfmt import plural
 
 PANELS = (("gpu_load_pct", "GPU load (%)"), ("gpu_used_mem_mb", "GPU memory used (MB)"),
           ("gpu_temp_c", "GPU temperature (C)"), ("computation_time", "epoch time (s)"))
@@ -92,7 +93,7 @@ def scaling(rep: Report, configs: dict[RunConfig, list[MetricRow]]) -> None:
               "mean epoch time over ranks and epochs; strong: p1 on N GPUs; weak: p0.1xN on N GPUs; one series per "
               "micro-batch and epoch count, its speedup against its own 1-GPU point")
     for kind in ("strong", "weak"):
-        lines = {f"micro-batch {micro}" + (f", {epochs} epochs" if len({k[2] for k in series}) > 1 else ""):
+        lines = {f"micro-batch {micro}" + (f", {plural(epochs, 'epoch')}" if len({k[2] for k in series}) > 1 else ""):
                  ([p[0] for p in pts], [p[2] for p in pts])
                  for (k, micro, epochs), pts in sorted(series.items()) if k == kind}
         if lines:
