@@ -1,7 +1,8 @@
 """``testbed reproduce results/<suite>/<run-id>``: run a recorded run again and compare the two, metric by metric.
 
-The manifest says what ran: the suite (its file's sha256), the parameters, the faults, the sources at their
-commits, the profile, the testbed and its hosts' hardware. :func:`prepare` compares that with what would run now
+The manifest says what ran: the suite (its file's sha256 and those of its ``files:``), the parameters, the
+faults, the sources at their commits, the profile, the testbed and its hosts' hardware (cores, GPU models and
+counts from nvidia-smi, else the testbed spec's ``hardware.gpu``). :func:`prepare` compares that with what would run now
 and lists every difference before any host is touched; a difference not named by ``--allow`` refuses the
 replay. :func:`compare` then sets the replay's report beside the original's with the suite's tolerances.
 """
@@ -77,12 +78,15 @@ def prepare(run_dir: Path, on: str | None = None, allow: list[str] | None = None
     diffs: list[Difference] = []
     rec: dict[str, Any] | None = m["suite_file"] if isinstance(m.get("suite_file"), dict) else None
     now = file_sha256(Path(suite.source)) if suite.source else None
+    older = f"run {m['run_id']} was recorded by testbed {m.get('testbed_version') or '(version not recorded)'}"
     if rec is None or not rec.get("sha256"):
-        diffs.append(Difference("suite", "the manifest records no suite hash (collected by an older testbed): the "
-                                f"suite {suite.source} cannot be shown unchanged"))
-    elif rec["sha256"] != now:
-        diffs.append(Difference("suite", f"suite file {suite.source} changed since the run (sha256 "
-                                f"{rec['sha256'][:12]} recorded, {str(now)[:12]} now)"))
+        diffs.append(Difference("suite", f"{older}, before testbed recorded suite hashes: the suite "
+                                f"{suite.source} cannot be shown to be the file that ran"))
+    else:
+        if rec["sha256"] != now:
+            diffs.append(Difference("suite", f"suite file {suite.source} changed since the run (sha256 "
+                                    f"{rec['sha256'][:12]} recorded, {str(now)[:12]} now)"))
+        diffs += _suite_files(rec, suite, older)
     profile = m.get("profile")
     if "profile" in m and profile != suite.profile:
         diffs.append(Difference("profile", f"profile {profile!r} recorded, the suite now names {suite.profile!r}"))
@@ -113,6 +117,29 @@ def _refuse(rep: Replay, allow: list[str]) -> None:
                          where=str(rep.run_dir / "manifest.json"),
                          fix="undo the change, or replay anyway naming each difference: "
                              + " ".join(f"--allow {k}" for k in kinds))
+
+
+def _suite_files(rec: dict[str, Any], suite: Suite, older: str) -> list[Difference]:
+    """The suite's ``files:`` (its workloads) against the hashes the run recorded: changed, gone, added, dropped."""
+    from testbed.run.runner import file_sha256
+
+    files = rec.get("files")
+    if not isinstance(files, dict):
+        return [Difference("suite", f"{older}, before testbed recorded the hashes of a suite's files: "
+                           f"{', '.join(suite.files)} cannot be shown unchanged")] if suite.files else []
+    out = []
+    for rel in sorted(set(files) | set(suite.files)):
+        path = suite.dir / rel
+        if rel not in suite.files:
+            out.append(Difference("suite", f"file {rel} ran with the suite and is no longer in its files:"))
+        elif rel not in files:
+            out.append(Difference("suite", f"file {rel} is in the suite's files: now, not in the run's"))
+        elif not path.is_file():
+            out.append(Difference("suite", f"the suite's file {path} is gone"))
+        elif (sha := file_sha256(path)) != files[rel]:
+            out.append(Difference("suite", f"the suite's file {path} changed since the run (sha256 "
+                                  f"{str(files[rel])[:12]} recorded, {sha[:12]} now)"))
+    return out
 
 
 def _sources(m: dict[str, Any], suite: Suite) -> tuple[list[str], list[Difference]]:
@@ -153,13 +180,62 @@ def _hardware(m: dict[str, Any], tb_rec: dict[str, Any], testbed: str, store: An
     if rec_cpus and now_cpus and rec_cpus != now_cpus:
         diffs.append(Difference("hardware", f"cores per host: {'/'.join(map(str, rec_cpus))} recorded, "
                                 f"{'/'.join(map(str, now_cpus))} on {testbed}"))
-    rec_gpus = sorted({str(g.get("name")) for h in hosts if isinstance(h.get("facts"), dict)
-                       for g in h["facts"].get("gpus") or [] if isinstance(g, dict) and g.get("name")})
+    rec, now = recorded_gpus(m), testbed_gpus(tb.hosts, tb.context.get("hardware") or {})
     accel = {h.facts.get("accelerator") for h in tb.hosts} - {None}
-    if rec_gpus and accel and "gpu" not in accel:
-        diffs.append(Difference("hardware", f"the run had GPUs ({', '.join(rec_gpus)}), {testbed}'s hosts have "
+    if rec is not None and now is not None:
+        odd = [g for g in rec.models if not any(_same_gpu(g, n) for n in now.models)]
+        odd += [n for n in now.models if not any(_same_gpu(g, n) for g in rec.models)]
+        if odd:
+            diffs.append(Difference("hardware", f"GPU model: {', '.join(rec.models)} recorded ({rec.source}), "
+                                    f"{', '.join(now.models)} on {testbed} ({now.source})"))
+        if rec.counts != now.counts:
+            diffs.append(Difference("hardware", f"GPUs per host: {'/'.join(map(str, rec.counts))} recorded "
+                                    f"({rec.source}), {'/'.join(map(str, now.counts))} on {testbed} ({now.source})"))
+    elif rec is not None and accel and "gpu" not in accel:
+        diffs.append(Difference("hardware", f"the run had GPUs ({', '.join(rec.models)}), {testbed}'s hosts have "
                                 f"{', '.join(sorted(map(str, accel)))}"))
     return diffs
+
+
+@dataclass
+class Gpus:
+    """The GPUs of a run's hosts or of a testbed: their models, the distinct counts per host, and who said so."""
+
+    models: list[str]
+    counts: list[int]
+    source: str
+
+
+def recorded_gpus(m: dict[str, Any]) -> Gpus | None:
+    """What the manifest says the run had: the hosts' nvidia-smi, else its testbed spec's hardware.gpu."""
+    per_host = [[str(g["name"]) for g in h["facts"].get("gpus") or [] if isinstance(g, dict) and g.get("name")]
+                for h in m.get("hosts") or [] if isinstance(h, dict) and isinstance(h.get("facts"), dict)]
+    if any(per_host):
+        return Gpus(sorted({n for names in per_host for n in names}), sorted({len(n) for n in per_host}),
+                    "nvidia-smi on the run's hosts")
+    tb = m["testbed"] if isinstance(m.get("testbed"), dict) else {}
+    hw = tb["hardware"] if isinstance(tb.get("hardware"), dict) else {}
+    if hw.get("gpu_model"):
+        return Gpus([str(hw["gpu_model"])], [int(hw.get("gpus") or 1)], "the testbed spec's hardware.gpu")
+    return None
+
+
+def testbed_gpus(hosts: list[Any], hardware: dict[str, Any]) -> Gpus | None:
+    """What a testbed has now: GPUs its hosts' recorded facts list, else its spec's hardware.gpu."""
+    per_host = [[str(g["name"]) for g in h.facts.get("gpus") or [] if isinstance(g, dict) and g.get("name")]
+                for h in hosts]
+    if any(per_host):
+        return Gpus(sorted({n for names in per_host for n in names}), sorted({len(n) for n in per_host}),
+                    "its hosts' recorded facts")
+    if hardware.get("gpu_model"):
+        return Gpus([str(hardware["gpu_model"])], [int(hardware.get("gpus") or 1)], "its spec's hardware.gpu")
+    return None
+
+
+def _same_gpu(a: str, b: str) -> bool:
+    """One GPU model named two ways: 'RTX 3070' in a spec is nvidia-smi's 'NVIDIA GeForce RTX 3070'."""
+    a, b = " ".join(a.lower().split()), " ".join(b.lower().split())
+    return a in b or b in a
 
 
 # --- comparing the two runs ------------------------------------------------------------------------------------

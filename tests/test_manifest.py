@@ -242,3 +242,24 @@ def test_software_fingerprint_changes_with_what_pip_freeze_reports(tmp_path):
     (tmp_path / "broken").write_text("#!/bin/sh\nexit 1\n")
     (tmp_path / "broken").chmod(0o755)
     assert _bash(mf.facts_script(facts=False, fingerprint=str(tmp_path / "broken"))).strip() == "@Y"
+
+
+def test_manifest_records_the_suite_files_hashes_and_the_declared_gpus(tmp_path):
+    """What `testbed reproduce` compares: the suite's files by hash (absent for a run planned before testbed
+    hashed them) and the GPUs the testbed's spec declared (hardware.gpu)."""
+    st = Store(tmp_path / "state.db")
+    st.upsert_testbed("tb", "lab", None, "up")
+    now = time.time()
+    infos = {"r1": {"suite_file": "/s/x.yml", "suite_sha256": "a" * 64, "suite_files": {"workloads/w.py": "b" * 64},
+                    "hardware": {"gpu_model": "RTX 3070", "gpus": 2}},
+             "r2": {"suite_file": "/s/x.yml", "suite_sha256": "a" * 64}}
+    with st.tx() as db:
+        for rid, info in infos.items():
+            db.execute("INSERT INTO runs(id, suite, testbed, params, status, created, info) "
+                       "VALUES (?,'demo','tb','{}','succeeded',?,?)", (rid, now, json.dumps(info)))
+    m1, m2 = (mf.build(st, rid, hosts=[], facts={}, software={}, files=[], provider="lab", secrets=[])
+              for rid in infos)
+    assert m1["suite_file"] == {"path": "/s/x.yml", "sha256": "a" * 64, "files": {"workloads/w.py": "b" * 64}}
+    assert m1["testbed"] == {"name": "tb", "provider": "lab", "hardware": {"gpu_model": "RTX 3070", "gpus": 2}}
+    assert m2["suite_file"] == {"path": "/s/x.yml", "sha256": "a" * 64}
+    assert m2["testbed"] == {"name": "tb", "provider": "lab"}

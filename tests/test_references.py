@@ -4,6 +4,7 @@ every reference comes out within tolerance against them."""
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import tarfile
@@ -138,7 +139,8 @@ def as_run(tmp: Path, suite: str, src: Path, drop: tuple[str, ...] = ()) -> Path
     return run
 
 
-def self_check(run: Path, suite: str) -> None:
+def self_check(run: Path, suite: str) -> Path:
+    """The run's report folder, once every reference is within tolerance."""
     res = build_report(run, "html")
     assert len(res.verdicts) == len(load_suite(suite).references.metrics)  # type: ignore[union-attr]
     off = [(v.metric, v.reference, v.ours, v.note) for v in res.verdicts if v.status != WITHIN]
@@ -147,20 +149,31 @@ def self_check(run: Path, suite: str) -> None:
     assert html.index('id="verdicts"') < html.index('id="checks"') if res.checks else 'id="verdicts"' in html
     rows = (res.path.parent / "verdicts.csv").read_text().splitlines()
     assert len(rows) == len(res.verdicts) + 1 and all(",within tolerance," in r for r in rows[1:])
+    return res.path.parent
 
 
 def test_datastall_published_outputs_are_within_their_references(tmp_path: Path) -> None:
     repo = extract("OSRE_DELIVERABLE", tmp_path)
-    # figure 4(a) plots the SSD run, limits 6g..16g (grapher_a.py sizes); outputsfig4 also holds the HDD run's
-    # 4g and 18g..24g outputs, which its parser and sheet leave out
-    self_check(as_run(tmp_path, "datastall-emulator", repo / "datastall",
-                      drop=("output4g.txt", "output18g.txt", "output20g.txt", "output22g.txt", "output24g.txt")),
-               "datastall-emulator")
+    # the whole committed folder: outputsfig4 holds the SSD run (6g..16g, figure 4(a)) and the HDD run (4g, 18g..24g)
+    run = as_run(tmp_path, "datastall-emulator", repo / "datastall")
+    report = self_check(run, "datastall-emulator")
+    fig4a = {float(r["limit_gb"]): float(r["fetch_s"]) for r in csv.DictReader((report / "fig4a_breakdown.csv").open())}
+    fig4b = {float(r["limit_gb"]): float(r["fetch_s"]) for r in csv.DictReader((report / "fig4b_breakdown.csv").open())}
+    # as time4(a).dat: fetch relative to the SSD run's own 16g, never to the HDD run's 24g
+    assert list(fig4a) == [6, 8, 10, 12, 14, 16] and fig4a[6] == pytest.approx(9.060285568) and fig4a[16] == 0
+    assert list(fig4b) == [4, 18, 20, 24] and fig4b[24] == 0  # 22g was interrupted in epoch 1
+    assert fig4b[18] == pytest.approx(18.833545923233032 - 5.62968897819519)
 
 
 def test_tesla_published_outputs_are_within_their_references(tmp_path: Path) -> None:
     repo = extract("Scalable_ViT_DT", tmp_path)
-    self_check(as_run(tmp_path, "tesla", repo / "tesla" / "log"), "tesla")
+    report = self_check(as_run(tmp_path, "tesla", repo / "tesla" / "log"), "tesla")
+    # log/ holds micro-batches 1, 16 and 32 at the same GPU counts: one series each, as result/'s plots
+    rows = list(csv.DictReader((report / "scaling.csv").open()))
+    keys = [(r["kind"], int(r["micro_batch"]), int(r["gpus"])) for r in rows]
+    assert len(keys) == len(set(keys)) and {k[1] for k in keys} == {1, 16, 32}
+    b16 = {int(r["gpus"]): r for r in rows if r["kind"] == "strong" and r["micro_batch"] == "16"}
+    assert float(b16[2]["speedup_vs_1"]) == pytest.approx(float(b16[1]["mean_epoch_s"]) / float(b16[2]["mean_epoch_s"]))
 
 
 def test_isca_published_outputs_are_within_their_references(tmp_path: Path) -> None:

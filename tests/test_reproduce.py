@@ -86,7 +86,7 @@ def test_allow_names_the_difference_it_accepts(tmp_path: Path) -> None:
 def test_older_manifests_and_missing_commits_are_differences(tmp_path: Path) -> None:
     from testbed.reproduce import prepare
 
-    run = recorded(tmp_path, suite_file=None)
+    run = recorded(tmp_path, suite_file=None, testbed_version="0.0.9")
     m = json.loads((run / "manifest.json").read_text())
     del m["faults"]
     (run / "manifest.json").write_text(json.dumps(m))
@@ -95,13 +95,92 @@ def test_older_manifests_and_missing_commits_are_differences(tmp_path: Path) -> 
 
     with pytest.raises(UsageError) as e:
         prepare(run)
-    assert "no suite hash" in e.value.what and "records no faults" in e.value.what
+    assert "run echoes-1 was recorded by testbed 0.0.9, before testbed recorded suite hashes: the suite " \
+        f"{tmp_path}/experiments/echoes.yml cannot be shown to be the file that ran" in e.value.what
+    assert "records no faults" in e.value.what and "--allow suite" in (e.value.fix or "")
     # a suite with a source whose commit the run did not record
     (tmp_path / "experiments" / "echoes.yml").write_text(
         SUITE + "sources:\n  - {name: app, repo: https://example.invalid/app.git, path: ~/app}\n")
     with pytest.raises(UsageError) as e:
         prepare(run, allow=["suite"])
     assert "commit: source app: no commit recorded for the run" in e.value.what
+
+
+def test_a_changed_workload_file_is_a_suite_difference_naming_it(tmp_path: Path) -> None:
+    from testbed.errors import TestbedError, UsageError
+    from testbed.reproduce import prepare
+
+    work = tmp_path / "experiments" / "workloads"
+    run = recorded(tmp_path, testbed_version="0.1.0")
+    work.mkdir()
+    (work / "job.py").write_text("print(1)\n")
+    suite = tmp_path / "experiments" / "echoes.yml"
+    suite.write_text(SUITE + "files: [workloads/job.py]\n")
+    m = json.loads((run / "manifest.json").read_text())
+    m["suite_file"]["sha256"] = hashlib.sha256(suite.read_bytes()).hexdigest()
+    os.chdir(tmp_path)
+    # a manifest of a testbed that hashed the suite but not its files
+    (run / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(UsageError) as e:
+        prepare(run)
+    assert e.value.what.endswith("suite: run echoes-1 was recorded by testbed 0.1.0, before testbed recorded the "
+                                 "hashes of a suite's files: workloads/job.py cannot be shown unchanged")
+    m["suite_file"]["files"] = {"workloads/job.py": hashlib.sha256(b"print(1)\n").hexdigest()}
+    (run / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(TestbedError) as e:  # the files match: on to the testbed, never provisioned here
+        prepare(run)
+    assert "cannot be replayed" not in e.value.what and "not provisioned" in e.value.what
+    (work / "job.py").write_text("print(2)\n")  # the suite's YAML is unchanged; its workload is not
+    r = cli(tmp_path, "reproduce", str(run), "--on", "local")
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2 and f"suite: the suite's file {work}/job.py changed since the run (sha256 " in err, err
+    assert "suite file" not in err and "--allow suite" in err and "Traceback" not in r.stderr
+    (work / "job.py").unlink()
+    with pytest.raises(UsageError, match=f"suite: the suite's file {work}/job.py is gone"):
+        prepare(run)
+
+
+GPU_LAB = """provider:
+  kind: lab
+  hosts:
+    - {name: g1, address: 10.1.2.3}
+hardware:
+  gpu: {model: RTX 3070, count: COUNT}
+"""
+
+
+def test_gpu_models_and_counts_are_compared_with_the_testbed(tmp_path: Path) -> None:
+    from testbed.errors import UsageError
+    from testbed.handle import Testbed
+    from testbed.hosts import Host
+    from testbed.reproduce import prepare
+    from testbed.state import Store
+
+    smi = [{"name": "NVIDIA GeForce RTX 3070", "memory": "8192 MiB", "driver": "550.54"}] * 2
+    run = recorded(tmp_path, hosts=[{"name": "node0", "facts": {"cpus": 2, "gpus": smi}}],
+                   testbed={"name": "lab1", "provider": "lab"})
+    (tmp_path / "inventories").mkdir()
+    os.chdir(tmp_path)
+    os.environ["TESTBED_HOME"] = str(tmp_path / ".testbed")
+    st = Store(tmp_path / ".testbed" / "state.db")
+    for count, model in ((2, "RTX 3070"), (1, "RTX 3070"), (2, "A100-SXM4-40GB")):
+        (tmp_path / "inventories" / "lab1.yml").write_text(
+            GPU_LAB.replace("COUNT", str(count)).replace("RTX 3070", model))
+        tb = Testbed.open("lab1", st)
+        assert tb.spec is not None
+        st.upsert_testbed("lab1", "lab", tb.spec.source, "up", {"spec": tb.spec.model_dump(mode="json")})
+        st.set_hosts("lab1", [Host(name="g1", address="10.1.2.3", facts={"cpus": 2})])
+        if count == 2 and model == "RTX 3070":  # the spec's 'RTX 3070' is nvidia-smi's 'NVIDIA GeForce RTX 3070'
+            assert prepare(run, store=st).differences == []
+            continue
+        with pytest.raises(UsageError) as e:
+            prepare(run, store=st)
+        want = ("hardware: GPUs per host: 2 recorded (nvidia-smi on the run's hosts), 1 on lab1 (its spec's "
+                "hardware.gpu)" if count == 1 else
+                "hardware: GPU model: NVIDIA GeForce RTX 3070 recorded (nvidia-smi on the run's hosts), "
+                "A100-SXM4-40GB on lab1 (its spec's hardware.gpu)")
+        assert want in e.value.what and "--allow hardware" in (e.value.fix or ""), e.value.what
+        assert [d.kind for d in prepare(run, allow=["hardware"], store=st).differences] == ["hardware"]
 
 
 def test_replay_on_the_local_testbed_agrees_with_the_original(shared_local_testbed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -128,3 +207,36 @@ def test_replay_on_the_local_testbed_agrees_with_the_original(shared_local_testb
     replay = json.loads((results / "matmul-baseline" / out["replay"] / "manifest.json").read_text())
     assert replay["reproduces"] == first and replay["params"] == m["params"]
     assert replay["suite_file"]["sha256"] == m["suite_file"]["sha256"]
+
+
+def test_fault_drill_replay_carries_its_fault_and_agrees(shared_local_testbed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A fault-drill run (its default fault, kill-rank) replayed: the replay fires the same fault, recovers from
+    the checkpoint, and its metrics agree with the original's within the suite's tolerances."""
+    from testbed import collect
+    from testbed.run import runner
+
+    bed = shared_local_testbed
+    os.chdir(bed.cwd)
+    os.environ["TESTBED_HOME"] = str(bed.home)
+    plan = runner.plan_run("fault-drill", bed.name, {"python": PY, "ranks": 2, "port": 29641}, faults=["kill-rank"])
+    first = runner.start_run(plan)
+    assert runner.wait(first, timeout=400).status == "succeeded"
+    results = tmp_path / "results"
+    assert all(r.ok for r in collect.collect_runs([first], to=results))
+    original = results / "fault-drill" / first
+    m = json.loads((original / "manifest.json").read_text())
+    work = ROOT / "experiments" / "workloads" / "fault_drill.py"
+    assert m["faults"] == ["kill-rank"] and m["params"]["ranks"] == 2
+    assert m["suite_file"]["files"] == {"workloads/fault_drill.py": hashlib.sha256(work.read_bytes()).hexdigest()}
+    r = cli(bed.cwd, "reproduce", str(original), "--no-setup", "--json", home=bed.home, timeout=500)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    out = json.loads(r.stdout)
+    assert out["original"] == first and out["status"] == "succeeded" and out["differences"] == []
+    verdicts = {v["metric"]: v for v in out["verdicts"]}
+    assert all(v["status"] == "within tolerance" for v in verdicts.values()), verdicts
+    assert verdicts["last step trained"]["ours"] == verdicts["last step trained"]["reference"] == 24
+    assert verdicts["restarts"]["ours"] == 1
+    replay = json.loads((results / "fault-drill" / out["replay"] / "manifest.json").read_text())
+    assert replay["reproduces"] == first and replay["faults"] == ["kill-rank"] and replay["params"] == m["params"]
+    fired = [e for e in replay["events"] if e["kind"] == "fault"]
+    assert len(fired) == 1 and fired[0]["detail"]["fault"] == "kill-rank", fired

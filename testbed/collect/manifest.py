@@ -242,7 +242,13 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
         "files": sorted(files, key=lambda f: (f["host"], f["path"])),
     }
     # what `testbed reproduce` needs to run it again: the suite file by hash, the profile, the faults
-    manifest["suite_file"] = {"path": info.suite_file, "sha256": info.suite_sha256} if info.suite_sha256 else None
+    suite_file: dict[str, Any] | None = {"path": info.suite_file, "sha256": info.suite_sha256} \
+        if info.suite_sha256 else None
+    if suite_file is not None and info.suite_files is not None:  # None: planned before testbed hashed them
+        suite_file["files"] = dict(info.suite_files)
+    manifest["suite_file"] = suite_file
+    if info.hardware:  # what the testbed's spec declared (hardware.gpu); the hosts' own nvidia-smi is in hosts
+        manifest["testbed"] = {"name": run.testbed, "provider": provider, "hardware": dict(info.hardware)}
     manifest["profile"] = info.profile
     manifest["faults"] = list(info.faults)
     if info.reproduces:

@@ -6,7 +6,11 @@ Formulas (Totals = the data / cpu2gpu / gpu seconds of one epoch):
   ``(data_35 - data_100) / (data_35 + cpu2gpu_35 + gpu_35)`` with *_35 the final totals at about 35 % of the
   dataset cached (``output<model>.txt``) and data_100 those fully cached (``output_100<model>.txt``).
 - Figure 4(a), per memory limit: fetch = epoch-2 data(limit) - epoch-2 data(largest limit);
-  transfer = epoch-2 cpu2gpu(limit); compute = epoch-2 gpu(limit).
+  transfer = epoch-2 cpu2gpu(limit); compute = epoch-2 gpu(limit). Figure 4(b) is the same on the HDD run.
+  The artifact's outputsfig4 holds both runs under one naming (output<limit>g.txt); its parser.py and
+  grapher_a.py take the SSD run by its limits (6g..16g, figure4.sh's), the sheet's last row (fully cached) being
+  the largest of them; the folder's other limits (4g, 18g..24g) are the HDD run's. Each run's fetch is relative to
+  its own largest limit, never to the other run's.
 - Figure 5, throughput: images/s = images / (data + cpu2gpu + gpu) of the final epoch, with
   images = batches in that epoch x batch size (an upper bound by less than one batch, since the last batch may
   be partial) unless the suite gives ``images_per_epoch``. The artifact's spreadsheet (time5.dat) equals
@@ -38,6 +42,7 @@ SHEET_IMAGES_PER_EPOCH = 13395
 FIG3_MODELS = ("shufflenet_v2_x0_5", "alexnet", "resnet18", "squeezenet1_0", "squeezenet1_1", "mobilenet_v2",
                "resnet50", "vgg11")
 FIG4_LIMITS_GB = (6.0, 8.0, 10.0, 12.0, 14.0, 16.0)
+"""Figure 4(a)'s (SSD) limits: figure4.sh:7, outputsfig4/parser.py:2 and grapher_a.py's sizes."""
 FIG5_MODELS = ("alexnet", "resnet18", "mobilenet_v2", "resnet50")
 FIG5_WORKERS = (1, 2, 3, 6, 12, 24)
 FIG6_MODELS = FIG5_MODELS
@@ -55,8 +60,14 @@ class Fig4Row:
     compute: float
 
 
+def split_fig4(limits: list[float] | set[float] | tuple[float, ...]) -> tuple[list[float], list[float]]:
+    """(SSD limits, HDD limits), ascending: figure4.sh's limits are figure 4(a)'s, any other figure 4(b)'s."""
+    return (sorted(lim for lim in limits if lim in FIG4_LIMITS_GB),
+            sorted(lim for lim in limits if lim not in FIG4_LIMITS_GB))
+
+
 def fig4a(epoch2: dict[float, Totals]) -> list[Fig4Row]:
-    """One row per memory limit (ascending), fetch relative to the largest limit."""
+    """One row per memory limit (ascending), fetch relative to the largest limit (one run's limits only)."""
     if not epoch2:
         return []
     ref = epoch2[max(epoch2)]

@@ -202,12 +202,15 @@ class Plan(_Model):
     # refused on this testbed (what, where, fix of each refusal)
     suite_file: str | None = None  # the suite's YAML and its sha256: what `testbed reproduce` runs again
     suite_sha256: str | None = None
+    suite_files: dict[str, str] = Field(default_factory=dict)  # its files: (relative to it) -> sha256
+    hardware: dict[str, Any] = Field(default_factory=dict)  # the testbed spec's hardware.gpu: gpu_model, gpus
 
     @model_serializer(mode="wrap")
     def _absent_when_unused(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
         # plan files without them keep the earlier shape
-        for key in ("recovery", "checkpoint", "rehearsal", "progress", "refused", "suite_file", "suite_sha256"):
+        for key in ("recovery", "checkpoint", "rehearsal", "progress", "refused", "suite_file", "suite_sha256",
+                    "suite_files", "hardware"):
             if not out.get(key):
                 out.pop(key, None)
         return out
@@ -273,6 +276,8 @@ class RunInfo(_Model):
     rehearsal: dict[str, Any] | None = None  # a rehearsal on a replica (testbed rehearse): never a result
     suite_file: str | None = None  # the suite's YAML (path) and its sha256 when the run was planned
     suite_sha256: str | None = None
+    suite_files: dict[str, str] | None = None  # the suite's files: (relative to it) -> sha256; None: not recorded
+    hardware: dict[str, Any] | None = None  # the testbed spec's hardware.gpu when the run was planned
     profile: str | None = None  # the suite's set-up profile
     reproduces: str | None = None  # the run this one replays (testbed reproduce)
 

@@ -60,6 +60,10 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
     plan.refused = [{"what": e.what, "where": e.where, "fix": e.fix} for e in refused]
     if s.source and Path(s.source).is_file() and not dry_run:  # what a collected run's manifest records
         plan.suite_file, plan.suite_sha256 = str(Path(s.source).resolve()), file_sha256(Path(s.source))
+        plan.suite_files = {rel: file_sha256(s.dir / rel) for rel in s.files}  # build_plan found each one
+    gpu = tb.context.get("hardware") or {}
+    if gpu.get("gpu_model"):
+        plan.hardware = {"gpu_model": gpu["gpu_model"], "gpus": gpu.get("gpus")}
     return plan
 
 

@@ -49,6 +49,9 @@ def create(st: Store, plan: Plan, campaign: str | None = None) -> None:
                    attempt=0, fired=[], recovered=[], sources=plan.source_info)
     if plan.suite_sha256:
         info.suite_file, info.suite_sha256 = plan.suite_file, plan.suite_sha256
+        info.suite_files = dict(plan.suite_files)
+    if plan.hardware:
+        info.hardware = dict(plan.hardware)
     if plan.profile:
         info.profile = plan.profile
     if plan.rehearsal is not None:

@@ -40,7 +40,7 @@ def campaign(camp: Campaign, rep: Report) -> None:
             if prev is not None and prev[0] and not is_own:
                 continue  # a copy of another run's output collected with this run: the owner's copy wins
             if prev is not None and prev[0] and is_own:
-                rep.skip([f"figure {FIGURE_OF[fig]} {_point(fig, key)}: run {run.run_id} replaces run {prev[1]}"])
+                rep.skip([f"figure {_figure(fig, key)} {_point(fig, key)}: run {run.run_id} replaces run {prev[1]}"])
             outs[fig][key] = (path, parsed)
             origin[(fig, key)] = (is_own, run.run_id)
         found = load_cache(run)
@@ -50,6 +50,13 @@ def campaign(camp: Campaign, rep: Report) -> None:
             own_cache[ck] = found[ck]
     figures(rep, outs, {**cache, **own_cache}, None)
     missing(rep, outs, launched)
+
+
+def _figure(fig: str, key: object) -> str:
+    """The paper's figure of a point: a figure-4 limit outside figure4.sh's is the HDD run's, 4(b)."""
+    if fig == "4" and isinstance(key, float) and key not in FIG4_LIMITS_GB:
+        return "4(b)"
+    return FIGURE_OF[fig]
 
 
 def _point(fig: str, key: object) -> str:
@@ -87,7 +94,7 @@ def missing(rep: Report, outs: Outputs, launched: dict[tuple[str, object], list[
                     continue
                 why = f"{path.name}: no complete epoch{f' {FIG4_EPOCH}' if fig == '4' else ''}" + (
                     f" ({out.interrupted})" if out.interrupted else "")
-            rows.append([FIGURE_OF[fig], fig, _point(fig, key), why])
+            rows.append([_figure(fig, key), fig, _point(fig, key), why])
     rep.heading("Missing points")
     absent = sorted({FIGURE_OF[f] for f in outs} - present)
     if absent:

@@ -11,6 +11,7 @@ from testbed.report.parsers.tesla_logs import parse_baseline, parse_vit_log
 from testbed.report.parsers.tesla_metrics import MetricRow, RunConfig, config_from_path, parse_metrics
 from testbed.report.registry import reporter
 from testbed.report.rundir import RunDir
+from testbed.textfmt import plural
 
 PANELS = (("gpu_load_pct", "GPU load (%)"), ("gpu_used_mem_mb", "GPU memory used (MB)"),
           ("gpu_temp_c", "GPU temperature (C)"), ("computation_time", "epoch time (s)"))
@@ -66,28 +67,39 @@ def report(run: RunDir, rep: Report) -> None:
 def scaling(rep: Report, configs: dict[RunConfig, list[MetricRow]]) -> None:
     """Strong: the full data set (p1) on N GPUs. Weak: p = 0.1 x N of the data on N GPUs.
 
-    Speedup = t(1 GPU) / t(N); efficiency = ideal / t(N), ideal = t(1) / N (strong) or t(1) (weak).
+    One series per micro-batch and epoch count, as the artifact's result/ plots (micro-batch 16 in
+    strong_scaling_plot.png and weak_scaling_plot.png, 32 in strong_scaling_fp16.png): a point is never compared
+    with another micro-batch's. Speedup = t(1 GPU) / t(N); efficiency = ideal / t(N), ideal = t(1) / N (strong) or
+    t(1) (weak), t(1) of the same series.
     """
     epoch_s = {c: fmean(r.computation_time for r in rows) for c, rows in configs.items()}
-    strong = sorted((c.gpus, t) for c, t in epoch_s.items() if c.fraction == 1)
-    weak = sorted((c.gpus, t) for c, t in epoch_s.items() if abs(c.fraction - 0.1 * c.gpus) < 1e-9)
-    if not strong and not weak:
+    series: dict[tuple[str, int, int], list[tuple[int, float, float]]] = {}
+    for c, t in sorted(epoch_s.items(), key=lambda kv: (kv[0].micro_batch, kv[0].epochs, kv[0].gpus)):
+        if c.fraction == 1:
+            series.setdefault(("strong", c.micro_batch, c.epochs), []).append((c.gpus, c.fraction, t))
+        if abs(c.fraction - 0.1 * c.gpus) < 1e-9:
+            series.setdefault(("weak", c.micro_batch, c.epochs), []).append((c.gpus, c.fraction, t))
+    if not series:
         return
     rep.heading("Scaling")
     rows = []
-    for kind, pts in (("strong", strong), ("weak", weak)):
-        base = dict(pts).get(1)
-        for n, t in pts:
+    for (kind, micro, epochs), pts in sorted(series.items()):
+        base = next((t for n, _, t in pts if n == 1), None)
+        for n, frac, t in pts:
             ideal = base / n if kind == "strong" and base else base
-            rows.append([kind, n, t, base / t if base else None, (ideal / t) if ideal else None])
-    rep.table("scaling", ["kind", "gpus", "mean_epoch_s", "speedup_vs_1", "efficiency"], rows,
-              "mean epoch time over ranks and epochs; strong: p1 on N GPUs; weak: p0.1xN on N GPUs")
-    for kind, pts in (("strong", strong), ("weak", weak)):
-        if pts:
-            rep.figure(f"{kind}_scaling", plotting.lines({kind: ([p[0] for p in pts], [p[1] for p in pts])},
-                                                         xlabel="GPUs", ylabel="mean epoch time (s)", marker="o",
-                                                         title=f"{kind} scaling"),
-                       f"{kind.capitalize()} scaling: mean epoch time against GPU count.")
+            rows.append([kind, micro, epochs, n, frac, t, base / t if base else None, (ideal / t) if ideal else None])
+    rep.table("scaling", ["kind", "micro_batch", "epochs", "gpus", "fraction", "mean_epoch_s", "speedup_vs_1",
+                          "efficiency"], rows,
+              "mean epoch time over ranks and epochs; strong: p1 on N GPUs; weak: p0.1xN on N GPUs; one series per "
+              "micro-batch and epoch count, its speedup against its own 1-GPU point")
+    for kind in ("strong", "weak"):
+        lines = {f"micro-batch {micro}" + (f", {plural(epochs, 'epoch')}" if len({k[2] for k in series}) > 1 else ""):
+                 ([p[0] for p in pts], [p[2] for p in pts])
+                 for (k, micro, epochs), pts in sorted(series.items()) if k == kind}
+        if lines:
+            rep.figure(f"{kind}_scaling", plotting.lines(lines, xlabel="GPUs", ylabel="mean epoch time (s)",
+                                                         marker="o", title=f"{kind} scaling"),
+                       f"{kind.capitalize()} scaling: mean epoch time against GPU count, one line per micro-batch.")
 
 
 def _vit_logs(run: RunDir, rep: Report) -> None:

@@ -64,8 +64,9 @@ def campaign(camp: Campaign, rep: Report) -> None:
     if groups:
         main = max(groups, key=lambda g: len(groups[g]))
         if len(groups) > 1:
-            rep.text(f"Scaling uses the micro-batch {main[0]}, {main[1]}-epoch runs; other settings are listed above.")
-        scaling(rep, groups[main])
+            rep.text(f"Scaling has one series per micro-batch and epoch count; missing points are those of the "
+                     f"micro-batch {main[0]}, {main[1]}-epoch series (the one with the most runs).")
+        scaling(rep, {c: rows for c, rows in configs.items() if rows})
         _missing(rep, groups[main], launched, main)
     else:
         rep.text("No metrics.csv under log/<N>_GPUs/p<fraction>_b<micro>_e<epochs>/ in these runs.")
