@@ -178,3 +178,91 @@ class _Bed:
 
         return subprocess.run(["ssh", "-F", str(self.tb.dir / "ssh_config"), "-o", "ControlMaster=no", host, "--",
                                command], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+# --- chameleon: nova's createImage and glance's image states, through python-chi ---------------------------
+@pytest.fixture
+def cloud(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """The fake Chameleon with one ACTIVE server (no host behind it) and python-chi logged in to it."""
+    pytest.importorskip("chi")
+    from fakes.chameleon_api import FakeChameleon
+
+    from testbed.providers import chameleon_chi
+
+    fake = FakeChameleon().start()
+    for k in [k for k in os.environ if k.startswith("OS_")]:
+        monkeypatch.delenv(k)
+    env = fake.env()
+    base = fake.images[0]["id"]
+    fake.servers["s1"] = {"id": "s1", "name": "tb-s1", "_deleting": None, "image": {"id": base},
+                          "OS-EXT-STS:vm_state": "active", "OS-EXT-STS:task_state": None}
+    api = chameleon_chi.Chi(chameleon_chi.credentials_from_env(env, site="CHI@UC"), site="CHI@UC")
+    try:
+        yield fake, api
+    finally:
+        fake.stop()
+
+
+def test_create_image_is_private_and_goes_queued_saving_active(cloud) -> None:  # type: ignore[no-untyped-def]
+    """python-chi's nova (microversion 2.61) reads the id from the body; glance shows the states in turn; the
+    server is busy meanwhile (a second createImage is a 409); the image is the project's, private."""
+    fake, api = cloud
+    iid = api.server_create_image("s1", "testbed-abc", {"testbed_key": "k"})
+    assert ("POST", "/compute/v2.1/servers/s1/action") in fake.requests
+    from testbed.providers.chameleon_chi import ApiError
+
+    with pytest.raises(ApiError) as busy:
+        api.server_create_image("s1", "again", {})
+    assert busy.value.status == 409 and "task_state image_snapshot_pending" in busy.value.message
+    seen = [api.image_get(iid)["status"] for _ in range(4)]
+    assert seen == ["saving", "saving", "active", "active"]
+    img = api.image_get(iid)
+    assert img["visibility"] == "private" and img["owner"] == fake.project_id and img["image_type"] == "snapshot"
+    assert img["testbed_key"] == "k" and img["instance_uuid"] == "s1"
+    assert api.image_delete(iid) and api.image_get(iid) is None and not api.image_delete(iid)
+
+
+def test_create_image_before_2_45_answers_a_location_header(cloud) -> None:  # type: ignore[no-untyped-def]
+    """novaclient below microversion 2.45 finds the id in the Location header, as nova answers there."""
+    fake, api = cloud
+    from novaclient.client import Client
+
+    with api.call("nova"):
+        old = Client("2.44", session=api.chi.session())
+        iid = str(old.servers.create_image("s1", "testbed-old"))
+    assert any(i["id"] == iid and i["status"] == "queued" for i in fake.images)
+
+
+def test_an_ironic_site_deletes_the_snapshot_and_quota_and_states_refuse(cloud) -> None:  # type: ignore[no-untyped-def]
+    """Upstream Ironic cannot snapshot: the queued image is deleted (404 next); glance's image_count_total reaches
+    nova's API as a 500; a building server is a 409; an unknown one a 404."""
+    fake, api = cloud
+    from testbed.providers.chameleon_chi import ApiError
+
+    fake.snapshots = False
+    iid = api.server_create_image("s1", "testbed-x", {})
+    assert api.image_get(iid) is None
+    fake.quota_images = len([i for i in fake.images if i["owner"] == fake.project_id])
+    with pytest.raises(ApiError) as over:
+        api.server_create_image("s1", "testbed-y", {})
+    assert over.value.status == 500 and "HTTPOverLimit" in over.value.message
+    fake.quota_images = None
+    fake.servers["s1"]["OS-EXT-STS:vm_state"] = "building"
+    with pytest.raises(ApiError) as building:
+        api.server_create_image("s1", "testbed-z", {})
+    assert building.value.status == 409 and "vm_state building" in building.value.message
+    with pytest.raises(ApiError) as missing:
+        api.server_create_image("nope", "testbed-z", {})
+    assert missing.value.status == 404
+
+
+def test_a_chameleon_key_names_the_site_image_and_node_type() -> None:
+    from testbed.providers.chameleon import ChameleonProvider
+    from testbed.spec import TestbedSpec
+
+    def spec(**p: str) -> TestbedSpec:
+        return TestbedSpec.model_validate({"name": "c", "provider": {"kind": "chameleon", **p}})
+
+    one = ChameleonProvider.base_image(spec(site="CHI@UC", node_type="compute_skylake"))
+    assert one != ChameleonProvider.base_image(spec(site="CHI@UC", node_type="compute_zen3"))
+    assert one != ChameleonProvider.base_image(spec(site="CHI@TACC", node_type="compute_skylake"))

@@ -250,9 +250,11 @@ class Provider(ABC):
         (part of an image's key: an image baked over one base is never used over another)."""
         return cls.kind
 
-    def bake_image(self, host: str, key: str, record: str) -> dict[str, Any]:
+    def bake_image(self, host: str, key: str, record: str,
+                   note: Callable[[str, str], None] | None = None) -> dict[str, Any]:
         """Capture what set-up changed on ``host`` as an image holding ``record`` (the image's own record); its
-        ``id``, ``location``, ``size`` (bytes) and provider ``info``. Default: refused, with why."""
+        ``id``, ``location``, ``size`` (bytes) and provider ``info``. ``note(id, location)`` records a cloud's
+        image the moment its id comes back, before waiting on it. Default: refused, with why."""
         raise TestbedError(f"the {self.kind} provider keeps no images: {self.images_why}",
                            where=f"testbed {self.name}",
                            fix=f"'testbed setup {self.name}' skips an unchanged set-up by its content address instead")

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -476,7 +476,8 @@ class LocalProvider(Provider):
                                                                  "(it then boots from no image, or another one)")
         return self._mount_layer(layer.parent)
 
-    def bake_image(self, host: str, key: str, record: str) -> dict[str, object]:
+    def bake_image(self, host: str, key: str, record: str,
+                   note: Callable[[str, str], None] | None = None) -> dict[str, object]:
         """Copy ``host``'s upper layer (what set-up changed over ``/``) less what makes it this host (its SSH host
         keys, machine-id, /run, logs, the login user's SSH keys and set-up record), with ``record`` in the login
         user's home, into a read-only ext4 disk image (``layer.ext4``), mounted read-only at ``layer``.

@@ -474,7 +474,8 @@ def _probe(testbed: str, prep: Prepared, playbook: list[dict[str, Any]], invento
             continue
         if res.host not in verify and address.only_testbed_parts_differ(text, parts):
             out.partial[res.host] = "only the testbed's hosts changed"
-        elif not text.strip() and address.read_image_key(image.strip()) == image_key:
+        elif (not text.strip() or v.reason.startswith("record of another host")) \
+                and address.read_image_key(image.strip()) == image_key:  # a snapshot holds its source's record
             out.partial[res.host] = f"booted from image {image_key[:12]}"
             out.reasons[res.host] = out.partial[res.host]
     out.reasons.update(dict.fromkeys([n for n in out.matched if n in verify], "--verify"))

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testbed import paths
+
 RECORD = ".cache/testbed/setup.json"
 """Where the record lives, relative to the login user's home on the host."""
 FORMAT = 1
@@ -256,8 +258,7 @@ TESTBED_PARTS = ("inventory", "host keys")
 """Parts that say which hosts a set-up is for rather than what it installs. A host whose record differs only in
 these (a host of the testbed rebuilt, one added) or that booted from an image of this set-up runs only the
 per-testbed roles (:func:`per_testbed_roles`): everything else it holds already."""
-IMAGE_RECORD = ".cache/testbed/image.json"
-"""Where an image holds its key, relative to the login user's home (the hosts booted from it read it there)."""
+IMAGE_RECORD = paths.IMAGE_RECORD
 HOST_VARS = ("testbed_cache_dir", "testbed_progress_file", "testbed_subnet")
 """Play-wide variables that name this testbed or this machine's folders, not what is installed (left out of an
 image's key)."""

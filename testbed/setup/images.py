@@ -67,7 +67,12 @@ def bake(tb: Testbed, host: str | None = None, *, profile: str | None = None, su
     from testbed.setup import address
 
     t0 = time.monotonic()
-    made = p.bake_image(host, key, address.image_record(key, prep.plan.name, parts, f"{tb.name}/{host}"))
+
+    def note(iid: str, location: str) -> None:  # a cloud's image is recorded before it is waited on
+        tb.store.add_image(p.kind, iid, key=key, plan=prep.plan.name, testbed=tb.name, host=host, location=location,
+                           size=0, status="saving", spec=tb.info.get("spec"))
+
+    made = p.bake_image(host, key, address.image_record(key, prep.plan.name, parts, f"{tb.name}/{host}"), note)
     tb.store.add_image(p.kind, str(made["id"]), key=key, plan=prep.plan.name, testbed=tb.name, host=host,
                        location=str(made["location"]), size=int(made.get("size") or 0),
                        **{**(made.get("info") or {}), "seconds": round(time.monotonic() - t0, 2),
