@@ -266,3 +266,90 @@ def test_a_chameleon_key_names_the_site_image_and_node_type() -> None:
     one = ChameleonProvider.base_image(spec(site="CHI@UC", node_type="compute_skylake"))
     assert one != ChameleonProvider.base_image(spec(site="CHI@UC", node_type="compute_zen3"))
     assert one != ChameleonProvider.base_image(spec(site="CHI@TACC", node_type="compute_skylake"))
+
+
+def _disk_of(bed, address: str, iid: str) -> Path:  # type: ignore[no-untyped-def]
+    """What nova's snapshot of the server behind ``address`` holds: the machine's disk as it is, less its SSH host
+    keys (cloud-init makes new ones on a new instance), as a read-only layer a machine can boot from."""
+    import subprocess
+
+    from testbed.providers.local import _make_ext4
+
+    sl = bed.provider.slot(next(h.name for h in bed.hosts if h.address == address))
+    dest = bed.cwd / "snapshots" / iid
+    tree = dest / "tree"
+    dest.mkdir(parents=True)
+    subprocess.run(["cp", "-a", "--", f"{sl.upper}/.", str(tree)], check=True)
+    for key in (tree / "etc" / "ssh").glob("ssh_host_*"):
+        key.unlink()
+    _make_ext4(tree, dest / "layer.ext4")
+    shutil.rmtree(tree)
+    (dest / "layer").mkdir()
+    subprocess.run(["mount", "-t", "ext4", "-o", "loop,ro", str(dest / "layer.ext4"), str(dest / "layer")], check=True)
+    return dest / "layer"
+
+
+def _boot_from(bed, address: str, layer: Path) -> None:  # type: ignore[no-untyped-def]
+    """A new server from the snapshot lands on the machine behind ``address``: a new disk over the image."""
+    name = next(h.name for h in bed.hosts if h.address == address)
+    sl = bed.provider.slot(name)
+    bed.provider.kill_host(name)
+    shutil.rmtree(sl.upper, ignore_errors=True)
+    (sl.root / "host_key.pub").unlink(missing_ok=True)
+    bed.provider.image = {"key": "snapshot", "id": "snapshot", "location": str(layer)}
+    try:
+        bed.provider.repair(name)
+    finally:
+        bed.provider.image = None
+
+
+def test_a_second_chameleon_testbed_boots_the_image_and_skips_the_set_up(local_testbed, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Against the fake Chameleon with real hosts behind its servers: a set-up baked through nova's createImage
+    (a private glance image, recorded as it is made) boots a second testbed's servers on other machines, whose
+    set-up skips every role (0 changed, no Ansible run: the image's record says the work is there, and no role of
+    the profile depends on the other hosts); prune deletes the image in glance."""
+    from tests.localbed import CHAMELEON_SPEC, chameleon_cloud, invoke
+
+    bed = local_testbed(hosts=4, name="machines")
+    os.chdir(bed.cwd)
+    (bed.cwd / "playbooks" / "profiles").mkdir(parents=True)
+    (bed.cwd / "playbooks" / "profiles" / "tools.yml").write_text(
+        "description: the login shell and the tools\nvars: {shell_name: bash}\n"
+        "roles: [{role: shell}, {role: packages}]\n")
+    spec = CHAMELEON_SPEC + "profile: tools\n"
+    layers: dict[str, Path] = {}
+    try:
+        with chameleon_cloud(bed, monkeypatch, spec, boots=True) as fake:
+            fake.snapshot_hook = lambda addr, iid: layers.__setitem__(iid, _disk_of(bed, addr, iid))
+            fake.boot_hook = lambda addr, iid: _boot_from(bed, addr, layers[iid])
+            code, out, exc = invoke("provision", "chameleon")
+            assert code == 0, (out, exc)
+            a = Testbed.open("chameleon")
+            assert a.setup().ok
+            img = images.bake(a)
+            assert img["new"] and img["info"]["visibility"] == "private" and img["info"]["status"] == "active"
+            assert [i["id"] for i in fake.images if i["id"] == img["id"]] == [img["id"]] and img["id"] in layers
+            (bed.cwd / "inventories" / "chameleon2.yml").write_text(spec)
+            code, out, exc = invoke("provision", "chameleon2")
+            assert code == 0 and "booted from image" in out, (out, exc)
+            b = Testbed.open("chameleon2")
+            assert {h.address for h in a.hosts}.isdisjoint({h.address for h in b.hosts})  # other machines
+            res = b.setup()
+            assert res.ok and not res.ran and res.changed == 0 and res.partial_roles == [], res.to_json()
+            assert sorted(res.reasons) == sorted(h.name for h in b.hosts)
+            assert all(w.startswith("booted from image") for w in res.reasons.values()), res.reasons
+            again = b.setup()
+            assert not again.ran and sorted(again.unchanged) == sorted(h.name for h in b.hosts)  # recorded
+            code, out, exc = invoke("destroy", "chameleon2", "--yes")
+            assert code == 0, (out, exc)
+            code, out, exc = invoke("image", "list", "--json")
+            listed = json.loads(out)["images"]
+            assert code == 0 and [(i["id"], i["used_by"]) for i in listed] == [(img["id"], [])]
+            code, out, exc = invoke("image", "prune", "--yes", "--json")
+            assert code == 0 and [r["id"] for r in json.loads(out)["deleted"]] == [img["id"]], (out, exc)
+            assert not [i for i in fake.images if i["id"] == img["id"]]
+    finally:
+        import subprocess
+
+        for layer in layers.values():  # the machines that booted it are gone with the local testbed
+            subprocess.run(["umount", "-l", str(layer)], check=False)
