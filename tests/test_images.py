@@ -353,3 +353,38 @@ def test_a_second_chameleon_testbed_boots_the_image_and_skips_the_set_up(local_t
 
         for layer in layers.values():  # the machines that booted it are gone with the local testbed
             subprocess.run(["umount", "-l", str(layer)], check=False)
+
+
+# --- what is refused before any host ------------------------------------------------------------------------
+def test_lab_and_tpu_keep_no_images_and_say_why(tb_home: Path) -> None:
+    """A lab's machines keep their disks; TPU VMs boot a runtime version: one message each, no host asked, and
+    a new testbed of either never looks for an image."""
+    from typer.testing import CliRunner
+
+    from testbed.cli import app
+
+    (tb_home / "inventories").mkdir()
+    (tb_home / "inventories" / "lab1.yml").write_text("provider: {kind: lab, hosts: [{name: a1, address: 10.1.2.3}]}\n")
+    st = Store(tb_home / ".testbed" / "state.db")
+    from testbed.hosts import Host
+
+    st.upsert_testbed("lab1", "lab", None, "up")
+    st.set_hosts("lab1", [Host(name="a1", address="10.1.2.3", port=22, user="root")])
+    r = CliRunner().invoke(app, ["image", "bake", "lab1"])
+    assert r.exit_code == 1 and isinstance(r.exception, TestbedError)
+    assert "keep their disks" in r.exception.what and r.exception.fix == "testbed setup lab1"
+    from testbed.providers.gcp_tpu import TpuProvider
+
+    assert "runtime version" in TpuProvider.images_why and "no field for a custom image" in TpuProvider.images_why
+    tpu = Testbed.open("lab1", st).provider()
+    assert images.for_provision(tpu) is None
+
+
+def test_bake_goes_with_a_profile_and_is_refused_with_roles(tb_home: Path) -> None:
+    from typer.testing import CliRunner
+
+    from testbed.cli import app
+
+    r = CliRunner().invoke(app, ["setup", "local", "--role", "shell", "--bake"])
+    assert isinstance(r.exception, UsageError) and "--bake goes with a profile" in r.exception.what
+    assert r.exception.code == 2  # bad input: exit 2, no host touched (no testbed 'local' is even provisioned)

@@ -256,8 +256,7 @@ class Provider(ABC):
         ``id``, ``location``, ``size`` (bytes) and provider ``info``. ``note(id, location)`` records a cloud's
         image the moment its id comes back, before waiting on it. Default: refused, with why."""
         raise TestbedError(f"the {self.kind} provider keeps no images: {self.images_why}",
-                           where=f"testbed {self.name}",
-                           fix=f"'testbed setup {self.name}' skips an unchanged set-up by its content address instead")
+                           where=f"testbed {self.name}", fix=f"testbed setup {self.name}")
 
     def delete_image(self, image: dict[str, Any]) -> None:
         """Delete one recorded image (a row of state's images) where it lives."""
