@@ -326,7 +326,9 @@ def test_a_second_chameleon_testbed_boots_the_image_and_skips_the_set_up(local_t
             assert code == 0, (out, exc)
             a = Testbed.open("chameleon")
             assert a.setup().ok
-            img = images.bake(a)
+            code, out, exc = invoke("image", "bake", "chameleon", "--json")
+            assert code == 0, (out, exc)
+            img = json.loads(out)
             assert img["new"] and img["info"]["visibility"] == "private" and img["info"]["status"] == "active"
             assert [i["id"] for i in fake.images if i["id"] == img["id"]] == [img["id"]] and img["id"] in layers
             (bed.cwd / "inventories" / "chameleon2.yml").write_text(spec)

@@ -256,6 +256,9 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
     those hosts anyway, the others skipped as usual); a host whose record matched yet had changes is reported in
     ``drift``. ``check``: Ansible's check mode, no record read or written
     (with ``verify``: records are read, not removed, and drift is what check mode would change).
+    A host that holds the work already (booted from this set-up's image, :mod:`testbed.setup.images`, or whose
+    record differs only in the testbed's hosts) is ``partial``: when every host to set up is, only the roles that
+    depend on the other hosts run (``partial_roles``; none: the address is recorded without Ansible).
     """
     from testbed.handle import Testbed
 
