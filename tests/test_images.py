@@ -122,8 +122,13 @@ def _second_testbed_from_the_image(a) -> None:  # type: ignore[no-untyped-def]
     tb = Testbed.open("a", a.store)
     with pytest.raises(TestbedError, match="does not hold the set-up 'base'"):
         images.bake(tb)  # never set up: nothing to bake
-    assert tb.setup().ok
-    img = images.bake(tb)
+    from tests.localbed import invoke
+
+    code, out, exc = invoke("setup", "a", "--bake", "--json")  # set up, then baked from the first host
+    assert code == 0, (out, exc)
+    done = json.loads(out)
+    img = done["image"]
+    assert done["ok"] and done["ran"], done
     assert img["new"] and img["plan"] == "base" and img["testbed"] == "a" and img["host"] == "node0"
     assert images.bake(tb)["new"] is False  # the same key: the image already made
     layer = Path(img["location"])
