@@ -161,6 +161,8 @@ def _second_testbed_from_the_image(a) -> None:  # type: ignore[no-untyped-def]
         changed = b.setup(extra_vars={"shell_verify": False})  # another set-up: the image does not hold it
         assert changed.ok and not changed.partial and not changed.partial_roles
         assert all(r.startswith("changed:") and "variables" in r for r in changed.reasons.values()), changed.reasons
+        with pytest.raises(TestbedError, match="boots from image"):  # its disk holds only the changes over the image
+            images.bake(b, extra_vars={"shell_verify": False})
         c = _second_testbed(a.cwd, "c", 1, {"shell_verify": False})
         assert images.for_provision(c.provider()) is None  # its set-up has no image: a whole set-up
         d = _second_testbed(a.cwd, "d", 1)

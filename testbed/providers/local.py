@@ -487,6 +487,12 @@ class LocalProvider(Provider):
             raise TestbedError("a testbed with a shared home cannot bake an image: the home is not on a host's disk",
                                where=f"testbed {self.name}: hardware.shared_home",
                                fix="bake from a testbed without a shared home")
+        booted = self.booted_image()
+        if booted is not None:  # its disk holds only what changed over that image's layer
+            raise TestbedError(f"{host} boots from image {booted.get('id')}: its disk holds only the changes over "
+                               "that image, so an image of it would lack the rest", where=f"testbed {self.name}",
+                               fix=f"testbed destroy {self.name}; provision it again (a set-up with no image boots "
+                                   "from none), set it up and bake")
         sl = self.slot(host)
         dest = paths.home() / "images" / "local" / key
         if not (dest / "layer.ext4").is_file():
