@@ -149,7 +149,11 @@ class Testbed:
     # the verbs, for scripts and notebooks -------------------------------------------------------------------
     def provision(self, progress: Progress | None = None) -> Testbed:
         """Create (or find) the hosts and record them (idempotent, as ``testbed provision``); this testbed."""
-        self.provider(progress).provision()
+        from testbed.setup import images
+
+        p = self.provider(progress)
+        images.for_provision(p)  # a new testbed whose set-up has an image boots from it
+        p.provision()
         self.record = self.store.testbed(self.name)
         return self
 

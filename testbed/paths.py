@@ -90,3 +90,8 @@ def list_resources(kind: str, pattern: str = "*.yml") -> dict[str, Path]:
         for p in sorted(d.glob(pattern)):
             found[p.stem] = p
     return dict(sorted(found.items()))
+
+
+IMAGE_RECORD = ".cache/testbed/image.json"
+"""Where an image of a set-up holds its record on a host, relative to the login user's home (the hosts booted from
+it read it there; see testbed.setup.images)."""

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, cast
 
 from testbed.hosts import Host
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # pydantic and the run models load on first use: `testbed sta
 
 ACTIVE = ("pending", "running")  # testbed.run.models.ACTIVE (checked equal in tests/test_state.py)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -68,6 +68,11 @@ CREATE TABLE IF NOT EXISTS campaigns (
 CREATE TABLE IF NOT EXISTS collected (
   run_id TEXT NOT NULL, host TEXT NOT NULL, path TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
   collected REAL NOT NULL, PRIMARY KEY (run_id, host, path));
+CREATE TABLE IF NOT EXISTS images (
+  provider TEXT NOT NULL, id TEXT NOT NULL, key TEXT NOT NULL, plan TEXT NOT NULL, testbed TEXT NOT NULL,
+  host TEXT NOT NULL, location TEXT NOT NULL, size INTEGER NOT NULL, created REAL NOT NULL,
+  info TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (provider, id));
+CREATE INDEX IF NOT EXISTS images_key ON images(key);
 CREATE INDEX IF NOT EXISTS events_run ON events(run_id, seq);
 CREATE INDEX IF NOT EXISTS runs_testbed ON runs(testbed, created);
 CREATE INDEX IF NOT EXISTS runs_campaign ON runs(campaign, created);
@@ -76,6 +81,10 @@ CREATE INDEX IF NOT EXISTS runs_campaign ON runs(campaign, created);
 # MIGRATIONS[v] brings a version-v file to v + 1 (statements run in one transaction with the version bump).
 MIGRATIONS: dict[int, list[str]] = {
     1: ["CREATE INDEX IF NOT EXISTS runs_campaign ON runs(campaign, created)"],  # campaign reports, resume
+    2: ["CREATE TABLE IF NOT EXISTS images (provider TEXT NOT NULL, id TEXT NOT NULL, key TEXT NOT NULL, "
+        "plan TEXT NOT NULL, testbed TEXT NOT NULL, host TEXT NOT NULL, location TEXT NOT NULL, "
+        "size INTEGER NOT NULL, created REAL NOT NULL, info TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (provider, id))",
+        "CREATE INDEX IF NOT EXISTS images_key ON images(key)"],  # images keyed by the set-up's address
 }
 
 
@@ -469,6 +478,31 @@ class Store:
     def remove_resource(self, testbed: str, kind: str, rid: str) -> None:
         with self.tx() as db:
             db.execute("DELETE FROM resources WHERE testbed=? AND kind=? AND id=?", (testbed, kind, rid))
+
+    # images ---------------------------------------------------------------------------------------
+    def add_image(self, provider: str, iid: str, *, key: str, plan: str, testbed: str, host: str, location: str,
+                  size: int, **info: Any) -> None:
+        """Record an image the moment its provider names it (before it is ready), so prune can always find it."""
+        with self.tx() as db:
+            db.execute("INSERT INTO images VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(provider, id) DO UPDATE SET "
+                       "size=excluded.size, info=excluded.info",
+                       (provider, iid, key, plan, testbed, host, location, size, time.time(), json.dumps(info)))
+
+    def images(self, key: str | None = None) -> list[dict[str, Any]]:
+        """Every recorded image (those of ``key``), oldest first."""
+        sql, args = "SELECT * FROM images", cast(tuple[str, ...], ())
+        if key is not None:
+            sql, args = sql + " WHERE key=?", (key,)
+        out = []
+        for r in self.query(sql + " ORDER BY created", args):
+            d = dict(r)
+            d["info"] = json.loads(d["info"])
+            out.append(d)
+        return out
+
+    def remove_image(self, provider: str, iid: str) -> None:
+        with self.tx() as db:
+            db.execute("DELETE FROM images WHERE provider=? AND id=?", (provider, iid))
 
     # runs -----------------------------------------------------------------------------------------
     def add_run(self, run: RunRecord, ranks: list[tuple[str, int]]) -> None:

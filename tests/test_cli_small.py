@@ -73,7 +73,8 @@ def _with_json() -> set[tuple[str, ...]]:
 
 # commands that need provisioned hosts: their --json is exercised on local hosts by these tests
 ON_HOSTS = {("provision",): "test_lab_provider.py", ("exec",): "test_lab_provider.py",
-            ("setup",): "test_setup_skip.py", ("rehearse",): "test_rehearse.py", ("reproduce",): "test_reproduce.py"}
+            ("setup",): "test_setup_skip.py", ("rehearse",): "test_rehearse.py", ("reproduce",): "test_reproduce.py",
+            ("image", "bake"): "test_images.py"}
 
 
 def _a_run(root: Path) -> Path:
@@ -101,6 +102,8 @@ def test_every_command_with_json_prints_json(tb_home: Path) -> None:
         ("check",): [["check", "local", "--json"]],
         ("report",): [["report", str(run), "--json"]],
         ("collect",): [["collect", "--all", "--json"]],
+        ("image", "list"): [["image", "list", "--json"]],
+        ("image", "prune"): [["image", "prune", "--yes", "--json"]],
     }
     assert _with_json() == set(forms) | set(ON_HOSTS), "a command with --json is not checked here"
     for path, argvs in forms.items():

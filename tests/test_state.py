@@ -35,7 +35,7 @@ def test_open_creates_schema_private_and_wal(tmp_path: Path) -> None:
     st = Store(tmp_path / "s" / "state.db")
     assert stat.S_IMODE((tmp_path / "s" / "state.db").stat().st_mode) == 0o600
     assert st.query("PRAGMA journal_mode")[0][0] == "wal"
-    assert st.query("SELECT value FROM meta WHERE key='schema_version'")[0][0] == "2" and st.schema_version == 2
+    assert st.query("SELECT value FROM meta WHERE key='schema_version'")[0][0] == "3" and st.schema_version == 3
     st.close()
     st2 = Store(tmp_path / "s" / "state.db")  # reopening is harmless
     assert st2.testbeds() == []
@@ -216,12 +216,12 @@ def test_a_version_1_state_is_migrated_in_place(tmp_path: Path) -> None:
     db.executescript((Path(__file__).parent / "samples" / "state" / "v1.sql").read_text())
     db.close()
     st = Store(path)
-    assert st.schema_version == 2
+    assert st.schema_version == 3
     assert [h.name for h in st.hosts("old")] == ["node0"] and st.testbed("old")["status"] == "up"
     assert st.query("SELECT status FROM runs")[0]["status"] == "succeeded"
     assert {r["name"] for r in st.query("SELECT name FROM sqlite_master WHERE type='index'")} >= {"runs_campaign"}
     st.close()
-    assert Store(path).schema_version == 2  # opening again changes nothing
+    assert Store(path).schema_version == 3  # opening again changes nothing
 
 
 def _state_from_sample(tmp_path: Path, sample: str) -> Path:
@@ -240,7 +240,7 @@ def test_a_version_1_state_reads_as_records_after_migration(tmp_path: Path) -> N
 
     path = _state_from_sample(tmp_path, "v1.sql")
     st = Store(path)
-    assert st.schema_version == 2 and st.query("SELECT value FROM meta WHERE key='schema_version'")[0][0] == "2"
+    assert st.schema_version == 3 and st.query("SELECT value FROM meta WHERE key='schema_version'")[0][0] == "3"
     assert st.testbed("old")["info"] == {"subnet": "10.213.7.0/24"}  # type: ignore[index]
     assert [(h.name, h.address, h.groups) for h in st.hosts("old")] == [("node0", "10.213.7.2", ["master"])]
     assert [r["id"] for r in st.resources("old", "netns")] == ["tb-old-node0"]
@@ -272,7 +272,7 @@ def test_a_version_2_state_opens_unchanged_and_reads_as_records(tmp_path: Path) 
 
     path = _state_from_sample(tmp_path, "v2.sql")
     st = Store(path)
-    assert st.schema_version == 2
+    assert st.schema_version == 3
     rid = "fault-drill-20250101-120000-abcd"
     run = st.run(rid)
     assert run is not None and run.status == "succeeded" and run.campaign == "fault-drill-0123abcd"

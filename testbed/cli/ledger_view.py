@@ -69,6 +69,18 @@ def render(out: Plain, data: dict[str, Any]) -> None:
     else:
         _table(out, "testbeds (the ledger)", rows)
         _totals(out, data.get("totals", {}), "total")
+    imgs = data.get("images") or []
+    if imgs:
+        from testbed.textfmt import size
+
+        monthly: dict[str, float] = {}
+        for i in imgs:
+            c = i["cost"]
+            if c.get("per_month") is not None:
+                monthly[c["unit"]] = monthly.get(c["unit"], 0.0) + c["per_month"]
+        kept = ", ".join(f"{v:,.2f} {u}" for u, v in monthly.items()) or "?"
+        out.write(f"images: {plural(len(imgs), 'image')}, {size(sum(i['size'] for i in imgs))}, {kept} a month "
+                  "to keep (kept until 'testbed image prune'; 'testbed image list' shows them)")
     if other.get("testbeds"):
         _table(out, "testbeds in other folders", other["testbeds"], folder=True)
         _totals(out, other.get("totals", {}), "total in other folders")

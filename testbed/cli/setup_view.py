@@ -65,8 +65,11 @@ def render_summary(result: SetupResult) -> Any:
     from rich.text import Text
 
     if not result.ran:
+        held = [n for n in result.hosts if n in result.reasons]  # recorded without Ansible: their image holds it
         return Text(f"setup {result.testbed}: {result.plan}: skipped: unchanged on "
-                    f"{plural(len(result.unchanged), 'host')} ({result.elapsed:.1f} s)", style="green")
+                    f"{plural(len(result.unchanged), 'host')}"
+                    + (f"; set up already on {', '.join(held)} ({result.reasons[held[0]]}): recorded" if held else "")
+                    + f" ({result.elapsed:.1f} s)", style="green")
     verdict = "would change" if result.check else "changed"
     t = Table(title=f"setup {result.testbed}: {result.plan}  ({result.elapsed:.1f} s"
                     f"{', check mode' if result.check else ''})", title_justify="left")
@@ -86,6 +89,9 @@ def render_summary(result: SetupResult) -> Any:
         why.setdefault(reason, []).append(name)
     for reason, names in why.items():
         parts.append(Text(f"ran on {', '.join(names)}: {reason}"))
+    if result.partial:
+        parts.append(Text(f"only {', '.join(result.partial_roles)} ran on {', '.join(result.partial)} (the roles that "
+                          "depend on the other hosts); the rest was there already", style="green"))
     for name, changes in result.drift.items():
         again = "would be set again" if result.check else "now set again"
         parts.append(Text(f"drift on {name} (changed behind testbed's back, {again}): "

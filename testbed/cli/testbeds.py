@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -55,6 +56,9 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
         raise UsageError("--no-setup goes with --repair", where="--no-setup",
                          fix=f"testbed provision {name} --repair HOST --no-setup")
     t0 = time.monotonic()
+    from testbed.setup import images
+
+    image = images.for_provision(p)  # a new testbed whose set-up has an image boots from it
     try:
         hosts = p.provision()
     except KeyboardInterrupt:
@@ -68,9 +72,13 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
     release_at = expiry.iso(e.release_at()) if e is not None and e.active else None
     if json_out:
         print_json({"testbed": p.name, "provider": p.kind, "seconds": round(dt, 2),
-                     "hosts": [h.to_dict() for h in hosts], "release_at": release_at})
+                     "hosts": [h.to_dict() for h in hosts], "release_at": release_at,
+                     "image": {k: image[k] for k in ("key", "id", "plan")} if image else None})
         return
     c = console()
+    if image:
+        c.print(f"booted from image {image['id']} ({image['plan']}, key {image['key'][:12]}): 'testbed setup "
+                f"{p.name}' checks it and runs only the roles that depend on the other hosts")
     _hosts_table(Plain(), f"testbed {p.name} ({p.kind}): {plural(len(hosts), 'host')} up in {dt:.1f} s", hosts)
     if release_at:
         c.print(f"released at {release_at} by its dead-man's switch ({e.switch if e else ''}) unless extended "
@@ -154,6 +162,10 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
           source: Annotated[list[str] | None, typer.Option("--source", help="NAME=PATH|URL[@REF]: build a profile's "
                                                                             "source from a local checkout, fork or "
                                                                             "mirror (repeatable).")] = None,
+          bake: Annotated[bool, typer.Option("--bake", help="Once the set-up passed, make an image of a host keyed by "
+                                                            "its content address (new testbeds of this set-up, and "
+                                                            "hosts repaired with a new disk, boot from it).")]
+          = False,
           json_out: JsonOpt = False) -> None:
     """Apply Ansible roles to the testbed: a profile, a suite's profile, or single roles.
 
@@ -172,6 +184,9 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
 
         selection(limit, "--limit")
     extra = _extra_vars(var or [])
+    if bake and (role or check):
+        raise UsageError(f"--bake goes with a profile or a suite, not with {'--role' if role else '--check'}",
+                         where="--bake", fix=f"testbed setup {name} --profile local-suites --bake")
     twice = next((r for i, r in enumerate(role or []) if r in (role or [])[:i]), None)
     if twice is not None:
         raise UsageError(f"--role {twice} is given twice", where="--role", fix="name each role once")
@@ -186,11 +201,23 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
     deadman.touch(name)
     if json_out:
         result = setup_mod.apply(name, **kw)
-        sys.stdout.write(result.to_json() + "\n")
     else:
         from testbed.cli import setup_view
 
         result = setup_view.apply_with_progress(name, console=console(), **kw)
+    image = None
+    if bake and result.ok and not result.error:
+        from testbed.handle import Testbed
+        from testbed.setup import images
+
+        image = images.bake(Testbed.open(name, store()), profile=profile, suite=suite, extra_vars=extra or None)
+    if json_out:
+        sys.stdout.write(json.dumps({**result.to_dict(), **({"image": image} if bake else {})}, indent=2,
+                                    default=str) + "\n")
+    elif image is not None:
+        from testbed.cli.images import baked_line
+
+        console().print(baked_line(image))
     if result.error:
         raise TestbedError(result.error, where=result.artifact_dir or f"testbed {name}",
                            fix="read the Ansible output above; fix the role or the host, then run setup again")

@@ -126,11 +126,13 @@ _plain_help_everywhere()
 def _register() -> None:
     """Each command module adds its verbs, in the order `testbed --help` lists them."""
     from testbed.cli import collect as cli_collect
+    from testbed.cli import images as cli_images
     from testbed.cli import reproduce as cli_reproduce
     from testbed.cli import runs as cli_runs
     from testbed.cli import testbeds, tools
 
     testbeds.register(app, list_app)
+    cli_images.register(app)
     cli_runs.register(app, list_app)
     cli_collect.register(app)
     cli_reproduce.register(app)

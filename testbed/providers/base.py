@@ -144,6 +144,9 @@ class Provider(ABC):
     capabilities: ClassVar[frozenset[str]] = frozenset()
     repair_how: ClassVar[str] = "brought back"  # what ``repair`` does to a failed host, in a few words
     expire: str | None = None  # --expire of this command (a duration from now), over the spec's expire
+    # images of a set-up (testbed.setup.images): why this provider keeps none ("" when it bakes them)
+    images_why: ClassVar[str] = "this provider cannot bake images of a set-up"
+    image: dict[str, Any] | None = None  # the image (a row of state's images) a new testbed boots from
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet):
         self.spec = spec
@@ -240,6 +243,32 @@ class Provider(ABC):
         itself, a reboot)."""
         return [host.name]
 
+    # images ------------------------------------------------------------------------------------------
+    @classmethod
+    def base_image(cls, spec: TestbedSpec) -> str:
+        """What this spec's hosts boot from when no image of a set-up is used, as text that changes when it does
+        (part of an image's key: an image baked over one base is never used over another)."""
+        return cls.kind
+
+    def bake_image(self, host: str, key: str, record: str,
+                   note: Callable[[str, str], None] | None = None) -> dict[str, Any]:
+        """Capture what set-up changed on ``host`` as an image holding ``record`` (the image's own record); its
+        ``id``, ``location``, ``size`` (bytes) and provider ``info``. ``note(id, location)`` records a cloud's
+        image the moment its id comes back, before waiting on it. Default: refused, with why."""
+        raise TestbedError(f"the {self.kind} provider keeps no images: {self.images_why}",
+                           where=f"testbed {self.name}", fix=f"testbed setup {self.name}")
+
+    def delete_image(self, image: dict[str, Any]) -> None:
+        """Delete one recorded image (a row of state's images) where it lives."""
+        raise TestbedError(f"the {self.kind} provider keeps no images", where=f"image {image.get('id')}",
+                           fix="nothing to delete")
+
+    def booted_image(self) -> dict[str, Any] | None:
+        """The image this testbed's hosts boot from: the one recorded at its provision, else ``image``."""
+        rec = self.store.testbed(self.name)
+        recorded = (rec or {}).get("info", {}).get("image")
+        return recorded if isinstance(recorded, dict) else self.image
+
     # the common work -----------------------------------------------------------------------------------
     def provision(self) -> list[Host]:
         """Create (or find) the hosts, reach them over SSH, record them in state, return them; idempotent."""
@@ -251,6 +280,8 @@ class Provider(ABC):
             self.preflight()
             public_key = ssh.ensure_keypair(self.name)[1] if self.wants_key() else None
             self.record_testbed("provisioning", self.info())
+            if self.image is not None and not (self.store.testbed(self.name) or {}).get("info", {}).get("image"):
+                self.store.update_testbed_info(self.name, image={k: self.image[k] for k in ("key", "id", "location")})
             try:
                 made = self.create(public_key)
                 self.reach(made)

@@ -17,8 +17,10 @@ python-chi lives behind :mod:`testbed.providers.chameleon_chi` and is imported o
 from __future__ import annotations
 
 import hashlib
+import os
+import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -33,6 +35,7 @@ from testbed.textfmt import plural
 if TYPE_CHECKING:
     from testbed.expiry import Expiry
     from testbed.providers.chameleon_chi import ApiError, Chi
+    from testbed.spec import TestbedSpec
 
 BLAZAR_FMT = "%Y-%m-%d %H:%M"
 LEASE_JSON_FMT = "%Y-%m-%dT%H:%M:%S.%f"
@@ -114,6 +117,9 @@ class ChameleonProvider(Provider):
     poll_interval: float = 5.0  # the first pause between status polls; backoff takes it to 30 s (tests lower it)
     destroy_timeout: float = 900.0  # waiting for deletions to finish
     http_timeout: float = 60.0  # every single HTTP request
+
+    images_why = ""  # a Glance image of a server, made by Nova's createImage
+    image_timeout: float = 3600.0  # a snapshot's upload (a bare-metal disk takes minutes)
 
     # names --------------------------------------------------------------------------------------------
     @property
@@ -313,9 +319,11 @@ class ChameleonProvider(Provider):
                 self._delete_servers(api, {sid: name})
                 sid = None
             if sid is None:
-                self.progress(f"server {name}: creating ({s.image}, {s.flavor})")
+                booted = self.booted_image()
+                image = str(booted["location"]) if booted else s.image  # an image of the set-up: its name
+                self.progress(f"server {name}: creating ({image}, {s.flavor})")
                 with self._step(f"creating server {name} ({len(out)} of {s.count} made so far)", f"server {name}"):
-                    sid = api.server_create(name, reservation_id=rid, image=s.image, flavor=s.flavor,
+                    sid = api.server_create(name, reservation_id=rid, image=image, flavor=s.flavor,
                                             key_name=self.keypair_name, network=s.network)
                 self.store.add_resource(self.name, "server", sid, host=host, name=name)  # before waiting
                 self._renewed.add(host)
@@ -493,6 +501,75 @@ class ChameleonProvider(Provider):
         chameleon_release.delete_servers(self, api, servers, failures)
 
     # status, extend, refresh --------------------------------------------------------------------------
+    # images: Nova's createImage of a server, a private Glance image ---------------------------------
+    @classmethod
+    def base_image(cls, spec: TestbedSpec) -> str:
+        """The site, its base image and the node type: an image baked on one node type (its architecture, its
+        drivers) is never booted on another, so a lease's reservation always fits the images it boots."""
+        p = spec.provider
+        assert isinstance(p, ChameleonSettings)
+        return f"chameleon {p.site} {p.image} {p.node_type}"
+
+    def bake_image(self, host: str, key: str, record: str,
+                   note: Callable[[str, str], None] | None = None) -> dict[str, Any]:
+        """Write ``record`` on ``host``, then Nova's createImage of its server (a private image in the project) and
+        wait until Glance has it ``active`` (queued, saving: the disk's upload; killed: it failed)."""
+        from testbed import remote
+        from testbed.paths import IMAGE_RECORD
+
+        sid = next((r["id"] for r in self.store.resources(self.name, "server") if r["info"].get("host") == host),
+                   None)
+        if sid is None:
+            raise TestbedError(f"no server is recorded for {host}", where=f"testbed {self.name}",
+                               fix=f"testbed provision {self.name}")
+        write = (f'mkdir -p "$HOME/{os.path.dirname(IMAGE_RECORD)}" && printf %s {shlex.quote(record)} > '
+                 f'"$HOME/{IMAGE_RECORD}" && sync')
+        res = remote.run(self.name, [host], write, timeout=60)[0]
+        if not res.ok:
+            raise TestbedError(f"could not write the image's record on {host}: {res.error or res.stderr.strip()}",
+                               where=f"testbed {self.name}: {host}", fix=f"testbed status {self.name} --probe")
+        name = f"testbed-{key[:12]}"
+        api = self._connect()
+        with self._step("making an image of the server (createImage)", f"server {self.server_name(host)}"):
+            iid = api.server_create_image(sid, name, {"testbed_key": key, "testbed_host": host})
+        if note is not None:
+            note(iid, name)
+        deadline = time.monotonic() + self.image_timeout
+        pause = self.backoff(deadline)
+        status = ""
+        while True:  # bounded by the deadline
+            with self._step("waiting for the image", f"image {name} ({iid})"):
+                img = api.image_get(iid)
+            if img is None:
+                raise TestbedError(
+                    f"the site deleted the image {name} of {host} before it was saved: its compute driver did not "
+                    "snapshot the server", where=self._where("nova", f"server {self.server_name(host)}"),
+                    fix="bare-metal nodes (Ironic) have no Nova snapshot: run 'sudo cc-snapshot' on the host, or "
+                        f"skip images: 'testbed setup {self.name}' is skipped by its content address when unchanged")
+            if img.get("status") != status:
+                status = str(img.get("status"))
+                self.progress(f"image {name}: {status}")
+                pause.reset()
+            if status == "active":
+                break
+            if status in ("killed", "deleted", "pending_delete", "deactivated"):
+                raise TestbedError(f"the image {name} of {host} ended {status}", where=self._where("glance", iid),
+                                   fix=f"testbed image prune {iid}; then 'testbed image bake {self.name}' again")
+            if time.monotonic() >= deadline:
+                raise TestbedError(f"the image {name} of {host} was still {status} after {int(self.image_timeout)} s",
+                                   where=self._where("glance", iid),
+                                   fix=f"it is recorded: 'testbed image list' shows it; 'testbed image prune {iid}' "
+                                       "deletes it")
+            pause.sleep()
+        return {"id": iid, "location": name, "size": int(img.get("size") or 0),
+                "info": {"status": status, "site": self.settings.site, "visibility": img.get("visibility"),
+                         "node_type": self.settings.node_type}}
+
+    def delete_image(self, image: dict[str, Any]) -> None:
+        api = self._connect()
+        with self._step("deleting an image", f"image {image.get('location')} ({image['id']})"):
+            api.image_delete(str(image["id"]))
+
     def describe(self, now: datetime | None = None) -> dict[str, Any]:
         """Lease end from state (no network), with a warning when it is less than an hour away."""
         from testbed.providers import chameleon_lease

@@ -494,6 +494,34 @@ class Chi:
                 return False
             raise
 
+    # images (nova createImage, glance v2) ---------------------------------------------------------------
+    def server_create_image(self, server_id: str, name: str, metadata: dict[str, str]) -> str:
+        """POST /servers/{id}/action createImage: the new image's id (novaclient reads it from the body at
+        microversion 2.45 and later, from the Location header before); the image is still queued."""
+        with self.call("nova"):
+            return str(self.chi.nova().servers.create_image(server_id, name, metadata))
+
+    def image_get(self, image_id: str) -> dict[str, Any] | None:
+        """GET /v2/images/{id}; None when it is gone (404)."""
+        try:
+            with self.call("glance"):
+                return dict(self.chi.glance().images.get(image_id))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def image_delete(self, image_id: str) -> bool:
+        """True when a delete was sent, False when it was already gone."""
+        try:
+            with self.call("glance"):
+                self.chi.glance().images.delete(image_id)
+                return True
+        except ApiError as e:
+            if e.status == 404:
+                return False
+            raise
+
     # floating IPs (neutron) -----------------------------------------------------------------------
     def fips(self, **filters: str) -> list[dict[str, Any]]:
         with self.call("neutron"):

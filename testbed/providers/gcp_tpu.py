@@ -85,6 +85,10 @@ class TpuProvider(Provider):
     capabilities = frozenset({"repair", "expire"})
     repair_how = "its node deleted and created again"
     kind = "gcp-tpu"
+    images_why = ("TPU VMs boot a runtime version (a Google-managed image): the TPU API testbed uses (v2) has no field "
+                  "for a custom image and no snapshot of a TPU VM's disk (custom OS images exist only in the alpha "
+                  "API, built by hand for some TPU generations); an unchanged set-up is skipped by its content "
+                  "address instead")
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet, *,
                  polling: Polling | None = None):

@@ -21,6 +21,8 @@ from testbed.textfmt import plural
 
 class LabProvider(Provider):
     kind = "lab"
+    images_why = ("a lab's machines keep their disks (nothing to boot an image on); an unchanged set-up is skipped by "
+                  "its content address")
     capabilities = frozenset({"repair"})
     keeps_hosts = True  # destroy only forgets the machines: their files stay
     repair_how = "answered again (a reboot)"

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +37,11 @@ if TYPE_CHECKING:
     from testbed.expiry import Expiry
 
 INIT = Path(__file__).with_name("local_init.py")
+IDENTITY = ("etc/ssh/ssh_host_*", "etc/ssh/testbed_authorized_keys", "etc/ssh/sshd_config_testbed", "etc/hostname",
+            "etc/hosts", "etc/machine-id", "var/lib/dbus/machine-id", "run", "var/log/*", "tmp/*", "var/tmp/*",
+            "usr/sbin/shutdown", "usr/sbin/reboot", "usr/sbin/halt", "usr/sbin/poweroff", "~/.ssh",
+            "~/.cache/testbed/setup*.json", "~/.ansible", "~/.bash_history", "root/.ssh", "home/*/.ssh")
+"""What makes a local host itself, left out of an image (relative to its root; ``~``: the login user's home)."""
 REQUIRED_TOOLS = {"ip": "iproute2", "unshare": "util-linux", "nsenter": "util-linux", "setsid": "util-linux",
                   "mount": "mount",
                   "ssh": "openssh-client", "ssh-keygen": "openssh-client", "ssh-keyscan": "openssh-client"}
@@ -139,6 +144,7 @@ class LocalProvider(Provider):
     capabilities = frozenset({"kill-host", "cut-network", "repair", "expire"})
     repair_how = "restarted on its own disk"
     kind = "local"
+    images_why = ""  # an image is the set-up's changes as a read-only layer under the hosts' copy-on-write roots
 
     @property
     def settings(self) -> LocalSettings:
@@ -392,6 +398,7 @@ class LocalProvider(Provider):
                         shutil.copy(Path("/etc/skel", dot), self.shared_home / "root" / dot)
         ip_batch(lines)
         python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+        layer = self._layer()
         # one small shell starts every init (forking it is cheaper than forking this large Python per host);
         # setsid: a host outlives the command that made it and never sees its terminal's signals
         script = []
@@ -403,6 +410,8 @@ class LocalProvider(Provider):
                     "--gateway", self.gateway, "--interface", self.interface]
             if self.shared_home:
                 argv += ["--home", str(self.shared_home)]
+            if layer is not None:
+                argv += ["--lower", str(layer)]
             console = shlex.quote(str(sl.root / "console.log"))
             script.append(f"{shlex.join(argv)} </dev/null >>{console} 2>&1 &\necho $!")
         r = subprocess.run(["sh", "-c", "\n".join(script)], capture_output=True, text=True, check=False)
@@ -418,7 +427,8 @@ class LocalProvider(Provider):
                     groups=self.spec.groups_for(sl.name, sl.index),
                     facts={"provider": "local", "netns": sl.netns, "cpus": os.cpu_count() or 1,
                            "memory_mb": _mem_mb(), "arch": os.uname().machine, "accelerator": "cpu",
-                           **({"python": "/usr/bin/python3"} if os.access("/usr/bin/python3", os.X_OK) else {})})
+                           **({"python": "/usr/bin/python3"} if os.access("/usr/bin/python3", os.X_OK) else {}),
+                           **({"image": img["key"]} if (img := self.booted_image()) else {})})
 
     @property
     def interface(self) -> str:
@@ -443,6 +453,101 @@ class LocalProvider(Provider):
                                fix=f"testbed provision {self.name}")
         return subprocess.run(["nsenter", "-t", str(pid), "-m", "-u", "-n", "-p", "-r", "-w", "/bin/sh", "-c",
                                script], capture_output=True, text=True, timeout=timeout, check=False)
+
+    # images: the set-up's changes as a read-only layer ---------------------------------------------
+    @classmethod
+    def base_image(cls, spec: object) -> str:
+        """This machine's root, which every host's lowest layer is: its OS release and installed packages."""
+        h = hashlib.sha256()
+        for f in ("/etc/os-release", "/var/lib/dpkg/status"):
+            with contextlib.suppress(OSError):
+                h.update(f.encode() + b"\0" + Path(f).read_bytes())
+        return f"local {os.uname().machine} {h.hexdigest()}"
+
+    def _layer(self) -> Path | None:
+        """The layer of the image this testbed's hosts boot from (None: plain ``/``); one gone is refused."""
+        img = self.booted_image()
+        if img is None:
+            return None
+        layer = Path(str(img["location"]))
+        if not (layer.parent / "layer.ext4").is_file():
+            raise TestbedError(f"the image {str(img['key'])[:12]} this testbed boots from is gone ({layer})",
+                               where=f"testbed {self.name}", fix=f"'testbed destroy {self.name}' and provision again "
+                                                                 "(it then boots from no image, or another one)")
+        return self._mount_layer(layer.parent)
+
+    def bake_image(self, host: str, key: str, record: str,
+                   note: Callable[[str, str], None] | None = None) -> dict[str, object]:
+        """Copy ``host``'s upper layer (what set-up changed over ``/``) less what makes it this host (its SSH host
+        keys, machine-id, /run, logs, the login user's SSH keys and set-up record), with ``record`` in the login
+        user's home, into a read-only ext4 disk image (``layer.ext4``), mounted read-only at ``layer``.
+
+        A disk image of its own, not a folder: overlayfs refuses a lower layer inside another (``/``: ELOOP)."""
+        if self.shared_home is not None:
+            raise TestbedError("a testbed with a shared home cannot bake an image: the home is not on a host's disk",
+                               where=f"testbed {self.name}: hardware.shared_home",
+                               fix="bake from a testbed without a shared home")
+        booted = self.booted_image()
+        if booted is not None:  # its disk holds only what changed over that image's layer
+            raise TestbedError(f"{host} boots from image {booted.get('id')}: its disk holds only the changes over "
+                               "that image, so an image of it would lack the rest", where=f"testbed {self.name}",
+                               fix=f"testbed destroy {self.name}; provision it again (a set-up with no image boots "
+                                   "from none), set it up and bake")
+        sl = self.slot(host)
+        dest = paths.home() / "images" / "local" / key
+        if not (dest / "layer.ext4").is_file():
+            tmp = dest.with_name(f"{key}.partial")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True, mode=0o700)
+            tree = tmp / "tree"
+            # cp -a keeps the overlay's whiteouts (character devices) and opaque folders (trusted.* xattrs, as root)
+            r = subprocess.run(["cp", "-a", "--", f"{sl.upper}/.", str(tree)], capture_output=True,
+                               text=True, check=False)
+            if r.returncode != 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise TestbedError(f"could not copy {host}'s disk into an image: {r.stderr.strip()[-300:]}",
+                                   where=str(sl.upper), fix="check the free space under the testbed home; retry")
+            home = "root" if self.spec.user == "root" else f"home/{self.spec.user}"
+            for rel in IDENTITY:
+                for p in tree.glob(rel.replace("~", home)):
+                    if p.is_dir() and not p.is_symlink():
+                        shutil.rmtree(p)
+                    else:
+                        p.unlink(missing_ok=True)
+            rec = tree / home / ".cache" / "testbed" / "image.json"
+            rec.parent.mkdir(parents=True, exist_ok=True)
+            rec.write_text(record)
+            _make_ext4(tree, tmp / "layer.ext4")
+            shutil.rmtree(tree)
+            (tmp / "layer").mkdir()
+            tmp.rename(dest)
+        layer = self._mount_layer(dest)
+        return {"id": key[:12], "location": str(layer), "size": (dest / "layer.ext4").stat().st_blocks * 512,
+                "info": {"disk": str(dest / "layer.ext4")}}
+
+    @staticmethod
+    def _mount_layer(dest: Path) -> Path:
+        """An image's disk mounted read-only at ``dest/layer`` (once: every host of every testbed shares it)."""
+        layer = dest / "layer"
+        if not os.path.ismount(layer):
+            r = subprocess.run(["mount", "-t", "ext4", "-o", "loop,ro", str(dest / "layer.ext4"), str(layer)],
+                               capture_output=True, text=True, check=False)
+            if r.returncode != 0:
+                raise TestbedError(f"could not mount the image {dest.name[:12]}: {r.stderr.strip()[-300:]}",
+                                   where=str(dest / "layer.ext4"),
+                                   fix="this machine needs loop devices (modprobe loop); 'testbed image prune "
+                                       f"{dest.name[:12]}' deletes the image")
+        return layer
+
+    def delete_image(self, image: dict[str, object]) -> None:
+        layer = Path(str(image["location"]))
+        dest = layer.parent
+        if layer.name == "layer" and dest.parent == paths.home() / "images" / "local":
+            if os.path.ismount(layer):
+                run("umount", str(layer), check=False)
+                if os.path.ismount(layer):  # a host still runs on it: gone once the last lets go
+                    run("umount", "-l", str(layer), check=False)
+            shutil.rmtree(dest, ignore_errors=True)
 
     # destroy --------------------------------------------------------------------------------------
     def _kill_processes(self, sl: HostSlot) -> None:
@@ -587,6 +692,22 @@ def _write_host_key(path: Path, comment: str) -> None:
         f.write(private)
     Path(f"{path}.pub").write_bytes(public + f" {comment}\n".encode())
     tmp.replace(path)
+
+
+def _make_ext4(tree: Path, disk: Path) -> None:
+    """An ext4 disk image holding ``tree`` as it is (owners, modes, xattrs, device files), no journal."""
+    used = files = 0
+    for root, dirs, names in os.walk(tree):
+        files += len(dirs) + len(names)
+        for n in names:
+            with contextlib.suppress(OSError):
+                used += os.lstat(os.path.join(root, n)).st_size
+    size_mb = 32 + (used * 5 // 4 + files * 4096) // (1 << 20)
+    r = subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-N", str(files + 1024), "-L", "tb-image",
+                        "-d", str(tree), str(disk), f"{size_mb}M"], capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise TestbedError(f"could not make the image's disk: {(r.stderr or r.stdout).strip()[-300:]}",
+                           where=str(disk), fix="apt-get install e2fsprogs (mkfs.ext4 -d); check the free space")
 
 
 def ip_batch(lines: list[str], force: bool = False) -> None:

@@ -1,8 +1,8 @@
 """PID 1 of a local testbed host (stdlib only; run by the controller inside the host's namespaces).
 
-It mounts the host's copy-on-write root (overlay with lower ``/``), fresh ``/proc``, ``/sys``, ``/dev``
-and a tmpfs ``/run``, chroots into it and keeps ``sshd -D`` running. Signals, as sent by the host's own
-``reboot``/``shutdown`` (installed in its upper layer):
+It mounts the host's copy-on-write root (overlay with lower ``/``, or an image's layer over ``/``), fresh
+``/proc``, ``/sys``, ``/dev`` and a tmpfs ``/run``, chroots into it and keeps ``sshd -D`` running. Signals, as
+sent by the host's own ``reboot``/``shutdown`` (installed in its upper layer):
 - SIGUSR1: reboot: every other process is killed, a new boot id is written, sshd starts again;
 - SIGTERM: halt: every process is killed and the host stays down.
 """
@@ -62,7 +62,8 @@ def setup_network(address: str, gateway: str, interface: str = "eth0") -> None:
 def mount_root(a: argparse.Namespace) -> None:
     m = a.merged
     mount("none", "/", None, MS_REC | MS_PRIVATE)
-    mount("overlay", m, "overlay", 0, f"lowerdir=/,upperdir={a.upper},workdir={a.work}")
+    lower = f"{a.lower}:/" if a.lower else "/"  # an image's layer (what a set-up changed) over this machine's /
+    mount("overlay", m, "overlay", 0, f"lowerdir={lower},upperdir={a.upper},workdir={a.work}")
     mount("proc", f"{m}/proc", "proc")
     mount("/dev", f"{m}/dev", None, MS_BIND | MS_REC)
     mount("sysfs", f"{m}/sys", "sysfs")
@@ -120,6 +121,7 @@ def main() -> int:
     p.add_argument("--gateway", required=True)
     p.add_argument("--interface", default="eth0", help="the name of this host's link into the bridge")
     p.add_argument("--home", default=None, help="a folder mounted at /home on every host (a shared home)")
+    p.add_argument("--lower", default=None, help="an image's read-only layer, between the host's own and /")
     a = p.parse_args()
     if os.getpid() != 1:
         print("local_init must run as PID 1 of a new PID namespace", file=sys.stderr)

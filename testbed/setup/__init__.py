@@ -190,32 +190,31 @@ def _controller_site_packages() -> str | None:
     return sysconfig.get_paths()["purelib"]
 
 
-def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | None = None,
-          roles: list[str] | None = None, check: bool = False, limit: list[str] | None = None,
-          extra_vars: dict[str, Any] | None = None, on_event: EventHandler | None = None,
-          forks: int | None = None, verify: bool | Collection[str] = False) -> SetupResult:
-    """Apply a profile (or a suite's profile, or single roles) to a testbed; a failed host does not stop others.
+@dataclass
+class Prepared:
+    """What one set-up applies, checked, before any host: the plan, its play-wide and extra variables."""
 
-    Everything is checked (profile, roles, hosts, --limit) before any host is touched. ``testbed``: the resolved
-    testbed, or its name (resolved here). A host whose recorded set-up address (:mod:`testbed.setup.address`)
-    matches is skipped after one round trip; Ansible runs on the others only, and the address is recorded on each
-    host it finished on without a failure. ``verify``: run Ansible on every host anyway (or, given host names, on
-    those hosts anyway, the others skipped as usual); a host whose record matched yet had changes is reported in
-    ``drift``. ``check``: Ansible's check mode, no record read or written
-    (with ``verify``: records are read, not removed, and drift is what check mode would change).
-    """
-    from testbed.handle import Testbed
+    plan: Plan
+    variables: dict[str, Any]  # play-wide variables testbed derives (the inventory's all.vars)
+    extravars: dict[str, Any]  # the spec's vars and --var
+    base_image: str  # what the hosts booted from (Provider.base_image)
 
-    tb = testbed if isinstance(testbed, Testbed) else Testbed.open(testbed, need_spec=False)
-    testbed, spec, hosts = tb.name, tb.spec, tb.hosts
-    if not hosts:
-        raise UsageError(f"testbed '{testbed}' has no hosts", where="state",
-                         fix=f"provision it first: testbed provision {testbed}")
+    def image(self) -> tuple[str, dict[str, str]]:
+        """The key and parts of an image of this set-up (:func:`testbed.setup.address.image_parts`)."""
+        refs = address.source_refs(self.plan.vars, [(st.role, st.vars) for st in self.plan.steps], self.extravars)
+        common = address.common_parts(playbook=build_playbook(self.plan), roles=self.plan.roles,
+                                      roles_dir=roles_dir(), variables=self.extravars, inventory={},
+                                      sources=address.source_commits(refs))
+        parts = address.image_parts(common, self.variables, self.base_image)
+        return address.image_key(parts), parts
+
+
+def prepare(tb: Testbed, *, profile: str | None = None, suite: str | None = None, roles: list[str] | None = None,
+            extra_vars: dict[str, Any] | None = None) -> Prepared:
+    """The plan and variables of a set-up of ``tb`` (checked: a bad profile, role or variable is refused here)."""
+    spec = tb.spec
     default_profile = (spec.profile if spec is not None else None) or "base"
     plan = resolve_plan(profile=profile, suite=suite, roles=roles, default_profile=default_profile)
-    names = [h.name for h in hosts]
-    lim = _check_limit(limit, names)
-
     variables: dict[str, Any] = {"testbed_cache_dir": str(paths.home() / "cache"),
                                  # where a role's downloads on the controller write pip's progress (shown live)
                                  "testbed_progress_file": str(ansible_dir() / "runs" / tb.name / "progress.log")}
@@ -240,6 +239,38 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
         check_vars(spec)
     check_role_vars(extra_vars or {}, all_roles, "extra variables (--var)")
     check_plan(plan, extravars)  # every role's required variables are set by someone
+    base_image = cls.base_image(spec) if cls is not None and spec is not None else provider
+    return Prepared(plan, variables, extravars, base_image)
+
+
+def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | None = None,
+          roles: list[str] | None = None, check: bool = False, limit: list[str] | None = None,
+          extra_vars: dict[str, Any] | None = None, on_event: EventHandler | None = None,
+          forks: int | None = None, verify: bool | Collection[str] = False) -> SetupResult:
+    """Apply a profile (or a suite's profile, or single roles) to a testbed; a failed host does not stop others.
+
+    Everything is checked (profile, roles, hosts, --limit) before any host is touched. ``testbed``: the resolved
+    testbed, or its name (resolved here). A host whose recorded set-up address (:mod:`testbed.setup.address`)
+    matches is skipped after one round trip; Ansible runs on the others only, and the address is recorded on each
+    host it finished on without a failure. ``verify``: run Ansible on every host anyway (or, given host names, on
+    those hosts anyway, the others skipped as usual); a host whose record matched yet had changes is reported in
+    ``drift``. ``check``: Ansible's check mode, no record read or written
+    (with ``verify``: records are read, not removed, and drift is what check mode would change).
+    A host that holds the work already (booted from this set-up's image, :mod:`testbed.setup.images`, or whose
+    record differs only in the testbed's hosts) is ``partial``: when every host to set up is, only the roles that
+    depend on the other hosts run (``partial_roles``; none: the address is recorded without Ansible).
+    """
+    from testbed.handle import Testbed
+
+    tb = testbed if isinstance(testbed, Testbed) else Testbed.open(testbed, need_spec=False)
+    testbed, hosts = tb.name, tb.hosts
+    if not hosts:
+        raise UsageError(f"testbed '{testbed}' has no hosts", where="state",
+                         fix=f"provision it first: testbed provision {testbed}")
+    prep = prepare(tb, profile=profile, suite=suite, roles=roles, extra_vars=extra_vars)
+    plan, variables, extravars = prep.plan, prep.variables, prep.extravars
+    names = [h.name for h in hosts]
+    lim = _check_limit(limit, names)
 
     base = ansible_dir()
     run_dir = base / "runs" / testbed
@@ -251,8 +282,22 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
     verified = _verified(verify, names, targets)
     every = verified >= set(targets)  # SetupResult.verify: every host ran whatever its record said
     start = time.monotonic()
-    probe = _probe(testbed, plan, playbook, inventory, extravars, targets, check=check, verify=verified)
+    probe = _probe(testbed, prep, playbook, inventory, targets, check=check, verify=verified)
     to_run = [n for n in targets if n not in probe.unchanged]
+    partial_roles: list[str] = []
+    if to_run and not check and all(n in probe.partial for n in to_run):
+        # every host to set up holds this set-up's work already (booted from its image, or only the testbed's
+        # hosts changed): only the roles that depend on the other hosts run, the rest is checked by the address
+        partial_roles = address.per_testbed_roles(plan.roles, roles_dir())
+        playbook = build_playbook(Plan(plan.name, [st for st in plan.steps if st.role in partial_roles], plan.vars,
+                                       plan.description))
+        if not partial_roles:  # nothing depends on the other hosts: recording the address is all there is
+            _record(testbed, plan.name, probe, to_run)
+            return _remember(tb, roles, SetupResult(
+                testbed=testbed, plan=plan.name, roles=plan.roles, check=check, rc=0, status="skipped",
+                elapsed=time.monotonic() - start, hosts={n: HostResult(n, unchanged=n not in to_run) for n in targets},
+                ran=False, verify=every, unchanged=probe.unchanged, reasons=probe.reasons,
+                probe_seconds=probe.seconds, partial=probe.partial, partial_roles=[]))
     if not to_run:  # every host already has exactly this set-up: nothing for Ansible to do
         return _remember(tb, roles, SetupResult(
             testbed=testbed, plan=plan.name, roles=plan.roles, check=check, rc=0, status="skipped",
@@ -334,7 +379,8 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
         testbed=testbed, plan=plan.name, roles=plan.roles, check=check, rc=rc, status=str(r.status),
         elapsed=time.monotonic() - start, hosts={n: hosts_res[n] for n in [*targets, *hosts_res] if n in hosts_res},
         artifact_dir=str(getattr(r.config, "artifact_dir", "") or ""), error=error, verify=every,
-        unchanged=probe.unchanged, reasons=probe.reasons, drift=drift, probe_seconds=probe.seconds))
+        unchanged=probe.unchanged, reasons=probe.reasons, drift=drift, probe_seconds=probe.seconds,
+        partial={n: w for n, w in probe.partial.items() if partial_roles and n in to_run}, partial_roles=partial_roles))
 
 
 class _DownloadWatch(threading.Thread):
@@ -388,45 +434,88 @@ class _Probe:
     unchanged: list[str] = field(default_factory=list)
     matched: list[str] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)
+    partial: dict[str, str] = field(default_factory=dict)  # hosts holding the work but for the per-testbed roles
     seconds: float = 0.0
     shared_home: bool = False  # one home for every host: each host's record is a file of its own there
 
 
-def _probe(testbed: str, plan: Plan, playbook: list[dict[str, Any]], inventory: dict[str, Any],
-           extravars: dict[str, Any], targets: list[str], *, check: bool, verify: set[str]) -> _Probe:
-    """One round trip per host: read its record and, unless it matches (or in check mode), remove it, so that a
-    set-up that fails or is interrupted from here on leaves no address behind. ``verify``: hosts that run whatever
-    their record says."""
+def _probe(testbed: str, prep: Prepared, playbook: list[dict[str, Any]], inventory: dict[str, Any],
+           targets: list[str], *, check: bool, verify: set[str]) -> _Probe:
+    """One round trip per host: read its record (and the record of the image it booted from) and, unless it
+    matches (or in check mode), remove it, so that a set-up that fails or is interrupted from here on leaves no
+    address behind. ``verify``: hosts that run whatever their record says (one with no record that booted from
+    this set-up's image holds its work: only the per-testbed roles run there). A host whose record differs only
+    in the hosts it was for, or with no record but this set-up's image, is ``partial``."""
     from testbed import remote
 
+    plan = prep.plan
     out = _Probe()
     if check and not verify:
         out.reasons = dict.fromkeys(targets, "check mode")
         return out
-    from testbed import ssh
-    refs = address.source_refs(plan.vars, [(st.role, st.vars) for st in plan.steps], extravars)
-    common = address.common_parts(playbook=playbook, roles=plan.roles, roles_dir=roles_dir(),
-                                  variables=extravars, inventory=inventory, sources=address.source_commits(refs),
-                                  known_hosts=ssh.known_hosts_path(testbed))
+    common, image_key = _common(testbed, prep, playbook, inventory)
     out.addresses = {n: address.host_address(common, inventory, n) for n in targets}
     # check mode never removes a record; a verified host's always goes; another's unless it matches
     out.shared_home = bool((inventory["all"]["vars"].get("testbed_hardware") or {}).get("shared_home"))
+    image_cmd = "" if out.shared_home else \
+        f'; printf "\\n%s\\n" {_IMAGE_MARK}; cat "$HOME/{address.IMAGE_RECORD}" 2>/dev/null; true'
     commands = {n: address.read_command(keep=None if check else "" if n in verify else out.addresses[n][0],
-                                        host=n if out.shared_home else None) for n in targets}
+                                        host=n if out.shared_home else None) + image_cmd for n in targets}
     t0 = time.monotonic()
     found = remote.run_each(testbed, commands, timeout=60, connect_timeout=15, max_output=1 << 20)
     out.seconds = time.monotonic() - t0
     for res in found:
         addr, parts = out.addresses[res.host]
-        v = address.compare(testbed, res.host, plan.name, addr, parts, res.stdout if res.ok else None,
+        text, _, image = res.stdout.partition(f"\n{_IMAGE_MARK}\n") if res.ok else ("", "", "")
+        v = address.compare(testbed, res.host, plan.name, addr, parts, text if res.ok else None,
                             None if res.ok else (res.error or res.stderr.strip()[-200:] or f"exit {res.exit_code}"))
         if v.unchanged:
             out.matched.append(res.host)
-        else:
-            out.reasons[res.host] = v.reason
+            continue
+        out.reasons[res.host] = v.reason
+        if check or not res.ok:
+            continue
+        if res.host not in verify and address.only_testbed_parts_differ(text, parts):
+            out.partial[res.host] = "only the testbed's hosts changed"
+        elif (not text.strip() or v.reason.startswith("record of another host")) \
+                and address.read_image_key(image.strip()) == image_key:  # a snapshot holds its source's record
+            out.partial[res.host] = f"booted from image {image_key[:12]}"
+            out.reasons[res.host] = out.partial[res.host]
     out.reasons.update(dict.fromkeys([n for n in out.matched if n in verify], "--verify"))
     out.unchanged = [n for n in out.matched if n not in verify]
     return out
+
+
+_IMAGE_MARK = "--testbed-image-record--"
+
+
+def _common(testbed: str, prep: Prepared, playbook: list[dict[str, Any]],
+            inventory: dict[str, Any]) -> tuple[dict[str, str], str]:
+    """The address parts every host of this set-up shares, and the key of an image of it."""
+    from testbed import ssh
+
+    plan = prep.plan
+    refs = address.source_refs(plan.vars, [(st.role, st.vars) for st in plan.steps], prep.extravars)
+    common = address.common_parts(playbook=playbook, roles=plan.roles, roles_dir=roles_dir(),
+                                  variables=prep.extravars, inventory=inventory, sources=address.source_commits(refs),
+                                  known_hosts=ssh.known_hosts_path(testbed))
+    return common, address.image_key(address.image_parts(common, prep.variables, prep.base_image))
+
+
+def applied(tb: Testbed, prep: Prepared, host: str) -> tuple[str, dict[str, str], str]:
+    """Whether ``host`` holds exactly this set-up now: "" when its record matches (one round trip; nothing is
+    removed), else why not; and the image key and parts of this set-up."""
+    from testbed import remote
+
+    inventory = build_inventory(tb.name, tb.hosts, prep.variables)
+    common, key = _common(tb.name, prep, build_playbook(prep.plan), inventory)
+    addr, parts = address.host_address(common, inventory, host)
+    shared = bool((inventory["all"]["vars"].get("testbed_hardware") or {}).get("shared_home"))
+    res = remote.run_each(tb.name, {host: address.read_command(None, host=host if shared else None)}, timeout=60,
+                          connect_timeout=15)[0]
+    v = address.compare(tb.name, host, prep.plan.name, addr, parts, res.stdout if res.ok else None,
+                        None if res.ok else (res.error or res.stderr.strip()[-200:] or f"exit {res.exit_code}"))
+    return v.reason, address.image_parts(common, prep.variables, prep.base_image), key
 
 
 def _close_masters(testbed: str, hosts: list[str]) -> None:

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testbed import paths
+
 RECORD = ".cache/testbed/setup.json"
 """Where the record lives, relative to the login user's home on the host."""
 FORMAT = 1
@@ -249,3 +251,72 @@ def compare(testbed: str, host: str, plan: str, address: str, parts: dict[str, s
     old = old if isinstance(old, dict) else {}
     differ = sorted(k for k in set(parts) | set(old) if parts.get(k) != old.get(k))
     return Verdict(host, False, "changed: " + ", ".join(differ) if differ else "changed")
+
+
+# --- images: what a set-up installs, whatever hosts it is for ---------------------------------------------
+TESTBED_PARTS = ("inventory", "host keys")
+"""Parts that say which hosts a set-up is for rather than what it installs. A host whose record differs only in
+these (a host of the testbed rebuilt, one added) or that booted from an image of this set-up runs only the
+per-testbed roles (:func:`per_testbed_roles`): everything else it holds already."""
+IMAGE_RECORD = paths.IMAGE_RECORD
+HOST_VARS = ("testbed_cache_dir", "testbed_progress_file", "testbed_subnet")
+"""Play-wide variables that name this testbed or this machine's folders, not what is installed (left out of an
+image's key)."""
+
+
+def image_parts(common: dict[str, str], play_vars: dict[str, Any], base_image: str) -> dict[str, str]:
+    """The parts of an image's key: the set-up's parts (:func:`common_parts`) less those that name the hosts, the
+    testbed-wide variables that shape what is installed (provider, hardware, offline...), and the base image the
+    set-up ran on (a different base is a different image)."""
+    shaping = {k: v for k, v in play_vars.items() if k not in HOST_VARS and not k.startswith("ansible_")}
+    parts = {k: v for k, v in common.items() if k not in TESTBED_PARTS}
+    parts["testbed variables"] = _sha(shaping)
+    parts["base image"] = _sha(base_image)
+    return parts
+
+
+def image_key(parts: dict[str, str]) -> str:
+    """An image's content address (sha256 of its parts)."""
+    return _sha(parts)
+
+
+def image_record(key: str, plan: str, parts: dict[str, str], source: str) -> str:
+    """What an image holds at :data:`IMAGE_RECORD` (JSON; hashes and names only)."""
+    return json.dumps({"format": FORMAT, "key": key, "plan": plan, "parts": parts, "source": source,
+                       "baked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, sort_keys=True)
+
+
+def read_image_key(text: str) -> str | None:
+    """The key of an image record's text; None when there is none or it cannot be read."""
+    try:
+        rec = json.loads(text)
+    except ValueError:
+        return None
+    key = rec.get("key") if isinstance(rec, dict) and rec.get("format") == FORMAT else None
+    return key if isinstance(key, str) and re.fullmatch(r"[0-9a-f]{64}", key) else None
+
+
+def per_testbed_roles(roles: Iterable[str], roles_dir: Path) -> list[str]:
+    """The roles whose work depends on the testbed's other hosts (its SSH mesh, its MPI hostfiles): those whose
+    ``meta/testbed.yml`` says ``per_testbed: true``. Only they run on a host that holds the rest already."""
+    from ruamel.yaml import YAML
+
+    out = []
+    for r in roles:
+        f = roles_dir / r / "meta" / "testbed.yml"
+        data = YAML(typ="safe").load(f.read_text()) if f.is_file() else None
+        if isinstance(data, dict) and data.get("per_testbed") is True:
+            out.append(r)
+    return out
+
+
+def only_testbed_parts_differ(text: str | None, parts: dict[str, str]) -> bool:
+    """Whether the record ``text`` holds this set-up but for the hosts it was for (:data:`TESTBED_PARTS`)."""
+    try:
+        rec = json.loads(text or "")
+    except ValueError:
+        return False
+    old = rec.get("parts") if isinstance(rec, dict) and rec.get("format") == FORMAT else None
+    if not isinstance(old, dict):
+        return False
+    return all(parts.get(k) == old.get(k) for k in set(parts) | set(old) if k not in TESTBED_PARTS)

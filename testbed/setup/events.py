@@ -70,6 +70,9 @@ class SetupResult:
     drift: dict[str, list[str]] = field(default_factory=dict)  # --verify: hosts whose record matched yet Ansible
     # changed something (a change behind testbed's back), with what changed
     probe_seconds: float = 0.0  # the round trip reading every host's record
+    partial: dict[str, str] = field(default_factory=dict)  # hosts that held the set-up's work already (booted from
+    # its image, or only the testbed's hosts changed), with why: only ``partial_roles`` ran there
+    partial_roles: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

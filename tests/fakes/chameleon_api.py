@@ -51,6 +51,18 @@ its own error body format. Sources: ChameleonCloud/blazar (branch chameleoncloud
   ``expires_at``, which jupyterhub-chameleon keeps renewed); ``jupyter_env()`` is what a notebook server of
   Chameleon's JupyterHub starts with (jupyterhub-chameleon's ``openstack_oauth.py``).
 
+- images (nova's createImage, glance v2), as nova's ``_create_image`` and ``compute.api.snapshot`` and glance
+  answer: ``POST /servers/{id}/action {"createImage": ...}`` is 202, the image id in the body at microversion
+  2.45 and later (``{"image_id": ...}``), in a ``Location`` header before; 404 for an unknown server, 409 for a
+  server not ACTIVE/STOPPED/PAUSED/SUSPENDED or busy (``task_state``); the image is made ``private`` to the project
+  (the requester owns the server), ``image_type`` snapshot, and goes queued -> saving -> active over
+  ``snapshot_polls`` GETs (``kill_snapshot``: it ends ``killed``); ``snapshots`` False is upstream Ironic, whose
+  driver cannot snapshot: the compute manager deletes the queued image (404 on the next GET); ``quota_images`` is
+  glance's ``image_count_total``: glance's 413 reaches nova's API untranslated (500 computeFault). A server made
+  from an image that is not active is refused (400 "Image ... is not active."). ``snapshot_hook(address, id)``
+  runs when the disk is captured (saving), ``boot_hook(address, id)`` when a server made from a snapshot gets its
+  floating IP (before ``ssh_hook``): tests keep a real host's disk as the image and boot a host from it.
+
 Its servers "answer SSH": binding a floating IP calls ``ssh_hook(address, public_key)`` (the server's key pair),
 and unbinding or deleting it calls ``ssh_hook(address, None)``; tests map each pool address to a real sshd.
 ``host`` is the address it listens on (a local testbed's bridge address, so that its hosts reach it);
@@ -85,6 +97,12 @@ Reply = tuple[int, Any]
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _page(title: str, detail: str) -> str:
+    """An error page as webob renders one for glance (HTML; glanceclient strips the tags)."""
+    return (f"<html>\n <head>\n  <title>{title}</title>\n </head>\n <body>\n  <h1>{title}</h1>\n  {detail}<br /><br />"
+            "\n\n\n\n </body>\n</html>")
 
 
 def _id() -> str:
@@ -168,6 +186,13 @@ class FakeChameleon:
         self.skew = 0.0  # seconds the site's clock is ahead of this machine's (advance())
         self.cascade_servers = False  # real Blazar deletes a lease's servers at its end; off: testbed must
         self.on_request: Callable[[str, str], None] | None = None
+        self.snapshots = True  # the compute driver snapshots servers (False: upstream Ironic, which cannot)
+        self.snapshot_polls = 2
+        self.kill_snapshot = False
+        self.quota_images: int | None = None  # glance's image_count_total for the project
+        self.snapshot_hook: Callable[[str, str], None] | None = None
+        self.boot_hook: Callable[[str, str], None] | None = None
+        self._headers: dict[str, str] = {}
         # inventories
         self.leases: dict[str, dict[str, Any]] = {}
         self.servers: dict[str, dict[str, Any]] = {}
@@ -207,12 +232,13 @@ class FakeChameleon:
                 except ValueError:
                     body = None
                 status, payload, headers = fake.handle(method, self.path, body, dict(self.headers), raw)
-                data = b"" if payload is None else json.dumps(payload).encode()
+                text = isinstance(payload, str)  # an error page as webob writes one (glance)
+                data = b"" if payload is None else payload.encode() if text else json.dumps(payload).encode()
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
                 if payload is not None:
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", "text/html; charset=UTF-8" if text else "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -379,8 +405,9 @@ class FakeChameleon:
                 if not self._allowed(token, method, service, path):  # keystonemiddleware's access rules
                     return 401, {"error": {"code": 401, "title": "Unauthorized",
                                            "message": "Token authorization failed"}}, {}
-                status, payload = fn(method, path[len(prefix):] or "/", query, body)
-                return status, payload, {}
+                self._headers = {k.lower(): v for k, v in headers.items()}
+                reply = fn(method, path[len(prefix):] or "/", query, body)
+                return (reply[0], reply[1], reply[2] if len(reply) > 2 else {})
         return 404, {"error": {"code": 404, "message": f"no route {method} {path}"}}, {}
 
     # keystone ---------------------------------------------------------------------------------------
@@ -864,6 +891,9 @@ class FakeChameleon:
             if "name" in query:
                 out = [s for s in out if re.search(query["name"], s["name"])]
             return 200, {"servers": out}
+        m = re.fullmatch(r"/servers/([^/]+)/action", path)
+        if m and method == "POST" and isinstance(body, dict) and "createImage" in body:
+            return self._create_image(m.group(1), body["createImage"])
         m = re.fullmatch(r"/servers/([^/]+)", path)
         if m:
             s = self.servers.get(m.group(1))
@@ -968,6 +998,8 @@ class FakeChameleon:
         image = next((i for i in self.images if i["id"] == req.get("imageRef")), None)
         if image is None:
             return self._nova_error(400, "badRequest", "Can not find requested image")
+        if image["status"] != "active":  # nova.exception.ImageNotActive
+            return self._nova_error(400, "badRequest", f"Image {image['id']} is not active.")
         flavor = next((f for f in self.flavors if f["id"] == req.get("flavorRef")), None)
         if flavor is None:
             return self._nova_error(400, "badRequest", f"Flavor {req.get('flavorRef')} could not be found.")
@@ -1147,6 +1179,9 @@ class FakeChameleon:
                          router_id="router-1")
                 srv = self.servers.get(port["device_id"])
                 kp = self.keypairs.get(srv["key_name"]) if srv and srv.get("key_name") else None
+                made_from = next((i for i in self.images if srv and i["id"] == srv["image"]["id"]), None)
+                if self.boot_hook and made_from and made_from.get("image_type") == "snapshot":
+                    self.boot_hook(f["floating_ip_address"], made_from["id"])
                 if self.ssh_hook:
                     self.ssh_hook(f["floating_ip_address"], kp["public_key"] if kp else None)
                 return 200, {"floatingip": f}
@@ -1175,10 +1210,84 @@ class FakeChameleon:
         m = re.fullmatch(r"/v2/images/([^/]+)", path)
         if m:
             img = next((i for i in self.images if i["id"] == m.group(1)), None)
-            if img is None:
-                return 404, {"code": 404, "title": "Not Found", "message": f"No image found with ID {m.group(1)}"}
-            return 200, img
+            if img is not None and method == "GET" and img.get("image_type") == "snapshot":
+                img = self._advance_snapshot(img)
+            if img is None:  # glance's errors are webob's HTML pages (glanceclient reads them so)
+                return 404, _page("404 Not Found", f"No image found with ID {m.group(1)}")
+            if method == "DELETE":
+                if img["owner"] != self.project_id:
+                    return 403, _page("403 Forbidden", "You are not permitted to delete this image.")
+                self.images.remove(img)
+                return 204, None
+            return 200, {k: v for k, v in img.items() if not k.startswith("_")}
         return 404, {"code": 404, "title": "Not Found", "message": f"no route {method} {path}"}
+
+    def _create_image(self, sid: str, req: Any) -> Reply:
+        """nova's servers._create_image over compute.api.snapshot: the image entry made in glance (queued), the
+        server's task_state image_snapshot_pending, 202 with the id as the microversion says."""
+        s = self.servers.get(sid)
+        if s is None or s["_deleting"] is not None:
+            return self._nova_error(404, "itemNotFound", f"Instance {sid} could not be found.")
+        if not isinstance(req, dict) or not isinstance(req.get("name"), str) or not req["name"].strip():
+            return self._nova_error(400, "badRequest", "Invalid input for field/attribute createImage. Value: "
+                                    f"{json.dumps(req)}. 'name' is a required property")
+        vm = s["OS-EXT-STS:vm_state"]
+        if vm not in ("active", "stopped", "paused", "suspended"):
+            return self._nova_error(409, "conflictingRequest", f"Cannot 'createImage' instance {sid} while it is in "
+                                    f"vm_state {vm}")
+        if s["OS-EXT-STS:task_state"] is not None:
+            return self._nova_error(409, "conflictingRequest", f"Cannot 'createImage' instance {sid} while it is in "
+                                    f"task_state {s['OS-EXT-STS:task_state']}")
+        mine = [i for i in self.images if i["owner"] == self.project_id]
+        if self.quota_images is not None and len(mine) + 1 > self.quota_images:
+            return self._nova_error(500, "computeFault", "Unexpected API Error. Please report this at "
+                                    "http://bugs.launchpad.net/nova/ and attach the Nova API log if possible.\n"
+                                    "<class 'glanceclient.exc.HTTPOverLimit'>")
+        iid = str(uuid.uuid4())
+        now = _now().strftime(NOVA_FMT)
+        img = {**self._image(req["name"]), "id": iid, "status": "queued", "visibility": "private",
+               "owner": self.project_id, "disk_format": None, "container_format": None, "size": None,
+               "created_at": now, "updated_at": now, "self": f"/v2/images/{iid}", "file": f"/v2/images/{iid}/file",
+               "image_type": "snapshot", "instance_uuid": sid, "user_id": "u1", "base_image_ref": s["image"]["id"],
+               **{str(k): str(v) for k, v in (req.get("metadata") or {}).items()}, "_polls": 0}
+        self.images.append(img)
+        s["OS-EXT-STS:task_state"] = "image_snapshot_pending"
+        version = self._headers.get("x-openstack-nova-api-version") or \
+            self._headers.get("openstack-api-version", "compute 2.1").split()[-1]
+        major, _, minor = version.partition(".")
+        if (int(major), int(minor or 0)) >= (2, 45):
+            return 202, {"image_id": iid}
+        return 202, None, {"Location": f"{self.base}/image/v2/images/{iid}"}
+
+    def _advance_snapshot(self, img: dict[str, Any]) -> dict[str, Any] | None:
+        """One GET's worth of a snapshot's progress (queued -> saving -> active); None once nova deleted it."""
+        srv = self.servers.get(img["instance_uuid"])
+        if img["status"] in ("active", "killed"):
+            return img
+        img["_polls"] += 1
+        if not self.snapshots:  # the driver raised NotImplementedError: delete_image_on_error removed the image
+            self.images.remove(img)
+            if srv is not None:
+                srv["OS-EXT-STS:task_state"] = None
+            return None
+        if img["status"] == "queued":
+            img["status"] = "saving"
+            if srv is not None:
+                srv["OS-EXT-STS:task_state"] = "image_uploading"
+                port = next((pid for pid, p in self.ports.items() if p["device_id"] == srv["id"]), None)
+                fip = next((f for f in self.fips.values() if port and f["port_id"] == port), None)
+                if self.snapshot_hook and fip:
+                    self.snapshot_hook(fip["floating_ip_address"], img["id"])
+        elif img["_polls"] > self.snapshot_polls:
+            if self.kill_snapshot:
+                img["status"] = "killed"
+            else:
+                img.update(status="active", size=10 << 30, disk_format="qcow2", container_format="bare",
+                           checksum=hashlib.md5(img["id"].encode()).hexdigest())
+            if srv is not None:
+                srv["OS-EXT-STS:task_state"] = None
+        img["updated_at"] = _now().strftime(NOVA_FMT)
+        return img
 
 
 class LoopbackSshd:

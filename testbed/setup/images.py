@@ -1,0 +1,182 @@
+"""Images of a set-up: set up once, boot many.
+
+An image is keyed by what the set-up installs, whatever hosts it is for (:func:`testbed.setup.address.image_parts`:
+the profile's roles and variables, the sources' commits, the tools, the testbed-wide variables and the base image
+the hosts booted from). ``bake`` makes one from a host whose set-up has just passed; a new testbed whose default
+profile's key has an image boots from it (``for_provision``), and so does a host repaired with a new disk; set-up
+then runs only the roles that depend on the other hosts (``per_testbed`` roles: the SSH mesh, MPI hostfiles) and
+records the hosts as set up. An image of one key is never used for another: a changed variable, role file or
+source commit is another key, and the host does the whole set-up.
+
+Images are recorded in state (``images``) the moment their provider names them; they outlive the testbed that
+baked them: destroy and the dead-man's switch never delete one, ``prune`` does.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from testbed.errors import TestbedError, UsageError
+
+if TYPE_CHECKING:
+    from testbed.handle import Testbed
+    from testbed.providers.base import Progress, Provider
+    from testbed.state import Store
+
+
+def _profile(tb: Testbed, profile: str | None, suite: str | None) -> tuple[str | None, str | None]:
+    """The profile (or suite) an image of ``tb`` holds: the one given, else the set-up last applied to it."""
+    if profile or suite:
+        return profile, suite
+    last = tb.info.get("setup") or {}
+    if last.get("roles"):
+        raise UsageError(f"the last set-up of '{tb.name}' applied single roles ({', '.join(last['roles'])}): an "
+                         "image holds a profile", where=f"testbed {tb.name}",
+                         fix=f"testbed setup {tb.name} --profile NAME --bake")
+    return last.get("profile") or (tb.spec.profile if tb.spec is not None else None) or "base", None
+
+
+def bake(tb: Testbed, host: str | None = None, *, profile: str | None = None, suite: str | None = None,
+         extra_vars: dict[str, Any] | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    """An image of ``host`` (default: the testbed's first host) whose set-up (``profile``, default the last one
+    applied) has just passed: refused when the host's record does not match that set-up now. An image of that
+    key already recorded for this provider is returned as it is (``new`` False)."""
+    from testbed import setup
+
+    if not tb.hosts:
+        raise UsageError(f"testbed '{tb.name}' has no hosts", where="state", fix=f"testbed provision {tb.name}")
+    names = [h.name for h in tb.hosts]
+    host = host or names[0]
+    if host not in names:
+        raise UsageError(f"testbed '{tb.name}' has no host '{host}'", where="--host", fix=f"hosts: {', '.join(names)}")
+    profile, suite = _profile(tb, profile, suite)
+    prep = setup.prepare(tb, profile=profile, suite=suite, extra_vars=extra_vars)
+    p = tb.provider(progress)
+    if p.images_why:  # before any host is asked
+        p.bake_image(host, "", "")
+    why, parts, key = setup.applied(tb, prep, host)
+    if why:
+        raise TestbedError(f"{host} does not hold the set-up '{prep.plan.name}' as it is now ({why})",
+                           where=f"testbed {tb.name}: {host}",
+                           fix=f"testbed setup {tb.name} --profile {prep.plan.name} --bake (an image is made from a "
+                               "host whose set-up has just passed)")
+    have = [r for r in tb.store.images(key) if r["provider"] == p.kind]
+    if have:
+        return {**have[-1], "new": False}
+    from testbed.setup import address
+
+    t0 = time.monotonic()
+
+    def note(iid: str, location: str) -> None:  # a cloud's image is recorded before it is waited on
+        tb.store.add_image(p.kind, iid, key=key, plan=prep.plan.name, testbed=tb.name, host=host, location=location,
+                           size=0, status="saving", spec=tb.info.get("spec"))
+
+    made = p.bake_image(host, key, address.image_record(key, prep.plan.name, parts, f"{tb.name}/{host}"), note)
+    tb.store.add_image(p.kind, str(made["id"]), key=key, plan=prep.plan.name, testbed=tb.name, host=host,
+                       location=str(made["location"]), size=int(made.get("size") or 0),
+                       **{**(made.get("info") or {}), "seconds": round(time.monotonic() - t0, 2),
+                          "spec": tb.info.get("spec")})
+    row = next(r for r in tb.store.images(key) if r["provider"] == p.kind and r["id"] == str(made["id"]))
+    return {**row, "new": True}
+
+
+def for_provision(p: Provider) -> dict[str, Any] | None:
+    """The image a new testbed boots from (set as ``p.image``): one recorded for its provider whose key is that of
+    the set-up its spec names (its ``profile:`` and ``vars:``); None when there is none, or when the testbed is
+    already provisioned (its hosts keep what they booted from). Costs nothing when no image of this provider is
+    recorded."""
+    from testbed.handle import Testbed
+
+    if p.images_why or p.store.testbed(p.name) is not None:
+        return None
+    rows = [r for r in p.store.images() if r["provider"] == p.kind]
+    if not rows:
+        return None
+    from testbed import setup
+
+    key, _ = setup.prepare(Testbed(p.name, p.store, p.spec, None)).image()
+    match = [r for r in rows if r["key"] == key]
+    p.image = match[-1] if match else None
+    return p.image
+
+
+def users(st: Store) -> dict[str, list[str]]:
+    """Image key -> the testbeds recorded as booted from it."""
+    out: dict[str, list[str]] = {}
+    for tb in st.testbeds():
+        img = (tb["info"] or {}).get("image")
+        if isinstance(img, dict) and img.get("key"):
+            out.setdefault(str(img["key"]), []).append(tb["name"])
+    return out
+
+
+def monthly_cost(row: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
+    """What an image costs a month to keep, from the price table's ``images`` section (per GB-month)."""
+    price = ((table.get("images") or {}).get(row["provider"]) or {})
+    per_gb = price.get("per_gb_month")
+    unit = price.get("unit", "USD")
+    gb = row["size"] / 1e9
+    return {"per_month": round(per_gb * gb, 4) if per_gb is not None else None, "unit": unit,
+            "note": price.get("note", "")}
+
+
+def listing(st: Store, table: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every recorded image: key, profile, size, where it lives, what it costs a month, the testbeds using it."""
+    used = users(st)
+    out = []
+    for r in st.images():
+        out.append({"key": r["key"], "id": r["id"], "provider": r["provider"], "profile": r["plan"],
+                    "size": r["size"], "location": r["location"], "baked_from": f"{r['testbed']}/{r['host']}",
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r["created"])),
+                    "cost": monthly_cost(r, table), "used_by": used.get(r["key"], []),
+                    **{k: v for k, v in r["info"].items() if k in ("status", "site", "visibility")}})
+    return out
+
+
+def prune(st: Store, ids: list[str] | None = None, *, progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Delete images where they live and forget them: those named (by id or a key's first characters), else every
+    image no testbed uses. One a testbed uses is refused (its hosts boot from it). The images deleted."""
+    rows = st.images()
+    used = users(st)
+    if ids:
+        picked = []
+        for want in ids:
+            found = [r for r in rows if r["id"] == want or (len(want) >= 6 and r["key"].startswith(want))]
+            if not found:
+                raise UsageError(f"no image '{want}'", where="testbed image prune",
+                                 fix="'testbed image list' shows the images (id or the first characters of a key)")
+            picked += [r for r in found if r not in picked]
+        busy = [r for r in picked if used.get(r["key"])]
+        if busy:
+            r = busy[0]
+            raise UsageError(f"image {r['id']} is used by {', '.join(used[r['key']])}", where="testbed image prune",
+                             fix=f"destroy {', '.join(used[r['key']])} first (their hosts boot from it)")
+    else:
+        picked = [r for r in rows if not used.get(r["key"])]
+    out = []
+    for r in picked:
+        _provider_of(st, r, progress).delete_image(r)
+        st.remove_image(r["provider"], r["id"])
+        out.append(r)
+    return out
+
+
+def _provider_of(st: Store, row: dict[str, Any], progress: Progress | None) -> Provider:
+    """A provider that can delete ``row``: that of the testbed that baked it (its spec, else its recorded copy)."""
+    from testbed.handle import Testbed
+
+    try:
+        return Testbed.open(row["testbed"], st, recorded_ok=True).provider(progress)
+    except TestbedError:
+        from testbed.providers import provider_class
+        from testbed.spec import TestbedSpec
+
+        copy = row["info"].get("spec")
+        if not copy:
+            raise TestbedError(f"image {row['id']} was baked by testbed '{row['testbed']}', whose spec is gone",
+                               where=f"image {row['id']} ({row['location']})",
+                               fix=f"restore inventories/{row['testbed']}.yml, or delete the image where it lives "
+                                   "by hand") from None
+        spec = TestbedSpec.model_validate(copy)
+        return provider_class(spec.kind)(spec, st, progress) if progress else provider_class(spec.kind)(spec, st)
