@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from testbed import paths
 from testbed.errors import TestbedError, UsageError
 from testbed.providers.settings import local_replica
+from testbed.spec import lacks
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -69,7 +70,8 @@ class PointResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == "succeeded" and not any(p.problems for p in self.probes)
+        """Rehearsed with nothing found, or skipped because the real testbed would refuse it too."""
+        return self.status == "skipped" or (self.status == "succeeded" and not any(p.problems for p in self.probes))
 
 
 @dataclass
@@ -84,7 +86,8 @@ class RehearsalResult:
 
     @property
     def ok(self) -> bool:
-        return bool(self.setup.get("ok", True)) and bool(self.points) and all(p.ok for p in self.points)
+        return bool(self.setup.get("ok", True)) and any(p.status != "skipped" for p in self.points) and \
+            all(p.ok for p in self.points)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok, "points": [{**asdict(p), "ok": p.ok} for p in self.points]}
@@ -136,6 +139,13 @@ def _offline_sources(suite: Suite, overrides: dict[str, Override], like: str) ->
 
 
 # --- the plan, rehearsed ----------------------------------------------------------------------------------------
+def lacks_here(needs: list[str]) -> list[str]:
+    """The commands among ``needs`` that this machine (whose commands a replica's hosts run) does not have."""
+    from testbed.spec import CAPABILITIES, lacks
+
+    return lacks([n for n in needs if n not in CAPABILITIES], {}, "local")
+
+
 def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
     """``plan`` as the replica runs it: steps whose needs it lacks skipped, ranks that need them probed."""
     from testbed.run.models import RunStep
@@ -173,6 +183,15 @@ def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
                                     environments={h: envs.get(h) for h in plan.host_names}))
         for h in plan.outputs:
             plan.outputs[h].append("probe-*.json")
+    else:  # ranks that run for real: a fault is fired unless it needs what the replica lacks
+        kept = []
+        for f in plan.faults:
+            miss = sorted(set(f.needs) & lacks) or lacks_here(f.needs)
+            if miss:
+                not_rehearsed.append(f"fault {f.name}: needs {', '.join(miss)}, which the replica lacks")
+            else:
+                kept.append(f)
+        plan.faults = kept
     plan.rehearsal = {"like": like, "skipped": skipped, "probed_ranks": probed, "not_rehearsed": not_rehearsed,
                       "lacks": sorted(lacks)}
     return plan
@@ -255,8 +274,17 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
                                                      for n in spec["provider"]["names"]],
                                 {"hardware": target.hardware.context(), "subnet": subnet, "name": spec["name"],
                                  "provider": kind, "ssh_config": "~/.ssh/config", **target.vars})
-    for p in points:  # every point renders (a template, a fault, a host count) before a host is made
-        plan_mod.build_plan(s, info, p, overrides=overrides)
+    refused: dict[int, str] = {}
+    for i, p in enumerate(points):  # every point renders (a template, a fault, a host count) before a host is made
+        for f in plan_mod.build_plan(s, info, p, overrides=overrides).faults:
+            miss = lacks(f.needs, target.hardware.context(), target.kind)
+            if miss:  # judged against the real testbed: a run there would be refused
+                refused[i] = f"fault {f.name} needs {', '.join(miss)}, which testbed {like} lacks"
+    if len(refused) == len(points):
+        raise UsageError(f"nothing to rehearse: {refused[0]}" + (f" (and {len(points) - 1} more points)"
+                                                                 if len(points) > 1 else ""),
+                         where=f"suite {s.name}", fix="choose a fault the testbed has what it needs for, or --like "
+                         "a testbed that declares it (hardware:)")
 
     tb = Testbed.open(str(spec_path))
     result = RehearsalResult(suite=s.name, like=like, replica=tb.name, setup={},
@@ -268,9 +296,16 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
         result.setup = _setup(tb, s, overrides, setup, roles, note)
         if not result.setup.get("ok", True):
             return result
-        for p in points:
-            plan = plan_mod.build_plan(s, plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store), p,
-                                       overrides=overrides)
+        for i, p in enumerate(points):
+            if i in refused:
+                note(f"point {', '.join(f'{k}={v}' for k, v in p.items() if k in given or matrix)}: skipped "
+                     f"({refused[i]})")
+                result.points.append(PointResult(params=p, run_id="", status="skipped", reason=refused[i], steps=[],
+                                                 ranks="not reached", probes=[], not_rehearsed=[]))
+                continue
+            rinfo = plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store)
+            rinfo.context["spec_known"] = False  # faults were judged against the real testbed above
+            plan = plan_mod.build_plan(s, rinfo, p, overrides=overrides)
             plan = rehearsal_plan(plan, s, like)
             made = stand_in_environments(tb, plan, site)
             if made:

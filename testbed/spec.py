@@ -26,6 +26,9 @@ from testbed.providers.settings import ProviderSettings, Strict
 
 NAME_RE = r"^[a-z][a-z0-9-]{0,30}$"
 IFNAME_RE = r"^[A-Za-z0-9_.-]{1,15}$"  # a Linux interface name (IFNAMSIZ - 1)
+TOOL_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$"  # a command name (tc, iptables, nvidia-smi)
+CAPABILITIES = ("gpu", "tpu", "cuda", "nvidia-driver", "network")
+"""What a fault's ``needs:`` may name besides a command; a testbed has them from its hardware and provider."""
 DEFAULT_TESTBED = "local"  # where a suite runs when neither --on nor the suite names a testbed (a name, not a kind)
 
 
@@ -48,12 +51,45 @@ class Hardware(Strict):
     gpu: Gpu | None = Field(None, description="per-host GPUs; none: CPU hosts (or a TPU, from the provider)")
     login_shell: str | None = Field(None, pattern=r"^/[A-Za-z0-9_./-]{1,100}$",
                                     description="the login user's shell before set-up changes it, e.g. /bin/tcsh")
+    tools: list[str] = Field(default_factory=list, description="commands every host has that a fault may need "
+                             "(tc, iptables, setpci); a local testbed has this machine's")
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, v: list[str]) -> list[str]:
+        for t in v:
+            if not re.match(TOOL_RE, t):
+                raise ValueError(f"'{t}' is not a command name")
+        return v
 
     def context(self) -> dict[str, object]:
         """``{{ testbed.hardware }}`` in suites and ``testbed_hardware`` in roles (flat, plain values)."""
         return {"shared_home": self.shared_home, "interface": self.interface,
                 "gpu_model": self.gpu.model if self.gpu else None, "gpus": self.gpu.count if self.gpu else 0,
-                "login_shell": self.login_shell}
+                "login_shell": self.login_shell, "tools": list(self.tools)}
+
+
+def lacks(needs: list[str], hardware: dict[str, Any], provider: str) -> list[str]:
+    """Which of ``needs`` (capabilities or commands) a testbed lacks: GPUs, CUDA and the NVIDIA driver from its
+    declared GPUs, a TPU from its provider, commands from ``hardware.tools`` (a local testbed's hosts run this
+    machine's commands)."""
+    import shutil
+
+    gpus = int(hardware.get("gpus") or 0)
+    tools = set(hardware.get("tools") or [])
+    out = []
+    for n in needs:
+        if n in ("gpu", "cuda", "nvidia-driver"):
+            ok = gpus > 0
+        elif n == "tpu":
+            ok = provider == "gcp-tpu"
+        elif n == "network":
+            ok = provider != "local"
+        else:
+            ok = n in tools or (provider == "local" and shutil.which(n) is not None)
+        if not ok:
+            out.append(n)
+    return out
 
 
 class TestbedSpec(Strict):

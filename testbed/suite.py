@@ -206,8 +206,22 @@ class Fault(Strict):
     when: str | None = Field(None, description="regular expression matched against the watched rank's log")
     watch_rank: int | None = Field(None, description="rank whose log 'when' watches; default: the target rank")
     recovery: list[Step] | None = Field(None, description="default: steps.recovery")
+    needs: list[str] = Field(default_factory=list, description="what firing it needs on its host: gpu, tpu, cuda, "
+                             "nvidia-driver, network, or a command (tc, iptables, setpci); a run on a testbed that "
+                             "lacks one is refused before any host, a rehearsal skips the point with the reason")
 
     _host = field_validator("host")(classmethod(lambda cls, v: _selector(v)))
+
+    @field_validator("needs")
+    @classmethod
+    def _needs(cls, v: list[str]) -> list[str]:
+        from testbed.spec import TOOL_RE
+
+        for n in v:
+            if not re.match(TOOL_RE, n):
+                raise ValueError(f"'{n}' is neither a capability (gpu, tpu, cuda, nvidia-driver, network) nor a "
+                                 "command name")
+        return v
 
     @field_validator("signal")
     @classmethod

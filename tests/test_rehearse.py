@@ -280,3 +280,73 @@ def test_isca_rehearsed_on_a_replica_of_its_tpu_vm(tmp_path: Path, need_local: N
         "needs tpu, which the replica lacks", "needs network, which the replica lacks"}, steps
     assert point["ranks"] == "probed" and [p["script"] for p in point["probes"]] == ["reproduce_injections.py"]
     assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)
+
+
+# --- what a fault needs ---------------------------------------------------------------------------------------------
+NEEDY = """name: needy
+requires: {hosts: 2}
+parameters:
+  fault: {type: str, default: none, choices: [none, slow-link, gpu-gone]}
+steps:
+  launch: {command: 'sleep 1'}
+faults:
+  slow-link:
+    action: command
+    rank: 1
+    at: 1
+    needs: [tc]
+    command: sudo tc qdisc add dev eth0 root netem delay 100ms
+  gpu-gone:
+    action: command
+    rank: 1
+    at: 1
+    needs: [gpu, nvidia-driver]
+    command: nvidia-smi -L
+"""
+
+
+def _lab(tb_home: Path, name: str, hardware: str) -> None:
+    (tb_home / "inventories").mkdir(exist_ok=True)
+    (tb_home / "inventories" / f"{name}.yml").write_text(
+        f"provider: {{kind: lab, hosts: [{{name: a, address: 10.0.0.2}}, {{name: b, address: 10.0.0.3}}]}}\n"
+        f"user: u\nhardware: {hardware}\n")
+
+
+def test_a_fault_that_needs_what_the_testbed_lacks_is_refused_before_any_host(tb_home: Path) -> None:
+    (tb_home / "experiments").mkdir()
+    (tb_home / "experiments" / "needy.yml").write_text(NEEDY)
+    _lab(tb_home, "bare", "{}")
+    _lab(tb_home, "rig", "{tools: [tc], gpu: {model: NVIDIA A100, count: 1}}")
+    with pytest.raises(UsageError) as e:
+        runner.plan_run("needy", "bare", {"fault": "slow-link"}, dry_run=True)
+    assert "fault 'slow-link' of suite 'needy' needs tc, which testbed 'bare' (lab) lacks" in e.value.what
+    assert "hardware.tools" in e.value.fix and "needy.yml" in str(e.value.where)
+    with pytest.raises(UsageError, match="needs gpu, nvidia-driver, which testbed 'bare'"):
+        runner.plan_run("needy", "bare", {"fault": "gpu-gone"}, dry_run=True)
+    for fault in ("slow-link", "gpu-gone"):  # declared: planned, with what it needs
+        plan = runner.plan_run("needy", "rig", {"fault": fault}, dry_run=True)
+        assert [f.name for f in plan.faults] == [fault] and plan.faults[0].needs
+    assert runner.plan_run("needy", "bare", {"fault": "none"}, dry_run=True).faults == []
+    assert runner.plan_run("needy", None, {"fault": "gpu-gone"}, dry_run=True).faults  # no spec: not judged
+
+
+def test_a_rehearsal_skips_a_point_whose_fault_the_real_testbed_lacks_and_keeps_the_others(tb_home: Path) -> None:
+    """jitc's setpci-gpu needs a GPU: on a replica of the CPU-only chameleon testbed the point is skipped with the
+    reason before any host; a rehearsal of only such points is refused as rehearsing nothing."""
+    suite = load_suite("jitc")
+    assert suite.faults["setpci-gpu"].needs == ["gpu", "nvidia-driver"]
+    plan = runner.plan_run(suite, None, {"fault": "shred-libtorch"}, dry_run=True)
+    plan.ranks = []  # ranks that run for real (none probed): the fault stays unless the replica lacks its needs
+    plan = rh.rehearsal_plan(plan, suite, "chameleon")
+    assert plan.faults == [] and plan.rehearsal is not None
+    assert plan.rehearsal["not_rehearsed"] == ["fault shred-libtorch: needs gpu, which the replica lacks"]
+    res = rh.PointResult(params={}, run_id="", status="skipped", reason="x", steps=[], ranks="not reached",
+                         probes=[], not_rehearsed=[])
+    assert res.ok and not rh.RehearsalResult("jitc", "chameleon", "r", {}, {}, [res]).ok
+    (tb_home / "jitc").mkdir()
+    (tb_home / "jitc" / "main.py").write_text("print()\n")
+    with pytest.raises(UsageError) as e:
+        rh.rehearse("jitc", {"fault": "setpci-gpu"}, like="chameleon", sources={"jitc": str(tb_home / "jitc")})
+    assert e.value.what == "nothing to rehearse: fault setpci-gpu needs gpu, nvidia-driver, which testbed " \
+        "chameleon lacks", e.value.what
+    assert not (tb_home / ".testbed" / "testbeds" / "rehearse-chameleon" / "local").exists()

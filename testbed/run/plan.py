@@ -28,7 +28,7 @@ from testbed.run.models import (
     RepairStep,
     RunStep,
 )
-from testbed.spec import Hardware
+from testbed.spec import CAPABILITIES, Hardware
 from testbed.suite import ENV_RE, Raw, Step, Suite, render, selector_parts, shell_quote
 from testbed.textfmt import plural
 
@@ -92,6 +92,7 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: 
     ctx["subnet"] = str(subnet) if subnet else "0.0.0.0/0"
     ctx["ssh_config"] = str(ssh.ssh_config_path(name)) if name and rec else "~/.ssh/config"
     ctx["hardware"] = spec.hardware.context() if spec else Hardware().context()
+    ctx["spec_known"] = spec is not None  # what a fault needs is judged against a spec's hardware only
     if hosts:
         return TestbedInfo(name or "", ctx["provider"], hosts, ctx, lost_after=spec.lost_after if spec else None)
     if not dry_run:
@@ -199,6 +200,32 @@ def _env_names(env: dict[str, Any], what: str, at: str) -> None:
 def _env_lines(env: dict[str, str], at: str = "env") -> list[str]:
     _env_names(env, "env", at)
     return [f"export {k}={shell_quote(v)}" for k, v in env.items()]
+
+
+class FaultNeedsError(UsageError):
+    """A fault needs what the testbed lacks (a rehearsal skips the point instead)."""
+
+
+def check_fault_needs(suite: Suite, fname: str, tb: TestbedInfo) -> None:
+    """Refuse fault ``fname`` when it needs what testbed ``tb`` lacks (known from its spec: hardware, provider,
+    tools); a testbed known by no spec (a dry run without one) is not judged."""
+    from testbed.spec import lacks
+
+    fault = suite.faults[fname]
+    hardware = tb.context.get("hardware")
+    if not fault.needs or not tb.context.get("spec_known") or not isinstance(hardware, dict):
+        return
+    missing = lacks(fault.needs, hardware, tb.provider)
+    if missing:
+        tools = [m for m in missing if m not in CAPABILITIES]
+        it = "them" if len(tools) > 1 else "it"
+        fix = (f"add {', '.join(tools)} to hardware.tools of testbed '{tb.name}' if its hosts have {it} (or have "
+               f"its profile install {it})" if tools else
+               f"declare it under hardware: of testbed '{tb.name}' if its hosts have it") \
+            + ", or choose another fault"
+        raise FaultNeedsError(f"fault '{fname}' of suite '{suite.name}' needs {', '.join(missing)}, which testbed "
+                              f"'{tb.name}' ({tb.provider}) lacks", where=suite.at("faults", fname, "needs")
+                              or f"{suite.name}: faults.{fname}.needs", fix=fix)
 
 
 def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id: str | None = None,
@@ -314,6 +341,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     for n, fname in enumerate(chosen):
         fault = suite.faults[fname]
         where = f"{suite.name}: faults.{fname}"
+        check_fault_needs(suite, fname, tb)
         rank = _render_int(fault.rank, base, f"{where}.rank", suite.at("faults", fname, "rank")) \
             if fault.rank is not None else None
         if rank is not None and not 0 <= rank < len(ranks):
@@ -341,7 +369,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
             recovery={str(a): steps(fault.recovery if fault.recovery is not None else suite.steps.recovery,
                                     "recovery", a, ("faults", fname, "recovery") if fault.recovery is not None
                                     else None) for a in range(1, len(chosen) + 1)},
-            order=n,
+            order=n, needs=list(fault.needs),
         ))
     # a host lost with no fault fired (a real failure) is recovered only by a suite whose recovery repairs hosts
     repairs = max((x.attempts for x in suite.steps.recovery if x.repair), default=0)
