@@ -12,6 +12,7 @@ the rehearsal produced, marked as a rehearsal: never counted as results.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 from dataclasses import asdict, dataclass, field
@@ -31,8 +32,9 @@ if TYPE_CHECKING:
     from testbed.spec import TestbedSpec
     from testbed.suite import Suite
 
-LACKS = ("gpu", "tpu", "cuda", "nvidia-driver", "network")
-"""What a local replica never has: its hosts are CPU namespaces on one machine with no route out."""
+LACKS = ("gpu", "tpu", "cuda", "nvidia-driver", "network", "torch-fork")
+"""What a local replica never has: its hosts are CPU namespaces on one machine with no route out (so no fork of
+PyTorch built from its repository either: the stock torch at most)."""
 PROBE = Path(__file__).with_name("scripts") / "probe.py"
 DEFAULT_SUBNET = "10.219.0.0/24"
 
@@ -138,6 +140,42 @@ def _offline_sources(suite: Suite, overrides: dict[str, Override], like: str) ->
                          f"under 'sources:' in inventories/{like}.yml")
 
 
+# --- one point per step shape ----------------------------------------------------------------------------------
+_SEP = {";", "&&", "||", "|", "&", "(", ")", "{", "}", "then", "else", "do", "!"}
+
+
+def programs(command: str) -> list[str]:
+    """The programs a shell command runs, in order: the first word of each simple command (past VAR=value), and
+    every script it names (``*.py``, ``*.sh``, ``./x``), so ``cgexec ... python a.py`` gives cgexec and a.py."""
+    command = re.sub(r"\d*[<>]{1,2}&\d+|&>", " ", command)  # 2>&1, &>: redirections, not a background '&'
+    try:
+        lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=";&|()")
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError:  # an unbalanced quote (a here-document's body): words as they are
+        words = command.replace("\n", " ; ").split()
+    out, start = [], True
+    for w in words:
+        if w in _SEP:
+            start = True
+            continue
+        if start and "=" in w and not w.startswith("="):
+            continue  # an assignment before the command
+        if start or w.endswith((".py", ".sh")) or w.startswith("./"):
+            out.append(w.rsplit("/", 1)[-1])
+        start = False
+    return out
+
+
+def plan_shape(plan: Plan) -> tuple[Any, ...]:
+    """What tells two points' runs apart beyond their values: the programs each step and rank runs."""
+    steps = tuple((phase, s.name, tuple(programs(next(iter(s.commands.values()), ""))))
+                  for phase, items in (("sources", plan.sources), ("prepare", plan.prepare), ("post", plan.post))
+                  for s in items)
+    ranks = tuple((r.rank, tuple(programs(r.command))) for r in plan.ranks)
+    return steps, ranks, tuple(f.name for f in plan.faults)
+
+
 # --- the plan, rehearsed ----------------------------------------------------------------------------------------
 def lacks_here(needs: list[str]) -> list[str]:
     """The commands among ``needs`` that this machine (whose commands a replica's hosts run) does not have."""
@@ -232,10 +270,12 @@ def stand_in_environments(tb: Testbed, plan: Plan, site: str | None = None) -> l
 
 # --- the whole rehearsal ----------------------------------------------------------------------------------------
 def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None, matrix: bool = False,
-             sources: dict[str, str] | None = None, setup: bool = True, roles: list[str] | None = None,
-             keep: bool = False, to: Path = Path("results"), subnet: str = DEFAULT_SUBNET,
+             shapes: bool = False, sources: dict[str, str] | None = None, setup: bool = True,
+             roles: list[str] | None = None, keep: bool = False, to: Path = Path("results"),
+             subnet: str = DEFAULT_SUBNET,
              timeout: float | None = None, site: str | None = None, say: Any = None) -> RehearsalResult:
-    """Rehearse ``suite_name`` (every point of its matrix with ``matrix``) on a replica of ``like``.
+    """Rehearse ``suite_name`` (every point of its matrix with ``matrix``; with ``shapes`` too, the first point of
+    each distinct step shape: ``plan_shape``) on a replica of ``like``.
 
     Everything is checked before a host is made (suite, parameters, testbed spec, offline sources); the replica is
     destroyed at the end unless ``keep``. ``site``: the site-packages a stand-in environment sees. ``say``: a
@@ -254,6 +294,8 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
         if say:
             say(msg)
 
+    if shapes and not matrix:
+        raise UsageError("--shapes picks points of the matrix", where="--shapes", fix="add --matrix")
     s = load_suite(suite_name)
     like = like or s.testbed
     if not like:
@@ -275,11 +317,22 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
                                 {"hardware": target.hardware.context(), "subnet": subnet, "name": spec["name"],
                                  "provider": kind, "ssh_config": "~/.ssh/config", **target.vars})
     refused: dict[int, str] = {}
-    for i, p in enumerate(points):  # every point renders (a template, a fault, a host count) before a host is made
-        for f in plan_mod.build_plan(s, info, p, overrides=overrides).faults:
+    seen: set[tuple[Any, ...]] = set()
+    picked: list[dict[str, Any]] = []
+    for p in points:  # every point renders (a template, a fault, a host count) before a host is made
+        draft = plan_mod.build_plan(s, info, p, overrides=overrides)
+        if shapes:
+            shape = plan_shape(draft)
+            if shape in seen:
+                continue
+            seen.add(shape)
+        i = len(picked)
+        picked.append(p)
+        for f in draft.faults:
             miss = lacks(f.needs, target.hardware.context(), target.kind)
             if miss:  # judged against the real testbed: a run there would be refused
                 refused[i] = f"fault {f.name} needs {', '.join(miss)}, which testbed {like} lacks"
+    points = picked
     if len(refused) == len(points):
         raise UsageError(f"nothing to rehearse: {refused[0]}" + (f" (and {len(points) - 1} more points)"
                                                                  if len(points) > 1 else ""),

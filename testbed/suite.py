@@ -85,9 +85,10 @@ class Source(Strict):
     submodules: bool = False
 
 
-Need = Literal["gpu", "tpu", "cuda", "nvidia-driver", "network"]
-"""What a step or rank needs beyond a CPU host; ``testbed rehearse`` replaces (launch) or skips (steps) what the
-local replica lacks."""
+Need = Literal["gpu", "tpu", "cuda", "nvidia-driver", "network", "torch-fork"]
+"""What a step or rank needs beyond a CPU host (torch-fork: a fork of PyTorch the profile builds from source for
+hours, such as pytorch-meng); ``testbed rehearse`` replaces (launch) or skips (steps) what the local replica
+lacks."""
 
 
 class Step(Strict):

@@ -22,7 +22,7 @@ from testbed.errors import UsageError
 from testbed.run import runner
 from testbed.scripts.probe import PROBLEM_EXIT
 from testbed.spec import load_testbed
-from testbed.suite import load_suite, resolve_params
+from testbed.suite import expand_matrix, load_suite, resolve_params
 
 PROBE = Path(rh.__file__).with_name("scripts") / "probe.py"
 SCRIPT = '''import argparse, os
@@ -104,6 +104,38 @@ def test_the_probe_reads_the_parser_from_the_source_when_an_import_is_missing(ve
     found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
     assert found["parsed_by"] == "its parser, read from the source" and "FileNotFoundError" in found["import_error"]
     assert "args" in found and found["args"]["epochs"] == 2, found
+
+
+def test_the_probe_leaves_out_an_environment_read_its_argv_never_reaches(venv: dict[str, Any]) -> None:
+    """main-measure-time-emulator.py:122 reads $WORLD_SIZE only when --dist-url is env:// (found by rehearsing
+    datastall: the probe called the unset variable a problem although the suite's argv never reaches it)."""
+    (venv["src"] / "train.py").write_text(
+        "import argparse, os\np = argparse.ArgumentParser()\np.add_argument('--dist-url', default='tcp://x')\n"
+        "p.add_argument('--world-size', type=int, default=-1)\nargs = p.parse_args()\n"
+        "if args.dist_url == 'env://' and args.world_size == -1:\n    args.world_size = int(os.environ['WORLD_SIZE'])\n"
+        "if not args.dist_url.startswith('tcp'):\n    pass\nelse:\n    rank = os.environ['RANK']\n")
+    r = _py(venv, "train.py")
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert found["problems"] == ["train.py:11 reads $RANK, which is not set for this rank"], found
+    assert any("$WORLD_SIZE (unset) only where args.dist_url == 'env://'" in n for n in found["notes"]), found
+    for f in venv["run"].glob("probe-*.json"):
+        f.unlink()
+    r = _py(venv, "train.py", "--dist-url", "env://", env={"RANK": "0"})  # now reached: a problem
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert r.returncode == PROBLEM_EXIT and found["problems"] == [
+        "train.py:7 reads $WORLD_SIZE, which is not set for this rank"], found
+
+
+def test_the_probe_runs_in_the_oldest_python_of_the_artifacts_envs() -> None:
+    """The probe runs inside the rank's own interpreter: datastall's conda env is Python 3.9, ISCA's TPU image 3.8.
+    ``isinstance(v, str | int)`` raised TypeError there (a union of types at run time needs 3.10)."""
+    import ast
+
+    src = PROBE.read_text()
+    tree = ast.parse(src, feature_version=(3, 8))
+    unions = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") in (
+        "isinstance", "issubclass") and len(n.args) == 2 and isinstance(n.args[1], ast.BinOp)]
+    assert unions == [], f"probe.py lines {unions}: isinstance with X | Y fails before Python 3.10"
 
 
 def test_a_rehearsed_plan_skips_what_the_replica_lacks_and_probes_the_ranks(tb_home: Path) -> None:
@@ -350,3 +382,101 @@ def test_a_rehearsal_skips_a_point_whose_fault_the_real_testbed_lacks_and_keeps_
     assert e.value.what == "nothing to rehearse: fault setpci-gpu needs gpu, nvidia-driver, which testbed " \
         "chameleon lacks", e.value.what
     assert not (tb_home / ".testbed" / "testbeds" / "rehearse-chameleon" / "local").exists()
+
+
+# --- one point per step shape; the datastall emulator rehearsed ---------------------------------------------------
+def test_shapes_pick_one_point_per_distinct_step_shape() -> None:
+    """What --shapes rehearses of each matrix: datastall's figures 3/4 (cgexec, one emulator run, vmtouch), 3-100
+    (cgexec, a fill-cache run first), 5/6 (no cgroup, a fill-cache run); neuronabox's five experiments."""
+    assert rh.programs("set -e\nFOO=1 cgexec -g memory:g python ~/a/main.py -j 8 > o.txt 2>&1 && vmtouch d") == [
+        "set", "cgexec", "main.py", "vmtouch"]
+    groups: dict[str, dict[Any, list[dict[str, Any]]]] = {}
+    for name in ("datastall-emulator", "neuronabox"):
+        s = load_suite(name)
+        for p in expand_matrix(s, {}):
+            shape = rh.plan_shape(runner.plan_run(s, None, p, dry_run=True))
+            groups.setdefault(name, {}).setdefault(shape, []).append(p)
+    stall = [sorted({p["figure"] for p in g}) for g in groups["datastall-emulator"].values()]
+    assert stall == [["3", "4"], ["3-100"], ["5", "6"]], stall
+    nbox = [sorted({p["experiment"] for p in g}) for g in groups["neuronabox"].values()]
+    assert nbox == [["coll"], ["cnn"], ["bert"], ["deeplight"], ["fsdp"]], nbox
+    with pytest.raises(UsageError, match="--shapes picks points of the matrix"):
+        rh.rehearse("datastall-emulator", {}, shapes=True)
+
+
+def _world_readable_cache() -> Path:
+    """Where a replica's user (cc, h3trinh) can read what a test made (as the torch pair's venv)."""
+    root = Path(os.environ.get("TESTBED_TEST_CACHE", "/var/tmp/testbed-tests"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def imagenette_archive() -> Path:
+    """A small imagenette2.tar.gz in the layout of the authors' Drive copy: imagenette2/{train,val}/<wnid>/*.JPEG
+    (what main-measure-time-emulator.py reads with ImageFolder, and vmtouch maps)."""
+    import io
+    import random
+    import tarfile
+
+    from PIL import Image
+
+    out = _world_readable_cache() / "imagenette2-mini.tar.gz"
+    if out.is_file():
+        return out
+    rng = random.Random(7)
+    part = out.with_suffix(f".part{os.getpid()}")
+    with tarfile.open(part, "w:gz") as tf:
+        for split in ("train", "val"):
+            for wnid in ("n01440764", "n02102040"):
+                for i in range(4):
+                    buf = io.BytesIO()
+                    Image.frombytes("RGB", (64, 64), rng.randbytes(64 * 64 * 3)).save(buf, "JPEG")
+                    info = tarfile.TarInfo(f"imagenette2/{split}/{wnid}/{wnid}_{i}.JPEG")
+                    info.size, info.mode = len(buf.getvalue()), 0o644
+                    tf.addfile(info, io.BytesIO(buf.getvalue()))
+    part.chmod(0o644)
+    part.replace(out)
+    return out
+
+
+@pytest.mark.slow
+def test_datastall_rehearsed_one_point_per_shape_on_a_replica_of_its_chameleon_node(
+        tmp_path: Path, need_local: None, torch_pair: str) -> None:
+    """The datastall emulator on a replica of its Chameleon node, with the profile's check stack (mlock and minio
+    built from their real sources, gpufs from the real tree, vmtouch, the memory cgroup) and the real dataset step
+    fed a small archive in the Drive copy's layout: figures 3, 3-100 and 5 (one per step shape) each run the real
+    cgroup, cache-drop and vmtouch steps, the emulator (its forks' API) probed through the suite's launch line."""
+    from localbed import can_raise_memlock
+
+    gpufs, mlock, minio = (artifact(n) for n in ("gpufs", "mlock", "minio"))
+    (tmp_path / "inventories").mkdir()
+    spec = yaml_load(Path(rh.__file__).parents[1] / "inventories" / "chameleon.yml")
+    spec["vars"] = {"datastall_stack": "check", "datastall_dataset_url": f"file://{imagenette_archive()}",
+                    "python_env_shared_site_packages": [torch_pair], "python_env_pip_packages": [],
+                    "memlock_limit": "unlimited" if can_raise_memlock() else "4096"}
+    (tmp_path / "inventories" / "chameleon-check.yml").write_text(json.dumps(spec))
+    out = _rehearse(tmp_path, "datastall-emulator", "--like", "chameleon-check", "--matrix", "--shapes",
+                    "--source", f"gpufs={gpufs}", "--source", f"mlock={mlock}", "--source", f"minio={minio}")
+    assert out["setup"]["ok"], json.dumps(out["setup"], indent=1)
+    assert [p["params"]["figure"] for p in out["points"]] == ["3", "3-100", "5"], out["points"]
+    for point in out["points"]:
+        steps = {s["name"]: s for s in point["steps"]}
+        assert all(s["status"] == "ran" for s in steps.values()), json.dumps(point, indent=1)
+        assert point["ranks"] == "probed", json.dumps(point, indent=1)
+        runs = 1 if point["params"]["figure"] == "3" else 2  # 3-100 and 5: a resnet18 fill-cache run first
+        assert [p["script"].rsplit("/", 1)[-1] for p in point["probes"]] == ["main-measure-time-emulator.py"] * runs
+        for p in point["probes"]:
+            assert p["parsed_by"] == "its own parser", p  # torch, torchvision, minio and mlock all imported
+            assert p["argv"][-1].endswith("/data/imagenette2") and "--emulator-version=1" in p["argv"], p
+        folder = Path(point["folder"])
+        if point["params"]["figure"] in ("3", "3-100"):  # vmtouch mapped the extracted train/ of the small copy
+            cache = next(folder.glob("node0/outputsfig3/cache_result*.txt")).read_text()
+            assert "Files: 8" in cache and "Directories: 3" in cache, cache
+    assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)
+
+
+def yaml_load(path: Path) -> dict[str, Any]:
+    import yaml
+
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    return data
