@@ -64,6 +64,13 @@ __all__ = ["EventAggregator", "HostResult", "Plan", "SetupResult", "ansible_dir"
 
 
 # --- inventory, playbook, environment --------------------------------------------------------------------
+
+HOME_WRITER = ("{{ not (testbed_hardware | default({})).shared_home | default(false) | bool "
+               "or inventory_hostname == ansible_play_hosts_all[0] }}")
+"""``testbed_home_writer``, as every set-up hands it to the roles (templated per host by Ansible). The first host
+of the play as it started: a failure of that host leaves the home unwritten (the others' checks fail), never hands
+the writing to a second host halfway through (``ansible_play_hosts`` drops failed hosts)."""
+
 def build_inventory(testbed: str, hosts: list[Host], variables: dict[str, Any] | None = None) -> dict[str, Any]:
     """The testbed's one inventory (:func:`testbed.ssh.inventory`), its ssh_config written first if missing."""
     from testbed import ssh
@@ -225,6 +232,9 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
     variables["testbed_provider"] = provider
     if spec is not None:  # what the real machines are like (interface, GPUs, shared home): roles derive from it
         variables["testbed_hardware"] = spec.hardware.context()
+    # the one host of the play that writes what lands under a home every host shares (python_env, source_build,
+    # dataset): the first host of the play where the home is shared (NFS), every host on homes of their own
+    variables["testbed_home_writer"] = HOME_WRITER
     from testbed.providers import PROVIDERS, provider_class
 
     cls = provider_class(provider) if provider in PROVIDERS else None
