@@ -65,7 +65,7 @@ class PointResult:
     status: str  # the run's status
     reason: str | None
     steps: list[StepOutcome]
-    ranks: str  # ran, probed, or not reached
+    ranks: str  # ran, probed, skipped, or not reached
     probes: list[Probe]
     not_rehearsed: list[str]  # faults and recoveries the probe stands in for
     folder: str | None = None
@@ -199,6 +199,14 @@ def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
                 s.commands = {h: "echo " + shlex.quote(f"testbed rehearse: skipped: {why}") for h in s.hosts}
     probed = sorted({r.rank for r in plan.ranks if set(r.needs) & lacks})
     not_rehearsed: list[str] = []
+    skipped_ranks: dict[int, str] = {}
+    for r in plan.ranks:  # the probe stands in for Python programs (and the scripts that start them) only
+        run = programs(r.command)
+        if r.rank in probed and not any(w.endswith((".py", ".sh")) for w in run):
+            why = (f"needs {', '.join(sorted(set(r.needs) & lacks))}, which the replica lacks, and runs no Python "
+                   f"program the probe can stand in for ({', '.join(run) or 'nothing'})")
+            skipped_ranks[r.rank] = why
+            r.command = "echo " + shlex.quote(f"testbed rehearse: rank {r.rank} skipped: {why}")
     if probed:  # post steps work on what the ranks made, and a probe makes none of it
         for s in plan.post:
             if s.name not in skipped:
@@ -230,7 +238,8 @@ def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
             else:
                 kept.append(f)
         plan.faults = kept
-    plan.rehearsal = {"like": like, "skipped": skipped, "probed_ranks": probed, "not_rehearsed": not_rehearsed,
+    plan.rehearsal = {"like": like, "skipped": skipped, "probed_ranks": [r for r in probed if r not in skipped_ranks],
+                      "skipped_ranks": {str(k): v for k, v in skipped_ranks.items()}, "not_rehearsed": not_rehearsed,
                       "lacks": sorted(lacks)}
     return plan
 
@@ -315,7 +324,11 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
     info = plan_mod.TestbedInfo(spec["name"], kind, [plan_mod.HostInfo(n, n, [], {})
                                                      for n in spec["provider"]["names"]],
                                 {"hardware": target.hardware.context(), "subnet": subnet, "name": spec["name"],
-                                 "provider": kind, "ssh_config": "~/.ssh/config", **target.vars})
+                                 "provider": kind, "ssh_config": "~/.ssh/config", **target.vars,
+                                 **({"hardware_of": {h: target.hardware.context(h) for h in spec["provider"]["names"]},
+                                     "gpu_declared": [h for h in target.hardware.hosts
+                                                      if target.hardware.gpu_declared(h)]}
+                                    if target.hardware.hosts else {})})
     refused: dict[int, str] = {}
     seen: set[tuple[Any, ...]] = set()
     picked: list[dict[str, Any]] = []
@@ -329,7 +342,7 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
         i = len(picked)
         picked.append(p)
         for f in draft.faults:
-            miss = lacks(f.needs, target.hardware.context(), target.kind)
+            miss = lacks(f.needs, target.hardware.context(f.host), target.kind)
             if miss:  # judged against the real testbed: a run there would be refused
                 refused[i] = f"fault {f.name} needs {', '.join(miss)}, which testbed {like} lacks"
     points = picked
@@ -427,7 +440,9 @@ def _point(tb: Testbed, plan: Plan, rec: Any, to: Path, note: Any) -> PointResul
                             cwd=d.get("cwd", ""), parsed_by=str(d.get("parsed_by", "")),
                             problems=list(d.get("problems", []))))
     launched = any(e.kind == "started" for e in events) or rec.info.launched_at
-    ranks = "not reached" if not launched else "probed" if probes else "ran"
+    skipped_ranks = (plan.rehearsal or {}).get("skipped_ranks") or {}
+    ranks = "not reached" if not launched else "probed" if probes else \
+        "skipped" if len(skipped_ranks) == len(plan.ranks) else "ran"
     if collected.ok:
         try:
             from testbed.report.build import build_report
@@ -435,6 +450,7 @@ def _point(tb: Testbed, plan: Plan, rec: Any, to: Path, note: Any) -> PointResul
             build_report(folder)
         except TestbedError as e:
             note(f"report of {plan.run_id}: {e.what}")
+    not_rehearsed = list((plan.rehearsal or {}).get("not_rehearsed", []))
+    not_rehearsed += [f"rank {k}: {why}" for k, why in skipped_ranks.items()]
     return PointResult(params=plan.params, run_id=plan.run_id, status=rec.status, reason=rec.reason, steps=steps,
-                       ranks=ranks, probes=probes, not_rehearsed=list((plan.rehearsal or {}).get("not_rehearsed", [])),
-                       folder=str(folder))
+                       ranks=ranks, probes=probes, not_rehearsed=not_rehearsed, folder=str(folder))

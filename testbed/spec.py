@@ -39,6 +39,13 @@ class Gpu(Strict):
     count: int = Field(1, ge=1, le=64, description="GPUs per host")
 
 
+class HostHardware(Strict):
+    """One host's hardware where it differs from the testbed's (a GPU host beside CPU hosts, another NIC)."""
+
+    interface: str | None = Field(None, pattern=IFNAME_RE, description="this host's interface name")
+    gpu: Gpu | None = Field(None, description="this host's GPUs; null: none (a CPU host)")
+
+
 class Hardware(Strict):
     """What the real machines are like where a run depends on it: suites derive interface names, addresses and GPU
     types from here (``{{ testbed.hardware.* }}``, Ansible's ``testbed_hardware``), and ``testbed rehearse`` builds
@@ -53,6 +60,8 @@ class Hardware(Strict):
                                     description="the login user's shell before set-up changes it, e.g. /bin/tcsh")
     tools: list[str] = Field(default_factory=list, description="commands every host has that a fault may need "
                              "(tc, iptables, setpci); a local testbed has this machine's")
+    hosts: dict[str, HostHardware] = Field(default_factory=dict, description="per host, where hosts differ: "
+                                           "its interface, its GPUs (gpu: null for a CPU host)")
 
     @field_validator("tools")
     @classmethod
@@ -62,11 +71,22 @@ class Hardware(Strict):
                 raise ValueError(f"'{t}' is not a command name")
         return v
 
-    def context(self) -> dict[str, object]:
-        """``{{ testbed.hardware }}`` in suites and ``testbed_hardware`` in roles (flat, plain values)."""
-        return {"shared_home": self.shared_home, "interface": self.interface,
-                "gpu_model": self.gpu.model if self.gpu else None, "gpus": self.gpu.count if self.gpu else 0,
+    def context(self, host: str | None = None) -> dict[str, object]:
+        """``{{ testbed.hardware }}`` in suites and ``testbed_hardware`` in roles (flat, plain values); with
+        ``host``, that host's (``{{ hardware }}`` in a rank's or a step's command, its ``testbed_hardware``)."""
+        interface, gpu = self.interface, self.gpu
+        own = self.hosts.get(host) if host else None
+        if own is not None:
+            interface = own.interface or interface
+            gpu = own.gpu if "gpu" in own.model_fields_set else gpu
+        return {"shared_home": self.shared_home, "interface": interface,
+                "gpu_model": gpu.model if gpu else None, "gpus": gpu.count if gpu else 0,
                 "login_shell": self.login_shell, "tools": list(self.tools)}
+
+    def gpu_declared(self, host: str) -> bool:
+        """Whether the spec says, for ``host`` itself, whether it has GPUs (``hosts.<host>.gpu``)."""
+        own = self.hosts.get(host)
+        return own is not None and "gpu" in own.model_fields_set
 
 
 def lacks(needs: list[str], hardware: dict[str, Any], provider: str) -> list[str]:
@@ -183,6 +203,20 @@ class TestbedSpec(Strict):
                                   + f"hosts: {', '.join(names)}")
                 if m in members[:i]:
                     raise Invalid(f"group '{g}' lists host '{m}' twice", loc=("groups", g, i), fix="list it once")
+        return self
+
+    @model_validator(mode="after")
+    def _hardware_hosts(self) -> TestbedSpec:
+        import difflib
+
+        from testbed.yamlfile import Invalid
+
+        names = self.host_names()
+        for h in self.hardware.hosts:
+            if names is not None and h not in names:
+                close = difflib.get_close_matches(h, names, n=1, cutoff=0.5)
+                raise Invalid(f"hardware.hosts names unknown host '{h}'", loc=("hardware", "hosts", h),
+                              fix=(f"did you mean '{close[0]}'? " if close else "") + f"hosts: {', '.join(names)}")
         return self
 
     def groups_for(self, host: str, index: int) -> list[str]:

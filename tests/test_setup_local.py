@@ -363,8 +363,9 @@ def _world_readable(name: str) -> Path:
 
 def test_builds_and_datasets_on_a_shared_home_are_made_by_one_host(local_testbed: Any) -> None:
     """On a home every host shares, source_build checks out and builds under it, and dataset fetches into it, on
-    the home's writer alone (testbed_home_writer, as python_env): never three checkouts into one folder at once.
-    A build installed outside the home (/opt) is installed on every host, each with its own stamp."""
+    the home's writer alone (testbed_home_writer, as python_env): never three checkouts into one folder at once;
+    hosts that build different things there (emu, ori) each build their own. A build installed outside the home
+    (/opt) is installed on every host, and again on a host replaced under the same home."""
     import shutil
 
     src = _world_readable("shared-home")
@@ -386,6 +387,13 @@ def test_builds_and_datasets_on_a_shared_home_are_made_by_one_host(local_testbed
         res = setup.apply(bed.name, roles=["source_build"], extra_vars=home)
         assert res.ok, res.to_json()
         assert set(_on_all(bed, "cat ~/tb-home-src/built-by.txt").values()) == {"node0"}  # one checkout, one build
+        # hosts that build different things under the one home (neuronabox's emu and ori): each its own, once
+        flavor = {**home, "source_build_name": "tb-flavor", "source_build_dest":
+                  "{{ ansible_facts.user_dir }}/tb-{{ 'emu' if inventory_hostname == 'node2' else 'ori' }}-src"}
+        res = setup.apply(bed.name, roles=["source_build"], extra_vars=flavor)
+        assert res.ok, res.to_json()
+        assert bed.ssh("node1", "cat ~/tb-emu-src/built-by.txt; cat ~/tb-ori-src/built-by.txt").stdout.split() == [
+            "node2", "node0"]
         items = [{"name": "d", "url": f"file://{src / 'd.tar.gz'}", "dest": "~/tb-data/d.tar.gz",
                   "extract_to": "~/tb-data", "creates": "~/tb-data/d/f.txt"}]
         res = setup.apply(bed.name, roles=["dataset"], extra_vars={"dataset_items": items})
