@@ -480,3 +480,80 @@ def yaml_load(path: Path) -> dict[str, Any]:
 
     data: dict[str, Any] = yaml.safe_load(path.read_text())
     return data
+
+
+# --- neuronabox rehearsed -------------------------------------------------------------------------------------------
+GPU_PAIR = """description: two one-GPU hosts, as NeuronaBox's evaluation (an emulated node and its peer)
+provider: {kind: lab, hosts: [{name: gpu1, address: 10.0.0.2}, {name: gpu2, address: 10.0.0.3}]}
+user: nbox
+hardware: {interface: eno1, gpu: {model: NVIDIA GeForce RTX 3090, count: 1}}
+"""
+
+
+def deeplight_folder() -> Path:
+    """DeepLight's dataset/ files in main_all.py's format (:66-82): Criteo's 39 fields (13 numerical, 26
+    categorical), {Xi,Xv,y}_{train,valid}_tiny.npy and the embedding sizes in feature_sizes.pickle."""
+    import pickle
+
+    import numpy as np
+
+    out = _world_readable_cache() / "deeplight-mini"
+    if (out / "feature_sizes.pickle").is_file():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(7)
+    sizes = [1] * 13 + [int(x) for x in rng.integers(2, 50, 26)]
+    for split, n in (("train", 64), ("valid", 16)):
+        xi = np.stack([rng.integers(0, s, n) for s in sizes], axis=1).reshape(n, 39, 1)
+        np.save(out / f"Xi_{split}_tiny.npy", xi)
+        np.save(out / f"Xv_{split}_tiny.npy", rng.random((n, 39)).astype(np.float32))
+        np.save(out / f"y_{split}_tiny.npy", rng.integers(0, 2, n))
+    with open(out / "feature_sizes.pickle", "wb") as f:
+        pickle.dump(sizes, f)
+    for p in [out, *out.iterdir()]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return out
+
+
+def test_a_rank_that_runs_no_python_is_skipped_with_the_reason(tb_home: Path) -> None:
+    """neuronabox's collectives: mpirun starts a CUDA binary (/tmp/ex) the skipped compile step makes: nothing the
+    probe can stand in for, so the ranks are skipped, said so, rather than failing on a missing binary."""
+    suite = load_suite("neuronabox")
+    plan = rh.rehearsal_plan(runner.plan_run(suite, None, {"experiment": "coll"}, dry_run=True), suite, "x")
+    assert plan.rehearsal is not None and plan.rehearsal["probed_ranks"] == []
+    why = plan.rehearsal["skipped_ranks"]["1"]
+    assert why.startswith("needs cuda, gpu, which the replica lacks, and runs no Python program") and "mpirun" in why
+    assert all(r.command.startswith("echo ") for r in plan.ranks)
+    cnn = rh.rehearsal_plan(runner.plan_run(suite, None, {"experiment": "cnn"}, dry_run=True), suite, "x")
+    assert cnn.rehearsal is not None and cnn.rehearsal["probed_ranks"] == [0, 1]
+
+
+@pytest.mark.slow
+def test_neuronabox_rehearsed_one_point_per_shape_on_a_replica_of_two_gpu_hosts(
+        tmp_path: Path, need_local: None, torch_pair: str) -> None:
+    """NeuronaBox on two local hosts shaped like its two one-GPU nodes (eno1): per experiment, each host's env
+    (emu on the master, ori on the peer) stood in for, the real prepare steps that need no CUDA and no network on
+    the real checkout (the per-host mpirun prefix, config.sh once per home, CNN's synthetic JPEGs, DeepLight's
+    files from a folder the test makes in their format, BERT's folders), the CUDA and download steps skipped with
+    their reasons; CNN, BERT (through run.sh), DeepLight and FSDP ranks probed through the suite's launch line."""
+    nb = artifact("NeuronaBox")
+    (tmp_path / "inventories").mkdir()
+    (tmp_path / "inventories" / "gpu-pair.yml").write_text(GPU_PAIR)
+    out = _rehearse(tmp_path, "neuronabox", "--like", "gpu-pair", "--matrix", "--shapes", "--source",
+                    f"neuronabox={nb}", "--no-setup", "--site", torch_pair,
+                    "-p", f"deeplight_data={deeplight_folder()}")
+    points = {p["params"]["experiment"]: p for p in out["points"]}
+    assert list(points) == ["coll", "cnn", "bert", "deeplight", "fsdp"], list(points)
+    for exp, point in points.items():
+        steps = {s["name"]: s for s in point["steps"]}
+        for name, s in steps.items():
+            needy = name.startswith(("compile", "the experiment's Python", "the experiment's data (downloaded)"))
+            assert s["status"] == ("skipped" if needy else "ran"), (exp, name, s)
+        if exp == "coll":
+            assert point["ranks"] == "skipped" and any("mpirun" in n for n in point["not_rehearsed"]), point
+            continue
+        scripts = {"cnn": "main.py", "bert": "run_squad.py", "deeplight": "main_all.py", "fsdp": "T5_training.py"}
+        assert point["ranks"] == "probed", json.dumps(point, indent=1)
+        assert sorted({p["script"].rsplit("/", 1)[-1] for p in point["probes"]}) == [scripts[exp]], point["probes"]
+        assert len(point["probes"]) == 2, point["probes"]  # one per rank, each in its own env
+    assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)
