@@ -177,11 +177,12 @@ def plan_shape(plan: Plan) -> tuple[Any, ...]:
 
 
 # --- the plan, rehearsed ----------------------------------------------------------------------------------------
-def lacks_here(needs: list[str]) -> list[str]:
-    """The commands among ``needs`` that this machine (whose commands a replica's hosts run) does not have."""
+def lacks_here(needs: list[str], kind: str) -> list[str]:
+    """The commands among ``needs`` that this machine (whose commands a replica's hosts of provider ``kind`` run)
+    does not have."""
     from testbed.spec import CAPABILITIES, lacks
 
-    return lacks([n for n in needs if n not in CAPABILITIES], {}, "local")
+    return lacks([n for n in needs if n not in CAPABILITIES], {}, kind)
 
 
 def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
@@ -200,11 +201,12 @@ def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
     probed = sorted({r.rank for r in plan.ranks if set(r.needs) & lacks})
     not_rehearsed: list[str] = []
     skipped_ranks: dict[int, str] = {}
-    for r in plan.ranks:  # the probe stands in for Python programs (and the scripts that start them) only
-        run = programs(r.command)
-        if r.rank in probed and not any(w.endswith((".py", ".sh")) for w in run):
-            why = (f"needs {', '.join(sorted(set(r.needs) & lacks))}, which the replica lacks, and runs no Python "
-                   f"program the probe can stand in for ({', '.join(run) or 'nothing'})")
+    compiled = [p for p in suite.steps.launch.probe if not p.endswith(".py")]
+    for r in plan.ranks:  # the probe stands in for Python programs only: a compiled one the suite names is skipped
+        found = [p for p in compiled if p in r.command]
+        if r.rank in probed and found:
+            why = (f"needs {', '.join(sorted(set(r.needs) & lacks))}, which the replica lacks, and runs "
+                   f"{', '.join(found)}, a compiled program the probe cannot stand in for")
             skipped_ranks[r.rank] = why
             r.command = "echo " + shlex.quote(f"testbed rehearse: rank {r.rank} skipped: {why}")
     if probed:  # post steps work on what the ranks made, and a probe makes none of it
@@ -232,7 +234,7 @@ def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
     else:  # ranks that run for real: a fault is fired unless it needs what the replica lacks
         kept = []
         for f in plan.faults:
-            miss = sorted(set(f.needs) & lacks) or lacks_here(f.needs)
+            miss = sorted(set(f.needs) & lacks) or lacks_here(f.needs, plan.provider)
             if miss:
                 not_rehearsed.append(f"fault {f.name}: needs {', '.join(miss)}, which the replica lacks")
             else:
@@ -347,7 +349,7 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
                 refused[i] = f"fault {f.name} needs {', '.join(miss)}, which testbed {like} lacks"
     points = picked
     if len(refused) == len(points):
-        raise UsageError(f"nothing to rehearse: {refused[0]}" + (f" (and {len(points) - 1} more points)"
+        raise UsageError(f"nothing to rehearse: {refused[0]}" + (f" (and {plural(len(points) - 1, 'more point')})"
                                                                  if len(points) > 1 else ""),
                          where=f"suite {s.name}", fix="choose a fault the testbed has what it needs for, or --like "
                          "a testbed that declares it (hardware:)")

@@ -153,7 +153,8 @@ class Launch(Strict):
     needs: list[Need] | None = Field(None, description="what the ranks need beyond a CPU host; default: the suite's "
                                      "requires.accelerator (gpu or tpu)")
     probe: list[str] = Field(default_factory=list, description="the programs (Python scripts, relative to the "
-                             "launch folder) a rehearsal replaces by a probe when the ranks' needs are not met; "
+                             "launch folder) a rehearsal replaces by a probe when the ranks' needs are not met (a "
+                             "compiled program named here: its ranks are skipped, with the reason); "
                              "default: every Python script the ranks start from a source checkout")
 
     _on = field_validator("on")(classmethod(lambda cls, v: _selector(v)))

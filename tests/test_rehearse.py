@@ -516,14 +516,20 @@ def deeplight_folder() -> Path:
 
 
 def test_a_rank_that_runs_no_python_is_skipped_with_the_reason(tb_home: Path) -> None:
-    """neuronabox's collectives: mpirun starts a CUDA binary (/tmp/ex) the skipped compile step makes: nothing the
-    probe can stand in for, so the ranks are skipped, said so, rather than failing on a missing binary."""
+    """neuronabox's collectives: mpirun starts a CUDA binary (/tmp/ex, named in the launch's probe:) that the
+    skipped compile step makes: nothing the probe can stand in for, so the rank is skipped, said so, rather than
+    failing on a missing binary (found by rehearsing it)."""
     suite = load_suite("neuronabox")
     plan = rh.rehearsal_plan(runner.plan_run(suite, None, {"experiment": "coll"}, dry_run=True), suite, "x")
-    assert plan.rehearsal is not None and plan.rehearsal["probed_ranks"] == []
+    assert plan.rehearsal is not None and plan.rehearsal["probed_ranks"] == [0]  # `true`: nothing to probe
     why = plan.rehearsal["skipped_ranks"]["1"]
-    assert why.startswith("needs cuda, gpu, which the replica lacks, and runs no Python program") and "mpirun" in why
-    assert all(r.command.startswith("echo ") for r in plan.ranks)
+    assert why == "needs cuda, gpu, which the replica lacks, and runs /tmp/ex, a compiled program the probe " \
+        "cannot stand in for", why
+    assert set(plan.rehearsal["skipped_ranks"]) == {"1"}  # rank 0's command is `true` (the peer's mpirun starts it)
+    assert plan.ranks[1].command.startswith("echo ")
+    tesla = load_suite("tesla")  # tesla's hello_mpi names no compiled program: its ranks run (mpirun, the binary)
+    hello = rh.rehearsal_plan(runner.plan_run(tesla, None, {"task": "hello"}, dry_run=True), tesla, "tesla")
+    assert hello.rehearsal is not None and hello.rehearsal["skipped_ranks"] == {}
     cnn = rh.rehearsal_plan(runner.plan_run(suite, None, {"experiment": "cnn"}, dry_run=True), suite, "x")
     assert cnn.rehearsal is not None and cnn.rehearsal["probed_ranks"] == [0, 1]
 
@@ -550,7 +556,7 @@ def test_neuronabox_rehearsed_one_point_per_shape_on_a_replica_of_two_gpu_hosts(
             needy = name.startswith(("compile", "the experiment's Python", "the experiment's data (downloaded)"))
             assert s["status"] == ("skipped" if needy else "ran"), (exp, name, s)
         if exp == "coll":
-            assert point["ranks"] == "skipped" and any("mpirun" in n for n in point["not_rehearsed"]), point
+            assert point["ranks"] == "ran" and any("/tmp/ex" in n for n in point["not_rehearsed"]), point
             continue
         scripts = {"cnn": "main.py", "bert": "run_squad.py", "deeplight": "main_all.py", "fsdp": "T5_training.py"}
         assert point["ranks"] == "probed", json.dumps(point, indent=1)
