@@ -12,6 +12,7 @@ the rehearsal produced, marked as a rehearsal: never counted as results.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 from dataclasses import asdict, dataclass, field
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from testbed import paths
 from testbed.errors import TestbedError, UsageError
 from testbed.providers.settings import local_replica
+from testbed.spec import lacks
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -30,8 +32,9 @@ if TYPE_CHECKING:
     from testbed.spec import TestbedSpec
     from testbed.suite import Suite
 
-LACKS = ("gpu", "tpu", "cuda", "nvidia-driver", "network")
-"""What a local replica never has: its hosts are CPU namespaces on one machine with no route out."""
+LACKS = ("gpu", "tpu", "cuda", "nvidia-driver", "network", "torch-fork")
+"""What a local replica never has: its hosts are CPU namespaces on one machine with no route out (so no fork of
+PyTorch built from its repository either: the stock torch at most)."""
 PROBE = Path(__file__).with_name("scripts") / "probe.py"
 DEFAULT_SUBNET = "10.219.0.0/24"
 
@@ -62,14 +65,15 @@ class PointResult:
     status: str  # the run's status
     reason: str | None
     steps: list[StepOutcome]
-    ranks: str  # ran, probed, or not reached
+    ranks: str  # ran, probed, skipped, or not reached
     probes: list[Probe]
     not_rehearsed: list[str]  # faults and recoveries the probe stands in for
     folder: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.status == "succeeded" and not any(p.problems for p in self.probes)
+        """Rehearsed with nothing found, or skipped because the real testbed would refuse it too."""
+        return self.status == "skipped" or (self.status == "succeeded" and not any(p.problems for p in self.probes))
 
 
 @dataclass
@@ -84,7 +88,8 @@ class RehearsalResult:
 
     @property
     def ok(self) -> bool:
-        return bool(self.setup.get("ok", True)) and bool(self.points) and all(p.ok for p in self.points)
+        return bool(self.setup.get("ok", True)) and any(p.status != "skipped" for p in self.points) and \
+            all(p.ok for p in self.points)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok, "points": [{**asdict(p), "ok": p.ok} for p in self.points]}
@@ -135,7 +140,51 @@ def _offline_sources(suite: Suite, overrides: dict[str, Override], like: str) ->
                          f"under 'sources:' in inventories/{like}.yml")
 
 
+# --- one point per step shape ----------------------------------------------------------------------------------
+_SEP = {";", "&&", "||", "|", "&", "(", ")", "{", "}", "then", "else", "do", "!"}
+
+
+def programs(command: str) -> list[str]:
+    """The programs a shell command runs, in order: the first word of each simple command (past VAR=value), and
+    every script it names (``*.py``, ``*.sh``, ``./x``), so ``cgexec ... python a.py`` gives cgexec and a.py."""
+    command = re.sub(r"\d*[<>]{1,2}&\d+|&>", " ", command)  # 2>&1, &>: redirections, not a background '&'
+    try:
+        lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=";&|()")
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError:  # an unbalanced quote (a here-document's body): words as they are
+        words = command.replace("\n", " ; ").split()
+    out, start = [], True
+    for w in words:
+        if w in _SEP:
+            start = True
+            continue
+        if start and "=" in w and not w.startswith("="):
+            continue  # an assignment before the command
+        if start or w.endswith((".py", ".sh")) or w.startswith("./"):
+            out.append(w.rsplit("/", 1)[-1])
+        start = False
+    return out
+
+
+def plan_shape(plan: Plan) -> tuple[Any, ...]:
+    """What tells two points' runs apart beyond their values: the programs each step and rank runs."""
+    steps = tuple((phase, s.name, tuple(programs(next(iter(s.commands.values()), ""))))
+                  for phase, items in (("sources", plan.sources), ("prepare", plan.prepare), ("post", plan.post))
+                  for s in items)
+    ranks = tuple((r.rank, tuple(programs(r.command))) for r in plan.ranks)
+    return steps, ranks, tuple(f.name for f in plan.faults)
+
+
 # --- the plan, rehearsed ----------------------------------------------------------------------------------------
+def lacks_here(needs: list[str], kind: str) -> list[str]:
+    """The commands among ``needs`` that this machine (whose commands a replica's hosts of provider ``kind`` run)
+    does not have."""
+    from testbed.spec import CAPABILITIES, lacks
+
+    return lacks([n for n in needs if n not in CAPABILITIES], {}, kind)
+
+
 def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
     """``plan`` as the replica runs it: steps whose needs it lacks skipped, ranks that need them probed."""
     from testbed.run.models import RunStep
@@ -151,6 +200,15 @@ def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
                 s.commands = {h: "echo " + shlex.quote(f"testbed rehearse: skipped: {why}") for h in s.hosts}
     probed = sorted({r.rank for r in plan.ranks if set(r.needs) & lacks})
     not_rehearsed: list[str] = []
+    skipped_ranks: dict[int, str] = {}
+    compiled = [p for p in suite.steps.launch.probe if not p.endswith(".py")]
+    for r in plan.ranks:  # the probe stands in for Python programs only: a compiled one the suite names is skipped
+        found = [p for p in compiled if p in r.command]
+        if r.rank in probed and found:
+            why = (f"needs {', '.join(sorted(set(r.needs) & lacks))}, which the replica lacks, and runs "
+                   f"{', '.join(found)}, a compiled program the probe cannot stand in for")
+            skipped_ranks[r.rank] = why
+            r.command = "echo " + shlex.quote(f"testbed rehearse: rank {r.rank} skipped: {why}")
     if probed:  # post steps work on what the ranks made, and a probe makes none of it
         for s in plan.post:
             if s.name not in skipped:
@@ -173,7 +231,17 @@ def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
                                     environments={h: envs.get(h) for h in plan.host_names}))
         for h in plan.outputs:
             plan.outputs[h].append("probe-*.json")
-    plan.rehearsal = {"like": like, "skipped": skipped, "probed_ranks": probed, "not_rehearsed": not_rehearsed,
+    else:  # ranks that run for real: a fault is fired unless it needs what the replica lacks
+        kept = []
+        for f in plan.faults:
+            miss = sorted(set(f.needs) & lacks) or lacks_here(f.needs, plan.provider)
+            if miss:
+                not_rehearsed.append(f"fault {f.name}: needs {', '.join(miss)}, which the replica lacks")
+            else:
+                kept.append(f)
+        plan.faults = kept
+    plan.rehearsal = {"like": like, "skipped": skipped, "probed_ranks": [r for r in probed if r not in skipped_ranks],
+                      "skipped_ranks": {str(k): v for k, v in skipped_ranks.items()}, "not_rehearsed": not_rehearsed,
                       "lacks": sorted(lacks)}
     return plan
 
@@ -213,10 +281,12 @@ def stand_in_environments(tb: Testbed, plan: Plan, site: str | None = None) -> l
 
 # --- the whole rehearsal ----------------------------------------------------------------------------------------
 def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None, matrix: bool = False,
-             sources: dict[str, str] | None = None, setup: bool = True, roles: list[str] | None = None,
-             keep: bool = False, to: Path = Path("results"), subnet: str = DEFAULT_SUBNET,
+             shapes: bool = False, sources: dict[str, str] | None = None, setup: bool = True,
+             roles: list[str] | None = None, keep: bool = False, to: Path = Path("results"),
+             subnet: str = DEFAULT_SUBNET,
              timeout: float | None = None, site: str | None = None, say: Any = None) -> RehearsalResult:
-    """Rehearse ``suite_name`` (every point of its matrix with ``matrix``) on a replica of ``like``.
+    """Rehearse ``suite_name`` (every point of its matrix with ``matrix``; with ``shapes`` too, the first point of
+    each distinct step shape: ``plan_shape``) on a replica of ``like``.
 
     Everything is checked before a host is made (suite, parameters, testbed spec, offline sources); the replica is
     destroyed at the end unless ``keep``. ``site``: the site-packages a stand-in environment sees. ``say``: a
@@ -235,6 +305,8 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
         if say:
             say(msg)
 
+    if shapes and not matrix:
+        raise UsageError("--shapes picks points of the matrix", where="--shapes", fix="add --matrix")
     s = load_suite(suite_name)
     like = like or s.testbed
     if not like:
@@ -254,9 +326,33 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
     info = plan_mod.TestbedInfo(spec["name"], kind, [plan_mod.HostInfo(n, n, [], {})
                                                      for n in spec["provider"]["names"]],
                                 {"hardware": target.hardware.context(), "subnet": subnet, "name": spec["name"],
-                                 "provider": kind, "ssh_config": "~/.ssh/config", **target.vars})
+                                 "provider": kind, "ssh_config": "~/.ssh/config", **target.vars,
+                                 **({"hardware_of": {h: target.hardware.context(h) for h in spec["provider"]["names"]},
+                                     "gpu_declared": [h for h in target.hardware.hosts
+                                                      if target.hardware.gpu_declared(h)]}
+                                    if target.hardware.hosts else {})})
+    refused: dict[int, str] = {}
+    seen: set[tuple[Any, ...]] = set()
+    picked: list[dict[str, Any]] = []
     for p in points:  # every point renders (a template, a fault, a host count) before a host is made
-        plan_mod.build_plan(s, info, p, overrides=overrides)
+        draft = plan_mod.build_plan(s, info, p, overrides=overrides)
+        if shapes:
+            shape = plan_shape(draft)
+            if shape in seen:
+                continue
+            seen.add(shape)
+        i = len(picked)
+        picked.append(p)
+        for f in draft.faults:
+            miss = lacks(f.needs, target.hardware.context(f.host), target.kind)
+            if miss:  # judged against the real testbed: a run there would be refused
+                refused[i] = f"fault {f.name} needs {', '.join(miss)}, which testbed {like} lacks"
+    points = picked
+    if len(refused) == len(points):
+        raise UsageError(f"nothing to rehearse: {refused[0]}" + (f" (and {plural(len(points) - 1, 'more point')})"
+                                                                 if len(points) > 1 else ""),
+                         where=f"suite {s.name}", fix="choose a fault the testbed has what it needs for, or --like "
+                         "a testbed that declares it (hardware:)")
 
     tb = Testbed.open(str(spec_path))
     result = RehearsalResult(suite=s.name, like=like, replica=tb.name, setup={},
@@ -268,9 +364,16 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
         result.setup = _setup(tb, s, overrides, setup, roles, note)
         if not result.setup.get("ok", True):
             return result
-        for p in points:
-            plan = plan_mod.build_plan(s, plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store), p,
-                                       overrides=overrides)
+        for i, p in enumerate(points):
+            if i in refused:
+                note(f"point {', '.join(f'{k}={v}' for k, v in p.items() if k in given or matrix)}: skipped "
+                     f"({refused[i]})")
+                result.points.append(PointResult(params=p, run_id="", status="skipped", reason=refused[i], steps=[],
+                                                 ranks="not reached", probes=[], not_rehearsed=[]))
+                continue
+            rinfo = plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store)
+            rinfo.context["spec_known"] = False  # faults were judged against the real testbed above
+            plan = plan_mod.build_plan(s, rinfo, p, overrides=overrides)
             plan = rehearsal_plan(plan, s, like)
             made = stand_in_environments(tb, plan, site)
             if made:
@@ -339,7 +442,9 @@ def _point(tb: Testbed, plan: Plan, rec: Any, to: Path, note: Any) -> PointResul
                             cwd=d.get("cwd", ""), parsed_by=str(d.get("parsed_by", "")),
                             problems=list(d.get("problems", []))))
     launched = any(e.kind == "started" for e in events) or rec.info.launched_at
-    ranks = "not reached" if not launched else "probed" if probes else "ran"
+    skipped_ranks = (plan.rehearsal or {}).get("skipped_ranks") or {}
+    ranks = "not reached" if not launched else "probed" if probes else \
+        "skipped" if len(skipped_ranks) == len(plan.ranks) else "ran"
     if collected.ok:
         try:
             from testbed.report.build import build_report
@@ -347,6 +452,7 @@ def _point(tb: Testbed, plan: Plan, rec: Any, to: Path, note: Any) -> PointResul
             build_report(folder)
         except TestbedError as e:
             note(f"report of {plan.run_id}: {e.what}")
+    not_rehearsed = list((plan.rehearsal or {}).get("not_rehearsed", []))
+    not_rehearsed += [f"rank {k}: {why}" for k, why in skipped_ranks.items()]
     return PointResult(params=plan.params, run_id=plan.run_id, status=rec.status, reason=rec.reason, steps=steps,
-                       ranks=ranks, probes=probes, not_rehearsed=list((plan.rehearsal or {}).get("not_rehearsed", [])),
-                       folder=str(folder))
+                       ranks=ranks, probes=probes, not_rehearsed=not_rehearsed, folder=str(folder))

@@ -26,6 +26,9 @@ from testbed.providers.settings import ProviderSettings, Strict
 
 NAME_RE = r"^[a-z][a-z0-9-]{0,30}$"
 IFNAME_RE = r"^[A-Za-z0-9_.-]{1,15}$"  # a Linux interface name (IFNAMSIZ - 1)
+TOOL_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$"  # a command name (tc, iptables, nvidia-smi)
+CAPABILITIES = ("gpu", "tpu", "cuda", "nvidia-driver", "network")
+"""What a fault's ``needs:`` may name besides a command; a testbed has them from its hardware and provider."""
 DEFAULT_TESTBED = "local"  # where a suite runs when neither --on nor the suite names a testbed (a name, not a kind)
 
 
@@ -34,6 +37,13 @@ class Gpu(Strict):
 
     model: str = Field(pattern=r"^[A-Za-z0-9 ._()/-]{1,64}$", description="e.g. 'NVIDIA GeForce RTX 3070'")
     count: int = Field(1, ge=1, le=64, description="GPUs per host")
+
+
+class HostHardware(Strict):
+    """One host's hardware where it differs from the testbed's (a GPU host beside CPU hosts, another NIC)."""
+
+    interface: str | None = Field(None, pattern=IFNAME_RE, description="this host's interface name")
+    gpu: Gpu | None = Field(None, description="this host's GPUs; null: none (a CPU host)")
 
 
 class Hardware(Strict):
@@ -48,12 +58,61 @@ class Hardware(Strict):
     gpu: Gpu | None = Field(None, description="per-host GPUs; none: CPU hosts (or a TPU, from the provider)")
     login_shell: str | None = Field(None, pattern=r"^/[A-Za-z0-9_./-]{1,100}$",
                                     description="the login user's shell before set-up changes it, e.g. /bin/tcsh")
+    tools: list[str] = Field(default_factory=list, description="commands every host has that a fault may need "
+                             "(tc, iptables, setpci); a local testbed has this machine's")
+    hosts: dict[str, HostHardware] = Field(default_factory=dict, description="per host, where hosts differ: "
+                                           "its interface, its GPUs (gpu: null for a CPU host)")
 
-    def context(self) -> dict[str, object]:
-        """``{{ testbed.hardware }}`` in suites and ``testbed_hardware`` in roles (flat, plain values)."""
-        return {"shared_home": self.shared_home, "interface": self.interface,
-                "gpu_model": self.gpu.model if self.gpu else None, "gpus": self.gpu.count if self.gpu else 0,
-                "login_shell": self.login_shell}
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, v: list[str]) -> list[str]:
+        for t in v:
+            if not re.match(TOOL_RE, t):
+                raise ValueError(f"'{t}' is not a command name")
+        return v
+
+    def context(self, host: str | None = None) -> dict[str, object]:
+        """``{{ testbed.hardware }}`` in suites and ``testbed_hardware`` in roles (flat, plain values); with
+        ``host``, that host's (``{{ hardware }}`` in a rank's or a step's command, its ``testbed_hardware``)."""
+        interface, gpu = self.interface, self.gpu
+        own = self.hosts.get(host) if host else None
+        if own is not None:
+            interface = own.interface or interface
+            gpu = own.gpu if "gpu" in own.model_fields_set else gpu
+        return {"shared_home": self.shared_home, "interface": interface,
+                "gpu_model": gpu.model if gpu else None, "gpus": gpu.count if gpu else 0,
+                "login_shell": self.login_shell, "tools": list(self.tools)}
+
+    def gpu_declared(self, host: str) -> bool:
+        """Whether the spec says, for ``host`` itself, whether it has GPUs (``hosts.<host>.gpu``)."""
+        own = self.hosts.get(host)
+        return own is not None and "gpu" in own.model_fields_set
+
+
+def lacks(needs: list[str], hardware: dict[str, Any], provider: str) -> list[str]:
+    """Which of ``needs`` (capabilities or commands) a testbed lacks: GPUs, CUDA and the NVIDIA driver from its
+    declared GPUs, a TPU from its provider kind, the network unless the kind's hosts have no route out, commands
+    from ``hardware.tools`` (or this machine's, where the kind's hosts run this machine's files)."""
+    import shutil
+
+    from testbed.providers import PROVIDERS, provider_class
+
+    cls = provider_class(provider) if provider in PROVIDERS else None
+    gpus = int(hardware.get("gpus") or 0)
+    tools = set(hardware.get("tools") or [])
+    out = []
+    for n in needs:
+        if n in ("gpu", "cuda", "nvidia-driver"):
+            ok = gpus > 0
+        elif n in ("tpu",):
+            ok = cls is not None and cls.accelerator == n
+        elif n == "network":
+            ok = cls is not None and not cls.offline_hosts
+        else:
+            ok = n in tools or (cls is not None and cls.shares_controller_files and shutil.which(n) is not None)
+        if not ok:
+            out.append(n)
+    return out
 
 
 class TestbedSpec(Strict):
@@ -147,6 +206,20 @@ class TestbedSpec(Strict):
                                   + f"hosts: {', '.join(names)}")
                 if m in members[:i]:
                     raise Invalid(f"group '{g}' lists host '{m}' twice", loc=("groups", g, i), fix="list it once")
+        return self
+
+    @model_validator(mode="after")
+    def _hardware_hosts(self) -> TestbedSpec:
+        import difflib
+
+        from testbed.yamlfile import Invalid
+
+        names = self.host_names()
+        for h in self.hardware.hosts:
+            if names is not None and h not in names:
+                close = difflib.get_close_matches(h, names, n=1, cutoff=0.5)
+                raise Invalid(f"hardware.hosts names unknown host '{h}'", loc=("hardware", "hosts", h),
+                              fix=(f"did you mean '{close[0]}'? " if close else "") + f"hosts: {', '.join(names)}")
         return self
 
     def groups_for(self, host: str, index: int) -> list[str]:

@@ -86,9 +86,10 @@ class Source(Strict):
     submodules: bool = False
 
 
-Need = Literal["gpu", "tpu", "cuda", "nvidia-driver", "network"]
-"""What a step or rank needs beyond a CPU host; ``testbed rehearse`` replaces (launch) or skips (steps) what the
-local replica lacks."""
+Need = Literal["gpu", "tpu", "cuda", "nvidia-driver", "network", "torch-fork"]
+"""What a step or rank needs beyond a CPU host (torch-fork: a fork of PyTorch the profile builds from source for
+hours, such as pytorch-meng); ``testbed rehearse`` replaces (launch) or skips (steps) what the local replica
+lacks."""
 
 
 class Step(Strict):
@@ -153,7 +154,8 @@ class Launch(Strict):
     needs: list[Need] | None = Field(None, description="what the ranks need beyond a CPU host; default: the suite's "
                                      "requires.accelerator (gpu or tpu)")
     probe: list[str] = Field(default_factory=list, description="the programs (Python scripts, relative to the "
-                             "launch folder) a rehearsal replaces by a probe when the ranks' needs are not met; "
+                             "launch folder) a rehearsal replaces by a probe when the ranks' needs are not met (a "
+                             "compiled program named here: its ranks are skipped, with the reason); "
                              "default: every Python script the ranks start from a source checkout")
 
     _on = field_validator("on")(classmethod(lambda cls, v: _selector(v)))
@@ -207,8 +209,22 @@ class Fault(Strict):
     when: str | None = Field(None, description="regular expression matched against the watched rank's log")
     watch_rank: int | None = Field(None, description="rank whose log 'when' watches; default: the target rank")
     recovery: list[Step] | None = Field(None, description="default: steps.recovery")
+    needs: list[str] = Field(default_factory=list, description="what firing it needs on its host: gpu, tpu, cuda, "
+                             "nvidia-driver, network, or a command (tc, iptables, setpci); a run on a testbed that "
+                             "lacks one is refused before any host, a rehearsal skips the point with the reason")
 
     _host = field_validator("host")(classmethod(lambda cls, v: _selector(v)))
+
+    @field_validator("needs")
+    @classmethod
+    def _needs(cls, v: list[str]) -> list[str]:
+        from testbed.spec import TOOL_RE
+
+        for n in v:
+            if not re.match(TOOL_RE, n):
+                raise ValueError(f"'{n}' is neither a capability (gpu, tpu, cuda, nvidia-driver, network) nor a "
+                                 "command name")
+        return v
 
     @field_validator("signal")
     @classmethod

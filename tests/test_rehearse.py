@@ -22,7 +22,7 @@ from testbed.errors import UsageError
 from testbed.run import runner
 from testbed.scripts.probe import PROBLEM_EXIT
 from testbed.spec import load_testbed
-from testbed.suite import load_suite, resolve_params
+from testbed.suite import expand_matrix, load_suite, resolve_params
 
 PROBE = Path(rh.__file__).with_name("scripts") / "probe.py"
 SCRIPT = '''import argparse, os
@@ -104,6 +104,38 @@ def test_the_probe_reads_the_parser_from_the_source_when_an_import_is_missing(ve
     found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
     assert found["parsed_by"] == "its parser, read from the source" and "FileNotFoundError" in found["import_error"]
     assert "args" in found and found["args"]["epochs"] == 2, found
+
+
+def test_the_probe_leaves_out_an_environment_read_its_argv_never_reaches(venv: dict[str, Any]) -> None:
+    """main-measure-time-emulator.py:122 reads $WORLD_SIZE only when --dist-url is env:// (found by rehearsing
+    datastall: the probe called the unset variable a problem although the suite's argv never reaches it)."""
+    (venv["src"] / "train.py").write_text(
+        "import argparse, os\np = argparse.ArgumentParser()\np.add_argument('--dist-url', default='tcp://x')\n"
+        "p.add_argument('--world-size', type=int, default=-1)\nargs = p.parse_args()\n"
+        "if args.dist_url == 'env://' and args.world_size == -1:\n    args.world_size = int(os.environ['WORLD_SIZE'])\n"
+        "if not args.dist_url.startswith('tcp'):\n    pass\nelse:\n    rank = os.environ['RANK']\n")
+    r = _py(venv, "train.py")
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert found["problems"] == ["train.py:11 reads $RANK, which is not set for this rank"], found
+    assert any("$WORLD_SIZE (unset) only where args.dist_url == 'env://'" in n for n in found["notes"]), found
+    for f in venv["run"].glob("probe-*.json"):
+        f.unlink()
+    r = _py(venv, "train.py", "--dist-url", "env://", env={"RANK": "0"})  # now reached: a problem
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert r.returncode == PROBLEM_EXIT and found["problems"] == [
+        "train.py:7 reads $WORLD_SIZE, which is not set for this rank"], found
+
+
+def test_the_probe_runs_in_the_oldest_python_of_the_artifacts_envs() -> None:
+    """The probe runs inside the rank's own interpreter: datastall's conda env is Python 3.9, ISCA's TPU image 3.8.
+    ``isinstance(v, str | int)`` raised TypeError there (a union of types at run time needs 3.10)."""
+    import ast
+
+    src = PROBE.read_text()
+    tree = ast.parse(src, feature_version=(3, 8))
+    unions = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") in (
+        "isinstance", "issubclass") and len(n.args) == 2 and isinstance(n.args[1], ast.BinOp)]
+    assert unions == [], f"probe.py lines {unions}: isinstance with X | Y fails before Python 3.10"
 
 
 def test_a_rehearsed_plan_skips_what_the_replica_lacks_and_probes_the_ranks(tb_home: Path) -> None:
@@ -279,4 +311,255 @@ def test_isca_rehearsed_on_a_replica_of_its_tpu_vm(tmp_path: Path, need_local: N
     assert {s["reason"] for s in steps.values() if s["status"] == "skipped"} >= {
         "needs tpu, which the replica lacks", "needs network, which the replica lacks"}, steps
     assert point["ranks"] == "probed" and [p["script"] for p in point["probes"]] == ["reproduce_injections.py"]
+    assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)
+
+
+# --- what a fault needs ---------------------------------------------------------------------------------------------
+NEEDY = """name: needy
+requires: {hosts: 2}
+parameters:
+  fault: {type: str, default: none, choices: [none, slow-link, gpu-gone]}
+steps:
+  launch: {command: 'sleep 1'}
+faults:
+  slow-link:
+    action: command
+    rank: 1
+    at: 1
+    needs: [tc]
+    command: sudo tc qdisc add dev eth0 root netem delay 100ms
+  gpu-gone:
+    action: command
+    rank: 1
+    at: 1
+    needs: [gpu, nvidia-driver]
+    command: nvidia-smi -L
+"""
+
+
+def _lab(tb_home: Path, name: str, hardware: str) -> None:
+    (tb_home / "inventories").mkdir(exist_ok=True)
+    (tb_home / "inventories" / f"{name}.yml").write_text(
+        f"provider: {{kind: lab, hosts: [{{name: a, address: 10.0.0.2}}, {{name: b, address: 10.0.0.3}}]}}\n"
+        f"user: u\nhardware: {hardware}\n")
+
+
+def test_a_fault_that_needs_what_the_testbed_lacks_is_refused_before_any_host(tb_home: Path) -> None:
+    (tb_home / "experiments").mkdir()
+    (tb_home / "experiments" / "needy.yml").write_text(NEEDY)
+    _lab(tb_home, "bare", "{}")
+    _lab(tb_home, "rig", "{tools: [tc], gpu: {model: NVIDIA A100, count: 1}}")
+    with pytest.raises(UsageError) as e:
+        runner.plan_run("needy", "bare", {"fault": "slow-link"}, dry_run=True)
+    assert "fault 'slow-link' of suite 'needy' needs tc, which testbed 'bare' (lab) lacks" in e.value.what
+    assert "hardware.tools" in e.value.fix and "needy.yml" in str(e.value.where)
+    with pytest.raises(UsageError, match="needs gpu, nvidia-driver, which testbed 'bare'"):
+        runner.plan_run("needy", "bare", {"fault": "gpu-gone"}, dry_run=True)
+    for fault in ("slow-link", "gpu-gone"):  # declared: planned, with what it needs
+        plan = runner.plan_run("needy", "rig", {"fault": fault}, dry_run=True)
+        assert [f.name for f in plan.faults] == [fault] and plan.faults[0].needs
+    assert runner.plan_run("needy", "bare", {"fault": "none"}, dry_run=True).faults == []
+    assert runner.plan_run("needy", None, {"fault": "gpu-gone"}, dry_run=True).faults  # no spec: not judged
+
+
+def test_a_rehearsal_skips_a_point_whose_fault_the_real_testbed_lacks_and_keeps_the_others(tb_home: Path) -> None:
+    """jitc's setpci-gpu needs a GPU: on a replica of the CPU-only chameleon testbed the point is skipped with the
+    reason before any host; a rehearsal of only such points is refused as rehearsing nothing."""
+    suite = load_suite("jitc")
+    assert suite.faults["setpci-gpu"].needs == ["gpu", "nvidia-driver"]
+    plan = runner.plan_run(suite, None, {"fault": "shred-libtorch"}, dry_run=True)
+    plan.ranks = []  # ranks that run for real (none probed): the fault stays unless the replica lacks its needs
+    plan = rh.rehearsal_plan(plan, suite, "chameleon")
+    assert plan.faults == [] and plan.rehearsal is not None
+    assert plan.rehearsal["not_rehearsed"] == ["fault shred-libtorch: needs gpu, which the replica lacks"]
+    res = rh.PointResult(params={}, run_id="", status="skipped", reason="x", steps=[], ranks="not reached",
+                         probes=[], not_rehearsed=[])
+    assert res.ok and not rh.RehearsalResult("jitc", "chameleon", "r", {}, {}, [res]).ok
+    (tb_home / "jitc").mkdir()
+    (tb_home / "jitc" / "main.py").write_text("print()\n")
+    with pytest.raises(UsageError) as e:
+        rh.rehearse("jitc", {"fault": "setpci-gpu"}, like="chameleon", sources={"jitc": str(tb_home / "jitc")})
+    assert e.value.what == "nothing to rehearse: fault setpci-gpu needs gpu, nvidia-driver, which testbed " \
+        "chameleon lacks", e.value.what
+    assert not (tb_home / ".testbed" / "testbeds" / "rehearse-chameleon" / "local").exists()
+
+
+# --- one point per step shape; the datastall emulator rehearsed ---------------------------------------------------
+def test_shapes_pick_one_point_per_distinct_step_shape() -> None:
+    """What --shapes rehearses of each matrix: datastall's figures 3/4 (cgexec, one emulator run, vmtouch), 3-100
+    (cgexec, a fill-cache run first), 5/6 (no cgroup, a fill-cache run); neuronabox's five experiments."""
+    assert rh.programs("set -e\nFOO=1 cgexec -g memory:g python ~/a/main.py -j 8 > o.txt 2>&1 && vmtouch d") == [
+        "set", "cgexec", "main.py", "vmtouch"]
+    groups: dict[str, dict[Any, list[dict[str, Any]]]] = {}
+    for name in ("datastall-emulator", "neuronabox"):
+        s = load_suite(name)
+        for p in expand_matrix(s, {}):
+            shape = rh.plan_shape(runner.plan_run(s, None, p, dry_run=True))
+            groups.setdefault(name, {}).setdefault(shape, []).append(p)
+    stall = [sorted({p["figure"] for p in g}) for g in groups["datastall-emulator"].values()]
+    assert stall == [["3", "4"], ["3-100"], ["5", "6"]], stall
+    nbox = [sorted({p["experiment"] for p in g}) for g in groups["neuronabox"].values()]
+    assert nbox == [["coll"], ["cnn"], ["bert"], ["deeplight"], ["fsdp"]], nbox
+    with pytest.raises(UsageError, match="--shapes picks points of the matrix"):
+        rh.rehearse("datastall-emulator", {}, shapes=True)
+
+
+def _world_readable_cache() -> Path:
+    """Where a replica's user (cc, h3trinh) can read what a test made (as the torch pair's venv)."""
+    root = Path(os.environ.get("TESTBED_TEST_CACHE", "/var/tmp/testbed-tests"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def imagenette_archive() -> Path:
+    """A small imagenette2.tar.gz in the layout of the authors' Drive copy: imagenette2/{train,val}/<wnid>/*.JPEG
+    (what main-measure-time-emulator.py reads with ImageFolder, and vmtouch maps)."""
+    import io
+    import random
+    import tarfile
+
+    from PIL import Image
+
+    out = _world_readable_cache() / "imagenette2-mini.tar.gz"
+    if out.is_file():
+        return out
+    rng = random.Random(7)
+    part = out.with_suffix(f".part{os.getpid()}")
+    with tarfile.open(part, "w:gz") as tf:
+        for split in ("train", "val"):
+            for wnid in ("n01440764", "n02102040"):
+                for i in range(4):
+                    buf = io.BytesIO()
+                    Image.frombytes("RGB", (64, 64), rng.randbytes(64 * 64 * 3)).save(buf, "JPEG")
+                    info = tarfile.TarInfo(f"imagenette2/{split}/{wnid}/{wnid}_{i}.JPEG")
+                    info.size, info.mode = len(buf.getvalue()), 0o644
+                    tf.addfile(info, io.BytesIO(buf.getvalue()))
+    part.chmod(0o644)
+    part.replace(out)
+    return out
+
+
+@pytest.mark.slow
+def test_datastall_rehearsed_one_point_per_shape_on_a_replica_of_its_chameleon_node(
+        tmp_path: Path, need_local: None, torch_pair: str) -> None:
+    """The datastall emulator on a replica of its Chameleon node, with the profile's check stack (mlock and minio
+    built from their real sources, gpufs from the real tree, vmtouch, the memory cgroup) and the real dataset step
+    fed a small archive in the Drive copy's layout: figures 3, 3-100 and 5 (one per step shape) each run the real
+    cgroup, cache-drop and vmtouch steps, the emulator (its forks' API) probed through the suite's launch line."""
+    from localbed import can_raise_memlock
+
+    gpufs, mlock, minio = (artifact(n) for n in ("gpufs", "mlock", "minio"))
+    (tmp_path / "inventories").mkdir()
+    spec = yaml_load(Path(rh.__file__).parents[1] / "inventories" / "chameleon.yml")
+    spec["vars"] = {"datastall_stack": "check", "datastall_dataset_url": f"file://{imagenette_archive()}",
+                    "python_env_shared_site_packages": [torch_pair], "python_env_pip_packages": [],
+                    "memlock_limit": "unlimited" if can_raise_memlock() else "4096"}
+    (tmp_path / "inventories" / "chameleon-check.yml").write_text(json.dumps(spec))
+    out = _rehearse(tmp_path, "datastall-emulator", "--like", "chameleon-check", "--matrix", "--shapes",
+                    "--source", f"gpufs={gpufs}", "--source", f"mlock={mlock}", "--source", f"minio={minio}")
+    assert out["setup"]["ok"], json.dumps(out["setup"], indent=1)
+    assert [p["params"]["figure"] for p in out["points"]] == ["3", "3-100", "5"], out["points"]
+    for point in out["points"]:
+        steps = {s["name"]: s for s in point["steps"]}
+        assert all(s["status"] == "ran" for s in steps.values()), json.dumps(point, indent=1)
+        assert point["ranks"] == "probed", json.dumps(point, indent=1)
+        runs = 1 if point["params"]["figure"] == "3" else 2  # 3-100 and 5: a resnet18 fill-cache run first
+        assert [p["script"].rsplit("/", 1)[-1] for p in point["probes"]] == ["main-measure-time-emulator.py"] * runs
+        for p in point["probes"]:
+            assert p["parsed_by"] == "its own parser", p  # torch, torchvision, minio and mlock all imported
+            assert p["argv"][-1].endswith("/data/imagenette2") and "--emulator-version=1" in p["argv"], p
+        folder = Path(point["folder"])
+        if point["params"]["figure"] in ("3", "3-100"):  # vmtouch mapped the extracted train/ of the small copy
+            cache = next(folder.glob("node0/outputsfig3/cache_result*.txt")).read_text()
+            assert "Files: 8" in cache and "Directories: 3" in cache, cache
+    assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)
+
+
+def yaml_load(path: Path) -> dict[str, Any]:
+    import yaml
+
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    return data
+
+
+# --- neuronabox rehearsed -------------------------------------------------------------------------------------------
+GPU_PAIR = """description: two one-GPU hosts, as NeuronaBox's evaluation (an emulated node and its peer)
+provider: {kind: lab, hosts: [{name: gpu1, address: 10.0.0.2}, {name: gpu2, address: 10.0.0.3}]}
+user: nbox
+hardware: {interface: eno1, gpu: {model: NVIDIA GeForce RTX 3090, count: 1}}
+"""
+
+
+def deeplight_folder() -> Path:
+    """DeepLight's dataset/ files in main_all.py's format (:66-82): Criteo's 39 fields (13 numerical, 26
+    categorical), {Xi,Xv,y}_{train,valid}_tiny.npy and the embedding sizes in feature_sizes.pickle."""
+    import pickle
+
+    import numpy as np
+
+    out = _world_readable_cache() / "deeplight-mini"
+    if (out / "feature_sizes.pickle").is_file():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(7)
+    sizes = [1] * 13 + [int(x) for x in rng.integers(2, 50, 26)]
+    for split, n in (("train", 64), ("valid", 16)):
+        xi = np.stack([rng.integers(0, s, n) for s in sizes], axis=1).reshape(n, 39, 1)
+        np.save(out / f"Xi_{split}_tiny.npy", xi)
+        np.save(out / f"Xv_{split}_tiny.npy", rng.random((n, 39)).astype(np.float32))
+        np.save(out / f"y_{split}_tiny.npy", rng.integers(0, 2, n))
+    with open(out / "feature_sizes.pickle", "wb") as f:
+        pickle.dump(sizes, f)
+    for p in [out, *out.iterdir()]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return out
+
+
+def test_a_rank_that_runs_no_python_is_skipped_with_the_reason(tb_home: Path) -> None:
+    """neuronabox's collectives: mpirun starts a CUDA binary (/tmp/ex, named in the launch's probe:) that the
+    skipped compile step makes: nothing the probe can stand in for, so the rank is skipped, said so, rather than
+    failing on a missing binary (found by rehearsing it)."""
+    suite = load_suite("neuronabox")
+    plan = rh.rehearsal_plan(runner.plan_run(suite, None, {"experiment": "coll"}, dry_run=True), suite, "x")
+    assert plan.rehearsal is not None and plan.rehearsal["probed_ranks"] == [0]  # `true`: nothing to probe
+    why = plan.rehearsal["skipped_ranks"]["1"]
+    assert why == "needs cuda, gpu, which the replica lacks, and runs /tmp/ex, a compiled program the probe " \
+        "cannot stand in for", why
+    assert set(plan.rehearsal["skipped_ranks"]) == {"1"}  # rank 0's command is `true` (the peer's mpirun starts it)
+    assert plan.ranks[1].command.startswith("echo ")
+    tesla = load_suite("tesla")  # tesla's hello_mpi names no compiled program: its ranks run (mpirun, the binary)
+    hello = rh.rehearsal_plan(runner.plan_run(tesla, None, {"task": "hello"}, dry_run=True), tesla, "tesla")
+    assert hello.rehearsal is not None and hello.rehearsal["skipped_ranks"] == {}
+    cnn = rh.rehearsal_plan(runner.plan_run(suite, None, {"experiment": "cnn"}, dry_run=True), suite, "x")
+    assert cnn.rehearsal is not None and cnn.rehearsal["probed_ranks"] == [0, 1]
+
+
+@pytest.mark.slow
+def test_neuronabox_rehearsed_one_point_per_shape_on_a_replica_of_two_gpu_hosts(
+        tmp_path: Path, need_local: None, torch_pair: str) -> None:
+    """NeuronaBox on two local hosts shaped like its two one-GPU nodes (eno1): per experiment, each host's env
+    (emu on the master, ori on the peer) stood in for, the real prepare steps that need no CUDA and no network on
+    the real checkout (the per-host mpirun prefix, config.sh once per home, CNN's synthetic JPEGs, DeepLight's
+    files from a folder the test makes in their format, BERT's folders), the CUDA and download steps skipped with
+    their reasons; CNN, BERT (through run.sh), DeepLight and FSDP ranks probed through the suite's launch line."""
+    nb = artifact("NeuronaBox")
+    (tmp_path / "inventories").mkdir()
+    (tmp_path / "inventories" / "gpu-pair.yml").write_text(GPU_PAIR)
+    out = _rehearse(tmp_path, "neuronabox", "--like", "gpu-pair", "--matrix", "--shapes", "--source",
+                    f"neuronabox={nb}", "--no-setup", "--site", torch_pair,
+                    "-p", f"deeplight_data={deeplight_folder()}")
+    points = {p["params"]["experiment"]: p for p in out["points"]}
+    assert list(points) == ["coll", "cnn", "bert", "deeplight", "fsdp"], list(points)
+    for exp, point in points.items():
+        steps = {s["name"]: s for s in point["steps"]}
+        for name, s in steps.items():
+            needy = name.startswith(("compile", "the experiment's Python", "the experiment's data (downloaded)"))
+            assert s["status"] == ("skipped" if needy else "ran"), (exp, name, s)
+        if exp == "coll":
+            assert point["ranks"] == "ran" and any("/tmp/ex" in n for n in point["not_rehearsed"]), point
+            continue
+        scripts = {"cnn": "main.py", "bert": "run_squad.py", "deeplight": "main_all.py", "fsdp": "T5_training.py"}
+        assert point["ranks"] == "probed", json.dumps(point, indent=1)
+        assert sorted({p["script"].rsplit("/", 1)[-1] for p in point["probes"]}) == [scripts[exp]], point["probes"]
+        assert len(point["probes"]) == 2, point["probes"]  # one per rank, each in its own env
     assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)

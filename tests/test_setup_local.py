@@ -349,3 +349,69 @@ def test_an_environment_on_a_shared_home_is_made_by_one_host(local_testbed: Any)
     assert res.ok, res.to_json()
     made = {n for n, h in res.hosts.items() if any("Create the venv" in t for t in h.changed_tasks)}
     assert made == {"node0", "node1"}
+
+
+def _world_readable(name: str) -> Path:
+    """A fresh folder the local hosts can read (they see this machine's /var/tmp, not the test's private tmp)."""
+    import shutil
+
+    root = Path(os.environ.get("TESTBED_TEST_CACHE", "/var/tmp/testbed-tests")) / f"{name}-{os.getpid()}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    return root
+
+
+def test_builds_and_datasets_on_a_shared_home_are_made_by_one_host(local_testbed: Any) -> None:
+    """On a home every host shares, source_build checks out and builds under it, and dataset fetches into it, on
+    the home's writer alone (testbed_home_writer, as python_env): never three checkouts into one folder at once;
+    hosts that build different things there (emu, ori) each build their own. A build installed outside the home
+    (/opt) is installed on every host, and again on a host replaced under the same home."""
+    import shutil
+
+    src = _world_readable("shared-home")
+    try:
+        repo = src / "repo"
+        repo.mkdir()
+        (repo / "README").write_text("x\n")
+        for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-qm", "x"]):
+            subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True)
+        with tarfile.open(src / "d.tar.gz", "w:gz") as tf:
+            info = tarfile.TarInfo("d/f.txt")
+            info.size = 3
+            tf.addfile(info, io.BytesIO(b"ok\n"))
+        bed = local_testbed(hosts=3, name="nfsb", hardware={"shared_home": True})
+        home = {"source_build_name": "tb-home", "source_build_repo": str(repo), "source_build_version": "main",
+                "source_build_dest": "{{ ansible_facts.user_dir }}/tb-home-src", "source_build_artifact": "none",
+                "source_build_steps": ['hostname >> built-by.txt'],
+                "source_build_verify": "test -s ~/tb-home-src/built-by.txt"}
+        res = setup.apply(bed.name, roles=["source_build"], extra_vars=home)
+        assert res.ok, res.to_json()
+        assert set(_on_all(bed, "cat ~/tb-home-src/built-by.txt").values()) == {"node0"}  # one checkout, one build
+        # hosts that build different things under the one home (neuronabox's emu and ori): each its own, once
+        flavor = {**home, "source_build_name": "tb-flavor", "source_build_dest":
+                  "{{ ansible_facts.user_dir }}/tb-{{ 'emu' if inventory_hostname == 'node2' else 'ori' }}-src"}
+        res = setup.apply(bed.name, roles=["source_build"], extra_vars=flavor)
+        assert res.ok, res.to_json()
+        assert bed.ssh("node1", "cat ~/tb-emu-src/built-by.txt; cat ~/tb-ori-src/built-by.txt").stdout.split() == [
+            "node2", "node0"]
+        items = [{"name": "d", "url": f"file://{src / 'd.tar.gz'}", "dest": "~/tb-data/d.tar.gz",
+                  "extract_to": "~/tb-data", "creates": "~/tb-data/d/f.txt"}]
+        res = setup.apply(bed.name, roles=["dataset"], extra_vars={"dataset_items": items})
+        assert res.ok, res.to_json()
+        fetched = {n for n, h in res.hosts.items() if any("Unpack dataset" in t for t in h.changed_tasks)}
+        assert fetched == {"node0"}, {n: h.changed_tasks for n, h in res.hosts.items()}
+        assert set(_on_all(bed, "cat ~/tb-data/d/f.txt").values()) == {"ok"}
+
+        opt = {**home, "source_build_name": "tb-opt", "source_build_dest": "{{ ansible_facts.user_dir }}/tb-opt-src",
+               "source_build_artifact": "stage", "source_build_steps": [
+                   'mkdir -p "$TESTBED_STAGE/opt/tb-opt" && echo built > "$TESTBED_STAGE/opt/tb-opt/here"'],
+               "source_build_verify": "test -f /opt/tb-opt/here"}
+        res = setup.apply(bed.name, roles=["source_build"], extra_vars=opt)
+        assert res.ok, res.to_json()
+        # node2 replaced under the same home: its own disk is new (what the build installed, its own records)
+        assert bed.ssh("node2", "rm -r /opt/tb-opt /var/tmp/testbed-builds-*").returncode == 0
+        res = setup.apply(bed.name, roles=["source_build"], extra_vars=opt, verify=["node2"])  # installed again
+        assert res.ok, res.to_json()
+        assert set(_on_all(bed, "cat /opt/tb-opt/here").values()) == {"built"}
+    finally:
+        shutil.rmtree(src, ignore_errors=True)

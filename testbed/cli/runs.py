@@ -586,6 +586,9 @@ def rehearse(
                                              autocompletion=complete.testbeds)] = None,
     param: ParamOpt = None,
     matrix: Annotated[bool, typer.Option("--matrix", help="Rehearse every point of the suite's matrix.")] = False,
+    shapes: Annotated[bool, typer.Option("--shapes", help="With --matrix: only the first point of each distinct "
+                                                          "step shape (the programs its steps and ranks run).")
+                      ] = False,
     source: Annotated[list[str] | None, typer.Option("--source", help="NAME=PATH: a local checkout of a suite "
                                                                       "source (the replica has no network).")] = None,
     no_setup: Annotated[bool, typer.Option("--no-setup", help="Do not apply the suite's profile.")] = False,
@@ -617,7 +620,7 @@ def rehearse(
 
     c = console(stderr=True)
     res = rehearse_mod.rehearse(suite, suite_mod.parse_assignments(param or []), like=like, matrix=matrix,
-                                sources=sources_mod.parse(source or []), setup=not no_setup, roles=role,
+                                shapes=shapes, sources=sources_mod.parse(source or []), setup=not no_setup, roles=role,
                                 keep=keep, to=Path(to), subnet=subnet, site=site,
                                 say=lambda m: c.print(escape(m)))
     if json_out:

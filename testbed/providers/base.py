@@ -142,6 +142,7 @@ class Provider(ABC):
     # "repair" (bring one failed host back: ``discard`` it, then ``create`` makes it again), "expire" (a
     # dead-man's switch releases the testbed at its expiry: see testbed.deadman).
     capabilities: ClassVar[frozenset[str]] = frozenset()
+    accelerator: ClassVar[str | None] = None  # what every host of the kind has built in (a TPU), beyond the spec
     repair_how: ClassVar[str] = "brought back"  # what ``repair`` does to a failed host, in a few words
     expire: str | None = None  # --expire of this command (a duration from now), over the spec's expire
     # images of a set-up (testbed.setup.images): why this provider keeps none ("" when it bakes them)

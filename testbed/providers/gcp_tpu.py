@@ -83,6 +83,7 @@ def node_trouble(node: Any) -> str:
 class TpuProvider(Provider):
     costs_money = True
     capabilities = frozenset({"repair", "expire"})
+    accelerator = "tpu"
     repair_how = "its node deleted and created again"
     kind = "gcp-tpu"
     images_why = ("TPU VMs boot a runtime version (a Google-managed image): the TPU API testbed uses (v2) has no field "

@@ -119,6 +119,11 @@ class FaultPlan(_Model):
     restore: str | None = None
     recovery: Recovery = Field(default_factory=dict)
     order: int = 0
+    needs: list[str] = Field(default_factory=list)  # the suite's: what firing it needs on its host
+
+    @model_serializer(mode="wrap")
+    def _absent_needs(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _drop_empty(handler(self), "needs")  # plan files keep the shape earlier versions wrote
 
     def recovery_steps(self, attempt: int) -> list[RunStep | RelaunchStep | RepairStep]:
         """The steps of recovery number ``attempt`` (the last one given when there are fewer)."""

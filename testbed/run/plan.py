@@ -28,7 +28,7 @@ from testbed.run.models import (
     RepairStep,
     RunStep,
 )
-from testbed.spec import Hardware
+from testbed.spec import CAPABILITIES, Hardware
 from testbed.suite import ENV_RE, Raw, Step, Suite, render, selector_parts, shell_quote
 from testbed.textfmt import plural
 
@@ -92,6 +92,10 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: 
     ctx["subnet"] = str(subnet) if subnet else "0.0.0.0/0"
     ctx["ssh_config"] = str(ssh.ssh_config_path(name)) if name and rec else "~/.ssh/config"
     ctx["hardware"] = spec.hardware.context() if spec else Hardware().context()
+    ctx["spec_known"] = spec is not None  # what a fault needs is judged against a spec's hardware only
+    if spec is not None and spec.hardware.hosts:  # per host where they differ: {{ hardware }} in its commands
+        ctx["hardware_of"] = {h: spec.hardware.context(h) for h in (spec.host_names() or spec.hardware.hosts)}
+        ctx["gpu_declared"] = [h for h in spec.hardware.hosts if spec.hardware.gpu_declared(h)]
     if hosts:
         return TestbedInfo(name or "", ctx["provider"], hosts, ctx, lost_after=spec.lost_after if spec else None)
     if not dry_run:
@@ -201,6 +205,35 @@ def _env_lines(env: dict[str, str], at: str = "env") -> list[str]:
     return [f"export {k}={shell_quote(v)}" for k, v in env.items()]
 
 
+class FaultNeedsError(UsageError):
+    """A fault needs what the testbed lacks (a rehearsal skips the point instead)."""
+
+
+def check_fault_needs(suite: Suite, fname: str, tb: TestbedInfo, host: str | None = None) -> None:
+    """Refuse fault ``fname`` when it needs what testbed ``tb`` lacks (known from its spec: hardware, provider,
+    tools); a testbed known by no spec (a dry run without one) is not judged."""
+    from testbed.spec import lacks
+
+    fault = suite.faults[fname]
+    hardware = tb.context.get("hardware")
+    if not fault.needs or not tb.context.get("spec_known") or not isinstance(hardware, dict):
+        return
+    if host is not None:  # the host it fires on, where the spec says per host
+        hardware = (tb.context.get("hardware_of") or {}).get(host, hardware)
+    missing = lacks(fault.needs, hardware, tb.provider)
+    if missing:
+        tools = [m for m in missing if m not in CAPABILITIES]
+        it = "them" if len(tools) > 1 else "it"
+        fix = (f"add {', '.join(tools)} to hardware.tools of testbed '{tb.name}' if its hosts have {it} (or have "
+               f"its profile install {it})" if tools else
+               f"declare it under hardware: of testbed '{tb.name}' if its hosts have it") \
+            + ", or choose another fault"
+        on = f"host {host} of testbed" if host and host in (tb.context.get("hardware_of") or {}) else "testbed"
+        raise FaultNeedsError(f"fault '{fname}' of suite '{suite.name}' needs {', '.join(missing)}, which {on} "
+                              f"'{tb.name}' ({tb.provider}) lacks", where=suite.at("faults", fname, "needs")
+                              or f"{suite.name}: faults.{fname}.needs", fix=fix)
+
+
 def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id: str | None = None,
                faults: list[str] | None = None, only_hosts: list[str] | None = None,
                overrides: dict[str, Override] | None = None) -> Plan:
@@ -241,6 +274,10 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     env_lines = _env_lines(suite.env, suite.at("env"))
     _env_names(launch.env, f"{suite.name}: steps.launch.env", suite.at("steps", "launch", "env"))
 
+    def host_hardware(h: str) -> Any:
+        """{{ host_hardware }}: this host's hardware (the spec's hardware.hosts.<h> over the testbed's)."""
+        return (tb.context.get("hardware_of") or {}).get(h, tb.context.get("hardware") or {})
+
     def environment(ctx: dict[str, Any]) -> str | None:
         if not suite.environment:
             return None
@@ -251,7 +288,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
         out = []
         for k, (h, local) in enumerate(rank_slots):
             ctx = {**base, "rank": k, "local_rank": local, "host": h, "address": addr[h], "attempt": attempt,
-                   "recovering": attempt > 0}
+                   "recovering": attempt > 0, "host_hardware": host_hardware(h)}
             env = {key: render(v, ctx, shell=False, where=f"{suite.name}: steps.launch.env.{key}",
                                at=suite.at("steps", "launch", "env", key)) for key, v in launch.env.items()}
             out.append(Rank(rank=k, host=h, address=addr[h], attempt=attempt,
@@ -262,6 +299,14 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
         return out
 
     ranks = ranks_for(0, launch.command, suite.at("steps", "launch", "command"))
+    gpu_needs = sorted(set(launch_needs) & {"gpu", "cuda", "nvidia-driver"})
+    for r in ranks:  # a rank that needs a GPU, on a host the spec itself says has none
+        if gpu_needs and r.host in (tb.context.get("gpu_declared") or []) and not host_hardware(r.host).get("gpus"):
+            raise UsageError(f"rank {r.rank} of suite '{suite.name}' needs {', '.join(gpu_needs)}, but host "
+                             f"{r.host} of testbed '{tb.name}' has no GPU (hardware.hosts.{r.host})",
+                             where=suite.at("steps", "launch", "on") or f"{suite.name}: steps.launch.on",
+                             fix="place the ranks on the GPU hosts (steps.launch.on: a group of them, or "
+                                 "placement.hosts), or correct hardware.hosts in the testbed's spec")
 
     def steps(items: list[Step], phase: str, attempt: int = 0, loc: tuple[Any, ...] | None = None) -> list[PlanStep]:
         out: list[PlanStep] = []
@@ -293,7 +338,8 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
             out.append(RunStep(name=name, hosts=sel, timeout=s.timeout,
                                cwd=render(s.cwd, ctx, where=f"{where}.cwd", at=suite.at(*loc, i, "cwd"))
                                if s.cwd else None,
-                               commands={h: render(s.run, {**ctx, "host": h, "address": addr[h]}, where=where,
+                               commands={h: render(s.run, {**ctx, "host": h, "address": addr[h],
+                                                           "host_hardware": host_hardware(h)}, where=where,
                                                    at=suite.at(*loc, i, "run")) for h in sel},
                                environments={h: environment({**ctx, "host": h, "address": addr[h]}) for h in sel},
                                needs=list(s.needs)))
@@ -326,6 +372,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
             host = sel[0]
         else:
             host = ranks[rank].host if rank is not None else hosts[0].name
+        check_fault_needs(suite, fname, tb, host)
         watch = fault.watch_rank if fault.watch_rank is not None else (rank if rank is not None else 0)
         fctx = {**base, "rank": rank, "host": host, "address": addr[host]}
         fplans.append(FaultPlan(
@@ -341,7 +388,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
             recovery={str(a): steps(fault.recovery if fault.recovery is not None else suite.steps.recovery,
                                     "recovery", a, ("faults", fname, "recovery") if fault.recovery is not None
                                     else None) for a in range(1, len(chosen) + 1)},
-            order=n,
+            order=n, needs=list(fault.needs),
         ))
     # a host lost with no fault fired (a real failure) is recovered only by a suite whose recovery repairs hosts
     repairs = max((x.attempts for x in suite.steps.recovery if x.repair), default=0)

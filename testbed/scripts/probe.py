@@ -1,4 +1,5 @@
-"""testbed rehearse: the probe that stands in for a program the host lacks the hardware for (standard library only).
+"""testbed rehearse: the probe that stands in for a program the host lacks the hardware for (standard library only;
+it runs in the rank's own Python, 3.8 on the artifacts' older images: no runtime ``X | Y`` types, no ``match``).
 
 Armed on a replica host (``python3 probe.py arm CONFIG`` writes ``testbed_probe.pth`` into the site folders of the
 interpreters that may start the program), every Python process the real launcher starts (mpirun, deepspeed,
@@ -167,7 +168,7 @@ def parse_args(script: str, argv: list[str], tree: ast.Module) -> dict:
 
 
 def _plain(args: dict) -> dict:
-    return {k: v if isinstance(v, str | int | float | bool | type(None)) else repr(v) for k, v in args.items()}
+    return {k: v if isinstance(v, (str, int, float, bool, type(None))) else repr(v) for k, v in args.items()}
 
 
 _TYPES = {"int": int, "float": float, "str": str}
@@ -244,11 +245,66 @@ def env_reads(tree: ast.Module, script: str, out: dict) -> None:
             optional.add(node.args[0].value)
     assigned = {t.slice.value for node in ast.walk(tree) if isinstance(node, ast.Assign) for t in node.targets
                 if isinstance(t, ast.Subscript) and _is_environ(t.value) and isinstance(t.slice, ast.Constant)}
+    skipped = unreachable_lines(tree, out.get("args"))
     for name, line in sorted(required):
         if name not in os.environ and name not in assigned:
+            if line in skipped:  # under an `if args.x == ...` that this argv makes false: never read
+                out["notes"].append(f"{os.path.basename(script)}:{line} reads ${name} (unset) only where "
+                                    f"{skipped[line]}, which this argv does not reach")
+                continue
             out["problems"].append(f"{os.path.basename(script)}:{line} reads ${name}, which is not set for this rank")
     out["env_read"] = sorted({n for n, _ in required} | optional)
     out["env_unset"] = sorted(n for n in optional if n not in os.environ)
+
+
+class _Unknown(Exception):
+    pass
+
+
+def _value(node: ast.AST, args: dict) -> object:
+    """``node`` evaluated from the parsed arguments alone (``args.x``, constants, comparisons, and/or/not)."""
+    import operator
+
+    ops = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+           ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+           ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        v = _value(node.operand, args)
+        if isinstance(v, (int, float)):
+            return -v
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return not _value(node.operand, args)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr in args:
+        return args[node.attr]
+    if isinstance(node, ast.BoolOp):
+        vals = [_value(v, args) for v in node.values]
+        return all(vals) if isinstance(node.op, ast.And) else any(vals)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in ops:
+        return ops[type(node.ops[0])](_value(node.left, args), _value(node.comparators[0], args))
+    raise _Unknown
+
+
+def unreachable_lines(tree: ast.Module, args: object) -> dict[int, str]:
+    """Lines under an ``if`` on the parsed arguments that this argv makes false (or true, for its ``else``): line
+    -> the test, as the source writes it. Nothing when the arguments are unknown or a test needs more than them."""
+    out: dict[int, str] = {}
+    if not isinstance(args, dict):
+        return out
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If):
+            continue
+        try:
+            v = bool(_value(node.test, args))
+        except (_Unknown, TypeError):
+            continue
+        text = ast.unparse(node.test)
+        for stmt in node.orelse if v else node.body:
+            for n in ast.walk(stmt):
+                if hasattr(n, "lineno"):
+                    out.setdefault(n.lineno, text if not v else f"not ({text})")
+    return out
 
 
 def _catches_key_error(t: ast.Try) -> bool:
