@@ -210,7 +210,14 @@ def test_plan_cli_json_and_text_and_bad_budgets_refused_before_anything(tb_home:
         return subprocess.run([PY, "-m", "testbed", *args], cwd=tb_home, capture_output=True, text=True,
                               env=env, timeout=120, check=False)
 
+    # jitc trains on GPUs (its faults need one): a two-node GPU lease, as the user's own spec would say
+    (tb_home / "inventories").mkdir(exist_ok=True)
+    (tb_home / "inventories" / "chameleon-gpu.yml").write_text(
+        "provider: {kind: chameleon, site: CHI@UC, node_type: gpu_rtx_6000, count: 2, image: CC-Ubuntu20.04,"
+        " hours: 6}\nuser: cc\nhardware: {gpu: {model: Quadro RTX 6000, count: 1}}\n")
     r = cli("plan", "jitc", "--matrix", "--on", "chameleon", "--json")
+    assert r.returncode == 2 and "needs gpu, which testbed 'chameleon' (chameleon) lacks" in r.stderr, r.stderr
+    r = cli("plan", "jitc", "--matrix", "--on", "chameleon-gpu", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["unit"] == "SU" and len(out["points"]) == 5 and out["fit"]["fits"] is True

@@ -144,7 +144,9 @@ def _short(at: str) -> str:
 def _label(points: list[dict[str, Any]], p: dict[str, Any]) -> str:
     """The parameters that tell this point from the others (the matrix's axes), as k=v."""
     varying = [k for k in p if len({json.dumps(q.get(k), default=str) for q in points}) > 1]
-    return ", ".join(f"{k}={p[k]}" for k in varying) or "defaults"
+    # a value this point leaves unset (None) or to a template of the others is not what tells it apart
+    shown = [k for k in varying if p[k] is not None and "{{" not in str(p[k])]
+    return ", ".join(f"{k}={p[k]}" for k in shown) or "defaults"
 
 
 # --- the testbed: price and time left ----------------------------------------------------------------------------
