@@ -1,0 +1,155 @@
+"""The slurm provider against a real Slurm (slurmctld, slurmd, munge) on local hosts (tests/slurmbed.py), and its
+parsers on the outputs of the versions it meets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from localbed import invoke
+
+from testbed.providers import slurm_cli
+from testbed.providers.settings import SlurmSettings
+
+# -- parsers: the traps of Slurm's client commands (no cluster) ---------------------------------------------
+
+
+def test_sbatch_parsable_with_and_without_cluster() -> None:
+    assert slurm_cli.parse_parsable("1234\n") == "1234"
+    assert slurm_cli.parse_parsable("1234;tesla\n") == "1234"  # a multi-cluster site
+    with pytest.raises(ValueError, match="no job id"):
+        slurm_cli.parse_parsable("sbatch: error: Batch job submission failed\n")
+
+
+def test_squeue_format_parsed_by_position_and_pending_reason() -> None:
+    jobs = slurm_cli.parse_squeue("7|PENDING|Resources|(null)|30:00\n8|RUNNING|None|node[2-3]|29:10\n")
+    assert jobs["7"].pending and jobs["7"].reason == "Resources" and jobs["7"].nodes == ""
+    assert jobs["8"].state == "RUNNING" and jobs["8"].reason == "" and jobs["8"].nodes == "node[2-3]"
+    assert not jobs["8"].ended
+
+
+def test_sacct_states_and_disabled_accounting() -> None:
+    jobs = slurm_cli.parse_sacct("5|CANCELLED by 1000|node2\n6|TIMEOUT|node3\n")
+    assert jobs["5"].state == "CANCELLED" and jobs["5"].ended and jobs["6"].ended
+    assert slurm_cli.accounting_disabled("Slurm accounting storage is disabled\n")
+
+
+def test_node_states_that_lose_a_host() -> None:
+    for s in ("DOWN", "DOWN*", "IDLE+DRAIN", "MIXED+DRAIN", "ALLOCATED*", "ALLOCATED+NOT_RESPONDING"):
+        assert slurm_cli.node_gone(s), s
+    for s in ("IDLE", "ALLOCATED", "MIXED", "COMPLETING"):
+        assert not slurm_cli.node_gone(s), s
+
+
+def test_time_limit_in_minutes() -> None:
+    login = {"address": "login"}
+    for text, minutes in (("30", 30), ("1:30", 2), ("1:00:00", 60), ("2-0", 2880), ("1-2:30", 1590)):
+        assert SlurmSettings(login=login, time_limit=text).minutes() == minutes, text  # type: ignore[arg-type]
+
+
+def test_zero_time_limit_refused() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="0 means no limit"):
+        SlurmSettings(login={"address": "login"}, time_limit="0")  # type: ignore[arg-type]
+
+
+# -- a real cluster ---------------------------------------------------------------------------------------
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``testbed ARGS`` in a process of its own (this checkout's package), in the current folder."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True, timeout=120,
+                          check=False, env=env)
+
+
+def _spec(cluster, cwd: Path, name: str = "hpc", **provider: object) -> None:  # type: ignore[no-untyped-def]
+    key = cluster.bed.home / "testbeds" / cluster.bed.name / "id_ed25519"
+    (cwd / "inventories").mkdir(exist_ok=True)
+    spec = {"provider": cluster.spec(key, **provider), "user": cluster.user}
+    (cwd / "inventories" / f"{name}.yml").write_text(json.dumps(spec))
+
+
+def test_the_cluster_runs_a_job_across_nodes_on_a_shared_home(slurm_cluster) -> None:  # type: ignore[no-untyped-def]
+    c = slurm_cluster
+    r = c.as_user("cd ~ && echo shared > seen.txt && srun -N 2 -n 2 sh -c 'hostname; cat ~/seen.txt'", timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split()
+    assert lines.count("shared") == 2 and len({x for x in lines if x != "shared"}) == 2, r.stdout
+    assert c.left() == []
+
+
+def test_provision_run_destroy_through_slurm(slurm_cluster, tb_home: Path) -> None:  # type: ignore[no-untyped-def]
+    from testbed import remote
+    from testbed.state import Store
+
+    c = slurm_cluster
+    _spec(c, tb_home)
+    t0 = time.monotonic()
+    code, out, exc = invoke("provision", "hpc")
+    assert code == 0, out + repr(exc)
+    provisioned = time.monotonic() - t0
+    st = Store(tb_home / ".testbed" / "state.db")
+    jobs = st.resources("hpc", "job")
+    assert len(jobs) == 1
+    jid = jobs[0]["id"]
+    assert [ln.split()[:2] for ln in c.squeue()] == [[jid, "RUNNING"]]
+    hosts = st.hosts("hpc")
+    assert [h.name for h in hosts] == ["slot0", "slot1"]
+    nodes = {h.facts["slurm_node"] for h in hosts}
+    assert nodes <= {h.name for h in c.computes} and len(nodes) == 2
+    res = remote.run("hpc", ["slot0", "slot1"], "hostname; id -un")
+    assert all(r.ok for r in res), res
+    assert {r.stdout.split()[0] for r in res} == nodes and {r.stdout.split()[1] for r in res} == {c.user}
+    code, out, _ = invoke("status", "--json")
+    assert "node-hours" in out, out
+    code, out, exc = invoke("destroy", "hpc", "--yes")
+    assert code == 0, out + repr(exc)
+    assert c.left() == [], "destroy left a job in squeue"
+    print(f"provisioned 2 Slurm nodes in {provisioned:.1f} s")
+
+
+def test_pending_shows_slurm_reason_and_cancels_at_the_deadline(slurm_cluster, tb_home: Path) -> None:  # type: ignore[no-untyped-def]
+    c = slurm_cluster
+    r = c.as_user("sbatch --parsable -N 2 --exclusive --output=/dev/null --wrap 'sleep 120'")  # holds 2 of 3
+    assert r.returncode == 0, r.stderr
+    other = r.stdout.strip()
+    try:
+        _spec(c, tb_home, pending_timeout=3)
+        r = cli("provision", "hpc")
+        out = r.stdout + r.stderr
+        assert r.returncode == 1, out
+        assert "PENDING (Resources)" in out and "cancelled" in out and "pending_timeout" in out, out
+        assert "Traceback" not in out
+        c.root(c.login.name, f"scancel {other}")
+        left = c.left()
+        assert left == [], f"the pending allocation was not cancelled: {left}"
+    finally:
+        c.root(c.login.name, f"scancel {other}")
+        invoke("destroy", "hpc", "--yes")
+
+
+def test_unknown_partition_refused_before_any_job(slurm_cluster, tb_home: Path) -> None:  # type: ignore[no-untyped-def]
+    c = slurm_cluster
+    _spec(c, tb_home, partition="gpu-a100")
+    r = cli("provision", "hpc")
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out
+    assert "no partition 'gpu-a100'" in out and "partitions you can use: debug" in out, out
+    assert "provider.partition" in out and "Traceback" not in out
+    assert c.left() == []
+
+
+def test_missing_login_refused_before_anything(tb_home: Path) -> None:
+    (tb_home / "inventories").mkdir()
+    (tb_home / "inventories" / "hpc.yml").write_text("provider:\n  kind: slurm\n  partition: debug\n")
+    r = cli("provision", "hpc")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "missing required field 'provider.login'" in r.stderr and "hpc.yml:1" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
