@@ -153,3 +153,42 @@ def test_missing_login_refused_before_anything(tb_home: Path) -> None:
     assert r.returncode == 2, r.stdout + r.stderr
     assert "missing required field 'provider.login'" in r.stderr and "hpc.yml:1" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_node_slurm_marks_down_is_replaced_by_a_one_node_allocation(slurm_cluster, tb_home: Path) -> None:  # type: ignore[no-untyped-def]
+    from testbed import remote
+    from testbed.handle import Testbed
+    from testbed.state import Store
+
+    c = slurm_cluster
+    _spec(c, tb_home)
+    assert cli("provision", "hpc").returncode == 0
+    try:
+        st = Store(tb_home / ".testbed" / "state.db")
+        first = st.resources("hpc", "job")[0]["id"]
+        victim = next(h for h in st.hosts("hpc") if h.name == "slot1")
+        keep = next(h for h in st.hosts("hpc") if h.name == "slot0").facts["slurm_node"]
+        lost = victim.facts["slurm_node"]
+        c.kill_slurmd(lost)
+        c.wait_nodes("down", [lost], timeout=30)  # SlurmdTimeout 6 s
+        p = Testbed.open("hpc", st).provider()
+        assert p.reported_states() == {"slot0": "up", "slot1": "down"}
+        t0 = time.monotonic()
+        done = p.repair("slot1")
+        assert done.replaced == ["slot1"]
+        hosts = {h.name: h for h in st.hosts("hpc")}
+        new = hosts["slot1"].facts["slurm_node"]
+        assert new not in (lost, keep) and hosts["slot0"].facts["slurm_node"] == keep
+        jobs = {ln.split()[0]: ln.split()[1:] for ln in c.squeue()}
+        assert jobs[first][0] == "RUNNING", jobs  # --no-kill: the first allocation kept its other node
+        assert hosts["slot1"].facts["slurm_job"] != first and jobs[hosts["slot1"].facts["slurm_job"]][0] == "RUNNING"
+        r = remote.run("hpc", ["slot1"], "hostname")[0]
+        assert r.ok and r.stdout.strip() == new
+        print(f"repaired slot1 ({lost} -> {new}) in {time.monotonic() - t0:.1f} s")
+    finally:
+        r = cli("destroy", "hpc", "--yes")
+        c.start_slurmd(lost)
+        c.resume(lost)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert c.left() == []
+    c.wait_nodes("idle", timeout=30)

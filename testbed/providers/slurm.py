@@ -166,7 +166,8 @@ class SlurmProvider(Provider):
         missing = [s for s in self.slots() if s not in held]
         renewed: set[str] = set()
         if missing:
-            exclude = sorted({n for r in recorded for n in r["info"].get("failed") or []})
+            # never a failed node, nor one the testbed holds already (a node is shared unless --exclusive)
+            exclude = sorted({n for r in recorded for n in r["info"].get("failed") or []} | set(held.values()))
             jid = login.submit(self.options(len(missing), exclude), HOLDER)
             self.store.add_resource(self.name, "job", jid, slots={}, wanted=missing, nodes=len(missing))
             self.progress(f"job {jid}: submitted for {plural(len(missing), 'node')}")
