@@ -192,3 +192,35 @@ def test_a_node_slurm_marks_down_is_replaced_by_a_one_node_allocation(slurm_clus
     assert r.returncode == 0, r.stdout + r.stderr
     assert c.left() == []
     c.wait_nodes("idle", timeout=30)
+
+
+@pytest.mark.slow
+def test_expire_is_the_jobs_time_limit_and_slurm_ends_it(slurm_cluster, tb_home: Path) -> None:  # type: ignore[no-untyped-def]
+    """The dead-man's switch is Slurm's own: --expire 1m submits --time=1, and slurmctld ends the job with no
+    testbed process running (its time-limit sweep runs every 30 s: ended within 100 s)."""
+    from testbed.handle import Testbed
+    from testbed.state import Store
+
+    c = slurm_cluster
+    _spec(c, tb_home)
+    r = cli("provision", "hpc", "--expire", "1m")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "slurm time limit" in r.stdout + r.stderr
+    try:
+        st = Store(tb_home / ".testbed" / "state.db")
+        jid = st.resources("hpc", "job")[0]["id"]
+        limit = c.root(c.login.name, f"squeue -h -j {jid} -o %l").stdout.strip()
+        assert limit == "1:00", limit
+        t0 = time.monotonic()
+        deadline = t0 + 100
+        while any(ln.split()[0] == jid for ln in c.squeue()) and time.monotonic() < deadline:
+            time.sleep(2)
+        ended = time.monotonic() - t0
+        assert ended < 100, "Slurm did not end the job at its time limit"
+        p = Testbed.open("hpc", st).provider()
+        assert p.reported_states() == {"slot0": "gone", "slot1": "gone"}  # left squeue, no accounting: ended
+        print(f"Slurm ended the allocation {ended:.0f} s after provision (time limit 1 min)")
+    finally:
+        r = cli("destroy", "hpc", "--yes")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert c.left() == []
