@@ -224,3 +224,34 @@ def test_expire_is_the_jobs_time_limit_and_slurm_ends_it(slurm_cluster, tb_home:
         r = cli("destroy", "hpc", "--yes")
     assert r.returncode == 0, r.stdout + r.stderr
     assert c.left() == []
+
+
+def test_what_a_step_leaves_running_depends_on_process_tracking(slurm_cluster) -> None:  # type: ignore[no-untyped-def]
+    """A step's background process, orphaned when the step's shell exits: proctrack/cgroup (most clusters) kills
+    it at the step's end; proctrack/linuxproc (this harness: see tests/slurmbed.py) tracks by ancestry, and an
+    orphan reparented to the node's init escapes. Either way a rank must not live in a step that ends before it:
+    testbed starts ranks over SSH (setsid), in no step, and stops them itself; srun also waits for the step's
+    output to close, so an orphan that keeps stdout open holds srun (redirected here)."""
+    c = slurm_cluster
+    node = c.computes[0].name
+    conf = c.root(c.login.name, "scontrol show config | grep -i '^ProctrackType'").stdout
+    assert "proctrack/linuxproc" in conf, conf
+    r = c.as_user(f"srun -w {node} -N1 -n1 sh -c 'sleep 300 >/dev/null 2>&1 & echo started'; sleep 2; "
+                  f"srun -w {node} -N1 -n1 sh -c 'pgrep -u {c.user} -x sleep || echo none'", timeout=30)
+    try:
+        assert r.returncode == 0, r.stderr
+        out = r.stdout.split()
+        assert out[0] == "started" and out[1].isdigit(), f"linuxproc let the orphan go on: {r.stdout}"
+    finally:
+        c.root(node, f"pkill -u {c.user} -x sleep; true")
+
+
+def test_the_home_is_one_folder_on_every_node(slurm_cluster) -> None:  # type: ignore[no-untyped-def]
+    """A run folder written on one node is the same folder on the others (a lab's NFS home): ranks must write
+    files of their own (rank<k>.out), never one name from every node."""
+    c = slurm_cluster
+    a, b = c.computes[0].name, c.computes[1].name
+    r = c.as_user(f"srun -w {a} -N1 sh -c 'mkdir -p ~/.tb-shared && hostname > ~/.tb-shared/from-{a}' && "
+                  f"srun -w {b} -N1 cat ~/.tb-shared/from-{a} && rm -rf ~/.tb-shared")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == a
