@@ -255,3 +255,19 @@ def test_the_home_is_one_folder_on_every_node(slurm_cluster) -> None:  # type: i
                   f"srun -w {b} -N1 cat ~/.tb-shared/from-{a} && rm -rf ~/.tb-shared")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == a
+
+
+def test_check_asks_the_login_node(slurm_cluster, tb_home: Path) -> None:  # type: ignore[no-untyped-def]
+    c = slurm_cluster
+    _spec(c, tb_home)
+    r = cli("check", "hpc", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = next(x for x in json.loads(r.stdout)["providers"] if x["provider"] == "slurm")
+    rows = {x["check"]: x for x in rep["checks"]}
+    assert rep["usable"] and rows["login node"]["detail"] == "answers; Slurm 22.05", rows
+    assert rows["partition"]["detail"] == "debug: 3 nodes"
+    _spec(c, tb_home, partition="gpu")
+    r = cli("check", "hpc", "--json")
+    assert r.returncode != 0
+    rep = next(x for x in json.loads(r.stdout)["providers"] if x["provider"] == "slurm")
+    assert rep["reason"] == "partition: no partition 'gpu'" and "debug" in rep["fix"], rep

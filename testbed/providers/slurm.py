@@ -103,7 +103,8 @@ class SlurmProvider(Provider):
                              fix=f"partitions you can use: {', '.join(sorted(parts)) or 'none'}")
         if s.nodes > parts[part]:
             raise UsageError(f"partition '{part}' has {plural(parts[part], 'node')}; the spec asks for {s.nodes}",
-                             where=f"{self.where}: provider.nodes", fix=f"ask for at most {plural(parts[part], 'node')}")
+                             where=f"{self.where}: provider.nodes",
+                             fix=f"ask for at most {plural(parts[part], 'node')}")
         if s.account:
             accounts = login.accounts()
             if accounts is not None and s.account not in accounts:
