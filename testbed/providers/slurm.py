@@ -39,6 +39,7 @@ LOGIN_ALIAS = "slurm-login"
 
 class SlurmProvider(Provider):
     kind = "slurm"
+    root_on_hosts = False  # a cluster's user has no root on its nodes: set-up covers the home and environments
     capabilities = frozenset({"repair", "expire"})
     repair_how = "replaced by a new one-node allocation"
     _why: dict[str, str]
@@ -192,7 +193,7 @@ class SlurmProvider(Provider):
                               proxy_jump=LOGIN_ALIAS, groups=self.spec.groups_for(slot, i),
                               facts={"provider": "slurm", "slurm_node": node, "slurm_job": jobs.get(slot, ""),
                                      "ssh_jumps": [jump], "mesh_address": address,
-                                     "cpus": int(n.get("CPUTot") or 0), "become": False}))
+                                     "cpus": int(n.get("CPUTot") or 0)}))
         for slot in renewed:  # a slot on a new node: its old node's host key is not this one's
             ssh.pin_host_keys(self.name, slot, [])
         return Made(hosts, renewed=renewed)
@@ -267,12 +268,11 @@ class SlurmProvider(Provider):
 
     def inventory_vars(self) -> dict[str, Any]:
         jobs = [r["id"] for r in self.store.resources(self.name, "job")]
-        return {**super().inventory_vars(), "slurm_jobs": jobs, "SLURM_JOB_ID": jobs[0] if jobs else "",
-                "testbed_become": False}
+        return {**super().inventory_vars(), "slurm_jobs": jobs, "SLURM_JOB_ID": jobs[0] if jobs else ""}
 
     def info(self) -> dict[str, Any]:
         return {"login": self.settings.login.address, "partition": self.settings.partition,
-                "job_name": self.job_name, "become": False}
+                "job_name": self.job_name, "root": False}
 
     # repair ---------------------------------------------------------------------------------------
     def discard(self, host: Host) -> list[str]:
