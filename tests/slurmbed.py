@@ -17,10 +17,12 @@ killed when its namespace goes), and ``leftovers.slurm_daemons`` finds any daemo
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shlex
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,15 +93,8 @@ class SlurmCluster:
     def root(self, host: str, script: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """``script`` as root on a host of the cluster (its console: no SSH)."""
         assert self.bed.provider is not None
-        old = os.environ.get("TESTBED_HOME")
-        os.environ["TESTBED_HOME"] = str(self.bed.home)  # the cluster's hosts are recorded there, not in a test's
-        try:
+        with self._home():  # the cluster's hosts are recorded there, not in a test's home
             return self.bed.provider.console(host, script, timeout=timeout)
-        finally:
-            if old is None:
-                os.environ.pop("TESTBED_HOME", None)
-            else:
-                os.environ["TESTBED_HOME"] = old
 
     def as_user(self, script: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """``script`` as the cluster's user on the login node (Slurm's client commands)."""
@@ -145,6 +140,40 @@ class SlurmCluster:
     def start_slurmd(self, node: str) -> None:
         r = self.root(node, "slurmd </dev/null >/dev/null 2>&1")
         assert r.returncode == 0, r.stderr
+
+    def lose(self, node: str) -> None:
+        """The machine behind ``node`` dies: every process of its local host killed (slurmd, sshd, what ran)."""
+        assert self.bed.provider is not None
+        self.bed.provider._kill_all([self._slot(node)])
+
+    def bring_back(self, node: str) -> None:
+        """Restart a lost node's host on its own disk, with munged and slurmd, and return it to service."""
+        assert self.bed.provider is not None
+        with self._home():
+            self.bed.provider.repair(node)
+        r = self.root(node, "mkdir -p /run/munge && chown munge:munge /run/munge && "
+                            "runuser -u munge -- /usr/sbin/munged </dev/null >/dev/null 2>&1 && "
+                            "slurmd </dev/null >/dev/null 2>&1")
+        assert r.returncode == 0, r.stderr
+        self.resume(node)
+
+    def _slot(self, node: str):  # type: ignore[no-untyped-def]
+        assert self.bed.provider is not None
+        with self._home():
+            return self.bed.provider.slot(node)
+
+    @contextlib.contextmanager
+    def _home(self) -> Iterator[None]:
+        """The cluster's own state home (its hosts are recorded there), for the length of the block."""
+        old = os.environ.get("TESTBED_HOME")
+        os.environ["TESTBED_HOME"] = str(self.bed.home)
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("TESTBED_HOME", None)
+            else:
+                os.environ["TESTBED_HOME"] = old
 
     def resume(self, node: str) -> None:
         self.root(self.ctld.name, f"scontrol update nodename={node} state=resume")

@@ -62,10 +62,10 @@ def test_zero_time_limit_refused() -> None:
 # -- a real cluster ---------------------------------------------------------------------------------------
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``testbed ARGS`` in a process of its own (this checkout's package), in the current folder."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True, timeout=timeout,
                           check=False, env=env)
 
 
@@ -271,3 +271,83 @@ def test_check_asks_the_login_node(slurm_cluster, tb_home: Path) -> None:  # typ
     assert r.returncode != 0
     rep = next(x for x in json.loads(r.stdout)["providers"] if x["provider"] == "slurm")
     assert rep["reason"] == "partition: no partition 'gpu'" and "debug" in rep["fix"], rep
+
+
+@pytest.mark.slow
+def test_mpi_hello_and_fault_drill_run_on_slurm_nodes(slurm_cluster, tb_home: Path) -> None:  # type: ignore[no-untyped-def]
+    """The suites run on the allocated nodes as on any testbed: set-up without root (the mesh in ~/.ssh/config,
+    the env from the controller's site-packages, which the harness's nodes see as a lab's shared env), mpirun
+    across the nodes over the mesh, and fault-drill's rank killed and restarted from its checkpoint."""
+    import sysconfig
+
+    pytest.importorskip("torch")
+    c = slurm_cluster
+    _spec(c, tb_home)
+    spec = json.loads((tb_home / "inventories" / "hpc.yml").read_text())
+    spec["vars"] = {"testbed_controller_site_packages": sysconfig.get_paths()["purelib"]}
+    spec["hardware"] = {"shared_home": True}
+    (tb_home / "inventories" / "hpc.yml").write_text(json.dumps(spec))
+    assert cli("provision", "hpc").returncode == 0
+    try:
+        r = cli("run", "mpi-hello", "--on", "hpc", "--json", "--collect", timeout=400)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        # one file on the shared home, collected from each host: the same two lines under each
+        hello = {ln for p in (tb_home / "results" / "mpi-hello").rglob("rank0.out") for ln in p.read_text().split("\n")
+                 if ln.startswith("Hello world from processor")}
+        assert len(hello) == 2 and {ln.split()[4].rstrip(",") for ln in hello} <= {h.name for h in c.computes}, hello
+        r = cli("run", "fault-drill", "--on", "hpc", "-p", "ranks=2", "--json", "--collect", timeout=400)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        log = next((tb_home / "results" / "fault-drill").rglob("train_log.csv")).read_text()
+        assert any(ln.split(",")[1:2] == ["1"] for ln in log.splitlines()[1:]), log[-500:]  # attempt 1 resumed
+    finally:
+        r = cli("destroy", "hpc", "--yes")
+    assert r.returncode == 0
+    assert c.left() == []
+
+
+def test_a_node_lost_mid_run_is_replaced_and_the_run_resumes(slurm_cluster, tb_home: Path) -> None:  # type: ignore[no-untyped-def]
+    """The machine behind rank 1's node dies mid-run (slurmd, sshd and the rank with it): the run finds the host
+    lost, repair asks Slurm for one new node (the lost one excluded) while the first allocation keeps rank 0's
+    (--no-kill), and the rank starts again there from the checkpoint on the shared home (one run folder for
+    every node: 'survivor' keeps one ckpt.txt there, so rank 1 resumes from the last count either rank saved)."""
+    import types
+
+    from localbed import disturb_mid_run
+
+    from testbed.state import Store
+
+    c = slurm_cluster
+    _spec(c, tb_home)
+    spec = json.loads((tb_home / "inventories" / "hpc.yml").read_text())
+    spec["hardware"] = {"shared_home": True}
+    # a dead node behind the login node is no refused connection: ssh through the jump says only "Connection
+    # closed by remote host"; the host is lost once Slurm marks its node DOWN (SlurmdTimeout, 6 s here, plus a
+    # ping), so a run waits longer than that before it gives a silent host up
+    spec["lost_after"] = 20
+    (tb_home / "inventories" / "hpc.yml").write_text(json.dumps(spec))
+    assert cli("provision", "hpc").returncode == 0
+    st = Store(tb_home / ".testbed" / "state.db")
+    first = st.resources("hpc", "job")[0]["id"]
+    lost: list[str] = []
+    try:
+        def act(node: str) -> None:
+            lost.append(node)
+            c.lose(node)
+
+        status, evs = disturb_mid_run(types.SimpleNamespace(cwd=tb_home, hosts=c.bed.hosts), "hpc", act, 1)
+        assert status == "succeeded", [(e.kind, e.detail.get("reason")) for e in evs if e.kind in ("failed", "ended")]
+        repaired = [e for e in evs if e.kind == "repaired" and e.host]
+        assert [(e.host, e.detail["replaced"]) for e in repaired] == [("slot1", ["slot1"])]
+        assert not any(e.kind == "fault" for e in evs)
+        hosts = {h.name: h for h in st.hosts("hpc")}
+        assert hosts["slot1"].facts["slurm_node"] not in lost and hosts["slot1"].facts["slurm_job"] != first
+        assert hosts["slot0"].facts["slurm_job"] == first
+        resumed = next(e for e in evs if e.kind == "resumed").detail
+        print(f"lost {lost}; slot1 now on {hosts['slot1'].facts['slurm_node']}; resumed: {resumed}")
+    finally:
+        r = cli("destroy", "hpc", "--yes")
+        for node in lost:
+            c.bring_back(node)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert c.left() == []
+    c.wait_nodes("idle", timeout=40)

@@ -9,8 +9,13 @@ on a node log in to it (pam_slurm_adopt puts those processes into the job). Runs
 every provider; ``SLURM_JOB_ID`` is in the inventory for a suite that wants ``srun --overlap --jobid``.
 
 The job carries ``--no-kill``: a node that fails leaves the others allocated. Repair cancels nothing: it asks for
-a new one-node allocation (the failed node excluded) and the slot takes that node. The time limit is the
-dead-man's switch: Slurm ends the job at ``--time`` whether or not testbed is running (``--expire`` shortens it).
+a new one-node allocation (the failed node and the held ones excluded) and the slot takes that node. A dead node
+behind the login node does not refuse SSH (the jump only says "Connection closed"): a run finds it lost by Slurm's
+word (``reported_states``: DOWN, DRAIN, not responding), so a testbed's ``lost_after`` should exceed the
+cluster's SlurmdTimeout. Set-up has no root (``root_on_hosts``): it covers the home and environments.
+
+The time limit is the dead-man's switch: Slurm ends the job at ``--time`` whether or not testbed is running
+(``--expire`` shortens it).
 Destroy cancels every recorded job (and any this user's testbed job of the same name), then checks with
 squeue/sacct that none is left. Slurm's command traps live in :mod:`testbed.providers.slurm_cli`.
 """
