@@ -46,7 +46,7 @@ def entry(st: Store, tb: dict[str, Any], table: dict[str, Any], now: float | Non
           recorded_spec: bool = False) -> dict[str, Any]:
     """The ledger row of one testbed (its state record ``tb``); ``recorded_spec``: its provider from the spec
     recorded at provision (another folder's testbed), not from the spec found here by name."""
-    from testbed.providers import COSTS_MONEY
+    from testbed.providers import COSTS_MONEY, COUNTS_HOURS
     from testbed.state import ACTIVE
 
     now = now or time.time()
@@ -62,7 +62,7 @@ def entry(st: Store, tb: dict[str, Any], table: dict[str, Any], now: float | Non
                            "since": exp.iso(tb["created"]), "hosts": len(st.hosts(name)), "resources": resources,
                            "active_runs": active}
     cost: dict[str, Any] | None = None
-    if tb["provider"] in COSTS_MONEY:  # the others hold nothing that bills or ends (and their spec is not loaded)
+    if tb["provider"] in COSTS_MONEY | COUNTS_HOURS:  # the others hold nothing that bills, counts or ends
         from testbed.handle import Testbed
 
         try:

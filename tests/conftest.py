@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from leftovers import remove_control_dirs_under
+from leftovers import SLURM_USED, remove_control_dirs_under, slurm_daemons
 from localbed import LocalBed, local_available, local_bed
 
 
@@ -57,10 +57,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if base is None:
         return
     left = remove_control_dirs_under(Path(base))
-    if left:
+    daemons = slurm_daemons() if SLURM_USED else []
+    if left or daemons:
         rep = session.config.pluginmanager.get_plugin("terminalreporter")
         msg = (f"this test session left {len(left)} SSH control folder(s) in /tmp (removed now): "
-               + ", ".join(str(d) for d in left[:5]) + ("" if len(left) <= 5 else " ..."))
+               + ", ".join(str(d) for d in left[:5]) + ("" if len(left) <= 5 else " ...")) if left else ""
+        if daemons:
+            msg += f"{'; ' if msg else ''}its Slurm cluster left daemons running: {', '.join(daemons)}"
         if rep is not None:
             rep.ensure_newline()
             rep.write_line(f"ERROR: {msg}", red=True, bold=True)
@@ -117,7 +120,24 @@ def shared_local_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[L
         yield bed
 
 
-_LOCAL_FIXTURES = {"need_local", "local_testbed", "shared_local_testbed"}
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real Slurm (slurmctld, 3 slurmd, munge) on 5 local hosts with a shared home, for a whole test module
+    (tests/slurmbed.py); gone after it, with no daemon left."""
+    import slurmbed
+
+    reason = local_available() or slurmbed.slurm_available()
+    if reason:
+        pytest.skip(f"Slurm cluster unavailable: {reason}")
+    SLURM_USED.append(True)
+    with local_bed(tmp_path_factory.mktemp("slurm"), name="cluster", hosts_n=5, user=slurmbed.USER,
+                   hardware={"shared_home": True}) as bed:
+        yield slurmbed.start(bed)
+    left = slurm_daemons()
+    assert not left, f"Slurm daemons outlived their hosts: {left}"
+
+
+_LOCAL_FIXTURES = {"need_local", "local_testbed", "shared_local_testbed", "slurm_cluster"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -277,7 +277,7 @@ def test_unknown_target_is_refused_before_any_check(no_cloud: pytest.MonkeyPatch
 
     _, out, exc = invoke("check", "local", "nosuch")  # the valid one is not checked either
     assert isinstance(exc, UsageError) and exc.code == 2 and out == ""
-    assert "'nosuch' is neither a provider (local, lab, chameleon, gcp-tpu) nor a testbed" in exc.what
+    assert "'nosuch' is neither a provider (local, lab, chameleon, gcp-tpu, slurm) nor a testbed" in exc.what
 
 
 # no extra installed -------------------------------------------------------------------------------------------

@@ -13,11 +13,16 @@ PROVIDERS: dict[str, str] = {
     "lab": "testbed.providers.lab:LabProvider",
     "chameleon": "testbed.providers.chameleon:ChameleonProvider",
     "gcp-tpu": "testbed.providers.gcp_tpu:TpuProvider",
+    "slurm": "testbed.providers.slurm:SlurmProvider",
 }
 
 COSTS_MONEY = frozenset({"chameleon", "gcp-tpu"})
 """The providers whose resources bill while held (their classes' ``costs_money``, checked equal in the tests):
 what the ledger asks for a cost without importing every provider."""
+
+COUNTS_HOURS = frozenset({"slurm"})
+"""The providers whose resources cost no money but are counted (a Slurm allocation's node-hours, charged to an
+account's fair share): the ledger shows their ``cost`` too."""
 
 KEEPS_HOSTS = frozenset({"lab"})
 """The providers whose destroy leaves the hosts, and the files on them, as they were (their classes' ``keeps_hosts``,

@@ -138,6 +138,7 @@ class Provider(ABC):
     offline_hosts: ClassVar[bool] = False  # hosts have no route out (set-up installs from the controller)
     shares_controller_files: ClassVar[bool] = False  # hosts see the controller's files (its Python env)
     keeps_hosts: ClassVar[bool] = False  # destroy leaves the hosts and their files (lab machines): never remade
+    root_on_hosts: ClassVar[bool] = True  # set-up may become root there (False: a Slurm cluster's nodes)
     # Optional operations it implements: "extend" (the lease end), "kill-host", "cut-network" (faults),
     # "repair" (bring one failed host back: ``discard`` it, then ``create`` makes it again), "expire" (a
     # dead-man's switch releases the testbed at its expiry: see testbed.deadman).

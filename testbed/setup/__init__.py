@@ -243,6 +243,9 @@ def prepare(tb: Testbed, *, profile: str | None = None, suite: str | None = None
 
     cls = provider_class(provider) if provider in PROVIDERS else None
     variables["testbed_offline"] = bool(cls and cls.offline_hosts)  # no route out: install from the controller
+    variables["testbed_root"] = not (cls and not cls.root_on_hosts)
+    if not variables["testbed_root"]:  # no root (a Slurm cluster's nodes): the mesh's names go in ~/.ssh/config
+        variables["ssh_mesh_etc_hosts"] = False
     shared = _controller_site_packages() if cls and cls.shares_controller_files else None
     if shared:  # the hosts see this machine's files: they can use the controller's env as a shared one
         variables["testbed_controller_site_packages"] = shared

@@ -38,6 +38,11 @@ options:
     description: The peers' SSH port.
     type: int
     default: 22
+  resolve:
+    description: Whether each peer's name must resolve to its address (false where the role wrote no
+      C(/etc/hosts), e.g. on a Slurm cluster without root: C(~/.ssh/config) names each peer's HostName instead).
+    type: bool
+    default: true
   timeout:
     description: Connect timeout of each login, in seconds.
     type: int
@@ -138,7 +143,7 @@ def resolves_to(name):
     return out
 
 
-def content_problems(peers, port, authorized, known):
+def content_problems(peers, port, authorized, known, resolve=True):
     """What this host's files and resolver get wrong, peer by peer (an empty list: nothing)."""
     problems = []
     allowed = set()
@@ -164,7 +169,7 @@ def content_problems(peers, port, authorized, known):
             if missing or host_keys & revoked:
                 bad = len(missing | (host_keys & revoked))
                 problems.append(f"{name}: {bad} of its {len(host_keys)} host keys not pinned under {lookup}")
-        got = resolves_to(name)
+        got = resolves_to(name) if resolve else [addr]
         if got[:1] != [addr]:  # ssh connects to the first address that answers
             problems.append("{} resolves to {}, not to {} first".format(name, ", ".join(got) or "nothing", addr))
     return problems
@@ -193,6 +198,7 @@ def main():
             peers=dict(type="list", elements="dict", required=True),
             login=dict(type="list", elements="str", default=[]),
             port=dict(type="int", default=22),
+            resolve=dict(type="bool", default=True),
             timeout=dict(type="int", default=10),
             authorized_keys=dict(type="path", default="~/.ssh/authorized_keys"),
             known_hosts=dict(type="list", elements="path",
@@ -204,7 +210,7 @@ def main():
     known = []
     for path in a["known_hosts"]:
         known += _read_lines(path)
-    problems = content_problems(a["peers"], a["port"], _read_lines(a["authorized_keys"]), known)
+    problems = content_problems(a["peers"], a["port"], _read_lines(a["authorized_keys"]), known, a["resolve"])
     address = dict((str(p.get("name")), str(p.get("address") or "")) for p in a["peers"])
     unknown = [n for n in a["login"] if n not in address]
     if unknown:
