@@ -144,10 +144,14 @@ def _second_testbed_from_the_image(a) -> None:  # type: ignore[no-untyped-def]
         assert {h.name: h.facts.get("image") for h in b.hosts} == {"node0": img["key"], "node1": img["key"]}
         assert b.info["image"]["key"] == img["key"]
         res = b.setup()
-        assert res.ok and res.partial_roles == ["ssh_mesh"], res
+        assert res.ok and res.partial_roles == ["ssh_mesh"] and res.direct, res  # written by testbed, not Ansible
         assert sorted(res.partial) == ["node0", "node1"] and res.reasons["node0"].startswith("booted from image")
         assert _mesh_everywhere(_Bed(b)) == {"node0": "", "node1": ""}
         assert not b.setup().ran  # recorded as set up: the next run is skipped
+        ansible = b.setup(verify=True)  # Ansible's roles over what testbed wrote: nothing left to change
+        assert ansible.ok and not ansible.direct and ansible.changed == 0 and not ansible.drift, ansible.hosts
+        mesh_files = "cat ~/.ssh/authorized_keys ~/.ssh/known_hosts ~/.ssh/config /etc/hosts"
+        before = _Bed(b).ssh("node0", mesh_files).stdout.splitlines()
 
         p = b.provider()
         sl = p.slot("node1")  # type: ignore[attr-defined]
@@ -157,6 +161,9 @@ def _second_testbed_from_the_image(a) -> None:  # type: ignore[no-untyped-def]
         done = b.repair("node1")
         assert done.replaced == ["node1"] and done.setup_hosts == ["node0", "node1"], done
         assert _mesh_everywhere(_Bed(b)) == {"node0": "", "node1": ""}
+        after = _Bed(b).ssh("node0", mesh_files).stdout.splitlines()
+        moved = [x for x in before if x not in after] + [x for x in after if x not in before]
+        assert moved and all("node1" in x for x in moved), moved  # node0 changed only its entries for node1
 
         changed = b.setup(extra_vars={"shell_verify": False})  # another set-up: the image does not hold it
         assert changed.ok and not changed.partial and not changed.partial_roles
