@@ -170,7 +170,19 @@ _WRITE = r"""
 import json, os, sys
 spec = json.load(sys.stdin)
 changed = []
+become = [f for f in spec["files"] if f.get("become")] if os.geteuid() != 0 else []
+if become:  # as the role's become: true (sudo, never a password prompt)
+    import subprocess
+    r = subprocess.run(["sudo", "-n", sys.executable, "-c", spec["self"]], capture_output=True, text=True,
+                       input=json.dumps({"files": become, "self": spec["self"]}))
+    if r.returncode != 0:
+        sys.stderr.write("writing " + ", ".join(f["path"] for f in become) + " with sudo: "
+                         + (r.stderr.strip()[-400:] or "exit %d" % r.returncode))
+        sys.exit(1)
+    changed += json.loads(r.stdout.strip().splitlines()[-1])
 for f in spec["files"]:
+    if f in become:
+        continue
     path, mode = f["path"], int(f["mode"] or "0", 8)
     try:
         with open(path) as h:
@@ -306,7 +318,8 @@ def apply(testbed: str, inventory: dict[str, Any], targets: list[str], roles: li
         plans[n] = _host_files(n, names, ctx, roles, roles_dir, keys, addr, set(targets) >= set(names))
     wprog = _write_program()
     wcmds = {n: f"{shlex.quote(facts[n].python)} -c {shlex.quote(wprog)}" for n in targets}
-    wrote = remote.run_each(testbed, wcmds, stdin={n: json.dumps(plans[n][0]).encode() for n in targets},
+    wrote = remote.run_each(testbed, wcmds, stdin={n: json.dumps({**plans[n][0], "self": wprog}).encode()
+                                                   for n in targets},
                             timeout=120, connect_timeout=15)
     err = None
     for r in wrote:
@@ -363,7 +376,7 @@ def _host_files(n: str, names: list[str], ctx: dict[str, Any], roles: list[str],
              "blocks": [{"marker": "testbed ssh_mesh peers", "bof": True,
                          "body": render(roles_dir, "ssh_mesh", "ssh_config.j2", ctx)}]}]
         if b(ctx["ssh_mesh_etc_hosts"]):
-            files.append({"path": "/etc/hosts", "mode": "", "in_place": True,
+            files.append({"path": "/etc/hosts", "mode": "", "in_place": True, "become": True,
                           "blocks": [{"marker": "testbed ssh_mesh",
                                       "body": render(roles_dir, "ssh_mesh", "etc_hosts.j2", ctx)}]})
     compile_: list[dict[str, Any]] = []
