@@ -484,11 +484,13 @@ def test_the_local_watchdog_deletes_the_images_only_when_told(local_testbed, mon
     monkeypatch.setenv("TESTBED_DEADMAN_INTERVAL", "0.5")
     bed = local_testbed(hosts=1, name="told")
     os.chdir(bed.cwd)
+    import yaml
+
     spec = Path(bed.cwd) / "inventories" / "told.yml"
-    spec.write_text(spec.read_text() + "\nexpire_images: true\n")
-    other = Path(bed.cwd) / "inventories" / "kept.yml"
-    other.write_text(spec.read_text().replace("expire_images: true", "").replace(
-        bed.provider.spec.provider.subnet, free_subnet()))  # type: ignore[union-attr]
+    doc = yaml.safe_load(spec.read_text())
+    spec.write_text(json.dumps({**doc, "expire_images": True}))
+    doc["provider"]["subnet"] = free_subnet()
+    (Path(bed.cwd) / "inventories" / "kept.yml").write_text(json.dumps(doc))  # no expire_images: the default
     layers = {}
     for name in ("told", "kept"):
         layer = Path(os.environ["TESTBED_HOME"]) / "images" / "local" / (name * 16)[:64] / "layer"
@@ -497,15 +499,18 @@ def test_the_local_watchdog_deletes_the_images_only_when_told(local_testbed, mon
         bed.store.add_image("local", f"local-{name}", key=(name * 16)[:64], plan="base", testbed=name, host="node0",
                             location=str(layer), size=1)
         layers[name] = layer
-    for name in ("told", "kept"):
-        code, out, exc = invoke("provision", name, "--expire", "4s", "--json")
-        assert code == 0, (out, exc)
     import time
 
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and (bed.store.testbed("told") or bed.store.testbed("kept")
-                                           or layers["told"].exists()):
-        time.sleep(0.5)
+    try:
+        for name in ("told", "kept"):
+            code, out, exc = invoke("provision", name, "--expire", "4s", "--json")
+            assert code == 0, (out, exc)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and (bed.store.testbed("told") or bed.store.testbed("kept")
+                                               or layers["told"].exists()):
+            time.sleep(0.5)
+    finally:
+        invoke("destroy", "kept", "--yes")  # the fixture knows 'told' only
     assert bed.store.testbed("told") is None and bed.store.testbed("kept") is None
     assert not layers["told"].parent.exists() and [r["id"] for r in bed.store.images()] == ["local-kept"]
     assert (layers["kept"] / "marker").read_text() == "kept"  # never deleted unless told

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.setup.events import HostResult
+from testbed.textfmt import plural
 
 ROLES = ("ssh_mesh", "mpi")
 _PREFIXES = ("ssh_mesh_", "mpi_")
@@ -350,7 +351,8 @@ def apply(testbed: str, inventory: dict[str, Any], targets: list[str], roles: li
             problems.append(str(out["hello"]))
         if problems:
             res[r.host].failed = 1
-            res[r.host].error = f"ssh mesh from {r.host}: {len(problems)} problems: " + "; ".join(problems[:20])
+            res[r.host].error = f"ssh mesh from {r.host}: {plural(len(problems), 'problem')}: " + \
+                "; ".join(problems[:20])
             res[r.host].error_task = "ssh_mesh : verify the mesh (testbed)"
             err = err or f"{r.host}: {res[r.host].error}"
     return Outcome(res, err)
