@@ -8,7 +8,8 @@ In one temporary state home: each round provisions a fresh testbed A the way it 
 sets it up (the first set-up); round 0 bakes an image from A's node0; each round then provisions a fresh testbed
 B, which boots from that image, and sets it up (only the per-testbed roles run, written by testbed over its SSH
 masters: testbed.setup.direct). Then, on the last round's A and B, node1 is killed and its disk thrown away, and
-it is repaired: the set-up part of A's repair (today's) against B's (from the image). Printed: medians, the ratios, and whether the targets are met (both at most 0.1x).
+it is repaired: the set-up part of A's repair (today's) against B's (from the image). Printed: medians, the
+ratios, and whether the targets are met (both at most 0.1x).
 """
 
 from __future__ import annotations
