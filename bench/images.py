@@ -6,9 +6,10 @@ Run by hand as root (under the local-tests lock when others share the machine):
 
 In one temporary state home: each round provisions a fresh testbed A the way it is done today (no image) and
 sets it up (the first set-up); round 0 bakes an image from A's node0; each round then provisions a fresh testbed
-B, which boots from that image, and sets it up (only the per-testbed roles run). Then, on the last round's A and
-B, node1 is killed and its disk thrown away, and it is repaired: the set-up part of A's repair (today's) against
-B's (from the image). Printed: medians, the ratios, and whether the targets are met (both at most 0.1x).
+B, which boots from that image, and sets it up (only the per-testbed roles run, written by testbed over its SSH
+masters: testbed.setup.direct). Then, on the last round's A and B, node1 is killed and its disk thrown away, and
+it is repaired: the set-up part of A's repair (today's) against B's (from the image). Printed: medians, the
+ratios, and whether the targets are met (both at most 0.1x).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def _ready(name: str, *, image: bool) -> tuple[float, float, Any]:
     if not r.ok or bool(r.partial) != image:
         sys.exit(f"{name}: set-up not as expected (partial={r.partial}): {r.to_json()}")
     print(f"  {name:4} provision {t_prov:6.2f} s  set-up {t_setup:6.2f} s  changed {r.changed:3}"
-          f"  roles run: {', '.join(r.partial_roles) if r.partial else 'all'}", flush=True)
+          f"  roles run: {', '.join(r.partial_roles) if r.partial else 'all'}"
+          f"{' (by testbed over SSH, no Ansible)' if r.direct else ''}", flush=True)
     return t_prov, t_setup, r
 
 

@@ -264,8 +264,12 @@ def watch(name: str) -> int:
             if at is not None and time.time() >= at:
                 print(f"{exp.iso(time.time())} {name}: deadline {exp.iso(at)} passed; destroying", flush=True)
                 try:
-                    Testbed.open(name, st, recorded_ok=True).provider().destroy()
+                    tb = Testbed.open(name, st, recorded_ok=True)
+                    p = tb.provider()
+                    p.destroy()
                     print(f"{exp.iso(time.time())} {name}: destroyed", flush=True)
+                    if tb.spec is not None and tb.spec.expire_images:  # told to: its images go too
+                        _delete_images(st, p)
                     return 0
                 except (TestbedError, OSError) as err:
                     failures += 1
@@ -275,6 +279,19 @@ def watch(name: str) -> int:
         finally:
             st.close()
         time.sleep(interval())
+
+
+def _delete_images(st: Store, p: Provider) -> None:
+    """The images the testbed baked that no other testbed boots from (its spec said ``expire_images: true``)."""
+    from testbed.setup import images
+
+    for r in images.switch_deletes(st, p.name, p.kind):
+        try:
+            p.delete_image(r)
+            st.remove_image(r["provider"], r["id"])
+            print(f"{exp.iso(time.time())} {p.name}: deleted image {r['id']} (expire_images)", flush=True)
+        except (TestbedError, OSError) as err:
+            print(f"{exp.iso(time.time())} {p.name}: image {r['id']} not deleted: {err}", flush=True)
 
 
 if __name__ == "__main__":  # python -m testbed.deadman watch NAME

@@ -133,6 +133,9 @@ class TestbedSpec(Strict):
                                "'testbed provision --expire' wins, 'testbed extend' moves it")
     idle_after: str | None = Field(None, description="release the testbed after this long with no run and no "
                                    "testbed command (30m, 2h)")
+    expire_images: bool = Field(False, description="let the dead-man's switch also delete the images this testbed "
+                                "baked that no other testbed boots from; without it the switch never deletes an "
+                                "image ('testbed image prune' does)")
     lost_after: float | None = Field(None, gt=0, allow_inf_nan=False, description="seconds over which a run must "
                                      "find a host of this testbed lost before it repairs it, when more than the "
                                      "suite's timeouts.unreachable (a bare-metal reboot takes minutes)")

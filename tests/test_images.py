@@ -144,10 +144,14 @@ def _second_testbed_from_the_image(a) -> None:  # type: ignore[no-untyped-def]
         assert {h.name: h.facts.get("image") for h in b.hosts} == {"node0": img["key"], "node1": img["key"]}
         assert b.info["image"]["key"] == img["key"]
         res = b.setup()
-        assert res.ok and res.partial_roles == ["ssh_mesh"], res
+        assert res.ok and res.partial_roles == ["ssh_mesh"] and res.direct, res  # written by testbed, not Ansible
         assert sorted(res.partial) == ["node0", "node1"] and res.reasons["node0"].startswith("booted from image")
         assert _mesh_everywhere(_Bed(b)) == {"node0": "", "node1": ""}
         assert not b.setup().ran  # recorded as set up: the next run is skipped
+        ansible = b.setup(verify=True)  # Ansible's roles over what testbed wrote: nothing left to change
+        assert ansible.ok and not ansible.direct and ansible.changed == 0 and not ansible.drift, ansible.hosts
+        mesh_files = "cat ~/.ssh/authorized_keys ~/.ssh/known_hosts ~/.ssh/config /etc/hosts"
+        before = _Bed(b).ssh("node0", mesh_files).stdout.splitlines()
 
         p = b.provider()
         sl = p.slot("node1")  # type: ignore[attr-defined]
@@ -157,6 +161,9 @@ def _second_testbed_from_the_image(a) -> None:  # type: ignore[no-untyped-def]
         done = b.repair("node1")
         assert done.replaced == ["node1"] and done.setup_hosts == ["node0", "node1"], done
         assert _mesh_everywhere(_Bed(b)) == {"node0": "", "node1": ""}
+        after = _Bed(b).ssh("node0", mesh_files).stdout.splitlines()
+        moved = [x for x in before if x not in after] + [x for x in after if x not in before]
+        assert moved and all("node1" in x for x in moved), moved  # node0 changed only its entries for node1
 
         changed = b.setup(extra_vars={"shell_verify": False})  # another set-up: the image does not hold it
         assert changed.ok and not changed.partial and not changed.partial_roles
@@ -397,3 +404,114 @@ def test_bake_goes_with_a_profile_and_is_refused_with_roles(tb_home: Path) -> No
     r = CliRunner().invoke(app, ["setup", "local", "--role", "shell", "--bake"])
     assert isinstance(r.exception, UsageError) and "--bake goes with a profile" in r.exception.what
     assert r.exception.code == 2  # bad input: exit 2, no host touched (no testbed 'local' is even provisioned)
+
+
+# --- the dead-man's switch deletes an image only when told (expire_images) -------------------------------------
+def test_the_chameleon_switch_may_delete_the_testbeds_images_only_when_told(
+        tb_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The switch's credential: without ``expire_images`` its access rules name no image; with it, exactly a DELETE
+    of each image this testbed baked that no other testbed boots from, and the fake (keystonemiddleware's rules)
+    lets that credential delete that image and nothing else of Glance."""
+    pytest.importorskip("chi")
+    import time
+    import urllib.request
+
+    from fakes.chameleon_api import FakeChameleon
+
+    from testbed.expiry import Expiry
+
+    fake = FakeChameleon().start()
+    try:
+        for k in [k for k in os.environ if k.startswith("OS_")]:
+            monkeypatch.delenv(k)
+        for k, v in fake.env().items():
+            monkeypatch.setenv(k, v)
+        fake.app_cred_unrestricted = True
+        (tb_home / "inventories").mkdir()
+        st = Store.open_default()
+        base = fake.images[0]["id"]
+        ids = {"mine": "0" * 31 + "1", "theirs": "0" * 31 + "2", "shared": base}
+        for n in ("mine", "theirs"):  # two snapshots in glance, as createImage leaves them
+            fake.images.append({**fake.images[0], "id": ids[n], "name": f"tb-{n}", "visibility": "private",
+                                "owner": fake.project_id})
+        for n, baked_by in (("mine", "cham"), ("shared", "cham"), ("theirs", "other")):
+            st.add_image("chameleon", ids[n], key=n * 8, plan="base", testbed=baked_by, host="node0",
+                         location="CHI@UC", size=1)
+        st.upsert_testbed("user", "chameleon", None, "up", {"image": {"key": "shared" * 8}})  # boots from it
+        rules = {}
+        for told in (False, True):
+            (tb_home / "inventories" / "cham.yml").write_text(
+                "provider: {kind: chameleon, site: CHI@UC, count: 1}\nuser: cc\n"
+                + ("expire_images: true\n" if told else ""))
+            p = Testbed.open("cham", st).provider()
+            plan = p.switch_release(Expiry(expire_at=time.time() + 3600))
+            rules[told] = fake.app_creds[plan["auth"]["id"]]["access_rules"]
+        assert not [r for r in rules[False] if r["service"] == "image"]
+        assert [(r["method"], r["path"].rsplit("/", 1)[-1]) for r in rules[True] if r["service"] == "image"] \
+            == [("DELETE", ids["mine"])]
+        assert [m for m, url in plan["requests"] if url.endswith("/v2/images/" + ids["mine"])] == ["DELETE"]
+        req = urllib.request.Request(f"{plan['auth']['auth_url']}/auth/tokens", method="POST",
+                                     data=json.dumps({"auth": {"identity": {
+                                         "methods": ["application_credential"], "application_credential": {
+                                             "id": plan["auth"]["id"], "secret": plan["auth"]["secret"]}}}}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            token = resp.headers["X-Subject-Token"]
+        glance = next(url for _, url in plan["requests"] if "/v2/images/" in url).rsplit("/v2/images/", 1)[0]
+
+        def call(method: str, path: str) -> int:
+            try:
+                with urllib.request.urlopen(urllib.request.Request(
+                        glance + path, method=method, headers={"X-Auth-Token": token}), timeout=10) as r:
+                    return int(r.status)
+            except urllib.error.HTTPError as e:
+                return int(e.code)
+
+        assert call("DELETE", f"/v2/images/{ids['theirs']}") == 401  # another testbed's image: not this credential's
+        assert call("GET", "/v2/images") == 401
+        assert call("DELETE", f"/v2/images/{ids['mine']}") == 204
+        assert ids["mine"] not in [i["id"] for i in fake.images] and ids["theirs"] in [i["id"] for i in fake.images]
+    finally:
+        fake.stop()
+
+
+@pytest.mark.local
+def test_the_local_watchdog_deletes_the_images_only_when_told(local_testbed, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Two testbeds expire; each baked an image (a layer folder where the local provider keeps them): the one
+    whose spec says ``expire_images: true`` loses its image, the other keeps it."""
+    from tests.localbed import invoke
+
+    monkeypatch.setenv("TESTBED_DEADMAN_INTERVAL", "0.5")
+    bed = local_testbed(hosts=1, name="told")
+    os.chdir(bed.cwd)
+    import yaml
+
+    spec = Path(bed.cwd) / "inventories" / "told.yml"
+    doc = yaml.safe_load(spec.read_text())
+    spec.write_text(json.dumps({**doc, "expire_images": True}))
+    doc["provider"]["subnet"] = free_subnet()
+    (Path(bed.cwd) / "inventories" / "kept.yml").write_text(json.dumps(doc))  # no expire_images: the default
+    layers = {}
+    for name in ("told", "kept"):
+        layer = Path(os.environ["TESTBED_HOME"]) / "images" / "local" / (name * 16)[:64] / "layer"
+        layer.mkdir(parents=True)
+        (layer / "marker").write_text(name)
+        bed.store.add_image("local", f"local-{name}", key=(name * 16)[:64], plan="base", testbed=name, host="node0",
+                            location=str(layer), size=1)
+        layers[name] = layer
+    import time
+
+    try:
+        for name in ("told", "kept"):
+            code, out, exc = invoke("provision", name, "--expire", "4s", "--json")
+            assert code == 0, (out, exc)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and (bed.store.testbed("told") or bed.store.testbed("kept")
+                                               or layers["told"].exists()):
+            time.sleep(0.5)
+    finally:
+        invoke("destroy", "kept", "--yes")  # the fixture knows 'told' only
+    assert bed.store.testbed("told") is None and bed.store.testbed("kept") is None
+    assert not layers["told"].parent.exists() and [r["id"] for r in bed.store.images()] == ["local-kept"]
+    assert (layers["kept"] / "marker").read_text() == "kept"  # never deleted unless told
+

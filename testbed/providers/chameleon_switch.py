@@ -3,8 +3,10 @@
 The lease end is Blazar's own switch: a new lease ends no later than the expiry. For the idle limit, and to release
 at the deadline rather than at the next whole lease end, the hosts' agent holds an application credential made for
 this testbed alone: keystone ``access_rules`` allow exactly ``DELETE`` of this lease (reservation), these servers
-(compute) and these floating IPs (network), nothing else, not even a GET, and it expires a day after the testbed's
-deadline. Keystone lets only a password/OIDC login or an *unrestricted* application credential create one.
+(compute) and these floating IPs (network), and, only when the spec says ``expire_images: true``, the Glance images
+this testbed baked that no other testbed boots from (image); nothing else, not even a GET, and it expires a day
+after the testbed's deadline. Keystone lets only a password/OIDC login or an *unrestricted* application credential
+create one.
 """
 
 from __future__ import annotations
@@ -65,6 +67,14 @@ def release_plan(p: ChameleonProvider, e: Expiry) -> dict[str, Any]:
     targets = [("reservation", *_target(blazar, f"/leases/{x}")) for x in leases]
     targets += [("compute", *_target(nova, f"/servers/{x}")) for x in servers]
     targets += [("network", *_target(neutron, f"/v2.0/floatingips/{x}")) for x in fips]
+    if p.spec.expire_images:  # told to: the images this testbed baked that no other testbed boots from
+        from testbed.setup import images
+
+        baked = [r["id"] for r in images.switch_deletes(p.store, p.name, p.kind)]
+        if baked:
+            with p._step("reading the service catalog", "keystone catalog"):
+                glance = api.endpoint("image")
+            targets += [("image", *_target(glance, f"/v2/images/{x}")) for x in baked]
     rules = [{"service": svc, "method": "DELETE", "path": path} for svc, _, path in targets]
     lease_end = _lease_end(p)
     until = max(x for x in (e.expire_at, lease_end, time.time()) if x is not None) + MARGIN

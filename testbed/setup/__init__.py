@@ -39,7 +39,7 @@ from testbed.hosts import Host
 if TYPE_CHECKING:
     from testbed.handle import Testbed
 
-from testbed.setup import address
+from testbed.setup import address, direct
 from testbed.setup.events import KEPT_EVENTS, EventAggregator, EventHandler, HostResult, SetupResult
 from testbed.setup.profiles import (
     Plan,
@@ -321,6 +321,21 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
                 elapsed=time.monotonic() - start, hosts={n: HostResult(n, unchanged=n not in to_run) for n in targets},
                 ran=False, verify=every, unchanged=probe.unchanged, reasons=probe.reasons,
                 probe_seconds=probe.seconds, partial=probe.partial, partial_roles=[]))
+        why = direct.why_not(partial_roles, plan.steps, plan.vars, extravars, variables)
+        if not why:  # a few files naming the other hosts, and checks: testbed writes them over its SSH masters
+            done = direct.apply(testbed, inventory, to_run, partial_roles, roles_dir())
+            if not done.fallback:
+                if done.error is None:
+                    _record(testbed, plan.name, probe, to_run)
+                for n in probe.unchanged:
+                    done.hosts[n] = HostResult(n, unchanged=True)
+                return _remember(tb, roles, SetupResult(
+                    testbed=testbed, plan=plan.name, roles=plan.roles, check=check, rc=0 if done.error is None else 2,
+                    status="successful" if done.error is None else "failed", elapsed=time.monotonic() - start,
+                    hosts={n: done.hosts[n] for n in targets if n in done.hosts}, error=done.error, verify=every,
+                    unchanged=probe.unchanged, reasons=probe.reasons, probe_seconds=probe.seconds,
+                    partial={n: w for n, w in probe.partial.items() if n in to_run}, partial_roles=partial_roles,
+                    direct=True))
     if not to_run:  # every host already has exactly this set-up: nothing for Ansible to do
         return _remember(tb, roles, SetupResult(
             testbed=testbed, plan=plan.name, roles=plan.roles, check=check, rc=0, status="skipped",

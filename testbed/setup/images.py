@@ -9,7 +9,8 @@ records the hosts as set up. An image of one key is never used for another: a ch
 source commit is another key, and the host does the whole set-up.
 
 Images are recorded in state (``images``) the moment their provider names them; they outlive the testbed that
-baked them: destroy and the dead-man's switch never delete one, ``prune`` does.
+baked them: destroy never deletes one, ``prune`` does, and so does the dead-man's switch of a testbed whose spec
+says ``expire_images: true`` (only the images it baked that no other testbed boots from: :func:`switch_deletes`).
 """
 
 from __future__ import annotations
@@ -78,6 +79,12 @@ def bake(tb: Testbed, host: str | None = None, *, profile: str | None = None, su
                        **{**(made.get("info") or {}), "seconds": round(time.monotonic() - t0, 2),
                           "spec": tb.info.get("spec")})
     row = next(r for r in tb.store.images(key) if r["provider"] == p.kind and r["id"] == str(made["id"]))
+    if tb.spec is not None and tb.spec.expire_images:  # the hosts' agents must be allowed to delete it too
+        from testbed import deadman
+
+        e = deadman.recorded(tb.store, tb.name)
+        if e is not None and e.active and e.switch == "agent":
+            deadman.arm(p, tb.hosts, e)
     return {**row, "new": True}
 
 
@@ -109,6 +116,14 @@ def users(st: Store) -> dict[str, list[str]]:
         if isinstance(img, dict) and img.get("key"):
             out.setdefault(str(img["key"]), []).append(tb["name"])
     return out
+
+
+def switch_deletes(st: Store, testbed: str, provider: str) -> list[dict[str, Any]]:
+    """The images the dead-man's switch of ``testbed`` deletes when its spec opts in (``expire_images``): those it
+    baked with ``provider`` that no other testbed boots from. Without the opt-in the switch deletes none."""
+    used = users(st)
+    return [r for r in st.images() if r["testbed"] == testbed and r["provider"] == provider
+            and not [u for u in used.get(r["key"], []) if u != testbed]]
 
 
 def monthly_cost(row: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
