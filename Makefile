@@ -1,7 +1,9 @@
 # The two commands a new user types (as root on Debian/Ubuntu):
 #   make demo   provision the local testbed and run the whole loop on it
 #   make test   run the whole test suite
-#   make test-fast  the tests that need no root and no local hosts (about 3 minutes), while you work
+# and, while you work (docs/testing.md):
+#   make test-unit  no root, no local hosts, no sshd
+#   make test-fast  the unit tests, the loopback-sshd cloud fakes and the tests on one shared local testbed (root)
 # Both install what they need: the apt packages, then .venv/ with testbed and its extras.
 
 VENV   ?= .venv
@@ -13,7 +15,7 @@ APT_PACKAGES = openssh-server openssh-client iproute2 rsync openmpi-bin libopenm
 APT_OPTIONAL = chromium-headless-shell
 STAMP  = $(VENV)/.installed
 
-.PHONY: demo test test-fast deps venv lint clean
+.PHONY: demo test test-fast test-unit deps venv lint clean
 
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -46,8 +48,12 @@ demo: venv
 test: venv
 	$(VENV)/bin/python -m pytest -q -ra -n 3 --dist loadfile --durations=25
 
+# tiers by marker, the markers applied by fixture (tests/tiers.py)
+test-unit: $(STAMP)  # no root: not the apt packages
+	$(VENV)/bin/python -m pytest -q -ra -n 2 -m "not local and not sshd and not slow" --durations=10
+
 test-fast: venv
-	$(VENV)/bin/python -m pytest -q -ra -n 2 -m "not local and not slow"
+	$(VENV)/bin/python -m pytest -q -ra -n 2 -m "not slow and not own_testbed" --durations=10
 
 lint: venv
 	$(VENV)/bin/ruff check testbed tests bench

@@ -13,8 +13,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import tiers
 from leftovers import SLURM_USED, remove_control_dirs_under, slurm_daemons
-from localbed import LocalBed, local_available, local_bed
+from localbed import LocalBed, local_available, local_bed, reset
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in ("sshd: needs root for real sshd daemons on loopback addresses (the cloud fakes' servers)",
+                 "own_testbed: provisions local testbeds of its own (not the worker's shared one)"):
+        config.addinivalue_line("markers", line)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -110,14 +117,52 @@ def local_testbed(tmp_path: Path, need_local: None) -> Iterator[object]:
     os.chdir(old)
 
 
-@pytest.fixture(scope="module")
-def shared_local_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBed]:
-    """One 4-host local testbed shared by a whole test module."""
+class _SharedBed:
+    """The worker's local testbed: provisioned on first use, reset between the modules that share it."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.bed: LocalBed | None = None
+        self.made = 0
+
+    def get(self) -> LocalBed:
+        old_env, old_cwd = os.environ.get("TESTBED_HOME"), os.getcwd()
+        try:
+            if self.bed is not None and not reset(self.bed):  # a module set it up: a new one
+                self.close()
+            if self.bed is None:
+                cwd = self.root / f"shared-{self.made}"
+                self.made += 1
+                cwd.mkdir()
+                self.bed = LocalBed(name="shared", cwd=cwd).up()
+            return self.bed
+        finally:
+            _restore(old_env, old_cwd)
+
+    def close(self) -> None:
+        if self.bed is not None:
+            old_env, old_cwd = os.environ.get("TESTBED_HOME"), os.getcwd()
+            self.bed.down()
+            self.bed = None
+            _restore(old_env, old_cwd)
+
+
+def _restore(env: str | None, cwd: str) -> None:
+    os.chdir(cwd)
+    if env is None:
+        os.environ.pop("TESTBED_HOME", None)
+    else:
+        os.environ["TESTBED_HOME"] = env
+
+
+@pytest.fixture(scope="session")
+def _worker_local_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_SharedBed]:
     reason = local_available()
     if reason:
         pytest.skip(f"local testbed unavailable: {reason}")
-    with local_bed(tmp_path_factory.mktemp("shared"), name="shared") as bed:
-        yield bed
+    shared = _SharedBed(tmp_path_factory.mktemp("shared"))
+    yield shared
+    shared.close()
 
 
 @pytest.fixture(scope="module")
@@ -137,14 +182,31 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     assert not left, f"Slurm daemons outlived their hosts: {left}"
 
 
-_LOCAL_FIXTURES = {"need_local", "local_testbed", "shared_local_testbed", "slurm_cluster"}
+@pytest.fixture(scope="module")
+def shared_local_testbed(_worker_local_testbed: _SharedBed) -> Iterator[LocalBed]:
+    """One 4-host local testbed shared by a whole test module: the test worker's, provisioned once and reset
+    between modules (tests/localbed.py's reset), its home and folder in TESTBED_HOME and the cwd meanwhile."""
+    old_env, old_cwd = os.environ.get("TESTBED_HOME"), os.getcwd()
+    bed = _worker_local_testbed.get()
+    os.environ["TESTBED_HOME"] = str(bed.home)
+    os.chdir(bed.cwd)
+    yield bed
+    _restore(old_env, old_cwd)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that uses local hosts is `local` (root, sshd, namespaces) whatever its file says."""
-    for item in items:
-        if _LOCAL_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.local)
+    """The tier markers by fixture (tests/tiers.py): a test using local hosts is `local` whatever its file says."""
+    tiers.apply(items)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--tiers-json", metavar="PATH", help="write each collected test's markers and fixtures")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    path = session.config.getoption("--tiers-json")
+    if path:
+        tiers.dump(session.items, Path(path))
 
 
 PAIR = ["torch==2.14.1", "torchvision==0.29.1", "pandas", "pillow", "psutil", "wheel", "setuptools"]

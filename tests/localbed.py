@@ -134,6 +134,82 @@ def local_bed(cwd: Path, name: str = "tb", **kw: object) -> Iterator[LocalBed]:
             os.environ["TESTBED_HOME"] = old_env
 
 
+RESET_TABLES = ("collected", "events", "run_hosts", "runs", "campaigns")  # what runs leave in the state
+
+
+def _controller_leftovers(home: Path) -> list[int]:
+    """This machine's processes started with TESTBED_HOME=``home`` (a detached supervisor, a follower), not us."""
+    mine = f"TESTBED_HOME={home}".encode()
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid():
+            with contextlib.suppress(OSError):
+                if mine in Path(f"/proc/{d}/environ").read_bytes().split(b"\0"):
+                    out.append(int(d))
+    return out
+
+
+def reset(bed: LocalBed) -> bool:
+    """Bring a shared testbed back to just provisioned, between the test modules that share it: the
+    controller's processes on its state home and the hosts' processes other than their init and sshd killed,
+    every host up with its link up and unshaped, the run folders on the hosts, the runs in the state and what
+    the modules wrote beside the testbed's inventory removed. False (nothing cleaned) when a module set the
+    hosts up (a set-up record on a host): roles change more than a reset can undo, the caller provisions
+    another testbed. Raises when a host does not answer afterwards."""
+    import shutil
+    import signal
+    import sqlite3
+
+    assert bed.provider is not None
+    os.environ["TESTBED_HOME"] = str(bed.home)
+    for _ in range(3):  # bounded: a killed supervisor's children may be forking
+        pids = _controller_leftovers(bed.home)
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if not pids:
+            break
+        time.sleep(0.2)
+    prov = bed.provider
+    for sl in prov.slots():
+        prov.restore_network(sl.name)
+    if not all(prov._alive(sl) for sl in prov.slots()):
+        bed.hosts = prov.provision()  # brings back the hosts a module killed (the others are kept)
+    from testbed.setup.address import RECORD
+
+    rec = RECORD.replace("setup.json", "setup*.json")  # every host's and the per-host records
+    set_up = f"ls /root/{rec} /home/*/{rec} >/dev/null 2>&1"
+    if any(prov.console(sl.name, set_up).returncode == 0 for sl in prov.slots()):
+        return False
+    # inside each host: every process but init, sshd (its listener and the open sessions) and this shell
+    script = ('for p in /proc/[0-9]*; do p=${p#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] && continue; '
+              'c=$(cat /proc/$p/comm 2>/dev/null) || continue; case $c in sshd*) continue;; esac; '
+              'kill -9 $p 2>/dev/null; done; rm -rf /root/.testbed-runs /home/*/.testbed-runs')
+    for sl in prov.slots():
+        r = prov.console(sl.name, script)
+        if r.returncode != 0:
+            raise RuntimeError(f"reset of {sl.name}: {r.stderr.strip()}")
+    with contextlib.closing(sqlite3.connect(bed.home / "state.db", timeout=30)) as db, db:
+        for table in RESET_TABLES:
+            db.execute(f"DELETE FROM {table}")  # names from the tuple above
+        db.execute("UPDATE hosts SET state = 'up' WHERE testbed = ?", (bed.name,))
+    keep = {"inventories", ".testbed"}
+    for p in bed.cwd.iterdir():
+        if p.name not in keep:
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    for p in (bed.cwd / "inventories").iterdir():
+        if p.name != f"{bed.name}.yml":
+            p.unlink()
+    for p in bed.home.iterdir():
+        if p.name != "testbeds" and not p.name.startswith("state.db"):
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    for sl in prov.slots():
+        r = bed.ssh(sl.name, "true", timeout=30)
+        if r.returncode != 0:
+            raise RuntimeError(f"{sl.name} does not answer after the reset: {r.stderr.strip()}")
+    return True
+
+
 def can_raise_memlock() -> bool:
     """Whether this machine may raise RLIMIT_MEMLOCK (CAP_SYS_RESOURCE): the memlock role's `unlimited` needs it."""
     import resource
