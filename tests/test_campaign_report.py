@@ -374,6 +374,7 @@ def results_tree(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_index_of_everything_skips_what_is_not_a_run(tmp_path):
     root = results_tree(tmp_path / "results")
     bad = root / "isca-resnet18" / "isca-broken"
@@ -431,6 +432,7 @@ def _app():
     return app
 
 
+@pytest.mark.slow
 def test_cli_campaign_index_and_errors(tmp_path, tb_home):
     root = results_tree(tmp_path / "results")
     runner = CliRunner()

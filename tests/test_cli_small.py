@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,6 +86,7 @@ def _a_run(root: Path) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_every_command_with_json_prints_json(tb_home: Path) -> None:
     run = _a_run(tb_home)
     forms: dict[tuple[str, ...], list[list[str]]] = {
@@ -141,6 +143,7 @@ def broken_lines(text: str, width: int) -> list[str]:
     return bad
 
 
+@pytest.mark.slow
 def test_help_is_plain_prose_at_80_and_120_columns(tb_home: Path) -> None:
     paths = sorted(_tree())
     assert ("list", "suites") in paths and ("report",) in paths
@@ -222,6 +225,7 @@ def test_counts_agree_with_their_nouns(tb_home: Path) -> None:
 NOT_COUNTS = ("{req.accelerator}", "{closest(", "{cols}")
 
 
+@pytest.mark.slow
 def test_no_count_is_glued_to_a_plural_by_hand() -> None:
     """Every count shown with a noun goes through textfmt.plural: no f-string puts a number before a noun ending in
     's' or '(s)' (words that are always plural, such as 'seconds' after a float, are allowed)."""

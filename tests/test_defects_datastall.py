@@ -79,6 +79,7 @@ def _all_points() -> list[dict[str, Any]]:
 
 
 # --- class 1 and 4: the run's outputs over the authors' committed ones, in the source checkout ------------------
+@pytest.mark.slow
 def test_a_run_writes_no_file_the_checkout_commits_and_collects_none() -> None:
     """The emulator writes <gpu-type>/<arch>-batch<b>.csv in its folder (main-measure-time-emulator.py:317, 484) and
     the suite redirects its output and vmtouch's into outputsfigN/: in the checkout, these are the authors' own
@@ -184,6 +185,7 @@ def _cases() -> list[tuple[str, dict[str, str], dict[str, Any]]]:
     return out
 
 
+@pytest.mark.slow
 def test_a_point_run_alone_takes_its_own_figures_settings() -> None:
     """-p figure=4 -p mem_limit=10g (no --matrix) must emulate figure4.sh's v100, -p figure=5 -p workers=6 its one
     GPU and one epoch, -p figure=3-100 its 30g limit, -p figure=3 -p model=vgg11 its 9g: each from the script."""

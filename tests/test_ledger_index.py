@@ -138,6 +138,7 @@ def test_state_from_before_the_index_is_listed_once_status_ran_there(user: Path,
     assert [x["name"] for x in json.loads(r.stdout)["elsewhere"]["testbeds"]] == ["lab1"]
 
 
+@pytest.mark.slow
 def test_read_only_commands_create_no_state(user: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """status, list, show, doctor, logs, report, a dry run and completion leave an empty folder byte-identical (no
     .testbed), and leave a folder's existing state byte-identical (opened read-only: no migration, no -wal). So

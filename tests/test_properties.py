@@ -164,6 +164,7 @@ SPECS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @SETTINGS
 @given(data=st.data())
@@ -217,6 +218,7 @@ SUITE = {
 PARAM_VALUES = st.one_of(st.sampled_from(ODD), st.integers(-10, 10).map(str), st.floats().map(str), st.text(max_size=8))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @SETTINGS
 @given(data=st.data())
@@ -249,6 +251,7 @@ COMMANDS = [["status"], ["status", "gen"], ["destroy"], ["exec", "gen", "--"], [
             ["doctor"], ["show", "gen"]]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @SETTINGS
 @given(data=st.data())
@@ -321,6 +324,7 @@ def huge_matrices(draw: st.DrawFn) -> dict[str, list[int]]:
     return {n: list(range(s)) for n, s in zip(names, sizes, strict=True)}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @BAD
 @given(matrix=huge_matrices(), listed=st.booleans())
@@ -350,6 +354,7 @@ NON_FINITE = st.sampled_from([math.nan, math.inf, -math.inf])
 NON_FINITE_WORDS = st.sampled_from(["nan", "inf", "-inf", "NaN", "Infinity", "-Infinity", "+inf", "1e999"])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @BAD
 @given(data=st.data())
@@ -521,6 +526,7 @@ def test_empty_selections_never_widen_to_every_host(data: st.DataObject, empty: 
                  frags=("selects no host",), line=True)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @BAD
 @given(data=st.data(), name=st.from_regex(r"[a-z][a-z0-9-]{0,8}", fullmatch=True))

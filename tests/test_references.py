@@ -165,6 +165,7 @@ def test_datastall_published_outputs_are_within_their_references(tmp_path: Path)
     assert fig4b[18] == pytest.approx(18.833545923233032 - 5.62968897819519)
 
 
+@pytest.mark.slow
 def test_tesla_published_outputs_are_within_their_references(tmp_path: Path) -> None:
     repo = extract("Scalable_ViT_DT", tmp_path)
     report = self_check(as_run(tmp_path, "tesla", repo / "tesla" / "log"), "tesla")

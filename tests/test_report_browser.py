@@ -77,6 +77,7 @@ def open_in_browser(root: Path, pages: list[str]) -> dict[str, object]:
     return json.loads(html.unescape(m[1]))
 
 
+@pytest.mark.slow
 def test_index_and_reports_open_with_every_image_and_link(tmp_path: Path) -> None:
     root = results_tree(tmp_path / "results")
     build_index(root, "html")

@@ -175,6 +175,7 @@ def test_matmul_and_mpi_hello_reports(tmp_path):
     assert ("all ranks answered", True, "3 of 3 ranks") in res.checks
 
 
+@pytest.mark.slow
 def test_artifact_suites_on_samples(tmp_path):
     res = build_report(make_run(tmp_path / "i", "isca-resnet18", {"suite": "isca-resnet18"}, sample="isca"))
     ok = {n: p for n, p, _ in res.checks}

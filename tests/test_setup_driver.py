@@ -240,6 +240,7 @@ SECRETS = {"OS_PASSWORD": "Sup3r-S3cret-pw", "OS_APPLICATION_CREDENTIAL_SECRET":
            "GOOGLE_OAUTH_ACCESS_TOKEN": "ya29.s3cret-token", "MY_API_TOKEN": "plain-api-t0ken"}
 
 
+@pytest.mark.slow
 def test_setup_leaves_no_secret_from_the_environment_under_the_home(home: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """ansible-runner wrote the whole environment into artifacts/<id>/command: a real set-up against an unreachable
@@ -256,6 +257,7 @@ def test_setup_leaves_no_secret_from_the_environment_under_the_home(home: Path,
     assert "PATH" in json.loads((Path(res.artifact_dir) / "command").read_text())["env"]
 
 
+@pytest.mark.slow
 def test_a_killed_setup_leaves_no_ansible_playbook_behind(home: Path) -> None:
     """SIGKILL of `testbed setup` mid-run: its ansible-playbook (started with a parent-death signal) ends too."""
     import contextlib
@@ -309,6 +311,7 @@ def test_a_killed_setup_leaves_no_ansible_playbook_behind(home: Path) -> None:
         mute.close()
 
 
+@pytest.mark.slow
 def test_setup_puts_the_signal_handlers_back(home: Path) -> None:
     """ansible-runner installs its own SIGINT/SIGTERM handlers and leaves them: Ctrl-C after a set-up (following
     a run) would only set its flag. After apply, the process's own handlers are back."""

@@ -10,11 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 TESTS = Path(__file__).resolve().parent
-UNIT = "not local and not sshd and not slow"
-FAST = "not slow and not own_testbed"
 
 
 def _collect(root: Path, *args: str, cwd: Path) -> list[dict[str, Any]]:
@@ -26,15 +22,13 @@ def _collect(root: Path, *args: str, cwd: Path) -> list[dict[str, Any]]:
     return json.loads(out.read_text())
 
 
-@pytest.fixture(scope="module")
-def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    items = _collect(tmp_path_factory.mktemp("tiers"), str(TESTS), cwd=TESTS.parent)
-    return {i["id"]: {"markers": set(i["markers"]), "fixtures": set(i["fixtures"])} for i in items}
-
-
-def test_every_test_using_a_tier_fixture_carries_its_markers(suite: dict[str, dict[str, Any]]) -> None:
+def test_the_suite_s_tiers_hold(tmp_path: Path) -> None:
+    """Every test using a tier fixture carries its markers, explicit markers still count, and the unit tier holds
+    no test that needs root (one collection of the whole suite, in a fresh process)."""
     import tiers
 
+    suite = {i["id"]: {"markers": set(i["markers"]), "fixtures": set(i["fixtures"])}
+             for i in _collect(tmp_path, str(TESTS), cwd=TESTS.parent)}
     assert len(suite) > 500
     wrong = [f"{nid}: {fx} needs {sorted(set(marks) - t['markers'])}" for nid, t in suite.items()
              for fx, marks in tiers.BY_FIXTURE.items() if fx in t["fixtures"] and not set(marks) <= t["markers"]]
@@ -44,20 +38,15 @@ def test_every_test_using_a_tier_fixture_carries_its_markers(suite: dict[str, di
     shared = [t for t in suite.values() if "shared_local_testbed" in t["fixtures"]]
     assert shared and all("local" in t["markers"] and "own_testbed" not in t["markers"] for t in shared)
     # the loopback sshd suites are out of the unit tier, down to the tests that reach sshd through other fixtures
-    for name in ("test_chameleon.py::test_provision_ssh_destroy", "test_tpu_provider.py::test_reprovision_is_idempotent"):
+    for name in ("test_chameleon.py::test_provision_ssh_destroy",
+                 "test_tpu_provider.py::test_reprovision_is_idempotent"):
         assert "sshd" in suite[f"tests/{name}"]["markers"], name
-
-
-def test_explicit_markers_still_count(suite: dict[str, dict[str, Any]]) -> None:
+    # explicit markers: a module's pytestmark
     wheel = [t for nid, t in suite.items() if nid.startswith("tests/test_wheel.py::")]
-    assert wheel and all("slow" in t["markers"] for t in wheel)  # its module's pytestmark
+    assert wheel and all("slow" in t["markers"] for t in wheel)
     e2e = [t for nid, t in suite.items() if nid.startswith("tests/test_cloud_e2e.py::")]
     assert e2e and all("local" in t["markers"] for t in e2e)
-
-
-def test_the_unit_tier_needs_no_root_fixture(suite: dict[str, dict[str, Any]]) -> None:
-    import tiers
-
+    # the tiers: the unit one needs no root fixture; the fast one holds it and the shared testbed's tests
     root_fixtures = {fx for fx, marks in tiers.BY_FIXTURE.items() if {"local", "sshd"} & set(marks)}
     unit = {nid for nid, t in suite.items() if not {"local", "sshd", "slow"} & t["markers"]}
     assert len(unit) > 500

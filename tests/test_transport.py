@@ -47,6 +47,7 @@ def test_timeout_stops_the_whole_process_group(tmp_path: Path) -> None:
     assert not _alive(int(pidfile.read_text())), "the grandchild survived the timeout"
 
 
+@pytest.mark.slow
 def test_a_process_ignoring_sigterm_gets_sigkill_after_the_grace() -> None:
     t0 = time.monotonic()
     res = remote.call(["sh", "-c", "trap '' TERM; sleep 60"], timeout=0.5)
@@ -66,6 +67,7 @@ def test_output_is_bounded_and_stdin_is_a_file() -> None:
     assert remote.call(["cat"]).stdout == ""  # no stdin: /dev/null, never the caller's terminal
 
 
+@pytest.mark.slow
 def test_idle_limit_from_output_and_from_a_probe() -> None:
     seen: list[bytes] = []
     res = remote.call(["sh", "-c", "echo a; sleep 30"], idle=0.6, on_output=seen.append)
