@@ -44,7 +44,7 @@ demo: venv
 	$(VENV)/bin/testbed demo
 
 # the suite waits on hosts far more than it computes: three workers, one test file each at a time
-# (a file's tests share their local testbed); the slowest 25 tests are listed at the end
+# (each worker's shared local testbed is reset between files); the slowest 25 tests are listed at the end
 test: venv
 	$(VENV)/bin/python -m pytest -q -ra -n 3 --dist loadfile --durations=25
 
@@ -53,7 +53,7 @@ test-unit: $(STAMP)  # no root: not the apt packages
 	$(VENV)/bin/python -m pytest -q -ra -n 2 -m "not local and not sshd and not slow" --durations=10
 
 test-fast: venv
-	$(VENV)/bin/python -m pytest -q -ra -n 2 -m "not slow and not own_testbed" --durations=10
+	$(VENV)/bin/python -m pytest -q -ra -n 2 --dist loadfile -m "not slow and not own_testbed" --durations=10
 
 lint: venv
 	$(VENV)/bin/ruff check testbed tests bench

@@ -58,6 +58,7 @@ def _wait_status(run_id: str, wanted: set[str], timeout: float) -> RunRecord:
         st.close()
 
 
+@pytest.mark.slow  # ten seeds of a drill
 @pytest.mark.timeout(420)
 def test_host_killed_at_random_moment_of_a_run(shared_local_testbed) -> None:  # type: ignore[no-untyped-def]
     from testbed import collect

@@ -209,6 +209,7 @@ def test_replay_on_the_local_testbed_agrees_with_the_original(shared_local_testb
     assert replay["suite_file"]["sha256"] == m["suite_file"]["sha256"]
 
 
+@pytest.mark.slow  # a drill
 def test_fault_drill_replay_carries_its_fault_and_agrees(shared_local_testbed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A fault-drill run (its default fault, kill-rank) replayed: the replay fires the same fault, recovers from
     the checkpoint, and its metrics agree with the original's within the suite's tolerances."""

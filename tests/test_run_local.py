@@ -157,6 +157,7 @@ def test_matmul_baseline_writes_per_rank_csv(bed) -> None:  # type: ignore[no-un
     assert row.info.outputs["node0"][0] == "matmul_rank*.csv"
 
 
+@pytest.mark.slow  # a drill
 def test_fault_drill_fault_on_log_line_and_recovery(bed) -> None:  # type: ignore[no-untyped-def]
     t0 = time.monotonic()
     run_id = start(bed, "fault-drill", {"ranks": "2", "python": PY})

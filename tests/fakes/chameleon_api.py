@@ -260,7 +260,8 @@ class FakeChameleon:
 
         self.httpd = ThreadingHTTPServer((self.host, 0), Handler)
         self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True, name="fake-chameleon").start()
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
+                         name="fake-chameleon").start()
         return self
 
     def stop(self) -> None:
