@@ -178,7 +178,7 @@ def reset(bed: LocalBed) -> bool:
     from testbed.setup.address import RECORD
 
     rec = RECORD.replace("setup.json", "setup*.json")  # every host's and the per-host records
-    set_up = f"ls /root/{rec} /home/*/{rec} >/dev/null 2>&1"
+    set_up = f'for f in /root/{rec} /home/*/{rec}; do [ -e "$f" ] && exit 0; done; exit 1'
     if any(prov.console(sl.name, set_up).returncode == 0 for sl in prov.slots()):
         return False
     # inside each host: every process but init, sshd (its listener and the open sessions) and this shell
