@@ -107,6 +107,7 @@ def test_a_run_writes_no_file_the_checkout_commits_and_collects_none() -> None:
     assert not problems, "\n".join(problems[:20])
 
 
+@pytest.mark.slow
 def test_the_emulator_finds_its_profile_in_the_folder_it_runs_in() -> None:
     """profile.csv is opened by relative path (main-measure-time-emulator.py:361): wherever the rank runs, the
     real profile.csv must be there (the checkout's folder, or a copy of the checkout's file)."""
