@@ -274,8 +274,8 @@ def _chameleon_images(rep: Report, site: str, flavor: str) -> None:
     from testbed.providers.chameleon import snapshots
 
     if snapshots(site, flavor):
-        rep.add("images", True, f"{site} snapshots servers (flavor {flavor}): 'testbed image bake' and 'setup "
-                                "--bake' make a private Glance image through Nova's createImage", required=False)
+        rep.add("images", True, f"Nova snapshots a server at {site} (flavor {flavor}): 'testbed image bake' and "
+                                "'setup --bake' make a private Glance image through its createImage", required=False)
     else:
         rep.add("images", False, f"{site} is a bare-metal site (flavor {flavor}): its nodes (Ironic) have no Nova "
                                  "snapshot, so 'testbed image bake' and 'setup --bake' are refused there",
