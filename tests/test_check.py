@@ -111,6 +111,35 @@ def test_chameleon_credentials_accepted_with_project_site_and_quotas(chameleon: 
     assert fake.app_cred[1] not in out
 
 
+def test_chameleon_says_whether_images_can_be_baked_at_the_site(chameleon: Any, no_cloud: pytest.MonkeyPatch,
+                                                                 tb_home: Path) -> None:
+    """A bare-metal site (CHI@UC): an 'images' row that says no, why and cc-snapshot, without making Chameleon
+    unusable; a testbed at a KVM site (its spec's site and flavor): yes. Decided from names, no request."""
+    from fakes.chameleon_api import FakeChameleon
+
+    for k, v in chameleon.env().items():
+        no_cloud.setenv(k, v)
+    code, data = _check("chameleon")
+    row = _rows(data, "chameleon")["images"]
+    assert code == 0 and _report(data, "chameleon")["usable"] and row["ok"] is False and not row["required"]
+    assert "CHI@UC is a bare-metal site (flavor baremetal)" in row["detail"] and "refused" in row["detail"]
+    assert "sudo cc-snapshot NAME" in row["fix"] and "content address" in row["fix"]
+    code, out, _ = invoke("check", "chameleon")
+    assert code == 0 and "fix (images): on a node, 'sudo cc-snapshot NAME'" in out
+    kvm = FakeChameleon(region="KVM@LAB").start()
+    try:
+        for k, v in kvm.env().items():
+            no_cloud.setenv(k, v)
+        _inventory(tb_home, "vms", "provider: {kind: chameleon, site: KVM@LAB, flavor: m1.large}\nuser: cc\n")
+        code, data = _check("vms")
+        row = _rows(data, "chameleon")["images"]
+        assert code == 0 and row["ok"] is True
+        assert "Nova snapshots a server at KVM@LAB (flavor m1.large)" in row["detail"]
+        assert not [r for r in kvm.requests if "image" in r[1] or "action" in r[1]]
+    finally:
+        kvm.stop()
+
+
 def test_chameleon_refused_missing_and_unreachable_credentials_exit_1(chameleon: Any,
                                                                        no_cloud: pytest.MonkeyPatch) -> None:
     fake = chameleon

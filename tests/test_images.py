@@ -4,6 +4,7 @@ depend on the other hosts. The local tests use real hosts, real Ansible and real
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ from testbed.handle import Testbed
 from testbed.setup import address, images
 from testbed.setup.profiles import roles_dir
 from testbed.state import Store
-from tests.localbed import free_subnet
+from tests.localbed import CHAMELEON_SPEC, free_subnet
 
 
 # --- the key ---------------------------------------------------------------------------------------------
@@ -195,32 +196,52 @@ class _Bed:
 
 
 # --- chameleon: nova's createImage and glance's image states, through python-chi ---------------------------
-@pytest.fixture
-def cloud(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """The fake Chameleon with one ACTIVE server (no host behind it) and python-chi logged in to it."""
+# A KVM cloud with Blazar host reservations, whose servers nova snapshots; the fake's default site (CHI@UC) is bare
+# metal, as Chameleon's CHI@ sites are (tests.fakes.chameleon_api.kvm_site).
+KVM_SITE = "KVM@LAB"
+KVM_SPEC = CHAMELEON_SPEC.replace("site: CHI@UC", f"site: {KVM_SITE}\n  flavor: m1.large")
+
+
+@contextlib.contextmanager
+def _cloud(monkeypatch: pytest.MonkeyPatch, region: str):  # type: ignore[no-untyped-def]
+    """The fake site ``region`` with one ACTIVE server (no host behind it) and python-chi logged in to it."""
     pytest.importorskip("chi")
     from fakes.chameleon_api import FakeChameleon
 
     from testbed.providers import chameleon_chi
 
-    fake = FakeChameleon().start()
+    fake = FakeChameleon(region=region).start()
     for k in [k for k in os.environ if k.startswith("OS_")]:
         monkeypatch.delenv(k)
     env = fake.env()
     base = fake.images[0]["id"]
     fake.servers["s1"] = {"id": "s1", "name": "tb-s1", "_deleting": None, "image": {"id": base},
                           "OS-EXT-STS:vm_state": "active", "OS-EXT-STS:task_state": None}
-    api = chameleon_chi.Chi(chameleon_chi.credentials_from_env(env, site="CHI@UC"), site="CHI@UC")
+    api = chameleon_chi.Chi(chameleon_chi.credentials_from_env(env, site=region), site=region)
     try:
         yield fake, api
     finally:
         fake.stop()
 
 
-def test_create_image_is_private_and_goes_queued_saving_active(cloud) -> None:  # type: ignore[no-untyped-def]
-    """python-chi's nova (microversion 2.61) reads the id from the body; glance shows the states in turn; the
-    server is busy meanwhile (a second createImage is a 409); the image is the project's, private."""
-    fake, api = cloud
+@pytest.fixture
+def kvm_cloud(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A KVM site: nova snapshots its servers."""
+    with _cloud(monkeypatch, KVM_SITE) as c:
+        yield c
+
+
+@pytest.fixture
+def bare_metal_cloud(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A bare-metal site (CHI@UC, the fake's default): Ironic nodes, which nova cannot snapshot."""
+    with _cloud(monkeypatch, "CHI@UC") as c:
+        yield c
+
+
+def test_create_image_is_private_and_goes_queued_saving_active(kvm_cloud) -> None:  # type: ignore[no-untyped-def]
+    """On a KVM site: python-chi's nova (microversion 2.61) reads the id from the body; glance shows the states in
+    turn; the server is busy meanwhile (a second createImage is a 409); the image is the project's, private."""
+    fake, api = kvm_cloud
     iid = api.server_create_image("s1", "testbed-abc", {"testbed_key": "k"})
     assert ("POST", "/compute/v2.1/servers/s1/action") in fake.requests
     from testbed.providers.chameleon_chi import ApiError
@@ -236,9 +257,10 @@ def test_create_image_is_private_and_goes_queued_saving_active(cloud) -> None:  
     assert api.image_delete(iid) and api.image_get(iid) is None and not api.image_delete(iid)
 
 
-def test_create_image_before_2_45_answers_a_location_header(cloud) -> None:  # type: ignore[no-untyped-def]
-    """novaclient below microversion 2.45 finds the id in the Location header, as nova answers there."""
-    fake, api = cloud
+def test_create_image_before_2_45_answers_a_location_header(bare_metal_cloud) -> None:  # type: ignore[no-untyped-def]
+    """novaclient below microversion 2.45 finds the id in the Location header, as nova answers there (the API
+    answers so on a bare-metal site too: the image is made queued before the compute driver is asked)."""
+    fake, api = bare_metal_cloud
     from novaclient.client import Client
 
     with api.call("nova"):
@@ -247,15 +269,19 @@ def test_create_image_before_2_45_answers_a_location_header(cloud) -> None:  # t
     assert any(i["id"] == iid and i["status"] == "queued" for i in fake.images)
 
 
-def test_an_ironic_site_deletes_the_snapshot_and_quota_and_states_refuse(cloud) -> None:  # type: ignore[no-untyped-def]
-    """Upstream Ironic cannot snapshot: the queued image is deleted (404 next); glance's image_count_total reaches
+def test_a_bare_metal_site_deletes_the_snapshot_and_quota_and_states_refuse(bare_metal_cloud) -> None:  # type: ignore[no-untyped-def]
+    """The fake's default site is bare metal, as Chameleon's CHI@ sites are: nova's Ironic driver cannot snapshot,
+    so createImage's 202 leaves a queued image that the compute manager deletes (404 next) and the server's
+    task_state is cleared (it stays ACTIVE and takes another createImage); glance's image_count_total reaches
     nova's API as a 500; a building server is a 409; an unknown one a 404."""
-    fake, api = cloud
+    fake, api = bare_metal_cloud
     from testbed.providers.chameleon_chi import ApiError
 
-    fake.snapshots = False
+    assert [f["name"] for f in fake.flavors] == ["baremetal"]
     iid = api.server_create_image("s1", "testbed-x", {})
-    assert api.image_get(iid) is None
+    assert api.image_get(iid) is None and iid not in [i["id"] for i in fake.images]
+    assert fake.servers["s1"]["OS-EXT-STS:task_state"] is None
+    assert api.image_get(api.server_create_image("s1", "testbed-x2", {})) is None
     fake.quota_images = len([i for i in fake.images if i["owner"] == fake.project_id])
     with pytest.raises(ApiError) as over:
         api.server_create_image("s1", "testbed-y", {})
@@ -268,6 +294,47 @@ def test_an_ironic_site_deletes_the_snapshot_and_quota_and_states_refuse(cloud) 
     with pytest.raises(ApiError) as missing:
         api.server_create_image("nope", "testbed-z", {})
     assert missing.value.status == 404
+
+
+def test_bake_on_a_bare_metal_testbed_is_refused_before_any_request(
+        tb_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`image bake` and `setup --bake` of a testbed at a CHI@ site: one message (what, where, cc-snapshot with the
+    command and the image's name, or the content-address skip), exit 1, and the site is never asked (no request)
+    nor any host (the set-up does not run)."""
+    pytest.importorskip("chi")
+    from fakes.chameleon_api import FakeChameleon
+    from typer.testing import CliRunner
+
+    from testbed.cli import app
+    from testbed.hosts import Host
+
+    fake = FakeChameleon().start()
+    try:
+        for k in [k for k in os.environ if k.startswith("OS_")]:
+            monkeypatch.delenv(k)
+        for k, v in fake.env().items():
+            monkeypatch.setenv(k, v)
+        (tb_home / "inventories").mkdir()
+        (tb_home / "inventories" / "cham.yml").write_text(
+            "provider: {kind: chameleon, site: CHI@UC, count: 1}\nuser: cc\nprofile: base\n")
+        st = Store(tb_home / ".testbed" / "state.db")
+        st.upsert_testbed("cham", "chameleon", None, "up")
+        st.set_hosts("cham", [Host(name="node0", address="127.0.0.1", port=1, user="cc")])
+        st.add_resource("cham", "server", "s1", host="node0", name="tb-cham-node0")
+        for args in (["image", "bake", "cham"], ["setup", "cham", "--bake"]):
+            r = CliRunner().invoke(app, args)
+            assert r.exit_code == 1 and isinstance(r.exception, TestbedError), (args, r.output, r.exception)
+            e = r.exception
+            assert "CHI@UC is a bare-metal site" in e.what and "no Nova snapshot" in e.what, e.what
+            assert e.where == "Chameleon CHI@UC, nova: testbed cham"
+            assert "'testbed ssh cham node0', then 'sudo cc-snapshot testbed-cham-base'" in (e.fix or "")
+            assert "provider.image: testbed-cham-base" in (e.fix or "") and "content address" in (e.fix or "")
+        assert fake.requests == [] and st.images() == []
+        from testbed.setup import ansible_dir
+
+        assert not (ansible_dir() / "runs" / "cham").exists() and st.testbed("cham")["info"].get("setup") is None
+    finally:
+        fake.stop()
 
 
 def test_a_chameleon_key_names_the_site_image_and_node_type() -> None:
@@ -322,7 +389,7 @@ def test_a_second_chameleon_testbed_boots_the_image_and_skips_the_set_up(local_t
     (a private glance image, recorded as it is made) boots a second testbed's servers on other machines, whose
     set-up skips every role (0 changed, no Ansible run: the image's record says the work is there, and no role of
     the profile depends on the other hosts); prune deletes the image in glance."""
-    from tests.localbed import CHAMELEON_SPEC, chameleon_cloud, invoke
+    from tests.localbed import chameleon_cloud, invoke
 
     bed = local_testbed(hosts=4, name="machines")
     os.chdir(bed.cwd)
@@ -330,10 +397,10 @@ def test_a_second_chameleon_testbed_boots_the_image_and_skips_the_set_up(local_t
     (bed.cwd / "playbooks" / "profiles" / "tools.yml").write_text(
         "description: the login shell and the tools\nvars: {shell_name: bash}\n"
         "roles: [{role: shell}, {role: packages}]\n")
-    spec = CHAMELEON_SPEC + "profile: tools\n"
+    spec = KVM_SPEC + "profile: tools\n"  # a KVM site: nova snapshots its servers (a CHI@ site refuses the bake)
     layers: dict[str, Path] = {}
     try:
-        with chameleon_cloud(bed, monkeypatch, spec, boots=True) as fake:
+        with chameleon_cloud(bed, monkeypatch, spec, boots=True, region=KVM_SITE) as fake:
             fake.snapshot_hook = lambda addr, iid: layers.__setitem__(iid, _disk_of(bed, addr, iid))
             fake.boot_hook = lambda addr, iid: _boot_from(bed, addr, layers[iid])
             code, out, exc = invoke("provision", "chameleon")

@@ -191,6 +191,11 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
     if twice is not None:
         raise UsageError(f"--role {twice} is given twice", where="--role", fix="name each role once")
     _known_testbed(existing_store(readonly=False), name)
+    if bake:  # a provider that cannot bake here is refused before the set-up runs (it takes hours on real nodes)
+        from testbed.handle import Testbed
+        from testbed.setup import images
+
+        images.refuse_bake(Testbed.open(name, store()), profile=profile, suite=suite)
     builds = _setup_sources(name, profile, suite, source or [])
     if builds:
         extra["testbed_source_overrides"] = builds

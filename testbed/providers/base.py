@@ -257,8 +257,16 @@ class Provider(ABC):
         """Capture what set-up changed on ``host`` as an image holding ``record`` (the image's own record); its
         ``id``, ``location``, ``size`` (bytes) and provider ``info``. ``note(id, location)`` records a cloud's
         image the moment its id comes back, before waiting on it. Default: refused, with why."""
-        raise TestbedError(f"the {self.kind} provider keeps no images: {self.images_why}",
-                           where=f"testbed {self.name}", fix=f"testbed setup {self.name}")
+        raise self.bake_refusal() or TestbedError(f"the {self.kind} provider keeps no images",
+                                                  where=f"testbed {self.name}", fix=f"testbed setup {self.name}")
+
+    def bake_refusal(self, profile: str | None = None) -> TestbedError | None:
+        """Why an image of this testbed's hosts cannot be made (``profile``: the set-up it would hold), decided
+        from the spec alone, before any host or API is asked; None when it can."""
+        if not self.images_why:
+            return None
+        return TestbedError(f"the {self.kind} provider keeps no images: {self.images_why}",
+                            where=f"testbed {self.name}", fix=f"testbed setup {self.name}")
 
     def delete_image(self, image: dict[str, Any]) -> None:
         """Delete one recorded image (a row of state's images) where it lives."""

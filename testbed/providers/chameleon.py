@@ -89,6 +89,27 @@ def _span(td: timedelta) -> str:
     return f"{sign}{h}h {m:02d}m" if h else f"{sign}{m}m"
 
 
+def snapshots(site: str, flavor: str) -> bool:
+    """Whether Nova can snapshot (createImage) a server of ``flavor`` at ``site``: not on a bare-metal site.
+
+    Chameleon's bare-metal sites (CHI@TACC, CHI@UC, CHI@NCAR, ...; chi-in-a-box sites are named the same way) run
+    their servers on Ironic nodes with the ``baremetal`` flavor. Nova's Ironic driver has no ``snapshot``
+    (openstack/nova nova/virt/ironic/driver.py defines none; the base ``ComputeDriver.snapshot`` in
+    nova/virt/driver.py raises NotImplementedError), so after createImage's 202 the compute manager's
+    ``snapshot_instance`` fails and its ``delete_image_on_error`` decorator deletes the queued image
+    (nova/compute/manager.py): Glance then answers 404 for it. Chameleon's route is ``cc-snapshot``, run on the node
+    (ChameleonCloud/cc-snapshot: ``sudo cc-snapshot [snapshot_name]`` tars the root file system into a qcow2 and
+    uploads it to the site's Glance with the user's own credentials, asked for on its terminal unless OS_TOKEN or
+    OS_USERNAME/OS_PASSWORD are set; it runs only where the node's vendor data names a site, tacc or uc). Decided
+    from the spec (site, flavor), so it is known before any request. Not from the lease: Blazar's ``physical:host``
+    reservations, the only kind this provider makes, reserve KVM hypervisors as well as Ironic nodes; and
+    Chameleon's own KVM site (KVM@TACC) reserves flavors (``flavor:instance``, python-chi's
+    ``add_flavor_reservation``), which this provider does not lease, so it cannot provision there: what snapshots is
+    a KVM cloud with host reservations under another name.
+    """
+    return not site.upper().startswith("CHI@") and flavor != "baremetal"
+
+
 def auth_fix(kind: str, source: str, site: str) -> str:
     """What to do when the site refuses credentials of auth type ``kind`` (read from ``source``)."""
     if kind == "v3applicationcredential":
@@ -118,7 +139,7 @@ class ChameleonProvider(Provider):
     destroy_timeout: float = 900.0  # waiting for deletions to finish
     http_timeout: float = 60.0  # every single HTTP request
 
-    images_why = ""  # a Glance image of a server, made by Nova's createImage
+    images_why = ""  # a Glance image of a server, made by Nova's createImage where it snapshots (bake_refusal)
     image_timeout: float = 3600.0  # a snapshot's upload (a bare-metal disk takes minutes)
 
     # names --------------------------------------------------------------------------------------------
@@ -510,6 +531,23 @@ class ChameleonProvider(Provider):
         assert isinstance(p, ChameleonSettings)
         return f"chameleon {p.site} {p.image} {p.node_type}"
 
+    def bake_refusal(self, profile: str | None = None) -> TestbedError | None:
+        """A bare-metal site's refusal (:func:`snapshots`): what, where, and cc-snapshot as the way round."""
+        s = self.settings
+        if snapshots(s.site, s.flavor):
+            return None
+        first = self.host_names()[0]
+        name = f"testbed-{self.name}-{profile or 'base'}"
+        return TestbedError(
+            f"cannot bake an image of '{self.name}': {s.site} is a bare-metal site and its nodes (Ironic, flavor "
+            f"{s.flavor}) have no Nova snapshot (createImage); nothing was asked of the site or the hosts",
+            where=self._where("nova", f"testbed {self.name}"),
+            fix=f"make the image on the node with Chameleon's cc-snapshot, which asks for your Chameleon username "
+                f"and password: 'testbed ssh {self.name} {first}', then 'sudo cc-snapshot {name}' (it uploads the "
+                f"image {name} to {s.site}'s Glance in minutes); boot new testbeds from it with provider.image: "
+                f"{name} in their spec (their set-up runs over it and finds little to change). Or rely on the "
+                f"content address: an unchanged 'testbed setup {self.name}' is skipped")
+
     def bake_image(self, host: str, key: str, record: str,
                    note: Callable[[str, str], None] | None = None) -> dict[str, Any]:
         """Write ``record`` on ``host``, then Nova's createImage of its server (a private image in the project) and
@@ -517,6 +555,9 @@ class ChameleonProvider(Provider):
         from testbed import remote
         from testbed.paths import IMAGE_RECORD
 
+        refused = self.bake_refusal()
+        if refused is not None:  # before the record is written or nova asked
+            raise refused
         sid = next((r["id"] for r in self.store.resources(self.name, "server") if r["info"].get("host") == host),
                    None)
         if sid is None:

@@ -237,6 +237,7 @@ def _chameleon(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
         rep.add("site", False, "no site: OS_REGION_NAME is not set", "export OS_REGION_NAME=CHI@UC (or the site "
                 "of your credentials), or name a testbed whose spec sets provider.site")
         return
+    _chameleon_images(rep, site, settings.flavor if settings else ChameleonSettings().flavor)
     if not extra:
         rep.add("accepted", None, "not checked: python-chi is not installed")
         return
@@ -265,6 +266,22 @@ def _chameleon(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
                         required=False)
     rep.add("allocation", None, "service units are not in the OpenStack APIs: see the project's allocation on "
             "chameleoncloud.org (Blazar refuses a lease it cannot pay for)", required=False)
+
+
+def _chameleon_images(rep: Report, site: str, flavor: str) -> None:
+    """Whether images of a set-up can be baked at ``site`` (from its name and the flavor: no request), as a row
+    that never makes the provider unusable."""
+    from testbed.providers.chameleon import snapshots
+
+    if snapshots(site, flavor):
+        rep.add("images", True, f"Nova snapshots a server at {site} (flavor {flavor}): 'testbed image bake' and "
+                                "'setup --bake' make a private Glance image through its createImage", required=False)
+    else:
+        rep.add("images", False, f"{site} is a bare-metal site (flavor {flavor}): its nodes (Ironic) have no Nova "
+                                 "snapshot, so 'testbed image bake' and 'setup --bake' are refused there",
+                "on a node, 'sudo cc-snapshot NAME' makes a Glance image (testbed ssh TESTBED HOST first; it asks "
+                "for your Chameleon password); boot from it with provider.image: NAME; or rely on the content "
+                "address: an unchanged set-up is skipped", required=False)
 
 
 def _keystone_refusal(e: Any, creds: Any, site: str) -> tuple[str, str]:

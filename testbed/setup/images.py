@@ -51,11 +51,9 @@ def bake(tb: Testbed, host: str | None = None, *, profile: str | None = None, su
     host = host or names[0]
     if host not in names:
         raise UsageError(f"testbed '{tb.name}' has no host '{host}'", where="--host", fix=f"hosts: {', '.join(names)}")
+    p = refuse_bake(tb, profile=profile, suite=suite, progress=progress)  # before any host or API is asked
     profile, suite = _profile(tb, profile, suite)
     prep = setup.prepare(tb, profile=profile, suite=suite, extra_vars=extra_vars)
-    p = tb.provider(progress)
-    if p.images_why:  # before any host is asked
-        p.bake_image(host, "", "")
     why, parts, key = setup.applied(tb, prep, host)
     if why:
         raise TestbedError(f"{host} does not hold the set-up '{prep.plan.name}' as it is now ({why})",
@@ -86,6 +84,17 @@ def bake(tb: Testbed, host: str | None = None, *, profile: str | None = None, su
         if e is not None and e.active and e.switch == "agent":
             deadman.arm(p, tb.hosts, e)
     return {**row, "new": True}
+
+
+def refuse_bake(tb: Testbed, *, profile: str | None = None, suite: str | None = None,
+                progress: Progress | None = None) -> Provider:
+    """Raise the provider's refusal to bake an image of ``tb`` (decided from its spec: no host, no request), so
+    that ``setup --bake`` is refused before the set-up runs; the provider otherwise."""
+    p = tb.provider(progress)
+    why = p.bake_refusal(profile or suite or (tb.spec.profile if tb.spec is not None else None))
+    if why is not None:
+        raise why
+    return p
 
 
 def for_provision(p: Provider) -> dict[str, Any] | None:

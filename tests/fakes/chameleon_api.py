@@ -56,8 +56,13 @@ its own error body format. Sources: ChameleonCloud/blazar (branch chameleoncloud
   2.45 and later (``{"image_id": ...}``), in a ``Location`` header before; 404 for an unknown server, 409 for a
   server not ACTIVE/STOPPED/PAUSED/SUSPENDED or busy (``task_state``); the image is made ``private`` to the project
   (the requester owns the server), ``image_type`` snapshot, and goes queued -> saving -> active over
-  ``snapshot_polls`` GETs (``kill_snapshot``: it ends ``killed``); ``snapshots`` False is upstream Ironic, whose
-  driver cannot snapshot: the compute manager deletes the queued image (404 on the next GET); ``quota_images`` is
+  ``snapshot_polls`` GETs (``kill_snapshot``: it ends ``killed``) on a KVM site only (``region`` ``KVM@...``:
+  ``snapshots``). By default the fake is a bare-metal site (CHI@UC) and does what nova does over Ironic, whose
+  driver has no ``snapshot`` (nova/virt/ironic/driver.py; the base ComputeDriver.snapshot raises
+  NotImplementedError): createImage still answers 202 and glance holds the image ``queued``; the compute
+  manager's ``snapshot_instance`` then fails, its ``delete_image_on_error`` deletes the image and
+  ``reverts_task_state`` clears the server's task_state (it stays ACTIVE: a fault shows only on ERROR servers),
+  so the next GET of the image is a 404 and the server takes a new createImage; ``quota_images`` is
   glance's ``image_count_total``: glance's 413 reaches nova's API untranslated (500 computeFault). A server made
   from an image that is not active is refused (400 "Image ... is not active."). ``snapshot_hook(address, id)``
   runs when the disk is captured (saving), ``boot_hook(address, id)`` when a server made from a snapshot gets its
@@ -145,6 +150,18 @@ def _path_matches(request_path: str, pattern: str) -> bool:
     return re.match(f"^{regex}$", request_path) is not None
 
 
+KVM_FLAVORS = ("m1.small", "m1.medium", "m1.large", "m1.xlarge")  # KVM@TACC's general-purpose sizes
+
+
+def kvm_site(region: str) -> bool:
+    """Whether ``region`` names a KVM site (``KVM@...``), whose servers are VMs nova can snapshot; every other
+    site is bare metal, as Chameleon's CHI@TACC, CHI@UC and the rest are. A test that needs snapshots says so by
+    its site's name (and a KVM flavor in its spec). The fake's Blazar still takes ``physical:host`` reservations
+    there: what it models is a KVM cloud with host reservations (upstream Blazar's host plugin reserves KVM
+    hypervisors), not KVM@TACC itself, which reserves flavors (``flavor:instance``)."""
+    return region.upper().startswith("KVM@")
+
+
 class FakeChameleon:
     """The fake site; ``start()`` it, point OS_* at ``env()``, inspect its inventories, ``stop()`` it."""
 
@@ -186,7 +203,9 @@ class FakeChameleon:
         self.skew = 0.0  # seconds the site's clock is ahead of this machine's (advance())
         self.cascade_servers = False  # real Blazar deletes a lease's servers at its end; off: testbed must
         self.on_request: Callable[[str, str], None] | None = None
-        self.snapshots = True  # the compute driver snapshots servers (False: upstream Ironic, which cannot)
+        # the compute driver snapshots servers only on a KVM site: on a bare-metal site (CHI@..., Ironic) nova's
+        # Ironic driver has no snapshot and the compute manager deletes the queued image (see _advance_snapshot)
+        self.snapshots = kvm_site(region)
         self.snapshot_polls = 2
         self.kill_snapshot = False
         self.quota_images: int | None = None  # glance's image_count_total for the project
@@ -210,7 +229,9 @@ class FakeChameleon:
         self.lock = threading.RLock()
         self.net_shared = {"id": "net-sharednet1", "name": "sharednet1", "router:external": False}
         self.net_public = {"id": "net-public", "name": "public", "router:external": True}
-        self.flavors = [{"id": "flavor-baremetal", "name": "baremetal"}]
+        # a bare-metal site has the one flavor of its Ironic nodes; a KVM site the sizes of its VMs
+        self.flavors = ([{"id": f"flavor-{n}", "name": n} for n in KVM_FLAVORS] if kvm_site(region)
+                        else [{"id": "flavor-baremetal", "name": "baremetal"}])
         self.images = [self._image("CC-Ubuntu22.04"), self._image("CC-Ubuntu20.04")]
         self.httpd: ThreadingHTTPServer | None = None
 
