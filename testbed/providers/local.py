@@ -412,6 +412,11 @@ class LocalProvider(Provider):
                 argv += ["--home", str(self.shared_home)]
             if layer is not None:
                 argv += ["--lower", str(layer)]
+            cg = own_cgroup(sl.netns) if self.settings.own_cgroups else None
+            if cg is not None:  # the host's init in a cgroup of its own, then a cgroup namespace rooted there
+                at = argv.index("--fork")
+                argv = ["sh", "-c", 'mkdir -p "$0" && echo $$ > "$0/cgroup.procs" && exec "$@"', str(cg),
+                        *argv[:at], "--cgroup", *argv[at:], "--own-cgroups"]
             console = shlex.quote(str(sl.root / "console.log"))
             script.append(f"{shlex.join(argv)} </dev/null >>{console} 2>&1 &\necho $!")
         r = subprocess.run(["sh", "-c", "\n".join(script)], capture_output=True, text=True, check=False)
@@ -555,6 +560,11 @@ class LocalProvider(Provider):
         self._kill_all([sl])
 
     def _kill_all(self, slots: list[HostSlot]) -> None:
+        for sl in slots:  # a frozen process (a Slurm step being stopped) takes SIGKILL only once thawed
+            thaw_cgroup(sl.netns)
+        self._kill_pids(slots)
+
+    def _kill_pids(self, slots: list[HostSlot]) -> None:
         """SIGKILL every process in the namespaces of ``slots`` (one pass over /proc) and wait them out."""
         by_ino = {}
         for sl in slots:
@@ -586,6 +596,7 @@ class LocalProvider(Provider):
                 lines.append(f"neigh flush to {sl.address}")
         ip_batch(lines, force=True)
         for sl in slots:
+            drop_cgroup(sl.netns)
             sl.pidfile.unlink(missing_ok=True)
             if not keep_disk:
                 shutil.rmtree(sl.root, ignore_errors=True)
@@ -718,6 +729,43 @@ def ip_batch(lines: list[str], force: bool = False) -> None:
         if r.returncode != 0 and not force:
             raise TestbedError(f"'ip -batch' failed: {(r.stderr or r.stdout).strip()[-500:]}",
                                where="local provider", fix="run 'testbed doctor'; then 'testbed destroy' and retry")
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def own_cgroup(netns: str) -> Path | None:
+    """The cgroup a host with ``own_cgroups`` runs in: ``testbed/<netns>`` in the freezer hierarchy (cgroup v1)
+    or in the unified one (v2 only); None where this machine has neither."""
+    if (CGROUP_ROOT / "cgroup.controllers").exists():
+        return CGROUP_ROOT / "testbed" / netns
+    if (CGROUP_ROOT / "freezer" / "cgroup.procs").exists():
+        return CGROUP_ROOT / "freezer" / "testbed" / netns
+    return None
+
+
+def thaw_cgroup(netns: str) -> None:
+    """Thaw every frozen cgroup under the host's own (v1 freezer)."""
+    cg = own_cgroup(netns)
+    if cg is None or not cg.is_dir():
+        return
+    for state in cg.rglob("freezer.state"):
+        with contextlib.suppress(OSError):
+            if state.read_text().strip() != "THAWED":
+                state.write_text("THAWED")
+
+
+def drop_cgroup(netns: str) -> None:
+    """Remove the host's own cgroup and what was made under it (a Slurm node's job folders), deepest first; its
+    processes are gone."""
+    cg = own_cgroup(netns)
+    if cg is None or not cg.is_dir():
+        return
+    for d in sorted((p for p in cg.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+    with contextlib.suppress(OSError):
+        cg.rmdir()
 
 
 def _pids() -> list[int]:

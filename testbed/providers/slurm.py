@@ -48,6 +48,7 @@ class SlurmProvider(Provider):
     capabilities = frozenset({"repair", "expire"})
     repair_how = "replaced by a new one-node allocation"
     _why: dict[str, str]
+    _notes: dict[str, str]
     _expiry: Expiry | None = None
 
     @property
@@ -275,6 +276,16 @@ class SlurmProvider(Provider):
         jobs = [r["id"] for r in self.store.resources(self.name, "job")]
         return {**super().inventory_vars(), "slurm_jobs": jobs, "SLURM_JOB_ID": jobs[0] if jobs else ""}
 
+    def rank_launcher(self, host: Host) -> list[str]:
+        """A rank runs as a step of the job that holds its node (a repaired slot's: the new one-node job), so
+        Slurm accounts and tracks it and ends it with the job (scancel, the time limit): ``srun --overlap``
+        beside the holder, one task on that node, no MPI plugin (a rank's own mpirun launches its MPI)."""
+        job, node = host.facts.get("slurm_job"), host.facts.get("slurm_node")
+        if not job or not node:
+            return []
+        return ["srun", "--overlap", f"--jobid={job}", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
+                "--mpi=none", f"--job-name={self.job_name}-rank", "--quiet"]
+
     def info(self) -> dict[str, Any]:
         return {"login": self.settings.login.address, "partition": self.settings.partition,
                 "job_name": self.job_name, "root": False}
@@ -346,11 +357,18 @@ class SlurmProvider(Provider):
         login = self.login()
         jobs = login.jobs([r["id"] for r in self.store.resources(self.name, "job")])
         nodes = login.nodes(sorted({str(h.facts.get("slurm_node")) for h in hosts if h.facts.get("slurm_node")}))
+        self._notes = {}
         for h in hosts:
-            job = jobs.get(str(h.facts.get("slurm_job") or ""))
+            jid = str(h.facts.get("slurm_job") or "")
+            job = jobs.get(jid)
             state = nodes.get(str(h.facts.get("slurm_node")), {}).get("State", "")
             h.state = "gone" if job is None or job.ended else "down" if node_gone(state) else "up"
+            self._notes[h.name] = (f"Slurm: node {h.facts.get('slurm_node')} {state or 'unknown'}, job {jid} "
+                                   + (job.state if job is not None else "not recorded"))
         return hosts
+
+    def state_notes(self) -> dict[str, str]:
+        return dict(getattr(self, "_notes", {}))
 
     def reported_states(self) -> dict[str, str] | None:
         return {h.name: h.state for h in self.refresh()}
