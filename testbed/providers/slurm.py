@@ -5,8 +5,9 @@ Provision submits one allocation (``sbatch --parsable`` of a holder script that 
 the progress line; past ``pending_timeout`` the job is cancelled and provision stops with one message. The hosts
 are the allocated nodes (``scontrol show hostnames``), named ``slot0``, ``slot1``... (stable across repairs; each
 slot's node is a fact), reached with ProxyJump through the login node, where the cluster lets a user with a job
-on a node log in to it (pam_slurm_adopt puts those processes into the job). Runs start there over SSH like on
-every provider; ``SLURM_JOB_ID`` is in the inventory for a suite that wants ``srun --overlap --jobid``.
+on a node log in to it (pam_slurm_adopt puts those processes into the job). A run's ranks start there as steps of
+the job holding their node (:meth:`SlurmProvider.rank_launcher`: ``srun --overlap --jobid``), so Slurm tracks them
+and ends them with the job; ``SLURM_JOB_ID`` is in the inventory too.
 
 The job carries ``--no-kill``: a node that fails leaves the others allocated. Repair cancels nothing: it asks for
 a new one-node allocation (the failed node and the held ones excluded) and the slot takes that node. A dead node
