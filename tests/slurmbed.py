@@ -7,9 +7,11 @@ Debian's (``slurmctld``, ``slurmd``, ``slurm-client``, ``munge``: the Makefile's
 slurm.conf, written here, chooses ``ProctrackType=proctrack/cgroup`` (cgroup.conf: ``cgroup/v1``, nothing
 constrained), as most clusters do: a step's processes are killed when it ends, orphans included. The local hosts
 are started with ``own_cgroups`` (testbed/providers/local_init.py): each host's init runs in a freezer cgroup of
-its own and a cgroup namespace rooted there, with the hierarchies mounted afresh, so each slurmd's
-``slurm/uid_U/job_J/step_S`` folders are its own (with this machine's tree bound into every host, two nodes' steps
-of one job would share one folder, and ending one would kill the other's). No accounting storage (no slurmdbd):
+its own, ``/sys/fs/cgroup/freezer/testbed/<host>``, with a cgroup namespace rooted there and the hierarchies
+mounted afresh, so each slurmd's ``slurm_<node>/uid_U/job_J/step_S`` folders live under its host and go with it.
+(With this machine's tree bound into every host, proctrack/cgroup works as well, since Slurm names each node's
+root ``slurm_<node>``, but its folders land in this machine's tree, stay there when a host is killed, and two
+clusters with the same node names would share them.) No accounting storage (no slurmdbd):
 ``sacct`` answers that accounting is disabled, the case the provider must handle by treating a job that left
 ``squeue`` as ended.
 The controller finds a silent slurmd quickly (SlurmdTimeout 6 s) and forgets a finished job soon (MinJobAge

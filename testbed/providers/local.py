@@ -764,8 +764,9 @@ def drop_cgroup(netns: str) -> None:
     for d in sorted((p for p in cg.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
         with contextlib.suppress(OSError):
             d.rmdir()
-    with contextlib.suppress(OSError):
-        cg.rmdir()
+    for d in (cg, cg.parent):  # the shared parent too, once no host uses it
+        with contextlib.suppress(OSError):
+            d.rmdir()
 
 
 def _pids() -> list[int]:
