@@ -560,22 +560,23 @@ class LocalProvider(Provider):
         self._kill_all([sl])
 
     def _kill_all(self, slots: list[HostSlot]) -> None:
-        for sl in slots:  # a frozen process (a Slurm step being stopped) takes SIGKILL only once thawed
-            thaw_cgroup(sl.netns)
-        self._kill_pids(slots)
-
-    def _kill_pids(self, slots: list[HostSlot]) -> None:
-        """SIGKILL every process in the namespaces of ``slots`` (one pass over /proc) and wait them out."""
+        """SIGKILL every process in the namespaces of ``slots`` (one pass over /proc) and wait them out; a host with
+        its own cgroups is thawed before and after (a process frozen by a Slurm step being signalled, or by a
+        slurmstepd killed mid-way, takes SIGKILL only once thawed)."""
         by_ino = {}
         for sl in slots:
             with contextlib.suppress(OSError):
                 by_ino[os.stat(f"/run/netns/{sl.netns}").st_ino] = sl
         if not by_ino:
             return
+        for sl in slots:
+            thaw_cgroup(sl.netns)
         pids = [pid for pid in _pids() if _net_ino(pid) in by_ino]
         for p in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, 9)
+        for sl in slots:
+            thaw_cgroup(sl.netns)
         _wait_gone(pids)
 
     def _teardown_host(self, sl: HostSlot, keep_disk: bool) -> None:
