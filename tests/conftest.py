@@ -176,7 +176,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         pytest.skip(f"Slurm cluster unavailable: {reason}")
     SLURM_USED.append(True)
     with local_bed(tmp_path_factory.mktemp("slurm"), name="cluster", hosts_n=5, user=slurmbed.USER,
-                   hardware={"shared_home": True}) as bed:
+                   hardware={"shared_home": True}, own_cgroups=True) as bed:
         yield slurmbed.start(bed)
     left = slurm_daemons()
     assert not left, f"Slurm daemons outlived their hosts: {left}"

@@ -64,6 +64,7 @@ class LocalBed:
     vars: dict[str, object] = field(default_factory=dict)  # the spec's vars: (set-up variables)
     bridge: str | None = None  # provider.bridge (default: one testbed makes)
     hardware: dict[str, object] = field(default_factory=dict)  # the spec's hardware: (shared_home ...)
+    own_cgroups: bool = False  # provider.own_cgroups: each host its cgroup namespace (a Slurm node's proctrack)
 
     @property
     def home(self) -> Path:
@@ -89,12 +90,14 @@ class LocalBed:
         for _ in range(5):
             subnet = free_subnet()
             self.spec = TestbedSpec(name=self.name, provider=LocalSettings(hosts=self.hosts_n, subnet=subnet,
-                                                                           bridge=self.bridge),
+                                                                           bridge=self.bridge,
+                                                                           own_cgroups=self.own_cgroups),
                                     user=self.user, groups=self.groups, vars=self.vars,
                                     hardware=self.hardware)
             spec_file = self.cwd / "inventories" / f"{self.name}.yml"
             prov = {"kind": "local", "hosts": self.hosts_n, "subnet": subnet,
-                    **({"bridge": self.bridge} if self.bridge else {})}
+                    **({"bridge": self.bridge} if self.bridge else {}),
+                    **({"own_cgroups": True} if self.own_cgroups else {})}
             spec_file.write_text(json.dumps({"provider": prov, "user": self.user, "groups": self.groups,
                                              "vars": self.vars, "hardware": self.hardware}))
             self.spec.source = str(spec_file)

@@ -4,11 +4,16 @@ One local testbed (shared /home, a normal user) plays the cluster: host 0 is the
 slurmctld, hosts 2.. run slurmd; every host runs munged with one key made for the cluster. The daemons are
 Debian's (``slurmctld``, ``slurmd``, ``slurm-client``, ``munge``: the Makefile's APT_PACKAGES).
 
-slurm.conf, written here, chooses ``ProctrackType=proctrack/linuxproc``: the local hosts share this machine's
-cgroup tree (``/sys/fs/cgroup`` is bound into each), and proctrack/cgroup would make the same
-``slurm/uid_U/job_J`` folder for one job's step on two nodes; linuxproc tracks a step by process ancestry, which
-each host's own PID namespace keeps apart. No accounting storage (no slurmdbd): ``sacct`` answers that
-accounting is disabled, the case the provider must handle by treating a job that left ``squeue`` as ended.
+slurm.conf, written here, chooses ``ProctrackType=proctrack/cgroup`` (cgroup.conf: ``cgroup/v1``, nothing
+constrained), as most clusters do: a step's processes are killed when it ends, orphans included. The local hosts
+are started with ``own_cgroups`` (testbed/providers/local_init.py): each host's init runs in a freezer cgroup of
+its own, ``/sys/fs/cgroup/freezer/testbed/<host>``, with a cgroup namespace rooted there and the hierarchies
+mounted afresh, so each slurmd's ``slurm_<node>/uid_U/job_J/step_S`` folders live under its host and go with it.
+(With this machine's tree bound into every host, proctrack/cgroup works as well, since Slurm names each node's
+root ``slurm_<node>``, but its folders land in this machine's tree, stay there when a host is killed, and two
+clusters with the same node names would share them.) No accounting storage (no slurmdbd):
+``sacct`` answers that accounting is disabled, the case the provider must handle by treating a job that left
+``squeue`` as ended.
 The controller finds a silent slurmd quickly (SlurmdTimeout 6 s) and forgets a finished job soon (MinJobAge
 2 s), so the tests see both within seconds. The cluster dies with the local hosts (every process of a host is
 killed when its namespace goes), and ``leftovers.slurm_daemons`` finds any daemon that outlived them.
@@ -56,8 +61,8 @@ SlurmctldPidFile=/run/slurmctld.pid
 SlurmdPidFile=/run/slurmd.pid
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
-# the local hosts share one cgroup tree: see tests/slurmbed.py
-ProctrackType=proctrack/linuxproc
+# each local host has its own cgroup namespace: see tests/slurmbed.py
+ProctrackType=proctrack/cgroup
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
@@ -75,6 +80,14 @@ MinJobAge=2
 OverTimeLimit=0
 {nodes}
 PartitionName={partition} Nodes={node_list} Default=YES MaxTime=INFINITE State=UP
+"""
+CGROUP_CONF = """# written by tests/slurmbed.py: process tracking only (the freezer), nothing constrained
+CgroupPlugin=cgroup/v1
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainCores=no
+ConstrainRAMSpace=no
+ConstrainSwapSpace=no
+ConstrainDevices=no
 """
 
 
@@ -202,6 +215,7 @@ def start(bed: LocalBed, timeout: float = 40) -> SlurmCluster:
         "chmod 0700 /etc/munge /var/lib/munge /var/log/munge; chmod 0400 /etc/munge/munge.key; "
         "chmod 0755 /run/munge; "
         f"printf '%s' {shlex.quote(conf)} > /etc/slurm/slurm.conf; "
+        f"printf '%s' {shlex.quote(CGROUP_CONF)} > /etc/slurm/cgroup.conf; "
         "runuser -u munge -- /usr/sbin/munged </dev/null >/dev/null 2>&1; "
         # a cluster's user has no root: the sudo the local provider gave them goes
         f"rm -f /etc/sudoers.d/testbed-{USER}; ")

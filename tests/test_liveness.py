@@ -95,6 +95,15 @@ def test_what_one_probe_found(res: remote.HostResult, kind: str) -> None:
     assert liveness.classify(res)[0] == kind
 
 
+def test_a_jump_that_cannot_reach_the_host_is_named() -> None:
+    """Through a jump host whose master connection holds the reason, ssh says only that the connection closed
+    before the greeting: the probe's detail says what that means (unknown, never lost by itself)."""
+    for text in ("kex_exchange_identification: Connection closed by remote host\r\n"
+                 "Connection closed by UNKNOWN port 65535", "stdio forwarding failed"):
+        kind, detail = liveness.classify(remote.HostResult("h", 255, "", text))
+        assert kind == "other" and "no SSH greeting: a jump host could not reach it" in detail, detail
+
+
 @pytest.mark.parametrize("ssh,provider,lost", [
     ("refused", None, True), ("no-route", None, True), ("no-route", "down", True), ("refused", "up", True),
     ("no-route", "up", False),  # the provider says it runs: a link dropping its neighbour lookups, not a lost host

@@ -226,24 +226,40 @@ def test_expire_is_the_jobs_time_limit_and_slurm_ends_it(slurm_cluster, tb_home:
     assert c.left() == []
 
 
-def test_what_a_step_leaves_running_depends_on_process_tracking(slurm_cluster) -> None:  # type: ignore[no-untyped-def]
-    """A step's background process, orphaned when the step's shell exits: proctrack/cgroup (most clusters) kills
-    it at the step's end; proctrack/linuxproc (this harness: see tests/slurmbed.py) tracks by ancestry, and an
-    orphan reparented to the node's init escapes. Either way a rank must not live in a step that ends before it:
-    testbed starts ranks over SSH (setsid), in no step, and stops them itself; srun also waits for the step's
-    output to close, so an orphan that keeps stdout open holds srun (redirected here)."""
+def test_what_a_step_leaves_running_is_killed_when_it_ends(slurm_cluster) -> None:  # type: ignore[no-untyped-def]
+    """A step's background process, orphaned when the step's shell exits: proctrack/cgroup (most clusters, and
+    this harness: see tests/slurmbed.py) kills it at the step's end, on this node only; (proctrack/linuxproc
+    tracks by ancestry, and an orphan reparented to the node's init escapes). So a rank must live as long as its
+    step: testbed's rank wrapper is the step's task and waits for the rank. srun also waits for the step's output
+    to close, so an orphan that keeps stdout open holds srun (redirected here)."""
     c = slurm_cluster
-    node = c.computes[0].name
+    node, other = c.computes[0].name, c.computes[1].name
     conf = c.root(c.login.name, "scontrol show config | grep -i '^ProctrackType'").stdout
-    assert "proctrack/linuxproc" in conf, conf
-    r = c.as_user(f"srun -w {node} -N1 -n1 sh -c 'sleep 300 >/dev/null 2>&1 & echo started'; sleep 2; "
-                  f"srun -w {node} -N1 -n1 sh -c 'pgrep -u {c.user} -x sleep || echo none'", timeout=30)
+    assert "proctrack/cgroup" in conf, conf
+    # one step on two nodes whose task here ends first: with one cgroup folder for both nodes (this machine's tree
+    # bound into every host), ending it here would freeze and kill the task on the other node too
+    script = f"""#!/bin/sh
+srun --overlap -w {node},{other} -N2 -n2 sh -c 'if [ "$(hostname)" = {other} ]; then sleep 4; echo kept; fi' \\
+  > ~/.tb-kept &
+srun --overlap -w {node} -N1 -n1 sh -c 'sleep 300 >/dev/null 2>&1 & echo started'
+sleep 2
+srun --overlap -w {node} -N1 -n1 sh -c 'pgrep -u {c.user} -f "^sleep 300" || echo none' > ~/.tb-orphan
+wait
+cat ~/.tb-kept >> ~/.tb-orphan
+"""
+    r = c.as_user(f"sbatch --parsable -N2 -w {node},{other} --output=/dev/null <<'EOF'\n{script}EOF\n")
     try:
         assert r.returncode == 0, r.stderr
-        out = r.stdout.split()
-        assert out[0] == "started" and out[1].isdigit(), f"linuxproc let the orphan go on: {r.stdout}"
+        jid = r.stdout.strip()
+        deadline = time.monotonic() + 40
+        while any(ln.split()[0] == jid for ln in c.squeue()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        out = c.as_user("cat ~/.tb-orphan; rm -f ~/.tb-orphan ~/.tb-kept").stdout.split()
+        assert out == ["none", "kept"], f"the orphan outlived its step, or the other node's task was ended: {out}"
     finally:
-        c.root(node, f"pkill -u {c.user} -x sleep; true")
+        for n in (node, other):
+            c.root(n, f"pkill -u {c.user} -x sleep; true")
+    assert c.left() == []
 
 
 def test_the_home_is_one_folder_on_every_node(slurm_cluster) -> None:  # type: ignore[no-untyped-def]
@@ -339,6 +355,10 @@ def test_a_node_lost_mid_run_is_replaced_and_the_run_resumes(slurm_cluster, tb_h
         repaired = [e for e in evs if e.kind == "repaired" and e.host]
         assert [(e.host, e.detail["replaced"]) for e in repaired] == [("slot1", ["slot1"])]
         assert not any(e.kind == "fault" for e in evs)
+        # the evidence names the node and what Slurm says of it, and that the login node opened no connection
+        why = next(e for e in evs if e.kind == "host-lost" and e.host == "slot1").detail["summary"]
+        assert f"Slurm: node {lost[0]} " in why and ("DOWN" in why or "NOT_RESPONDING" in why), why
+        assert "no SSH greeting: a jump host could not reach it" in why, why
         hosts = {h.name: h for h in st.hosts("hpc")}
         assert hosts["slot1"].facts["slurm_node"] not in lost and hosts["slot1"].facts["slurm_job"] != first
         assert hosts["slot0"].facts["slurm_job"] == first
@@ -351,3 +371,149 @@ def test_a_node_lost_mid_run_is_replaced_and_the_run_resumes(slurm_cluster, tb_h
     assert r.returncode == 0, r.stdout + r.stderr
     assert c.left() == []
     c.wait_nodes("idle", timeout=40)
+
+
+SLEEPER = """\
+name: sleeper
+placement: {hosts: 2}
+steps:
+  launch:
+    command: >-
+      echo "job=$TESTBED_SLURM_JOB step_vars=$(env | grep -c '^SLURM_')";
+      (setsid sleep 308 >/dev/null 2>&1 &); exec sleep 307
+timeouts: {poll: 0.5, grace: 1, unreachable: 3}
+"""
+
+
+def test_ranks_are_steps_of_the_allocation_and_destroy_ends_them(slurm_cluster, tb_home: Path) -> None:  # type: ignore[no-untyped-def]
+    """Each rank runs as a step of the job holding its node (srun --overlap --jobid, one task there): Slurm lists
+    the steps, the rank sees none of the step's SLURM_* variables (an MPI inside would take the step for its own
+    launch) but TESTBED_SLURM_JOB, and destroy's scancel ends the ranks, and what they left running (an orphan
+    of the rank, reparented to the node's init: proctrack/cgroup's trap): no rank process is left on a node."""
+    from testbed.run import runner
+    from testbed.run import state as rs
+    from testbed.state import Store
+
+    c = slurm_cluster
+    _spec(c, tb_home)
+    (tb_home / "experiments").mkdir(exist_ok=True)
+    (tb_home / "experiments" / "sleeper.yml").write_text(SLEEPER)
+    assert cli("provision", "hpc").returncode == 0
+    st = Store(tb_home / ".testbed" / "state.db")
+    jid = st.resources("hpc", "job")[0]["id"]
+    nodes = sorted(str(h.facts["slurm_node"]) for h in st.hosts("hpc"))
+    plan = runner.plan_run("sleeper", "hpc", {}, store=st)
+    runner.start_run(plan, store=st)  # a supervisor process of its own: c.root switches TESTBED_HOME in this one
+    try:
+        deadline = time.monotonic() + 60
+        steps: list[str] = []
+        while time.monotonic() < deadline:
+            steps = c.root(c.login.name, "squeue -h -s -o '%i %N'").stdout.split("\n")
+            steps = sorted(ln for ln in steps if ln.startswith(f"{jid}.") and not ln.startswith(f"{jid}.batch"))
+            if len(steps) == 2 and all(r.status == "running" for r in rs.ranks(st, plan.run_id)):
+                break
+            time.sleep(0.5)
+        why = [(e.kind, e.host, e.detail.get("reason")) for e in rs.events(st, plan.run_id)
+               if e.kind in ("failed", "ended")]
+        launch = c.root(c.computes[0].name, "cat /home/alice/.testbed-runs/*/rank*.launch").stdout
+        assert sorted(ln.split()[1] for ln in steps) == nodes, \
+            f"the ranks are not steps of job {jid}: {steps}; {why}; {launch}"
+        out = c.root(c.computes[0].name, "find /home/alice/.testbed-runs -name 'rank*.out' -exec cat {} +").stdout
+        assert out.count(f"job={jid} step_vars=0") == 2, out
+        r = cli("destroy", "hpc", "--yes")
+        assert r.returncode == 0, r.stdout + r.stderr
+        left = {n: c.root(n, "pgrep -u alice -a -f 'sleep 30[78]' || true").stdout.strip() for n in nodes}
+        assert not any(left.values()), f"ranks outlived the allocation: {left}"
+    finally:
+        deadline = time.monotonic() + 60
+        while rs.require(st, plan.run_id).active and time.monotonic() < deadline:  # the ranks vanished: it ends
+            time.sleep(0.5)
+        if rs.require(st, plan.run_id).active:
+            runner.stop_run(plan.run_id, grace=1, store=st)
+        for n in nodes:
+            c.root(n, "pkill -KILL -u alice -f 'sleep 30[78]'; true")
+        invoke("destroy", "hpc", "--yes")
+    assert c.left() == []
+
+
+def test_mpi_role_without_root_uses_the_path_or_says_what_to_do(slurm_cluster, tb_home: Path) -> None:  # type: ignore[no-untyped-def]
+    """No root on a cluster's nodes: the mpi role never asks sudo. An MPI on the PATH (a module, a conda env)
+    is used though the distribution's packages are not all there; a node with none refuses in one message that
+    says what is missing, where, and what to do (the admins, a module, a conda MPI, mpi_source: prefix)."""
+    from testbed.state import Store
+
+    c = slurm_cluster
+    _spec(c, tb_home)
+    spec = json.loads((tb_home / "inventories" / "hpc.yml").read_text())
+    # a package the distribution lacks (no sudo to install it), and no hello across the nodes (no mesh here)
+    spec["vars"] = {"mpi_packages_debian": ["openmpi-bin", "testbed-no-such-mpi-package"], "mpi_hello": False}
+    (tb_home / "inventories" / "hpc.yml").write_text(json.dumps(spec))
+    assert cli("provision", "hpc").returncode == 0
+    st = Store(tb_home / ".testbed" / "state.db")
+    nodes = sorted(str(h.facts["slurm_node"]) for h in st.hosts("hpc"))
+    hide = "for f in mpirun mpicc; do mv /usr/bin/$f /usr/bin/$f.hidden; done"
+    try:
+        # the MPI on the PATH serves, no sudo is asked
+        r = cli("setup", "hpc", "--role", "mpi", timeout=300)
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out[-3000:]
+        assert "sudo" not in out.lower(), out[-3000:]
+        for n in nodes:  # a node with no MPI at all
+            assert c.root(n, hide).returncode == 0
+        r = cli("setup", "hpc", "--role", "mpi", timeout=300)
+        out = r.stdout + r.stderr
+        assert r.returncode != 0, out[-3000:]
+        assert "sudo password" not in out.lower(), out[-3000:]
+        assert "has no MPI (no mpirun and mpicc on the PATH)" in out and "ask the cluster's admins" in out, out[-3000:]
+        assert "module load openmpi" in out and "Traceback" not in out
+    finally:
+        for n in nodes:
+            c.root(n, "for f in mpirun mpicc; do [ -e /usr/bin/$f.hidden ] && mv /usr/bin/$f.hidden /usr/bin/$f; done; "
+                      "true")
+        r = cli("destroy", "hpc", "--yes")
+    assert r.returncode == 0
+    assert c.left() == []
+
+
+ECHOER = """\
+name: echoer
+placement: {hosts: 2}
+steps:
+  launch:
+    command: echo rank {{ rank }} on $(hostname); head -c 200000 /dev/urandom > blob{{ rank }}.bin
+outputs: ["blob*.bin"]
+"""
+
+
+def test_collect_fetches_a_shared_homes_run_folder_once(slurm_cluster, tb_home: Path) -> None:  # type: ignore[no-untyped-def]
+    """On a shared home the run folder is one folder on every node: collect fetches each file once (from the
+    first node) and links it into the other nodes' folders, which hold the same files, verified all the same."""
+    c = slurm_cluster
+    _spec(c, tb_home)
+    spec = json.loads((tb_home / "inventories" / "hpc.yml").read_text())
+    spec["hardware"] = {"shared_home": True}
+    (tb_home / "inventories" / "hpc.yml").write_text(json.dumps(spec))
+    (tb_home / "experiments").mkdir(exist_ok=True)
+    (tb_home / "experiments" / "echoer.yml").write_text(ECHOER)
+    assert cli("provision", "hpc").returncode == 0
+    try:
+        r = cli("run", "echoer", "--on", "hpc", "--json", timeout=300)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        r = cli("collect", "--all", "--json", timeout=300)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        runs = json.loads(r.stdout)
+        hosts = (runs[0] if isinstance(runs, list) else runs["runs"][0])["hosts"]
+        by = {h["host"]: h for h in hosts}
+        folders = [p for p in next((tb_home / "results" / "echoer").iterdir()).iterdir() if p.is_dir()]
+        names = {p.name: sorted(f.name for f in p.iterdir() if f.is_file()) for p in folders}
+        assert set(names) == {"slot0", "slot1"} and names["slot0"] == names["slot1"], names
+        assert {"blob0.bin", "blob1.bin", "rank0.out", "rank1.out"} <= set(names["slot0"]), names
+        assert by["slot0"]["sent"] == len(names["slot0"]) and by["slot1"]["sent"] == 0, by
+        assert by["slot1"]["shared"] == len(names["slot1"]), by
+        for f in names["slot0"]:
+            a, b = (p / f for p in sorted(folders))
+            assert a.read_bytes() == b.read_bytes(), f
+    finally:
+        r = cli("destroy", "hpc", "--yes")
+    assert r.returncode == 0
+    assert c.left() == []

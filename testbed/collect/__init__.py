@@ -248,8 +248,9 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
     old_facts = {h.get("name"): h.get("facts") or {} for h in old.get("hosts") or [] if isinstance(h, dict)}
     have_software = bool((old.get("software") or {}).get("pip_freeze"))
     lock = threading.Lock()
+    rdir = run.info.run_dir or f"{RUNS_DIR}/{run_id}"
     ctx = Ctx(st, lock, testbed, run_id, folder, info, progress, timeout, io_timeout, bwlimit_kbps, force_sftp,
-               final=run_ended(run))
+               final=run_ended(run), shared_home=bool(run.info.shared_home) and rdir.startswith("~"))
     if not ctx.final:
         res.notes.append(f"run is still {run.status}: files collected now may be replaced by their final "
                          f"version on the next collect")
@@ -285,8 +286,10 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
             gathered[h.name] = mf.parse_fact_lines(fact_lines)
         return hc
 
+    # one run folder on a shared home: the first host's files are fetched, the others' same files linked to them
+    lead = [one(hosts[0])] if ctx.shared_home and len(hosts) > 1 else []
     with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts))), thread_name_prefix="collect") as pool:
-        res.hosts = list(pool.map(one, hosts))
+        res.hosts = lead + list(pool.map(one, hosts[len(lead):]))
     for t in sw_threads:
         t.join()
 
@@ -305,7 +308,6 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
     listed = {(r.host, r.path): (r.sha256, r.size) for r in rows}
     listed.update(ctx.verified)
     host_names = {h.name for h in hosts}
-    rdir = run.info.run_dir or f"{RUNS_DIR}/{run_id}"
     collected_at = {(r.host, r.path): r.collected for r in rows}
     files: list[dict[str, Any]] = [
         {"host": h, "path": p, "from": origin(p, rdir), "sha256": sha, "size": size}
@@ -378,7 +380,9 @@ def _collect_host(ctx: Ctx, h: Host, want_facts: bool,
     if want_facts or software is not None:
         background = mf.facts_script(facts=want_facts, sources=ctx.info.get("sources") if software else None,
                                      fingerprint=str(ctx.info.get("python") or "python3") if software else None)
-    first = _first_collect(ctx, h.name)  # many new files: sent in the listing's session, hashed as they stream
+    # many new files: sent in the listing's session, hashed as they stream (on a shared home only by the first
+    # host: the others' listings hash, and what the first brought is linked, not sent again)
+    first = _first_collect(ctx, h.name) and not (ctx.shared_home and bool(ctx.verified))
     token = secrets.token_hex(8)
     program = listing_script(run_dir(ctx.info, ctx.run_id), pats, known_files(ctx, h.name), source_paths(ctx.info),
                              background, STREAM_MIN if first else (0, 0),
@@ -409,6 +413,9 @@ def _collect_host(ctx: Ctx, h: Host, want_facts: bool,
             transfer_host(ctx, h.name, lst, hc)
     except OSError as e:  # local disk trouble: name the file
         hc.error = f"cannot write {e.filename or 'results'}: {e.strerror}"
+    if hc.shared:
+        hc.notes.append(f"{plural(hc.shared, 'file')} of the shared home's run folder fetched once, from another "
+                        "host: linked here")
     hc.seconds = round(time.monotonic() - t0, 3)
     return hc, lst.fact_lines
 

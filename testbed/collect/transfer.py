@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import shlex
+import shutil
 import struct
 import threading
 import time
@@ -52,6 +53,7 @@ class HostCollect:
     sent: int = 0  # files transferred (and verified) this time
     bytes_sent: int = 0
     unchanged: int = 0  # already in results/ with the same sha256: not sent
+    shared: int = 0  # on a shared home: the same file another host of this collect brought (linked, not sent)
     rsync_transferred: int | None = None  # rsync's own count (--stats), when rsync ran
     reused_bytes: int = 0  # bytes rsync did not send because a partial local copy had them (resume)
     resumed: int = 0  # sftp downloads continued from a partial file (reget)
@@ -80,6 +82,7 @@ class Ctx:
     bwlimit_kbps: int | None
     force_sftp: bool
     final: bool = True  # the run has ended: verified files are final (else recorded pending: replaceable)
+    shared_home: bool = False  # one run folder on every host: a file is fetched once and linked for the others
     verified: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)  # this collect's files
 
     def done(self, host: str, items: list[tuple[str, str, int]]) -> None:
@@ -172,7 +175,11 @@ def _plan(ctx: Ctx, host: str, lst: Listing, hc: HostCollect) -> tuple[list[str]
         try:
             st = local.stat()
         except FileNotFoundError:
-            send.append(path)
+            if not (ctx.shared_home and _link_shared(ctx, host, path, size, sha)):
+                send.append(path)
+            else:
+                hc.shared += 1
+                confirmed.append((path, sha, size))
             continue
         row = rows.get(path)
         # the recorded checksum holds while the file's ctime (set by the kernel on any write, rename or copy over
@@ -191,6 +198,23 @@ def _plan(ctx: Ctx, host: str, lst: Listing, hc: HostCollect) -> tuple[list[str]
             conflicts.append(path)
     ctx.done(host, confirmed)
     return send, conflicts
+
+
+def _link_shared(ctx: Ctx, host: str, path: str, size: int, sha: str) -> bool:
+    """On a shared home: link ``host``'s copy of ``path`` to the one another host of this collect brought with
+    the same size and sha256 (the same file: fetched once); False when none did."""
+    with ctx.lock:
+        peer = next((h for (h, p), (s, n) in ctx.verified.items() if p == path and h != host and s == sha
+                     and n == size and sha != UNHASHED), None)
+    if peer is None:
+        return False
+    src, dst = ctx.folder / peer / path, ctx.folder / host / path
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+    return True
 
 
 def transfer_host(ctx: Ctx, host: str, lst: Listing, hc: HostCollect) -> None:

@@ -573,6 +573,17 @@ class Provider(ABC):
         """Ask the provider for the hosts' real state (network allowed); default: state as recorded."""
         return self.store.hosts(self.name)
 
+    def rank_launcher(self, host: Host) -> list[str]:
+        """The command words a run's rank wrapper starts under on ``host`` (testbed/scripts/launch.sh): none by
+        default (a detached process of the login); a batch scheduler's provider makes it a step of the job that
+        holds the host, so the scheduler tracks the rank and ends it with the job."""
+        return []
+
+    def state_notes(self) -> dict[str, str]:
+        """host -> what the provider said of its machine at the last :meth:`reported_states` (the node and its
+        state in the provider's own words), for the evidence when a run judges it lost; none by default."""
+        return {}
+
     def reported_states(self) -> dict[str, str] | None:
         """Each host's state as the provider itself reports it now (network allowed): evidence when a run judges
         a host lost (testbed.run.liveness.GONE_STATES); None when this provider cannot tell (the default)."""

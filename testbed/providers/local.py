@@ -412,6 +412,11 @@ class LocalProvider(Provider):
                 argv += ["--home", str(self.shared_home)]
             if layer is not None:
                 argv += ["--lower", str(layer)]
+            cg = own_cgroup(sl.netns) if self.settings.own_cgroups else None
+            if cg is not None:  # the host's init in a cgroup of its own, then a cgroup namespace rooted there
+                at = argv.index("--fork")
+                argv = ["sh", "-c", 'mkdir -p "$0" && echo $$ > "$0/cgroup.procs" && exec "$@"', str(cg),
+                        *argv[:at], "--cgroup", *argv[at:], "--own-cgroups"]
             console = shlex.quote(str(sl.root / "console.log"))
             script.append(f"{shlex.join(argv)} </dev/null >>{console} 2>&1 &\necho $!")
         r = subprocess.run(["sh", "-c", "\n".join(script)], capture_output=True, text=True, check=False)
@@ -555,17 +560,23 @@ class LocalProvider(Provider):
         self._kill_all([sl])
 
     def _kill_all(self, slots: list[HostSlot]) -> None:
-        """SIGKILL every process in the namespaces of ``slots`` (one pass over /proc) and wait them out."""
+        """SIGKILL every process in the namespaces of ``slots`` (one pass over /proc) and wait them out; a host with
+        its own cgroups is thawed before and after (a process frozen by a Slurm step being signalled, or by a
+        slurmstepd killed mid-way, takes SIGKILL only once thawed)."""
         by_ino = {}
         for sl in slots:
             with contextlib.suppress(OSError):
                 by_ino[os.stat(f"/run/netns/{sl.netns}").st_ino] = sl
         if not by_ino:
             return
+        for sl in slots:
+            thaw_cgroup(sl.netns)
         pids = [pid for pid in _pids() if _net_ino(pid) in by_ino]
         for p in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, 9)
+        for sl in slots:
+            thaw_cgroup(sl.netns)
         _wait_gone(pids)
 
     def _teardown_host(self, sl: HostSlot, keep_disk: bool) -> None:
@@ -586,6 +597,7 @@ class LocalProvider(Provider):
                 lines.append(f"neigh flush to {sl.address}")
         ip_batch(lines, force=True)
         for sl in slots:
+            drop_cgroup(sl.netns)
             sl.pidfile.unlink(missing_ok=True)
             if not keep_disk:
                 shutil.rmtree(sl.root, ignore_errors=True)
@@ -718,6 +730,44 @@ def ip_batch(lines: list[str], force: bool = False) -> None:
         if r.returncode != 0 and not force:
             raise TestbedError(f"'ip -batch' failed: {(r.stderr or r.stdout).strip()[-500:]}",
                                where="local provider", fix="run 'testbed doctor'; then 'testbed destroy' and retry")
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def own_cgroup(netns: str) -> Path | None:
+    """The cgroup a host with ``own_cgroups`` runs in: ``testbed/<netns>`` in the freezer hierarchy (cgroup v1)
+    or in the unified one (v2 only); None where this machine has neither."""
+    if (CGROUP_ROOT / "cgroup.controllers").exists():
+        return CGROUP_ROOT / "testbed" / netns
+    if (CGROUP_ROOT / "freezer" / "cgroup.procs").exists():
+        return CGROUP_ROOT / "freezer" / "testbed" / netns
+    return None
+
+
+def thaw_cgroup(netns: str) -> None:
+    """Thaw every frozen cgroup under the host's own (v1 freezer)."""
+    cg = own_cgroup(netns)
+    if cg is None or not cg.is_dir():
+        return
+    for state in cg.rglob("freezer.state"):
+        with contextlib.suppress(OSError):
+            if state.read_text().strip() != "THAWED":
+                state.write_text("THAWED")
+
+
+def drop_cgroup(netns: str) -> None:
+    """Remove the host's own cgroup and what was made under it (a Slurm node's job folders), deepest first; its
+    processes are gone."""
+    cg = own_cgroup(netns)
+    if cg is None or not cg.is_dir():
+        return
+    for d in sorted((p for p in cg.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+    for d in (cg, cg.parent):  # the shared parent too, once no host uses it
+        with contextlib.suppress(OSError):
+            d.rmdir()
 
 
 def _pids() -> list[int]:

@@ -1,7 +1,8 @@
 """PID 1 of a local testbed host (stdlib only; run by the controller inside the host's namespaces).
 
 It mounts the host's copy-on-write root (overlay with lower ``/``, or an image's layer over ``/``), fresh
-``/proc``, ``/sys``, ``/dev`` and a tmpfs ``/run``, chroots into it and keeps ``sshd -D`` running. Signals, as
+``/proc``, ``/sys``, ``/dev``, the cgroup tree (this machine's, or with ``--own-cgroups`` its hierarchies mounted
+afresh in the host's cgroup namespace) and a tmpfs ``/run``, chroots into it and keeps ``sshd -D`` running. Signals, as
 sent by the host's own ``reboot``/``shutdown`` (installed in its upper layer):
 - SIGUSR1: reboot: every other process is killed, a new boot id is written, sshd starts again;
 - SIGTERM: halt: every process is killed and the host stays down.
@@ -69,7 +70,10 @@ def mount_root(a: argparse.Namespace) -> None:
     mount("sysfs", f"{m}/sys", "sysfs")
     if os.path.isdir("/sys/fs/cgroup"):
         try:
-            mount("/sys/fs/cgroup", f"{m}/sys/fs/cgroup", None, MS_BIND | MS_REC)
+            if a.own_cgroups:
+                mount_cgroups(f"{m}/sys/fs/cgroup")
+            else:
+                mount("/sys/fs/cgroup", f"{m}/sys/fs/cgroup", None, MS_BIND | MS_REC)
         except OSError as e:  # optional: hosts work without their cgroup view
             print(f"note: {e}", file=sys.stderr, flush=True)
     mount("tmpfs", f"{m}/run", "tmpfs", 0, "mode=755")
@@ -78,6 +82,27 @@ def mount_root(a: argparse.Namespace) -> None:
         mount(a.home, f"{m}/home", None, MS_BIND)
         if os.path.isdir(f"{a.home}/root"):
             mount(f"{a.home}/root", f"{m}/root", None, MS_BIND)
+
+
+def mount_cgroups(target: str) -> None:
+    """Fresh mounts of this machine's cgroup hierarchies at ``target``, made in this host's cgroup namespace: each
+    is rooted at the cgroup the host started in (its own freezer or unified cgroup), so what a Slurm node makes
+    there (``slurm/uid_U/job_J``) is its own folder, not every node's."""
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for ln in f:
+            pre, _, post = ln.partition(" - ")
+            point, (fstype, _src, opts) = pre.split()[4], post.split()[:3]
+            if fstype in ("cgroup", "cgroup2") and (point == "/sys/fs/cgroup" or point.startswith("/sys/fs/cgroup/")):
+                found.append((point, fstype, ",".join(o for o in opts.split(",") if o not in ("rw", "ro"))))
+    if any(p == "/sys/fs/cgroup" and t == "cgroup2" for p, t, _ in found):  # cgroup v2 only
+        mount("cgroup2", target, "cgroup2")
+        return
+    mount("tmpfs", target, "tmpfs", 0, "mode=755")
+    for point, fstype, opts in found:
+        sub = f"{target}/{point[len('/sys/fs/cgroup/'):]}"
+        os.makedirs(sub, exist_ok=True)
+        mount(fstype, sub, fstype, 0, opts if fstype == "cgroup" else None)
 
 
 def kill_all(grace: float = 2.0) -> None:
@@ -122,6 +147,8 @@ def main() -> int:
     p.add_argument("--interface", default="eth0", help="the name of this host's link into the bridge")
     p.add_argument("--home", default=None, help="a folder mounted at /home on every host (a shared home)")
     p.add_argument("--lower", default=None, help="an image's read-only layer, between the host's own and /")
+    p.add_argument("--own-cgroups", action="store_true", help="mount the cgroup hierarchies afresh (started in a "
+                   "cgroup namespace of the host's own)")
     a = p.parse_args()
     if os.getpid() != 1:
         print("local_init must run as PID 1 of a new PID namespace", file=sys.stderr)

@@ -70,6 +70,9 @@ class LocalSettings(Settings):
     subnet: str = Field("10.213.0.0/24", description="IPv4 subnet of the bridge; must not clash with routes")
     bridge: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,15}$", description="default: tb-<testbed>")
     sshd: str = "/usr/sbin/sshd"
+    own_cgroups: bool = Field(False, description="each host gets a cgroup namespace and a freezer subtree of its "
+                              "own (/sys/fs/cgroup/freezer/testbed/<host>): what a Slurm node's proctrack/cgroup "
+                              "needs; by default the hosts share this machine's cgroup tree")
     names: list[str] | None = Field(None, description="the hosts' names (default: name_prefix0, 1, ...); a replica "
                                     "of another testbed takes its names")
 

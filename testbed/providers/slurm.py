@@ -5,8 +5,9 @@ Provision submits one allocation (``sbatch --parsable`` of a holder script that 
 the progress line; past ``pending_timeout`` the job is cancelled and provision stops with one message. The hosts
 are the allocated nodes (``scontrol show hostnames``), named ``slot0``, ``slot1``... (stable across repairs; each
 slot's node is a fact), reached with ProxyJump through the login node, where the cluster lets a user with a job
-on a node log in to it (pam_slurm_adopt puts those processes into the job). Runs start there over SSH like on
-every provider; ``SLURM_JOB_ID`` is in the inventory for a suite that wants ``srun --overlap --jobid``.
+on a node log in to it (pam_slurm_adopt puts those processes into the job). A run's ranks start there as steps of
+the job holding their node (:meth:`SlurmProvider.rank_launcher`: ``srun --overlap --jobid``), so Slurm tracks them
+and ends them with the job; ``SLURM_JOB_ID`` is in the inventory too.
 
 The job carries ``--no-kill``: a node that fails leaves the others allocated. Repair cancels nothing: it asks for
 a new one-node allocation (the failed node and the held ones excluded) and the slot takes that node. A dead node
@@ -48,6 +49,7 @@ class SlurmProvider(Provider):
     capabilities = frozenset({"repair", "expire"})
     repair_how = "replaced by a new one-node allocation"
     _why: dict[str, str]
+    _notes: dict[str, str]
     _expiry: Expiry | None = None
 
     @property
@@ -275,6 +277,16 @@ class SlurmProvider(Provider):
         jobs = [r["id"] for r in self.store.resources(self.name, "job")]
         return {**super().inventory_vars(), "slurm_jobs": jobs, "SLURM_JOB_ID": jobs[0] if jobs else ""}
 
+    def rank_launcher(self, host: Host) -> list[str]:
+        """A rank runs as a step of the job that holds its node (a repaired slot's: the new one-node job), so
+        Slurm accounts and tracks it and ends it with the job (scancel, the time limit): ``srun --overlap``
+        beside the holder, one task on that node, no MPI plugin (a rank's own mpirun launches its MPI)."""
+        job, node = host.facts.get("slurm_job"), host.facts.get("slurm_node")
+        if not job or not node:
+            return []
+        return ["srun", "--overlap", f"--jobid={job}", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
+                "--mpi=none", f"--job-name={self.job_name}-rank", "--quiet"]
+
     def info(self) -> dict[str, Any]:
         return {"login": self.settings.login.address, "partition": self.settings.partition,
                 "job_name": self.job_name, "root": False}
@@ -346,11 +358,18 @@ class SlurmProvider(Provider):
         login = self.login()
         jobs = login.jobs([r["id"] for r in self.store.resources(self.name, "job")])
         nodes = login.nodes(sorted({str(h.facts.get("slurm_node")) for h in hosts if h.facts.get("slurm_node")}))
+        self._notes = {}
         for h in hosts:
-            job = jobs.get(str(h.facts.get("slurm_job") or ""))
+            jid = str(h.facts.get("slurm_job") or "")
+            job = jobs.get(jid)
             state = nodes.get(str(h.facts.get("slurm_node")), {}).get("State", "")
             h.state = "gone" if job is None or job.ended else "down" if node_gone(state) else "up"
+            self._notes[h.name] = (f"Slurm: node {h.facts.get('slurm_node')} {state or 'unknown'}, job {jid} "
+                                   + (job.state if job is not None else "not recorded"))
         return hosts
+
+    def state_notes(self) -> dict[str, str]:
+        return dict(getattr(self, "_notes", {}))
 
     def reported_states(self) -> dict[str, str] | None:
         return {h.name: h.state for h in self.refresh()}

@@ -80,6 +80,10 @@ def classify(res: remote.HostResult) -> tuple[str, str]:
         return ("slow" if res.error.startswith(("timed out", "no data")) else "other"), res.error
     if "Connection refused" in text:
         return "refused", last
+    if "stdio forwarding failed" in text or ("kex_exchange_identification" in text and "closed" in text):
+        # no SSH greeting: through a jump host (whose own reason stays with it, or with its master connection),
+        # the jump could not reach the host; direct, its sshd closed at once (overloaded: MaxStartups)
+        return "other", f"{last} (no SSH greeting: a jump host could not reach it, or its sshd refused the session)"
     if any(s in text for s in _NO_ROUTE):
         return "no-route", last
     if "timed out" in text.lower():
@@ -106,12 +110,15 @@ def parse_report(stdout: str) -> dict[str, str]:
 
 States = Callable[[], dict[str, str] | None]
 """The provider's view: host -> state (None: it cannot tell); may raise TestbedError."""
+Notes = Callable[[], dict[str, str]]
+"""What the provider said of each host's machine when last asked (``Provider.state_notes``)."""
 
 
 def probe(testbed: str, hosts: list[str], *, timeout: float, run_dir: str | None = None,
-          states: States | None = None) -> dict[str, Probe]:
+          states: States | None = None, notes: Notes | None = None) -> dict[str, Probe]:
     """One probe of each of ``hosts`` in parallel, each within ``timeout`` seconds; the provider is asked (once)
-    about those that did not answer."""
+    about those that did not answer, and what it says of their machines (``notes``: a Slurm node's name and
+    state) goes into their probes' detail."""
     t0 = time.time()
     res = remote.run(testbed, hosts, probe_command(run_dir), timeout=timeout, connect_timeout=timeout, mux="none")
     out: dict[str, Probe] = {}
@@ -128,8 +135,11 @@ def probe(testbed: str, hosts: list[str], *, timeout: float, run_dir: str | None
             for p in silent:
                 p.detail = f"{p.detail}; the provider could not be asked: {why}".lstrip("; ")
         else:
+            said = notes() if notes is not None else {}
             for p in silent:
                 p.provider = (known or {}).get(p.host)
+                if said.get(p.host):
+                    p.detail = f"{p.detail}; {said[p.host]}".lstrip("; ")
     return out
 
 

@@ -209,13 +209,14 @@ class Plan(_Model):
     suite_sha256: str | None = None
     suite_files: dict[str, str] = Field(default_factory=dict)  # its files: (relative to it) -> sha256
     hardware: dict[str, Any] = Field(default_factory=dict)  # the testbed spec's hardware.gpu: gpu_model, gpus
+    shared_home: bool = False  # the testbed's hosts share one home (hardware.shared_home): one run folder for all
 
     @model_serializer(mode="wrap")
     def _absent_when_unused(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         out: dict[str, Any] = handler(self)
         # plan files without them keep the earlier shape
         for key in ("recovery", "checkpoint", "rehearsal", "progress", "refused", "suite_file", "suite_sha256",
-                    "suite_files", "hardware"):
+                    "suite_files", "hardware", "shared_home"):
             if not out.get(key):
                 out.pop(key, None)
         return out
@@ -283,6 +284,7 @@ class RunInfo(_Model):
     suite_sha256: str | None = None
     suite_files: dict[str, str] | None = None  # the suite's files: (relative to it) -> sha256; None: not recorded
     hardware: dict[str, Any] | None = None  # the testbed spec's hardware.gpu when the run was planned
+    shared_home: bool | None = None  # its hosts share one home: a run folder there is one folder on every host
     profile: str | None = None  # the suite's set-up profile
     reproduces: str | None = None  # the run this one replays (testbed reproduce)
 

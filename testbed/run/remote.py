@@ -100,13 +100,16 @@ def upload(plan: Plan, hosts: list[str], extra: dict[str, bytes] | None = None,
                       stdin=_tar(files))
 
 
-def launch(plan: Plan, ranks: list[Rank], attempt: int = 0,
-           timeout: float = 120) -> list[remote.HostResult]:
-    """Start ``ranks`` detached on their hosts (one SSH call per host); returns per-host results."""
+def launch(plan: Plan, ranks: list[Rank], attempt: int = 0, timeout: float = 120,
+           launchers: dict[str, list[str]] | None = None) -> list[remote.HostResult]:
+    """Start ``ranks`` detached on their hosts (one SSH call per host); returns per-host results. ``launchers``:
+    host -> the command the rank wrappers start under there (:meth:`Provider.rank_launcher`: a Slurm step)."""
     by_host: dict[str, list[Rank]] = {}
     for r in ranks:
         by_host.setdefault(r.host, []).append(r)
-    commands = {h: sh(scripts.program("launch.sh", plan.run_dir, attempt, *(r.rank for r in rs)))
+    launchers = launchers or {}
+    commands = {h: sh(scripts.program("launch.sh", plan.run_dir, attempt, *(r.rank for r in rs),
+                                      *(["--", *launchers[h]] if launchers.get(h) else [])))
                 for h, rs in by_host.items()}
     stdin = {h: _tar({f"rank{r.rank}.a{attempt}.sh": rank_script(plan, r).encode() for r in rs})
              for h, rs in by_host.items()}

@@ -62,6 +62,7 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
         plan.suite_file, plan.suite_sha256 = str(Path(s.source).resolve()), file_sha256(Path(s.source))
         plan.suite_files = {rel: file_sha256(s.dir / rel) for rel in s.files}  # build_plan found each one
     gpu = tb.context.get("hardware") or {}
+    plan.shared_home = bool(gpu.get("shared_home"))
     if gpu.get("gpu_model"):
         plan.hardware = {"gpu_model": gpu["gpu_model"], "gpus": gpu.get("gpus")}
     return plan

@@ -52,6 +52,8 @@ def create(st: Store, plan: Plan, campaign: str | None = None) -> None:
         info.suite_files = dict(plan.suite_files)
     if plan.hardware:
         info.hardware = dict(plan.hardware)
+    if plan.shared_home:
+        info.shared_home = True
     if plan.profile:
         info.profile = plan.profile
     if plan.rehearsal is not None:

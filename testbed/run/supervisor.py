@@ -137,7 +137,8 @@ class Supervisor:
         if self.status() == "stopped":
             raise Abort("stopped")
         now = time.time()
-        bad = [r for r in run_remote.launch(self.plan, ranks, attempt) if not r.ok]
+        bad = [r for r in run_remote.launch(self.plan, ranks, attempt,
+                                            launchers=self.launchers({rk.host for rk in ranks})) if not r.ok]
         if bad:
             b = bad[0]
             raise Abort(f"{b.host}: cannot start ranks: {b.error or b.stderr.strip()[-200:]}", b.host)
@@ -279,21 +280,44 @@ class Supervisor:
         """Seconds one poll or probe of a host may take; past it the host is slow, not lost."""
         return max(5.0, self.t.poll * 5)
 
+    def provider(self) -> Any:
+        """The testbed's provider, opened once (the caller holds ``_provider_lock``)."""
+        if self._provider is None:
+            from testbed.handle import Testbed
+
+            self._provider = Testbed.open(self.plan.testbed, Store(self.st.path), recorded_ok=True).provider()
+        return self._provider
+
+    def launchers(self, hosts: set[str]) -> dict[str, list[str]]:
+        """host -> the command its ranks start under (:meth:`Provider.rank_launcher`), from the hosts as recorded
+        now (a repaired host's new job); none asked of a provider that has no launcher."""
+        from testbed.providers import PROVIDERS, provider_class
+        from testbed.providers.base import Provider
+
+        if self.plan.provider not in PROVIDERS or \
+                provider_class(self.plan.provider).rank_launcher is Provider.rank_launcher:
+            return {}
+        with self._provider_lock:
+            p = self.provider()
+            known = {h.name: h for h in self.st.hosts(self.plan.testbed)}
+            return {h: p.rank_launcher(known[h]) for h in hosts if h in known}
+
     def states(self) -> dict[str, str] | None:
         """Each host's state as the testbed's provider reports it now (None: it cannot tell); one question at a
         time, on a state connection of its own (the probes' threads ask it)."""
         with self._provider_lock:
-            if self._provider is None:
-                from testbed.handle import Testbed
-
-                self._provider = Testbed.open(self.plan.testbed, Store(self.st.path), recorded_ok=True).provider()
-            states: dict[str, str] | None = self._provider.reported_states()
+            states: dict[str, str] | None = self.provider().reported_states()
         return states
+
+    def notes(self) -> dict[str, str]:
+        """What the provider said of each host's machine when :meth:`states` last asked (a Slurm node's state)."""
+        with self._provider_lock:
+            return dict(self.provider().state_notes()) if self._provider is not None else {}
 
     def look(self, hosts: list[str]) -> dict[str, liveness.Probe]:
         """One probe of each of ``hosts`` (a fresh login; the provider asked about those that do not answer)."""
         return liveness.probe(self.plan.testbed, hosts, timeout=self.probe_timeout, run_dir=self.plan.run_dir,
-                              states=self.states) if hosts else {}
+                              states=self.states, notes=self.notes) if hosts else {}
 
     def suspected(self, host: str, error: str) -> None:
         """``host``'s poll failed: from now on it is probed in the background (each probe a fresh login) rather
