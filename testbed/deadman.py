@@ -245,8 +245,8 @@ def watch(name: str) -> int:
     """The watchdog's loop: sleep until the testbed's release time (re-read from state each round, so commands
     and ``extend`` move it; an active run holds the idle limit), then destroy it. Bounded: it ends when the
     testbed is gone or released, or after 3 failed destroys."""
-    from testbed.handle import Testbed
-    from testbed.run.models import ACTIVE
+    from testbed.records import ACTIVE
+    from testbed.resolved import Resolved
     from testbed.state import Store
 
     failures = 0
@@ -264,7 +264,7 @@ def watch(name: str) -> int:
             if at is not None and time.time() >= at:
                 print(f"{exp.iso(time.time())} {name}: deadline {exp.iso(at)} passed; destroying", flush=True)
                 try:
-                    tb = Testbed.open(name, st, recorded_ok=True)
+                    tb = Resolved.open(name, st, recorded_ok=True)
                     p = tb.provider()
                     p.destroy()
                     print(f"{exp.iso(time.time())} {name}: destroyed", flush=True)

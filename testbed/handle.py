@@ -16,213 +16,72 @@ import html
 import shlex
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed import paths
-from testbed.errors import HostsFailed, RunFailed, TestbedError, UsageError
+from testbed.errors import HostsFailed, RunFailed, UsageError
+from testbed.resolved import Resolved
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from fabric import Connection, ThreadingGroup
 
     from testbed.collect import CollectResult
-    from testbed.hosts import Host
-    from testbed.providers.base import Progress, Provider
+    from testbed.providers.base import Progress
+    from testbed.records import RunEvent, RunRecord
     from testbed.remote import HostResult
     from testbed.report.build import ReportResult
     from testbed.report.campaign import IndexResult
-    from testbed.run.models import RunEvent, RunRecord
     from testbed.run.runner import LogLine
+    from testbed.services import Extended
     from testbed.setup.events import SetupResult
-    from testbed.spec import TestbedSpec
+    from testbed.setup.repair import Repair
     from testbed.state import Store
 
 
-@dataclass
-class Repair:
-    """What repairing a host did, and how long each part took (seconds)."""
-
-    host: str
-    hosts: list[str]  # brought back (a TPU slice's workers come back together)
-    replaced: list[str]  # made anew: new disk, new host keys (pinned, the old pins replaced)
-    repair_seconds: float
-    how: str = ""  # what the provider did (restarted, replaced by a new server, ...)
-    setup_seconds: float = 0.0
-    setup: str | None = None  # the profile applied to them
-    setup_hosts: list[str] = field(default_factory=list)  # where Ansible ran (the others were unchanged)
-    setup_left_out: list[str] = field(default_factory=list)  # other hosts that did not answer: not set up
-
-    def to_json(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return asdict(self)
-
-
-@dataclass
-class Testbed:
-    """A testbed as this state home knows it; ``spec`` is None only for a recorded testbed whose spec is gone."""
+@dataclass(repr=False)
+class Testbed(Resolved):
+    """A resolved testbed with the CLI's verbs as methods, for scripts and notebooks (docs/api.md)."""
 
     __test__ = False
 
-    name: str
-    store: Store
-    spec: TestbedSpec | None
-    record: dict[str, Any] | None  # the state row (None: never provisioned here)
-    notes: list[str] = field(default_factory=list)  # what the resolution had to work around, for the user
-
-    @classmethod
-    def open(cls, name: str, store: Store | None = None, *, recorded_ok: bool = False,
-             need_spec: bool = True) -> Testbed:
-        """Resolve testbed ``name`` (or a spec path) against this state home.
-
-        The spec is found by name, else read from the file it was provisioned from. ``recorded_ok``: when that
-        spec no longer loads (edited, deleted, an unset variable), use the copy recorded at provision (destroy
-        must work from state alone), saying so in ``notes``. ``need_spec=False``: a recorded testbed may have
-        no spec at all (set-up and runs work from the recorded hosts).
-        """
-        from testbed.spec import TestbedSpec, load_testbed
-        from testbed.state import Store
-
-        st = store or Store.open_default()
-        key = Path(name).stem if name.endswith((".yml", ".yaml")) else name
-        rec = st.testbed(key)
-        src = (rec or {}).get("spec_path")
-        try:  # by name (as every command finds it), else the file it was provisioned from (another directory)
-            try:
-                spec: TestbedSpec | None = load_testbed(name)
-            except UsageError:
-                if not (src and key == name and Path(src).is_file()):
-                    raise
-                spec = load_testbed(src)
-        except TestbedError as e:
-            copy = (rec or {}).get("info", {}).get("spec") if recorded_ok else None
-            if copy:
-                try:
-                    spec = TestbedSpec.model_validate(copy)
-                except ValueError:  # a copy this version cannot read: the spec's own error is the one to show
-                    raise e from None
-                spec.source = src
-                return cls(spec.name, st, spec, rec, [f"the spec of '{key}' does not load ({e.what}); using the "
-                                                      "copy recorded when it was provisioned"])
-            if rec is None or need_spec or not isinstance(e, UsageError):
-                raise
-            spec = None
-        return cls(spec.name if spec else key, st, spec, rec)
-
-    @property
-    def kind(self) -> str:
-        return str(self.record["provider"]) if self.record else self.spec.kind if self.spec else ""
-
-    @property
-    def hosts(self) -> list[Host]:
-        return self.store.hosts(self.name)
-
-    @property
-    def info(self) -> dict[str, Any]:
-        """What the provider recorded (bridge, subnet, zone, lease...)."""
-        return dict((self.record or {}).get("info") or {})
-
-    @property
-    def subnet(self) -> str | None:
-        """The hosts' subnet: as recorded at provision, else as the spec plans it."""
-        sub = self.info.get("subnet") or (self.spec.provider.planned_subnet() if self.spec else None)
-        return str(sub) if sub else None
-
-    @property
-    def dir(self) -> Path:
-        """Its files on this machine: key pair, known_hosts, ssh_config, inventory."""
-        return paths.testbed_dir(self.name)
-
-    def provider(self, progress: Progress | None = None) -> Provider:
-        """Its provider (the cloud SDK is imported only when a method needs it)."""
-        from testbed.providers import provider_class
-
-        if self.spec is None:
-            raise UsageError(f"testbed '{self.name}' has no spec to act on", where=f"inventories/{self.name}.yml",
-                             fix=f"restore inventories/{self.name}.yml")
-        if progress is None:
-            return provider_class(self.spec.kind)(self.spec, self.store)
-        return provider_class(self.spec.kind)(self.spec, self.store, progress)
-
     # the verbs, for scripts and notebooks -------------------------------------------------------------------
-    def provision(self, progress: Progress | None = None) -> Testbed:
-        """Create (or find) the hosts and record them (idempotent, as ``testbed provision``); this testbed."""
-        from testbed.setup import images
+    def provision(self, progress: Progress | None = None, *, expire: str | None = None) -> Testbed:
+        """Create (or find) the hosts and record them (idempotent, as ``testbed provision``); this testbed.
+        ``expire`` (8h, 2d): its dead-man's switch releases it then."""
+        from testbed import services
 
-        p = self.provider(progress)
-        images.for_provision(p)  # a new testbed whose set-up has an image boots from it
-        p.provision()
-        self.record = self.store.testbed(self.name)
+        services.provision(self, expire=expire, progress=progress)
         return self
 
     def repair(self, host: str, *, setup: bool = True, profile: str | None = None,
                progress: Progress | None = None) -> Repair:
         """Bring one failed host back without touching the others (as ``testbed provision NAME --repair HOST``),
-        then apply set-up (``profile``, else the set-up last applied to this testbed; none when it was never set
-        up): verified on the hosts brought back, skipped as usual on the others unless their address changed (a
-        host rebuilt with new host keys changes every host's, so the peers learn its keys). What was built once
-        for the testbed (source builds, wheels) is installed from the controller's copy; other hosts that do not
-        answer (lost too, repaired next) are left out. Raises TestbedError when the host cannot be repaired or set
-        up."""
-        import time
+        then set it up again (:func:`testbed.services.repair`). Raises TestbedError when it cannot."""
+        from testbed import services
 
-        done = self.provider(progress).repair(host)
-        self.record = self.store.testbed(self.name)
-        out = Repair(host=host, hosts=done.hosts, replaced=done.replaced, repair_seconds=done.seconds, how=done.how)
-        last = self.info.get("setup") or {}
-        roles = None if profile else last.get("roles")
-        want = None if roles else profile or last.get("profile")
-        if not setup or not (want or roles):
-            return out
-        from testbed import remote
-        from testbed import setup as setup_mod
-
-        t0 = time.monotonic()
-        peers = [h.name for h in self.hosts if h.name not in done.hosts]
-        found = remote.run(self.name, peers, "true", timeout=20, connect_timeout=10, mux="none") if peers else []
-        out.setup_left_out = sorted(r.host for r in found if not r.ok)
-        # every host that answers (a role such as ssh_mesh writes the others' side too): verified on the hosts
-        # brought back (Ansible runs there even where the disk and its set-up record survived), the others only when
-        # their address changed (one round trip each otherwise). The hosts left out are named to the roles (ssh_mesh
-        # leaves them out of the mesh); as a variable, that moves every host's address, so the set-up after they
-        # are back runs everywhere again
-        absent = {"testbed_absent_hosts": out.setup_left_out} if out.setup_left_out else None
-        res = setup_mod.apply(self, profile=want, roles=roles, verify=done.hosts, extra_vars=absent,
-                              limit=[n for n in [*done.hosts, *peers] if n not in out.setup_left_out])
-        out.setup_seconds, out.setup = round(time.monotonic() - t0, 2), res.plan
-        out.setup_hosts = sorted(n for n, h in res.hosts.items() if not h.unchanged)
-        if not res.ok:
-            bad = ", ".join(sorted(n for n, h in res.hosts.items() if h.failed or h.unreachable)) or host
-            raise TestbedError(f"{host} was repaired but its set-up ({res.plan}) failed on {bad}"
-                               + (f": {res.error}" if res.error else "")
-                               + (f" (not set up, no answer: {', '.join(out.setup_left_out)})"
-                                  if out.setup_left_out else ""), where=res.artifact_dir or self.name,
-                               fix=f"see 'testbed setup {self.name} --limit {host}' for the failing task, fix it, "
-                                   "and run it again")
-        return out
+        return services.repair(self, host, setup=setup, profile=profile, progress=progress)
 
     def destroy(self, progress: Progress | None = None) -> None:
         """Release every resource and forget the testbed (as ``testbed destroy``; it does not ask)."""
-        self.provider(progress).destroy()
-        self.record = None
+        from testbed import services
+
+        services.destroy(self, progress)
+
+    def extend(self, hours: float | None = None, *, expire: str | None = None) -> Extended:
+        """Move the expiry by ``hours`` or to ``expire`` from now (8h), and a Chameleon lease with it (as
+        ``testbed extend``); what moved."""
+        from testbed import services
+
+        return services.extend(self, hours=hours, expire=expire)
 
     def _names(self, hosts: str | Sequence[str] | None) -> list[str]:
         """Host names from a pattern (names, groups, globs: ``"workers"``, ``"node[12]"``) or a list; all by
         default. An unknown name is refused."""
-        from testbed import remote
+        from testbed import services
 
-        known = self.hosts
-        if not known:
-            raise UsageError(f"testbed '{self.name}' has no hosts", where="state",
-                             fix=f"provision it first: testbed.open({self.name!r}).provision()")
-        pattern = hosts if isinstance(hosts, str) or hosts is None else ",".join(hosts)
-        picked = [h.name for h in remote.select_hosts(known, pattern)]
-        if not picked:
-            raise UsageError(f"no host of '{self.name}' matches {pattern!r}", where="hosts",
-                             fix=f"hosts: {', '.join(h.name for h in known)}; groups work too (master, workers)")
-        return picked
+        return services.select(self.name, self.hosts, hosts)
 
     def exec(self, command: str, hosts: str | Sequence[str] | None = None, *, timeout: float | None = None,
              warn: bool = False) -> HostResults:
@@ -230,13 +89,9 @@ class Testbed:
         exec``); host -> result (``ok``, ``exit_code``, ``stdout``, ``stderr``, ``error``). A host where it fails
         (a non-zero exit, no answer, a timeout) raises :class:`HostsFailed` with every host's result, unless
         ``warn`` (then look at the results' ``ok``/``failed``), as Fabric's ``run`` and ``Group.run`` do."""
-        from testbed import deadman, remote
+        from testbed import services
 
-        if not command.strip():
-            raise UsageError("no command given", where="exec", fix="tb.exec('hostname')")
-        names = self._names(hosts)
-        out = HostResults((r.host, r) for r in remote.run(self.name, names, command, timeout=timeout))
-        deadman.touch(self.name, self.store)  # a command: the idle clock restarts (as the CLI's exec)
+        out = HostResults((r.host, r) for r in services.exec_(self.store, self.name, command, hosts, timeout=timeout))
         if not out.ok and not warn:
             raise self._failed(f"exec {command!r}", out, "each host's exit_code, stdout and stderr are in the "
                                                            "exception's results")
@@ -297,20 +152,12 @@ class Testbed:
         """Apply a profile (the spec's by default), a suite's profile or single roles (as ``testbed setup``):
         hosts whose recorded set-up matches are skipped unless ``verify``. A host that fails or does not answer
         raises :class:`HostsFailed` (its ``results`` is the set-up's result) unless ``warn``."""
-        from testbed.setup import apply
+        from testbed import services
 
-        res = apply(self, profile=profile, suite=suite, roles=roles, check=check, limit=limit,
-                    extra_vars=extra_vars, verify=verify)
+        res = services.setup(self, profile=profile, suite=suite, roles=roles, check=check, limit=limit,
+                             extra_vars=extra_vars, verify=verify).result
         if not res.ok and not warn:
-            bad = {n: h for n, h in res.hosts.items() if h.failed or h.unreachable}
-            why = [f"{n}: {h.status}" + (f" at {h.error_task}" if h.error_task else "")
-                   + (f": {h.error}" if h.error else "") for n, h in bad.items()]
-            what = f"setup of '{self.name}' ({res.plan}) failed" + (
-                f" on {len(bad)} host{'s' if len(bad) != 1 else ''}:\n  " + "\n  ".join(why[:10]) if why
-                else f": {res.error or f'ansible-playbook exit {res.rc}'}")
-            raise HostsFailed(what, results=res, failed=bad, where=res.artifact_dir or f"testbed {self.name}",
-                              fix=f"fix the failing task and call setup again (testbed setup {self.name} shows "
-                                  "it live); warn=True returns the result instead of raising")
+            raise services.setup_failed(self.name, res, "warn=True returns the result instead of raising")
         return res
 
     def run_suite(self, suite: str, params: dict[str, Any] | None = None, *, faults: list[str] | None = None,
@@ -325,31 +172,18 @@ class Testbed:
 
     def _start(self, suite: str, params: dict[str, Any] | None, *, faults: list[str] | None, setup: bool,
                sources: dict[str, str] | None) -> Run:
-        from testbed.run import runner
-        from testbed.suite import load_suite
+        from testbed import services
 
-        s = load_suite(suite)
-        plan = runner.plan_run(s, self.name, dict(params or {}), faults=faults,
-                               sources=sources, store=self.store)
-        if setup and s.profile:
-            from testbed import sources as sources_mod
-
-            extra = None
-            if plan.source_overrides:
-                resolved = {k: sources_mod.Override(**v) for k, v in plan.source_overrides.items()}
-                builds = sources_mod.for_setup(resolved, {x.name: x.repo for x in s.sources},
-                                               sources_mod.profile_builds(s.profile))
-                extra = {"testbed_source_overrides": builds} if builds else None
-            self.setup(s.profile, extra_vars=extra)
-        return Run(runner.start_run(plan, store=self.store), self.store)
+        started = services.start(self, suite, params, faults=faults, with_setup=setup, sources=sources)
+        return Run(started.run_id, self.store)
 
     def collect(self, runs: Run | str | Sequence[Run | str] | None = None, to: str | Path = "results", *,
                 warn: bool = False) -> list[CollectResult]:
         """Fetch runs' outputs into ``to/<suite>/<run id>/`` with checksums and a manifest (as ``testbed
         collect``): the runs given, else every ended run of this testbed. A host or run that could not be
         collected raises :class:`HostsFailed` (its ``results``: every run's result) unless ``warn``."""
-        from testbed.collect import collect_runs
-        from testbed.run.models import ENDED
+        from testbed import services
+        from testbed.records import ENDED
 
         if runs is None:
             ids = [r["id"] for r in self.store.run_rows(-1, testbed=self.name) if r["status"] in ENDED][::-1]
@@ -358,7 +192,7 @@ class Testbed:
                                  fix="run a suite first: tb.run_suite('mpi-hello')")
         else:
             ids = [r.id if isinstance(r, Run) else r for r in ([runs] if isinstance(runs, Run | str) else runs)]
-        out = collect_runs(ids, Path(to), store=self.store)
+        out = services.collect(ids, to, store=self.store)
         if not warn:
             _raise_collect(out)
         return out
@@ -368,11 +202,11 @@ class Testbed:
         """Write reports (as ``testbed report``): of a run (a :class:`Run` or a run id: its folder under ``to``,
         collected first when it is not), else of a results path: a run folder, a suite folder or ``results/``
         (an index of everything). Failed checks are in the result's ``checks``/``passed``, as the CLI shows them."""
-        from testbed.report.campaign import report_path
+        from testbed import services
 
         if isinstance(target, Run) or (isinstance(target, str) and self.store.run(target) is not None):
             return (target if isinstance(target, Run) else Run(target, self.store)).report(to, fmt)
-        return report_path(Path(target), fmt, campaign)
+        return services.report(target, fmt, campaign=campaign)
 
     # the names before 0.2 (one release, with a DeprecationWarning) ------------------------------------------
     def run(self, command: str, hosts: str | Sequence[str] | None = None, *,
@@ -459,8 +293,8 @@ class Run:
     def wait(self, timeout: float = 3600, *, warn: bool | None = None) -> Run:
         """Block until the run ends; a run that does not succeed raises :class:`RunFailed` unless ``warn`` (then
         look at ``status`` and ``record.reason``)."""
+        from testbed.records import OUTCOMES
         from testbed.run import runner
-        from testbed.run.models import OUTCOMES
 
         rec = runner.wait(self.id, timeout, store=self.store)
         if rec.status != "succeeded" and not (self.warn if warn is None else warn):

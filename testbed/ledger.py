@@ -63,10 +63,10 @@ def entry(st: Store, tb: dict[str, Any], table: dict[str, Any], now: float | Non
                            "active_runs": active}
     cost: dict[str, Any] | None = None
     if tb["provider"] in COSTS_MONEY | COUNTS_HOURS:  # the others hold nothing that bills, counts or ends
-        from testbed.handle import Testbed
+        from testbed.resolved import Resolved
 
         try:
-            p = _recorded_provider(st, tb) if recorded_spec else Testbed.open(name, st, recorded_ok=True).provider()
+            p = _recorded_provider(st, tb) if recorded_spec else Resolved.open(name, st, recorded_ok=True).provider()
             cost = p.cost(table)
             row.update({k: v for k, v in p.describe().items() if k in ("lease_end", "remaining", "warning")})
         except TestbedError as err:
@@ -183,9 +183,9 @@ def orphans(st: Store) -> dict[str, list[dict[str, Any]]]:
     failed) and ``fix``: a provider that could not be asked is never reported as holding nothing.
     """
     from testbed import paths
-    from testbed.handle import Testbed
     from testbed.providers import COSTS_MONEY
     from testbed.providers.check import check
+    from testbed.resolved import Resolved
 
     out: list[dict[str, Any]] = []
     asked: list[dict[str, Any]] = []
@@ -195,7 +195,7 @@ def orphans(st: Store) -> dict[str, list[dict[str, Any]]]:
         rec = st.testbed(name)
         kind = str(rec["provider"]) if rec else _kind_written(specs.get(name))
         try:
-            tb = Testbed.open(name, st, recorded_ok=True)
+            tb = Resolved.open(name, st, recorded_ok=True)
             kind = tb.kind
             if kind not in COSTS_MONEY:
                 continue

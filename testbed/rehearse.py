@@ -27,7 +27,7 @@ from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.handle import Testbed
-    from testbed.run.models import Plan
+    from testbed.records import Plan
     from testbed.sources import Override
     from testbed.spec import TestbedSpec
     from testbed.suite import Suite
@@ -187,7 +187,7 @@ def lacks_here(needs: list[str], kind: str) -> list[str]:
 
 def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
     """``plan`` as the replica runs it: steps whose needs it lacks skipped, ranks that need them probed."""
-    from testbed.run.models import RunStep
+    from testbed.records import RunStep
 
     lacks = set(LACKS)
     skipped: dict[str, str] = {}

@@ -269,22 +269,3 @@ def load_testbed(name_or_path: str) -> TestbedSpec:
         yamlfile.validate_file(TestbedSpec, path, from_file=True)
     spec.source = str(path)
     return spec
-
-
-def check_vars(spec: TestbedSpec) -> None:
-    """Refuse a misspelt or ill-typed role variable in the spec's ``vars:`` (file:line), before any host is touched.
-
-    Called by the commands that hand ``vars`` to set-up (provision, setup), not on every spec load: it reads
-    every role's argument spec, which the CLI's quick commands need not pay for.
-    """
-    if not spec.vars:
-        return
-    from testbed import yamlfile
-    from testbed.setup import available_roles, check_role_vars
-
-    located = yamlfile.load(Path(spec.source))[1] if spec.source and Path(spec.source).is_file() else None
-    def where(loc: tuple[Any, ...]) -> str:
-        line = located.line(("vars", *loc)) if located else None
-        return f"{spec.source}:{line}" if line else f"{spec.source or spec.name}: vars"
-
-    check_role_vars(spec.vars, available_roles(), where)

@@ -1,7 +1,7 @@
 """SQLite state under the testbed home: testbeds, hosts, cloud resources, runs, events, campaigns, collected files.
 
 This module is the one place that speaks SQL: every other module calls ``Store``'s named methods, which take and
-return records (``testbed.hosts.Host``, the run records of ``testbed.run.models``, plain dicts for testbeds and
+return records (``testbed.hosts.Host``, the run records of ``testbed.records``, plain dicts for testbeds and
 resources). ``Store.query`` and ``Store.tx`` stay for raw inspection in tests and debugging.
 
 Every write is one transaction (``BEGIN IMMEDIATE``) so concurrent ``testbed`` processes serialise
@@ -32,9 +32,9 @@ from testbed.hosts import Host
 if TYPE_CHECKING:  # pydantic and the run models load on first use: `testbed status` and `exec` stay fast
     from pydantic import BaseModel
 
-    from testbed.run.models import CampaignInfo, CampaignPoint, CampaignRecord, RankRecord, RunEvent, RunInfo, RunRecord
+    from testbed.records import CampaignInfo, CampaignPoint, CampaignRecord, RankRecord, RunEvent, RunInfo, RunRecord
 
-ACTIVE = ("pending", "running")  # testbed.run.models.ACTIVE (checked equal in tests/test_state.py)
+ACTIVE = ("pending", "running")  # testbed.records.ACTIVE (checked equal in tests/test_state.py)
 
 SCHEMA_VERSION = 3
 
@@ -520,7 +520,7 @@ class Store:
         return self._run(rows[0]) if rows else None
 
     def _run(self, row: sqlite3.Row) -> RunRecord:
-        from testbed.run.models import RunRecord
+        from testbed.records import RunRecord
 
         return self._record(RunRecord, row, f"run '{row['id']}'", params={}, info={})
 
@@ -595,7 +595,7 @@ class Store:
 
     def run_ranks(self, run_id: str) -> list[RankRecord]:
         """The run's ranks in rank order."""
-        from testbed.run.models import RankRecord
+        from testbed.records import RankRecord
 
         return [self._record(RankRecord, r, f"rank {r['rank']} of run '{run_id}'")
                 for r in self.query("SELECT * FROM run_hosts WHERE run_id=? ORDER BY rank", (run_id,))]
@@ -607,7 +607,7 @@ class Store:
 
     def events(self, run_id: str, after: int = 0) -> list[RunEvent]:
         """The run's events after sequence number ``after``, in order."""
-        from testbed.run.models import RunEvent
+        from testbed.records import RunEvent
 
         return [self._record(RunEvent, r, f"event {r['seq']} of run '{run_id}'", detail={})
                 for r in self.query("SELECT * FROM events WHERE run_id=? AND seq>? ORDER BY seq", (run_id, after))]
@@ -620,7 +620,7 @@ class Store:
                                            c.status, c.created, json.dumps(c.info.model_dump())))
 
     def campaign(self, cid: str) -> CampaignRecord | None:
-        from testbed.run.models import CampaignRecord
+        from testbed.records import CampaignRecord
 
         rows = self.query("SELECT * FROM campaigns WHERE id=?", (cid,))
         return self._record(CampaignRecord, rows[0], f"campaign '{cid}'", points=[], info={}) if rows else None

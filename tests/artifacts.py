@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from testbed.run.models import Plan, RelaunchStep
+from testbed.records import Plan, RelaunchStep
 from testbed.run.plan import HostInfo, TestbedInfo, build_plan
 from testbed.suite import load_suite, resolve_params
 

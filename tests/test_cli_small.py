@@ -172,7 +172,7 @@ def test_the_break_detector_finds_a_docstrings_hard_line_break() -> None:
 
 # --- ids in tables, plurals, times ---------------------------------------------------------------------------------
 def _state_with_runs(n: int = 4) -> list[str]:
-    from testbed.run.models import RunInfo, RunRecord
+    from testbed.records import RunInfo, RunRecord
     from testbed.state import Store
 
     st = Store.open_default()
@@ -207,7 +207,7 @@ def test_run_ids_are_never_broken_in_tables(tb_home: Path) -> None:
 
 
 def test_counts_agree_with_their_nouns(tb_home: Path) -> None:
-    from testbed.run.models import RunEvent
+    from testbed.records import RunEvent
     from testbed.run.runner import describe_event
     from testbed.textfmt import plural
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from artifacts import ARTIFACTS, artifact, plan_for, points, python_calls, read_parser
 
-from testbed.run.models import Plan
+from testbed.records import Plan
 from testbed.spec import inventory_path, load_testbed
 from testbed.suite import load_suite
 

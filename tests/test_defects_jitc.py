@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.run.models import RelaunchStep, RunStep
+from testbed.records import RelaunchStep, RunStep
 from testbed.run.plan import HostInfo, TestbedInfo, build_plan
 from testbed.spec import Hardware
 from testbed.suite import load_suite, resolve_params

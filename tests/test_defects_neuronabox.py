@@ -16,7 +16,7 @@ import pytest
 import yaml
 from artifacts import artifact
 
-from testbed.run.models import Plan, RunStep
+from testbed.records import Plan, RunStep
 from testbed.run.plan import HostInfo, TestbedInfo, build_plan
 from testbed.suite import load_suite, resolve_params
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from artifacts import artifact, python_calls, read_parser
 
-from testbed.run.models import Plan
+from testbed.records import Plan
 from testbed.run.plan import HostInfo, TestbedInfo, build_plan
 from testbed.spec import Hardware, load_testbed
 from testbed.suite import expand_matrix, load_suite, resolve_params

@@ -295,7 +295,7 @@ def test_the_bound_is_the_suites_raised_by_the_testbeds_lost_after(tb_home: Path
 
 
 def test_status_lines_say_why_a_host_was_judged_lost_or_waited_for() -> None:
-    from testbed.run.models import RunEvent
+    from testbed.records import RunEvent
     from testbed.run.runner import describe_event
 
     def ev(kind: str, host: str | None, **d: object) -> str:

@@ -145,7 +145,7 @@ def test_wall_time_follows_the_campaigns_dispatch_and_spending_counts_overlaps_o
 # --- the stage ---------------------------------------------------------------------------------------------------
 def _runs(st, suite: str, testbed: str, params: dict, durations: list[float], campaign: str | None = None,
           status: str = "succeeded") -> list[str]:  # type: ignore[no-untyped-def]
-    from testbed.run.models import RunInfo, RunRecord
+    from testbed.records import RunInfo, RunRecord
 
     ids = []
     for i, d in enumerate(durations):

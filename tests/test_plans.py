@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import TestbedError, UsageError
+from testbed.records import Plan, RelaunchStep, RunStep
 from testbed.run import runner
 from testbed.run import state as rs
-from testbed.run.models import Plan, RelaunchStep, RunStep
 from testbed.run.plan import dry_run_lines
 from testbed.suite import load_suite
 
@@ -93,7 +93,7 @@ def test_relaunch_outside_recovery_is_refused_before_any_host(tb_home: Path, pha
 
 
 def test_a_plan_with_repair_and_checkpoint_round_trips(tb_home: Path) -> None:
-    from testbed.run.models import RepairStep
+    from testbed.records import RepairStep
 
     plan = runner.plan_run("fault-drill", None, {"seed": 5}, faults=["kill-host"], dry_run=True)
     assert plan.checkpoint is not None and plan.checkpoint.hosts == [plan.master] and plan.checkpoint.file == "ckpt.pt"

@@ -180,9 +180,10 @@ def test_any_spec_gets_one_message(data: st.DataObject, monkeypatch: pytest.Monk
         if kind_now == "local":  # provisioning would build hosts: the spec layer answers instead
             from testbed import spec
             from testbed.errors import TestbedError
+            from testbed.setup.profiles import check_vars
 
             try:
-                spec.check_vars(spec.load_testbed("gen"))
+                check_vars(spec.load_testbed("gen"))
             except TestbedError as e:
                 assert e.code in (1, 2) and e.where and e.fix, e.render()
             return

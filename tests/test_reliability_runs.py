@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from testbed.run.models import RunRecord
+    from testbed.records import RunRecord
 
 pytestmark = [pytest.mark.local]
 

@@ -114,7 +114,7 @@ def test_a_failed_run_with_an_empty_stderr_shows_its_stdout_and_says_so(tmp_path
 
 
 def _campaign_in_state(cid: str, points: list[tuple[dict[str, Any], str | None, str]]) -> None:
-    from testbed.run.models import CampaignPoint, CampaignRecord
+    from testbed.records import CampaignPoint, CampaignRecord
     from testbed.state import Store
 
     st = Store.open_default()

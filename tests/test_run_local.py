@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from testbed.records import RunEvent
 from testbed.run import runner
 from testbed.run import state as rs
-from testbed.run.models import RunEvent
 from testbed.state import Store
 
 PY = sys.executable

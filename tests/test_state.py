@@ -236,7 +236,7 @@ def _state_from_sample(tmp_path: Path, sample: str) -> Path:
 def test_a_version_1_state_reads_as_records_after_migration(tmp_path: Path) -> None:
     """Schema 1 as the previous testbed wrote it: migrated, then every table is readable through the named
     methods (typed run records included), and writable."""
-    from testbed.run.models import Rank, RunInfo
+    from testbed.records import Rank, RunInfo
 
     path = _state_from_sample(tmp_path, "v1.sql")
     st = Store(path)
@@ -268,7 +268,7 @@ def test_a_version_2_state_opens_unchanged_and_reads_as_records(tmp_path: Path) 
     its campaign and collected files): no migration, every record readable, info given back as stored."""
     import json
 
-    from testbed.run.models import RunInfo
+    from testbed.records import RunInfo
 
     path = _state_from_sample(tmp_path, "v2.sql")
     st = Store(path)
@@ -294,7 +294,7 @@ def test_a_version_2_state_opens_unchanged_and_reads_as_records(tmp_path: Path) 
 
 
 def test_run_writes_go_through_named_columns(tmp_path: Path) -> None:
-    from testbed.run.models import RunInfo, RunRecord
+    from testbed.records import RunInfo, RunRecord
 
     st = Store(tmp_path / "state.db")
     st.add_run(RunRecord(id="r1", suite="s", testbed="tb", status="pending", created=1.0,
@@ -376,7 +376,6 @@ def test_a_damaged_state_is_named_and_left_alone(tmp_path: Path, damage: str) ->
 
 def test_active_statuses_match_the_run_models() -> None:
     """state.py keeps its own copy of ACTIVE so that opening the store does not import pydantic."""
-    from testbed import state
-    from testbed.run import models
+    from testbed import records, state
 
-    assert state.ACTIVE == models.ACTIVE
+    assert state.ACTIVE == records.ACTIVE

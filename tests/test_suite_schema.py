@@ -11,8 +11,8 @@ import pytest
 
 from testbed import suite
 from testbed.errors import UsageError
+from testbed.records import Plan
 from testbed.run import runner
-from testbed.run.models import Plan
 from testbed.run.plan import dry_run_lines
 
 ARTIFACTS = ["tesla", "jitc", "datastall-emulator", "isca-resnet18", "neuronabox"]

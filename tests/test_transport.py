@@ -19,8 +19,8 @@ import pytest
 
 from testbed import remote, scripts
 from testbed.errors import TestbedError
+from testbed.records import Plan, PlanHost, PlanTimeouts, Rank
 from testbed.run import remote as run_remote
-from testbed.run.models import Plan, PlanHost, PlanTimeouts, Rank
 
 SCRIPTS = sorted((Path(scripts.__file__).parent).glob("*.sh"))
 

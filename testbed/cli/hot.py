@@ -17,25 +17,30 @@ from testbed.textfmt import iso, plural
 
 if TYPE_CHECKING:
     from testbed.providers.base import Provider
+    from testbed.resolved import Resolved
     from testbed.state import Store
+
+
+def resolve(name: str, st: Store | None = None, *, recorded_ok: bool = False) -> Resolved:
+    """Testbed ``name`` resolved against this state home (its spec validated before anything is touched), what
+    the resolution had to work around printed as notes. ``recorded_ok``: when the spec no longer loads (edited,
+    deleted, an unset variable), use the copy recorded at provision (destroy must work from state alone)."""
+    from testbed.resolved import Resolved
+
+    tb = Resolved.open(name, st or store(), recorded_ok=recorded_ok)
+    for note in tb.notes:
+        console(stderr=True).print(f"[yellow]note:[/yellow] {escape(note)}")
+    return tb
 
 
 def provider_for(name: str, st: Store | None = None, progress: Any = None, *,
                  recorded_ok: bool = False) -> Provider:
-    """The provider of testbed ``name`` from its spec (validated before anything is touched).
-
-    ``recorded_ok``: when the spec no longer loads (edited, deleted, an unset variable), use the copy recorded at
-    provision instead (destroy must work from state alone), saying so.
-    """
-    from testbed.handle import Testbed
-
-    tb = Testbed.open(name, st or store(), recorded_ok=recorded_ok)
-    for note in tb.notes:
-        console(stderr=True).print(f"[yellow]note:[/yellow] {escape(note)}")
-    return tb.provider(progress or _progress_printer())
+    """The provider of testbed ``name`` (:func:`resolve`), printing its progress."""
+    return resolve(name, st, recorded_ok=recorded_ok).provider(progress or progress_printer())
 
 
-def _progress_printer() -> Any:
+def progress_printer() -> Any:
+    """A provider's progress lines, dimmed on stderr."""
     err = console(stderr=True)
 
     def show(line: str) -> None:
@@ -173,11 +178,9 @@ def exec_(name: str, command: list[str], hosts: str | None, timeout: float | Non
         remote.selection(hosts)
     st = existing_store(readonly=False)  # a testbed not provisioned here: no state is created to say so
     _known_testbed(st, name)
-    selected = remote.select_hosts(st.hosts(name), hosts)
-    results = remote.run(name, [h.name for h in selected], cmd, timeout=timeout)
-    from testbed import deadman
+    from testbed import services
 
-    deadman.touch(name, st)  # a command: the idle clock restarts
+    results = services.exec_(st, name, cmd, hosts, timeout=timeout)
     failed = [r for r in results if not r.ok]
     if json_out:
         print_json([{"host": r.host, "exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr,

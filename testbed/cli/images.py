@@ -36,10 +36,10 @@ def bake(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletio
 
     Example: testbed image bake local --profile local-suites
     """
-    from testbed.handle import Testbed
+    from testbed.resolved import Resolved
     from testbed.setup import images
 
-    tb = Testbed.open(name, store())
+    tb = Resolved.open(name, store())
     img = images.bake(tb, host, profile=profile)
     if json_out:
         print_json(img)

@@ -31,23 +31,24 @@ def reproduce_cmd(
 
     Example: testbed reproduce results/fault-drill/fault-drill-20240501-120000-ab12 --on local
     """
-    from testbed import collect
+    from testbed import collect, services
     from testbed import reproduce as rp
     from testbed import sources as sources_mod
-    from testbed.cli.runs import _setup, follow
+    from testbed.cli.runs import _with_setup_view, follow
     from testbed.cli.verdict_view import print_verdicts
-    from testbed.run import runner
-    from testbed.run.models import RunInfo
+    from testbed.records import RunInfo
+    from testbed.resolved import Resolved
 
     st = store()
     replay = rp.prepare(run, on, allow, store=st)  # refuses before any host is touched
     c = console(stderr=True)
     for d in replay.differences:
         c.print(f"[yellow]allowed[/yellow] {d.kind}: {escape(d.what)}")
-    plan = runner.plan_run(replay.suite, replay.testbed, replay.params, faults=replay.faults,
-                           sources=sources_mod.parse(replay.sources), store=st)
-    _setup(replay.suite, plan.testbed, no_setup, plan.source_overrides)
-    run_id = runner.start_run(plan, store=st)
+    target = Resolved.open(replay.testbed, st)
+    plan = _with_setup_view(target, replay.suite, no_setup, lambda on_event: services.start(
+        target, replay.suite, replay.params, faults=replay.faults, with_setup=not no_setup,
+        sources=sources_mod.parse(replay.sources), on_event=on_event)).plan
+    run_id = plan.run_id
     st.update_run(run_id, info=RunInfo(reproduces=replay.run_id))
     c.print(f"replay [bold]{run_id}[/bold] of {escape(replay.run_id)} on {plan.testbed}")
     try:

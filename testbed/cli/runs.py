@@ -7,17 +7,21 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, console, escape, existing_store, json_wanted, print_json, store
+from testbed.resolved import Resolved
 from testbed.textfmt import iso, plural
 
+T = TypeVar("T")
+
 if TYPE_CHECKING:
-    from testbed.run.models import Plan, RunRecord
+    from testbed.records import Plan, RunRecord
+    from testbed.setup.events import EventHandler
     from testbed.state import Store
 
 
@@ -59,10 +63,10 @@ def run(
 
     Example: testbed run fault-drill --on local
     """
+    from testbed import services
     from testbed import sources as sources_mod
     from testbed import suite as suite_mod
     from testbed.errors import TestbedError, UsageError
-    from testbed.run import runner
     from testbed.spec import DEFAULT_TESTBED
 
     bud = _parse_budget(budget, matrix)
@@ -76,13 +80,15 @@ def run(
     tb = on or s.testbed or DEFAULT_TESTBED
     if matrix:
         return _campaign(s, tb, given, faults, detach, dry_run, no_setup, collect, json_out, src, bud)
-    st = existing_store() if dry_run else store()  # a dry run creates nothing
-    plan = runner.plan_run(s, on, given, faults=faults, dry_run=dry_run, sources=src, store=st)
     if dry_run:
-        _show_dry_run(plan, json_out)
+        plan = services.plan(s, on, given, faults=faults, dry_run=True, sources=src, store=existing_store())
+        _show_dry_run(plan, json_out)  # a dry run creates nothing
         return _warn_refused(plan)
-    _setup(s, plan.testbed, no_setup, plan.source_overrides)
-    run_id = runner.start_run(plan, store=st)
+    st = store()
+    target = Resolved.open(tb, st)
+    plan = _with_setup_view(target, s, no_setup, lambda on_event: services.start(
+        target, s, given, faults=faults, with_setup=not no_setup, sources=src, on_event=on_event)).plan
+    run_id = plan.run_id
     c = console(stderr=True)
     c.print(f"run [bold]{run_id}[/bold] on {plan.testbed} "
             f"({plural(len(plan.ranks), 'rank')} on {', '.join(plan.host_names)})")
@@ -125,26 +131,27 @@ def _parse_budget(text: str | None, matrix: bool) -> Any:
         raise UsageError(str(e), where="--budget", fix=f"write {estimate.BUDGET_RULE}") from None
 
 
-def _setup(s: Any, testbed: str, no_setup: bool, overrides: dict[str, Any] | None = None) -> None:
-    import importlib.util
-
-    if no_setup or not s.profile or importlib.util.find_spec("testbed.setup") is None:
-        return
-    from testbed import sources as sources_mod
+def _with_setup_view(tb: Resolved, s: Any, no_setup: bool, work: Callable[[EventHandler | None], T]) -> T:
+    """``work`` under the live view of the suite's set-up (none with --no-setup or no profile), its summary
+    printed after, a failed one's too."""
+    if no_setup or not s.profile:
+        return work(None)
     from testbed.cli import setup_view
-    from testbed.errors import TestbedError
+    from testbed.errors import HostsFailed
+    from testbed.setup.events import SetupResult
 
-    extra = None
-    if overrides:
-        resolved = {k: sources_mod.Override(**v) for k, v in overrides.items()}
-        builds = sources_mod.for_setup(resolved, {x.name: x.repo for x in s.sources},
-                                       sources_mod.profile_builds(s.profile))
-        extra = {"testbed_source_overrides": builds} if builds else None
-    result = setup_view.apply_with_progress(testbed, console=console(stderr=True), profile=s.profile,
-                                            extra_vars=extra)
-    if not getattr(result, "ok", True):
-        raise TestbedError(f"setup of '{testbed}' with profile '{s.profile}' failed", where=f"testbed {testbed}",
-                           fix="see the summary above; fix and rerun, or pass --no-setup")
+    err = console(stderr=True)
+    try:
+        with setup_view.live([h.name for h in tb.hosts], f"setup {tb.name}", err) as on_event:
+            out = work(on_event)
+    except HostsFailed as e:
+        if isinstance(e.results, SetupResult):
+            err.print(setup_view.render_summary(e.results))
+        raise
+    done = getattr(out, "setup", None)
+    if isinstance(done, SetupResult):
+        err.print(setup_view.render_summary(done))
+    return out
 
 
 def _collect(run_ids: list[str]) -> None:
@@ -202,6 +209,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     import subprocess
     import sys
 
+    from testbed import services
     from testbed import suite as suite_mod
     from testbed.expiry import span
     from testbed.run import campaign, runner
@@ -221,7 +229,8 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     # checks the overrides before any host
     first = runner.plan_run(s, tb, points[0], faults=faults, sources=src, store=st)
     limit = campaign.Limit(s.name, tb, points, budget, st) if budget else None  # its unit, every estimate
-    _setup(s, tb, no_setup, first.source_overrides)
+    target = Resolved.open(tb, st)
+    _with_setup_view(target, s, no_setup, lambda on_event: services.suite_setup(target, s, first, on_event))
     cid = campaign.create_or_resume(s.name, tb, points, faults, src, store=st, budget=budget)
     c = console(stderr=True)
     c.print(f"campaign [bold]{cid}[/bold]: {plural(len(points), 'run')} of {s.name} on {tb}"

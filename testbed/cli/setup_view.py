@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from testbed.setup import apply
-from testbed.setup.events import EventAggregator, SetupResult
+from testbed.setup.events import EventAggregator, EventHandler, SetupResult
 from testbed.textfmt import plural
 
 
@@ -105,24 +106,12 @@ def render_summary(result: SetupResult) -> Any:
     return Group(*parts)
 
 
-def apply_with_progress(testbed: str, console: Any = None, **kw: Any) -> SetupResult:
-    """``apply`` with the live per-host view on ``console`` and the summary printed at the end (CLI helper)."""
+@contextmanager
+def live(hosts: list[str], title: str, console: Any = None) -> Iterator[EventHandler]:
+    """The live per-host view of a set-up on ``console`` while the block runs; yields its event handler."""
     from rich.console import Console
     from rich.live import Live
 
-    console = console or Console()
-    from testbed.handle import Testbed
-
-    hosts = Testbed.open(testbed, need_spec=False).hosts
-    view = SetupProgress([h.name for h in hosts], title=f"setup {testbed}")
-    user_cb = kw.pop("on_event", None)
-
-    def both(ev: dict[str, Any]) -> None:
-        view.handle(ev)
-        if user_cb:
-            user_cb(ev)
-
-    with Live(view, console=console, refresh_per_second=4, transient=True):
-        result = apply(testbed, on_event=both, **kw)
-    console.print(render_summary(result))
-    return result
+    view = SetupProgress(hosts, title=title)
+    with Live(view, console=console or Console(), refresh_per_second=4, transient=True):
+        yield view.handle

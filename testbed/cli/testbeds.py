@@ -7,16 +7,16 @@ from __future__ import annotations
 import json
 import math
 import sys
-import time
 from typing import Annotated, Any
 
 import typer
 
 from testbed.cli import complete, hot
 from testbed.cli.common import JsonOpt, console, existing_store, json_wanted, print_json, store
-from testbed.cli.hot import _hosts_table, _known_testbed, _print_runs, _recent_runs, provider_for
+from testbed.cli.hot import _hosts_table, _known_testbed, _print_runs, _recent_runs, progress_printer, resolve
 from testbed.cli.output import Plain
 from testbed.errors import TestbedError, UsageError
+from testbed.resolved import Resolved
 from testbed.textfmt import plural
 
 
@@ -38,66 +38,49 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
 
     Example: testbed provision local --expire 8h  |  testbed provision chameleon --repair node-2
     """
-    from testbed.spec import check_vars
+    from testbed import expiry, services
 
-    _check_duration(expire, "--expire")
+    if expire is not None:
+        services.check_duration(expire, "--expire")
     if repair is not None and not repair.strip():
         raise UsageError("--repair names no host", where="--repair", fix=f"testbed provision {name} --repair HOST")
-    st = store()
-    p = provider_for(name, st)
-    p.expire = expire
-    check_vars(p.spec)  # set-up variables are refused before any host is made
-    if repair is not None:
-        if expire is not None:
-            raise UsageError("--expire goes with provisioning, not with --repair", where="--expire",
-                             fix=f"testbed extend {name} --expire {expire} moves the expiry")
-        return _repair(name, repair, not no_setup, json_out)
-    if no_setup:
+    if repair is not None and expire is not None:
+        raise UsageError("--expire goes with provisioning, not with --repair", where="--expire",
+                         fix=f"testbed extend {name} --expire {expire} moves the expiry")
+    if repair is None and no_setup:
         raise UsageError("--no-setup goes with --repair", where="--no-setup",
                          fix=f"testbed provision {name} --repair HOST --no-setup")
-    t0 = time.monotonic()
-    from testbed.setup import images
-
-    image = images.for_provision(p)  # a new testbed whose set-up has an image boots from it
-    try:
-        hosts = p.provision()
-    except KeyboardInterrupt:
-        raise TestbedError(f"provisioning of '{p.name}' was interrupted; every resource created so far is recorded",
-                           where=f"testbed {p.name}", fix=f"run 'testbed destroy {p.name}' to release them, "
-                           f"or 'testbed provision {p.name}' to finish") from None
-    dt = time.monotonic() - t0
-    from testbed import deadman, expiry
-
-    e = deadman.recorded(st, p.name)
-    release_at = expiry.iso(e.release_at()) if e is not None and e.active else None
+    tb = resolve(name, store())
+    if repair is not None:
+        return _repair(tb, repair, not no_setup, json_out)
+    done = services.provision(tb, expire=expire, progress=progress_printer())
+    release_at = expiry.iso(done.release_at) if done.release_at else None
+    image = done.image
     if json_out:
-        print_json({"testbed": p.name, "provider": p.kind, "seconds": round(dt, 2),
-                     "hosts": [h.to_dict() for h in hosts], "release_at": release_at,
+        print_json({"testbed": tb.name, "provider": tb.kind, "seconds": done.seconds,
+                     "hosts": [h.to_dict() for h in done.hosts], "release_at": release_at,
                      "image": {k: image[k] for k in ("key", "id", "plan")} if image else None})
         return
     c = console()
     if image:
         c.print(f"booted from image {image['id']} ({image['plan']}, key {image['key'][:12]}): 'testbed setup "
-                f"{p.name}' checks it and runs only the roles that depend on the other hosts")
-    _hosts_table(Plain(), f"testbed {p.name} ({p.kind}): {plural(len(hosts), 'host')} up in {dt:.1f} s", hosts)
+                f"{tb.name}' checks it and runs only the roles that depend on the other hosts")
+    _hosts_table(Plain(), f"testbed {tb.name} ({tb.kind}): {plural(len(done.hosts), 'host')} up in "
+                          f"{done.seconds:.1f} s", done.hosts)
     if release_at:
-        c.print(f"released at {release_at} by its dead-man's switch ({e.switch if e else ''}) unless extended "
-                f"(testbed extend {p.name} --expire 8h)")
+        c.print(f"released at {release_at} by its dead-man's switch ({done.switch}) unless extended "
+                f"(testbed extend {tb.name} --expire 8h)")
     from testbed import ssh
 
-    c.print(f"ssh:     ssh -F {ssh.ssh_config_path(p.name)} {hosts[0].name}" if hosts else "")
-    c.print(f"ansible: ansible -i {ssh.inventory_path(p.name)} all -m ping")
+    c.print(f"ssh:     ssh -F {ssh.ssh_config_path(tb.name)} {done.hosts[0].name}" if done.hosts else "")
+    c.print(f"ansible: ansible -i {ssh.inventory_path(tb.name)} all -m ping")
 
 
-def _repair(name: str, host: str, setup: bool, json_out: bool) -> None:
-    from testbed.handle import Testbed
+def _repair(tb: Resolved, host: str, setup: bool, json_out: bool) -> None:
+    from testbed import services
 
-    tb = Testbed.open(name, store())
-    if tb.record is None:
-        raise UsageError(f"testbed '{tb.name}' is not provisioned: there is no host to repair", where="state",
-                           fix=f"testbed provision {tb.name}")
     c = console()
-    done = tb.repair(host, setup=setup, progress=None if json_out else (lambda m: c.print(f"  {m}")))
+    done = services.repair(tb, host, setup=setup, progress=None if json_out else (lambda m: c.print(f"  {m}")))
     if json_out:
         print_json(done.to_json())
         return
@@ -126,22 +109,17 @@ def destroy(name: Annotated[str, typer.Argument(help="Testbed name.", autocomple
 
     Example: testbed destroy local
     """
+    from testbed import services
+
     st = existing_store(readonly=False)
     if not st.exists:  # no state here: an unknown name is refused before any is created to say so
-        from testbed.handle import Testbed
-
-        Testbed.open(name, st, recorded_ok=True)
+        Resolved.open(name, st, recorded_ok=True)
         st = store()  # a known spec: destroy may still find what an interrupted provision made (by name)
-    p = provider_for(name, st, recorded_ok=True)
-    if not yes and sys.stdin.isatty() and p.costs_money:
+    tb = resolve(name, st, recorded_ok=True)
+    if not yes and sys.stdin.isatty() and tb.provider().costs_money:
         typer.confirm(f"destroy every cloud resource of testbed '{name}'?", abort=True)
-    t0 = time.monotonic()
-    try:
-        p.destroy()
-    except KeyboardInterrupt:
-        raise TestbedError(f"destroy of '{name}' was interrupted; what is left is still recorded",
-                           where=f"testbed {name}", fix=f"run 'testbed destroy {name}' again") from None
-    console().print(f"testbed {name} destroyed in {time.monotonic() - t0:.1f} s")
+    seconds = services.destroy(tb, progress_printer())
+    console().print(f"testbed {name} destroyed in {seconds:.1f} s")
 
 
 def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletion=complete.testbeds)],
@@ -173,7 +151,7 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
     set-up matches what would be applied are skipped; --verify runs Ansible on them too and reports drift.
     Example: testbed setup local --profile local-suites
     """
-    from testbed import setup as setup_mod
+    from testbed import services
 
     given = [x for x in (profile, suite, role) if x]
     if len(given) > 1:
@@ -184,45 +162,33 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
 
         selection(limit, "--limit")
     extra = _extra_vars(var or [])
-    if bake and (role or check):
-        raise UsageError(f"--bake goes with a profile or a suite, not with {'--role' if role else '--check'}",
-                         where="--bake", fix=f"testbed setup {name} --profile local-suites --bake")
     twice = next((r for i, r in enumerate(role or []) if r in (role or [])[:i]), None)
     if twice is not None:
         raise UsageError(f"--role {twice} is given twice", where="--role", fix="name each role once")
+    if bake and (role or check):
+        raise UsageError(f"--bake goes with a profile or a suite, not with {'--role' if role else '--check'}",
+                         where="--bake", fix=f"testbed setup {name} --profile local-suites --bake")
     _known_testbed(existing_store(readonly=False), name)
-    if bake:  # a provider that cannot bake here is refused before the set-up runs (it takes hours on real nodes)
-        from testbed.handle import Testbed
-        from testbed.setup import images
-
-        images.refuse_bake(Testbed.open(name, store()), profile=profile, suite=suite)
-    builds = _setup_sources(name, profile, suite, source or [])
-    if builds:
-        extra["testbed_source_overrides"] = builds
+    tb = Resolved.open(name, store(), need_spec=False)
     kw: dict[str, Any] = {"profile": profile, "suite": suite, "roles": role or None, "check": check, "verify": verify,
-                          "limit": [limit] if limit is not None else None, "extra_vars": extra or None}
-    from testbed import deadman
-
-    deadman.touch(name)
+                          "limit": [limit] if limit is not None else None, "extra_vars": extra or None,
+                          "sources": source or None, "bake": bake}
     if json_out:
-        result = setup_mod.apply(name, **kw)
+        done = services.setup(tb, **kw)
     else:
         from testbed.cli import setup_view
 
-        result = setup_view.apply_with_progress(name, console=console(), **kw)
-    image = None
-    if bake and result.ok and not result.error:
-        from testbed.handle import Testbed
-        from testbed.setup import images
-
-        image = images.bake(Testbed.open(name, store()), profile=profile, suite=suite, extra_vars=extra or None)
+        with setup_view.live([h.name for h in tb.hosts], f"setup {name}", console()) as on_event:
+            done = services.setup(tb, on_event=on_event, **kw)
+        console().print(setup_view.render_summary(done.result))
+    result = done.result
     if json_out:
-        sys.stdout.write(json.dumps({**result.to_dict(), **({"image": image} if bake else {})}, indent=2,
+        sys.stdout.write(json.dumps({**result.to_dict(), **({"image": done.image} if bake else {})}, indent=2,
                                     default=str) + "\n")
-    elif image is not None:
+    elif done.image is not None:
         from testbed.cli.images import baked_line
 
-        console().print(baked_line(image))
+        console().print(baked_line(done.image))
     if result.error:
         raise TestbedError(result.error, where=result.artifact_dir or f"testbed {name}",
                            fix="read the Ansible output above; fix the role or the host, then run setup again")
@@ -246,22 +212,6 @@ def _extra_vars(items: list[str]) -> dict[str, Any]:
                              fix="give each variable once")
         extra[k] = v
     return extra
-
-
-def _setup_sources(name: str, profile: str | None, suite: str | None, given: list[str]) -> dict[str, Any]:
-    """--source and the testbed spec's ``sources:`` as the source_build role's overrides (checked here)."""
-    from testbed import sources
-    from testbed.spec import load_testbed
-
-    suite_sources: dict[str, str] = {}
-    if suite:
-        from testbed.suite import load_suite
-
-        s = load_suite(suite)
-        profile, suite_sources = s.profile, {x.name: x.repo for x in s.sources}
-    builds = sources.profile_builds(profile or load_testbed(name).profile)
-    resolved = sources.overrides_for(sources.spec_sources(name), sources.parse(given), suite_sources, builds)
-    return sources.for_setup(resolved, suite_sources, builds) if resolved else {}
 
 
 # exec / ssh ------------------------------------------------------------------------------------------
@@ -322,58 +272,29 @@ def extend(name: Annotated[str, typer.Argument(help="Testbed name.", autocomplet
 
     Example: testbed extend chameleon --hours 4
     """
-    from testbed import deadman, expiry
+    from testbed import expiry, services
 
     if off:
-        st = existing_store(readonly=False)
-        _known_testbed(st, name)
-        p = provider_for(name, st, recorded_ok=True)
-        p.disarm_switch()
-        st.update_testbed_info(name, expiry=None)
+        _known_testbed(existing_store(readonly=False), name)
+        services.disarm(resolve(name, store(), recorded_ok=True))
         console().print(f"{name}: dead-man's switch off (no expiry, no idle limit); "
                         f"'testbed provision {name} --expire 8h' sets one again")
         return
-    if hours is None and expire is None:
-        raise UsageError("give --hours or --expire", where="command line", fix=f"testbed extend {name} --hours 4")
-    if hours is not None and not (math.isfinite(hours) and 0 < hours <= expiry.MAX_SECONDS / 3600):
+    if hours is not None and not math.isfinite(hours):
         raise UsageError(f"cannot extend by {hours} hours", where="--hours",
                          fix=f"give a positive number of hours, at most {expiry.MAX_SECONDS // 3600}")
-    _check_duration(expire, "--expire")
-    st = existing_store(readonly=False)
-    _known_testbed(st, name)
-    p = provider_for(name, st)
-    e = deadman.recorded(st, name)
-    new_at = None
-    if e is not None and e.expire_at is not None:
-        new_at = time.time() + expiry.parse_duration(expire) if expire else e.expire_at + (hours or 0) * 3600
-    elif expire:
-        raise UsageError(f"testbed '{name}' has no expiry to move", where="command line",
-                         fix=f"set one with 'testbed provision {name} --expire {expire}'")
+    if hours is None and expire is None:
+        raise UsageError("give --hours or --expire", where="command line", fix=f"testbed extend {name} --hours 4")
+    if expire is not None:
+        services.check_duration(expire, "--expire")
+    _known_testbed(existing_store(readonly=False), name)
+    done = services.extend(resolve(name, store()), hours=hours, expire=expire)
     c = console()
-    lease_hours = hours
-    if p.can("extend") and expire and new_at is not None:
-        lease_hours = p.hours_short_of(new_at)
-    if lease_hours and p.can("extend"):
-        c.print(f"lease of {name} now ends at {p.extend(lease_hours)}")
-    elif hours and new_at is None:
-        raise UsageError(f"testbed '{name}' ({p.kind}) has no lease and no expiry to extend", where="command line",
-                         fix="extend applies to testbeds with a reservation or an expiry (provision --expire)")
-    if e is not None and new_at is not None:
-        e.expire_at = new_at
-        missed = deadman.refresh(st, name, moved=e)
-        c.print(f"{name} now expires at {expiry.iso(new_at)}"
-                + (f" (not told: {', '.join(missed)}; their old deadline stands)" if missed else ""))
-
-
-def _check_duration(value: str | None, option: str) -> None:
-    if value is None:
-        return
-    from testbed.expiry import parse_duration
-
-    try:
-        parse_duration(value)
-    except ValueError as err:
-        raise UsageError(f"bad {option}: {err}", where=option, fix=f"e.g. {option} 8h (s, m, h or d)") from None
+    if done.lease_end:
+        c.print(f"lease of {name} now ends at {done.lease_end}")
+    if done.expire_at is not None:
+        c.print(f"{name} now expires at {expiry.iso(done.expire_at)}"
+                + (f" (not told: {', '.join(done.missed)}; their old deadline stands)" if done.missed else ""))
 
 
 def forget_host(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletion=complete.testbeds)],

@@ -77,7 +77,7 @@ from testbed.collect.transfer import (
 from testbed.errors import TestbedError, UsageError
 from testbed.hosts import Host
 from testbed.paths import PARTIAL_DIR
-from testbed.run.models import RunRecord
+from testbed.records import RunRecord
 from testbed.state import Store
 from testbed.textfmt import plural
 

@@ -21,7 +21,7 @@ from testbed import scripts
 
 if TYPE_CHECKING:
     from testbed.hosts import Host
-    from testbed.run.models import RankRecord
+    from testbed.records import RankRecord
     from testbed.state import Store
 
 SCHEMA = 1

@@ -26,8 +26,8 @@ from typing import Any
 
 from testbed import estimate as est
 from testbed.errors import UsageError
+from testbed.records import ACTIVE, CampaignInfo, CampaignPoint, CampaignRecord
 from testbed.run import state as rs
-from testbed.run.models import ACTIVE, CampaignInfo, CampaignPoint, CampaignRecord
 from testbed.state import Store
 from testbed.textfmt import plural
 

@@ -10,8 +10,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError
+from testbed.records import FaultPlan, Plan, RunStep
 from testbed.run import remote as run_remote
-from testbed.run.models import FaultPlan, Plan, RunStep
 
 if TYPE_CHECKING:
     from testbed.providers.base import Provider
@@ -19,9 +19,9 @@ if TYPE_CHECKING:
 
 
 def _provider(testbed: str, store: Store) -> Provider:
-    from testbed.handle import Testbed
+    from testbed.resolved import Resolved
 
-    return Testbed.open(testbed, store).provider()
+    return Resolved.open(testbed, store).provider()
 
 
 def due(fault: FaultPlan, launched: float, now: float, matched: set[str]) -> bool:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import estimate as est
 from testbed.errors import UsageError
-from testbed.run.models import ACTIVE, ENDED
+from testbed.records import ACTIVE, ENDED
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -154,10 +154,10 @@ def testbed_rate(name: str, hosts: int, store: Store) -> tuple[str, est.Rate]:
     """(provider kind, price per hour of the whole testbed) from its spec and state and the price table."""
     from testbed import expiry, paths
     from testbed.errors import TestbedError
-    from testbed.handle import Testbed
+    from testbed.resolved import Resolved
 
     try:
-        tb = Testbed.open(name, store, recorded_ok=True)
+        tb = Resolved.open(name, store, recorded_ok=True)
     except TestbedError:
         return "none", est.Rate(None, None, f"testbed '{name}' has no spec here: no price")
     table = expiry.prices(paths.state_home())
@@ -171,10 +171,10 @@ def time_left(name: str, store: Store, now: float) -> tuple[float | None, str]:
     known. A testbed not provisioned yet: the length its spec asks for."""
     from testbed import expiry
     from testbed.errors import TestbedError
-    from testbed.handle import Testbed
+    from testbed.resolved import Resolved
 
     try:
-        tb = Testbed.open(name, store, recorded_ok=True)
+        tb = Resolved.open(name, store, recorded_ok=True)
     except TestbedError:
         return None, "no spec"
     ends: list[tuple[float, str]] = []

@@ -1,6 +1,6 @@
 """Suite + testbed + parameters -> a plan: every command of a run, rendered, per host and rank, in order.
 
-A plan is a ``testbed.run.models.Plan``, stored as JSON next to the run's state, so the detached supervisor,
+A plan is a ``testbed.records.Plan``, stored as JSON next to the run's state, so the detached supervisor,
 ``--dry-run`` and the tests all see exactly the same commands. Hosts come from state; for a dry run of a testbed
 that is not provisioned they come from its spec (lab) or are placeholders ``host0``, ``host1``, ...
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError
-from testbed.run.models import (
+from testbed.records import (
     Check,
     CheckpointPlan,
     FaultPlan,
@@ -74,12 +74,12 @@ class TestbedInfo:
 def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: Store | None = None) -> TestbedInfo:
     """Hosts and template context of testbed ``name`` (state first; spec or placeholders for a dry run)."""
     from testbed import ssh
-    from testbed.handle import Testbed
+    from testbed.resolved import Resolved
 
     tb = None
     if name is not None:
         try:
-            tb = Testbed.open(name, store, need_spec=not dry_run)
+            tb = Resolved.open(name, store, need_spec=not dry_run)
         except TestbedError:
             if not dry_run:
                 raise

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import remote
 from testbed.errors import TestbedError
+from testbed.records import Plan, RunStep
 from testbed.run import remote as run_remote
-from testbed.run.models import Plan, RunStep
 from testbed.sources import Override
 
 if TYPE_CHECKING:
-    from testbed.handle import Repair
+    from testbed.setup.repair import Repair
     from testbed.state import Store
 
 LOG_TAIL = 1 << 20
@@ -32,14 +32,15 @@ def repair(plan: Plan, store: Store, host: str, *, setup: bool, timeout: float,
            progress: Any = None) -> Repair:
     """Repair ``host`` and set it up again as the testbed was last set up, within ``timeout`` seconds (the
     provider's own waits are bounded too; past the deadline the run stops waiting and fails, naming the host)."""
-    from testbed.handle import Testbed
+    from testbed.resolved import Resolved
+    from testbed.setup.repair import repair as repair_host
 
-    tb = Testbed.open(plan.testbed, store, recorded_ok=True)
+    tb = Resolved.open(plan.testbed, store, recorded_ok=True)
     out: list[Any] = []
 
     def work() -> None:
         try:
-            out.append(tb.repair(host, setup=setup, progress=progress))
+            out.append(repair_host(tb, host, setup=setup, progress=progress))
         except BaseException as e:  # handed to the caller's thread
             out.append(e)
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from testbed import remote, scripts
 
 if TYPE_CHECKING:
-    from testbed.run.models import Plan, Rank, RunStep
+    from testbed.records import Plan, Rank, RunStep
 
 
 def sh(script: str) -> str:

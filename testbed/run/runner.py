@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError
+from testbed.records import Plan, RankRecord, RunEvent, RunInfo, RunRecord, SupervisorInfo
 from testbed.run import state as rs
-from testbed.run.models import Plan, RankRecord, RunEvent, RunInfo, RunRecord, SupervisorInfo
 from testbed.run.plan import RUNS_ROOT, build_plan, dry_run_lines, testbed_info  # noqa: F401 (re-exported)
 from testbed.spec import DEFAULT_TESTBED
 from testbed.state import Store

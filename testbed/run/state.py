@@ -13,7 +13,7 @@ from typing import Any
 
 from testbed import paths
 from testbed.errors import UsageError
-from testbed.run.models import ACTIVE, ENDED, OUTCOMES, Plan, RankRecord, RunEvent, RunInfo, RunRecord
+from testbed.records import ACTIVE, ENDED, OUTCOMES, Plan, RankRecord, RunEvent, RunInfo, RunRecord
 from testbed.state import Store
 
 __all__ = ["ACTIVE", "ENDED", "OUTCOMES", "create", "describe_exit", "event", "events", "get", "load_plan",

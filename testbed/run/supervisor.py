@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from testbed.errors import TestbedError
+from testbed.records import ACTIVE, FaultPlan, Rank, RelaunchStep, RepairStep, RunInfo, RunStep, recovery_steps
 from testbed.run import faults as faults_mod
 from testbed.run import liveness
 from testbed.run import recovery as rec
 from testbed.run import remote as run_remote
 from testbed.run import state as rs
-from testbed.run.models import ACTIVE, FaultPlan, Rank, RelaunchStep, RepairStep, RunInfo, RunStep, recovery_steps
 from testbed.state import Store
 from testbed.textfmt import plural
 
@@ -283,9 +283,9 @@ class Supervisor:
     def provider(self) -> Any:
         """The testbed's provider, opened once (the caller holds ``_provider_lock``)."""
         if self._provider is None:
-            from testbed.handle import Testbed
+            from testbed.resolved import Resolved
 
-            self._provider = Testbed.open(self.plan.testbed, Store(self.st.path), recorded_ok=True).provider()
+            self._provider = Resolved.open(self.plan.testbed, Store(self.st.path), recorded_ok=True).provider()
         return self._provider
 
     def launchers(self, hosts: set[str]) -> dict[str, list[str]]:

@@ -37,7 +37,7 @@ from testbed.errors import UsageError
 from testbed.hosts import Host
 
 if TYPE_CHECKING:
-    from testbed.handle import Testbed
+    from testbed.resolved import Resolved
 
 from testbed.setup import address, direct
 from testbed.setup.events import KEPT_EVENTS, EventAggregator, EventHandler, HostResult, SetupResult
@@ -221,7 +221,7 @@ class Prepared:
         return address.image_key(parts), parts
 
 
-def prepare(tb: Testbed, *, profile: str | None = None, suite: str | None = None, roles: list[str] | None = None,
+def prepare(tb: Resolved, *, profile: str | None = None, suite: str | None = None, roles: list[str] | None = None,
             extra_vars: dict[str, Any] | None = None) -> Prepared:
     """The plan and variables of a set-up of ``tb`` (checked: a bad profile, role or variable is refused here)."""
     spec = tb.spec
@@ -252,7 +252,7 @@ def prepare(tb: Testbed, *, profile: str | None = None, suite: str | None = None
     extravars = {**(dict(spec.vars) if spec is not None else {}), **(extra_vars or {})}
     all_roles = available_roles()
     if spec is not None:  # before any host: a misspelt role variable would silently leave the default
-        from testbed.spec import check_vars
+        from testbed.setup.profiles import check_vars
 
         check_vars(spec)
     check_role_vars(extra_vars or {}, all_roles, "extra variables (--var)")
@@ -261,7 +261,7 @@ def prepare(tb: Testbed, *, profile: str | None = None, suite: str | None = None
     return Prepared(plan, variables, extravars, base_image)
 
 
-def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | None = None,
+def apply(testbed: str | Resolved, *, profile: str | None = None, suite: str | None = None,
           roles: list[str] | None = None, check: bool = False, limit: list[str] | None = None,
           extra_vars: dict[str, Any] | None = None, on_event: EventHandler | None = None,
           forks: int | None = None, verify: bool | Collection[str] = False) -> SetupResult:
@@ -278,9 +278,9 @@ def apply(testbed: str | Testbed, *, profile: str | None = None, suite: str | No
     record differs only in the testbed's hosts) is ``partial``: when every host to set up is, only the roles that
     depend on the other hosts run (``partial_roles``; none: the address is recorded without Ansible).
     """
-    from testbed.handle import Testbed
+    from testbed.resolved import Resolved
 
-    tb = testbed if isinstance(testbed, Testbed) else Testbed.open(testbed, need_spec=False)
+    tb = testbed if isinstance(testbed, Resolved) else Resolved.open(testbed, need_spec=False)
     testbed, hosts = tb.name, tb.hosts
     if not hosts:
         raise UsageError(f"testbed '{testbed}' has no hosts", where="state",
@@ -456,7 +456,7 @@ class _DownloadWatch(threading.Thread):
         self.join(timeout=5)
 
 
-def _remember(tb: Testbed, roles: list[str] | None, res: SetupResult) -> SetupResult:
+def _remember(tb: Resolved, roles: list[str] | None, res: SetupResult) -> SetupResult:
     """Record in state what a successful set-up applied: what a repaired host gets again (never --var values)."""
     if res.ok and not res.check and tb.record is not None:
         tb.store.update_testbed_info(tb.name, setup={"roles": list(roles)} if roles else {"profile": res.plan})
@@ -540,7 +540,7 @@ def _common(testbed: str, prep: Prepared, playbook: list[dict[str, Any]],
     return common, address.image_key(address.image_parts(common, prep.variables, prep.base_image))
 
 
-def applied(tb: Testbed, prep: Prepared, host: str) -> tuple[str, dict[str, str], str]:
+def applied(tb: Resolved, prep: Prepared, host: str) -> tuple[str, dict[str, str], str]:
     """Whether ``host`` holds exactly this set-up now: "" when its record matches (one round trip; nothing is
     removed), else why not; and the image key and parts of this set-up."""
     from testbed import remote

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 from testbed.errors import TestbedError, UsageError
 
 if TYPE_CHECKING:
-    from testbed.handle import Testbed
     from testbed.providers.base import Progress, Provider
+    from testbed.resolved import Resolved
     from testbed.state import Store
 
 
-def _profile(tb: Testbed, profile: str | None, suite: str | None) -> tuple[str | None, str | None]:
+def _profile(tb: Resolved, profile: str | None, suite: str | None) -> tuple[str | None, str | None]:
     """The profile (or suite) an image of ``tb`` holds: the one given, else the set-up last applied to it."""
     if profile or suite:
         return profile, suite
@@ -38,7 +38,7 @@ def _profile(tb: Testbed, profile: str | None, suite: str | None) -> tuple[str |
     return last.get("profile") or (tb.spec.profile if tb.spec is not None else None) or "base", None
 
 
-def bake(tb: Testbed, host: str | None = None, *, profile: str | None = None, suite: str | None = None,
+def bake(tb: Resolved, host: str | None = None, *, profile: str | None = None, suite: str | None = None,
          extra_vars: dict[str, Any] | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """An image of ``host`` (default: the testbed's first host) whose set-up (``profile``, default the last one
     applied) has just passed: refused when the host's record does not match that set-up now. An image of that
@@ -86,7 +86,7 @@ def bake(tb: Testbed, host: str | None = None, *, profile: str | None = None, su
     return {**row, "new": True}
 
 
-def refuse_bake(tb: Testbed, *, profile: str | None = None, suite: str | None = None,
+def refuse_bake(tb: Resolved, *, profile: str | None = None, suite: str | None = None,
                 progress: Progress | None = None) -> Provider:
     """Raise the provider's refusal to bake an image of ``tb`` (decided from its spec: no host, no request), so
     that ``setup --bake`` is refused before the set-up runs; the provider otherwise."""
@@ -102,7 +102,7 @@ def for_provision(p: Provider) -> dict[str, Any] | None:
     the set-up its spec names (its ``profile:`` and ``vars:``); None when there is none, or when the testbed is
     already provisioned (its hosts keep what they booted from). Costs nothing when no image of this provider is
     recorded."""
-    from testbed.handle import Testbed
+    from testbed.resolved import Resolved
 
     if p.images_why or p.store.testbed(p.name) is not None:
         return None
@@ -111,7 +111,7 @@ def for_provision(p: Provider) -> dict[str, Any] | None:
         return None
     from testbed import setup
 
-    key, _ = setup.prepare(Testbed(p.name, p.store, p.spec, None)).image()
+    key, _ = setup.prepare(Resolved(p.name, p.store, p.spec, None)).image()
     match = [r for r in rows if r["key"] == key]
     p.image = match[-1] if match else None
     return p.image
@@ -188,10 +188,10 @@ def prune(st: Store, ids: list[str] | None = None, *, progress: Progress | None 
 
 def _provider_of(st: Store, row: dict[str, Any], progress: Progress | None) -> Provider:
     """A provider that can delete ``row``: that of the testbed that baked it (its spec, else its recorded copy)."""
-    from testbed.handle import Testbed
+    from testbed.resolved import Resolved
 
     try:
-        return Testbed.open(row["testbed"], st, recorded_ok=True).provider(progress)
+        return Resolved.open(row["testbed"], st, recorded_ok=True).provider(progress)
     except TestbedError:
         from testbed.providers import provider_class
         from testbed.spec import TestbedSpec

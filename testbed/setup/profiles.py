@@ -15,10 +15,13 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed import paths
 from testbed.errors import TestbedError, UsageError
+
+if TYPE_CHECKING:
+    from testbed.spec import TestbedSpec
 
 Where = str | Callable[[tuple[Any, ...]], str]  # a place, or a function from a path inside the given vars to one
 VAR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what Ansible takes as a variable name
@@ -436,3 +439,21 @@ def build_playbook(plan: Plan) -> list[dict[str, Any]]:
         "vars": plan.vars,
         "roles": roles,
     }]
+
+
+def check_vars(spec: TestbedSpec) -> None:
+    """Refuse a misspelt or ill-typed role variable in the spec's ``vars:`` (file:line), before any host is touched.
+
+    Called by the commands that hand ``vars`` to set-up (provision, setup), not on every spec load: it reads
+    every role's argument spec, which the CLI's quick commands need not pay for.
+    """
+    if not spec.vars:
+        return
+    from testbed import yamlfile
+
+    located = yamlfile.load(Path(spec.source))[1] if spec.source and Path(spec.source).is_file() else None
+    def where(loc: tuple[Any, ...]) -> str:
+        line = located.line(("vars", *loc)) if located else None
+        return f"{spec.source}:{line}" if line else f"{spec.source or spec.name}: vars"
+
+    check_role_vars(spec.vars, available_roles(), where)

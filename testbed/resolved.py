@@ -1,0 +1,109 @@
+"""The resolved testbed: its spec, its state record, its hosts, its files and its provider.
+
+A command resolves the testbed it names once, where it starts (the CLI, a script, a notebook, the supervisor of a
+run), and passes this record down to the stages; nothing below the edge looks the testbed up again or opens the
+state store on its own. It imports no stage: the stages take it, and the Python API (:mod:`testbed.handle`)
+extends it with the verbs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+
+from testbed import paths
+from testbed.errors import TestbedError, UsageError
+
+if TYPE_CHECKING:
+    from testbed.hosts import Host
+    from testbed.providers.base import Progress, Provider
+    from testbed.spec import TestbedSpec
+    from testbed.state import Store
+
+
+@dataclass
+class Resolved:
+    """A testbed as this state home knows it; ``spec`` is None only for a recorded testbed whose spec is gone."""
+
+    __test__ = False
+
+    name: str
+    store: Store
+    spec: TestbedSpec | None
+    record: dict[str, Any] | None  # the state row (None: never provisioned here)
+    notes: list[str] = field(default_factory=list)  # what the resolution had to work around, for the user
+
+    @classmethod
+    def open(cls, name: str, store: Store | None = None, *, recorded_ok: bool = False,
+             need_spec: bool = True) -> Self:
+        """Resolve testbed ``name`` (or a spec path) against this state home.
+
+        The spec is found by name, else read from the file it was provisioned from. ``recorded_ok``: when that
+        spec no longer loads (edited, deleted, an unset variable), use the copy recorded at provision (destroy
+        must work from state alone), saying so in ``notes``. ``need_spec=False``: a recorded testbed may have
+        no spec at all (set-up and runs work from the recorded hosts).
+        """
+        from testbed.spec import TestbedSpec, load_testbed
+        from testbed.state import Store
+
+        st = store or Store.open_default()
+        key = Path(name).stem if name.endswith((".yml", ".yaml")) else name
+        rec = st.testbed(key)
+        src = (rec or {}).get("spec_path")
+        try:  # by name (as every command finds it), else the file it was provisioned from (another directory)
+            try:
+                spec: TestbedSpec | None = load_testbed(name)
+            except UsageError:
+                if not (src and key == name and Path(src).is_file()):
+                    raise
+                spec = load_testbed(src)
+        except TestbedError as e:
+            copy = (rec or {}).get("info", {}).get("spec") if recorded_ok else None
+            if copy:
+                try:
+                    spec = TestbedSpec.model_validate(copy)
+                except ValueError:  # a copy this version cannot read: the spec's own error is the one to show
+                    raise e from None
+                spec.source = src
+                return cls(spec.name, st, spec, rec, [f"the spec of '{key}' does not load ({e.what}); using the "
+                                                      "copy recorded when it was provisioned"])
+            if rec is None or need_spec or not isinstance(e, UsageError):
+                raise
+            spec = None
+        return cls(spec.name if spec else key, st, spec, rec)
+
+    @property
+    def kind(self) -> str:
+        return str(self.record["provider"]) if self.record else self.spec.kind if self.spec else ""
+
+    @property
+    def hosts(self) -> list[Host]:
+        return self.store.hosts(self.name)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """What the provider recorded (bridge, subnet, zone, lease...)."""
+        return dict((self.record or {}).get("info") or {})
+
+    @property
+    def subnet(self) -> str | None:
+        """The hosts' subnet: as recorded at provision, else as the spec plans it."""
+        sub = self.info.get("subnet") or (self.spec.provider.planned_subnet() if self.spec else None)
+        return str(sub) if sub else None
+
+    @property
+    def dir(self) -> Path:
+        """Its files on this machine: key pair, known_hosts, ssh_config, inventory."""
+        return paths.testbed_dir(self.name)
+
+    def provider(self, progress: Progress | None = None) -> Provider:
+        """Its provider (the cloud SDK is imported only when a method needs it)."""
+        from testbed.providers import provider_class
+
+        if self.spec is None:
+            raise UsageError(f"testbed '{self.name}' has no spec to act on", where=f"inventories/{self.name}.yml",
+                             fix=f"restore inventories/{self.name}.yml")
+        if progress is None:
+            return provider_class(self.spec.kind)(self.spec, self.store)
+        return provider_class(self.spec.kind)(self.spec, self.store, progress)

@@ -1,0 +1,333 @@
+"""The verbs, once, for every front door: the CLI parses and renders, the Python API raises or returns, both call
+these.
+
+Each verb takes a resolved testbed (:class:`testbed.resolved.Resolved`) or a run id, calls the stages in order and
+returns data. What guards the bill lives here, so that a script gets it as the CLI does: a command on the hosts
+restarts the testbed's idle clock (the dead-man's switch, :mod:`testbed.deadman`), a run refreshes it, a new
+testbed is armed at provision (by its provider), ``extend`` moves the expiry and the lease together.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from testbed import deadman, remote
+from testbed.errors import HostsFailed, TestbedError, UsageError
+from testbed.setup.repair import Repair
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from testbed.collect import CollectResult
+    from testbed.hosts import Host
+    from testbed.providers.base import Progress
+    from testbed.records import Plan
+    from testbed.remote import HostResult
+    from testbed.report.build import ReportResult
+    from testbed.report.campaign import IndexResult
+    from testbed.resolved import Resolved
+    from testbed.setup.events import EventHandler, SetupResult
+    from testbed.state import Store
+    from testbed.suite import Suite
+
+__all__ = ["Extended", "Provisioned", "Repair", "SetupDone", "Started", "collect", "destroy", "disarm", "exec_",
+           "extend", "provision", "repair", "report", "setup", "start", "stop", "wait"]
+
+
+@dataclass
+class Provisioned:
+    """What ``provision`` made: the hosts, how long it took, the image they booted from, when the switch fires."""
+
+    hosts: list[Host]
+    seconds: float
+    image: dict[str, Any] | None = None
+    release_at: float | None = None  # the dead-man's switch's next release (None: not armed)
+    switch: str | None = None  # how it fires: agent (on the hosts), watchdog (on this machine), lease, ...
+
+
+def provision(tb: Resolved, *, expire: str | None = None, progress: Progress | None = None) -> Provisioned:
+    """Create (or find) the hosts and record them; idempotent. A new testbed whose set-up has an image boots from
+    it; ``expire`` (8h, 2d) arms the dead-man's switch to release it then, even with no controller running."""
+    from testbed.setup import images
+    from testbed.setup.profiles import check_vars
+
+    p = tb.provider(progress)
+    p.expire = expire
+    if p.spec is not None:
+        check_vars(p.spec)  # set-up variables are refused before any host is made
+    t0 = time.monotonic()
+    image = images.for_provision(p)
+    try:
+        hosts = p.provision()
+    except KeyboardInterrupt:
+        raise TestbedError(f"provisioning of '{tb.name}' was interrupted; every resource created so far is recorded",
+                           where=f"testbed {tb.name}", fix=f"run 'testbed destroy {tb.name}' to release them, "
+                           f"or 'testbed provision {tb.name}' to finish") from None
+    tb.record = tb.store.testbed(tb.name)
+    e = deadman.recorded(tb.store, tb.name)
+    armed = e is not None and e.active
+    return Provisioned(hosts, round(time.monotonic() - t0, 2), image, e.release_at() if e and armed else None,
+                       e.switch if e and armed else None)
+
+
+def repair(tb: Resolved, host: str, *, setup: bool = True, profile: str | None = None,
+           progress: Progress | None = None) -> Repair:
+    """Bring one failed host back without touching the others and set it up again (:mod:`testbed.setup.repair`);
+    the idle clock restarts."""
+    from testbed.setup.repair import repair as repair_host
+
+    if tb.record is None:
+        raise UsageError(f"testbed '{tb.name}' is not provisioned: there is no host to repair", where="state",
+                         fix=f"testbed provision {tb.name}")
+    deadman.touch(tb.name, tb.store)
+    return repair_host(tb, host, setup=setup, profile=profile, progress=progress)
+
+
+def destroy(tb: Resolved, progress: Progress | None = None) -> float:
+    """Release every resource of the testbed and forget it (safe to repeat); the seconds it took."""
+    t0 = time.monotonic()
+    try:
+        tb.provider(progress).destroy()
+    except KeyboardInterrupt:
+        raise TestbedError(f"destroy of '{tb.name}' was interrupted; what is left is still recorded",
+                           where=f"testbed {tb.name}", fix=f"run 'testbed destroy {tb.name}' again") from None
+    tb.record = None
+    return round(time.monotonic() - t0, 2)
+
+
+@dataclass
+class Extended:
+    """What ``extend`` moved: the lease's new end (None: no lease moved), the new expiry, hosts not told."""
+
+    lease_end: str | None = None
+    expire_at: float | None = None
+    missed: list[str] = field(default_factory=list)  # hosts whose agent kept its old deadline
+
+
+def extend(tb: Resolved, *, hours: float | None = None, expire: str | None = None) -> Extended:
+    """Move the testbed's expiry by ``hours`` or to ``expire`` from now, and its lease (Chameleon) with it."""
+    from testbed import expiry
+
+    if hours is None and expire is None:
+        raise UsageError("give --hours or --expire", where="command line", fix=f"testbed extend {tb.name} --hours 4")
+    if hours is not None and not (0 < hours <= expiry.MAX_SECONDS / 3600):  # NaN fails both comparisons
+        raise UsageError(f"cannot extend by {hours} hours", where="--hours",
+                         fix=f"give a positive number of hours, at most {expiry.MAX_SECONDS // 3600}")
+    if expire is not None:
+        check_duration(expire, "--expire")
+    _require_record(tb)
+    p = tb.provider()
+    e = deadman.recorded(tb.store, tb.name)
+    out = Extended()
+    if e is not None and e.expire_at is not None:
+        out.expire_at = time.time() + expiry.parse_duration(expire) if expire else e.expire_at + (hours or 0) * 3600
+    elif expire:
+        raise UsageError(f"testbed '{tb.name}' has no expiry to move", where="command line",
+                         fix=f"set one with 'testbed provision {tb.name} --expire {expire}'")
+    lease_hours = hours
+    if p.can("extend") and expire and out.expire_at is not None:
+        lease_hours = p.hours_short_of(out.expire_at)
+    if lease_hours and p.can("extend"):
+        out.lease_end = p.extend(lease_hours)
+    elif hours and out.expire_at is None:
+        raise UsageError(f"testbed '{tb.name}' ({p.kind}) has no lease and no expiry to extend", where="command line",
+                         fix="extend applies to testbeds with a reservation or an expiry (provision --expire)")
+    if e is not None and out.expire_at is not None:
+        e.expire_at = out.expire_at
+        out.missed = deadman.refresh(tb.store, tb.name, moved=e)
+    return out
+
+
+def disarm(tb: Resolved) -> None:
+    """Turn the dead-man's switch off: no expiry, no idle limit (a lease still ends at its end)."""
+    _require_record(tb)
+    tb.provider().disarm_switch()
+    tb.store.update_testbed_info(tb.name, expiry=None)
+
+
+def check_duration(value: str, option: str) -> None:
+    """Refuse a duration that does not read as one (8h, 90m, 2d), naming the option."""
+    from testbed.expiry import parse_duration
+
+    try:
+        parse_duration(value)
+    except ValueError as err:
+        raise UsageError(f"bad {option}: {err}", where=option, fix=f"e.g. {option} 8h (s, m, h or d)") from None
+
+
+@dataclass
+class SetupDone:
+    """A set-up's result, and the image baked from it (``bake``)."""
+
+    result: SetupResult
+    image: dict[str, Any] | None = None
+
+
+def setup(tb: Resolved, *, profile: str | None = None, suite: str | None = None,
+          roles: list[str] | None = None, check: bool = False, verify: bool = False, limit: list[str] | None = None,
+          extra_vars: dict[str, Any] | None = None, sources: list[str] | None = None, bake: bool = False,
+          on_event: EventHandler | None = None) -> SetupDone:
+    """Apply a profile, a suite's profile or single roles; hosts whose recorded set-up matches are skipped unless
+    ``verify``. ``sources`` (``--source`` items) and the spec's ``sources:`` build the profile's sources from a
+    checkout, fork or mirror. ``bake``: once it passed, an image of a host keyed by its content address (a
+    provider that cannot bake is refused before the set-up runs). The idle clock restarts."""
+    from testbed import setup as setup_mod
+    from testbed import sources as sources_mod
+    from testbed.setup import images
+    from testbed.suite import load_suite
+
+    if bake and (roles or check):
+        raise UsageError(f"--bake goes with a profile or a suite, not with {'--role' if roles else '--check'}",
+                         where="--bake", fix=f"testbed setup {tb.name} --profile local-suites --bake")
+    if bake:
+        images.refuse_bake(tb, profile=profile, suite=suite)
+    s = load_suite(suite) if suite else None
+    suite_sources = {x.name: x.repo for x in s.sources} if s is not None else {}
+    builds = sources_mod.profile_builds((s.profile if s is not None else profile)
+                                        or (tb.spec.profile if tb.spec else None))
+    given = sources_mod.parse(sources or [])
+    overrides = sources_mod.overrides_for(sources_mod.spec_sources(tb.name), given,
+                                          suite_sources, builds)
+    extra = {**(extra_vars or {}), **_source_vars(overrides, suite_sources, builds)}
+    deadman.touch(tb.name, tb.store)
+    res = setup_mod.apply(tb, profile=profile, suite=suite, roles=roles, check=check, verify=verify, limit=limit,
+                          extra_vars=extra or None, on_event=on_event)
+    image = None
+    if bake and res.ok and not res.error:
+        image = images.bake(tb, profile=profile, suite=suite, extra_vars=extra or None)
+    return SetupDone(res, image)
+
+
+def setup_failed(name: str, res: SetupResult, more: str) -> HostsFailed:
+    """The error of a set-up that failed: each host that failed or did not answer, with why (at most 10)."""
+    bad = {n: h for n, h in res.hosts.items() if h.failed or h.unreachable}
+    why = [f"{n}: {h.status}" + (f" at {h.error_task}" if h.error_task else "") + (f": {h.error}" if h.error else "")
+           for n, h in bad.items()]
+    what = f"setup of '{name}' ({res.plan}) failed" + (
+        f" on {len(bad)} host{'s' if len(bad) != 1 else ''}:\n  " + "\n  ".join(why[:10]) if why
+        else f": {res.error or f'ansible-playbook exit {res.rc}'}")
+    return HostsFailed(what, results=res, failed=bad, where=res.artifact_dir or f"testbed {name}",
+                       fix=f"fix the failing task and run it again (testbed setup {name} shows it live); {more}")
+
+
+def _source_vars(overrides: dict[str, Any], suite_sources: dict[str, str], builds: Any) -> dict[str, Any]:
+    """The set-up's extra variables that build a profile's sources from the overrides (none: no variable)."""
+    from testbed import sources as sources_mod
+
+    wired = sources_mod.for_setup(overrides, suite_sources, builds) if overrides else {}
+    return {"testbed_source_overrides": wired} if wired else {}
+
+
+def exec_(st: Store, name: str, command: str, hosts: str | Sequence[str] | None = None, *,
+          timeout: float | None = None) -> list[HostResult]:
+    """Run a shell command on testbed ``name``'s recorded hosts (names, groups, globs; all by default) in parallel;
+    each host's result. The idle clock restarts. Needs no spec: the state's hosts are enough."""
+    if not command.strip():
+        raise UsageError("no command given", where="command line", fix=f"testbed exec {name} -- hostname")
+    names = select(name, st.hosts(name), hosts)
+    results = remote.run(name, names, command, timeout=timeout)
+    deadman.touch(name, st)
+    return results
+
+
+def select(name: str, known: list[Host], hosts: str | Sequence[str] | None) -> list[str]:
+    """Host names from a pattern (names, groups, globs) or a list; all by default. An unknown one is refused."""
+    if not known:
+        raise UsageError(f"testbed '{name}' has no hosts", where="state", fix=f"testbed provision {name}")
+    pattern = hosts if isinstance(hosts, str) or hosts is None else ",".join(hosts)
+    if pattern is not None:
+        remote.selection(pattern)
+    picked = [h.name for h in remote.select_hosts(known, pattern)]
+    if not picked:
+        raise UsageError(f"no host of '{name}' matches {pattern!r}", where="hosts",
+                         fix=f"hosts: {', '.join(h.name for h in known)}; groups work too (master, workers)")
+    return picked
+
+
+@dataclass
+class Started:
+    """A run started: its plan (hosts, ranks) and id; the set-up applied first, if any."""
+
+    plan: Plan
+    setup: SetupResult | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.plan.run_id
+
+
+def plan(suite: str | Suite, on: str | None, params: dict[str, Any] | None = None, *,
+         faults: list[str] | None = None, sources: list[str] | dict[str, str] | None = None,
+         dry_run: bool = False, store: Store | None = None) -> Plan:
+    """The whole run rendered, checked against the testbed (nothing touches a host)."""
+    from testbed import sources as sources_mod
+    from testbed.run import runner
+
+    src = sources_mod.parse(sources) if isinstance(sources, list) else sources
+    return runner.plan_run(suite, on, dict(params or {}), faults=faults, dry_run=dry_run, sources=src, store=store)
+
+
+def start(tb: Resolved, suite: str | Suite, params: dict[str, Any] | None = None, *,
+          faults: list[str] | None = None, with_setup: bool = True,
+          sources: list[str] | dict[str, str] | None = None, on_event: EventHandler | None = None) -> Started:
+    """Plan the run, apply the suite's profile (with the run's source overrides) unless ``with_setup`` is False,
+    then start it detached on the hosts (its supervisor survives this process). A failed set-up raises."""
+    from testbed.run import runner
+    from testbed.suite import load_suite
+
+    s = load_suite(suite) if isinstance(suite, str) else suite
+    p = plan(s, tb.name, params, faults=faults, sources=sources, store=tb.store)
+    done = suite_setup(tb, s, p, on_event) if with_setup and s.profile else None
+    runner.start_run(p, store=tb.store)  # records the run and refreshes the idle clock
+    return Started(p, done)
+
+
+def suite_setup(tb: Resolved, s: Suite, p: Plan, on_event: EventHandler | None = None) -> SetupResult:
+    """Apply the suite's profile with the run's (or campaign's first run's) source overrides; raises when it
+    fails on a host."""
+    from testbed import sources as sources_mod
+
+    overrides = {k: sources_mod.Override(**v) for k, v in p.source_overrides.items()}
+    extra = _source_vars(overrides, {x.name: x.repo for x in s.sources}, sources_mod.profile_builds(s.profile))
+    done = setup(tb, profile=s.profile, extra_vars=extra or None, on_event=on_event).result
+    if not done.ok or done.error:
+        raise setup_failed(tb.name, done, "or run without its set-up (--no-setup)")
+    return done
+
+
+def wait(run_id: str, timeout: float = 3600, *, store: Store | None = None) -> Any:
+    """The run's record once it ended (or when ``timeout`` passed)."""
+    from testbed.run import runner
+
+    return runner.wait(run_id, timeout, store=store)
+
+
+def stop(run_id: str, *, store: Store | None = None) -> Any:
+    """Stop an active run: every rank's process group TERM then KILL; its record."""
+    from testbed.run import runner
+
+    return runner.stop_run(run_id, store=store)
+
+
+def collect(run_ids: list[str] | None, to: str | Path = "results", *, all_runs: bool = False,
+            store: Store | None = None, progress: Any = None) -> list[CollectResult]:
+    """Fetch runs' outputs into ``to/<suite>/<run id>/`` with checksums and a manifest."""
+    from testbed.collect import collect_runs
+
+    return collect_runs(run_ids, Path(to), all_runs=all_runs, progress=progress, store=store)
+
+
+def report(target: str | Path, fmt: str = "md", *, campaign: str | None = None) -> ReportResult | IndexResult:
+    """Reports of a results path: a run folder, a suite folder or ``results/`` (an index of everything)."""
+    from testbed.report.campaign import report_path
+
+    return report_path(Path(target), fmt, campaign)
+
+
+def _require_record(tb: Resolved) -> None:
+    if tb.record is None:
+        raise UsageError(f"testbed '{tb.name}' is not provisioned here", where="state",
+                         fix=f"testbed provision {tb.name}")
