@@ -37,7 +37,7 @@ def main() -> None:
     a = ap.parse_args()
     sizes = [int(x) for x in a.hosts.split(",")]
     with bed(max(sizes), name="fan") as b:
-        from testbed import remote, ssh
+        from testbed import remote
 
         cfg = str(b.ssh_config)
         inv = str(b.home / "testbeds" / b.name / "inventory.yml")
@@ -77,7 +77,7 @@ def main() -> None:
                                                 ANSIBLE_STDOUT_CALLBACK="minimal"))
 
             def close_masters(names: list[str] = names) -> None:
-                ssh.close_connections(b.name, names)
+                remote.close_connections(b.name, names)
 
             def fresh_cp() -> Path:
                 return Path(tempfile.mkdtemp(dir=tmp, prefix="cp-"))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
 __all__ = ["HostsFailed", "Run", "RunFailed", "Testbed", "TestbedError", "UsageError", "open"]
 
 if TYPE_CHECKING:
@@ -36,6 +35,10 @@ def __getattr__(name: str) -> Any:
         from testbed import handle
 
         return getattr(handle, name)
+    if name == "__version__":
+        from testbed.distribution import SOURCE_VERSION
+
+        return SOURCE_VERSION
     if name in ("TestbedError", "UsageError", "HostsFailed", "RunFailed"):
         from testbed import errors
 

@@ -83,7 +83,7 @@ def _ctl(mode: str) -> str:
     """A one-line sh command running the agent's installer (``deadman_ctl.py``) as root in ``mode``; its input
     (which may hold a credential) travels on stdin, never on a command line."""
     from testbed import scripts
-    from testbed.run.remote import sh
+    from testbed.remote import sh
 
     ctl = base64.b64encode(scripts.text("deadman_ctl.py").encode()).decode()
     body = ('S=; [ "$(id -u)" = 0 ] || S="sudo -n"\n'
@@ -283,9 +283,7 @@ def watch(name: str) -> int:
 
 def _delete_images(st: Store, p: Provider) -> None:
     """The images the testbed baked that no other testbed boots from (its spec said ``expire_images: true``)."""
-    from testbed.setup import images
-
-    for r in images.switch_deletes(st, p.name, p.kind):
+    for r in st.expiring_images(p.name, p.kind):
         try:
             p.delete_image(r)
             st.remove_image(r["provider"], r["id"])

@@ -31,6 +31,10 @@ def install_command(*extras: str, upgrade: bool = False, reinstall: bool = False
     return f"pip install{flags} {arg}"
 
 
+SOURCE_VERSION = "0.1.0"
+"""The version this source tree carries (``pyproject.toml``'s; ``testbed.__version__``)."""
+
+
 def version() -> str:
     """This installation's version (the package's own when no distribution metadata is found: a bare checkout)."""
     from importlib.metadata import PackageNotFoundError
@@ -39,6 +43,4 @@ def version() -> str:
     try:
         return dist_version(DIST)
     except PackageNotFoundError:
-        from testbed import __version__
-
-        return __version__
+        return SOURCE_VERSION

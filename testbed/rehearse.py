@@ -19,15 +19,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed import paths
+from testbed import paths, services
 from testbed.errors import TestbedError, UsageError
 from testbed.providers.settings import local_replica
-from testbed.spec import lacks
+from testbed.run.plan import lacks
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
-    from testbed.handle import Testbed
     from testbed.records import Plan
+    from testbed.resolved import Resolved
     from testbed.sources import Override
     from testbed.spec import TestbedSpec
     from testbed.suite import Suite
@@ -180,7 +180,7 @@ def plan_shape(plan: Plan) -> tuple[Any, ...]:
 def lacks_here(needs: list[str], kind: str) -> list[str]:
     """The commands among ``needs`` that this machine (whose commands a replica's hosts of provider ``kind`` run)
     does not have."""
-    from testbed.spec import CAPABILITIES, lacks
+    from testbed.spec import CAPABILITIES
 
     return lacks([n for n in needs if n not in CAPABILITIES], {}, kind)
 
@@ -246,7 +246,7 @@ def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
     return plan
 
 
-def stand_in_environments(tb: Testbed, plan: Plan, site: str | None = None) -> list[str]:
+def stand_in_environments(tb: Resolved, plan: Plan, site: str | None = None) -> list[str]:
     """Where the suite's environment is missing on a host (its profile did not make it here), a stand-in venv
     that sees ``site`` (default: the controller's packages; local hosts share its files); the hosts it was made
     on."""
@@ -294,7 +294,7 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
     if site is not None and not Path(site).is_dir():
         raise UsageError(f"no folder {site}", where="--site", fix="give the site-packages folder of a virtualenv")
     from testbed import sources as sources_mod
-    from testbed.handle import Testbed
+    from testbed.resolved import Resolved
     from testbed.run import plan as plan_mod
     from testbed.run import runner
     from testbed.run import state as rs
@@ -354,13 +354,13 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
                          where=f"suite {s.name}", fix="choose a fault the testbed has what it needs for, or --like "
                          "a testbed that declares it (hardware:)")
 
-    tb = Testbed.open(str(spec_path))
+    tb = Resolved.open(str(spec_path))
     result = RehearsalResult(suite=s.name, like=like, replica=tb.name, setup={},
                              shape={"hosts": spec["provider"]["names"], "user": spec["user"],
                                     **target.hardware.context()}, kept=keep)
     try:
         note(f"replica {tb.name}: {plural(len(spec['provider']['names']), 'local host')} shaped like {like}")
-        tb.provision()
+        services.provision(tb)
         result.setup = _setup(tb, s, overrides, setup, roles, note)
         if not result.setup.get("ok", True):
             return result
@@ -391,23 +391,21 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
     finally:
         if not keep:
             try:
-                tb.destroy()
+                services.destroy(tb)
             except TestbedError as e:
                 note(f"could not destroy the replica {tb.name}: {e.what} ({e.fix})")
 
 
-def _setup(tb: Testbed, s: Suite, overrides: dict[str, Override], setup: bool, roles: list[str] | None,
+def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, roles: list[str] | None,
            note: Any) -> dict[str, Any]:
     from testbed import sources as sources_mod
 
     if not setup or not s.profile:
         return {"applied": None, "ok": True, "why": "--no-setup" if s.profile else "the suite has no profile"}
-    builds = sources_mod.for_setup(overrides, {x.name: x.repo for x in s.sources},
-                                   sources_mod.profile_builds(s.profile)) if overrides else None
+    extra = services.source_vars(overrides, {x.name: x.repo for x in s.sources}, sources_mod.profile_builds(s.profile))
     note(f"set-up: profile {s.profile}" + (f", roles {', '.join(roles)}" if roles else ""))
     t0 = time.monotonic()
-    res = tb.setup(s.profile if not roles else None, roles=roles,
-                   extra_vars={"testbed_source_overrides": builds} if builds else None, warn=True)
+    res = services.setup(tb, profile=s.profile if not roles else None, roles=roles, extra_vars=extra or None).result
     out: dict[str, Any] = {"applied": s.profile, "roles": roles or res.roles, "ok": res.ok,
                            "seconds": round(time.monotonic() - t0, 1)}
     if not res.ok:
@@ -417,7 +415,7 @@ def _setup(tb: Testbed, s: Suite, overrides: dict[str, Override], setup: bool, r
     return out
 
 
-def _point(tb: Testbed, plan: Plan, rec: Any, to: Path, note: Any) -> PointResult:
+def _point(tb: Resolved, plan: Plan, rec: Any, to: Path, note: Any) -> PointResult:
     from testbed.collect import collect_runs
 
     events = tb.store.events(plan.run_id)

@@ -24,6 +24,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,22 @@ from typing import IO, Any, Literal, NoReturn
 from testbed import ssh
 from testbed.errors import TestbedError, UsageError
 from testbed.hosts import Host
+
+
+def sh(script: str) -> str:
+    """A one-line command running ``script`` with /bin/sh whatever the login shell is (bash, zsh, tcsh, fish).
+
+    A script of several lines travels base64-encoded and is ``eval``'d by sh: a quoted newline is a syntax
+    error for csh-family login shells (tcsh says "Unmatched quote" and runs the rest itself), and stdin stays
+    free for the script (``tar xzf -``).
+    """
+    if "\n" not in script.strip("\n"):
+        return "sh -c " + shlex.quote(script)
+    import base64
+
+    b64 = base64.b64encode(script.encode()).decode()
+    return f"sh -c 'eval \"$(echo {b64} | base64 -d)\"'"
+
 
 GRACE = 3.0
 """Seconds between SIGTERM and SIGKILL when a call is stopped (rsync keeps its partial file on SIGTERM)."""
@@ -514,3 +531,34 @@ def rsync(testbed: str, host: str, remote_dir: str, local_dir: Path, *, files: S
     res.stdout = "\n".join(ln for ln in re.split(r"[\r\n]", res.stdout)
                            if ln.strip() and not _PROGRESS2.match(ln.encode()))
     return _transfer_failure(testbed, "rsync", res, "to" if push else "from")
+
+
+def remove_control_dir(d: Path) -> None:
+    """Stop every master connection whose socket is in ``d`` (ours, Ansible's), then remove ``d``."""
+    with contextlib.suppress(OSError):
+        for sock in sorted(p for p in d.rglob("*") if p.is_socket()):
+            call(["ssh", "-F", "/dev/null", "-o", f"ControlPath={sock}", "-O", "exit", "testbed-master"], timeout=10)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def close_connections(testbed: str, hosts: list[str], *, remove: bool = False) -> None:
+    """Stop multiplexed master connections (after destroy or when a host changed)."""
+    d = ssh.control_dir(testbed, make=False)
+    if not d.is_dir():
+        return  # no master was ever started (or destroy removed them)
+    if remove:  # every socket in it, Ansible's too
+        remove_control_dir(d)
+        return
+    if ssh.ssh_config_path(testbed).exists():
+        for h in hosts:
+            control(testbed, h, "exit", timeout=10)
+
+
+def scan_host_keys(address: str, port: int = 22, timeout: float = 5) -> list[str]:
+    """The host's public keys (``type base64``) via a real SSH handshake (ssh-keyscan); [] when it does not answer."""
+    keys = []
+    for ln in keyscan(address, port, timeout).stdout.splitlines():
+        parts = ln.split()
+        if len(parts) >= 3 and not ln.startswith("#"):
+            keys.append(f"{parts[1]} {parts[2]}")
+    return keys

@@ -223,7 +223,7 @@ def profile_builds(profile: str | None) -> dict[str, str]:
     """{source_build_name: repo} of a profile's source_build roles (includes too) whose name is no template."""
     if not profile:
         return {}
-    from testbed.setup import load_profile
+    from testbed.setup.profiles import load_profile
 
     out: dict[str, str] = {}
     for step in load_profile(profile).steps:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
@@ -87,32 +86,6 @@ class Hardware(Strict):
         """Whether the spec says, for ``host`` itself, whether it has GPUs (``hosts.<host>.gpu``)."""
         own = self.hosts.get(host)
         return own is not None and "gpu" in own.model_fields_set
-
-
-def lacks(needs: list[str], hardware: dict[str, Any], provider: str) -> list[str]:
-    """Which of ``needs`` (capabilities or commands) a testbed lacks: GPUs, CUDA and the NVIDIA driver from its
-    declared GPUs, a TPU from its provider kind, the network unless the kind's hosts have no route out, commands
-    from ``hardware.tools`` (or this machine's, where the kind's hosts run this machine's files)."""
-    import shutil
-
-    from testbed.providers import PROVIDERS, provider_class
-
-    cls = provider_class(provider) if provider in PROVIDERS else None
-    gpus = int(hardware.get("gpus") or 0)
-    tools = set(hardware.get("tools") or [])
-    out = []
-    for n in needs:
-        if n in ("gpu", "cuda", "nvidia-driver"):
-            ok = gpus > 0
-        elif n in ("tpu",):
-            ok = cls is not None and cls.accelerator == n
-        elif n == "network":
-            ok = cls is not None and not cls.offline_hosts
-        else:
-            ok = n in tools or (cls is not None and cls.shares_controller_files and shutil.which(n) is not None)
-        if not ok:
-            out.append(n)
-    return out
 
 
 class TestbedSpec(Strict):

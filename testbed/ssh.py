@@ -11,13 +11,11 @@ reported as such.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -103,17 +101,6 @@ def control_dirs() -> list[tuple[Path, Path | None]]:
             owner = None
         out.append((d, owner))
     return out
-
-
-def remove_control_dir(d: Path) -> None:
-    """Stop every master connection whose socket is in ``d`` (ours, Ansible's), then remove ``d``."""
-    from testbed import remote
-
-    with contextlib.suppress(OSError):
-        for sock in sorted(p for p in d.rglob("*") if p.is_socket()):
-            remote.call(["ssh", "-F", "/dev/null", "-o", f"ControlPath={sock}", "-O", "exit", "testbed-master"],
-                        timeout=10)
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def pin_host_keys(testbed: str, host: str, key_lines: list[str]) -> None:
@@ -385,33 +372,6 @@ def ssh_argv(testbed: str, host: str, command: str | None = None, *, tty: bool =
     return argv
 
 
-def close_connections(testbed: str, hosts: list[str], *, remove: bool = False) -> None:
-    """Stop multiplexed master connections (after destroy or when a host changed)."""
-    from testbed import remote
-
-    d = control_dir(testbed, make=False)
-    if not d.is_dir():
-        return  # no master was ever started (or destroy removed them)
-    if remove:  # every socket in it, Ansible's too
-        remove_control_dir(d)
-        return
-    if ssh_config_path(testbed).exists():
-        for h in hosts:
-            remote.control(testbed, h, "exit", timeout=10)
-
-
-def scan_host_keys(address: str, port: int = 22, timeout: float = 5) -> list[str]:
-    """The host's public keys (``type base64``) via a real SSH handshake (ssh-keyscan); [] when it does not answer."""
-    from testbed import remote
-
-    keys = []
-    for ln in remote.keyscan(address, port, timeout).stdout.splitlines():
-        parts = ln.split()
-        if len(parts) >= 3 and not ln.startswith("#"):
-            keys.append(f"{parts[1]} {parts[2]}")
-    return keys
-
-
 def tcp_open(address: str, port: int, timeout: float = 2) -> bool:
     import socket
 
@@ -420,29 +380,6 @@ def tcp_open(address: str, port: int, timeout: float = 2) -> bool:
             return True
     except OSError:
         return False
-
-
-def wait_for_ssh(address: str, port: int = 22, *, timeout: float = 300, interval: float = 2,
-                 progress=None, what: str = "host") -> list[str]:
-    """Wait until ``address:port`` completes an SSH handshake (not just a TCP connect); returns its keys."""
-    deadline = time.monotonic() + timeout
-    start = time.monotonic()
-    last_report = 0.0
-    while True:
-        keys = scan_host_keys(address, port, timeout=min(5, max(1, deadline - time.monotonic())))
-        if keys:
-            return keys
-        now = time.monotonic()
-        if now >= deadline:
-            raise TestbedError(
-                f"{what} at {address}:{port} did not answer SSH within {int(timeout)} s",
-                where=f"{address}:{port}",
-                fix="check the host is running and port 22 is open (security group, firewall), then retry",
-            )
-        if progress and now - last_report > 10:
-            progress(f"{what}: waiting for SSH on {address}:{port} ({int(now - start)} s)")
-            last_report = now
-        time.sleep(min(interval, max(0.0, deadline - now)))
 
 
 def describe_ssh_failure(stderr: str, host: str, testbed: str) -> str:

@@ -500,6 +500,22 @@ class Store:
             out.append(d)
         return out
 
+
+    def image_users(self) -> dict[str, list[str]]:
+        """Image key -> the testbeds recorded as booted from it."""
+        out: dict[str, list[str]] = {}
+        for tb in self.testbeds():
+            img = (tb["info"] or {}).get("image")
+            if isinstance(img, dict) and img.get("key"):
+                out.setdefault(str(img["key"]), []).append(tb["name"])
+        return out
+
+    def expiring_images(self, testbed: str, provider: str) -> list[dict[str, Any]]:
+        """The images the dead-man's switch of ``testbed`` deletes when its spec opts in (``expire_images``): those
+        it baked with ``provider`` that no other testbed boots from. Without the opt-in the switch deletes none."""
+        used = self.image_users()
+        return [r for r in self.images() if r["testbed"] == testbed and r["provider"] == provider
+                and not [u for u in used.get(r["key"], []) if u != testbed]]
     def remove_image(self, provider: str, iid: str) -> None:
         with self.tx() as db:
             db.execute("DELETE FROM images WHERE provider=? AND id=?", (provider, iid))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed import ssh
+from testbed import remote, ssh
 
 
 def control_dirs_under(root: Path) -> list[Path]:
@@ -16,7 +16,7 @@ def remove_control_dirs_under(root: Path) -> list[Path]:
     """Stop the master connections of, and remove, the control folders of testbeds under ``root``."""
     found = control_dirs_under(root)
     for d in found:
-        ssh.remove_control_dir(d)
+        remote.remove_control_dir(d)
     return found
 
 

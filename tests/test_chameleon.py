@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from fakes.chameleon_api import FakeChameleon, LoopbackSshd
 
-from testbed import ssh
+from testbed import remote, ssh
 from testbed.errors import TestbedError, UsageError
 from testbed.providers.chameleon import ChameleonProvider
 from testbed.spec import TestbedSpec
@@ -108,7 +108,7 @@ def make(tb_home: Path) -> Iterator[Callable[..., Made]]:
 
     yield _make
     for m in made:  # never leave ssh masters behind
-        ssh.close_connections(NAME, [f"node{i}" for i in range(3)], remove=True)
+        remote.close_connections(NAME, [f"node{i}" for i in range(3)], remove=True)
 
 
 def _assert_clear(e: TestbedError, *what: str, where: str, fix: str) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import ssh
+from testbed import remote, ssh
 from testbed.collect import collect_runs, format_problems, hosts_gone
 from testbed.collect import manifest as mf
 from testbed.errors import UsageError
@@ -120,7 +120,7 @@ def test_a_run_nothing_could_be_fetched_of_leaves_no_folder(st: Store, tb_home: 
     res = collect_runs(["r1"], tb_home / "results", store=st, timeout=10)[0]
     assert not res.ok and [h.host for h in res.hosts if h.error] == ["node0", "node1"], res
     assert not (tb_home / "results").exists()  # no manifest-only folder (it read as a passing run)
-    ssh.close_connections("tb", ["node0", "node1"], remove=True)
+    remote.close_connections("tb", ["node0", "node1"], remove=True)
 
 
 def test_report_never_lists_a_folder_without_files(tb_home: Path) -> None:

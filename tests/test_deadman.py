@@ -201,9 +201,9 @@ def _agent_config(bed, host: str) -> dict:
 
 def _close_controller_side(name: str, hosts: list[str]) -> None:
     """What 'the laptop is gone' leaves: no SSH master of testbed's runs on this machine."""
-    from testbed import ssh
+    from testbed import remote
 
-    ssh.close_connections(name, hosts)
+    remote.close_connections(name, hosts)
 
 
 def test_chameleon_expired_testbed_releases_itself(local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -40,12 +40,12 @@ def test_lab_hosts_checked_in_parallel_and_pinned(local_testbed) -> None:
     bogus = [ln for ln in lines if ln.startswith("lab1 ")]
     assert bogus
     other = bed.hosts[0]  # pin lab1 to another host's real key instead of garbage
-    from testbed import ssh
 
-    ssh.pin_host_keys("lab", "lab1", ssh.scan_host_keys(other.address))
     from testbed import remote
 
-    ssh.close_connections("lab", ["lab1"])
+    ssh.pin_host_keys("lab", "lab1", remote.scan_host_keys(other.address))
+
+    remote.close_connections("lab", ["lab1"])
     res = remote.run("lab", ["lab1"], "true", timeout=20)[0]
     assert not res.ok and "host key of lab1 changed" in (res.error or ""), res
     r = CliRunner().invoke(app, ["destroy", "lab"])
@@ -149,7 +149,7 @@ def test_lab_hosts_log_in_as_the_users_own_ssh_would(local_testbed, tmp_path: Pa
         # the agent was what let gpu0 in: without it, gpu0 refuses (gpu1 still takes the config's key file)
         from testbed import remote
 
-        ssh.close_connections("lab", ["gpu0", "gpu1"])
+        remote.close_connections("lab", ["gpu0", "gpu1"])
         monkeypatch.delenv("SSH_AUTH_SOCK")
         res = {x.host: x for x in remote.run("lab", ["gpu0"], "true", timeout=20, mux="none")}
         assert not res["gpu0"].ok and "Permission denied" in (res["gpu0"].stderr + (res["gpu0"].error or ""))

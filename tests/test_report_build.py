@@ -204,7 +204,7 @@ def test_artifact_suites_on_samples(tmp_path):
 
 
 def test_fault_drill_event_times_from_manifest_iso_or_state_floats() -> None:
-    from testbed.report.suites.fault_drill import event_time
+    from testbed.report.rundir import event_time
 
     assert event_time("2026-11-22T02:47:56.933Z") == pytest.approx(1795315676.933)
     assert event_time(1795315676.5) == 1795315676.5

@@ -193,7 +193,7 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
           software: dict[str, Any], files: list[dict[str, Any]], provider: str | None,
           secrets: list[str] | None = None) -> dict[str, Any]:
     """The manifest of ``run_id`` from state, the gathered facts/software and the verified files."""
-    from testbed import __version__
+    from testbed.distribution import SOURCE_VERSION
     from testbed.errors import UsageError
 
     run = store.run(run_id)
@@ -235,7 +235,7 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
         "software": {"python": software.get("python") or {"version": None, "executable": info.python},
                      "pip_freeze": list(software.get("pip_freeze") or []),
                      "sources": sources_out},
-        "testbed_version": __version__,
+        "testbed_version": SOURCE_VERSION,
         "started": iso(run.started),
         "ended": iso(run.ended),
         "events": events,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from testbed import ssh
+from testbed import remote, ssh
 from testbed.errors import TestbedError, UsageError
 from testbed.hosts import Host
 from testbed.textfmt import plural
@@ -392,7 +392,7 @@ class Provider(ABC):
 
         from testbed import paths
 
-        ssh.close_connections(self.name, [h.name for h in self.store.hosts(self.name)], remove=True)
+        remote.close_connections(self.name, [h.name for h in self.store.hosts(self.name)], remove=True)
         self.store.delete_testbed(self.name)
         shutil.rmtree(paths.testbed_dir(self.name), ignore_errors=True)
 
@@ -410,7 +410,7 @@ class Provider(ABC):
         hosts = made.hosts
         before = {h.name: h.address for h in self.store.hosts(self.name)}
         stale = [h.name for h in hosts if h.name in made.renewed or before.get(h.name, h.address) != h.address]
-        ssh.close_connections(self.name, stale)
+        remote.close_connections(self.name, stale)
         ssh.write_ssh_config(self.name, everyone or hosts, connect_timeout=self.connect_timeout)
         for name, keys in made.host_keys.items():
             self.pin(name, keys, renewed=True)
@@ -444,7 +444,7 @@ class Provider(ABC):
         start = last = time.monotonic()
         while True:
             self.still_starting(h)
-            keys = ssh.scan_host_keys(h.address, h.port, timeout=min(5, max(1, deadline - time.monotonic())))
+            keys = remote.scan_host_keys(h.address, h.port, timeout=min(5, max(1, deadline - time.monotonic())))
             if keys:
                 return keys
             now = time.monotonic()

@@ -68,9 +68,7 @@ def release_plan(p: ChameleonProvider, e: Expiry) -> dict[str, Any]:
     targets += [("compute", *_target(nova, f"/servers/{x}")) for x in servers]
     targets += [("network", *_target(neutron, f"/v2.0/floatingips/{x}")) for x in fips]
     if p.spec.expire_images:  # told to: the images this testbed baked that no other testbed boots from
-        from testbed.setup import images
-
-        baked = [r["id"] for r in images.switch_deletes(p.store, p.name, p.kind)]
+        baked = [r["id"] for r in p.store.expiring_images(p.name, p.kind)]
         if baked:
             with p._step("reading the service catalog", "keystone catalog"):
                 glance = api.endpoint("image")

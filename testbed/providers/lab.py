@@ -123,7 +123,7 @@ class LabProvider(Provider):
 
         deadline = time.monotonic() + self.ssh_timeout
         pause = Pacer(2.0, deadline, cap=10.0)
-        ssh.close_connections(self.name, [host.name])
+        remote.close_connections(self.name, [host.name])
         while True:
             r = remote.run(self.name, [host.name], "true", timeout=self.connect_timeout + 5, mux="none")[0]
             if r.ok:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from testbed import paths, ssh
+from testbed import paths, remote
 from testbed.errors import TestbedError
 from testbed.hosts import Host
 from testbed.providers.base import Made, Provider
@@ -612,7 +612,7 @@ class LocalProvider(Provider):
                 veth = r["info"].get("veth", "")
                 known[r["id"]] = HostSlot(i, host, "", r["id"], veth, self.base / "hosts" / host)
         hosts = [sl.name for sl in known.values()]
-        ssh.close_connections(self.name, hosts, remove=True)
+        remote.close_connections(self.name, hosts, remove=True)
         self._teardown_hosts(list(known.values()), keep_disk=False)
         for sl in known.values():
             self.store.remove_resource(self.name, "netns", sl.netns)

@@ -240,7 +240,7 @@ class SlurmProvider(Provider):
         """One login per node through the login node (pinning its key on first use); a node that does not answer
         within ssh_timeout is recorded as unreachable."""
         hosts = made.hosts
-        ssh.close_connections(self.name, sorted(made.renewed))
+        remote.close_connections(self.name, sorted(made.renewed))
         ssh.write_ssh_config(self.name, everyone or hosts, connect_timeout=self.connect_timeout)
         deadline = time.monotonic() + self.settings.ssh_timeout
         todo = {h.name: h for h in hosts}

@@ -4,6 +4,7 @@
 """
 
 from testbed.report.build import ReportResult, build_report
-from testbed.report.registry import known_suites, reporter
+from testbed.report.registry import reporter
+from testbed.report.suites import known_suites
 
 __all__ = ["ReportResult", "build_report", "known_suites", "reporter"]

@@ -10,8 +10,8 @@ from typing import Any
 from testbed.errors import UsageError
 from testbed.report import render, tidy_csv
 from testbed.report.model import Check, Report, Table
-from testbed.report.registry import get_reporter
 from testbed.report.rundir import REPORT_DIR, RunDir
+from testbed.report.suites import get_reporter
 from testbed.report.summary import add_summary, generic
 from testbed.report.verdicts import Verdict, add_verdicts
 

@@ -26,8 +26,8 @@ from testbed.report import render
 from testbed.report.build import ReportResult, build_report, call_reporter, write_report
 from testbed.report.cause import failed, run_cause
 from testbed.report.model import Link, Report
-from testbed.report.registry import get_campaign_reporter
-from testbed.report.rundir import REPORT_DIR, RunDir
+from testbed.report.rundir import REPORT_DIR, Campaign, RunDir
+from testbed.report.suites import get_campaign_reporter
 from testbed.report.summary import _scalar
 from testbed.report.verdicts import add_verdicts
 from testbed.textfmt import plural
@@ -35,27 +35,6 @@ from testbed.textfmt import plural
 MANIFEST = "manifest.json"
 CAMPAIGN_PREFIX = "campaign-"
 INDEX = "index"
-
-
-@dataclass
-class Campaign:
-    """The runs of one suite reported together; ``files`` looks through all of them."""
-
-    suite: str
-    runs: list[RunDir]
-    out_dir: Path
-    name: str = ""
-
-    def files(self, pattern: str | re.Pattern[str]) -> list[tuple[RunDir, str, Path]]:
-        """(run, host, path) of every matching file of every run (``RunDir.files`` per run)."""
-        return [(run, host, path) for run in self.runs for host, path in run.files(pattern)]
-
-    def rel(self, path: Path) -> str:
-        """A path relative to the folder holding the runs."""
-        for run in self.runs:
-            if path.is_relative_to(run.path):
-                return f"{run.run_id}/{run.rel(path)}"
-        return str(path)
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Suite name -> reporter. Suites register a run reporter with ``@reporter("name")`` and, for reports across
-the runs of a campaign, a campaign reporter with ``@campaign_reporter("name")``."""
+the runs of a campaign, a campaign reporter with ``@campaign_reporter("name")``; :mod:`testbed.report.suites`
+registers the built-in ones and looks them up."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from testbed.report.model import Report
 from testbed.report.rundir import RunDir
 
 if TYPE_CHECKING:
-    from testbed.report.campaign import Campaign
+    from testbed.report.rundir import Campaign
 
 Reporter = Callable[[RunDir, Report], None]
 CampaignReporter = Callable[["Campaign", Report], None]
@@ -39,21 +40,3 @@ def campaign_reporter(*suites: str) -> Callable[[CampaignReporter], CampaignRepo
         return fn
 
     return deco
-
-
-def get_reporter(suite: str) -> Reporter | None:
-    import testbed.report.suites  # noqa: F401  (registers the built-in reporters)
-
-    return _REPORTERS.get(suite)
-
-
-def get_campaign_reporter(suite: str) -> CampaignReporter | None:
-    import testbed.report.suites  # noqa: F401
-
-    return _CAMPAIGN_REPORTERS.get(suite)
-
-
-def known_suites() -> list[str]:
-    import testbed.report.suites  # noqa: F401
-
-    return sorted(_REPORTERS)

@@ -120,3 +120,38 @@ class RunDir:
     def _list(self, key: str) -> list[Any]:
         value = self.manifest.get(key)
         return value if isinstance(value, list) else []
+
+
+@dataclass
+class Campaign:
+    """The runs of one suite reported together; ``files`` looks through all of them."""
+
+    suite: str
+    runs: list[RunDir]
+    out_dir: Path
+    name: str = ""
+
+    def files(self, pattern: str | re.Pattern[str]) -> list[tuple[RunDir, str, Path]]:
+        """(run, host, path) of every matching file of every run (``RunDir.files`` per run)."""
+        return [(run, host, path) for run in self.runs for host, path in run.files(pattern)]
+
+    def rel(self, path: Path) -> str:
+        """A path relative to the folder holding the runs."""
+        for run in self.runs:
+            if path.is_relative_to(run.path):
+                return f"{run.run_id}/{run.rel(path)}"
+        return str(path)
+
+
+def event_time(ts: object) -> float | None:
+    """An event's time as unix seconds: the manifest writes ISO 8601 (``...Z``); state keeps floats."""
+    if isinstance(ts, int | float):
+        return float(ts)
+    if isinstance(ts, str):
+        from datetime import datetime
+
+        try:
+            return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None

@@ -74,7 +74,7 @@ TIMELINE_KINDS = ("started", "fault", "fault-missed", "failed", "host-lost", "ho
 
 def add_timeline(run: RunDir, rep: Report) -> None:
     """The fault and recovery timeline (seconds from the first event) for the report's first screen."""
-    from testbed.report.suites.fault_drill import event_time
+    from testbed.report.rundir import event_time
 
     rows: list[list[Any]] = []
     t0: float | None = None

@@ -17,8 +17,6 @@ and ends ``paused`` (``info.stopped`` says what was spent and what is left); run
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -34,11 +32,6 @@ from testbed.textfmt import plural
 DONE = rs.ENDED
 
 
-def campaign_id(suite: str, testbed: str, points: list[dict[str, Any]], faults: list[str] | None) -> str:
-    key = json.dumps([suite, testbed, points, faults], sort_keys=True, default=str)
-    return f"{suite}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
-
-
 def create_or_resume(suite: str, testbed: str, points: list[dict[str, Any]], faults: list[str] | None,
                      sources: dict[str, str] | None = None, *, store: Store | None = None,
                      budget: est.Budget | None = None) -> str:
@@ -47,8 +40,8 @@ def create_or_resume(suite: str, testbed: str, points: list[dict[str, Any]], fau
     ``sources``: --source overrides, applied to every run (a different override is a different campaign).
     ``budget``: this session's limit (None: none; a resumed campaign's earlier budget is not kept).
     """
-    cid = campaign_id(suite, testbed, points, faults) if not sources else \
-        campaign_id(suite, testbed, [*points, {"__sources__": sources}], faults)
+    cid = rs.campaign_id(suite, testbed, points, faults) if not sources else \
+        rs.campaign_id(suite, testbed, [*points, {"__sources__": sources}], faults)
     st = store or Store.open_default()
     row = st.campaign(cid)
     if row is None:

@@ -195,7 +195,7 @@ def time_left(name: str, store: Store, now: float) -> tuple[float | None, str]:
 def forecast(suite: Suite | str, testbed: str | None, given: dict[str, Any], *, matrix: bool,
              faults: list[str] | None = None, store: Store, now: float | None = None) -> Forecast:
     """Estimate every point of ``suite`` (its matrix, or the one run ``given`` names) on ``testbed``."""
-    from testbed.run import campaign as cmp
+    from testbed.run import state as rs
     from testbed.run.plan import build_plan, testbed_info
     from testbed.spec import DEFAULT_TESTBED
     from testbed.suite import expand_matrix, load_suite, resolve_params
@@ -208,7 +208,7 @@ def forecast(suite: Suite | str, testbed: str | None, given: dict[str, Any], *, 
     needs = [len(build_plan(s, info, resolve_params(s, p), faults=faults, overrides={}).hosts) for p in points]
     hosts = max([len(info.hosts), *needs]) if info.elastic else len(info.hosts)
     estimator = Estimator(s, name, store)
-    row = store.campaign(cmp.campaign_id(s.name, name, points, faults)) if matrix else None
+    row = store.campaign(rs.campaign_id(s.name, name, points, faults)) if matrix else None
     done = {point_key(s, p.params): p for p in row.points} if row else {}
     out: list[PointForecast] = []
     busy: list[tuple[float, int]] = []

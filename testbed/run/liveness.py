@@ -93,7 +93,7 @@ def classify(res: remote.HostResult) -> tuple[str, str]:
 
 def probe_command(run_dir: str | None) -> str:
     """The command of a probe: testbed/scripts/alive.sh with the run folder (its rank logs' age)."""
-    from testbed.run.remote import sh
+    from testbed.remote import sh
 
     return sh(scripts.program("alive.sh", run_dir or ""))
 

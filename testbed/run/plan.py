@@ -209,11 +209,35 @@ class FaultNeedsError(UsageError):
     """A fault needs what the testbed lacks (a rehearsal skips the point instead)."""
 
 
+def lacks(needs: list[str], hardware: dict[str, Any], provider: str) -> list[str]:
+    """Which of ``needs`` (capabilities or commands) a testbed lacks: GPUs, CUDA and the NVIDIA driver from its
+    declared GPUs, a TPU from its provider kind, the network unless the kind's hosts have no route out, commands
+    from ``hardware.tools`` (or this machine's, where the kind's hosts run this machine's files)."""
+    import shutil
+
+    from testbed.providers import PROVIDERS, provider_class
+
+    cls = provider_class(provider) if provider in PROVIDERS else None
+    gpus = int(hardware.get("gpus") or 0)
+    tools = set(hardware.get("tools") or [])
+    out = []
+    for n in needs:
+        if n in ("gpu", "cuda", "nvidia-driver"):
+            ok = gpus > 0
+        elif n in ("tpu",):
+            ok = cls is not None and cls.accelerator == n
+        elif n == "network":
+            ok = cls is not None and not cls.offline_hosts
+        else:
+            ok = n in tools or (cls is not None and cls.shares_controller_files and shutil.which(n) is not None)
+        if not ok:
+            out.append(n)
+    return out
+
+
 def check_fault_needs(suite: Suite, fname: str, tb: TestbedInfo, host: str | None = None) -> None:
     """Refuse fault ``fname`` when it needs what testbed ``tb`` lacks (known from its spec: hardware, provider,
     tools); a testbed known by no spec (a dry run without one) is not judged."""
-    from testbed.spec import lacks
-
     fault = suite.faults[fname]
     hardware = tb.context.get("hardware")
     if not fault.needs or not tb.context.get("spec_known") or not isinstance(hardware, dict):

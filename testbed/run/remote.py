@@ -10,7 +10,6 @@ signal, activate) are package files under testbed/scripts/; every call goes thro
 from __future__ import annotations
 
 import io
-import shlex
 import tarfile
 import time
 from dataclasses import dataclass, field
@@ -18,24 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from testbed import remote, scripts
+from testbed.remote import sh
 
 if TYPE_CHECKING:
     from testbed.records import Plan, Rank, RunStep
-
-
-def sh(script: str) -> str:
-    """A one-line command running ``script`` with /bin/sh whatever the login shell is (bash, zsh, tcsh, fish).
-
-    A script of several lines travels base64-encoded and is ``eval``'d by sh: a quoted newline is a syntax
-    error for csh-family login shells (tcsh says "Unmatched quote" and runs the rest itself), and stdin stays
-    free for the script (``tar xzf -``).
-    """
-    if "\n" not in script.strip("\n"):
-        return "sh -c " + shlex.quote(script)
-    import base64
-
-    b64 = base64.b64encode(script.encode()).decode()
-    return f"sh -c 'eval \"$(echo {b64} | base64 -d)\"'"
 
 
 def cd_run(run_dir: str) -> str:

@@ -123,3 +123,12 @@ def describe_exit(code: int) -> str:
     if code == 97:
         return "exit 97 (the run folder or the step's working folder is missing on the host)"
     return f"exit {code}"
+
+
+def campaign_id(suite: str, testbed: str, points: list[dict[str, Any]], faults: list[str] | None) -> str:
+    """The id of a campaign: the suite and a digest of what it runs (same points, same id: a rerun resumes)."""
+    import hashlib
+    import json
+
+    key = json.dumps([suite, testbed, points, faults], sort_keys=True, default=str)
+    return f"{suite}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"

@@ -323,9 +323,9 @@ class Supervisor:
         """``host``'s poll failed: from now on it is probed in the background (each probe a fresh login) rather
         than polled, until a probe answers; its multiplexed connection is closed (it may hang on a dead host)."""
         if host not in self.suspect:
-            from testbed import ssh
+            from testbed import remote
 
-            threading.Thread(target=ssh.close_connections, args=(self.plan.testbed, [host]), daemon=True).start()
+            threading.Thread(target=remote.close_connections, args=(self.plan.testbed, [host]), daemon=True).start()
         self.suspect[host] = error
         self.prober.watch(host)
 

@@ -3,7 +3,7 @@
 Each script is a plain program that takes its parameters as positional arguments (run it by hand with
 ``sh testbed/scripts/poll.sh RUN_DIR 0``). :func:`program` puts the arguments in front of its text as one
 ``set -- 'a' 'b'`` line, each word shell-quoted, so that the text can travel on a shell's stdin (``bash -s``) or
-base64-encoded (:func:`testbed.run.remote.sh`) and no parameter is ever pasted into shell code. The function that
+base64-encoded (:func:`testbed.remote.sh`) and no parameter is ever pasted into shell code. The function that
 builds each call sits next to the parser of its output (``listing_script``/``parse_listing``,
 ``facts_script``/``parse_fact_lines``, ``poll_command``/``parse_poll``).
 

@@ -10,7 +10,8 @@ source commit is another key, and the host does the whole set-up.
 
 Images are recorded in state (``images``) the moment their provider names them; they outlive the testbed that
 baked them: destroy never deletes one, ``prune`` does, and so does the dead-man's switch of a testbed whose spec
-says ``expire_images: true`` (only the images it baked that no other testbed boots from: :func:`switch_deletes`).
+says ``expire_images: true`` (only the images it baked that no other testbed boots from:
+:meth:`testbed.state.Store.expiring_images`).
 """
 
 from __future__ import annotations
@@ -117,24 +118,6 @@ def for_provision(p: Provider) -> dict[str, Any] | None:
     return p.image
 
 
-def users(st: Store) -> dict[str, list[str]]:
-    """Image key -> the testbeds recorded as booted from it."""
-    out: dict[str, list[str]] = {}
-    for tb in st.testbeds():
-        img = (tb["info"] or {}).get("image")
-        if isinstance(img, dict) and img.get("key"):
-            out.setdefault(str(img["key"]), []).append(tb["name"])
-    return out
-
-
-def switch_deletes(st: Store, testbed: str, provider: str) -> list[dict[str, Any]]:
-    """The images the dead-man's switch of ``testbed`` deletes when its spec opts in (``expire_images``): those it
-    baked with ``provider`` that no other testbed boots from. Without the opt-in the switch deletes none."""
-    used = users(st)
-    return [r for r in st.images() if r["testbed"] == testbed and r["provider"] == provider
-            and not [u for u in used.get(r["key"], []) if u != testbed]]
-
-
 def monthly_cost(row: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
     """What an image costs a month to keep, from the price table's ``images`` section (per GB-month)."""
     price = ((table.get("images") or {}).get(row["provider"]) or {})
@@ -147,7 +130,7 @@ def monthly_cost(row: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
 
 def listing(st: Store, table: dict[str, Any]) -> list[dict[str, Any]]:
     """Every recorded image: key, profile, size, where it lives, what it costs a month, the testbeds using it."""
-    used = users(st)
+    used = st.image_users()
     out = []
     for r in st.images():
         out.append({"key": r["key"], "id": r["id"], "provider": r["provider"], "profile": r["plan"],
@@ -162,7 +145,7 @@ def prune(st: Store, ids: list[str] | None = None, *, progress: Progress | None 
     """Delete images where they live and forget them: those named (by id or a key's first characters), else every
     image no testbed uses. One a testbed uses is refused (its hosts boot from it). The images deleted."""
     rows = st.images()
-    used = users(st)
+    used = st.image_users()
     if ids:
         picked = []
         for want in ids:

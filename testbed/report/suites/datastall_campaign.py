@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from testbed.report.campaign import Campaign
 from testbed.report.datastall_math import (
     FIG3_MODELS,
     FIG4_LIMITS_GB,
@@ -13,6 +12,7 @@ from testbed.report.datastall_math import (
 )
 from testbed.report.model import Report
 from testbed.report.registry import campaign_reporter
+from testbed.report.rundir import Campaign
 from testbed.report.suites.datastall import FIG4_EPOCH, Outputs, empty_outputs, figures, load_cache, load_outputs
 
 FIGURE_OF = {"3": "3", "3-100": "3", "4": "4(a)", "5": "5", "6": "6"}

@@ -8,7 +8,7 @@ from testbed.report import plotting
 from testbed.report.model import Report, Timestamp
 from testbed.report.parsers.train_log import TrainRow, global_steps, parse_train_log
 from testbed.report.registry import reporter
-from testbed.report.rundir import RunDir
+from testbed.report.rundir import RunDir, event_time
 from testbed.report.suites.common import mean_by, rank_of
 from testbed.textfmt import plural
 
@@ -32,20 +32,6 @@ def load_logs(run: RunDir, rep: Report) -> list[Logged]:
         rows = sorted(parsed.rows, key=lambda r: r.time)
         logged += [Logged(host, rank, g, r) for g, r in zip(global_steps(rows), rows, strict=True)]
     return logged
-
-
-def event_time(ts: object) -> float | None:
-    """An event's time as unix seconds: the manifest writes ISO 8601 (``...Z``); state keeps floats."""
-    if isinstance(ts, int | float):
-        return float(ts)
-    if isinstance(ts, str):
-        from datetime import datetime
-
-        try:
-            return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
 
 
 def nearest_step(logged: list[Logged], ts: float) -> int | None:

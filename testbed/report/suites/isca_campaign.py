@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from testbed.report import plotting
-from testbed.report.campaign import Campaign
 from testbed.report.model import Parsed, Report
 from testbed.report.parsers.isca_injection import InjectionRow, parse_injection
 from testbed.report.parsers.isca_replay import ReplayLog, parse_replay
 from testbed.report.registry import campaign_reporter
+from testbed.report.rundir import Campaign
 from testbed.report.suites.isca import (
     FAULT_FREE,
     elapsed,

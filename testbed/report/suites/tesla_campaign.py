@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from statistics import fmean
 
-from testbed.report.campaign import Campaign
 from testbed.report.model import Report
 from testbed.report.parsers.tesla_metrics import MetricRow, RunConfig, config_from_path, parse_metrics
 from testbed.report.registry import campaign_reporter
+from testbed.report.rundir import Campaign
 from testbed.report.suites.tesla import label, scaling
 
 GPU_COUNTS = (1, 2, 3, 4, 5)  # the artifact's five hosts; its result/ plots cover 1-5 GPUs
