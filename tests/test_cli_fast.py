@@ -40,6 +40,47 @@ def test_there_is_one_grammar() -> None:
                 pytest.fail(f"{f.name} imports testbed.cli.typer_app")
 
 
+def _cli_imports() -> dict[str, set[str]]:
+    """Which modules of testbed.cli each one imports (inside functions too), the table's modules included."""
+    from testbed.cli.typer_app import COMMANDS
+
+    mods = {("testbed.cli" if f.name == "__init__.py" else f"testbed.cli.{f.stem}"): f for f in CLI.glob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, f in mods.items():
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
+                         for a in node.names]
+            graph[m] |= {n for n in names if n in mods and n != m}
+    graph["testbed.cli.typer_app"] |= {m for modules in COMMANDS.values() for m in modules}
+    return graph
+
+
+def test_the_cli_modules_import_no_ring() -> None:
+    """No cycle among testbed.cli's modules, lazy imports included: the package loads the app, the app loads
+    the command modules (by its table), and nothing imports back up."""
+    graph = _cli_imports()
+    assert graph["testbed.cli"] >= {"testbed.cli.typer_app"} and "testbed.cli.tools" in graph["testbed.cli.typer_app"]
+
+    def ring(start: str) -> list[str] | None:
+        todo: list[tuple[str, list[str]]] = [(start, [start])]
+        seen: set[str] = set()
+        while todo:  # bounded: each module is expanded once
+            mod, path = todo.pop()
+            for nxt in graph[mod]:
+                if nxt == start:
+                    return [*path, nxt]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append((nxt, [*path, nxt]))
+        return None
+
+    assert [r for m in sorted(graph) if (r := ring(m))] == []
+
+
 def test_the_table_is_what_the_modules_register() -> None:
     """COMMANDS names each command its modules register, and nothing they do not: a command added to a
     module's register() and not to the table (or the reverse) fails here, not in a user's hands."""
