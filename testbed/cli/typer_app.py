@@ -54,14 +54,15 @@ def _build(name: str, markup: Any) -> Any:
     """The Click command (or group) ``name`` of :data:`COMMANDS`, built from its modules' definition."""
     from typer.main import get_command_from_info, get_group_from_info
 
-    app = registered(COMMANDS[name])
-    for info in app.registered_commands:
+    defined = registered(COMMANDS[name])
+    for info in defined.registered_commands:
         if (info.name or typer.main.get_command_name(info.callback.__name__)) == name:  # type: ignore[union-attr]
-            return get_command_from_info(info, pretty_exceptions_short=True, rich_markup_mode=markup)
-    for group in app.registered_groups:
+            return get_command_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short,
+                                         rich_markup_mode=markup)
+    for group in defined.registered_groups:
         if group.name == name:
-            return get_group_from_info(group, pretty_exceptions_short=True, suggest_commands=True,
-                                       rich_markup_mode=markup)
+            return get_group_from_info(group, pretty_exceptions_short=app.pretty_exceptions_short,
+                                       suggest_commands=app.suggest_commands, rich_markup_mode=markup)
     raise LookupError(f"{' and '.join(COMMANDS[name])} register no command '{name}' (testbed.cli.typer_app)")
 
 
@@ -101,10 +102,9 @@ class LazyGroup(TyperGroup):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if self.commands:  # app.command() on the root: it would never be listed
+            raise TypeError(f"add {', '.join(self.commands)} to testbed.cli.typer_app.COMMANDS instead")
         self.commands = _Commands(self.rich_markup_mode)
-
-    def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        return self.commands.get(cmd_name)
 
 
 app = typer.Typer(
