@@ -133,9 +133,10 @@ def _prepare(case: Case, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str
 def run_main(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     """``testbed <argv>`` in this process through ``cli.main()`` (what the console script runs)."""
     from testbed import cli
+    from testbed.cli import typer_app
 
     monkeypatch.setattr(sys, "argv", ["testbed", *argv])
-    monkeypatch.setattr(cli, "_debug", False)
+    monkeypatch.setattr(typer_app, "tracebacks", False)
     try:
         cli.main()
         code = 0

@@ -24,7 +24,7 @@ WIDTHS = (80, 120)
 
 
 def cli(tb_home: Path, *argv: str, columns: int = 100, **env: str) -> subprocess.CompletedProcess[str]:
-    """The real command line (the console script's ``main``: fast path, Typer, one-message errors)."""
+    """The real command line (the console script's ``main``: the one Typer app, one-message errors)."""
     return subprocess.run([sys.executable, "-m", "testbed", *argv], cwd=tb_home, capture_output=True, text=True,
                           timeout=120, check=False,
                           env={**os.environ, "PYTHONPATH": str(ROOT), "TESTBED_HOME": str(tb_home / ".testbed"),
@@ -43,7 +43,7 @@ def test_version_is_the_installed_distributions(tb_home: Path) -> None:
 
     dist = next(d for d in metadata.distributions()
                 if any(ep.group == "console_scripts" and ep.value == "testbed.cli:main" for ep in d.entry_points))
-    for argv in (["--version"], ["--debug", "--version"]):  # the fast path, and Typer's eager option
+    for argv in (["--version"], ["--debug", "--version"]):  # Typer's eager option, alone or after another
         r = cli(tb_home, *argv)
         assert r.returncode == 0, r.stderr
         assert r.stdout.split("\n")[0].split(" (")[0] == f"testbed {dist.version}", r.stdout
@@ -148,7 +148,7 @@ def test_help_is_plain_prose_at_80_and_120_columns(tb_home: Path) -> None:
     paths = sorted(_tree())
     assert ("list", "suites") in paths and ("report",) in paths
     for width in WIDTHS:
-        outputs = {("root, fast path",): cli(tb_home, "--help", columns=width).stdout}
+        outputs = {("root, console script",): cli(tb_home, "--help", columns=width).stdout}
         outputs.update({p: invoke([*p, "--help"], columns=width).stdout for p in paths})
         for path, out in outputs.items():
             assert "Usage:" in out, (path, out)

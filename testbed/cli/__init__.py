@@ -2,11 +2,11 @@
 that the command modules render (``testbeds``, ``runs``, ``collect``, ``tools``, ``setup_view``; shared
 helpers in ``common``).
 
-Heavy imports (Ansible, cloud SDKs, matplotlib) happen inside the commands that need them; the command lines
-users type most (``--help``, ``status``, ``exec``) are answered by ``testbed.cli.fast`` without importing Typer
-at all, and the Typer app (``testbed.cli.typer_app``) is built only for the others. Every failure a user can
-hit is a TestbedError rendered as one message
-(what, where, what to do) with exit code 1, or 2 for bad input; ``--debug`` shows the traceback.
+Every command line is parsed by the one Typer app, ``testbed.cli.typer_app``, which imports a command's module
+only when that command runs (``testbed status`` loads the testbed commands and nothing else). Heavy imports
+(Ansible, cloud SDKs, matplotlib, Rich) happen inside the commands that need them. Every failure a user can hit
+is a TestbedError rendered as one message (what, where, what to do) with exit code 1, or 2 for bad input;
+``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -17,27 +17,24 @@ from typing import Any
 from testbed.cli.output import console, escape
 from testbed.errors import TestbedError, UsageError
 
-_debug = False
-
 
 def __getattr__(name: str) -> Any:
-    """``app`` and ``list_app``: the full Typer app, built on first use (``testbed.cli.typer_app``)."""
-    if name in ("app", "list_app"):
+    """``app``: the Typer app (``testbed.cli.typer_app.app``), imported on first use."""
+    if name == "app":
         from testbed.cli import typer_app
 
-        return getattr(typer_app, name)
+        return typer_app.app
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # entry point ----------------------------------------------------------------------------------------
 def main() -> None:
     """Console-script entry: run the app and turn every error into one message and an exit code."""
-    from testbed.cli import fast
+    from testbed.cli import typer_app
 
     fresh = not _state_home().exists()  # a refused command leaves a folder with no state as it found it
     try:
-        rc = _run_refusing_cleanly(fast, fresh)
-    # an except clause's classes are looked up only when an exception is raised: no Click import otherwise
+        rc = _run_refusing_cleanly(typer_app.app, fresh)
     except _click_exceptions()[0] as exc:  # Typer/Click's own usage errors, in our one-message format
         e: Any = exc  # a click.UsageError (format_message, ctx), whichever Click Typer brought
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `testbed`: the help, as asked for
@@ -51,7 +48,7 @@ def main() -> None:
         console(stderr=True).print("[yellow]interrupted[/yellow]")
         sys.exit(130)
     except TestbedError as e:
-        if _debug:
+        if typer_app.tracebacks:
             import traceback
 
             traceback.print_exc()
@@ -61,7 +58,7 @@ def main() -> None:
         console(stderr=True).print("[yellow]interrupted[/yellow]")
         sys.exit(130)
     except OSError as e:  # this machine refused (a name too long, no space, no permission): not a bug
-        if _debug:
+        if typer_app.tracebacks:
             raise
         what = e.strerror or str(e) or type(e).__name__
         oserr = TestbedError(f"{what}" + (f": {e.filename}" if e.filename else ""),
@@ -71,7 +68,7 @@ def main() -> None:
         console(stderr=True).print(f"[bold red]error:[/bold red] {escape(oserr.render())}")
         sys.exit(1)
     except Exception as e:  # a bug: still one line unless --debug
-        if _debug:
+        if typer_app.tracebacks:
             raise
         console(stderr=True).print(f"[bold red]internal error:[/bold red] {type(e).__name__}: {escape(str(e))}\n"
                                    "  fix:   run again with --debug for the traceback and report it")
@@ -85,15 +82,11 @@ def _state_home() -> Any:
     return paths.state_home()
 
 
-def _run_refusing_cleanly(fast: Any, fresh: bool) -> Any:
+def _run_refusing_cleanly(app: Any, fresh: bool) -> Any:
     """The command; when it fails in a folder that had no state, the state it created with nothing recorded
     is removed again (``provision nosuch`` or ``run … --on nosuch`` leave no ``.testbed/`` behind)."""
     try:
-        rc = fast.run(sys.argv[1:])
-        if rc is None:
-            from testbed.cli.typer_app import app
-
-            rc = app(standalone_mode=False, prog_name="testbed")
+        rc = app(standalone_mode=False, prog_name="testbed")
     except BaseException:
         if fresh:
             from testbed.state import discard_if_unused
@@ -108,8 +101,8 @@ def _run_refusing_cleanly(fast: Any, fresh: bool) -> Any:
 
 
 def _click_exceptions() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
-    """Usage-error and abort classes of the Click that Typer uses (recent Typer vendors its own); none when no
-    Click was imported (the command line was answered without Typer)."""
+    """Usage-error and abort classes of the Click that Typer uses: recent Typer vendors its own
+    (``typer._click``), older ones use ``click``."""
     import importlib
 
     usage: list[type[BaseException]] = []

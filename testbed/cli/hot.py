@@ -1,7 +1,7 @@
 """The bodies of the hot commands (``status``, ``exec``) and the helpers the testbed commands share.
 
-Importable without Typer: ``testbed.cli.fast`` calls these directly for the command lines it parses itself,
-and the Typer commands in ``testbed.cli.testbeds`` call the same functions, so both paths behave alike.
+Importable without Typer: the Typer commands in ``testbed.cli.testbeds`` call them, and they import what they
+need (state, remote) only when they run.
 """
 
 from __future__ import annotations

@@ -73,7 +73,8 @@ def render_check(data: dict[str, Any]) -> None:
                 out.write(f"  fix ({c['check']}): {c['fix']}")
 
 
-def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local testbed up afterwards.")] = False,
+def demo(ctx: typer.Context,
+         keep: Annotated[bool, typer.Option("--keep", help="Leave the local testbed up afterwards.")] = False,
          results: Annotated[str, typer.Option("--to", help="Results folder.")] = "results") -> None:
     """The whole loop on the local testbed: provision, exec, setup, run, collect, report (then destroy).
 
@@ -98,9 +99,7 @@ def demo(keep: Annotated[bool, typer.Option("--keep", help="Leave the local test
         ["collect", "--all", "--to", results],
     ]
     t0 = time.monotonic()
-    from testbed.cli import app
-
-    cmd = typer.main.get_command(app)
+    cmd = ctx.find_root().command  # the testbed command line itself: each step is parsed as a user's would be
     try:
         for args in steps:
             c.print(Rule(f"[bold]testbed {' '.join(args)}[/bold]", align="left"))
