@@ -8,12 +8,11 @@ from pathlib import Path
 
 import layers
 
-RINGS_BEING_BROKEN: set[frozenset[str]] = {  # provider modules split by size and the CLI's second parser
+RINGS_BEING_BROKEN: set[frozenset[str]] = {  # provider modules split by size
     frozenset({"testbed.providers.chameleon", "testbed.providers.chameleon_lease",
                "testbed.providers.chameleon_release"}),
     frozenset({"testbed.providers.gcp_tpu", "testbed.providers.gcp_tpu_queued", "testbed.providers.gcp_tpu_release",
                "testbed.providers.gcp_tpu_switch"}),
-    frozenset({"testbed.cli", "testbed.cli.fast", "testbed.cli.tools", "testbed.cli.typer_app"}),
 }
 
 

@@ -241,7 +241,7 @@ def version_line() -> str:
         if any(ep.group == "console_scripts" and ep.value.replace(" ", "") == "testbed.cli:main" for ep in eps):
             name = dist.metadata["Name"] or "testbed"
             return f"testbed {dist.version}" + (f" (distribution {name})" if name != "testbed" else "")
-    from testbed import __version__
+    from testbed.distribution import SOURCE_VERSION as __version__
 
     return f"testbed {__version__} (not installed: running from {Path(__file__).resolve().parents[2]})"
 
