@@ -402,7 +402,7 @@ def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, 
 
     if not setup or not s.profile:
         return {"applied": None, "ok": True, "why": "--no-setup" if s.profile else "the suite has no profile"}
-    extra = services.source_vars(overrides, {x.name: x.repo for x in s.sources}, sources_mod.profile_builds(s.profile))
+    extra = sources_mod.setup_vars(overrides, s)
     note(f"set-up: profile {s.profile}" + (f", roles {', '.join(roles)}" if roles else ""))
     t0 = time.monotonic()
     res = services.setup(tb, profile=s.profile if not roles else None, roles=roles, extra_vars=extra or None).result

@@ -621,7 +621,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
         files=files, generated={"hostfile": "".join(f"{h.name} slots={suite.placement.slots}\n" for h in hosts)},
         env=env_lines, sources=srcs.steps, source_info=srcs.info,
         prepare=_run_steps(sc, suite.steps.prepare, "prepare"),
-        ranks=sc.ranks, source_overrides={k: o.to_dict() for k, o in overrides.items()},
+        ranks=sc.ranks, source_overrides=dict(overrides),
         faults=fplans, recovery=recovery, checkpoint=checkpoint, post=_run_steps(sc, suite.steps.post, "post"),
         progress=suite.progress or (suite.checkpoint.progress if suite.checkpoint else None),
         checks=checks, outputs=outputs,

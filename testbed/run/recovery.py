@@ -16,7 +16,6 @@ from testbed import remote
 from testbed.errors import TestbedError
 from testbed.records import Plan, RunStep
 from testbed.run import remote as run_remote
-from testbed.sources import Override
 
 if TYPE_CHECKING:
     from testbed.setup.repair import Repair
@@ -67,9 +66,8 @@ def replan(plan: Plan, store: Store) -> Plan:
     """The same run rendered again on the hosts as they are now (addresses changed by a repair)."""
     from testbed.run.runner import plan_run
 
-    overrides = {k: Override(**v) for k, v in plan.source_overrides.items()}
     return plan_run(plan.suite, plan.testbed, plan.params, faults=[f.name for f in plan.faults],
-                    only_hosts=plan.host_names, run_id=plan.run_id, overrides=overrides, store=store)
+                    only_hosts=plan.host_names, run_id=plan.run_id, overrides=plan.source_overrides, store=store)
 
 
 def readmit_steps(plan: Plan, hosts: list[str]) -> list[RunStep]:
