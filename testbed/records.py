@@ -1,6 +1,6 @@
-"""Typed plans and run records: what a run will do (``Plan``) and what state holds about it (``RunRecord``, ...).
+"""Typed plans and run records: what a run will do (``RunPlan``) and what state holds about it (``RunRecord``, ...).
 
-A plan file (``plan.json`` in the run's home) is ``Plan.to_json()``: the same shape earlier versions wrote as a
+A plan file (``plan.json`` in the run's home) is ``RunPlan.to_json()``: the same shape earlier versions wrote as a
 plain dict, so their plan files load unchanged. The records mirror rows of the state store's ``runs``,
 ``run_hosts``, ``events`` and ``campaigns`` tables; their JSON columns (``info``, ``detail``, ``points``) become
 fields. Pure data: no I/O here (the state store reads and writes the rows, ``testbed.run.state`` the plan files).
@@ -201,7 +201,7 @@ class PlanTimeouts(_Model):
         return out
 
 
-class Plan(_Model):
+class RunPlan(_Model):
     """Every command of one run, rendered per host and rank, in order: what the supervisor executes."""
 
     run_id: str
@@ -265,7 +265,7 @@ class Plan(_Model):
         return self.model_dump(mode="json")
 
     @classmethod
-    def load(cls, path: Path) -> Plan:
+    def load(cls, path: Path) -> RunPlan:
         """Read a plan file; one TestbedError naming it when it is no plan (hand-edited, truncated)."""
         from testbed.errors import TestbedError
 

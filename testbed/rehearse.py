@@ -26,7 +26,7 @@ from testbed.run.plan import lacks
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
-    from testbed.records import Plan
+    from testbed.records import RunPlan
     from testbed.resolved import Resolved
     from testbed.run.plan import TestbedInfo
     from testbed.sources import Override
@@ -168,7 +168,7 @@ def programs(command: str) -> list[str]:
     return out
 
 
-def plan_shape(plan: Plan) -> tuple[Any, ...]:
+def plan_shape(plan: RunPlan) -> tuple[Any, ...]:
     """What tells two points' runs apart beyond their values: the programs each step and rank runs."""
     steps = tuple((phase, s.name, tuple(programs(next(iter(s.commands.values()), ""))))
                   for phase, items in (("sources", plan.sources), ("prepare", plan.prepare), ("post", plan.post))
@@ -186,7 +186,7 @@ def lacks_here(needs: list[str], kind: str) -> list[str]:
     return lacks([n for n in needs if n not in CAPABILITIES], {}, kind)
 
 
-def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
+def rehearsal_plan(plan: RunPlan, suite: Suite, like: str) -> RunPlan:
     """``plan`` as the replica runs it: steps whose needs it lacks skipped, ranks that need them probed."""
     from testbed.records import RunStep
 
@@ -247,7 +247,7 @@ def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
     return plan
 
 
-def stand_in_environments(tb: Resolved, plan: Plan, site: str | None = None) -> list[str]:
+def stand_in_environments(tb: Resolved, plan: RunPlan, site: str | None = None) -> list[str]:
     """Where the suite's environment is missing on a host (its profile did not make it here), a stand-in venv
     that sees ``site`` (default: the controller's packages; local hosts share its files); the hosts it was made
     on."""
@@ -446,7 +446,7 @@ def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, 
     return out
 
 
-def _point(tb: Resolved, plan: Plan, rec: Any, to: Path, note: Any) -> PointResult:
+def _point(tb: Resolved, plan: RunPlan, rec: Any, to: Path, note: Any) -> PointResult:
     from testbed.collect import collect_runs
 
     events = tb.store.events(plan.run_id)

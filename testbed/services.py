@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from testbed.collect import CollectResult
     from testbed.hosts import Host
     from testbed.providers.base import Progress
-    from testbed.records import Plan
+    from testbed.records import RunPlan
     from testbed.remote import HostResult
     from testbed.report.build import ReportResult
     from testbed.report.campaign import IndexResult
@@ -243,7 +243,7 @@ def select(name: str, known: list[Host], hosts: str | Sequence[str] | None) -> l
 class Started:
     """A run started: its plan (hosts, ranks) and id; the set-up applied first, if any."""
 
-    plan: Plan
+    plan: RunPlan
     setup: SetupResult | None = None
 
     @property
@@ -253,7 +253,7 @@ class Started:
 
 def plan(suite: str | Suite, on: str | None, params: dict[str, Any] | None = None, *,
          faults: list[str] | None = None, sources: list[str] | dict[str, str] | None = None,
-         dry_run: bool = False, store: Store | None = None) -> Plan:
+         dry_run: bool = False, store: Store | None = None) -> RunPlan:
     """The whole run rendered, checked against the testbed (nothing touches a host)."""
     from testbed import sources as sources_mod
     from testbed.run import runner
@@ -277,7 +277,7 @@ def start(tb: Resolved, suite: str | Suite, params: dict[str, Any] | None = None
     return Started(p, done)
 
 
-def suite_setup(tb: Resolved, s: Suite, p: Plan, on_event: EventHandler | None = None) -> SetupResult:
+def suite_setup(tb: Resolved, s: Suite, p: RunPlan, on_event: EventHandler | None = None) -> SetupResult:
     """Apply the suite's profile with the run's (or campaign's first run's) source overrides; raises when it
     fails on a host."""
     from testbed import sources as sources_mod

@@ -1,6 +1,6 @@
 """Suite + testbed + parameters -> a plan: every command of a run, rendered, per host and rank, in order.
 
-A plan is a ``testbed.records.Plan``, stored as JSON next to the run's state, so the detached supervisor,
+A plan is a ``testbed.records.RunPlan``, stored as JSON next to the run's state, so the detached supervisor,
 ``--dry-run`` and the tests all see exactly the same commands. Hosts come from state; for a dry run of a testbed
 that is not provisioned they come from its spec (lab) or are placeholders ``host0``, ``host1``, ...
 """
@@ -19,13 +19,13 @@ from testbed.records import (
     Check,
     CheckpointPlan,
     FaultPlan,
-    Plan,
     PlanHost,
     PlanStep,
     PlanTimeouts,
     Rank,
     RelaunchStep,
     RepairStep,
+    RunPlan,
     RunStep,
 )
 from testbed.spec import CAPABILITIES, Hardware
@@ -591,7 +591,7 @@ def _suite_files(suite: Suite, files: dict[str, str]) -> None:
 
 def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id: str | None = None,
                faults: list[str] | None = None, only_hosts: list[str] | None = None,
-               overrides: dict[str, Override] | None = None) -> Plan:
+               overrides: dict[str, Override] | None = None) -> RunPlan:
     """Render every command of one run. Raises UsageError (bad template, unknown fault) before any host.
 
     ``overrides``: resolved source overrides (``testbed.sources.Override`` by name).
@@ -614,7 +614,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     files = dict(srcs.files)
     _suite_files(suite, files)
     hosts = sc.hosts
-    return Plan(
+    return RunPlan(
         run_id=rid, suite=suite.name, testbed=tb.name, provider=tb.provider, params=sc.params,
         profile=suite.profile, placeholder_hosts=tb.placeholder, run_dir=run_dir(rid),
         hosts=[PlanHost(name=h.name, address=h.address) for h in hosts], master=hosts[0].name,
@@ -630,7 +630,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     )
 
 
-def dry_run_lines(plan: Plan) -> list[dict[str, Any]]:
+def dry_run_lines(plan: RunPlan) -> list[dict[str, Any]]:
     """Every command of the plan in execution order: {phase, step, host, rank, command}."""
     out: list[dict[str, Any]] = []
 

@@ -40,9 +40,9 @@ if TYPE_CHECKING:
     from testbed.resolved import Resolved
 
 from testbed.setup import address, direct
-from testbed.setup.events import KEPT_EVENTS, EventAggregator, EventHandler, HostResult, SetupResult
+from testbed.setup.events import KEPT_EVENTS, EventAggregator, EventHandler, HostSetupResult, SetupResult
 from testbed.setup.profiles import (
-    Plan,
+    SetupPlan,
     available_profiles,
     available_roles,
     build_playbook,
@@ -57,7 +57,7 @@ from testbed.setup.profiles import (
     suite_profile,
 )
 
-__all__ = ["EventAggregator", "HostResult", "Plan", "SetupResult", "ansible_dir", "ansible_env", "apply",
+__all__ = ["EventAggregator", "HostSetupResult", "SetupPlan", "SetupResult", "ansible_dir", "ansible_env", "apply",
            "available_profiles", "available_roles", "build_inventory", "build_playbook", "check_plan",
            "check_role_vars", "load_profile", "resolve_plan", "role_spec", "role_variables", "roles_dir",
            "scrub_env", "suite_profile"]
@@ -206,7 +206,7 @@ def _controller_site_packages() -> str | None:
 class Prepared:
     """What one set-up applies, checked, before any host: the plan, its play-wide and extra variables."""
 
-    plan: Plan
+    plan: SetupPlan
     variables: dict[str, Any]  # play-wide variables testbed derives (the inventory's all.vars)
     extravars: dict[str, Any]  # the spec's vars and --var
     base_image: str  # what the hosts booted from (Provider.base_image)
@@ -336,7 +336,7 @@ def apply(testbed: str | Resolved, *, profile: str | None = None, suite: str | N
         if done is not None:
             return done
     if not job.to_run:  # every host already has exactly this set-up: nothing for Ansible to do
-        return job.result(rc=0, status="skipped", hosts={n: HostResult(n, unchanged=True) for n in targets},
+        return job.result(rc=0, status="skipped", hosts={n: HostSetupResult(n, unchanged=True) for n in targets},
                           ran=False, reasons={})
     if probe.unchanged:  # Ansible runs on the hosts that differ only
         lim = [n for n in (lim or job.to_run) if n in job.to_run]
@@ -361,12 +361,12 @@ def _apply_partial(job: _Job) -> SetupResult | None:
     when done here (nothing to run, or the direct pass); None: Ansible runs ``job.partial_roles``."""
     plan, probe, to_run = job.prep.plan, job.probe, job.to_run
     job.partial_roles = address.per_testbed_roles(plan.roles, roles_dir())
-    job.playbook = build_playbook(Plan(plan.name, [st for st in plan.steps if st.role in job.partial_roles],
+    job.playbook = build_playbook(SetupPlan(plan.name, [st for st in plan.steps if st.role in job.partial_roles],
                                        plan.vars, plan.description))
     if not job.partial_roles:  # nothing depends on the other hosts: recording the address is all there is
         _record(job.name, plan.name, probe, to_run)
         return job.result(rc=0, status="skipped", ran=False, partial=probe.partial, partial_roles=[],
-                          hosts={n: HostResult(n, unchanged=n not in to_run) for n in job.targets})
+                          hosts={n: HostSetupResult(n, unchanged=n not in to_run) for n in job.targets})
     why = direct.why_not(job.partial_roles, plan.steps, plan.vars, job.prep.extravars, job.prep.variables)
     if why:
         return None
@@ -377,7 +377,7 @@ def _apply_partial(job: _Job) -> SetupResult | None:
     if done.error is None:
         _record(job.name, plan.name, probe, to_run)
     for n in probe.unchanged:
-        done.hosts[n] = HostResult(n, unchanged=True)
+        done.hosts[n] = HostSetupResult(n, unchanged=True)
     return job.result(rc=0 if done.error is None else 2, status="successful" if done.error is None else "failed",
                       hosts={n: done.hosts[n] for n in job.targets if n in done.hosts}, error=done.error,
                       partial={n: w for n, w in probe.partial.items() if n in to_run},
@@ -458,7 +458,7 @@ def _ansible_result(job: _Job, r: Any, agg: EventAggregator) -> SetupResult:
         _record(job.name, job.prep.plan.name, probe, [n for n in to_run if n in hosts_res
                                                       and not hosts_res[n].failed and not hosts_res[n].unreachable])
     for n in probe.unchanged:
-        hosts_res[n] = HostResult(n, unchanged=True)
+        hosts_res[n] = HostSetupResult(n, unchanged=True)
     drift = {n: hosts_res[n].changed_tasks or [f"{hosts_res[n].changed} changed tasks"]
              for n in probe.matched if n in job.verified and n in hosts_res and hosts_res[n].changed}
     return job.result(

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.setup.events import HostResult
+from testbed.setup.events import HostSetupResult
 from testbed.textfmt import plural
 
 ROLES = ("ssh_mesh", "mpi")
@@ -260,7 +260,7 @@ print(json.dumps(out))
 class Outcome:
     """What the direct pass did: per-host counts (changed: files written), and its first error."""
 
-    hosts: dict[str, HostResult]
+    hosts: dict[str, HostSetupResult]
     error: str | None = None
     fallback: str = ""  # why Ansible must run these roles after all (nothing was written then)
 
@@ -270,7 +270,7 @@ def apply(testbed: str, inventory: dict[str, Any], targets: list[str], roles: li
     """Apply the per-testbed ``roles`` on ``targets`` (the others' keys are read, never changed)."""
     hv: dict[str, dict[str, Any]] = inventory["all"]["hosts"]
     addr = {n: str(hv[n].get("testbed_mesh_address") or hv[n]["ansible_host"]) for n in hv}
-    res = {n: HostResult(n) for n in targets}
+    res = {n: HostSetupResult(n) for n in targets}
     facts = _read_facts(testbed, inventory["all"]["vars"], addr, targets, roles, roles_dir, res)
     if isinstance(facts, Outcome):
         return facts
@@ -283,7 +283,7 @@ def apply(testbed: str, inventory: dict[str, Any], targets: list[str], roles: li
 
 
 def _read_facts(testbed: str, allv: dict[str, Any], addr: dict[str, str], targets: list[str], roles: list[str],
-                roles_dir: Path, res: dict[str, HostResult]) -> dict[str, Facts] | Outcome:
+                roles_dir: Path, res: dict[str, HostSetupResult]) -> dict[str, Facts] | Outcome:
     """Round 1: every host's keys and facts (and, on ``targets``, the MPI packages it lacks); the outcome instead
     when a host cannot be read or has no keys."""
     from testbed import remote
@@ -337,7 +337,7 @@ def _host_plans(inventory: dict[str, Any], facts: dict[str, Facts], addr: dict[s
 
 
 def _write(testbed: str, facts: dict[str, Facts], plans: dict[str, tuple[dict[str, Any], dict[str, Any]]],
-           targets: list[str], res: dict[str, HostResult]) -> str | None:
+           targets: list[str], res: dict[str, HostSetupResult]) -> str | None:
     """Round 2: write each target's files (counted in ``res``); the first error."""
     from testbed import remote
 
@@ -362,7 +362,7 @@ def _write(testbed: str, facts: dict[str, Facts], plans: dict[str, tuple[dict[st
 
 
 def _verify(testbed: str, facts: dict[str, Facts], plans: dict[str, tuple[dict[str, Any], dict[str, Any]]],
-            targets: list[str], res: dict[str, HostResult]) -> str | None:
+            targets: list[str], res: dict[str, HostSetupResult]) -> str | None:
     """Round 3: each target checks the mesh (a host's problems fail it in ``res``); the first error."""
     from testbed import remote
 
