@@ -14,8 +14,8 @@ LIMIT = 80
 ROOT = Path(__file__).resolve().parents[1]
 
 KNOWN_LONG = {
-    # the lead is rewriting this command body (issue 29): remove it from here then
-    "testbed/cli/testbeds.py:setup",
+    # a command body the lead is rewriting (issue 29): remove it from here then
+    "testbed/cli/runs.py:run",
 }
 
 
