@@ -1,6 +1,6 @@
-"""Typed plans and run records: what a run will do (``Plan``) and what state holds about it (``RunRecord``, ...).
+"""Typed plans and run records: what a run will do (``RunPlan``) and what state holds about it (``RunRecord``, ...).
 
-A plan file (``plan.json`` in the run's home) is ``Plan.to_json()``: the same shape earlier versions wrote as a
+A plan file (``plan.json`` in the run's home) is ``RunPlan.to_json()``: the same shape earlier versions wrote as a
 plain dict, so their plan files load unchanged. The records mirror rows of the state store's ``runs``,
 ``run_hosts``, ``events`` and ``campaigns`` tables; their JSON columns (``info``, ``detail``, ``points``) become
 fields. Pure data: no I/O here (the state store reads and writes the rows, ``testbed.run.state`` the plan files).
@@ -8,10 +8,19 @@ fields. Pure data: no I/O here (the state store reads and writes the rows, ``tes
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_serializer,
+    model_serializer,
+)
 
 ACTIVE = ("pending", "running")
 """Statuses of a run (and of a rank) that has not ended."""
@@ -30,6 +39,25 @@ def _drop_empty(out: dict[str, Any], key: str) -> dict[str, Any]:
     if not out.get(key):
         out.pop(key, None)
     return out
+
+
+@dataclass
+class Override:
+    """A resolved source override (``--source NAME=PATH|URL[@REF]``, or a testbed spec's ``sources:``): what
+    :mod:`testbed.sources` checked on the controller, and what a plan carries to its checkouts and set-up."""
+
+    name: str
+    given: str  # as the user wrote it (for messages and the manifest)
+    kind: str  # "path" (bundled here) or "url" (cloned by the hosts)
+    location: str  # absolute path or URL
+    ref: str | None = None
+    commit: str | None = None  # path kind: the commit in the bundle
+    bundle: str | None = None  # path kind: the bundle on the controller
+    dirty: bool = False  # path kind: uncommitted changes were included
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its set fields (a plan file's shape)."""
+        return {k: v for k, v in self.__dict__.items() if v not in (None, False)}
 
 
 # --- plans ------------------------------------------------------------------------------------------------------
@@ -173,7 +201,7 @@ class PlanTimeouts(_Model):
         return out
 
 
-class Plan(_Model):
+class RunPlan(_Model):
     """Every command of one run, rendered per host and rank, in order: what the supervisor executes."""
 
     run_id: str
@@ -193,7 +221,7 @@ class Plan(_Model):
     source_info: dict[str, dict[str, Any]] = Field(default_factory=dict)  # name -> repo, ref, path[, override...]
     prepare: list[RunStep] = Field(default_factory=list)
     ranks: list[Rank]
-    source_overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)  # testbed.sources.Override dicts
+    source_overrides: dict[str, Override] = Field(default_factory=dict)  # resolved --source (and spec mirrors)
     faults: list[FaultPlan] = Field(default_factory=list)
     recovery: Recovery = Field(default_factory=dict)  # after a host is lost with no fault fired (a real failure)
     checkpoint: CheckpointPlan | None = None
@@ -210,6 +238,10 @@ class Plan(_Model):
     suite_files: dict[str, str] = Field(default_factory=dict)  # its files: (relative to it) -> sha256
     hardware: dict[str, Any] = Field(default_factory=dict)  # the testbed spec's hardware.gpu: gpu_model, gpus
     shared_home: bool = False  # the testbed's hosts share one home (hardware.shared_home): one run folder for all
+
+    @field_serializer("source_overrides")
+    def _compact_overrides(self, value: dict[str, Override]) -> dict[str, dict[str, Any]]:
+        return {k: o.to_dict() for k, o in value.items()}  # unset fields left out, as earlier versions wrote
 
     @model_serializer(mode="wrap")
     def _absent_when_unused(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -233,7 +265,7 @@ class Plan(_Model):
         return self.model_dump(mode="json")
 
     @classmethod
-    def load(cls, path: Path) -> Plan:
+    def load(cls, path: Path) -> RunPlan:
         """Read a plan file; one TestbedError naming it when it is no plan (hand-edited, truncated)."""
         from testbed.errors import TestbedError
 

@@ -26,8 +26,9 @@ from testbed.run.plan import lacks
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
-    from testbed.records import Plan
+    from testbed.records import RunPlan
     from testbed.resolved import Resolved
+    from testbed.run.plan import TestbedInfo
     from testbed.sources import Override
     from testbed.spec import TestbedSpec
     from testbed.suite import Suite
@@ -167,7 +168,7 @@ def programs(command: str) -> list[str]:
     return out
 
 
-def plan_shape(plan: Plan) -> tuple[Any, ...]:
+def plan_shape(plan: RunPlan) -> tuple[Any, ...]:
     """What tells two points' runs apart beyond their values: the programs each step and rank runs."""
     steps = tuple((phase, s.name, tuple(programs(next(iter(s.commands.values()), ""))))
                   for phase, items in (("sources", plan.sources), ("prepare", plan.prepare), ("post", plan.post))
@@ -185,7 +186,7 @@ def lacks_here(needs: list[str], kind: str) -> list[str]:
     return lacks([n for n in needs if n not in CAPABILITIES], {}, kind)
 
 
-def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
+def rehearsal_plan(plan: RunPlan, suite: Suite, like: str) -> RunPlan:
     """``plan`` as the replica runs it: steps whose needs it lacks skipped, ranks that need them probed."""
     from testbed.records import RunStep
 
@@ -246,7 +247,7 @@ def rehearsal_plan(plan: Plan, suite: Suite, like: str) -> Plan:
     return plan
 
 
-def stand_in_environments(tb: Resolved, plan: Plan, site: str | None = None) -> list[str]:
+def stand_in_environments(tb: Resolved, plan: RunPlan, site: str | None = None) -> list[str]:
     """Where the suite's environment is missing on a host (its profile did not make it here), a stand-in venv
     that sees ``site`` (default: the controller's packages; local hosts share its files); the hosts it was made
     on."""
@@ -295,9 +296,6 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
         raise UsageError(f"no folder {site}", where="--site", fix="give the site-packages folder of a virtualenv")
     from testbed import sources as sources_mod
     from testbed.resolved import Resolved
-    from testbed.run import plan as plan_mod
-    from testbed.run import runner
-    from testbed.run import state as rs
     from testbed.spec import load_testbed
     from testbed.suite import expand_matrix, load_suite, resolve_params
 
@@ -314,27 +312,76 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
                          fix="give --like TESTBED (a spec in inventories/)")
     target = load_testbed(like)
     points = expand_matrix(s, given) if matrix else [resolve_params(s, given)]
+    spec, spec_path = _write_replica_spec(target, s, points, subnet)
+    overrides = sources_mod.for_suite(s, like, sources)
+    _offline_sources(s, overrides, like)
+    points, refused = _pick_points(s, target, like, _draft_info(target, spec, subnet), points, overrides,
+                                   shapes=shapes)
+    tb = Resolved.open(str(spec_path))
+    result = RehearsalResult(suite=s.name, like=like, replica=tb.name, setup={},
+                             shape={"hosts": spec["provider"]["names"], "user": spec["user"],
+                                    **target.hardware.context()}, kept=keep)
+    try:
+        note(f"replica {tb.name}: {plural(len(spec['provider']['names']), 'local host')} shaped like {like}")
+        services.provision(tb)
+        result.setup = _setup(tb, s, overrides, setup, roles, note)
+        if not result.setup.get("ok", True):
+            return result
+        for i, p in enumerate(points):
+            shown = ", ".join(f"{k}={v}" for k, v in p.items() if k in given or matrix)
+            if i in refused:
+                note(f"point {shown}: skipped ({refused[i]})")
+                result.points.append(PointResult(params=p, run_id="", status="skipped", reason=refused[i], steps=[],
+                                                 ranks="not reached", probes=[], not_rehearsed=[]))
+                continue
+            result.points.append(_run_point(tb, s, p, shown, like, overrides, result, timeout=timeout, site=site,
+                                            to=to, note=note))
+        return result
+    finally:
+        if not keep:
+            try:
+                services.destroy(tb)
+            except TestbedError as e:
+                note(f"could not destroy the replica {tb.name}: {e.what} ({e.fix})")
+
+
+def _write_replica_spec(target: TestbedSpec, s: Suite, points: list[dict[str, Any]],
+                        subnet: str) -> tuple[dict[str, Any], Path]:
+    """The replica's spec, written under the state home and checked before anything is made."""
+    from testbed.spec import load_testbed
+
     spec = replica_spec(target, s, points, subnet)
     folder = paths.home() / "rehearse"
     folder.mkdir(parents=True, exist_ok=True)
     spec_path = folder / f"{spec['name']}.yml"
     spec_path.write_text(json.dumps(spec, indent=2) + "\n")  # JSON is YAML
     load_testbed(str(spec_path))  # the replica's own spec is valid before anything is made
-    overrides = sources_mod.for_suite(s, like, sources)
-    _offline_sources(s, overrides, like)
-    kind = str(spec["provider"]["kind"])
-    info = plan_mod.TestbedInfo(spec["name"], kind, [plan_mod.HostInfo(n, n, [], {})
-                                                     for n in spec["provider"]["names"]],
+    return spec, spec_path
+
+
+def _draft_info(target: TestbedSpec, spec: dict[str, Any], subnet: str) -> TestbedInfo:
+    """The replica as a plan sees it before it exists: its hosts, and the real testbed's hardware and vars."""
+    from testbed.run import plan as plan_mod
+
+    kind, names = str(spec["provider"]["kind"]), spec["provider"]["names"]
+    per_host = {"hardware_of": {h: target.hardware.context(h) for h in names},
+                "gpu_declared": [h for h in target.hardware.hosts if target.hardware.gpu_declared(h)]} \
+        if target.hardware.hosts else {}
+    return plan_mod.TestbedInfo(spec["name"], kind, [plan_mod.HostInfo(n, n, [], {}) for n in names],
                                 {"hardware": target.hardware.context(), "subnet": subnet, "name": spec["name"],
-                                 "provider": kind, "ssh_config": "~/.ssh/config", **target.vars,
-                                 **({"hardware_of": {h: target.hardware.context(h) for h in spec["provider"]["names"]},
-                                     "gpu_declared": [h for h in target.hardware.hosts
-                                                      if target.hardware.gpu_declared(h)]}
-                                    if target.hardware.hosts else {})})
+                                 "provider": kind, "ssh_config": "~/.ssh/config", **target.vars, **per_host})
+
+
+def _pick_points(s: Suite, target: TestbedSpec, like: str, info: TestbedInfo, points: list[dict[str, Any]],
+                 overrides: dict[str, Override], *, shapes: bool) -> tuple[list[dict[str, Any]], dict[int, str]]:
+    """The points to rehearse (with ``shapes``: the first of each step shape), each rendered before a host is
+    made (a template, a fault, a host count), and why a run on the real testbed would refuse some (by index)."""
+    from testbed.run import plan as plan_mod
+
     refused: dict[int, str] = {}
     seen: set[tuple[Any, ...]] = set()
     picked: list[dict[str, Any]] = []
-    for p in points:  # every point renders (a template, a fault, a host count) before a host is made
+    for p in points:
         draft = plan_mod.build_plan(s, info, p, overrides=overrides)
         if shapes:
             shape = plan_shape(draft)
@@ -347,53 +394,37 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
             miss = lacks(f.needs, target.hardware.context(f.host), target.kind)
             if miss:  # judged against the real testbed: a run there would be refused
                 refused[i] = f"fault {f.name} needs {', '.join(miss)}, which testbed {like} lacks"
-    points = picked
-    if len(refused) == len(points):
-        raise UsageError(f"nothing to rehearse: {refused[0]}" + (f" (and {plural(len(points) - 1, 'more point')})"
-                                                                 if len(points) > 1 else ""),
+    if len(refused) == len(picked):
+        raise UsageError(f"nothing to rehearse: {refused[0]}" + (f" (and {plural(len(picked) - 1, 'more point')})"
+                                                                 if len(picked) > 1 else ""),
                          where=f"suite {s.name}", fix="choose a fault the testbed has what it needs for, or --like "
                          "a testbed that declares it (hardware:)")
+    return picked, refused
 
-    tb = Resolved.open(str(spec_path))
-    result = RehearsalResult(suite=s.name, like=like, replica=tb.name, setup={},
-                             shape={"hosts": spec["provider"]["names"], "user": spec["user"],
-                                    **target.hardware.context()}, kept=keep)
+
+def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str, overrides: dict[str, Override],
+               result: RehearsalResult, *, timeout: float | None, site: str | None, to: Path,
+               note: Any) -> PointResult:
+    """One point run for real on the replica (its plan made a rehearsal), waited for, collected and judged."""
+    from testbed.run import plan as plan_mod
+    from testbed.run import runner
+    from testbed.run import state as rs
+
+    rinfo = plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store)
+    rinfo.context["spec_known"] = False  # faults were judged against the real testbed already
+    plan = rehearsal_plan(plan_mod.build_plan(s, rinfo, p, overrides=overrides), s, like)
+    made = stand_in_environments(tb, plan, site)
+    if made:
+        result.setup.setdefault("stand_in_environment", sorted(set(made)))
+    note(f"run {plan.run_id}: {shown}")
+    run_id = runner.start_run(plan, store=tb.store)
+    limit = timeout or plan.timeouts.prepare * 2 + plan.timeouts.run + plan.timeouts.post + 60
     try:
-        note(f"replica {tb.name}: {plural(len(spec['provider']['names']), 'local host')} shaped like {like}")
-        services.provision(tb)
-        result.setup = _setup(tb, s, overrides, setup, roles, note)
-        if not result.setup.get("ok", True):
-            return result
-        for i, p in enumerate(points):
-            if i in refused:
-                note(f"point {', '.join(f'{k}={v}' for k, v in p.items() if k in given or matrix)}: skipped "
-                     f"({refused[i]})")
-                result.points.append(PointResult(params=p, run_id="", status="skipped", reason=refused[i], steps=[],
-                                                 ranks="not reached", probes=[], not_rehearsed=[]))
-                continue
-            rinfo = plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store)
-            rinfo.context["spec_known"] = False  # faults were judged against the real testbed above
-            plan = plan_mod.build_plan(s, rinfo, p, overrides=overrides)
-            plan = rehearsal_plan(plan, s, like)
-            made = stand_in_environments(tb, plan, site)
-            if made:
-                result.setup.setdefault("stand_in_environment", sorted(set(made)))
-            note(f"run {plan.run_id}: {', '.join(f'{k}={v}' for k, v in p.items() if k in given or matrix)}")
-            run_id = runner.start_run(plan, store=tb.store)
-            limit = timeout or plan.timeouts.prepare * 2 + plan.timeouts.run + plan.timeouts.post + 60
-            try:
-                rec = runner.wait(run_id, limit, store=tb.store)
-            except TestbedError:  # past every timeout of the suite and more: stopped, and said so
-                runner.stop_run(run_id, store=tb.store)
-                rec = rs.require(tb.store, run_id)
-            result.points.append(_point(tb, plan, rec, to, note))
-        return result
-    finally:
-        if not keep:
-            try:
-                services.destroy(tb)
-            except TestbedError as e:
-                note(f"could not destroy the replica {tb.name}: {e.what} ({e.fix})")
+        rec = runner.wait(run_id, limit, store=tb.store)
+    except TestbedError:  # past every timeout of the suite and more: stopped, and said so
+        runner.stop_run(run_id, store=tb.store)
+        rec = rs.require(tb.store, run_id)
+    return _point(tb, plan, rec, to, note)
 
 
 def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, roles: list[str] | None,
@@ -402,7 +433,7 @@ def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, 
 
     if not setup or not s.profile:
         return {"applied": None, "ok": True, "why": "--no-setup" if s.profile else "the suite has no profile"}
-    extra = services.source_vars(overrides, {x.name: x.repo for x in s.sources}, sources_mod.profile_builds(s.profile))
+    extra = sources_mod.setup_vars(overrides, s)
     note(f"set-up: profile {s.profile}" + (f", roles {', '.join(roles)}" if roles else ""))
     t0 = time.monotonic()
     res = services.setup(tb, profile=s.profile if not roles else None, roles=roles, extra_vars=extra or None).result
@@ -415,7 +446,7 @@ def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, 
     return out
 
 
-def _point(tb: Resolved, plan: Plan, rec: Any, to: Path, note: Any) -> PointResult:
+def _point(tb: Resolved, plan: RunPlan, rec: Any, to: Path, note: Any) -> PointResult:
     from testbed.collect import collect_runs
 
     events = tb.store.events(plan.run_id)

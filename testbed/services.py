@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from testbed.collect import CollectResult
     from testbed.hosts import Host
     from testbed.providers.base import Progress
-    from testbed.records import Plan
+    from testbed.records import RunPlan
     from testbed.remote import HostResult
     from testbed.report.build import ReportResult
     from testbed.report.campaign import IndexResult
@@ -191,7 +191,7 @@ def setup(tb: Resolved, *, profile: str | None = None, suite: str | None = None,
     given = sources_mod.parse(sources or [])
     overrides = sources_mod.overrides_for(sources_mod.spec_sources(tb.name), given,
                                           suite_sources, builds)
-    extra = {**(extra_vars or {}), **source_vars(overrides, suite_sources, builds)}
+    extra = {**(extra_vars or {}), **sources_mod.setup_vars(overrides, s, builds)}
     deadman.touch(tb.name, tb.store)
     res = setup_mod.apply(tb, profile=profile, suite=suite, roles=roles, check=check, verify=verify, limit=limit,
                           extra_vars=extra or None, on_event=on_event)
@@ -211,14 +211,6 @@ def setup_failed(name: str, res: SetupResult, more: str) -> HostsFailed:
         else f": {res.error or f'ansible-playbook exit {res.rc}'}")
     return HostsFailed(what, results=res, failed=bad, where=res.artifact_dir or f"testbed {name}",
                        fix=f"fix the failing task and run it again (testbed setup {name} shows it live); {more}")
-
-
-def source_vars(overrides: dict[str, Any], suite_sources: dict[str, str], builds: Any) -> dict[str, Any]:
-    """The set-up's extra variables that build a profile's sources from the overrides (none: no variable)."""
-    from testbed import sources as sources_mod
-
-    wired = sources_mod.for_setup(overrides, suite_sources, builds) if overrides else {}
-    return {"testbed_source_overrides": wired} if wired else {}
 
 
 def exec_(st: Store, name: str, command: str, hosts: str | Sequence[str] | None = None, *,
@@ -251,7 +243,7 @@ def select(name: str, known: list[Host], hosts: str | Sequence[str] | None) -> l
 class Started:
     """A run started: its plan (hosts, ranks) and id; the set-up applied first, if any."""
 
-    plan: Plan
+    plan: RunPlan
     setup: SetupResult | None = None
 
     @property
@@ -261,7 +253,7 @@ class Started:
 
 def plan(suite: str | Suite, on: str | None, params: dict[str, Any] | None = None, *,
          faults: list[str] | None = None, sources: list[str] | dict[str, str] | None = None,
-         dry_run: bool = False, store: Store | None = None) -> Plan:
+         dry_run: bool = False, store: Store | None = None) -> RunPlan:
     """The whole run rendered, checked against the testbed (nothing touches a host)."""
     from testbed import sources as sources_mod
     from testbed.run import runner
@@ -285,13 +277,12 @@ def start(tb: Resolved, suite: str | Suite, params: dict[str, Any] | None = None
     return Started(p, done)
 
 
-def suite_setup(tb: Resolved, s: Suite, p: Plan, on_event: EventHandler | None = None) -> SetupResult:
+def suite_setup(tb: Resolved, s: Suite, p: RunPlan, on_event: EventHandler | None = None) -> SetupResult:
     """Apply the suite's profile with the run's (or campaign's first run's) source overrides; raises when it
     fails on a host."""
     from testbed import sources as sources_mod
 
-    overrides = {k: sources_mod.Override(**v) for k, v in p.source_overrides.items()}
-    extra = source_vars(overrides, {x.name: x.repo for x in s.sources}, sources_mod.profile_builds(s.profile))
+    extra = sources_mod.setup_vars(p.source_overrides, s)
     done = setup(tb, profile=s.profile, extra_vars=extra or None, on_event=on_event).result
     if not done.ok or done.error:
         raise setup_failed(tb.name, done, "or run without its set-up (--no-setup)")

@@ -19,12 +19,16 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed import paths
 from testbed.errors import UsageError
+from testbed.records import Override
+
+if TYPE_CHECKING:
+    from testbed.suite import Suite
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 HEX_RE = re.compile(r"^[0-9a-f]{7,40}$")
@@ -32,23 +36,6 @@ BUNDLE_REF = "refs/heads/testbed-source"
 GIT_TIMEOUT = 60
 _FIXED_DATES = {"GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
 """Snapshot commits carry fixed dates, so the same files always give the same commit (and one bundle)."""
-
-
-@dataclass
-class Override:
-    """One resolved override."""
-
-    name: str
-    given: str  # as the user wrote it (for messages and the manifest)
-    kind: str  # "path" (bundled here) or "url" (cloned by the hosts)
-    location: str  # absolute path or URL
-    ref: str | None = None
-    commit: str | None = None  # path kind: the commit in the bundle
-    bundle: str | None = None  # path kind: the bundle on the controller
-    dirty: bool = False  # path kind: uncommitted changes were included
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if v not in (None, False)}
 
 
 def parse(items: list[str], where: str = "--source") -> dict[str, str]:
@@ -234,9 +221,20 @@ def profile_builds(profile: str | None) -> dict[str, str]:
     return out
 
 
-def for_setup(overrides: dict[str, Override], suite_sources: dict[str, str],
-              builds: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """The extra var ``testbed_source_overrides`` for the source_build role: {build name: override}."""
+def setup_vars(overrides: Mapping[str, Override], suite: Suite | None,
+               builds: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The set-up's extra vars that carry ``overrides`` to the source_build role:
+    ``{"testbed_source_overrides": {build name: override}}``, or {} when no build is overridden.
+
+    An override applies to the profile build of its name, and one of a ``suite``'s sources also to the builds of
+    the same repository. ``builds``: the profile's builds (:func:`profile_builds`) when already read, else those
+    of the suite's profile.
+    """
+    if not overrides:
+        return {}
+    if builds is None:
+        builds = profile_builds(suite.profile if suite is not None else None)
+    suite_sources = {x.name: x.repo for x in suite.sources} if suite is not None else {}
     out: dict[str, dict[str, Any]] = {}
     for name, o in overrides.items():
         targets = [name] if name in builds else []
@@ -245,7 +243,7 @@ def for_setup(overrides: dict[str, Override], suite_sources: dict[str, str],
             targets += [b for b, repo in builds.items() if repo_key(repo) == key and b not in targets]
         for b in targets:
             out[b] = {"kind": o.kind, "location": o.location, "ref": o.ref, "commit": o.commit, "bundle": o.bundle}
-    return out
+    return {"testbed_source_overrides": out} if out else {}
 
 
 def spec_sources(testbed: str | None) -> dict[str, str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from testbed.records import Plan, RelaunchStep
+from testbed.records import RelaunchStep, RunPlan
 from testbed.run.plan import HostInfo, TestbedInfo, build_plan
 from testbed.suite import load_suite, resolve_params
 
@@ -242,7 +242,7 @@ def points(suite_name: str) -> list[dict[str, Any]]:
     return pts
 
 
-def plan_for(suite_name: str, given: dict[str, Any], faults: list[str] | None = None) -> Plan:
+def plan_for(suite_name: str, given: dict[str, Any], faults: list[str] | None = None) -> RunPlan:
     s = load_suite(suite_name)
     params = resolve_params(s, {k: str(v) for k, v in given.items()})
     n = max(8, s.requires.hosts)
@@ -252,7 +252,7 @@ def plan_for(suite_name: str, given: dict[str, Any], faults: list[str] | None = 
     return build_plan(s, tb, params, faults=faults)
 
 
-def commands(plan: Plan) -> list[tuple[str, str, str | None]]:
+def commands(plan: RunPlan) -> list[tuple[str, str, str | None]]:
     """(where, command, cwd) of every step and rank of the plan (recovery included)."""
     out: list[tuple[str, str, str | None]] = []
     for phase, steps in (("prepare", plan.prepare), ("post", plan.post)):

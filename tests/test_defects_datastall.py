@@ -17,7 +17,7 @@ import pytest
 import yaml
 from artifacts import ARTIFACTS, artifact, plan_for, points, python_calls, read_parser
 
-from testbed.records import Plan
+from testbed.records import RunPlan
 from testbed.spec import inventory_path, load_testbed
 from testbed.suite import load_suite
 
@@ -44,14 +44,14 @@ def _parser() -> Any:
     return read_parser(_app() / SCRIPT)
 
 
-def _emulator_calls(plan: Plan) -> list[Any]:
+def _emulator_calls(plan: RunPlan) -> list[Any]:
     """(argv namespace) of every emulator run of the point, in order, parsed by the script's own parser."""
     r = plan.ranks[0]
     parser = _parser()
     return [parser.parse(c.argv) for c in python_calls(r.command, r.cwd) if c.script.endswith(SCRIPT)]
 
 
-def _written(plan: Plan) -> list[str]:
+def _written(plan: RunPlan) -> list[str]:
     """Host paths the launch writes: its redirections, and the per-batch CSV the emulator writes in its folder."""
     r = plan.ranks[0]
     here = r.cwd or plan.run_dir
@@ -64,10 +64,10 @@ def _written(plan: Plan) -> list[str]:
     return out
 
 
-_PLANS: dict[str, Plan] = {}
+_PLANS: dict[str, RunPlan] = {}
 
 
-def _plan(given: dict[str, Any]) -> Plan:
+def _plan(given: dict[str, Any]) -> RunPlan:
     key = repr(sorted(given.items()))
     if key not in _PLANS:
         _PLANS[key] = plan_for(SUITE, given)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from artifacts import artifact
 
-from testbed.records import Plan, RunStep
+from testbed.records import RunPlan, RunStep
 from testbed.run.plan import HostInfo, TestbedInfo, build_plan
 from testbed.suite import load_suite, resolve_params
 
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "playbooks" / "profiles" / "neuronabox.yml"
 
 
-def plan(hardware: dict[str, Any] | None = None, subnet: str = "0.0.0.0/0", **given: Any) -> Plan:
+def plan(hardware: dict[str, Any] | None = None, subnet: str = "0.0.0.0/0", **given: Any) -> RunPlan:
     s = load_suite("neuronabox")
     hw = {"shared_home": False, "interface": None, "gpu_model": None, "gpus": 0, "login_shell": None,
           **(hardware or {})}
@@ -34,7 +34,7 @@ def plan(hardware: dict[str, Any] | None = None, subnet: str = "0.0.0.0/0", **gi
     return build_plan(s, tb, resolve_params(s, {k: str(v) for k, v in given.items()}))
 
 
-def step_named(p: Plan, word: str) -> RunStep:
+def step_named(p: RunPlan, word: str) -> RunStep:
     return next(s for s in p.prepare if word in s.name)
 
 

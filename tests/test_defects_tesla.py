@@ -15,7 +15,7 @@ import pytest
 import yaml
 from artifacts import artifact, python_calls, read_parser
 
-from testbed.records import Plan
+from testbed.records import RunPlan
 from testbed.run.plan import HostInfo, TestbedInfo, build_plan
 from testbed.spec import Hardware, load_testbed
 from testbed.suite import expand_matrix, load_suite, resolve_params
@@ -33,7 +33,7 @@ def tesla() -> Path:
     return artifact("Scalable_ViT_DT") / "tesla"
 
 
-def plan(given: dict[str, Any], *, shared_home: bool = False, interface: str | None = None) -> Plan:
+def plan(given: dict[str, Any], *, shared_home: bool = False, interface: str | None = None) -> RunPlan:
     s = load_suite(SUITE)
     hosts = [HostInfo(f"ecetesla{i}", f"10.0.0.{i + 2}", ["master"] if i == 0 else ["workers"], {}) for i in range(5)]
     hw = Hardware(shared_home=shared_home, interface=interface).context()
@@ -47,7 +47,7 @@ def points() -> list[dict[str, Any]]:
         {"task": t} for t in ("gpu-check", "nccl-test", "baseline")]
 
 
-def rank_call(p: Plan) -> tuple[str, list[str], str]:
+def rank_call(p: RunPlan) -> tuple[str, list[str], str]:
     """(working folder after the rank's own `cd`, argv, the rank's shell text) of the Python program a rank runs."""
     (call,) = python_calls(p.ranks[0].command, p.ranks[0].cwd)
     inner = shlex.split(p.ranks[0].command)[-1]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import TestbedError, UsageError
-from testbed.records import Plan, RelaunchStep, RunStep
+from testbed.records import RelaunchStep, RunPlan, RunStep
 from testbed.run import runner
 from testbed.run import state as rs
 from testbed.run.plan import dry_run_lines
@@ -23,7 +23,7 @@ CASES = {"fault-drill": ("fault-drill", {}, ["kill-rank", "kill-rank-at"]),
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_plan_file_in_the_earlier_shape_loads_and_gives_it_back(name: str) -> None:
     path = PLANS / f"{name}.json"
-    plan = Plan.load(path)
+    plan = RunPlan.load(path)
     assert plan.to_json() == json.loads(path.read_text())  # nothing lost, nothing added
     assert dry_run_lines(plan)[0]["phase"] == "setup"
     for f in plan.faults:
@@ -55,7 +55,7 @@ def _shape(v: object, drop: str = "") -> object:
 
 
 def test_a_plan_file_round_trips_through_the_run_home(tb_home: Path) -> None:
-    plan = Plan.load(PLANS / "jitc.json")
+    plan = RunPlan.load(PLANS / "jitc.json")
     path = rs.save_plan(plan)
     assert rs.load_plan(plan.run_id) == plan and "environments" not in json.loads(path.read_text())["sources"][0]
     with pytest.raises(UsageError, match="has no plan file"):
@@ -101,5 +101,5 @@ def test_a_plan_with_repair_and_checkpoint_round_trips(tb_home: Path) -> None:
     assert f.action == "kill-host" and f.when == "epoch [0-9]+ step 7 loss"  # 2 + 5 * 7 % 10
     assert [type(s) for s in f.recovery_steps(1)] == [RepairStep, RelaunchStep]
     assert [type(s) for s in plan.recovery["1"]] == [RepairStep, RelaunchStep] and set(plan.recovery) == {"1", "2"}
-    assert Plan.model_validate(plan.to_json()) == plan
+    assert RunPlan.model_validate(plan.to_json()) == plan
     assert any(ln["step"] == "repair any lost host and set it up again" for ln in dry_run_lines(plan))

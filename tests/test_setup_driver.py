@@ -169,8 +169,8 @@ def test_result_json_and_tables() -> None:
     from rich.console import Console
 
     r = setup.SetupResult(testbed="tb", plan="base", roles=["ssh_mesh"], check=False, rc=2, status="failed",
-                          elapsed=3.14159, hosts={"a": setup.HostResult("a", ok=3, changed=1),
-                                                  "b": setup.HostResult("b", ok=1, failed=1, error="boom",
+                          elapsed=3.14159, hosts={"a": setup.HostSetupResult("a", ok=3, changed=1),
+                                                  "b": setup.HostSetupResult("b", ok=1, failed=1, error="boom",
                                                                         error_task="x")})
     d = json.loads(r.to_json())
     assert d["ok"] is False and d["elapsed"] == 3.14 and d["changed_total"] == 1

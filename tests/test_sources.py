@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -98,9 +99,19 @@ def test_run_override_unknown_name_refused_and_bundle_planned(tb_home: Path, rep
     assert "src-jitc.bundle" in cmd and git(repo, "rev-parse", "HEAD") in cmd
     assert plan.source_info["jitc"]["override"] == str(repo)
     # the profile's build of the same repository (open-jitc) gets the same override
-    builds = sources.for_setup({"jitc": sources.Override(**plan.source_overrides["jitc"])},
-                               {x.name: x.repo for x in s.sources}, sources.profile_builds(s.profile))
-    assert set(builds) == {"open-jitc"} and builds["open-jitc"]["commit"] == git(repo, "rev-parse", "HEAD")
+    # the plan carries the resolved override, typed, through its file (unset fields left out of it)
+    o = plan.source_overrides["jitc"]
+    assert isinstance(o, sources.Override) and o.kind == "path" and o.commit == git(repo, "rev-parse", "HEAD")
+    assert plan.to_json()["source_overrides"]["jitc"] == o.to_dict() and "ref" not in o.to_dict()
+    again = type(plan).model_validate(json.loads(json.dumps(plan.to_json())))
+    assert again.source_overrides == plan.source_overrides
+    # the profile's build of the same repository (open-jitc) gets the same override
+    extra = sources.setup_vars(again.source_overrides, s)
+    builds = extra["testbed_source_overrides"]
+    assert set(extra) == {"testbed_source_overrides"} and set(builds) == {"open-jitc"}
+    assert builds["open-jitc"]["commit"] == git(repo, "rev-parse", "HEAD") and builds["open-jitc"]["kind"] == "path"
+    assert sources.setup_vars({}, s) == {} and sources.setup_vars(again.source_overrides, None, {}) == {}
+    assert set(sources.setup_vars(again.source_overrides, None, {"jitc": "x"})["testbed_source_overrides"]) == {"jitc"}
 
 
 @pytest.mark.parametrize("pattern, ok", [

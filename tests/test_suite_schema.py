@@ -11,7 +11,7 @@ import pytest
 
 from testbed import suite
 from testbed.errors import UsageError
-from testbed.records import Plan
+from testbed.records import RunPlan
 from testbed.run import runner
 from testbed.run.plan import dry_run_lines
 
@@ -23,7 +23,7 @@ def _env(tb_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WATID", "jdoe")
 
 
-def commands(plan: Plan, phase: str | None = None) -> list[str]:
+def commands(plan: RunPlan, phase: str | None = None) -> list[str]:
     return [ln["command"] for ln in dry_run_lines(plan) if phase is None or ln["phase"] == phase]
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from testbed import remote, scripts
 from testbed.errors import TestbedError
-from testbed.records import Plan, PlanHost, PlanTimeouts, Rank
+from testbed.records import PlanHost, PlanTimeouts, Rank, RunPlan
 from testbed.run import remote as run_remote
 
 SCRIPTS = sorted((Path(scripts.__file__).parent).glob("*.sh"))
@@ -135,7 +135,7 @@ def test_run_scripts_upload_launch_poll_and_signal_here(tmp_path: Path) -> None:
     home.mkdir()
     ranks = [Rank(rank=0, host="here", address="127.0.0.1", env={"MSG": "hi $(x)"}, command='echo "$MSG"; echo ready'),
              Rank(rank=1, host="here", address="127.0.0.1", command="echo ready; sleep 60")]
-    plan = Plan(run_id="r", suite="s", testbed="here", provider="local", params={}, run_dir="~/runs/r 1",
+    plan = RunPlan(run_id="r", suite="s", testbed="here", provider="local", params={}, run_dir="~/runs/r 1",
                 hosts=[PlanHost(name="here", address="127.0.0.1")], master="here", ranks=ranks,
                 timeouts=PlanTimeouts(prepare=1, run=1, post=1, grace=1, unreachable=1, poll=1))
     rd = home / "runs/r 1"

@@ -20,7 +20,7 @@ from testbed.textfmt import iso, plural
 T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from testbed.records import Plan, RunRecord
+    from testbed.records import RunPlan, RunRecord
     from testbed.setup.events import EventHandler
     from testbed.state import Store
 
@@ -168,7 +168,7 @@ def _collect(run_ids: list[str]) -> None:
         raise problem
 
 
-def _warn_refused(plan: Plan) -> None:
+def _warn_refused(plan: RunPlan) -> None:
     """A dry run the real run would refuse (the suite's provider or accelerator): after the commands, the same
     refusal as one error, exit 2, as the real run would end (before touching a host)."""
     if not plan.refused:
@@ -181,7 +181,7 @@ def _warn_refused(plan: Plan) -> None:
                      where=r.get("where"), fix=r.get("fix"))
 
 
-def _show_dry_run(plan: Plan, json_out: bool) -> None:
+def _show_dry_run(plan: RunPlan, json_out: bool) -> None:
     from rich.markup import escape
 
     from testbed.run.plan import dry_run_lines
@@ -444,7 +444,7 @@ class _LiveRun:
     every = 3.0  # seconds between two reads of the ranks' last lines
     most = 8  # ranks shown; the rest counted
 
-    def __init__(self, run_id: str, plan: Plan) -> None:
+    def __init__(self, run_id: str, plan: RunPlan) -> None:
         import time
 
         self.run_id, self.plan, self.t0 = run_id, plan, time.monotonic()

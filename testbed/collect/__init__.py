@@ -224,64 +224,104 @@ def _run_hosts(st: Store, run: RunRecord) -> list[Host]:
 def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | None, timeout: float,
                  io_timeout: float, bwlimit_kbps: int | None, force_sftp: bool) -> CollectResult:
     t0 = time.monotonic()
-    run_id, suite, testbed = run.id, run.suite, run.testbed
-    info = run.info.to_json()  # the listing and transfer read the stored keys
-    folder = run_folder(to, suite, run_id)
-    res = CollectResult(run_id, suite, folder)
+    folder = run_folder(to, run.suite, run.id)
+    res = CollectResult(run.id, run.suite, folder)
     gone = hosts_gone(st, run)
-    tb = st.testbed(testbed)
+    tb = st.testbed(run.testbed)
     if gone is not None or tb is None:
-        _kept_or_lost(res, run, gone or f"testbed '{testbed}' is not recorded any more")
+        _kept_or_lost(res, run, gone or f"testbed '{run.testbed}' is not recorded any more")
         return res
     hosts = _run_hosts(st, run)
-    bad = [h.name for h in hosts if not _SAFE_NAME.match(h.name)]
-    if bad:
-        res.error = f"host name(s) unusable as folder names: {', '.join(bad)}"
-        return res
     old = mf.load(folder)
-    if old and old.get("run_id") != run_id:
-        res.error = (f"{folder} holds the results of run {old.get('run_id')!r}, not of {run_id}: its files are never "
-                     f"mixed with another run's; move that folder away or collect into another --to")
+    res.error = _refused(run, hosts, folder, old)
+    if res.error:
         return res
     made = _missing_parents(folder, Path(to))  # removed again when nothing of the run could be fetched
     folder.mkdir(parents=True, exist_ok=True)
     old_facts = {h.get("name"): h.get("facts") or {} for h in old.get("hosts") or [] if isinstance(h, dict)}
     have_software = bool((old.get("software") or {}).get("pip_freeze"))
-    lock = threading.Lock()
-    rdir = run.info.run_dir or f"{RUNS_DIR}/{run_id}"
-    ctx = Ctx(st, lock, testbed, run_id, folder, info, progress, timeout, io_timeout, bwlimit_kbps, force_sftp,
-               final=run_ended(run), shared_home=bool(run.info.shared_home) and rdir.startswith("~"))
+    rdir = run.info.run_dir or f"{RUNS_DIR}/{run.id}"
+    ctx = Ctx(st, threading.Lock(), run.testbed, run.id, folder, run.info.to_json(), progress, timeout, io_timeout,
+              bwlimit_kbps, force_sftp, final=run_ended(run),
+              shared_home=bool(run.info.shared_home) and rdir.startswith("~"))
     if not ctx.final:
         res.notes.append(f"run is still {run.status}: files collected now may be replaced by their final "
                          f"version on the next collect")
-    gathered: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
-    sw_host = hosts[0].name if hosts and not have_software else None  # the run's software is read there
-    python = str(info.get("python") or "python3")
-    sw_lines: list[str] = []
-    sw_threads: list[threading.Thread] = []
+    sw = _Software(ctx, hosts[0].name if hosts and not have_software else None)  # the run's software is read there
+    gathered = _fetch_hosts(ctx, res, hosts, old_facts, sw)
+    facts, software = _facts_and_software(old, old_facts, gathered, sw.lines, have_software)
+    files = _manifest_files(ctx, hosts, rdir)
+    stray = _stray_files(folder, {(f["host"], f["path"]) for f in files}, {h.name for h in hosts})
+    if stray:
+        res.notes.append(f"{plural(len(stray), 'file')} under {folder}: not verified files of this run, left out "
+                         f"of its manifest: {', '.join(stray[:3])}{' …' if len(stray) > 3 else ''}")
+    if not files and not old:  # nothing of the run was fetched: no manifest-only folder, which would read as a run
+        _remove_empty(made)
+        if not any(h.error for h in res.hosts):
+            res.notes.append("no file of this run was found on its hosts: no manifest written")
+    else:
+        man = mf.build(st, run.id, hosts=hosts, facts=facts, software=software, files=files,
+                       provider=tb["provider"])
+        _write_manifest(res, man, old)
+    res.seconds = round(time.monotonic() - t0, 3)
+    return res
 
-    def read_software(lst: Listing) -> None:
+
+def _refused(run: RunRecord, hosts: list[Host], folder: Path, old: dict[str, Any]) -> str | None:
+    """Why the run cannot be collected into ``folder`` (``old``: the manifest there), before anything is written."""
+    bad = [h.name for h in hosts if not _SAFE_NAME.match(h.name)]
+    if bad:
+        return f"host name(s) unusable as folder names: {', '.join(bad)}"
+    if old and old.get("run_id") != run.id:
+        return (f"{folder} holds the results of run {old.get('run_id')!r}, not of {run.id}: its files are never "
+                f"mixed with another run's; move that folder away or collect into another --to")
+    return None
+
+
+class _Software:
+    """The run's software (python, pip freeze, source commits), read on one host (``host``; None: the manifest
+    has it already) beside the transfers."""
+
+    def __init__(self, ctx: Ctx, host: str | None):
+        self.ctx, self.host = ctx, host
+        self.python = str(ctx.info.get("python") or "python3")
+        self.lines: list[str] = []
+        self.threads: list[threading.Thread] = []
+
+    def read(self, lst: Listing) -> None:
         """The first host's listing is back: its software from the cache while the host's fingerprint holds,
         else a pip freeze in a session of its own, beside the transfers."""
-        assert sw_host is not None
+        assert self.host is not None
+        st, testbed, host = self.ctx.store, self.ctx.testbed, self.host
         commits = [ln for ln in lst.fact_lines if ln.startswith("@S ")]
-        hit = swcache.cached(st, testbed, sw_host, python, mf.parse_fact_lines(lst.fact_lines)[1].get("_fingerprint"))
+        hit = swcache.cached(st, testbed, host, self.python,
+                             mf.parse_fact_lines(lst.fact_lines)[1].get("_fingerprint"))
         if hit is not None:
-            sw_lines.extend(hit + commits)
+            self.lines.extend(hit + commits)
             return
 
         def gather() -> None:
-            lines = gather_software(ctx, sw_host)
-            swcache.remember(st, testbed, sw_host, python, lines)
-            sw_lines.extend(lines)
+            lines = gather_software(self.ctx, host)
+            swcache.remember(st, testbed, host, self.python, lines)
+            self.lines.extend(lines)
 
         t = threading.Thread(target=gather, daemon=True, name="collect-software")
-        sw_threads.append(t)
+        self.threads.append(t)
         t.start()
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join()
+
+
+def _fetch_hosts(ctx: Ctx, res: CollectResult, hosts: list[Host], old_facts: dict[Any, Any],
+                 sw: _Software) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """List and transfer every host in parallel (``res.hosts``); the facts each listing printed, by host."""
+    gathered: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
 
     def one(h: Host) -> HostCollect:
         hc, fact_lines = _collect_host(ctx, h, not (old_facts.get(h.name) or {}).get("kernel"),
-                                       software=read_software if h.name == sw_host else None)
+                                       software=sw.read if h.name == sw.host else None)
         if fact_lines:
             gathered[h.name] = mf.parse_fact_lines(fact_lines)
         return hc
@@ -290,9 +330,14 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
     lead = [one(hosts[0])] if ctx.shared_home and len(hosts) > 1 else []
     with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts))), thread_name_prefix="collect") as pool:
         res.hosts = lead + list(pool.map(one, hosts[len(lead):]))
-    for t in sw_threads:
-        t.join()
+    sw.join()
+    return gathered
 
+
+def _facts_and_software(old: dict[str, Any], old_facts: dict[Any, Any],
+                        gathered: dict[str, tuple[dict[str, Any], dict[str, Any]]], sw_lines: list[str],
+                        have_software: bool) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Each host's facts and the run's software: what this collect read, else what the manifest held."""
     facts: dict[str, dict[str, Any]] = {str(name): dict(f) for name, f in old_facts.items() if isinstance(f, dict)}
     software: dict[str, Any] = {}
     if have_software:
@@ -304,34 +349,29 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
             facts[name] = f
     if sw_lines:
         software = mf.parse_fact_lines(sw_lines)[1] or software
-    rows = st.collected(run_id, verified=True)
+    return facts, software
+
+
+def _manifest_files(ctx: Ctx, hosts: list[Host], rdir: str) -> list[dict[str, Any]]:
+    """The run's verified files (this collect's, and earlier ones' still unchanged on disk) as manifest rows."""
+    rows = ctx.store.collected(ctx.run_id, verified=True)
     listed = {(r.host, r.path): (r.sha256, r.size) for r in rows}
     listed.update(ctx.verified)
     host_names = {h.name for h in hosts}
     collected_at = {(r.host, r.path): r.collected for r in rows}
-    files: list[dict[str, Any]] = [
-        {"host": h, "path": p, "from": origin(p, rdir), "sha256": sha, "size": size}
-        for (h, p), (sha, size) in listed.items()
-        if h in host_names and ((h, p) in ctx.verified or
-                                unchanged_since(folder / h / p, sha, size, collected_at.get((h, p), 0)))]
-    stray = _stray_files(folder, {(f["host"], f["path"]) for f in files}, host_names)
-    if stray:
-        res.notes.append(f"{plural(len(stray), 'file')} under {folder}: not verified files of this run, left out "
-                         f"of its manifest: {', '.join(stray[:3])}{' …' if len(stray) > 3 else ''}")
-    if not files and not old:  # nothing of the run was fetched: no manifest-only folder, which would read as a run
-        _remove_empty(made)
-        if not any(h.error for h in res.hosts):
-            res.notes.append("no file of this run was found on its hosts: no manifest written")
-        res.seconds = round(time.monotonic() - t0, 3)
-        return res
-    man = mf.build(st, run_id, hosts=hosts, facts=facts, software=software, files=files, provider=tb["provider"])
+    return [{"host": h, "path": p, "from": origin(p, rdir), "sha256": sha, "size": size}
+            for (h, p), (sha, size) in listed.items()
+            if h in host_names and ((h, p) in ctx.verified or
+                                    unchanged_since(ctx.folder / h / p, sha, size, collected_at.get((h, p), 0)))]
+
+
+def _write_manifest(res: CollectResult, man: dict[str, Any], old: dict[str, Any]) -> None:
+    folder = res.path
     try:  # the same manifest as the one read at the start (an unchanged re-collect): nothing to write
         res.manifest = folder / mf.MANIFEST if man == old else mf.write(folder, man)
     except OSError as e:  # a full disk, a read-only folder: the files stay, the manifest is written next time
         res.error = (f"cannot write {folder / mf.MANIFEST}: {e.strerror}; the files collected so far are kept: "
                      "free some space (or choose another --to) and collect again")
-    res.seconds = round(time.monotonic() - t0, 3)
-    return res
 
 
 def _kept_or_lost(res: CollectResult, run: RunRecord, gone: str) -> None:

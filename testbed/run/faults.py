@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError
-from testbed.records import FaultPlan, Plan, RunStep
+from testbed.records import FaultPlan, RunPlan, RunStep
 from testbed.run import remote as run_remote
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def due(fault: FaultPlan, launched: float, now: float, matched: set[str]) -> boo
     return fault.name in matched
 
 
-def fire(plan: Plan, fault: FaultPlan, store: Store) -> dict[str, Any]:
+def fire(plan: RunPlan, fault: FaultPlan, store: Store) -> dict[str, Any]:
     """Fire ``fault``; returns the event detail (what was done, where, and the outcome)."""
     action, host = fault.action, fault.host
     detail: dict[str, Any] = {"fault": fault.name, "action": action, "host": host, "rank": fault.rank}
@@ -61,7 +61,7 @@ def fire(plan: Plan, fault: FaultPlan, store: Store) -> dict[str, Any]:
     return detail
 
 
-def restore(plan: Plan, fault: FaultPlan, store: Store) -> dict[str, Any] | None:
+def restore(plan: RunPlan, fault: FaultPlan, store: Store) -> dict[str, Any] | None:
     """Undo ``fault`` where it can be undone (its restore command; a cut network); None when nothing to do."""
     host = fault.host
     if fault.action == "cut-network":

@@ -1,6 +1,6 @@
 """Suite + testbed + parameters -> a plan: every command of a run, rendered, per host and rank, in order.
 
-A plan is a ``testbed.records.Plan``, stored as JSON next to the run's state, so the detached supervisor,
+A plan is a ``testbed.records.RunPlan``, stored as JSON next to the run's state, so the detached supervisor,
 ``--dry-run`` and the tests all see exactly the same commands. Hosts come from state; for a dry run of a testbed
 that is not provisioned they come from its spec (lab) or are placeholders ``host0``, ``host1``, ...
 """
@@ -11,7 +11,7 @@ import re
 import secrets
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError
@@ -19,13 +19,13 @@ from testbed.records import (
     Check,
     CheckpointPlan,
     FaultPlan,
-    Plan,
     PlanHost,
     PlanStep,
     PlanTimeouts,
     Rank,
     RelaunchStep,
     RepairStep,
+    RunPlan,
     RunStep,
 )
 from testbed.spec import CAPABILITIES, Hardware
@@ -258,23 +258,65 @@ def check_fault_needs(suite: Suite, fname: str, tb: TestbedInfo, host: str | Non
                               or f"{suite.name}: faults.{fname}.needs", fix=fix)
 
 
-def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id: str | None = None,
-               faults: list[str] | None = None, only_hosts: list[str] | None = None,
-               overrides: dict[str, Override] | None = None) -> Plan:
-    """Render every command of one run. Raises UsageError (bad template, unknown fault) before any host.
+@dataclass
+class _Scope:
+    """What every section of a plan is rendered with: the suite, the testbed, the template context, the run's
+    hosts (master first) and, once rendered, its ranks."""
 
-    ``overrides``: resolved source overrides (``testbed.sources.Override`` by name).
-    """
-    from testbed import sources as sources_mod
+    suite: Suite
+    tb: TestbedInfo
+    base: dict[str, Any]  # the template context every command starts from
+    params: dict[str, Any]  # the suite's parameters, template defaults rendered
+    hosts: list[HostInfo]
+    rank_slots: list[tuple[str, int]]  # (host, local rank) of each rank, in rank order
+    launch_needs: list[str]
+    ranks: list[Rank] = field(default_factory=list)
 
-    overrides = overrides or {}
-    rid = run_id or new_run_id(suite.name)
+    @property
+    def addr(self) -> dict[str, str]:
+        return {h.name: h.address for h in self.hosts}
+
+    @property
+    def shared_home(self) -> bool:
+        return bool(self.tb.context.get("hardware", {}).get("shared_home"))
+
+    def host_hardware(self, h: str) -> Any:
+        """{{ host_hardware }}: this host's hardware (the spec's hardware.hosts.<h> over the testbed's)."""
+        return (self.tb.context.get("hardware_of") or {}).get(h, self.tb.context.get("hardware") or {})
+
+    def select(self, on: str, where: str, at: str | None = None) -> list[str]:
+        return _select(on, self.hosts, self.ranks, where, at)
+
+    def environment(self, ctx: dict[str, Any]) -> str | None:
+        """The suite's ``environment:`` (a command's wrapper) rendered in ``ctx``; None without one."""
+        if not self.suite.environment:
+            return None
+        return render(self.suite.environment, ctx, shell=False, where=f"{self.suite.name}: environment",
+                      at=self.suite.at("environment")) or None
+
+
+@dataclass
+class _Sources:
+    """The plan's source checkouts: their steps, what the manifest records of each, and the bundles to ship."""
+
+    steps: list[RunStep]
+    info: dict[str, dict[str, Any]]
+    files: dict[str, str]  # name in the run folder -> path on the controller
+
+
+def _chosen_faults(suite: Suite, params: dict[str, Any], faults: list[str] | None) -> list[str]:
+    """The faults this run fires: ``faults``, else a 'fault' parameter's value, else the suite's defaults."""
     if faults is None and "fault" in suite.parameters and "fault" in params:  # a 'fault' parameter picks it
         faults = [] if params["fault"] in ("", "none", None) else [str(params["fault"])]
-    chosen = list(dict.fromkeys(suite.default_faults if faults is None else faults))
-    rdir = run_dir(rid)
+    return list(dict.fromkeys(suite.default_faults if faults is None else faults))
+
+
+def _scope(suite: Suite, tb: TestbedInfo, params: dict[str, Any], rid: str, chosen: list[str],
+           only_hosts: list[str] | None) -> _Scope:
+    """The template context (parameters, their template defaults rendered, hosts, the suite's vars) and the run's
+    hosts and rank slots."""
     base: dict[str, Any] = {**params, "params": params, "testbed": tb.context, "suite": suite.name, "run_id": rid,
-                            "run_dir": Raw(rdir), "hostfile": "hostfile", "attempt": 0, "recovering": False,
+                            "run_dir": Raw(run_dir(rid)), "hostfile": "hostfile", "attempt": 0, "recovering": False,
                             "testbed_hosts": len(tb.hosts), "faults": chosen}
     params = dict(params)
     for k, v in params.items():  # a default may be a template (``{{ testbed.python | default('python3') }}``)
@@ -293,85 +335,98 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     base["world_size"] = len(rank_slots)
     launch_needs = list(launch.needs if launch.needs is not None else
                         [a for a in [suite.requires.accelerator] if a in ("gpu", "tpu")])
-    addr = {h.name: h.address for h in hosts}
-    shared_home = bool(tb.context.get("hardware", {}).get("shared_home"))
-    env_lines = _env_lines(suite.env, suite.at("env"))
-    _env_names(launch.env, f"{suite.name}: steps.launch.env", suite.at("steps", "launch", "env"))
+    return _Scope(suite, tb, base, params, hosts, rank_slots, launch_needs)
 
-    def host_hardware(h: str) -> Any:
-        """{{ host_hardware }}: this host's hardware (the spec's hardware.hosts.<h> over the testbed's)."""
-        return (tb.context.get("hardware_of") or {}).get(h, tb.context.get("hardware") or {})
 
-    def environment(ctx: dict[str, Any]) -> str | None:
-        if not suite.environment:
-            return None
-        return render(suite.environment, ctx, shell=False, where=f"{suite.name}: environment",
-                      at=suite.at("environment")) or None
+def _ranks(sc: _Scope, attempt: int, command: str, command_at: str) -> list[Rank]:
+    """Every rank of the launch (``command`` rendered per rank) for ``attempt`` (0: the first launch)."""
+    suite, launch, addr = sc.suite, sc.suite.steps.launch, sc.addr
+    out = []
+    for k, (h, local) in enumerate(sc.rank_slots):
+        ctx = {**sc.base, "rank": k, "local_rank": local, "host": h, "address": addr[h], "attempt": attempt,
+               "recovering": attempt > 0, "host_hardware": sc.host_hardware(h)}
+        env = {key: render(v, ctx, shell=False, where=f"{suite.name}: steps.launch.env.{key}",
+                           at=suite.at("steps", "launch", "env", key)) for key, v in launch.env.items()}
+        out.append(Rank(rank=k, host=h, address=addr[h], attempt=attempt,
+                        command=render(command, ctx, where=f"{suite.name}: steps.launch.command", at=command_at),
+                        env=env, cwd=render(launch.cwd, ctx, where=f"{suite.name}: steps.launch.cwd",
+                                            at=suite.at("steps", "launch", "cwd")) if launch.cwd else None,
+                        environment=sc.environment(ctx), needs=sc.launch_needs))
+    return out
 
-    def ranks_for(attempt: int, command: str, command_at: str) -> list[Rank]:
-        out = []
-        for k, (h, local) in enumerate(rank_slots):
-            ctx = {**base, "rank": k, "local_rank": local, "host": h, "address": addr[h], "attempt": attempt,
-                   "recovering": attempt > 0, "host_hardware": host_hardware(h)}
-            env = {key: render(v, ctx, shell=False, where=f"{suite.name}: steps.launch.env.{key}",
-                               at=suite.at("steps", "launch", "env", key)) for key, v in launch.env.items()}
-            out.append(Rank(rank=k, host=h, address=addr[h], attempt=attempt,
-                            command=render(command, ctx, where=f"{suite.name}: steps.launch.command", at=command_at),
-                            env=env, cwd=render(launch.cwd, ctx, where=f"{suite.name}: steps.launch.cwd",
-                                                at=suite.at("steps", "launch", "cwd")) if launch.cwd else None,
-                            environment=environment(ctx), needs=launch_needs))
-        return out
 
-    ranks = ranks_for(0, launch.command, suite.at("steps", "launch", "command"))
-    gpu_needs = sorted(set(launch_needs) & {"gpu", "cuda", "nvidia-driver"})
-    for r in ranks:  # a rank that needs a GPU, on a host the spec itself says has none
-        if gpu_needs and r.host in (tb.context.get("gpu_declared") or []) and not host_hardware(r.host).get("gpus"):
-            raise UsageError(f"rank {r.rank} of suite '{suite.name}' needs {', '.join(gpu_needs)}, but host "
-                             f"{r.host} of testbed '{tb.name}' has no GPU (hardware.hosts.{r.host})",
-                             where=suite.at("steps", "launch", "on") or f"{suite.name}: steps.launch.on",
+def _check_gpu_ranks(sc: _Scope) -> None:
+    """Refuse a rank that needs a GPU on a host the spec itself says has none."""
+    gpu_needs = sorted(set(sc.launch_needs) & {"gpu", "cuda", "nvidia-driver"})
+    declared = sc.tb.context.get("gpu_declared") or []
+    for r in sc.ranks:
+        if gpu_needs and r.host in declared and not sc.host_hardware(r.host).get("gpus"):
+            raise UsageError(f"rank {r.rank} of suite '{sc.suite.name}' needs {', '.join(gpu_needs)}, but host "
+                             f"{r.host} of testbed '{sc.tb.name}' has no GPU (hardware.hosts.{r.host})",
+                             where=sc.suite.at("steps", "launch", "on") or f"{sc.suite.name}: steps.launch.on",
                              fix="place the ranks on the GPU hosts (steps.launch.on: a group of them, or "
                                  "placement.hosts), or correct hardware.hosts in the testbed's spec")
 
-    def steps(items: list[Step], phase: str, attempt: int = 0, loc: tuple[Any, ...] | None = None) -> list[PlanStep]:
-        out: list[PlanStep] = []
-        loc = loc or ("steps", phase)
-        for i, s in enumerate(items):
-            name = s.name or f"{phase}-{i + 1}"
-            ctx = {**base, "attempt": attempt, "recovering": attempt > 0}
-            where = f"{suite.name}: {'.'.join(map(str, loc))}[{i}]"
-            at = suite.at(*loc, i)
-            if s.relaunch not in (None, False):
-                if phase != "recovery":  # the ranks are not running yet (prepare) or have ended (post)
-                    raise UsageError(f"{where}: 'relaunch' restarts the ranks after a fault: a recovery step only",
-                                     where=at,
-                                     fix="move the step to steps.recovery (or a fault's recovery), or give it 'run:'")
-                cmd = launch.command if s.relaunch is True else str(s.relaunch)
-                out.append(RelaunchStep(name=name, ranks=ranks_for(attempt, cmd, suite.at(
-                    *(("steps", "launch", "command") if s.relaunch is True else (*loc, i, "relaunch"))))))
-                continue
-            if s.repair:
-                if phase != "recovery":
-                    raise UsageError(f"{where}: 'repair' brings back a lost host during a run: a recovery step only",
-                                     where=at, fix="move the step to steps.recovery")
-                out.append(RepairStep(name=name, setup=s.setup, attempts=s.attempts, timeout=s.timeout))
-                continue
-            assert s.run is not None
-            sel = _select(s.on, hosts, ranks, f"{where}.on", suite.at(*loc, i, "on"))
-            if s.per == "home" and shared_home:  # one home for all: the step's writes happen once
-                sel = sel[:1]
-            out.append(RunStep(name=name, hosts=sel, timeout=s.timeout,
-                               cwd=render(s.cwd, ctx, where=f"{where}.cwd", at=suite.at(*loc, i, "cwd"))
-                               if s.cwd else None,
-                               commands={h: render(s.run, {**ctx, "host": h, "address": addr[h],
-                                                           "host_hardware": host_hardware(h)}, where=where,
-                                                   at=suite.at(*loc, i, "run")) for h in sel},
-                               environments={h: environment({**ctx, "host": h, "address": addr[h]}) for h in sel},
-                               needs=list(s.needs)))
-        return out
 
-    def run_steps(items: list[Step], phase: str) -> list[RunStep]:
-        return [x for x in steps(items, phase) if isinstance(x, RunStep)]  # relaunch is refused outside recovery
+def _steps(sc: _Scope, items: list[Step], phase: str, attempt: int = 0,
+           loc: tuple[Any, ...] | None = None) -> list[PlanStep]:
+    """The steps of ``phase`` (prepare, recovery, post) rendered for ``attempt``; ``loc``: where in the suite
+    they are written (default ``steps.<phase>``)."""
+    out: list[PlanStep] = []
+    loc = loc or ("steps", phase)
+    for i, s in enumerate(items):
+        name = s.name or f"{phase}-{i + 1}"
+        where = f"{sc.suite.name}: {'.'.join(map(str, loc))}[{i}]"
+        if s.relaunch not in (None, False):
+            out.append(_relaunch_step(sc, s, name, phase, attempt, loc, i))
+        elif s.repair:
+            if phase != "recovery":
+                raise UsageError(f"{where}: 'repair' brings back a lost host during a run: a recovery step only",
+                                 where=sc.suite.at(*loc, i), fix="move the step to steps.recovery")
+            out.append(RepairStep(name=name, setup=s.setup, attempts=s.attempts, timeout=s.timeout))
+        else:
+            out.append(_run_step(sc, s, name, attempt, loc, i))
+    return out
 
+
+def _relaunch_step(sc: _Scope, s: Step, name: str, phase: str, attempt: int, loc: tuple[Any, ...],
+                   i: int) -> RelaunchStep:
+    """A recovery step restarting the ranks (the launch command, or the step's own)."""
+    if phase != "recovery":  # the ranks are not running yet (prepare) or have ended (post)
+        raise UsageError(f"{sc.suite.name}: {'.'.join(map(str, loc))}[{i}]: 'relaunch' restarts the ranks after a "
+                         f"fault: a recovery step only", where=sc.suite.at(*loc, i),
+                         fix="move the step to steps.recovery (or a fault's recovery), or give it 'run:'")
+    launch = sc.suite.steps.launch
+    cmd = launch.command if s.relaunch is True else str(s.relaunch)
+    at = sc.suite.at(*(("steps", "launch", "command") if s.relaunch is True else (*loc, i, "relaunch")))
+    return RelaunchStep(name=name, ranks=_ranks(sc, attempt, cmd, at))
+
+
+def _run_step(sc: _Scope, s: Step, name: str, attempt: int, loc: tuple[Any, ...], i: int) -> RunStep:
+    """A step of commands, rendered per host it runs on."""
+    suite, addr = sc.suite, sc.addr
+    ctx = {**sc.base, "attempt": attempt, "recovering": attempt > 0}
+    where = f"{suite.name}: {'.'.join(map(str, loc))}[{i}]"
+    assert s.run is not None
+    sel = sc.select(s.on, f"{where}.on", suite.at(*loc, i, "on"))
+    if s.per == "home" and sc.shared_home:  # one home for all: the step's writes happen once
+        sel = sel[:1]
+    return RunStep(name=name, hosts=sel, timeout=s.timeout,
+                   cwd=render(s.cwd, ctx, where=f"{where}.cwd", at=suite.at(*loc, i, "cwd")) if s.cwd else None,
+                   commands={h: render(s.run, {**ctx, "host": h, "address": addr[h],
+                                               "host_hardware": sc.host_hardware(h)}, where=where,
+                                       at=suite.at(*loc, i, "run")) for h in sel},
+                   environments={h: sc.environment({**ctx, "host": h, "address": addr[h]}) for h in sel},
+                   needs=list(s.needs))
+
+
+def _run_steps(sc: _Scope, items: list[Step], phase: str) -> list[RunStep]:
+    return [x for x in _steps(sc, items, phase) if isinstance(x, RunStep)]  # relaunch is refused outside recovery
+
+
+def _fault_plans(sc: _Scope, chosen: list[str]) -> list[FaultPlan]:
+    """The faults to fire, in order, each with its target, trigger and recovery; an unknown one is refused."""
+    suite = sc.suite
     for f in chosen:
         if f not in suite.faults:
             import difflib
@@ -380,103 +435,143 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
             raise UsageError(f"suite '{suite.name}' has no fault '{f}'", where="--fault",
                              fix=(f"did you mean '{close[0]}'? " if close else "")
                              + f"faults: {', '.join(suite.faults) or 'none'}")
-    fplans = []
-    for n, fname in enumerate(chosen):
-        fault = suite.faults[fname]
-        where = f"{suite.name}: faults.{fname}"
-        rank = _render_int(fault.rank, base, f"{where}.rank", suite.at("faults", fname, "rank")) \
-            if fault.rank is not None else None
-        if rank is not None and not 0 <= rank < len(ranks):
-            raise UsageError(f"{where}: rank {rank} does not exist (world size {len(ranks)})",
-                             where=suite.at("faults", fname, "rank"), fix="choose a rank below the world size")
-        if fault.host is not None:
-            host_at = suite.at("faults", fname, "host")
-            sel = _select(render(fault.host, base, shell=False, where=f"{where}.host", at=host_at), hosts, ranks,
-                          f"{where}.host", host_at)
-            host = sel[0]
-        else:
-            host = ranks[rank].host if rank is not None else hosts[0].name
-        check_fault_needs(suite, fname, tb, host)
-        watch = fault.watch_rank if fault.watch_rank is not None else (rank if rank is not None else 0)
-        fctx = {**base, "rank": rank, "host": host, "address": addr[host]}
-        fplans.append(FaultPlan(
-            name=fname, description=fault.description, action=fault.action, signal=fault.signal,
-            rank=rank, host=host, at=fault.at, watch_rank=watch,
-            when=render(fault.when, fctx, shell=False, where=f"{where}.when", at=suite.at("faults", fname, "when"))
-            if fault.when else None,
-            watch_host=ranks[watch].host if watch < len(ranks) else host,
-            command=render(fault.command, fctx, where=f"{where}.command", at=suite.at("faults", fname, "command"))
-            if fault.command else None,
-            restore=render(fault.restore, fctx, where=f"{where}.restore", at=suite.at("faults", fname, "restore"))
-            if fault.restore else None,
-            recovery={str(a): steps(fault.recovery if fault.recovery is not None else suite.steps.recovery,
-                                    "recovery", a, ("faults", fname, "recovery") if fault.recovery is not None
-                                    else None) for a in range(1, len(chosen) + 1)},
-            order=n, needs=list(fault.needs),
-        ))
-    # a host lost with no fault fired (a real failure) is recovered only by a suite whose recovery repairs hosts
-    repairs = max((x.attempts for x in suite.steps.recovery if x.repair), default=0)
-    recovery = {str(a): steps(suite.steps.recovery, "recovery", a) for a in range(1, repairs + 1)}
-    ck = suite.checkpoint
-    checkpoint = None if ck is None else CheckpointPlan(
-        file=ck.file, hosts=_select(ck.on, hosts, ranks, f"{suite.name}: checkpoint.on", suite.at("checkpoint", "on")),
-        rank=ck.rank,
-        saved=ck.saved, progress=ck.progress)
-    if ck is not None and ck.rank >= len(ranks):
-        raise UsageError(f"{suite.name}: checkpoint.rank {ck.rank} does not exist (world size {len(ranks)})",
+    return [_fault_plan(sc, fname, n, len(chosen)) for n, fname in enumerate(chosen)]
+
+
+def _fault_target(sc: _Scope, fname: str) -> tuple[int | None, str]:
+    """(rank, host) a fault fires on: its rank (checked), its host, else the rank's host or the master."""
+    fault, ranks = sc.suite.faults[fname], sc.ranks
+    where = f"{sc.suite.name}: faults.{fname}"
+    rank = _render_int(fault.rank, sc.base, f"{where}.rank", sc.suite.at("faults", fname, "rank")) \
+        if fault.rank is not None else None
+    if rank is not None and not 0 <= rank < len(ranks):
+        raise UsageError(f"{where}: rank {rank} does not exist (world size {len(ranks)})",
+                         where=sc.suite.at("faults", fname, "rank"), fix="choose a rank below the world size")
+    if fault.host is not None:
+        host_at = sc.suite.at("faults", fname, "host")
+        host = sc.select(render(fault.host, sc.base, shell=False, where=f"{where}.host", at=host_at),
+                         f"{where}.host", host_at)[0]
+    else:
+        host = ranks[rank].host if rank is not None else sc.hosts[0].name
+    return rank, host
+
+
+def _fault_plan(sc: _Scope, fname: str, order: int, count: int) -> FaultPlan:
+    """Fault ``fname`` rendered: target, trigger, command and restore, and its recovery for each attempt."""
+    suite, ranks = sc.suite, sc.ranks
+    fault = suite.faults[fname]
+    where = f"{suite.name}: faults.{fname}"
+    rank, host = _fault_target(sc, fname)
+    check_fault_needs(suite, fname, sc.tb, host)
+    watch = fault.watch_rank if fault.watch_rank is not None else (rank if rank is not None else 0)
+    fctx = {**sc.base, "rank": rank, "host": host, "address": sc.addr[host]}
+
+    def text(raw: str | None, key: str, shell: bool = True) -> str | None:
+        return render(raw, fctx, shell=shell, where=f"{where}.{key}", at=suite.at("faults", fname, key)) \
+            if raw else None
+
+    own = fault.recovery is not None
+    return FaultPlan(
+        name=fname, description=fault.description, action=fault.action, signal=fault.signal,
+        rank=rank, host=host, at=fault.at, watch_rank=watch, when=text(fault.when, "when", shell=False),
+        watch_host=ranks[watch].host if watch < len(ranks) else host,
+        command=text(fault.command, "command"), restore=text(fault.restore, "restore"),
+        recovery={str(a): _steps(sc, fault.recovery if fault.recovery is not None else suite.steps.recovery,
+                                 "recovery", a, ("faults", fname, "recovery") if own else None)
+                  for a in range(1, count + 1)},
+        order=order, needs=list(fault.needs),
+    )
+
+
+def _host_loss_recovery(sc: _Scope) -> dict[str, list[PlanStep]]:
+    """A host lost with no fault fired (a real failure) is recovered only by a suite whose recovery repairs
+    hosts: its recovery steps, per attempt."""
+    repairs = max((x.attempts for x in sc.suite.steps.recovery if x.repair), default=0)
+    return {str(a): _steps(sc, sc.suite.steps.recovery, "recovery", a) for a in range(1, repairs + 1)}
+
+
+def _checkpoint(sc: _Scope) -> CheckpointPlan | None:
+    ck, suite = sc.suite.checkpoint, sc.suite
+    if ck is None:
+        return None
+    plan = CheckpointPlan(file=ck.file, hosts=sc.select(ck.on, f"{suite.name}: checkpoint.on",
+                                                        suite.at("checkpoint", "on")),
+                          rank=ck.rank, saved=ck.saved, progress=ck.progress)
+    if ck.rank >= len(sc.ranks):
+        raise UsageError(f"{suite.name}: checkpoint.rank {ck.rank} does not exist (world size {len(sc.ranks)})",
                          where=suite.source or suite.name, fix="choose a rank below the world size")
+    return plan
+
+
+def _outputs(sc: _Scope) -> dict[str, list[str]]:
+    """host -> the globs collected from its run folder (the suite's, and every rank's logs)."""
+    suite = sc.suite
     outs = suite.outputs if isinstance(suite.outputs, dict) else {"all": suite.outputs}
-    outputs: dict[str, list[str]] = {h.name: [] for h in hosts}
+    outputs: dict[str, list[str]] = {h.name: [] for h in sc.hosts}
     for on, globs in outs.items():
-        for h in _select(on, hosts, ranks, f"{suite.name}: outputs", suite.at("outputs", on)):
+        for h in sc.select(on, f"{suite.name}: outputs", suite.at("outputs", on)):
             outputs[h] += [g for g in globs if g not in outputs[h]]
     for h in outputs:
         outputs[h] += ["rank*.out", "rank*.err", "rank*.exit", "rank*.start", "rank*.end"]
-    checks = [Check(name=c.name, file=c.file, contains=c.contains,
-                    hosts=_select(c.on, hosts, ranks, f"{suite.name}: checks.{c.name}", suite.at("checks", i, "on")))
-              for i, c in enumerate(suite.checks)]
-    sources: list[RunStep] = []
-    files: dict[str, str] = {}
+    return outputs
 
-    def src_hosts(path: str) -> list[str]:
-        """A checkout under a home every host shares is made once, by the first host (not by all at once)."""
-        names = [h.name for h in hosts]
-        return names[:1] if shared_home and path.startswith("~") else names
 
-    source_info: dict[str, dict[str, Any]] = {}
-    for s in suite.sources:
+def _checks(sc: _Scope) -> list[Check]:
+    suite = sc.suite
+    return [Check(name=c.name, file=c.file, contains=c.contains,
+                  hosts=sc.select(c.on, f"{suite.name}: checks.{c.name}", suite.at("checks", i, "on")))
+            for i, c in enumerate(suite.checks)]
+
+
+def _sources(sc: _Scope, overrides: dict[str, Override]) -> _Sources:
+    """A checkout step per suite source: the override's bundle, or a clone of its (or the override's) repo."""
+    from testbed import sources as sources_mod
+
+    out = _Sources([], {}, {})
+    for s in sc.suite.sources:
         path = shell_quote(s.path)
         o = overrides.get(s.name)
-        source_info[s.name] = {"repo": s.repo, "ref": s.ref, "path": s.path}
+        out.info[s.name] = {"repo": s.repo, "ref": s.ref, "path": s.path}
         if o is not None and o.kind == "path":
             assert o.bundle, "a path override is bundled when it is resolved"
-            files[f"src-{s.name}.bundle"] = o.bundle
+            out.files[f"src-{s.name}.bundle"] = o.bundle
             cmd = sources_mod.checkout_command(path, o, shlex.quote(f"src-{s.name}.bundle"))
-            source_info[s.name] = {"repo": o.location, "ref": o.ref or o.commit, "path": s.path,
-                                   "override": o.given, "commit": o.commit, "uncommitted_changes": o.dirty}
-            where_to = src_hosts(s.path)
-            sources.append(RunStep(name=s.name, hosts=where_to, commands=dict.fromkeys(where_to, cmd)))
-            continue
-        repo, ref = (o.location, o.ref) if o is not None else (s.repo, s.ref)
-        if o is not None:
-            source_info[s.name] = {"repo": repo, "ref": ref, "path": s.path, "override": o.given}
-        # a folder set-up (or another source) already filled is taken over in place, not cloned into (git
-        # refuses a non-empty folder); --force: a tree an earlier run modified is put back at the ref
-        cmd = (f"if [ -d {path}/.git ]; then git -C {path} remote set-url origin {shlex.quote(repo)} && "
-               f"git -C {path} fetch --quiet origin; elif [ -n \"$(ls -A {path} 2>/dev/null)\" ]; then "
-               f"git -C {path} init --quiet && git -C {path} remote add origin {shlex.quote(repo)} && "
-               f"git -C {path} fetch --quiet origin && git -C {path} checkout --quiet --force "
-               f"\"$(git -C {path} symbolic-ref --short refs/remotes/origin/HEAD 2>/dev/null || echo FETCH_HEAD)\"; "
-               f"else git clone --quiet {shlex.quote(repo)} {path}; fi")
-        if ref:  # a branch is taken as the remote has it now (a local branch left from an earlier run is stale)
-            cmd += (f" && tb_ref={shlex.quote(ref)} && {{ git -C {path} rev-parse -q --verify "
-                    f'"refs/remotes/origin/$tb_ref" >/dev/null && tb_ref="origin/$tb_ref"; true; }} '
-                    f'&& git -C {path} -c advice.detachedHead=false checkout --quiet --force "$tb_ref"')
-        if s.submodules:
-            cmd += (f" && git -C {path} -c url.https://github.com/.insteadOf=git@github.com: "
-                    "submodule update --init --recursive --quiet")  # ssh submodule URLs need no key
-        where_to = src_hosts(s.path)
-        sources.append(RunStep(name=s.name, hosts=where_to, commands=dict.fromkeys(where_to, cmd)))
+            out.info[s.name] = {"repo": o.location, "ref": o.ref or o.commit, "path": s.path,
+                                "override": o.given, "commit": o.commit, "uncommitted_changes": o.dirty}
+        else:
+            repo, ref = (o.location, o.ref) if o is not None else (s.repo, s.ref)
+            if o is not None:
+                out.info[s.name] = {"repo": repo, "ref": ref, "path": s.path, "override": o.given}
+            cmd = _clone_command(path, repo, ref, s.submodules)
+        # a checkout under a home every host shares is made once, by the first host (not by all at once)
+        where_to = [h.name for h in sc.hosts][:1 if sc.shared_home and s.path.startswith("~") else None]
+        out.steps.append(RunStep(name=s.name, hosts=where_to, commands=dict.fromkeys(where_to, cmd)))
+    return out
+
+
+def _clone_command(path: str, repo: str, ref: str | None, submodules: bool) -> str:
+    """Shell: ``repo`` at ``ref`` checked out at ``path`` (shell words) on a host."""
+    # a folder set-up (or another source) already filled is taken over in place, not cloned into (git
+    # refuses a non-empty folder); --force: a tree an earlier run modified is put back at the ref
+    cmd = (f"if [ -d {path}/.git ]; then git -C {path} remote set-url origin {shlex.quote(repo)} && "
+           f"git -C {path} fetch --quiet origin; elif [ -n \"$(ls -A {path} 2>/dev/null)\" ]; then "
+           f"git -C {path} init --quiet && git -C {path} remote add origin {shlex.quote(repo)} && "
+           f"git -C {path} fetch --quiet origin && git -C {path} checkout --quiet --force "
+           f"\"$(git -C {path} symbolic-ref --short refs/remotes/origin/HEAD 2>/dev/null || echo FETCH_HEAD)\"; "
+           f"else git clone --quiet {shlex.quote(repo)} {path}; fi")
+    if ref:  # a branch is taken as the remote has it now (a local branch left from an earlier run is stale)
+        cmd += (f" && tb_ref={shlex.quote(ref)} && {{ git -C {path} rev-parse -q --verify "
+                f'"refs/remotes/origin/$tb_ref" >/dev/null && tb_ref="origin/$tb_ref"; true; }} '
+                f'&& git -C {path} -c advice.detachedHead=false checkout --quiet --force "$tb_ref"')
+    if submodules:
+        cmd += (f" && git -C {path} -c url.https://github.com/.insteadOf=git@github.com: "
+                "submodule update --init --recursive --quiet")  # ssh submodule URLs need no key
+    return cmd
+
+
+def _suite_files(suite: Suite, files: dict[str, str]) -> None:
+    """Add the suite's ``files:`` to ``files`` (name -> path); one outside its folder, missing, or named like
+    another file of the run folder is refused."""
     home = suite.dir.resolve()
     for rel in suite.files:
         p = (suite.dir / rel).resolve()  # links followed: a link out of the folder is outside too
@@ -492,15 +587,42 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
                              where=f"{suite.source or suite.name}: files",
                              fix="rename one of them (files land by their name)")
         files[p.name] = str(p)
-    hostfile = "".join(f"{h.name} slots={suite.placement.slots}\n" for h in hosts)
-    return Plan(
-        run_id=rid, suite=suite.name, testbed=tb.name, provider=tb.provider, params=params,
-        profile=suite.profile, placeholder_hosts=tb.placeholder, run_dir=rdir,
+
+
+def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id: str | None = None,
+               faults: list[str] | None = None, only_hosts: list[str] | None = None,
+               overrides: dict[str, Override] | None = None) -> RunPlan:
+    """Render every command of one run. Raises UsageError (bad template, unknown fault) before any host.
+
+    ``overrides``: resolved source overrides (``testbed.sources.Override`` by name).
+    """
+    overrides = overrides or {}
+    rid = run_id or new_run_id(suite.name)
+    chosen = _chosen_faults(suite, params, faults)
+    sc = _scope(suite, tb, params, rid, chosen, only_hosts)
+    env_lines = _env_lines(suite.env, suite.at("env"))
+    launch = suite.steps.launch
+    _env_names(launch.env, f"{suite.name}: steps.launch.env", suite.at("steps", "launch", "env"))
+    sc.ranks = _ranks(sc, 0, launch.command, suite.at("steps", "launch", "command"))
+    _check_gpu_ranks(sc)
+    fplans = _fault_plans(sc, chosen)
+    recovery = _host_loss_recovery(sc)
+    checkpoint = _checkpoint(sc)
+    outputs = _outputs(sc)
+    checks = _checks(sc)
+    srcs = _sources(sc, overrides)
+    files = dict(srcs.files)
+    _suite_files(suite, files)
+    hosts = sc.hosts
+    return RunPlan(
+        run_id=rid, suite=suite.name, testbed=tb.name, provider=tb.provider, params=sc.params,
+        profile=suite.profile, placeholder_hosts=tb.placeholder, run_dir=run_dir(rid),
         hosts=[PlanHost(name=h.name, address=h.address) for h in hosts], master=hosts[0].name,
-        files=files, generated={"hostfile": hostfile}, env=env_lines,
-        sources=sources, source_info=source_info, prepare=run_steps(suite.steps.prepare, "prepare"),
-        ranks=ranks, source_overrides={k: o.to_dict() for k, o in overrides.items()},
-        faults=fplans, recovery=recovery, checkpoint=checkpoint, post=run_steps(suite.steps.post, "post"),
+        files=files, generated={"hostfile": "".join(f"{h.name} slots={suite.placement.slots}\n" for h in hosts)},
+        env=env_lines, sources=srcs.steps, source_info=srcs.info,
+        prepare=_run_steps(sc, suite.steps.prepare, "prepare"),
+        ranks=sc.ranks, source_overrides=dict(overrides),
+        faults=fplans, recovery=recovery, checkpoint=checkpoint, post=_run_steps(sc, suite.steps.post, "post"),
         progress=suite.progress or (suite.checkpoint.progress if suite.checkpoint else None),
         checks=checks, outputs=outputs,
         timeouts=PlanTimeouts.model_validate({**suite.timeouts.model_dump(),
@@ -508,7 +630,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     )
 
 
-def dry_run_lines(plan: Plan) -> list[dict[str, Any]]:
+def dry_run_lines(plan: RunPlan) -> list[dict[str, Any]]:
     """Every command of the plan in execution order: {phase, step, host, rank, command}."""
     out: list[dict[str, Any]] = []
 

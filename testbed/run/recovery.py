@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import remote
 from testbed.errors import TestbedError
-from testbed.records import Plan, RunStep
+from testbed.records import RunPlan, RunStep
 from testbed.run import remote as run_remote
-from testbed.sources import Override
 
 if TYPE_CHECKING:
     from testbed.setup.repair import Repair
@@ -28,7 +27,7 @@ PACE_TAIL = 64 << 10
 """Bytes of the checkpoint rank's log read at each poll for the last step reached (the pace, for the goodput)."""
 
 
-def repair(plan: Plan, store: Store, host: str, *, setup: bool, timeout: float,
+def repair(plan: RunPlan, store: Store, host: str, *, setup: bool, timeout: float,
            progress: Any = None) -> Repair:
     """Repair ``host`` and set it up again as the testbed was last set up, within ``timeout`` seconds (the
     provider's own waits are bounded too; past the deadline the run stops waiting and fails, naming the host)."""
@@ -57,22 +56,21 @@ def repair(plan: Plan, store: Store, host: str, *, setup: bool, timeout: float,
     return done
 
 
-def moved(plan: Plan, store: Store) -> bool:
+def moved(plan: RunPlan, store: Store) -> bool:
     """Whether a host of the run is now at another address than the plan's (a replaced server's private IP)."""
     now = {h.name: h.mesh_address for h in store.hosts(plan.testbed)}
     return any(now.get(h.name, h.address) != h.address for h in plan.hosts)
 
 
-def replan(plan: Plan, store: Store) -> Plan:
+def replan(plan: RunPlan, store: Store) -> RunPlan:
     """The same run rendered again on the hosts as they are now (addresses changed by a repair)."""
     from testbed.run.runner import plan_run
 
-    overrides = {k: Override(**v) for k, v in plan.source_overrides.items()}
     return plan_run(plan.suite, plan.testbed, plan.params, faults=[f.name for f in plan.faults],
-                    only_hosts=plan.host_names, run_id=plan.run_id, overrides=overrides, store=store)
+                    only_hosts=plan.host_names, run_id=plan.run_id, overrides=plan.source_overrides, store=store)
 
 
-def readmit_steps(plan: Plan, hosts: list[str]) -> list[RunStep]:
+def readmit_steps(plan: RunPlan, hosts: list[str]) -> list[RunStep]:
     """The sources and prepare steps again, on ``hosts`` only (a repaired host may have a new, empty disk)."""
     out = []
     for s in [*plan.sources, *plan.prepare]:
@@ -92,7 +90,7 @@ class Steps:
     saved: int | None = None
 
 
-def log_steps(plan: Plan) -> Steps:
+def log_steps(plan: RunPlan) -> Steps:
     """The last ``progress`` and ``saved`` steps in the checkpoint rank's log (None where it cannot be read)."""
     ck = plan.checkpoint
     if ck is None or not (ck.progress or ck.saved):
@@ -105,7 +103,7 @@ def log_steps(plan: Plan) -> Steps:
     return steps_in(plan, res.stdout)
 
 
-def steps_in(plan: Plan, text: str) -> Steps:
+def steps_in(plan: RunPlan, text: str) -> Steps:
     """The last ``progress`` and ``saved`` steps in ``text`` (the end of the checkpoint rank's log)."""
     ck = plan.checkpoint
     if ck is None:
@@ -125,7 +123,7 @@ def _last(pattern: str | None, text: str) -> int | None:
     return found
 
 
-def checkpoint_file(plan: Plan) -> dict[str, Any] | None:
+def checkpoint_file(plan: RunPlan) -> dict[str, Any] | None:
     """The checkpoint as it is now: the first of its hosts that holds it, its size and time; None when none does."""
     ck = plan.checkpoint
     if ck is None:
@@ -141,7 +139,7 @@ def checkpoint_file(plan: Plan) -> dict[str, Any] | None:
     return None
 
 
-def resume_point(plan: Plan, before: Steps, replaced: list[str]) -> dict[str, Any]:
+def resume_point(plan: RunPlan, before: Steps, replaced: list[str]) -> dict[str, Any]:
     """Where the relaunch resumes: the checkpoint found (or why none), its step, and the steps redone."""
     ck = plan.checkpoint
     if ck is None:

@@ -20,7 +20,7 @@ from testbed import remote, scripts
 from testbed.remote import sh
 
 if TYPE_CHECKING:
-    from testbed.records import Plan, Rank, RunStep
+    from testbed.records import Rank, RunPlan, RunStep
 
 
 def cd_run(run_dir: str) -> str:
@@ -43,7 +43,7 @@ def activate(prefix: str | None) -> list[str]:
     return [f"tb_env={path_word(prefix.rstrip('/') or '/')}", scripts.text("activate.sh").rstrip("\n")]
 
 
-def step_script(plan: Plan, command: str, cwd: str | None = None, environment: str | None = None) -> str:
+def step_script(plan: RunPlan, command: str, cwd: str | None = None, environment: str | None = None) -> str:
     lines = [cd_run(plan.run_dir) + " || exit 97", "export PYTHONUNBUFFERED=1", *activate(environment),
              *plan.env]
     if cwd:
@@ -51,7 +51,7 @@ def step_script(plan: Plan, command: str, cwd: str | None = None, environment: s
     return "\n".join([*lines, command]) + "\n"
 
 
-def rank_script(plan: Plan, r: Rank) -> str:
+def rank_script(plan: RunPlan, r: Rank) -> str:
     from testbed.suite import shell_quote
 
     env = [f"export {k}={shell_quote(v)}" for k, v in r.env.items()]
@@ -74,7 +74,7 @@ def _tar(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def upload(plan: Plan, hosts: list[str], extra: dict[str, bytes] | None = None,
+def upload(plan: RunPlan, hosts: list[str], extra: dict[str, bytes] | None = None,
            timeout: float = 120) -> list[remote.HostResult]:
     """Create the run dir on ``hosts`` and unpack the suite's files, the hostfile and the wrapper into it."""
     files = {name: Path(p).read_bytes() for name, p in plan.files.items()}
@@ -85,7 +85,7 @@ def upload(plan: Plan, hosts: list[str], extra: dict[str, bytes] | None = None,
                       stdin=_tar(files))
 
 
-def launch(plan: Plan, ranks: list[Rank], attempt: int = 0, timeout: float = 120,
+def launch(plan: RunPlan, ranks: list[Rank], attempt: int = 0, timeout: float = 120,
            launchers: dict[str, list[str]] | None = None) -> list[remote.HostResult]:
     """Start ``ranks`` detached on their hosts (one SSH call per host); returns per-host results. ``launchers``:
     host -> the command the rank wrappers start under there (:meth:`Provider.rank_launcher`: a Slurm step)."""
@@ -159,7 +159,7 @@ def parse_poll(res: remote.HostResult) -> HostPoll:
     return hp
 
 
-def poll(plan: Plan, want: dict[str, list[int]], patterns: dict[str, dict[str, tuple[int, str]]],
+def poll(plan: RunPlan, want: dict[str, list[int]], patterns: dict[str, dict[str, tuple[int, str]]],
          timeout: float = 10, tails: dict[str, tuple[int, int]] | None = None) -> dict[str, HostPoll]:
     """Poll every host in ``want`` (host -> ranks) in parallel; ``tails``: host -> (rank, bytes) of stdout to read
     in the same call (:attr:`HostPoll.log_tail`)."""
@@ -168,7 +168,7 @@ def poll(plan: Plan, want: dict[str, list[int]], patterns: dict[str, dict[str, t
     return {res.host: parse_poll(res) for res in remote.run_each(plan.testbed, commands, timeout=timeout)}
 
 
-def signal_ranks(plan: Plan, ranks: list[Rank], sig: str = "TERM",
+def signal_ranks(plan: RunPlan, ranks: list[Rank], sig: str = "TERM",
                  timeout: float = 15) -> list[remote.HostResult]:
     """Send ``sig`` (KILL, TERM, SEGV...) to each rank's process group."""
     by_host: dict[str, list[int]] = {}
@@ -179,7 +179,7 @@ def signal_ranks(plan: Plan, ranks: list[Rank], sig: str = "TERM",
     return remote.run_each(plan.testbed, commands, timeout=timeout)
 
 
-def run_step(plan: Plan, step: RunStep, timeout: float) -> list[remote.HostResult]:
+def run_step(plan: RunPlan, step: RunStep, timeout: float) -> list[remote.HostResult]:
     """A synchronous step on its hosts in parallel, each in the run dir (its own command per host)."""
     envs = step.environments or {}
     commands = {h: sh(step_script(plan, step.commands[h], step.cwd, envs.get(h))) for h in step.hosts}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError
-from testbed.records import Plan, RankRecord, RunEvent, RunInfo, RunRecord, SupervisorInfo
+from testbed.records import RankRecord, RunEvent, RunInfo, RunPlan, RunRecord, SupervisorInfo
 from testbed.run import state as rs
 from testbed.run.plan import RUNS_ROOT, build_plan, dry_run_lines, testbed_info  # noqa: F401 (re-exported)
 from testbed.spec import DEFAULT_TESTBED
@@ -38,7 +38,7 @@ __all__ = ["RUNS_ROOT", "LogLine", "RankLine", "RunStatus", "logs", "plan_run", 
 def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *, faults: list[str] | None = None,
              dry_run: bool = False, only_hosts: list[str] | None = None, run_id: str | None = None,
              sources: dict[str, str] | None = None, overrides: dict[str, Override] | None = None,
-             store: Store | None = None) -> Plan:
+             store: Store | None = None) -> RunPlan:
     """Check the suite against the testbed and render the whole run (nothing touches a host).
 
     ``sources``: --source overrides (name -> PATH|URL[@REF]), resolved with the testbed spec's ``sources:``;
@@ -109,7 +109,7 @@ def start_supervisor(run_id: str, store: Store | None = None) -> int:
     return p.pid
 
 
-def start_run(plan: Plan, campaign: str | None = None, *, store: Store | None = None) -> str:
+def start_run(plan: RunPlan, campaign: str | None = None, *, store: Store | None = None) -> str:
     """Record the run (pending) and start its supervisor; returns the run id."""
     st = _store(store)
     rs.create(st, plan, campaign)
@@ -379,7 +379,7 @@ def parse_tails(stdout: str) -> dict[int, str]:
     return out
 
 
-def rank_lines(plan: Plan, timeout: float = 10) -> list[RankLine]:
+def rank_lines(plan: RunPlan, timeout: float = 10) -> list[RankLine]:
     """Each rank's last line worth showing (the plan's ``progress`` pattern, else its last line): one SSH call per
     host over the open connections; a host that does not answer is left out."""
     from testbed import remote, scripts

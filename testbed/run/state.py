@@ -13,7 +13,7 @@ from typing import Any
 
 from testbed import paths
 from testbed.errors import UsageError
-from testbed.records import ACTIVE, ENDED, OUTCOMES, Plan, RankRecord, RunEvent, RunInfo, RunRecord
+from testbed.records import ACTIVE, ENDED, OUTCOMES, RankRecord, RunEvent, RunInfo, RunPlan, RunRecord
 from testbed.state import Store
 
 __all__ = ["ACTIVE", "ENDED", "OUTCOMES", "create", "describe_exit", "event", "events", "get", "load_plan",
@@ -27,7 +27,7 @@ def run_home(run_id: str) -> Path:
     return p
 
 
-def save_plan(plan: Plan) -> Path:
+def save_plan(plan: RunPlan) -> Path:
     import json
 
     p = run_home(plan.run_id) / "plan.json"
@@ -35,14 +35,14 @@ def save_plan(plan: Plan) -> Path:
     return p
 
 
-def load_plan(run_id: str) -> Plan:
+def load_plan(run_id: str) -> RunPlan:
     p = paths.home() / "runs" / run_id / "plan.json"
     if not p.exists():
         raise UsageError(f"run '{run_id}' has no plan file", where=str(p), fix="it was made by another state home?")
-    return Plan.load(p)
+    return RunPlan.load(p)
 
 
-def create(st: Store, plan: Plan, campaign: str | None = None) -> None:
+def create(st: Store, plan: RunPlan, campaign: str | None = None) -> None:
     """Record the run of ``plan`` (pending, every rank pending) and write its plan file."""
     info = RunInfo(outputs=plan.outputs, run_dir=plan.run_dir, hosts=plan.host_names,
                    faults=[f.name for f in plan.faults], world_size=len(plan.ranks), plan=str(save_plan(plan)),

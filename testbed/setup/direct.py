@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.setup.events import HostResult
+from testbed.setup.events import HostSetupResult
 from testbed.textfmt import plural
 
 ROLES = ("ssh_mesh", "mpi")
@@ -260,7 +260,7 @@ print(json.dumps(out))
 class Outcome:
     """What the direct pass did: per-host counts (changed: files written), and its first error."""
 
-    hosts: dict[str, HostResult]
+    hosts: dict[str, HostSetupResult]
     error: str | None = None
     fallback: str = ""  # why Ansible must run these roles after all (nothing was written then)
 
@@ -268,29 +268,41 @@ class Outcome:
 def apply(testbed: str, inventory: dict[str, Any], targets: list[str], roles: list[str],
           roles_dir: Path) -> Outcome:
     """Apply the per-testbed ``roles`` on ``targets`` (the others' keys are read, never changed)."""
+    hv: dict[str, dict[str, Any]] = inventory["all"]["hosts"]
+    addr = {n: str(hv[n].get("testbed_mesh_address") or hv[n]["ansible_host"]) for n in hv}
+    res = {n: HostSetupResult(n) for n in targets}
+    facts = _read_facts(testbed, inventory["all"]["vars"], addr, targets, roles, roles_dir, res)
+    if isinstance(facts, Outcome):
+        return facts
+    missing = sorted({p for n in targets for p in facts[n].mpi_missing})
+    if missing:
+        return Outcome(res, fallback=f"OpenMPI packages missing: {', '.join(missing)}")
+    plans = _host_plans(inventory, facts, addr, targets, roles, roles_dir)
+    err = _write(testbed, facts, plans, targets, res)
+    return Outcome(res, err or _verify(testbed, facts, plans, targets, res))
+
+
+def _read_facts(testbed: str, allv: dict[str, Any], addr: dict[str, str], targets: list[str], roles: list[str],
+                roles_dir: Path, res: dict[str, HostSetupResult]) -> dict[str, Facts] | Outcome:
+    """Round 1: every host's keys and facts (and, on ``targets``, the MPI packages it lacks); the outcome instead
+    when a host cannot be read or has no keys."""
     from testbed import remote
 
-    allv = inventory["all"]["vars"]
-    hv: dict[str, dict[str, Any]] = inventory["all"]["hosts"]
-    names = list(hv)
-    addr = {n: str(hv[n].get("testbed_mesh_address") or hv[n]["ansible_host"]) for n in names}
-    base_ctx = {k: v for k, v in allv.items()}
     # the defaults that round 1 needs do not depend on the host's facts
-    pre = role_vars(roles_dir, ["ssh_mesh"], {**base_ctx, "ansible_facts": {"user_dir": "~", "user_id": ""}})
-    mpi_pre = role_vars(roles_dir, ["mpi"], {**base_ctx, "ansible_facts": {"user_dir": "~", "user_id": ""}}) \
+    pre = role_vars(roles_dir, ["ssh_mesh"], {**allv, "ansible_facts": {"user_dir": "~", "user_id": ""}})
+    mpi_pre = role_vars(roles_dir, ["mpi"], {**allv, "ansible_facts": {"user_dir": "~", "user_id": ""}}) \
         if "mpi" in roles else {}
     pkgs = list(mpi_pre.get("mpi_packages_debian") or []) if mpi_pre.get("mpi_source") == "distro" else []
     key_file = str(pre["ssh_mesh_key_file"])
     port = int(pre["ssh_mesh_port"])
     cmds = {}
-    for n in names:
+    for n in addr:
         args = [key_file, str(port), addr[n], "1" if n in targets else "0", n, str(pre["ssh_mesh_key_type"]),
                 *(pkgs if n in targets else [])]
         cmds[n] = "sh -c " + shlex.quote(_READ) + " sh " + " ".join(shlex.quote(a) for a in args)
     found = {r.host: r for r in remote.run_each(testbed, cmds, timeout=60, connect_timeout=15)}
     facts: dict[str, Facts] = {}
-    res = {n: HostResult(n) for n in targets}
-    for n in names:
+    for n in addr:
         r = found[n]
         if not r.ok:
             why = r.error or r.stderr.strip()[-300:] or f"exit {r.exit_code}"
@@ -302,21 +314,33 @@ def apply(testbed: str, inventory: dict[str, Any], targets: list[str], roles: li
         if not facts[n].user_key or not facts[n].host_keys:
             return Outcome(res, f"{n}: " + ("no user key at " + key_file + ".pub" if not facts[n].user_key
                                             else f"its sshd gave no host key at {addr[n]} port {port}"))
-    missing = sorted({p for n in targets for p in facts[n].mpi_missing})
-    if missing:
-        return Outcome(res, fallback=f"OpenMPI packages missing: {', '.join(missing)}")
+    return facts
+
+
+def _host_plans(inventory: dict[str, Any], facts: dict[str, Facts], addr: dict[str, str], targets: list[str],
+                roles: list[str], roles_dir: Path) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """host -> (the files to write there, what to verify there), the roles' variables rendered with its facts."""
+    hv: dict[str, dict[str, Any]] = inventory["all"]["hosts"]
+    names = list(hv)
     keys = {n: {"user_key": facts[n].user_key, "host_keys": facts[n].host_keys} for n in names}
     hostvars = {n: {**hv[n]} for n in names}
     groups = {"all": names}
     plans: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     for n in targets:
         f = facts[n]
-        ctx = {**base_ctx, "ansible_facts": {"user_dir": f.home, "user_id": f.user,
-                                             "python": {"executable": f.python}},
+        ctx = {**inventory["all"]["vars"], "ansible_facts": {"user_dir": f.home, "user_id": f.user,
+                                                             "python": {"executable": f.python}},
                "hostvars": hostvars, "groups": groups, "inventory_hostname": n, "ssh_mesh_keys": keys}
-        v = role_vars(roles_dir, roles, ctx)
-        ctx.update(v)
+        ctx.update(role_vars(roles_dir, roles, ctx))
         plans[n] = _host_files(n, names, ctx, roles, roles_dir, keys, addr, set(targets) >= set(names))
+    return plans
+
+
+def _write(testbed: str, facts: dict[str, Facts], plans: dict[str, tuple[dict[str, Any], dict[str, Any]]],
+           targets: list[str], res: dict[str, HostSetupResult]) -> str | None:
+    """Round 2: write each target's files (counted in ``res``); the first error."""
+    from testbed import remote
+
     wprog = _write_program()
     wcmds = {n: f"{shlex.quote(facts[n].python)} -c {shlex.quote(wprog)}" for n in targets}
     wrote = remote.run_each(testbed, wcmds, stdin={n: json.dumps({**plans[n][0], "self": wprog}).encode()
@@ -334,12 +358,18 @@ def apply(testbed: str, inventory: dict[str, Any], targets: list[str], roles: li
         res[r.host].changed = len(changed)
         res[r.host].ok = len(plans[r.host][0]["files"]) - len(changed) + 1
         res[r.host].changed_tasks = [f"wrote {p}" for p in changed][:20]
-    if err:
-        return Outcome(res, err)
-    vprog = _VERIFY
-    vcmds = {n: f"{shlex.quote(facts[n].python)} -c {shlex.quote(vprog)}" for n in targets}
+    return err
+
+
+def _verify(testbed: str, facts: dict[str, Facts], plans: dict[str, tuple[dict[str, Any], dict[str, Any]]],
+            targets: list[str], res: dict[str, HostSetupResult]) -> str | None:
+    """Round 3: each target checks the mesh (a host's problems fail it in ``res``); the first error."""
+    from testbed import remote
+
+    vcmds = {n: f"{shlex.quote(facts[n].python)} -c {shlex.quote(_VERIFY)}" for n in targets}
     checked = remote.run_each(testbed, vcmds, stdin={n: json.dumps(plans[n][1]).encode() for n in targets},
                               timeout=300, connect_timeout=15)
+    err = None
     for r in checked:
         try:
             out = json.loads(r.stdout.strip().splitlines()[-1]) if r.ok else {}
@@ -355,7 +385,7 @@ def apply(testbed: str, inventory: dict[str, Any], targets: list[str], roles: li
                 "; ".join(problems[:20])
             res[r.host].error_task = "ssh_mesh : verify the mesh (testbed)"
             err = err or f"{r.host}: {res[r.host].error}"
-    return Outcome(res, err)
+    return err
 
 
 def _host_files(n: str, names: list[str], ctx: dict[str, Any], roles: list[str], roles_dir: Path,

@@ -22,7 +22,7 @@ KEPT_EVENTS = (*_COUNTED, "runner_on_start", "runner_on_async_poll", "runner_on_
 
 # --- results ---------------------------------------------------------------------------------------------
 @dataclass
-class HostResult:
+class HostSetupResult:
     """Counts of one host's task results and its first error."""
 
     host: str
@@ -60,7 +60,7 @@ class SetupResult:
     rc: int
     status: str
     elapsed: float
-    hosts: dict[str, HostResult]
+    hosts: dict[str, HostSetupResult]
     artifact_dir: str | None = None
     error: str | None = None
     ran: bool = True  # Ansible ran (on the hosts not in ``unchanged``)
@@ -186,7 +186,7 @@ class EventAggregator:
 
     def __init__(self, hosts: list[str]):
         self.lock = threading.Lock()
-        self.hosts: dict[str, HostResult] = {h: HostResult(h) for h in hosts}
+        self.hosts: dict[str, HostSetupResult] = {h: HostSetupResult(h) for h in hosts}
         self.current: dict[str, str] = {h: "waiting" for h in hosts}
         self.polls: dict[str, int] = {}
         self.task = ""
@@ -197,9 +197,9 @@ class EventAggregator:
         self.download: Download | None = None  # the controller's download now, and the first reading of it
         self.download_first: Download | None = None
 
-    def _host(self, name: str) -> HostResult:
+    def _host(self, name: str) -> HostSetupResult:
         if name not in self.hosts:
-            self.hosts[name] = HostResult(name)
+            self.hosts[name] = HostSetupResult(name)
             self.current[name] = "waiting"
         return self.hosts[name]
 
@@ -268,9 +268,9 @@ class EventAggregator:
         for name in self.hosts:
             self.current[name] = "done"
 
-    def snapshot(self) -> tuple[dict[str, HostResult], dict[str, str], dict[str, int], str]:
+    def snapshot(self) -> tuple[dict[str, HostSetupResult], dict[str, str], dict[str, int], str]:
         with self.lock:
-            return ({k: HostResult(**asdict(v)) for k, v in self.hosts.items()}, dict(self.current),
+            return ({k: HostSetupResult(**asdict(v)) for k, v in self.hosts.items()}, dict(self.current),
                     dict(self.polls), self.task)
 
     def download_line(self) -> str | None:

@@ -1,4 +1,4 @@
-"""Profiles and roles: what set-up applies (``playbooks/profiles/<name>.yml``, ``playbooks/roles/``) as a ``Plan``.
+"""Profiles and roles: what set-up applies (``playbooks/profiles/<name>.yml``, ``playbooks/roles/``) as a ``SetupPlan``.
 
 A profile's ``include``s come first, then its roles in order; a role entry may carry ``vars`` and an Ansible
 ``when``. Each role declares its variables in ``meta/argument_specs.yml`` (Ansible's role argument format, which
@@ -46,7 +46,7 @@ class RoleStep:
 
 
 @dataclass
-class Plan:
+class SetupPlan:
     """What one ``apply`` runs: a name for humans, play-wide vars and ordered role steps."""
 
     name: str
@@ -308,7 +308,7 @@ def _non_finite(value: Any, loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], floa
     return None
 
 
-def check_plan(plan: Plan, given: Iterable[str] = ()) -> None:
+def check_plan(plan: SetupPlan, given: Iterable[str] = ()) -> None:
     """Refuse a plan with a role whose required variable nothing sets: not the role entry, the profile's vars, nor
     ``given`` (the spec's vars and extra variables)."""
     have = set(plan.vars) | set(given)
@@ -337,7 +337,7 @@ def _locator(path: Path, base: tuple[Any, ...]) -> Callable[[tuple[Any, ...]], s
     return where
 
 
-def load_profile(name: str, _seen: tuple[str, ...] = ()) -> Plan:
+def load_profile(name: str, _seen: tuple[str, ...] = ()) -> SetupPlan:
     """Read and check a profile (and the profiles it includes) into a plan."""
     profiles = available_profiles()
     if name not in profiles:
@@ -385,7 +385,7 @@ def load_profile(name: str, _seen: tuple[str, ...] = ()) -> Plan:
         check_role_vars(entry.get("vars") or {}, [str(entry["role"])], _locator(path, ("roles", i, "vars")))
         steps.append(RoleStep(str(entry["role"]), dict(entry.get("vars") or {}), entry.get("when") or None,
                               str(path), i))
-    return Plan(name=name, steps=steps, vars=pvars, description=str(data.get("description", "")))
+    return SetupPlan(name=name, steps=steps, vars=pvars, description=str(data.get("description", "")))
 
 
 def suite_profile(suite: str) -> str:
@@ -403,7 +403,7 @@ def suite_profile(suite: str) -> str:
 
 
 def resolve_plan(*, profile: str | None = None, suite: str | None = None, roles: list[str] | None = None,
-                 default_profile: str | None = "base") -> Plan:
+                 default_profile: str | None = "base") -> SetupPlan:
     """Turn the command line's choice into a checked plan (UsageError before any host is touched)."""
     chosen = [x for x in (profile, suite, roles) if x]
     if len(chosen) > 1:
@@ -421,13 +421,13 @@ def resolve_plan(*, profile: str | None = None, suite: str | None = None, roles:
         for r in roles:
             matches = [s for s in (base.steps if base else []) if s.role == r]
             steps += matches or [RoleStep(r, source=f"--role {r}")]
-        return Plan(name="roles: " + ", ".join(roles), steps=steps, vars=base.vars if base else {})
+        return SetupPlan(name="roles: " + ", ".join(roles), steps=steps, vars=base.vars if base else {})
     if suite:
         return load_profile(suite_profile(suite))
     return load_profile(profile or default_profile or "base")
 
 
-def build_playbook(plan: Plan) -> list[dict[str, Any]]:
+def build_playbook(plan: SetupPlan) -> list[dict[str, Any]]:
     """One play over all hosts applying the plan's roles in order."""
     roles = [{"role": s.role, **({"vars": s.vars} if s.vars else {}), **({"when": s.when} if s.when else {})}
              for s in plan.steps]
