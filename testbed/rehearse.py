@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import paths
 from testbed.errors import TestbedError, UsageError
-from testbed.providers.settings import local_replica
+from testbed.providers.local.settings import local_replica
 from testbed.spec import lacks
 from testbed.textfmt import plural
 

@@ -323,6 +323,7 @@ def extend(name: Annotated[str, typer.Argument(help="Testbed name.", autocomplet
     Example: testbed extend chameleon --hours 4
     """
     from testbed import deadman, expiry
+    from testbed.providers.base import Capability
 
     if off:
         st = existing_store(readonly=False)
@@ -351,12 +352,13 @@ def extend(name: Annotated[str, typer.Argument(help="Testbed name.", autocomplet
                          fix=f"set one with 'testbed provision {name} --expire {expire}'")
     c = console()
     lease_hours = hours
-    if p.can("extend") and expire and new_at is not None:
+    if p.can(Capability.EXTEND) and expire and new_at is not None:
         lease_hours = p.hours_short_of(new_at)
-    if lease_hours and p.can("extend"):
+    if lease_hours and p.can(Capability.EXTEND):
         c.print(f"lease of {name} now ends at {p.extend(lease_hours)}")
     elif hours and new_at is None:
-        raise UsageError(f"testbed '{name}' ({p.kind}) has no lease and no expiry to extend", where="command line",
+        raise UsageError(f"testbed '{name}' ({p.kind}) has no lease and no expiry to extend: "
+                         f"{p.lacks(Capability.EXTEND) or 'no lease is recorded'}", where="command line",
                          fix="extend applies to testbeds with a reservation or an expiry (provision --expire)")
     if e is not None and new_at is not None:
         e.expire_at = new_at
