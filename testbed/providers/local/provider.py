@@ -36,7 +36,7 @@ from testbed.providers.local.settings import LocalSettings
 if TYPE_CHECKING:
     from testbed.expiry import Expiry
 
-INIT = Path(__file__).with_name("local_init.py")
+INIT = Path(__file__).with_name("init.py")
 IDENTITY = ("etc/ssh/ssh_host_*", "etc/ssh/testbed_authorized_keys", "etc/ssh/sshd_config_testbed", "etc/hostname",
             "etc/hosts", "etc/machine-id", "var/lib/dbus/machine-id", "run", "var/log/*", "tmp/*", "var/tmp/*",
             "usr/sbin/shutdown", "usr/sbin/reboot", "usr/sbin/halt", "usr/sbin/poweroff", "~/.ssh",
