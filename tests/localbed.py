@@ -327,7 +327,8 @@ def tpu_cloud(bed, monkeypatch: pytest.MonkeyPatch, provider: str, *,  # type: i
     pytest.importorskip("google.cloud.tpu_v2")
     from fakes.tpu_api import FakeTpuApi
 
-    from testbed.providers.gcp_tpu import cloud, provider, wait
+    from testbed.providers.gcp_tpu import cloud, wait
+    from testbed.providers.gcp_tpu import provider as tpu_provider  # ``provider``: this function's argument
 
     addrs = [h.address for h in bed.hosts]
 
@@ -342,7 +343,7 @@ def tpu_cloud(bed, monkeypatch: pytest.MonkeyPatch, provider: str, *,  # type: i
     endpoint = fake.start()
     try:
         monkeypatch.setenv(cloud.ANONYMOUS_ENV, "1")
-        monkeypatch.setattr(provider, "Polling", lambda: wait.FAST_POLLING)
+        monkeypatch.setattr(tpu_provider, "Polling", lambda: wait.FAST_POLLING)
         (Path(bed.cwd) / "inventories" / "tpu.yml").write_text(
             f"provider:\n  kind: gcp-tpu\n  project: p\n  endpoint: {endpoint}\n  create_timeout: 60\n"
             f"  ssh_timeout: 60\n  runtime_version: tpu-ubuntu2204-base\n{provider}")
