@@ -21,7 +21,7 @@ from typing import Any
 
 from _common import bed, loadavg, table
 
-from testbed.providers.local import LocalProvider
+from testbed.providers.local.provider import LocalProvider
 
 PHASES: dict[str, float] = {}
 

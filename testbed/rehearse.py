@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import paths, services
 from testbed.errors import TestbedError, UsageError
-from testbed.providers.settings import local_replica
+from testbed.providers.local.settings import local_replica
 from testbed.run.plan import lacks
 from testbed.textfmt import plural
 

@@ -110,6 +110,7 @@ class Extended:
 def extend(tb: Resolved, *, hours: float | None = None, expire: str | None = None) -> Extended:
     """Move the testbed's expiry by ``hours`` or to ``expire`` from now, and its lease (Chameleon) with it."""
     from testbed import expiry
+    from testbed.providers.base import Capability
 
     if hours is None and expire is None:
         raise UsageError("give --hours or --expire", where="command line", fix=f"testbed extend {tb.name} --hours 4")
@@ -128,12 +129,13 @@ def extend(tb: Resolved, *, hours: float | None = None, expire: str | None = Non
         raise UsageError(f"testbed '{tb.name}' has no expiry to move", where="command line",
                          fix=f"set one with 'testbed provision {tb.name} --expire {expire}'")
     lease_hours = hours
-    if p.can("extend") and expire and out.expire_at is not None:
+    if p.can(Capability.EXTEND) and expire and out.expire_at is not None:
         lease_hours = p.hours_short_of(out.expire_at)
-    if lease_hours and p.can("extend"):
+    if lease_hours and p.can(Capability.EXTEND):
         out.lease_end = p.extend(lease_hours)
     elif hours and out.expire_at is None:
-        raise UsageError(f"testbed '{tb.name}' ({p.kind}) has no lease and no expiry to extend", where="command line",
+        raise UsageError(f"testbed '{tb.name}' ({p.kind}) has no lease and no expiry to extend: "
+                         f"{p.lacks(Capability.EXTEND) or 'no lease is recorded'}", where="command line",
                          fix="extend applies to testbeds with a reservation or an expiry (provision --expire)")
     if e is not None and out.expire_at is not None:
         e.expire_at = out.expire_at

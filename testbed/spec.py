@@ -20,8 +20,9 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_
 
 from testbed import paths
 from testbed.errors import UsageError
-from testbed.providers.settings import USER_RE as USER_RE
-from testbed.providers.settings import ProviderSettings, Strict
+from testbed.providers.base_settings import USER_RE as USER_RE
+from testbed.providers.base_settings import Strict
+from testbed.providers.kinds import ProviderSettings
 
 NAME_RE = r"^[a-z][a-z0-9-]{0,30}$"
 IFNAME_RE = r"^[A-Za-z0-9_.-]{1,15}$"  # a Linux interface name (IFNAMSIZ - 1)

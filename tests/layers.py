@@ -25,7 +25,7 @@ FLOORS: list[tuple[str, list[str]]] = [  # bottom first: a module's floor is the
     ("front doors", ["testbed.cli", "testbed.__main__", "testbed.handle"]),
 ]
 FRONT = "testbed"  # the package itself is the Python API's front door (testbed.open)
-CORE_DATA = ("testbed.providers.settings", "testbed.providers.base_settings")  # pure data the spec reads
+CORE_DATA = ("testbed.providers.kinds", "testbed.providers.base_settings")  # pure data the spec reads
 SETTINGS_SUFFIX = ".settings"  # testbed.providers.<kind>.settings: pure data too
 
 

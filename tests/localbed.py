@@ -21,8 +21,8 @@ import pytest
 
 from testbed.errors import TestbedError
 from testbed.hosts import Host
-from testbed.providers.local import LocalProvider, check_requirements
-from testbed.providers.settings import LocalSettings
+from testbed.providers.local.provider import LocalProvider, check_requirements
+from testbed.providers.local.settings import LocalSettings
 from testbed.spec import TestbedSpec
 from testbed.state import Store
 
@@ -292,7 +292,7 @@ def chameleon_cloud(bed, monkeypatch: pytest.MonkeyPatch, spec: str = CHAMELEON_
     pytest.importorskip("chi")
     from fakes.chameleon_api import FakeChameleon
 
-    from testbed.providers.chameleon import ChameleonProvider
+    from testbed.providers.chameleon.cloud import Cloud
 
     def hook(addr: str, pub: str | None) -> None:
         if boots and pub:
@@ -308,7 +308,7 @@ def chameleon_cloud(bed, monkeypatch: pytest.MonkeyPatch, spec: str = CHAMELEON_
             monkeypatch.delenv(k)
         for k, v in fake.env().items():
             monkeypatch.setenv(k, v)
-        monkeypatch.setattr(ChameleonProvider, "poll_interval", 0.05)
+        monkeypatch.setattr(Cloud, "poll_interval", 0.05)
         (Path(bed.cwd) / "inventories" / "chameleon.yml").write_text(spec)
         yield fake
     finally:
@@ -327,7 +327,8 @@ def tpu_cloud(bed, monkeypatch: pytest.MonkeyPatch, provider: str, *,  # type: i
     pytest.importorskip("google.cloud.tpu_v2")
     from fakes.tpu_api import FakeTpuApi
 
-    from testbed.providers import gcp_tpu
+    from testbed.providers.gcp_tpu import cloud, wait
+    from testbed.providers.gcp_tpu import provider as tpu_provider  # ``provider``: this function's argument
 
     addrs = [h.address for h in bed.hosts]
 
@@ -341,8 +342,8 @@ def tpu_cloud(bed, monkeypatch: pytest.MonkeyPatch, provider: str, *,  # type: i
     fake = FakeTpuApi(ip_for=ip_for or (lambda node, k: addrs[k % len(addrs)]), authorized_keys=install, **fake_kw)
     endpoint = fake.start()
     try:
-        monkeypatch.setenv(gcp_tpu.ANONYMOUS_ENV, "1")
-        monkeypatch.setattr(gcp_tpu, "Polling", lambda: gcp_tpu.FAST_POLLING)
+        monkeypatch.setenv(cloud.ANONYMOUS_ENV, "1")
+        monkeypatch.setattr(tpu_provider, "Polling", lambda: wait.FAST_POLLING)
         (Path(bed.cwd) / "inventories" / "tpu.yml").write_text(
             f"provider:\n  kind: gcp-tpu\n  project: p\n  endpoint: {endpoint}\n  create_timeout: 60\n"
             f"  ssh_timeout: 60\n  runtime_version: tpu-ubuntu2204-base\n{provider}")

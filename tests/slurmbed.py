@@ -6,7 +6,7 @@ Debian's (``slurmctld``, ``slurmd``, ``slurm-client``, ``munge``: the Makefile's
 
 slurm.conf, written here, chooses ``ProctrackType=proctrack/cgroup`` (cgroup.conf: ``cgroup/v1``, nothing
 constrained), as most clusters do: a step's processes are killed when it ends, orphans included. The local hosts
-are started with ``own_cgroups`` (testbed/providers/local_init.py): each host's init runs in a freezer cgroup of
+are started with ``own_cgroups`` (testbed/providers/local/init.py): each host's init runs in a freezer cgroup of
 its own, ``/sys/fs/cgroup/freezer/testbed/<host>``, with a cgroup namespace rooted there and the hierarchies
 mounted afresh, so each slurmd's ``slurm_<node>/uid_U/job_J/step_S`` folders live under its host and go with it.
 (With this machine's tree bound into every host, proctrack/cgroup works as well, since Slurm names each node's

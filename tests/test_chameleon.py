@@ -21,7 +21,7 @@ from fakes.chameleon_api import FakeChameleon, LoopbackSshd
 
 from testbed import remote, ssh
 from testbed.errors import TestbedError, UsageError
-from testbed.providers.chameleon import ChameleonProvider
+from testbed.providers.chameleon.provider import ChameleonProvider
 from testbed.spec import TestbedSpec
 from testbed.state import Store
 
@@ -100,8 +100,8 @@ def make(tb_home: Path) -> Iterator[Callable[..., Made]]:
                 hook(line)
 
         p = ChameleonProvider(spec, store, progress=progress)
-        p.poll_interval = 0.02
-        p.destroy_timeout = 10
+        p.cloud.poll_interval = 0.02
+        p.cloud.destroy_timeout = 10
         m = Made(p, store, lines)
         made.append(m)
         return m
@@ -130,7 +130,7 @@ def _destroy_leaves_nothing(m: Made, fake: FakeChameleon) -> None:
 
 # imports, credentials ---------------------------------------------------------------------------------
 def test_import_does_not_load_chi() -> None:
-    code = ("import sys, testbed.providers.chameleon, testbed.providers; "
+    code = ("import sys, testbed.providers.chameleon.provider, testbed.providers; "
             "testbed.providers.provider_class('chameleon'); "
             "bad = [m for m in sys.modules if m == 'chi' or m.startswith(('chi.', 'openstack', 'blazarclient'))]; "
             "assert not bad, bad")
@@ -566,7 +566,7 @@ def test_jupyterhub_that_hangs_is_one_message(fake: FakeChameleon, clean_env: py
     provisioning stops after HUB_TIMEOUT with the Hub named, before anything is made."""
     import socket
 
-    from testbed.providers import chameleon_chi
+    from testbed.providers.chameleon import chi as chameleon_chi
 
     clean_env.setattr(chameleon_chi, "HUB_TIMEOUT", 1.0, raising=False)
     with socket.socket() as hub:
@@ -713,7 +713,7 @@ def test_lease_wait_backs_off_with_a_clear_progress_line(fake: FakeChameleon, ma
 
     monkeypatch.setattr(Pacer, "sleep", record)
     m = make(count=1)
-    m.p.poll_interval = 5.0
+    m.p.cloud.poll_interval = 5.0
     m.p.settings.lease_timeout = 3600
     m.p.provision()
     lease_pauses = slept[:7]
@@ -727,9 +727,10 @@ def test_lease_wait_backs_off_with_a_clear_progress_line(fake: FakeChameleon, ma
 def test_backoff_is_bounded_and_jittered(monkeypatch: pytest.MonkeyPatch) -> None:
     import time as _time
 
-    from testbed.providers import base, chameleon
+    from testbed.providers import base
+    from testbed.providers.chameleon.cloud import Cloud
 
-    p = chameleon.ChameleonProvider.__new__(chameleon.ChameleonProvider)  # backoff needs only poll_interval
+    p = Cloud.__new__(Cloud)  # backoff needs only poll_interval
     p.poll_interval = 5.0
     b = p.backoff(_time.monotonic() + 3600)
     delays = [b.next() for _ in range(12)]
@@ -840,7 +841,7 @@ def test_lease_going_to_error_on_delete_is_reported_at_once(fake: FakeChameleon,
 
     m = make(count=1)
     m.p.provision()
-    m.p.destroy_timeout = 600
+    m.p.cloud.destroy_timeout = 600
     fake.lease_delete_error = True
     t0 = _time.monotonic()
     with pytest.raises(TestbedError) as ei:
@@ -862,7 +863,7 @@ def test_lease_delete_that_times_out_in_blazar(fake: FakeChameleon, make: Callab
     lease stays DELETING, then goes, or turns ERROR (reported as soon as it does)."""
     m = make(count=1)
     m.p.provision()
-    m.p.destroy_timeout = 600
+    m.p.cloud.destroy_timeout = 600
     fake.lease_delete_polls = 3
     fake.lease_delete_error = ends_in_error
     if not ends_in_error:
@@ -882,7 +883,7 @@ def test_server_going_to_error_on_delete_is_reported_at_once(fake: FakeChameleon
                                                              make: Callable[..., Made]) -> None:
     m = make(count=2)
     m.p.provision()
-    m.p.destroy_timeout = 600
+    m.p.cloud.destroy_timeout = 600
     fake.fail_server_delete = {"node1"}
     with pytest.raises(TestbedError) as ei:
         m.p.destroy()

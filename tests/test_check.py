@@ -204,7 +204,7 @@ def test_chameleon_jupyterhub_that_hangs_or_refuses_is_one_message(chameleon: An
                                                                    no_cloud: pytest.MonkeyPatch) -> None:
     """python-chi asks the Hub for a fresh access token with no timeout and swallows any failure (the expired token
     then goes to keystone, whose 401 blames the token): testbed bounds the call and names the Hub."""
-    from testbed.providers import chameleon_chi
+    from testbed.providers.chameleon import chi as chameleon_chi
 
     fake = chameleon
     for k, v in fake.jupyter_env(token_ttl=-60).items():
@@ -256,7 +256,7 @@ def test_tpu_without_a_project_is_refused_naming_google_cloud_project(tpu: Any, 
     """The packaged TPU inventory names no placeholder project: with no GOOGLE_CLOUD_PROJECT (and no ADC project)
     provision is refused before any request, and the message names GOOGLE_CLOUD_PROJECT and provider.project."""
     from testbed.errors import UsageError
-    from testbed.providers.gcp_tpu import TpuProvider
+    from testbed.providers.gcp_tpu.provider import TpuProvider
     from testbed.spec import load_testbed
     from testbed.state import Store
 

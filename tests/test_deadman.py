@@ -267,13 +267,13 @@ REAPER_TPU = "  zone: us-central2-b\n  accelerator_type: v4-16\n  service_accoun
 
 
 def _tpu_env(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
-    from testbed.providers import gcp_tpu
+    from testbed.providers.gcp_tpu import cloud, provider, wait
 
-    monkeypatch.setenv(gcp_tpu.ANONYMOUS_ENV, "1")
+    monkeypatch.setenv(cloud.ANONYMOUS_ENV, "1")
     monkeypatch.setenv("TESTBED_TPU_METADATA_URL",
                        f"{endpoint}/computeMetadata/v1/instance/service-accounts/default/token")
     monkeypatch.setenv("TESTBED_DEADMAN_INTERVAL", "0.5")
-    monkeypatch.setattr(gcp_tpu, "Polling", lambda: gcp_tpu.FAST_POLLING)
+    monkeypatch.setattr(provider, "Polling", lambda: wait.FAST_POLLING)
 
 
 def test_tpu_expired_testbed_deletes_itself(local_testbed, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -441,18 +441,18 @@ def test_tpu_release_plan_for_queued_resources(tb_home: Path, monkeypatch: pytes
     """A queued resource is deleted with force (its nodes with it); nodes outside one one by one."""
     pytest.importorskip("google.cloud.tpu_v2")
     from testbed.handle import Testbed
-    from testbed.providers import gcp_tpu
+    from testbed.providers.gcp_tpu import cloud
 
-    monkeypatch.setenv(gcp_tpu.ANONYMOUS_ENV, "1")
+    monkeypatch.setenv(cloud.ANONYMOUS_ENV, "1")
     (tb_home / "inventories").mkdir()
     (tb_home / "inventories" / "q.yml").write_text(
         "provider:\n  kind: gcp-tpu\n  project: p\n  zone: us-central2-b\n  accelerator_type: v4-8\n"
         "  endpoint: http://127.0.0.1:9\n  queued_resource: true\n  service_account: r@p.iam.gserviceaccount.com\n")
     tb = Testbed.open("q")
     tb.store.upsert_testbed("q", "gcp-tpu", None, "up", {})
-    tb.store.add_resource("q", gcp_tpu.QUEUED_RESOURCE, "q-qr")
-    tb.store.add_resource("q", gcp_tpu.NODE, "q-0", queued_resource="q-qr")
-    tb.store.add_resource("q", gcp_tpu.NODE, "loose")
+    tb.store.add_resource("q", cloud.QUEUED_RESOURCE, "q-qr")
+    tb.store.add_resource("q", cloud.NODE, "q-0", queued_resource="q-qr")
+    tb.store.add_resource("q", cloud.NODE, "loose")
     plan = tb.provider().switch_release(Expiry(expire_at=time.time() + 60))
     assert plan["requests"] == [
         ["DELETE", "http://127.0.0.1:9/v2/projects/p/locations/us-central2-b/queuedResources/q-qr?force=true"],
@@ -500,7 +500,7 @@ def test_chameleon_orphan_lease_is_listed_and_destroy_releases_it(tb_home: Path,
         (tb_home / "inventories").mkdir()
         (tb_home / "inventories" / "cham.yml").write_text("provider:\n  kind: chameleon\n  count: 1\nuser: cc\n")
         p = Testbed.open("cham").provider()
-        api = p._connect()
+        api = p.cloud.connect()
         lease = api.lease_create(p.lease_name, start="now", end=time.strftime("%Y-%m-%d %H:%M",
                                  time.gmtime(time.time() + 3600)), node_type="compute_skylake", count=1, fips=0)
         code, out, exc = invoke("status", "--orphans", "--json")  # no state row at all: the OpenStack client

@@ -208,7 +208,7 @@ def _cloud(monkeypatch: pytest.MonkeyPatch, region: str):  # type: ignore[no-unt
     pytest.importorskip("chi")
     from fakes.chameleon_api import FakeChameleon
 
-    from testbed.providers import chameleon_chi
+    from testbed.providers.chameleon import chi as chameleon_chi
 
     fake = FakeChameleon(region=region).start()
     for k in [k for k in os.environ if k.startswith("OS_")]:
@@ -244,7 +244,7 @@ def test_create_image_is_private_and_goes_queued_saving_active(kvm_cloud) -> Non
     fake, api = kvm_cloud
     iid = api.server_create_image("s1", "testbed-abc", {"testbed_key": "k"})
     assert ("POST", "/compute/v2.1/servers/s1/action") in fake.requests
-    from testbed.providers.chameleon_chi import ApiError
+    from testbed.providers.chameleon.chi import ApiError
 
     with pytest.raises(ApiError) as busy:
         api.server_create_image("s1", "again", {})
@@ -275,7 +275,7 @@ def test_a_bare_metal_site_deletes_the_snapshot_and_quota_and_states_refuse(bare
     task_state is cleared (it stays ACTIVE and takes another createImage); glance's image_count_total reaches
     nova's API as a 500; a building server is a 409; an unknown one a 404."""
     fake, api = bare_metal_cloud
-    from testbed.providers.chameleon_chi import ApiError
+    from testbed.providers.chameleon.chi import ApiError
 
     assert [f["name"] for f in fake.flavors] == ["baremetal"]
     iid = api.server_create_image("s1", "testbed-x", {})
@@ -338,7 +338,7 @@ def test_bake_on_a_bare_metal_testbed_is_refused_before_any_request(
 
 
 def test_a_chameleon_key_names_the_site_image_and_node_type() -> None:
-    from testbed.providers.chameleon import ChameleonProvider
+    from testbed.providers.chameleon.provider import ChameleonProvider
     from testbed.spec import TestbedSpec
 
     def spec(**p: str) -> TestbedSpec:
@@ -354,7 +354,7 @@ def _disk_of(bed, address: str, iid: str) -> Path:  # type: ignore[no-untyped-de
     keys (cloud-init makes new ones on a new instance), as a read-only layer a machine can boot from."""
     import subprocess
 
-    from testbed.providers.local import _make_ext4
+    from testbed.providers.local.provider import _make_ext4
 
     sl = bed.provider.slot(next(h.name for h in bed.hosts if h.address == address))
     dest = bed.cwd / "snapshots" / iid
@@ -456,7 +456,7 @@ def test_lab_and_tpu_keep_no_images_and_say_why(tb_home: Path) -> None:
     r = CliRunner().invoke(app, ["image", "bake", "lab1"])
     assert r.exit_code == 1 and isinstance(r.exception, TestbedError)
     assert "keep their disks" in r.exception.what and r.exception.fix == "testbed setup lab1"
-    from testbed.providers.gcp_tpu import TpuProvider
+    from testbed.providers.gcp_tpu.provider import TpuProvider
 
     assert "runtime version" in TpuProvider.images_why and "no field for a custom image" in TpuProvider.images_why
     tpu = Testbed.open("lab1", st).provider()

@@ -58,7 +58,7 @@ def test_unreachable_lab_host_is_named_with_its_ssh_error(local_testbed) -> None
     bed = local_testbed(hosts=2, name="machines")
     _lab_spec(Path(bed.cwd), bed, "\n    - {name: gone, address: 127.0.0.1, port: 1}")
     bed.provider.cut_network("node1")
-    from testbed.providers.lab import LabProvider
+    from testbed.providers.lab.provider import LabProvider
     from testbed.spec import load_testbed
     from testbed.state import Store
 

@@ -13,7 +13,7 @@ import pytest
 
 from testbed import ssh
 from testbed.errors import TestbedError
-from testbed.providers.lab import LabProvider
+from testbed.providers.lab.provider import LabProvider
 from testbed.spec import load_testbed
 from testbed.state import Store
 

@@ -17,7 +17,8 @@ def _kernel_objects(tag: str) -> dict[str, list[str]]:
     procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     return {"netns": [ln for ln in ns.splitlines() if f"tb{tag}" in ln],
             "links": [ln for ln in links.splitlines() if f"tb{tag}" in ln],
-            "procs": [ln for ln in procs.splitlines() if f"tb{tag}" in ln or ("local_init.py" in ln and tag in ln)]}
+            "procs": [ln for ln in procs.splitlines()
+                      if f"tb{tag}" in ln or ("providers/local/init.py" in ln and tag in ln)]}
 
 
 def test_up_isolated_idempotent_and_gone(local_testbed):

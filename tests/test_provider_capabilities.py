@@ -5,10 +5,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from testbed.providers import COSTS_MONEY, KEEPS_HOSTS, PROVIDERS, provider_class
-from testbed.providers.base import Provider
+from localbed import invoke
 
-OPS = {"extend": "extend", "kill-host": "kill_host", "cut-network": "cut_network", "repair": "discard"}
+from testbed.errors import UsageError
+from testbed.providers import COSTS_MONEY, KEEPS_HOSTS, PROVIDERS, provider_class
+from testbed.providers.base import Capability, Provider
+
+OPS = {Capability.EXTEND: "extend", Capability.KILL_HOST: "kill_host", Capability.CUT_NETWORK: "cut_network",
+       Capability.REPAIR: "discard"}
 
 
 def test_declared_capabilities_match_what_each_provider_implements() -> None:
@@ -23,6 +27,42 @@ def test_declared_capabilities_match_what_each_provider_implements() -> None:
     local = provider_class("local")
     assert not local.costs_money and local.offline_hosts and local.shares_controller_files
     assert not provider_class("lab").offline_hosts
+
+
+def test_capabilities_keep_the_words_of_state_and_suites() -> None:
+    """A fault's action (``kill-host``) and what callers ask (``can("expire")``) are the enum's values."""
+    assert {c.value for c in Capability} == {"extend", "repair", "expire", "kill-host", "cut-network"}
+    local = provider_class("local")
+    assert local.can("kill-host") and local.can(Capability.CUT_NETWORK) and not local.can("extend")
+    assert "kill-host" in local.capabilities  # a StrEnum member is its string
+
+
+def test_every_capability_a_kind_lacks_comes_with_its_reason() -> None:
+    for kind in PROVIDERS:
+        cls = provider_class(kind)
+        assert not set(cls.lacking) & cls.capabilities, kind  # a reason only for what it lacks
+        for cap in Capability:
+            why = cls.lacks(cap)
+            assert (why is None) == (cap in cls.capabilities), (kind, cap)
+            assert why is None or len(why) > 20, (kind, cap, why)
+            assert cls.lacks(cap.value) == why
+    assert provider_class("lab").lacks(Capability.EXPIRE) == "a lab's hosts are not ours to end: expiry is not offered"
+    assert "time limit" in (provider_class("slurm").lacks(Capability.EXTEND) or "")
+
+
+def test_extend_on_a_kind_without_a_reservation_says_why(tb_home: Path) -> None:
+    """The refusal names the kind's own reason: one message, exit 2."""
+    from testbed.handle import Testbed
+    from testbed.state import Store
+
+    (tb_home / "inventories").mkdir()
+    (tb_home / "inventories" / "lab1.yml").write_text("provider:\n  kind: lab\n  hosts:\n    - {name: a, address: "
+                                                     "127.0.0.1}\n")
+    Testbed.open("lab1", Store.open_default()).provider().record_testbed("up", {})
+    _, _, exc = invoke("extend", "lab1", "--hours", "1")
+    assert isinstance(exc, UsageError), exc  # the entry point shows it as one message and exits 2
+    assert exc.what == ("testbed 'lab1' (lab) has no lease and no expiry to extend: a lab's machines are held by no "
+                        "reservation of testbed's")
 
 
 def test_no_module_outside_providers_tests_a_provider_kind() -> None:

@@ -56,7 +56,7 @@ def test_repair_refuses_an_unknown_host_before_touching_anything(local_testbed) 
 
 def test_repair_of_a_host_that_does_not_come_back_is_one_clear_error(local_testbed, monkeypatch) -> None:
     bed = local_testbed(hosts=2)
-    from testbed.providers.local import LocalProvider
+    from testbed.providers.local.provider import LocalProvider
 
     monkeypatch.setattr(LocalProvider, "ssh_timeout", property(lambda self: 2.0))
     monkeypatch.setattr(LocalProvider, "_start_hosts", lambda self, todo: None)  # the host never boots again
@@ -136,7 +136,7 @@ def test_a_host_that_cannot_be_repaired_fails_the_run_naming_it(local_testbed, m
     wrong with its repair and what to do."""
     from localbed import lose_a_host_mid_run
 
-    from testbed.providers.local import LocalProvider
+    from testbed.providers.local.provider import LocalProvider
 
     bed = local_testbed(hosts=2)
     monkeypatch.setattr(LocalProvider, "ssh_timeout", property(lambda self: 2.0))

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from localbed import invoke
 
-from testbed.providers import slurm_cli
-from testbed.providers.settings import SlurmSettings
+from testbed.providers.slurm import cli as slurm_cli
+from testbed.providers.slurm.settings import SlurmSettings
 
 # -- parsers: the traps of Slurm's client commands (no cluster) ---------------------------------------------
 

@@ -10,7 +10,10 @@ import pytest
 
 from testbed import paths
 from testbed.errors import UsageError
-from testbed.providers.settings import ChameleonSettings, LabSettings, LocalSettings, TpuSettings
+from testbed.providers.chameleon.settings import ChameleonSettings
+from testbed.providers.gcp_tpu.settings import TpuSettings
+from testbed.providers.lab.settings import LabSettings
+from testbed.providers.local.settings import LocalSettings
 from testbed.spec import inventory_path, load_testbed
 
 pytestmark = pytest.mark.timeout(60)

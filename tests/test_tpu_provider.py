@@ -26,8 +26,10 @@ from fakes.tpu_api import DEFAULT_POOL, FakeTpuApi
 
 from testbed import ssh
 from testbed.errors import TestbedError, UsageError
-from testbed.providers.gcp_tpu import ANONYMOUS_ENV, FAST_POLLING, QUEUED_RESOURCE, TpuProvider
-from testbed.providers.settings import TpuSettings
+from testbed.providers.gcp_tpu.cloud import ANONYMOUS_ENV, QUEUED_RESOURCE
+from testbed.providers.gcp_tpu.provider import TpuProvider
+from testbed.providers.gcp_tpu.settings import TpuSettings
+from testbed.providers.gcp_tpu.wait import FAST_POLLING
 from testbed.spec import TestbedSpec
 from testbed.state import Store
 
@@ -535,7 +537,7 @@ def test_anonymous_needs_an_endpoint(tb_home: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_import_does_not_load_the_sdk() -> None:
-    code = ("import sys, testbed.providers.gcp_tpu, testbed.providers.gcp_tpu_errors; "
+    code = ("import sys, testbed.providers.gcp_tpu.provider, testbed.providers.gcp_tpu.errors; "
             "bad = [m for m in sys.modules if m.startswith(('google.cloud.tpu_v2', 'google.api_core', 'google.auth', "
             "'grpc'))]; print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=30)
@@ -557,7 +559,7 @@ def test_missing_extra_is_one_message_with_the_install_command(bed: Bed, monkeyp
     assert "pip install 'testbed-artifacts[tpu]'" in (e.value.fix or "") and "tpu" in e.value.what
     assert bed.fake.api_requests() == []
     monkeypatch.setitem(sys.modules, "chi", None)
-    from testbed.providers.chameleon_chi import Chi, Credentials
+    from testbed.providers.chameleon.chi import Chi, Credentials
 
     with pytest.raises(UsageError) as e:
         Chi(Credentials("http://127.0.0.1:1/v3", "v3applicationcredential", None), site="CHI@UC")
@@ -931,8 +933,7 @@ def test_rate_limited_reads_are_retried(bed: Bed) -> None:
 
 # pacing and interrupts --------------------------------------------------------------------------------------------
 def test_pacing_backs_off_with_jitter_and_never_passes_the_deadline() -> None:
-    from testbed.providers.gcp_tpu import Polling
-    from testbed.providers.gcp_tpu_wait import pace
+    from testbed.providers.gcp_tpu.wait import Polling, pace
 
     pol = Polling(interval=5, max_interval=30, multiplier=1.5, jitter=0.2)
     pacer = pace(pol, time.monotonic() + 3600)
@@ -1003,7 +1004,7 @@ def test_ctrl_c_while_the_create_request_is_in_flight(bed: Bed, call: str,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The service made it but the answer never arrived: the id was recorded before the call, so destroy finds it."""
     p = bed.provider(queued_resource=call == "create_queued_resource")
-    client = p.client()
+    client = p.cloud.client()
     real = getattr(client, call)
 
     def lost_answer(*a: object, **kw: object) -> object:

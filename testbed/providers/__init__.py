@@ -9,11 +9,11 @@ if TYPE_CHECKING:
     from testbed.providers.base import Provider
 
 PROVIDERS: dict[str, str] = {
-    "local": "testbed.providers.local:LocalProvider",
-    "lab": "testbed.providers.lab:LabProvider",
-    "chameleon": "testbed.providers.chameleon:ChameleonProvider",
-    "gcp-tpu": "testbed.providers.gcp_tpu:TpuProvider",
-    "slurm": "testbed.providers.slurm:SlurmProvider",
+    "local": "testbed.providers.local.provider:LocalProvider",
+    "lab": "testbed.providers.lab.provider:LabProvider",
+    "chameleon": "testbed.providers.chameleon.provider:ChameleonProvider",
+    "gcp-tpu": "testbed.providers.gcp_tpu.provider:TpuProvider",
+    "slurm": "testbed.providers.slurm.provider:SlurmProvider",
 }
 
 COSTS_MONEY = frozenset({"chameleon", "gcp-tpu"})

@@ -16,6 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from testbed import remote, ssh
@@ -36,6 +37,27 @@ T = TypeVar("T")
 
 def _quiet(_: str) -> None:
     return None
+
+
+class Capability(StrEnum):
+    """An optional operation a provider may offer (``Provider.capabilities``); the values are the words that state,
+    suites (a fault's ``action``) and the command line use."""
+
+    EXTEND = "extend"  # move the end of the testbed's reservation (``extend``)
+    REPAIR = "repair"  # bring one failed host back: ``discard`` it, then ``create`` makes it again
+    EXPIRE = "expire"  # a dead-man's switch releases the testbed at its expiry (testbed.deadman)
+    KILL_HOST = "kill-host"  # power a host off abruptly (a fault: ``kill_host``)
+    CUT_NETWORK = "cut-network"  # take a host off the network and back (a fault: ``cut_network``)
+
+
+CANNOT = {
+    Capability.EXTEND: "it holds no reservation whose end could move",
+    Capability.REPAIR: "it has no way to bring one host back",
+    Capability.EXPIRE: "testbed cannot release its hosts at a deadline",
+    Capability.KILL_HOST: "it cannot power a host off",
+    Capability.CUT_NETWORK: "it cannot take a host off the network",
+}
+"""Why a provider lacks a capability when its class gives no reason of its own (``Provider.lacking``)."""
 
 
 @dataclass
@@ -139,10 +161,8 @@ class Provider(ABC):
     shares_controller_files: ClassVar[bool] = False  # hosts see the controller's files (its Python env)
     keeps_hosts: ClassVar[bool] = False  # destroy leaves the hosts and their files (lab machines): never remade
     root_on_hosts: ClassVar[bool] = True  # set-up may become root there (False: a Slurm cluster's nodes)
-    # Optional operations it implements: "extend" (the lease end), "kill-host", "cut-network" (faults),
-    # "repair" (bring one failed host back: ``discard`` it, then ``create`` makes it again), "expire" (a
-    # dead-man's switch releases the testbed at its expiry: see testbed.deadman).
-    capabilities: ClassVar[frozenset[str]] = frozenset()
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()  # the optional operations it implements
+    lacking: ClassVar[dict[Capability, str]] = {}  # why it lacks one, in its own words (else ``CANNOT``'s)
     accelerator: ClassVar[str | None] = None  # what every host of the kind has built in (a TPU), beyond the spec
     repair_how: ClassVar[str] = "brought back"  # what ``repair`` does to a failed host, in a few words
     expire: str | None = None  # --expire of this command (a duration from now), over the spec's expire
@@ -332,9 +352,10 @@ class Provider(ABC):
                                  fix=(f"did you mean '{close[0]}'? " if close else "")
                                  + f"hosts: {', '.join(names) or 'none (provision first)'}")
             self.preflight()
-            if not self.can("repair"):
-                raise TestbedError(f"the {self.kind} provider cannot repair a host", where=f"testbed {self.name}",
-                                   fix=self.repair_fix(h))
+            why = self.lacks(Capability.REPAIR)
+            if why:
+                raise TestbedError(f"the {self.kind} provider cannot repair a host: {why}",
+                                   where=f"testbed {self.name}", fix=self.repair_fix(h))
             public_key = ssh.ensure_keypair(self.name)[1] if self.wants_key() else None
             try:
                 self.progress(f"{host}: repairing")
@@ -483,9 +504,18 @@ class Provider(ABC):
             self.progress(f"note: {problem}")
         self.store.upsert_testbed(self.name, self.kind, self.spec.source, status, {**(info or {}), "spec": spec})
 
-    def can(self, capability: str) -> bool:
+    @classmethod
+    def lacks(cls, capability: Capability | str) -> str | None:
+        """Why this provider cannot do ``capability`` (a sentence to put after "cannot ..."); None when it can."""
+        cap = Capability(capability)
+        if cap in cls.capabilities:
+            return None
+        return cls.lacking.get(cap) or CANNOT[cap]
+
+    @classmethod
+    def can(cls, capability: Capability | str) -> bool:
         """Whether this provider implements an optional operation (see ``capabilities``)."""
-        return capability in self.capabilities
+        return cls.lacks(capability) is None
 
     def extend(self, hours: float) -> str:
         """Move the end of the testbed's reservation ``hours`` later; the new end (ISO UTC)."""

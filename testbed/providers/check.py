@@ -109,7 +109,7 @@ def _extra(rep: Report) -> bool:
 
 # local, lab -------------------------------------------------------------------------------------------------
 def _local(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
-    from testbed.providers.local import REQUIRED_TOOLS
+    from testbed.providers.local.provider import REQUIRED_TOOLS
 
     linux = sys.platform.startswith("linux")
     rep.add("linux", linux, sys.platform, "the local provider needs Linux (network namespaces)")
@@ -146,7 +146,7 @@ def _lab(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
             "(only key files are offered)", required=False)
     if spec is None:
         return
-    from testbed.providers.lab import LabProvider
+    from testbed.providers.lab.provider import LabProvider
 
     hosts = LabProvider(spec, cast("Store", None)).hosts_from_spec()  # reads the spec only
     keys = sorted({h.key for h in hosts if h.key})
@@ -166,8 +166,8 @@ def _slurm(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
     import tempfile
     from pathlib import Path
 
-    from testbed.providers.settings import SlurmSettings
-    from testbed.providers.slurm_cli import Login
+    from testbed.providers.slurm.cli import Login
+    from testbed.providers.slurm.settings import SlurmSettings
 
     missing = [t for t in ("ssh", "ssh-keygen") if shutil.which(t) is None]
     rep.add("ssh client", not missing, "ssh, ssh-keygen on PATH" if not missing else f"missing: {', '.join(missing)}",
@@ -215,8 +215,8 @@ def _slurm(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
 
 # chameleon ----------------------------------------------------------------------------------------------------
 def _chameleon(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
-    from testbed.providers import chameleon_chi
-    from testbed.providers.settings import ChameleonSettings
+    from testbed.providers.chameleon import chi as chameleon_chi
+    from testbed.providers.chameleon.settings import ChameleonSettings
 
     settings = spec.provider if spec is not None else None
     assert settings is None or isinstance(settings, ChameleonSettings)
@@ -271,7 +271,7 @@ def _chameleon(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
 def _chameleon_images(rep: Report, site: str, flavor: str) -> None:
     """Whether images of a set-up can be baked at ``site`` (from its name and the flavor: no request), as a row
     that never makes the provider unusable."""
-    from testbed.providers.chameleon import snapshots
+    from testbed.providers.chameleon.provider import snapshots
 
     if snapshots(site, flavor):
         rep.add("images", True, f"Nova snapshots a server at {site} (flavor {flavor}): 'testbed image bake' and "
@@ -286,11 +286,11 @@ def _chameleon_images(rep: Report, site: str, flavor: str) -> None:
 
 def _keystone_refusal(e: Any, creds: Any, site: str) -> tuple[str, str]:
     """(detail, fix) of a failed login."""
-    from testbed.providers.chameleon import auth_fix
+    from testbed.providers.chameleon.cloud import auth_fix
 
     status = f"HTTP {e.status}" if e.status else "no answer"
     if e.kind == "hub":  # JupyterHub did not renew the access token: keystone never saw one
-        from testbed.providers.chameleon_chi import HUB_FIX
+        from testbed.providers.chameleon.chi import HUB_FIX
 
         return e.message, HUB_FIX
     if e.kind == "auth":
@@ -326,14 +326,16 @@ def _adc_source(creds: Any) -> str:
 
 
 def _tpu(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
-    from testbed.providers.gcp_tpu import ANONYMOUS_ENV, TpuProvider
-    from testbed.providers.gcp_tpu_errors import api_error, is_api_error
-    from testbed.providers.settings import TpuSettings
+    from testbed.providers.base import _quiet
+    from testbed.providers.gcp_tpu.cloud import ANONYMOUS_ENV, Cloud
+    from testbed.providers.gcp_tpu.errors import api_error, is_api_error
+    from testbed.providers.gcp_tpu.settings import TpuSettings
+    from testbed.providers.gcp_tpu.wait import Polling
     from testbed.spec import TestbedSpec
 
     if spec is None:
         spec = TestbedSpec(name="gcp-tpu", provider=TpuSettings())
-    p = TpuProvider(spec, cast("Store", None))  # the checks read no state and write none
+    p = Cloud(spec, cast("Store", None), _quiet, Polling())  # the checks read no state and write none
     s = p.settings
     rep.context.update({"zone": s.zone, "accelerator": s.accelerator_type,
                         **({"endpoint": s.endpoint} if s.endpoint else {})})
@@ -342,8 +344,8 @@ def _tpu(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
         rep.add("credentials", None, "not checked: google-auth comes with the extra")
         return
     try:
-        p._validate()
-        creds, adc_project = p._credentials()
+        p.validate()
+        creds, adc_project = p.credentials()
     except TestbedError as e:
         rep.failure("credentials", e)
         return

@@ -51,8 +51,10 @@ def fire(plan: RunPlan, fault: FaultPlan, store: Store) -> dict[str, Any]:
         detail["ok"] = True
     elif action in ("kill-host", "cut-network"):
         prov = _provider(plan.testbed, store)
-        if not prov.can(action):
-            raise TestbedError(f"fault '{fault.name}': the {prov.kind} provider cannot {action.replace('-', ' ')}",
+        why = prov.lacks(action)
+        if why:
+            raise TestbedError(f"fault '{fault.name}': the {prov.kind} provider cannot {action.replace('-', ' ')}: "
+                               f"{why}",
                                where=plan.testbed,
                                fix="run this fault on a testbed whose provider can (local), or use a 'command' fault")
         (prov.kill_host if action == "kill-host" else prov.cut_network)(host)

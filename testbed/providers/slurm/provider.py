@@ -18,7 +18,7 @@ cluster's SlurmdTimeout. Set-up has no root (``root_on_hosts``): it covers the h
 The time limit is the dead-man's switch: Slurm ends the job at ``--time`` whether or not testbed is running
 (``--expire`` shortens it).
 Destroy cancels every recorded job (and any this user's testbed job of the same name), then checks with
-squeue/sacct that none is left. Slurm's command traps live in :mod:`testbed.providers.slurm_cli`.
+squeue/sacct that none is left. Slurm's command traps live in :mod:`testbed.providers.slurm.cli`.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 from testbed import paths, remote, ssh
 from testbed.errors import TestbedError, UsageError
 from testbed.hosts import Host
-from testbed.providers.base import Made, Pacer, Provider
-from testbed.providers.settings import SlurmSettings
-from testbed.providers.slurm_cli import HOLDER, JOB_NAME_PREFIX, Job, Login, node_gone
+from testbed.providers.base import Capability, Made, Pacer, Provider
+from testbed.providers.slurm.cli import HOLDER, JOB_NAME_PREFIX, Job, Login, node_gone
+from testbed.providers.slurm.settings import SlurmSettings
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -46,7 +46,11 @@ LOGIN_ALIAS = "slurm-login"
 class SlurmProvider(Provider):
     kind = "slurm"
     root_on_hosts = False  # a cluster's user has no root on its nodes: set-up covers the home and environments
-    capabilities = frozenset({"repair", "expire"})
+    capabilities = frozenset({Capability.REPAIR, Capability.EXPIRE})
+    lacking = {Capability.EXTEND: "a Slurm job's time limit is set when it is submitted (provider.time_limit), and "
+                                  "only the cluster's administrators can raise it",
+               Capability.KILL_HOST: "a Slurm cluster's nodes are not testbed's to power off",
+               Capability.CUT_NETWORK: "a Slurm cluster's nodes are not testbed's to take off the network"}
     repair_how = "replaced by a new one-node allocation"
     _why: dict[str, str]
     _notes: dict[str, str]

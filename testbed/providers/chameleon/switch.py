@@ -22,29 +22,29 @@ from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.expiry import Expiry
-    from testbed.providers.chameleon import ChameleonProvider
-    from testbed.providers.chameleon_chi import Chi
+    from testbed.providers.chameleon.chi import Chi
+    from testbed.providers.chameleon.cloud import Cloud
 
 APP_CRED = "app-credential"
 MARGIN = 86400.0  # the credential outlives the deadline by a day (a late agent can still release)
 
 
-def check(p: ChameleonProvider, e: Expiry) -> None:
+def check(c: Cloud, e: Expiry) -> None:
     """Refuse, before anything is made, credentials that cannot make the switch's credential."""
-    from testbed.providers import chameleon_chi
+    from testbed.providers.chameleon import chi
 
-    creds = chameleon_chi.credentials_from_env(site=p.settings.site)
+    creds = chi.credentials_from_env(site=c.settings.site)
     if creds.auth_type != "v3applicationcredential":
         return
-    api = p._api = p._api or p._connect()
+    api = c.api = c.api or c.connect()
     cid = creds.fields.get("application_credential_id", "")
-    with p._step("reading your application credential", f"application credential {cid}"):
+    with c.step("reading your application credential", f"application credential {cid}"):
         own = api.app_cred_get(cid) if cid else None
     if own is not None and not own.get("unrestricted"):
         raise UsageError("the dead-man's switch needs a credential of its own (allowed only to delete this "
                          "testbed's lease, servers and floating IPs), and keystone lets a restricted application "
                          "credential create none",
-                         where=p._where("keystone", f"application credential {cid}"),
+                         where=c.where("keystone", f"application credential {cid}"),
                          fix="create an application credential with 'unrestricted' ticked (or source the "
                              "project's openrc) for this command; or drop --expire and idle_after")
 
@@ -56,118 +56,118 @@ def _target(endpoint: str, suffix: str) -> tuple[str, str]:
     return url, urlsplit(url).path
 
 
-def release_plan(p: ChameleonProvider, e: Expiry) -> dict[str, Any]:
+def release_plan(c: Cloud, e: Expiry) -> dict[str, Any]:
     """Make this testbed's credential (recorded at once) and the agent's release requests."""
-    api = p._api or p._connect()
-    leases = [r["id"] for r in p.store.resources(p.name, "lease")]
-    servers = [r["id"] for r in p.store.resources(p.name, "server")]
-    fips = [r["id"] for r in p.store.resources(p.name, "fip") if not r["info"].get("reserved")]
-    with p._step("reading the service catalog", "keystone catalog"):
+    api = c.api or c.connect()
+    leases = [r["id"] for r in c.store.resources(c.name, "lease")]
+    servers = [r["id"] for r in c.store.resources(c.name, "server")]
+    fips = [r["id"] for r in c.store.resources(c.name, "fip") if not r["info"].get("reserved")]
+    with c.step("reading the service catalog", "keystone catalog"):
         blazar, nova, neutron = (api.endpoint(t) for t in ("reservation", "compute", "network"))
     targets = [("reservation", *_target(blazar, f"/leases/{x}")) for x in leases]
     targets += [("compute", *_target(nova, f"/servers/{x}")) for x in servers]
     targets += [("network", *_target(neutron, f"/v2.0/floatingips/{x}")) for x in fips]
-    if p.spec.expire_images:  # told to: the images this testbed baked that no other testbed boots from
-        baked = [r["id"] for r in p.store.expiring_images(p.name, p.kind)]
+    if c.spec.expire_images:  # told to: the images this testbed baked that no other testbed boots from
+        baked = [r["id"] for r in c.store.expiring_images(c.name, c.kind)]
         if baked:
-            with p._step("reading the service catalog", "keystone catalog"):
+            with c.step("reading the service catalog", "keystone catalog"):
                 glance = api.endpoint("image")
             targets += [("image", *_target(glance, f"/v2/images/{x}")) for x in baked]
     rules = [{"service": svc, "method": "DELETE", "path": path} for svc, _, path in targets]
-    lease_end = _lease_end(p)
+    lease_end = _lease_end(c)
     until = max(x for x in (e.expire_at, lease_end, time.time()) if x is not None) + MARGIN
-    old = [r["id"] for r in p.store.resources(p.name, APP_CRED)]
-    with p._step("creating the dead-man's switch credential", f"application credential {p.prefix}-deadman"):
-        cred = api.app_cred_create(f"{p.prefix}-deadman-{int(time.time())}", access_rules=rules,
+    old = [r["id"] for r in c.store.resources(c.name, APP_CRED)]
+    with c.step("creating the dead-man's switch credential", f"application credential {c.prefix}-deadman"):
+        cred = api.app_cred_create(f"{c.prefix}-deadman-{int(time.time())}", access_rules=rules,
                                    expires_at=datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%S"),
-                                   description=f"testbed {p.name}: may only delete its lease, servers, floating IPs")
-    p.store.add_resource(p.name, APP_CRED, str(cred["id"]), name=cred.get("name"), expires=iso(until))
+                                   description=f"testbed {c.name}: may only delete its lease, servers, floating IPs")
+    c.store.add_resource(c.name, APP_CRED, str(cred["id"]), name=cred.get("name"), expires=iso(until))
     for cid in old:  # the previous arming's credential: its agent is replaced
-        _delete_cred(p, api, cid)
+        _delete_cred(c, api, cid)
     return {"auth": {"type": "keystone", "auth_url": api.auth_url, "id": cred["id"], "secret": cred["secret"]},
             "requests": [["DELETE", url] for _, url, _ in targets]}
 
 
-def _delete_cred(p: ChameleonProvider, api: Chi, cid: str) -> None:
-    with p._step("deleting the dead-man's switch credential", f"application credential {cid}"):
+def _delete_cred(c: Cloud, api: Chi, cid: str) -> None:
+    with c.step("deleting the dead-man's switch credential", f"application credential {cid}"):
         api.app_cred_delete(cid)
-    p.store.remove_resource(p.name, APP_CRED, cid)
+    c.store.remove_resource(c.name, APP_CRED, cid)
 
 
-def revoke(p: ChameleonProvider, api: Chi, failures: list[str]) -> None:
+def revoke(c: Cloud, api: Chi, failures: list[str]) -> None:
     """Delete the switch's credentials (destroy)."""
-    for r in p.store.resources(p.name, APP_CRED):
+    for r in c.store.resources(c.name, APP_CRED):
         try:
-            _delete_cred(p, api, r["id"])
+            _delete_cred(c, api, r["id"])
         except TestbedError as err:
             failures.append(err.what)
 
 
-def _lease_end(p: ChameleonProvider) -> float | None:
-    end = ((p.store.testbed(p.name) or {}).get("info") or {}).get("lease_end")
+def _lease_end(c: Cloud) -> float | None:
+    end = ((c.store.testbed(c.name) or {}).get("info") or {}).get("lease_end")
     if not end:
         return None
     return datetime.strptime(end, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
-def hours_short_of(p: ChameleonProvider, at: float) -> float:
+def hours_short_of(c: Cloud, at: float) -> float:
     """Hours the lease must grow to last until ``at`` (0: it already does), rounded up to the minute."""
-    end = _lease_end(p)
+    end = _lease_end(c)
     if end is None or end >= at:
         return 0.0
     return round((at - end) / 3600 + 1 / 60, 4)
 
 
-def cost(p: ChameleonProvider, table: dict[str, Any]) -> dict[str, Any] | None:
+def cost(c: Cloud, table: dict[str, Any]) -> dict[str, Any] | None:
     """Service units per hour: 1 SU per bare-metal node-hour, for the servers held (else the lease's nodes)."""
-    leases = p.store.resources(p.name, "lease")
+    leases = c.store.resources(c.name, "lease")
     if not leases:
         return None
-    nodes = len(p.store.resources(p.name, "server")) or p.settings.count
+    nodes = len(c.store.resources(c.name, "server")) or c.settings.count
     su = float((table.get("chameleon") or {}).get("su_per_node_hour") or 1.0)
     return {"per_hour": nodes * su, "unit": "SU", "since": leases[0]["created"],
-            "basis": f"{plural(nodes, 'node')} x {su:g} SU/node-hour ({p.settings.node_type})"}
+            "basis": f"{plural(nodes, 'node')} x {su:g} SU/node-hour ({c.settings.node_type})"}
 
 
-def planned_cost(p: ChameleonProvider, table: dict[str, Any], hosts: int) -> dict[str, Any]:
+def planned_cost(c: Cloud, table: dict[str, Any], hosts: int) -> dict[str, Any]:
     """SUs per hour of the servers held, else of the nodes a lease would hold (the spec's count, or the hosts a
     suite asks for when more)."""
-    nodes = len(p.store.resources(p.name, "server")) or max(p.settings.count, hosts)
+    nodes = len(c.store.resources(c.name, "server")) or max(c.settings.count, hosts)
     su = float((table.get("chameleon") or {}).get("su_per_node_hour") or 1.0)
     return {"per_hour": nodes * su, "unit": "SU",
-            "basis": f"{plural(nodes, 'node')} x {su:g} SU/node-hour ({p.settings.node_type})"}
+            "basis": f"{plural(nodes, 'node')} x {su:g} SU/node-hour ({c.settings.node_type})"}
 
 
-def lease_left(p: ChameleonProvider, now: float) -> tuple[float | None, str]:
+def lease_left(c: Cloud, now: float) -> tuple[float | None, str]:
     """Seconds to the lease's end (as recorded); not provisioned yet: the lease the spec asks for."""
-    end = _lease_end(p)
+    end = _lease_end(c)
     if end is not None:
-        info = (p.store.testbed(p.name) or {}).get("info") or {}
+        info = (c.store.testbed(c.name) or {}).get("info") or {}
         return end - now, f"its lease end at {info.get('lease_end')}"
-    if p.store.testbed(p.name) is None and not p.settings.end:
-        return p.settings.hours * 3600, f"its spec's lease of {p.settings.hours:g} h (not provisioned yet)"
+    if c.store.testbed(c.name) is None and not c.settings.end:
+        return c.settings.hours * 3600, f"its spec's lease of {c.settings.hours:g} h (not provisioned yet)"
     return None, "no lease end recorded"
 
 
-def orphans(p: ChameleonProvider) -> list[dict[str, Any]]:
+def orphans(c: Cloud) -> list[dict[str, Any]]:
     """Leases, servers and floating IPs named for this testbed at the site that state does not record."""
-    api = p._connect()
-    known = {r["id"] for r in p.store.resources(p.name)}
-    recorded = p.store.testbed(p.name) is not None
+    api = c.connect()
+    known = {r["id"] for r in c.store.resources(c.name)}
+    recorded = c.store.testbed(c.name) is not None
 
     def fix(cli: str) -> str:  # a recorded testbed's destroy adopts them by name; else the OpenStack client
-        return f"testbed destroy {p.name} (it adopts them by name)" if recorded else cli
+        return f"testbed destroy {c.name} (it adopts them by name)" if recorded else cli
 
     out: list[dict[str, Any]] = []
-    with p._step("listing leases", f"lease {p.lease_name}"):
+    with c.step("listing leases", f"lease {c.lease_name}"):
         out += [{"kind": "lease", "id": x["id"], "release": fix(f"openstack reservation lease delete {x['id']}")}
-                for x in api.leases_named(p.lease_name)
+                for x in api.leases_named(c.lease_name)
                 if x["id"] not in known and x.get("status") not in ("TERMINATED", "DELETED")]
-    with p._step("listing servers", f"servers {p.prefix}-*"):
+    with c.step("listing servers", f"servers {c.prefix}-*"):
         out += [{"kind": "server", "id": str(x["id"]), "release": fix(f"openstack server delete {x['id']}")}
-                for x in api.servers_named(p.prefix + "-") if str(x["id"]) not in known]
-    with p._step("listing floating IPs", f"floating IPs of {p.prefix}"):
+                for x in api.servers_named(c.prefix + "-") if str(x["id"]) not in known]
+    with c.step("listing floating IPs", f"floating IPs of {c.prefix}"):
         out += [{"kind": "fip", "id": f["id"], "release": fix(f"openstack floating ip delete {f['id']}")}
                 for f in api.fips()
-                if str(f.get("description") or "").startswith(f"testbed {p.prefix} ") and f["id"] not in known]
+                if str(f.get("description") or "").startswith(f"testbed {c.prefix} ") and f["id"] not in known]
     return out

@@ -14,8 +14,8 @@ from typing import Any
 from testbed import remote, ssh
 from testbed.errors import TestbedError
 from testbed.hosts import Host
-from testbed.providers.base import Made, Provider
-from testbed.providers.settings import LabSettings
+from testbed.providers.base import Capability, Made, Provider
+from testbed.providers.lab.settings import LabSettings
 from testbed.textfmt import plural
 
 
@@ -23,7 +23,11 @@ class LabProvider(Provider):
     kind = "lab"
     images_why = ("a lab's machines keep their disks (nothing to boot an image on); an unchanged set-up is skipped by "
                   "its content address")
-    capabilities = frozenset({"repair"})
+    capabilities = frozenset({Capability.REPAIR})
+    lacking = {Capability.EXTEND: "a lab's machines are held by no reservation of testbed's",
+               Capability.EXPIRE: "a lab's hosts are not ours to end: expiry is not offered",
+               Capability.KILL_HOST: "a lab's machines are shared, not testbed's to power off",
+               Capability.CUT_NETWORK: "a lab's machines are shared, not testbed's to take off the network"}
     keeps_hosts = True  # destroy only forgets the machines: their files stay
     repair_how = "answered again (a reboot)"
     _why: dict[str, str]  # host -> why it did not answer (set by reach)

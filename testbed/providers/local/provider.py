@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING
 from testbed import paths, remote
 from testbed.errors import TestbedError
 from testbed.hosts import Host
-from testbed.providers.base import Made, Provider
-from testbed.providers.settings import LocalSettings
+from testbed.providers.base import Capability, Made, Provider
+from testbed.providers.local.settings import LocalSettings
 
 if TYPE_CHECKING:
     from testbed.expiry import Expiry
 
-INIT = Path(__file__).with_name("local_init.py")
+INIT = Path(__file__).with_name("init.py")
 IDENTITY = ("etc/ssh/ssh_host_*", "etc/ssh/testbed_authorized_keys", "etc/ssh/sshd_config_testbed", "etc/hostname",
             "etc/hosts", "etc/machine-id", "var/lib/dbus/machine-id", "run", "var/log/*", "tmp/*", "var/tmp/*",
             "usr/sbin/shutdown", "usr/sbin/reboot", "usr/sbin/halt", "usr/sbin/poweroff", "~/.ssh",
@@ -141,7 +141,9 @@ class HostSlot:
 class LocalProvider(Provider):
     offline_hosts = True  # the hosts' only link is a bridge on this machine
     shares_controller_files = True  # their root is a copy-on-write overlay of this machine's /
-    capabilities = frozenset({"kill-host", "cut-network", "repair", "expire"})
+    capabilities = frozenset({Capability.KILL_HOST, Capability.CUT_NETWORK, Capability.REPAIR, Capability.EXPIRE})
+    lacking = {Capability.EXTEND: "its hosts are namespaces on this machine, held by no reservation: they stay "
+                                  "until destroyed"}
     repair_how = "restarted on its own disk"
     kind = "local"
     images_why = ""  # an image is the set-up's changes as a read-only layer under the hosts' copy-on-write roots

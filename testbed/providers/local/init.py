@@ -151,7 +151,7 @@ def main() -> int:
                    "cgroup namespace of the host's own)")
     a = p.parse_args()
     if os.getpid() != 1:
-        print("local_init must run as PID 1 of a new PID namespace", file=sys.stderr)
+        print("testbed/providers/local/init.py must run as PID 1 of a new PID namespace", file=sys.stderr)
         return 2
     socket.sethostname(a.hostname)
     setup_network(a.address, a.gateway, a.interface)

@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError
-from testbed.providers.chameleon import (
+from testbed.providers.chameleon.cloud import (
     BLAZAR_FMT,
     LEASE_GONE,
     REPORT_EVERY,
     WARN_BEFORE_END,
-    ChameleonProvider,
+    Cloud,
     _clock,
     _iso,
     _parse_lease_time,
@@ -23,21 +23,21 @@ from testbed.providers.chameleon import (
 )
 
 if TYPE_CHECKING:
-    from testbed.providers.chameleon_chi import ApiError, Chi
+    from testbed.providers.chameleon.chi import ApiError, Chi
 
 
-def dates(p: ChameleonProvider, *, new: bool = True) -> tuple[str, str]:
+def dates(c: Cloud, *, new: bool = True) -> tuple[str, str]:
     """Blazar start ('now' or 'YYYY-MM-DD HH:MM') and end, UTC; refused (UsageError) where Blazar would refuse
     them: an end before the start and, for a lease still to be made (``new``), a start in the past."""
-    s = p.settings
-    where = f"{p.spec.source or 'inventory'}: provider.start/end"
+    s = c.settings
+    where = f"{c.spec.source or 'inventory'}: provider.start/end"
     now = _utcnow().replace(second=0, microsecond=0)  # Blazar's 'now' (manager.service._parse_lease_dates)
     try:
         start_dt = now if s.start in (None, "now") else datetime.strptime(str(s.start), BLAZAR_FMT)
         end_dt = datetime.strptime(s.end, BLAZAR_FMT) if s.end else start_dt + timedelta(hours=s.hours)
     except ValueError as e:
         raise UsageError(f"bad lease date: {e}", where=where, fix="write 'now' or 'YYYY-MM-DD HH:MM' (UTC)") from None
-    cap = getattr(p, "lease_end_cap", None)  # an expiry: Blazar's own lease end is the first switch
+    cap = c.lease_end_cap  # an expiry: Blazar's own lease end is the first switch
     if new and cap is not None:
         capped = datetime.fromtimestamp(cap, UTC).replace(tzinfo=None, second=0, microsecond=0) + timedelta(minutes=1)
         end_dt = min(end_dt, max(capped, start_dt + timedelta(minutes=5)))  # Blazar wants a real span
@@ -51,44 +51,44 @@ def dates(p: ChameleonProvider, *, new: bool = True) -> tuple[str, str]:
     return ("now" if s.start in (None, "now") else start_dt.strftime(BLAZAR_FMT)), end_dt.strftime(BLAZAR_FMT)
 
 
-def note_lease(p: ChameleonProvider, lease: dict[str, Any]) -> None:
+def note_lease(c: Cloud, lease: dict[str, Any]) -> None:
     info: dict[str, Any] = {"lease_id": lease["id"], "lease_name": lease.get("name")}
     with_end = lease.get("end_date")
     if with_end:
         info["lease_end"] = _iso(_parse_lease_time(with_end))
-    p.store.add_resource(p.name, "lease", lease["id"], name=lease.get("name"),
+    c.store.add_resource(c.name, "lease", lease["id"], name=lease.get("name"),
                             end=info.get("lease_end"))
-    p.store.update_testbed_info(p.name, **info)
+    c.store.update_testbed_info(c.name, **info)
 
 
-def ensure_lease(p: ChameleonProvider, api: Chi) -> dict[str, Any]:
-    s = p.settings
-    thing = f"lease {p.lease_name}"
-    for r in p.store.resources(p.name, "lease"):
-        with p._step("looking up the lease", thing):
+def ensure_lease(c: Cloud, api: Chi) -> dict[str, Any]:
+    s = c.settings
+    thing = f"lease {c.lease_name}"
+    for r in c.store.resources(c.name, "lease"):
+        with c.step("looking up the lease", thing):
             lease = api.lease_get(r["id"])
         if lease is None or lease.get("status") in LEASE_GONE:
-            p.store.remove_resource(p.name, "lease", r["id"])
+            c.store.remove_resource(c.name, "lease", r["id"])
             continue
-        note_lease(p, lease)
-        p.progress(f"lease {p.lease_name}: reusing {lease['id']} ({lease.get('status')})")
-        return wait_lease(p, api, lease)
-    with p._step("looking up leases by name", thing):
-        named = [x for x in api.leases_named(p.lease_name) if x.get("status") not in LEASE_GONE]
+        note_lease(c, lease)
+        c.progress(f"lease {c.lease_name}: reusing {lease['id']} ({lease.get('status')})")
+        return wait_lease(c, api, lease)
+    with c.step("looking up leases by name", thing):
+        named = [x for x in api.leases_named(c.lease_name) if x.get("status") not in LEASE_GONE]
     for lease in named:  # made by an interrupted run before its id came back
-        note_lease(p, lease)
+        note_lease(c, lease)
     if named:
-        p.progress(f"lease {p.lease_name}: adopting {named[0]['id']} ({named[0].get('status')})")
-        return wait_lease(p, api, named[0])
-    start, end = dates(p)
+        c.progress(f"lease {c.lease_name}: adopting {named[0]['id']} ({named[0].get('status')})")
+        return wait_lease(c, api, named[0])
+    start, end = dates(c)
     fips = s.count if (s.floating_ips and s.reserve_floating_ips) else 0
-    p.progress(f"lease {p.lease_name}: requesting {s.count} x {s.node_type}"
+    c.progress(f"lease {c.lease_name}: requesting {s.count} x {s.node_type}"
                   f"{f' + {fips} floating IPs' if fips else ''} at {s.site}, {start} to {end} UTC")
-    with p._step("creating the lease", thing):
-        lease = api.lease_create(p.lease_name, start=start, end=end, node_type=s.node_type,
+    with c.step("creating the lease", thing):
+        lease = api.lease_create(c.lease_name, start=start, end=end, node_type=s.node_type,
                                  count=s.count, fips=fips)
-    note_lease(p, lease)  # recorded before any waiting
-    return wait_lease(p, api, lease)
+    note_lease(c, lease)  # recorded before any waiting
+    return wait_lease(c, api, lease)
 
 
 def failure(lease: dict[str, Any]) -> str:
@@ -103,59 +103,59 @@ def failure(lease: dict[str, Any]) -> str:
     return "; ".join(parts) or "Blazar records no reason"
 
 
-def wait_lease(p: ChameleonProvider, api: Chi, lease: dict[str, Any]) -> dict[str, Any]:
+def wait_lease(c: Cloud, api: Chi, lease: dict[str, Any]) -> dict[str, Any]:
     """Poll the lease (with backoff) until ACTIVE; fail at once on ERROR, TERMINATED/DELETING, a start beyond the
     wait, and after provider.lease_timeout."""
-    s = p.settings
+    s = c.settings
     lid = lease["id"]
-    thing = f"lease {p.lease_name} ({lid})"
+    thing = f"lease {c.lease_name} ({lid})"
     start = time.monotonic()
     deadline = start + s.lease_timeout
-    pause = p.backoff(deadline)
+    pause = c.backoff(deadline)
     last_status, last_report = None, 0.0
     while True:
         status = str(lease.get("status") or "UNKNOWN").upper()
         now = time.monotonic()
         if status == "ACTIVE":
-            note_lease(p, lease)
-            p.progress(f"lease {p.lease_name}: ACTIVE until {lease.get('end_date', '?')[:16]} UTC")
+            note_lease(c, lease)
+            c.progress(f"lease {c.lease_name}: ACTIVE until {lease.get('end_date', '?')[:16]} UTC")
             if lease.get("degraded"):
-                p.progress(f"lease {p.lease_name}: degraded ({failure(lease)}): a reserved node failed; servers "
+                c.progress(f"lease {c.lease_name}: degraded ({failure(lease)}): a reserved node failed; servers "
                            "may not find a free node ('No valid host')")
             return lease
         if status == "ERROR":
             raise TestbedError(
-                f"lease {p.lease_name} went to ERROR ({failure(lease)})", where=p._where("blazar", thing),
-                fix=f"run 'testbed destroy {p.name}' (it deletes the lease), then provision again; if it happens "
+                f"lease {c.lease_name} went to ERROR ({failure(lease)})", where=c.where("blazar", thing),
+                fix=f"run 'testbed destroy {c.name}' (it deletes the lease), then provision again; if it happens "
                     f"again, send the lease id {lid} to the Chameleon help desk, since Blazar shows users no reason")
         if status in LEASE_GONE:
-            raise TestbedError(f"lease {p.lease_name} is {status} before it became ACTIVE",
-                               where=p._where("blazar", thing),
-                               fix=f"run 'testbed destroy {p.name}', then 'testbed provision {p.name}'")
+            raise TestbedError(f"lease {c.lease_name} is {status} before it became ACTIVE",
+                               where=c.where("blazar", thing),
+                               fix=f"run 'testbed destroy {c.name}', then 'testbed provision {c.name}'")
         starts = lease.get("start_date")
         if starts and status == "PENDING":
             begin = _parse_lease_time(starts)
             if begin - _utcnow() > timedelta(seconds=max(0.0, deadline - now) + 60):
-                raise TestbedError(f"lease {p.lease_name} is reserved but starts only at "
-                                   f"{begin:%Y-%m-%d %H:%M} UTC", where=p._where("blazar", thing),
-                                   fix=f"run 'testbed provision {p.name}' again after it starts (the lease "
-                                       f"is recorded); 'testbed destroy {p.name}' cancels it")
+                raise TestbedError(f"lease {c.lease_name} is reserved but starts only at "
+                                   f"{begin:%Y-%m-%d %H:%M} UTC", where=c.where("blazar", thing),
+                                   fix=f"run 'testbed provision {c.name}' again after it starts (the lease "
+                                       f"is recorded); 'testbed destroy {c.name}' cancels it")
         if status != last_status or now - last_report >= REPORT_EVERY:
-            p.progress(f"lease {p.lease_name}: {status} after {_clock(now - start)} (Blazar takes minutes to start "
+            c.progress(f"lease {c.lease_name}: {status} after {_clock(now - start)} (Blazar takes minutes to start "
                        f"a lease; gives up at {_clock(s.lease_timeout)})")
             last_status, last_report = status, now
         if now >= deadline:
-            raise TestbedError(f"lease {p.lease_name} is still {status} after {s.lease_timeout} s",
-                               where=p._where("blazar", thing),
-                               fix=f"run 'testbed provision {p.name}' again to keep waiting (or raise "
-                                   f"provider.lease_timeout); 'testbed destroy {p.name}' releases it")
+            raise TestbedError(f"lease {c.lease_name} is still {status} after {s.lease_timeout} s",
+                               where=c.where("blazar", thing),
+                               fix=f"run 'testbed provision {c.name}' again to keep waiting (or raise "
+                                   f"provider.lease_timeout); 'testbed destroy {c.name}' releases it")
         pause.sleep()
-        with p._step("waiting for the lease", thing):
+        with c.step("waiting for the lease", thing):
             got = api.lease_get(lid)
         if got is None:
-            raise TestbedError(f"lease {p.lease_name} disappeared while starting",
-                               where=p._where("blazar", thing),
-                               fix=f"run 'testbed destroy {p.name}', then provision again")
+            raise TestbedError(f"lease {c.lease_name} disappeared while starting",
+                               where=c.where("blazar", thing),
+                               fix=f"run 'testbed destroy {c.name}', then provision again")
         lease = got
 
 
@@ -166,12 +166,12 @@ def reservation(lease: dict[str, Any], resource_type: str) -> str | None:
     return None
 
 
-def describe(p: ChameleonProvider, now: datetime | None = None) -> dict[str, Any]:
+def describe(c: Cloud, now: datetime | None = None) -> dict[str, Any]:
     """Lease end from state (no network), with a warning when it is less than an hour away."""
-    tb = p.store.testbed(p.name) or {}
+    tb = c.store.testbed(c.name) or {}
     info = tb.get("info", {})
-    out: dict[str, Any] = {"site": info.get("site", p.settings.site), "lease": info.get("lease_id"),
-                           "lease_name": info.get("lease_name", p.lease_name)}
+    out: dict[str, Any] = {"site": info.get("site", c.settings.site), "lease": info.get("lease_id"),
+                           "lease_name": info.get("lease_name", c.lease_name)}
     end = info.get("lease_end")
     if not end:
         return out
@@ -179,68 +179,68 @@ def describe(p: ChameleonProvider, now: datetime | None = None) -> dict[str, Any
     out["lease_end"] = end
     out["remaining"] = _span(left)
     if left <= timedelta(0):
-        out["warning"] = (f"the lease ended at {end}: its nodes are gone; run 'testbed destroy {p.name}' "
+        out["warning"] = (f"the lease ended at {end}: its nodes are gone; run 'testbed destroy {c.name}' "
                           "and provision again")
     elif left < WARN_BEFORE_END:
-        out["warning"] = (f"the lease ends in {_span(left)} ({end}): run 'testbed extend {p.name} "
+        out["warning"] = (f"the lease ends in {_span(left)} ({end}): run 'testbed extend {c.name} "
                           "--hours N' or collect results now")
     return out
 
 
-def extend(p: ChameleonProvider, hours: float) -> str:
+def extend(c: Cloud, hours: float) -> str:
     """Move the lease end ``hours`` later (blazar PUT /leases/{id}); returns the new end (ISO, UTC)."""
     if not hours or hours <= 0:
         raise UsageError(f"cannot extend by {hours} hours", where="--hours", fix="give a positive number")
-    rows = p.store.resources(p.name, "lease")
+    rows = c.store.resources(c.name, "lease")
     if not rows:
-        raise TestbedError(f"testbed '{p.name}' has no lease recorded", where="state",
-                           fix=f"run 'testbed provision {p.name}' first")
-    api = p._connect()
+        raise TestbedError(f"testbed '{c.name}' has no lease recorded", where="state",
+                           fix=f"run 'testbed provision {c.name}' first")
+    api = c.connect()
     lid = rows[0]["id"]
-    thing = f"lease {p.lease_name} ({lid})"
-    with p._step("reading the lease", thing):
+    thing = f"lease {c.lease_name} ({lid})"
+    with c.step("reading the lease", thing):
         lease = api.lease_get(lid)
     if lease is None or lease.get("status") in LEASE_GONE:
-        raise TestbedError(f"lease {p.lease_name} is gone", where=p._where("blazar", thing),
-                           fix=f"run 'testbed destroy {p.name}' and provision again")
+        raise TestbedError(f"lease {c.lease_name} is gone", where=c.where("blazar", thing),
+                           fix=f"run 'testbed destroy {c.name}' and provision again")
     old = _parse_lease_time(lease["end_date"])
     new = old + timedelta(hours=hours)
-    from testbed.providers.chameleon_chi import ApiError
+    from testbed.providers.chameleon.chi import ApiError
 
     try:
         lease = api.lease_set_end(lid, new.strftime(BLAZAR_FMT))
     except ApiError as e:
-        raise _extend_error(p, e, hours, thing) from None
-    note_lease(p, lease)
+        raise _extend_error(c, e, hours, thing) from None
+    note_lease(c, lease)
     end = _iso(_parse_lease_time(lease["end_date"]))
-    p.progress(f"lease {p.lease_name}: now ends {end} (was {_iso(old)})")
+    c.progress(f"lease {c.lease_name}: now ends {end} (was {_iso(old)})")
     return end
 
 
-def _extend_error(p: ChameleonProvider, e: ApiError, hours: float, thing: str) -> TestbedError:
+def _extend_error(c: Cloud, e: ApiError, hours: float, thing: str) -> TestbedError:
     """Why Blazar refused to move the lease end, told apart by its own messages (manager/exceptions.py,
     enforcement/exceptions.py): nodes taken, floating IPs taken, the 7-day limit, the extension window."""
     low = e.message.lower()
-    where = p._where(e.service or "blazar", thing)
+    where = c.where(e.service or "blazar", thing)
     said = f"(HTTP {e.status}: {e.message})" if e.status else f"({e.message})"
     if "not enough hosts available" in low or "not enough resources available" in low:
-        return TestbedError(f"cannot extend lease {p.lease_name} by {hours:g} h: its nodes are reserved by "
+        return TestbedError(f"cannot extend lease {c.lease_name} by {hours:g} h: its nodes are reserved by "
                             f"someone else after the current end {said}", where=where,
                             fix="extend by fewer hours, or collect results and start a new lease")
     if "not enough floating ips available" in low:
-        return TestbedError(f"cannot extend lease {p.lease_name} by {hours:g} h: its reserved floating IPs are "
+        return TestbedError(f"cannot extend lease {c.lease_name} by {hours:g} h: its reserved floating IPs are "
                             f"reserved by someone else after the current end (the nodes would be free) {said}",
                             where=where,
                             fix="extend by fewer hours; or collect results and start a new lease, with "
                                 "provider.floating_ips: false if addresses stay scarce")
     if "maximum lease duration" in low:
-        return TestbedError(f"cannot extend lease {p.lease_name} by {hours:g} h: Chameleon allows 7 days at "
+        return TestbedError(f"cannot extend lease {c.lease_name} by {hours:g} h: Chameleon allows 7 days at "
                             f"most (from the start, or from the current end within the extension window) {said}",
                             where=where,
                             fix="extend by fewer hours, or collect results and start a new lease")
     if "can only be extended within" in low:
-        return TestbedError(f"cannot extend lease {p.lease_name} yet: Chameleon allows extensions only close to "
+        return TestbedError(f"cannot extend lease {c.lease_name} yet: Chameleon allows extensions only close to "
                             f"the lease end {said}", where=where,
-                            fix=f"run 'testbed extend {p.name}' again nearer the end ('testbed status {p.name}' "
+                            fix=f"run 'testbed extend {c.name}' again nearer the end ('testbed status {c.name}' "
                                 "shows it)")
-    return p._error(e, f"extending the lease by {hours:g} h", thing)
+    return c.error(e, f"extending the lease by {hours:g} h", thing)

@@ -1,0 +1,4 @@
+"""The gcp_tpu provider: its provider class in ``provider``, its settings (pure data) in ``settings``.
+
+Nothing is imported here, so that loading a spec (which imports ``settings``) never loads the provider.
+"""

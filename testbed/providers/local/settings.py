@@ -1,0 +1,80 @@
+"""The local provider's settings (the ``provider:`` block of a testbed spec).
+
+Pure data: imported when a spec is loaded, so it imports no provider code and no SDK.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from testbed.providers.base_settings import HOSTNAME_RE, Settings
+from testbed.textfmt import plural
+
+
+class LocalSettings(Settings):
+    """Hosts in network namespaces on this machine (needs root, sshd, iproute2)."""
+
+    kind: Literal["local"] = "local"
+    hosts: int = Field(4, ge=1, le=252, description="number of hosts (a /24 holds up to 252)")
+    name_prefix: str = Field("node", pattern=r"^[a-z][a-z0-9-]{0,15}$")
+    subnet: str = Field("10.213.0.0/24", description="IPv4 subnet of the bridge; must not clash with routes")
+    bridge: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,15}$", description="default: tb-<testbed>")
+    sshd: str = "/usr/sbin/sshd"
+    own_cgroups: bool = Field(False, description="each host gets a cgroup namespace and a freezer subtree of its "
+                              "own (/sys/fs/cgroup/freezer/testbed/<host>): what a Slurm node's proctrack/cgroup "
+                              "needs; by default the hosts share this machine's cgroup tree")
+    names: list[str] | None = Field(None, description="the hosts' names (default: name_prefix0, 1, ...); a replica "
+                                    "of another testbed takes its names")
+
+    @field_validator("names")
+    @classmethod
+    def _names(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if v is not None:
+            bad = [n for n in v if not re.fullmatch(HOSTNAME_RE, n) or "." in n]
+            if bad or len(set(v)) != len(v):
+                raise ValueError(f"host names must be distinct and plain (letters, digits, '-'): {bad or v}")
+            if len(v) != info.data.get("hosts", len(v)):
+                raise ValueError(f"{plural(len(v), 'name')} for {plural(int(info.data.get('hosts') or 0), 'host')}")
+        return v
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet(cls, v: str) -> str:
+        try:
+            net = ipaddress.IPv4Network(v, strict=True)
+        except ValueError as e:
+            raise ValueError(f"not an IPv4 subnet such as 10.213.0.0/24 ({e})") from None
+        if net.prefixlen > 28:
+            raise ValueError("the subnet is too small; use /28 or larger")
+        if net.is_loopback or net.is_multicast or net.is_link_local or not net.is_private:
+            raise ValueError("use a private range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16) such as "
+                             "10.213.0.0/24: a public range would route real addresses into the bridge")
+        return v
+
+    @model_validator(mode="after")
+    def _fits(self) -> LocalSettings:
+        net = ipaddress.IPv4Network(self.subnet)
+        if self.hosts + 2 > net.num_addresses - 2:
+            verb = "does" if self.hosts == 1 else "do"
+            raise ValueError(f"{plural(self.hosts, 'host')} {verb} not fit in {self.subnet}")
+        return self
+
+    def planned_hosts(self) -> list[str]:
+        return list(self.names) if self.names else [f"{self.name_prefix}{i}" for i in range(self.hosts)]
+
+    def planned_subnet(self) -> str:
+        return self.subnet
+
+    def planned_addresses(self) -> dict[str, str]:
+        """The subnet's slots: .1 is the bridge, hosts from .2."""
+        net = ipaddress.IPv4Network(self.subnet)
+        return {name: str(net.network_address + 2 + i) for i, name in enumerate(self.planned_hosts())}
+
+
+def local_replica(names: list[str], subnet: str) -> dict[str, object]:
+    """The ``provider:`` block of local hosts named ``names`` (a replica of another testbed, for a rehearsal)."""
+    return {"kind": "local", "hosts": len(names), "names": list(names), "subnet": subnet}
