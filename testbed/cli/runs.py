@@ -66,17 +66,15 @@ def run(
     from testbed import services
     from testbed import sources as sources_mod
     from testbed import suite as suite_mod
-    from testbed.errors import TestbedError, UsageError
+    from testbed.errors import TestbedError
+    from testbed.records import OUTCOMES
     from testbed.spec import DEFAULT_TESTBED
 
     bud = _parse_budget(budget, matrix)
     s = suite_mod.load_suite(suite)
     given = suite_mod.parse_assignments(param or [])
     src = sources_mod.parse(source or [])
-    twice = next((f for i, f in enumerate(fault or []) if f in (fault or [])[:i]), None)
-    if twice is not None:
-        raise UsageError(f"--fault {twice} is given twice", where="--fault", fix="name each fault once")
-    faults = [] if no_faults else (fault or None)
+    faults = _faults(fault, no_faults)
     tb = on or s.testbed or DEFAULT_TESTBED
     if matrix:
         return _campaign(s, tb, given, faults, detach, dry_run, no_setup, collect, json_out, src, bud)
@@ -107,12 +105,20 @@ def run(
     if json_out:
         print_json(row.to_json())
     if row.status != "succeeded":
-        from testbed.run import state as run_state
-
         raise TestbedError(f"run {run_id} {row.status}: {row.reason or 'no reason recorded'}",
                            where=f"testbed status {run_id}", fix=f"testbed logs {run_id}",
-                           code=run_state.OUTCOMES.get(row.status, 1))
+                           code=OUTCOMES.get(row.status, 1))
     c.print(f"[green]run {run_id} succeeded[/green]")
+
+
+def _faults(given: list[str] | None, none: bool) -> list[str] | None:
+    """--fault and --no-faults as the plan takes them: [] for none, None for the suite's defaults."""
+    from testbed.errors import UsageError
+
+    twice = next((f for i, f in enumerate(given or []) if f in (given or [])[:i]), None)
+    if twice is not None:
+        raise UsageError(f"--fault {twice} is given twice", where="--fault", fix="name each fault once")
+    return [] if none else (given or None)
 
 
 def _parse_budget(text: str | None, matrix: bool) -> Any:
