@@ -319,12 +319,13 @@ def step_gpu_check(ctx: Ctx, required: bool = True) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- 2./3. tesla
-def tesla_prepare(ctx: Ctx, gpus: int = 1, micro_batch: int = 16) -> Path:
-    """experiments/tesla.yml steps.prepare: a valid deepspeed_config.json and the MASTER_ADDR/PORT repair."""
+def tesla_prepare(ctx: Ctx, run_dir: Path, gpus: int = 1, micro_batch: int = 16) -> Path:
+    """experiments/tesla.yml steps.prepare: a valid deepspeed_config.json in the run, the MASTER_ADDR/PORT repair."""
     tesla = ctx.work / "src" / "Scalable_ViT_DT" / "tesla"
     cfg = {"train_batch_size": micro_batch * gpus, "train_micro_batch_size_per_gpu": micro_batch,
            "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 0}, "wall_clock_breakdown": True}
-    (tesla / "deepspeed_config.json").write_text(json.dumps(cfg) + "\n")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "deepspeed_config.json").write_text(json.dumps(cfg) + "\n")
     pat = re.compile(r"""^(\s*)os\.environ\[(['"])(MASTER_ADDR|MASTER_PORT)\2\]\s*=\s*(['"][^'"]*['"])""", re.M)
     for p in ["deepspeed/run_distributed_training.py", "simple_test/test_nccl.py", "script/baseline_measure.py"]:
         f = tesla / p
@@ -347,41 +348,58 @@ def step_torch_gpu(ctx: Ctx) -> dict:
 
 
 def step_tesla_train(ctx: Ctx) -> dict:
+    """The matrix row {task: train, gpus: 1, dataset_percentage: 0.1} as the suite launches it: the rank works in
+    its own folder RUN/out/rank0 (the training writes log/1_GPU/p0.1_b16_e10/ under its working folder; in the
+    checkout that is the authors' committed log/, whose metrics.csv would hold their rows and ours), the config
+    in the run folder, --data_path the dataset; under `mpirun -np 1` when mpirun is there, else one process."""
     _src, skip = need_artifact(ctx, "Scalable_ViT_DT")
     if skip:
         return skip
     epochs = int(os.environ.get("BENCH_TESLA_EPOCHS", "10"))
-    pct = 0.1  # the matrix's {task: train, gpus: 1, dataset_percentage: 0.1}
-    tesla = tesla_prepare(ctx)
-    data = tesla / "data"  # the script's --data_path default ./data
+    pct = 0.1
+    run_dir = ctx.work / "tesla-run"
+    tesla = tesla_prepare(ctx, run_dir)
+    data = ctx.work / "tesla-data"
     md5 = make_cifar.make(data, per_batch=1000, test=1000)
     dep = ctx.sh("tesla_train", [PY, "-c", "import deepspeed, GPUtil, tqdm; print(deepspeed.__version__)"], 120)
     if dep["rc"] != 0:
         return result("fail", "the script's imports fail: " + why(dep["out"]) +
                       " (carry deepspeed, its needs and GPUtil as wheels: bench/gpu/README.md)")
-    argv = ["deepspeed/run_distributed_training.py", "--deepspeed_config", "deepspeed_config.json",
-            "--epochs", str(epochs), "--dataset_percentage", str(pct)]
+    save = f"log/1_GPU/p{pct}_b16_e{epochs}"
+    script = tesla / "deepspeed" / "run_distributed_training.py"
+    args = ["--deepspeed_config", str(run_dir / "deepspeed_config.json"), "--epochs", str(epochs),
+            "--dataset_percentage", str(pct), "--data_path", str(data)]
     env = {"NCCL_IB_DISABLE": "1", "NCCL_NET_GDR_LEVEL": "0", "NCCL_SOCKET_IFNAME": "^docker,lo",
            "NCCL_PROTO": "simple", "CUDA_VISIBLE_DEVICES": "0", "DS_ACCELERATOR": "cuda",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
-           # what `mpirun -np 1` gives the one process: deepspeed.init_distributed takes these from the environment
-           "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_SIZE": "1"}
-    r = ctx.sh("tesla_train", [PY, str(HERE / "cifar_run.py"), str(data), *argv], 300, cwd=tesla, env=env)
-    logdir = tesla / "log" / "1_GPU" / f"p{pct}_b16_e{epochs}"
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    inner = (f"export RANK=${{OMPI_COMM_WORLD_RANK:-0}} WORLD_SIZE=${{OMPI_COMM_WORLD_SIZE:-1}} "
+             f"LOCAL_RANK=${{OMPI_COMM_WORLD_LOCAL_RANK:-0}} && mkdir -p {run_dir}/out/rank$RANK/{save} && "
+             f"cd {run_dir}/out/rank$RANK && exec {PY} {HERE / 'cifar_run.py'} {data} {script} {' '.join(args)}")
+    mpirun = shutil.which("mpirun")
+    if mpirun:
+        xs = [a for k in env for a in ("-x", k)]
+        cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "1", *xs, "sh", "-c", inner]
+        launcher = "mpirun -np 1 ... sh -c (the suite's launch; RANK/WORLD_SIZE/LOCAL_RANK from OMPI_COMM_WORLD_*)"
+    else:
+        cmd = ["sh", "-c", inner]
+        launcher = "sh -c, one process (no mpirun): RANK/WORLD_SIZE/LOCAL_RANK 0/1/0"
+    r = ctx.sh("tesla_train", cmd, 300, cwd=run_dir, env=env)
+    logdir = run_dir / "out" / "rank0" / save
     extra = {}
     for name in ("metrics.csv", "vit_training_rank_0.log"):
         f = logdir / name
         if f.is_file():
             ctx.log("tesla_train", f"--- {f}\n{f.read_text()[-20000:]}\n")
             extra[name] = f.read_text()[-3000:]
-    rank0 = extra.get("vit_training_rank_0.log", "")
-    ep_times = [float(x) for x in re.findall(r"completed in ([\d.]+) seconds", rank0)]
+    rows = [ln.split(",") for ln in extra.get("metrics.csv", "").splitlines()[1:] if ln.count(",") >= 5]
+    ep_times = [round(float(r[3]), 3) for r in rows]
     ok = r["rc"] == 0 and len(ep_times) == epochs
-    reason = "" if ok else (why(r["out"], f"rc {r['rc']}") if r["rc"] else f"{len(ep_times)} of {epochs} epochs logged")
+    reason = "" if ok else (why(r["out"], f"rc {r['rc']}") if r["rc"] else f"{len(ep_times)} of {epochs} epochs in metrics.csv")
     return result("pass" if ok else "fail", reason, seconds=r["seconds"], epochs=epochs, dataset_percentage=pct,
                   train_images=int(5000 * pct), epoch_seconds=ep_times, deepspeed=dep["out"].strip().splitlines()[-1],
-                  launcher="direct, RANK/LOCAL_RANK/WORLD_SIZE=0/0/1 (the suite: mpirun -np 1 ... sh -c 'python3 ...')",
-                  command="python3 " + " ".join(argv), dataset={"root": str(data), "md5": md5}, log_dir=str(logdir),
+                  gpu_in_metrics=rows[0][5] if rows else None, launcher=launcher,
+                  command=f"cd RUN/out/rank0 && python3 {script.relative_to(ctx.work / 'src')} {' '.join(args)}",
+                  dataset={"root": str(data), "md5": md5}, log_dir=str(logdir),
                   **{k.replace(".", "_"): v for k, v in extra.items()})
 
 
@@ -461,7 +479,9 @@ def jitc_run(ctx: Ctx, step: str, nodes: int) -> dict:
     if not (ul / "data" / make_cifar.BASE / make_cifar.MD5_FILE).is_file():
         make_cifar.make(ul / "data", per_batch=1000, test=1000)
     stop_iter = int(os.environ.get("BENCH_JITC_STOP_ITER", "10"))
-    env = {"CUDA_VISIBLE_DEVICES": "0", "LD_PRELOAD": str(tracer), "MASTER_ADDR": "127.0.0.1"}
+    # CUDA_VISIBLE_DEVICES stays unset, as experiments/jitc.yml leaves it: main.py:342-349 hands its entries to
+    # DDP as strings ('0'), which torch 2.11 refuses ("Invalid device string: '0'"; seen on an H100)
+    env = {"LD_PRELOAD": str(tracer), "MASTER_ADDR": "127.0.0.1"}
     procs, logs = [], []
     t0 = time.monotonic()
     for rank in range(nodes):
@@ -470,7 +490,7 @@ def jitc_run(ctx: Ctx, step: str, nodes: int) -> dict:
                 "--model", "VGG11"]
         lf = open(ctx.work / f"{step}_rank{rank}.log", "w+")  # noqa: SIM115 (read back and closed below)
         logs.append(lf)
-        e = {**ctx.env, **env}
+        e = {k: v for k, v in {**ctx.env, **env}.items() if k != "CUDA_VISIBLE_DEVICES"}
         procs.append(subprocess.Popen([PY, str(HERE / "cifar_run.py"), str(ul / "data"), *argv], cwd=ul, env=e,
                                       stdout=lf, stderr=subprocess.STDOUT, start_new_session=True))
         if rank == 0:

@@ -24,6 +24,8 @@ mkdir -p .whl bench/gpu/carry/artifacts
 pc=$(unzip -p .whl/pydantic-[0-9]*.whl '*/METADATA' | sed -n 's/^Requires-Dist: pydantic-core==\([0-9.]*\).*/\1/p')
 if [ -n "$pc" ]; then rm -f .whl/pydantic_core-*.whl; "${pip_dl[@]}" "pydantic-core==$pc"; fi
 # deepspeed and GPUtil are sdists only on PyPI: build their pure-Python wheels here
+# (GPUtil's setup.py needs the 'wheel' package for bdist_wheel without build isolation)
+"$build_py" -m pip install -q wheel
 tmp=$(mktemp -d)
 python3 -m pip download --no-deps --no-binary=:all: -d "$tmp" 'deepspeed==0.19.*' GPUtil==1.4.0
 for s in "$tmp"/*.tar.gz; do
