@@ -392,9 +392,10 @@ def step_tesla_train(ctx: Ctx) -> dict:
             ctx.log("tesla_train", f"--- {f}\n{f.read_text()[-20000:]}\n")
             extra[name] = f.read_text()[-3000:]
     rows = [ln.split(",") for ln in extra.get("metrics.csv", "").splitlines()[1:] if ln.count(",") >= 5]
-    ep_times = [round(float(r[3]), 3) for r in rows]
+    ep_times = [round(float(row[3]), 3) for row in rows]  # Computation_Time
     ok = r["rc"] == 0 and len(ep_times) == epochs
-    reason = "" if ok else (why(r["out"], f"rc {r['rc']}") if r["rc"] else f"{len(ep_times)} of {epochs} epochs in metrics.csv")
+    short = f"{len(ep_times)} of {epochs} epochs in metrics.csv"
+    reason = "" if ok else (why(r["out"], f"rc {r['rc']}") if r["rc"] else short)
     return result("pass" if ok else "fail", reason, seconds=r["seconds"], epochs=epochs, dataset_percentage=pct,
                   train_images=int(5000 * pct), epoch_seconds=ep_times, deepspeed=dep["out"].strip().splitlines()[-1],
                   gpu_in_metrics=rows[0][5] if rows else None, launcher=launcher,
