@@ -145,3 +145,27 @@ def tpu_rate(table: dict[str, Any], accelerator_type: str, zone: str, *, spot: b
         return None, f"no {'spot' if spot else 'on-demand'} price for TPU {fam} in {region}"
     tier, where = ("spot" if spot else "on-demand"), (region if region in rows else "default")
     return float(per_chip) * chips, f"{chips} chips x ${float(per_chip):.4g}/chip-h ({tier}, {where})"
+
+
+# images of a set-up (testbed.setup.images): what keeping them costs, read by the ledger without the set-up stage
+def image_monthly_cost(row: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
+    """What an image costs a month to keep, from the price table's ``images`` section (per GB-month)."""
+    price = ((table.get("images") or {}).get(row["provider"]) or {})
+    per_gb = price.get("per_gb_month")
+    unit = price.get("unit", "USD")
+    gb = row["size"] / 1e9
+    return {"per_month": round(per_gb * gb, 4) if per_gb is not None else None, "unit": unit,
+            "note": price.get("note", "")}
+
+
+def image_listing(st: Any, table: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every recorded image: key, profile, size, where it lives, what it costs a month, the testbeds using it."""
+    used = st.image_users()
+    out = []
+    for r in st.images():
+        out.append({"key": r["key"], "id": r["id"], "provider": r["provider"], "profile": r["plan"],
+                    "size": r["size"], "location": r["location"], "baked_from": f"{r['testbed']}/{r['host']}",
+                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r["created"])),
+                    "cost": image_monthly_cost(r, table), "used_by": used.get(r["key"], []),
+                    **{k: v for k, v in r["info"].items() if k in ("status", "site", "visibility")}})
+    return out

@@ -113,12 +113,10 @@ def folder_of(home: Path | str) -> str:
 def ledger(st: Store, home: Any) -> dict[str, Any]:
     """Every testbed's row of this folder's state ``st`` (``Store.empty`` when it has none) at ``home``, and the
     totals per cost unit."""
-    from testbed.setup import images
-
     table = exp.prices(home)
     rows = [entry(st, tb, table) for tb in st.testbeds()]
     return {"home": str(home), "state": st.exists, "testbeds": rows, "totals": _totals(rows),
-            "images": images.listing(st, table) if st.exists else [], "prices": table.get("_source", "")}
+            "images": exp.image_listing(st, table) if st.exists else [], "prices": table.get("_source", "")}
 
 
 def _unreadable(home: str, e: Exception) -> str:

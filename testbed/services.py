@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import deadman, remote
 from testbed.errors import HostsFailed, TestbedError, UsageError
-from testbed.setup.repair import Repair
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -30,11 +29,21 @@ if TYPE_CHECKING:
     from testbed.report.campaign import IndexResult
     from testbed.resolved import Resolved
     from testbed.setup.events import EventHandler, SetupResult
+    from testbed.setup.repair import Repair
     from testbed.state import Store
     from testbed.suite import Suite
 
 __all__ = ["Extended", "Provisioned", "Repair", "SetupDone", "Started", "collect", "destroy", "disarm", "exec_",
            "extend", "provision", "repair", "report", "setup", "start", "stop", "wait"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Repair`` (what :func:`repair` returns), imported on first use: ``exec`` and ``status`` need no set-up."""
+    if name == "Repair":
+        from testbed.setup.repair import Repair
+
+        return Repair
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass

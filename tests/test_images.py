@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed import expiry
 from testbed.errors import TestbedError, UsageError
 from testbed.handle import Testbed
 from testbed.setup import address, images
@@ -70,7 +71,7 @@ def test_prune_deletes_unused_images_and_refuses_one_a_testbed_boots_from(tmp_pa
     for n, key in enumerate(("1" * 64, "2" * 64)):
         st.add_image("lab", f"img{n}", key=key, plan="base", testbed="gone", host="h", location=f"/x/{n}", size=10)
     st.upsert_testbed("uses", "lab", None, "up", {"image": {"key": "1" * 64, "id": "img0", "location": "/x/0"}})
-    listed = images.listing(st, {"images": {"lab": {"per_gb_month": 2.0, "unit": "USD"}}})
+    listed = expiry.image_listing(st, {"images": {"lab": {"per_gb_month": 2.0, "unit": "USD"}}})
     assert [(r["id"], r["used_by"]) for r in listed] == [("img0", ["uses"]), ("img1", [])]
     assert listed[0]["cost"]["per_month"] == 0.0 and listed[0]["cost"]["unit"] == "USD"
     with pytest.raises(UsageError, match="image img0 is used by uses"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from testbed.cli import grammar
 from testbed.cli.output import console, escape
 from testbed.errors import TestbedError, UsageError
 
@@ -30,11 +31,10 @@ def __getattr__(name: str) -> Any:
 # entry point ----------------------------------------------------------------------------------------
 def main() -> None:
     """Console-script entry: run the app and turn every error into one message and an exit code."""
-    from testbed.cli import typer_app
-
+    _lazy_stdlib()
     fresh = not _state_home().exists()  # a refused command leaves a folder with no state as it found it
     try:
-        rc = _run_refusing_cleanly(typer_app.app, fresh)
+        rc = _run_refusing_cleanly(fresh)
     except _click_exceptions()[0] as exc:  # Typer/Click's own usage errors, in our one-message format
         e: Any = exc  # a click.UsageError (format_message, ctx), whichever Click Typer brought
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `testbed`: the help, as asked for
@@ -48,7 +48,7 @@ def main() -> None:
         console(stderr=True).print("[yellow]interrupted[/yellow]")
         sys.exit(130)
     except TestbedError as e:
-        if typer_app.tracebacks:
+        if _tracebacks():
             import traceback
 
             traceback.print_exc()
@@ -58,7 +58,7 @@ def main() -> None:
         console(stderr=True).print("[yellow]interrupted[/yellow]")
         sys.exit(130)
     except OSError as e:  # this machine refused (a name too long, no space, no permission): not a bug
-        if typer_app.tracebacks:
+        if _tracebacks():
             raise
         what = e.strerror or str(e) or type(e).__name__
         oserr = TestbedError(f"{what}" + (f": {e.filename}" if e.filename else ""),
@@ -68,12 +68,30 @@ def main() -> None:
         console(stderr=True).print(f"[bold red]error:[/bold red] {escape(oserr.render())}")
         sys.exit(1)
     except Exception as e:  # a bug: still one line unless --debug
-        if typer_app.tracebacks:
+        if _tracebacks():
             raise
         console(stderr=True).print(f"[bold red]internal error:[/bold red] {type(e).__name__}: {escape(str(e))}\n"
                                    "  fix:   run again with --debug for the traceback and report it")
         sys.exit(1)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _lazy_stdlib(names: tuple[str, ...] = ("inspect",)) -> None:
+    """Stdlib modules that the hot commands import without using, loaded when first used rather than when
+    imported (importlib's LazyLoader, as Mercurial's demandimport): ``dataclasses`` imports ``inspect`` (a third
+    of ``testbed exec``'s start-up) and touches it only for a class without a docstring."""
+    import importlib.util
+
+    for name in names:
+        if name in sys.modules:
+            continue
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            continue
+        spec.loader = importlib.util.LazyLoader(spec.loader)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
 
 
 def _state_home() -> Any:
@@ -82,11 +100,22 @@ def _state_home() -> Any:
     return paths.state_home()
 
 
-def _run_refusing_cleanly(app: Any, fresh: bool) -> Any:
-    """The command; when it fails in a folder that had no state, the state it created with nothing recorded
-    is removed again (``provision nosuch`` or ``run … --on nosuch`` leave no ``.testbed/`` behind)."""
+def _tracebacks() -> bool:
+    """--debug (or TESTBED_DEBUG) on the command line that ran, whichever parsed it."""
+    app = sys.modules.get("testbed.cli.typer_app")
+    return grammar.tracebacks or bool(app is not None and app.tracebacks)
+
+
+def _run_refusing_cleanly(fresh: bool) -> Any:
+    """The command (a hot one by :mod:`testbed.cli.grammar`, else by the Typer app); when it fails in a folder
+    that had no state, the state it created with nothing recorded is removed again (``provision nosuch`` or
+    ``run … --on nosuch`` leave no ``.testbed/`` behind)."""
     try:
-        rc = app(standalone_mode=False, prog_name="testbed")
+        rc = grammar.run(sys.argv[1:])
+        if rc is None:
+            from testbed.cli import typer_app
+
+            rc = typer_app.app(standalone_mode=False, prog_name="testbed")
     except BaseException:
         if fresh:
             from testbed.state import discard_if_unused

@@ -53,10 +53,9 @@ def list_images(json_out: JsonOpt = False) -> None:
     Example: testbed image list --json
     """
     from testbed import expiry, paths
-    from testbed.setup import images
 
     st = existing_store()
-    rows = images.listing(st, expiry.prices(paths.home())) if st.exists else []
+    rows = expiry.image_listing(st, expiry.prices(paths.home())) if st.exists else []
     if json_out:
         print_json({"images": rows})
         return

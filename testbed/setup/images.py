@@ -118,29 +118,6 @@ def for_provision(p: Provider) -> dict[str, Any] | None:
     return p.image
 
 
-def monthly_cost(row: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
-    """What an image costs a month to keep, from the price table's ``images`` section (per GB-month)."""
-    price = ((table.get("images") or {}).get(row["provider"]) or {})
-    per_gb = price.get("per_gb_month")
-    unit = price.get("unit", "USD")
-    gb = row["size"] / 1e9
-    return {"per_month": round(per_gb * gb, 4) if per_gb is not None else None, "unit": unit,
-            "note": price.get("note", "")}
-
-
-def listing(st: Store, table: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every recorded image: key, profile, size, where it lives, what it costs a month, the testbeds using it."""
-    used = st.image_users()
-    out = []
-    for r in st.images():
-        out.append({"key": r["key"], "id": r["id"], "provider": r["provider"], "profile": r["plan"],
-                    "size": r["size"], "location": r["location"], "baked_from": f"{r['testbed']}/{r['host']}",
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r["created"])),
-                    "cost": monthly_cost(r, table), "used_by": used.get(r["key"], []),
-                    **{k: v for k, v in r["info"].items() if k in ("status", "site", "visibility")}})
-    return out
-
-
 def prune(st: Store, ids: list[str] | None = None, *, progress: Progress | None = None) -> list[dict[str, Any]]:
     """Delete images where they live and forget them: those named (by id or a key's first characters), else every
     image no testbed uses. One a testbed uses is refused (its hosts boot from it). The images deleted."""
