@@ -44,10 +44,11 @@ def checksum() -> int:
 
 def generate() -> dict[str, Any]:
     """The table, read from the Typer app's Click commands (imports Typer)."""
+    import typer.main
+
     from testbed.cli import typer_app
 
-    root = typer_app.app
-    group: Any = __import__("typer.main", fromlist=["get_command"]).get_command(root)
+    group: Any = typer.main.get_command(typer_app.app)
     table: dict[str, Any] = {"checksum": checksum(), "commands": {}}
     for name in BODIES:
         cmd = group.get_command(None, name)
