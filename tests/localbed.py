@@ -354,16 +354,20 @@ def tpu_cloud(bed, monkeypatch: pytest.MonkeyPatch, provider: str, *,  # type: i
 
 
 def lose_a_host_mid_run(bed, testbed: str, rank_host: int = 1, *, how: str = "kill",  # type: ignore[no-untyped-def]
-                        at: list[float] | None = None) -> tuple[str, list]:
+                        at: list[float] | None = None,
+                        cloud: Callable[[str], None] | None = None) -> tuple[str, list]:
     """Run 'survivor' with its supervisor in this process; the machine behind rank ``rank_host``'s host is lost
     (no fault fired: a real failure) once the rank has started: ``how`` "kill" kills its every process (its kernel
-    still refuses connections), "netns" takes its network namespace and link away too (no route to it). Returns the
-    run's status and events; ``at`` gets the time it was lost."""
+    still refuses connections), "netns" takes its network namespace and link away too (no route to it). ``cloud``
+    (given the lost host's address) makes a cloud fake say so, as the cloud would. Returns the run's status and
+    events; ``at`` gets the time it was lost."""
     def lose(victim: str) -> None:
         if how == "netns":
             bed.provider._teardown_hosts([bed.provider.slot(victim)], keep_disk=True)
         else:
             bed.provider.kill_host(victim)
+        if cloud is not None:
+            cloud(bed.provider.slot(victim).address)
 
     return disturb_mid_run(bed, testbed, lose, rank_host, at=at)
 
@@ -404,6 +408,40 @@ def disturb_mid_run(bed, testbed: str, act: Callable[[str], None], rank_host: in
     status = Supervisor(plan.run_id).run()
     t.join(120)
     return status, rs.events(st, plan.run_id)
+
+
+def throttle(veth: str, rate: str = "1kbit") -> str:
+    """The link ``veth`` throttled by a token bucket (sch_tbf, in kernels without sch_netem too): ``rate`` gets
+    through and the rest queues for up to a minute, like a link saturated by a download. Undone by deleting the root
+    qdisc. Says how."""
+    subprocess.run(["tc", "qdisc", "replace", "dev", veth, "root", "tbf", "rate", rate, "burst", "1600", "latency",
+                    "60s"], capture_output=True, check=True)
+    return f"tbf rate {rate} latency 60s"
+
+
+@contextlib.contextmanager
+def sshd_refusing(bed, host: str) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """``host``'s sshd refuses connections (its listener and its sessions killed, its init held stopped so that it
+    does not start another), while everything else on it runs on: the machine is up, its ranks keep running, and the
+    provider says so. Undone on leaving (the init, let go, starts sshd again within a second)."""
+    import signal
+
+    prov = bed.provider
+    init = prov._init_pid(prov.slot(host))
+    assert init is not None, f"{host} is not running"
+    os.kill(init, signal.SIGSTOP)
+    try:
+        kids = Path(f"/proc/{init}/task/{init}/children").read_text().split()
+        for pid in kids:
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith((b"/usr/sbin/sshd\0-D",
+                                                                          b"sshd: /usr/sbin/sshd")):  # the listener
+                    os.kill(int(pid), signal.SIGKILL)
+        r = prov.console(host, "pkill -9 -f '^sshd(-session)?: [a-z]+@'")  # the sessions (the run's master among them)
+        assert r.returncode in (0, 1), r.stderr
+        yield
+    finally:
+        os.kill(init, signal.SIGCONT)
 
 
 @contextlib.contextmanager
@@ -450,9 +488,7 @@ def starved(bed, host: str, *, delay_ms: int = 3000, cpu_percent: float = 1.0) -
         except TestbedError as e:
             if "unknown" not in e.what:
                 raise
-            how = "tbf rate 1kbit latency 60s (no sch_netem in this kernel)"
-            subprocess.run(["tc", "qdisc", "replace", "dev", sl.veth, "root", "tbf", "rate", "1kbit", "burst",
-                            "1600", "latency", "60s"], capture_output=True, check=True)
+            how = throttle(sl.veth) + " (no sch_netem in this kernel)"
         move(members(), group)
         yield f"{how}, {cpu_percent:g}% of a CPU"
     finally:

@@ -147,8 +147,9 @@ def _survived(evs: list, host: str) -> None:  # type: ignore[type-arg]
 
 
 def test_chameleon_run_survives_a_lost_node_by_replacing_its_server(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A bare-metal node dies mid-run with no fault fired: the run's recovery replaces its server on the lease
-    (the fake really deletes it and makes another, the floating IP bound again), uploads the run, relaunches."""
+    """A bare-metal node dies mid-run with no fault fired (nova shows its server ERROR): the run's recovery replaces
+    its server on the lease (the fake really deletes it and makes another, the floating IP bound again), uploads the
+    run, relaunches."""
     from testbed.state import Store
 
     bed = bed2
@@ -156,7 +157,7 @@ def test_chameleon_run_survives_a_lost_node_by_replacing_its_server(bed2, monkey
         code, out, exc = invoke("provision", "chameleon", "--json")
         assert code == 0, (out, exc)
         before = {h["name"]: h["facts"]["server_id"] for h in json.loads(out)["hosts"]}
-        status, evs = lose_a_host_mid_run(bed, "chameleon")
+        status, evs = lose_a_host_mid_run(bed, "chameleon", cloud=fake.node_failed)
         assert status == "succeeded", [e.detail.get("reason") for e in evs if e.kind in ("failed", "ended")]
         _survived(evs, "node1")
         after = {h.name: h.facts["server_id"] for h in Store.open_default().hosts("chameleon")}
@@ -168,8 +169,8 @@ def test_chameleon_run_survives_a_lost_node_by_replacing_its_server(bed2, monkey
 
 
 def test_tpu_run_survives_a_lost_worker_by_recreating_its_node(bed2, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A TPU VM dies mid-run: the run's recovery deletes and recreates its node in the fake (the other node
-    untouched), the run is uploaded to it and relaunched; destroy leaves the fake empty."""
+    """A TPU VM dies mid-run (the API shows its node TERMINATED): the run's recovery deletes and recreates its node in
+    the fake (the other node untouched), the run is uploaded to it and relaunched; destroy leaves the fake empty."""
     bed = bed2
     addrs = [h.address for h in bed.hosts]
     with tpu_cloud(bed, monkeypatch, "  zone: us-central1-f\n  accelerator_type: v2-8\n  count: 2\n",
@@ -177,7 +178,8 @@ def test_tpu_run_survives_a_lost_worker_by_recreating_its_node(bed2, monkeypatch
         code, out, exc = invoke("provision", "tpu", "--json")
         assert code == 0, (out, exc)
         ids = {n: fake.node(n)["id"] for n in ("tpu-0", "tpu-1")}
-        status, evs = lose_a_host_mid_run(bed, "tpu")
+        status, evs = lose_a_host_mid_run(
+            bed, "tpu", cloud=lambda addr: fake.set_state(f"tpu-{addrs.index(addr)}", "TERMINATED"))
         assert status == "succeeded", [e.detail.get("reason") for e in evs if e.kind in ("failed", "ended")]
         _survived(evs, "tpu-1-w0")
         assert fake.node("tpu-0")["id"] == ids["tpu-0"] and fake.node("tpu-1")["id"] != ids["tpu-1"]

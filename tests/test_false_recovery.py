@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from localbed import SURVIVOR, disturb_mid_run, lose_a_host_mid_run, starved
+from localbed import SURVIVOR, disturb_mid_run, lose_a_host_mid_run, sshd_refusing, starved, throttle
 
 pytestmark = pytest.mark.local
 
@@ -64,6 +64,72 @@ def test_a_slow_starved_host_is_never_repaired_and_the_run_completes(local_testb
     assert {e.host for e in spells} == {"node1"}
     assert sum(p["ssh"] == "slow" for p in probes) >= 3 and not any(p["lost"] for p in probes)
     assert all(p["seconds"] >= 4.5 for p in probes if p["ssh"] == "slow")  # each ran to its timeout: no refusal
+
+
+def test_a_throttled_link_is_waited_for_and_the_run_completes(local_testbed) -> None:
+    """node1's link is throttled to 1 kbit/s (a token bucket: what every kernel has, netem or not) for 45 s while its
+    rank runs: polls and probes stall, time out or drop mid-handshake; none of that is a lost host. The run waits,
+    records the spell, and completes with no repair and no relaunch."""
+    import subprocess
+
+    from testbed.run import state as rs
+
+    bed = local_testbed(hosts=2)
+    boot = _boot_id(bed, "node1")
+    at: list[float] = []
+
+    def squeeze(victim: str) -> None:
+        veth = bed.provider.slot(victim).veth
+        throttle(veth)
+        try:
+            time.sleep(SLOW_SECONDS)
+        finally:
+            subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], capture_output=True, check=False)
+
+    status, evs = disturb_mid_run(bed, bed.name, squeeze, suite=LONG, at=at)
+    kinds = [e.kind for e in evs]
+    print("events:", [(round(e.ts - at[0], 1), e.kind, e.host) for e in evs if e.ts >= at[0]])
+    assert status == "succeeded", [e.detail for e in evs if e.kind in ("failed", "ended", "host-lost")]
+    assert not {"recovery", "repairing", "repaired", "host-lost", "relaunched", "failed"} & set(kinds), kinds
+    assert _boot_id(bed, "node1") == boot
+    assert {r.status for r in rs.ranks(bed.store, evs[0].run_id)} == {"succeeded"}
+    spells = [e for e in evs if e.kind == "host-back"]
+    assert spells and {e.host for e in spells} == {"node1"}
+    assert not any(p["lost"] for e in spells for p in e.detail["probes"])
+
+
+REFUSING_SECONDS = 13.0
+"""How long the refusing host's sshd stays down: over four times the bound (3 s) that would judge a lost host."""
+
+
+def test_a_host_whose_sshd_refuses_while_its_ranks_run_is_waited_for_never_rebuilt(local_testbed) -> None:
+    """node1's sshd refuses connections for 13 s (listener and sessions killed) while its rank runs on and the
+    provider says it is up. A refusal proves the machine is there: the run records the spell and waits; nothing is
+    judged lost, nothing repaired, the same boot of node1, and every rank succeeds on its first attempt."""
+    from testbed.run import state as rs
+
+    bed = local_testbed(hosts=2)
+    boot = _boot_id(bed, "node1")
+    at: list[float] = []
+
+    def refuse(victim: str) -> None:
+        with sshd_refusing(bed, victim):
+            time.sleep(REFUSING_SECONDS)
+
+    status, evs = disturb_mid_run(bed, bed.name, refuse, suite=LONG, at=at)
+    kinds = [e.kind for e in evs]
+    print("events:", [(round(e.ts - at[0], 1), e.kind, e.host) for e in evs if e.ts >= at[0]])
+    assert status == "succeeded", [e.detail for e in evs if e.kind in ("failed", "ended", "host-lost")]
+    assert not {"recovery", "repairing", "repaired", "host-lost", "relaunched"} & set(kinds), kinds
+    assert _boot_id(bed, "node1") == boot  # never rebuilt
+    assert {r.status for r in rs.ranks(bed.store, evs[0].run_id)} == {"succeeded"}
+    waited = [e for e in evs if e.kind == "host-slow"]
+    assert waited and waited[0].host == "node1" and waited[0].detail["probe"]["ssh"] == "refused"
+    assert "machine is there" in waited[0].detail["note"]
+    back = [e for e in evs if e.kind == "host-back"]
+    probes = [p for e in back for p in e.detail["probes"]]
+    assert back and {e.host for e in back} == {"node1"} and not any(p["lost"] for p in probes)
+    assert sum(p["ssh"] == "refused" for p in probes) >= 3 and {p.get("provider") for p in probes} == {"up"}
 
 
 @pytest.mark.parametrize("how,result", [("kill", "refused"), ("netns", "no-route")])

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,11 +64,14 @@ def _closed_port() -> int:
     return port
 
 
-def test_a_refused_connection_is_lost_and_a_silent_host_is_slow() -> None:
-    """Real ssh: a port nobody listens on refuses (lost); a host that accepts and never answers makes the probe time
+def test_a_refused_connection_is_not_lost_and_a_silent_host_is_slow() -> None:
+    """Real ssh: a port nobody listens on refuses, which proves a machine answers for the address (never lost by
+    itself, only with the provider saying it is gone); a host that accepts and never answers makes the probe time
     out, which is slow, never lost, whatever the wait."""
     kind, detail = liveness.classify(_ssh(_closed_port(), 5))
     assert kind == "refused" and "Connection refused" in detail
+    assert not Probe("h", 0, 0.01, kind, detail).lost and not Probe("h", 0, 0.01, kind, detail, provider="up").lost
+    assert Probe("h", 0, 0.01, kind, detail, provider="down").lost
     with _silent_listener() as port:
         t0 = time.monotonic()
         res = _ssh(port, 2)
@@ -87,8 +91,13 @@ def test_a_refused_connection_is_lost_and_a_silent_host_is_slow() -> None:
     (remote.HostResult("h", 255, "", "Connection timed out during banner exchange"), "slow"),
     (remote.HostResult("h", 255, "", "channel 0: open failed: connect failed: Connection refused\n"
                                      "stdio forwarding failed"), "refused"),  # through a jump host
-    (remote.HostResult("h", 255, "", "root@10.0.0.3: Permission denied (publickey)."), "other"),
-    (remote.HostResult("h", 255, "", "kex_exchange_identification: read: Connection reset by peer"), "other"),
+    (remote.HostResult("h", 255, "", "root@10.0.0.3: Permission denied (publickey)."), "rejected"),
+    (remote.HostResult("h", 255, "", "Host key verification failed."), "rejected"),
+    # a handshake that failed without a reason: a throttled link or an overloaded sshd, unknown (waited for)
+    (remote.HostResult("h", 255, "", "kex_exchange_identification: read: Connection reset by peer"), "slow"),
+    (remote.HostResult("h", 255, "", ""), "slow"),  # a master connection that died under the client: nothing said
+    (remote.HostResult("h", 255, "", "Connection closed by 10.0.0.3 port 22"), "slow"),
+    (remote.HostResult("h", 255, "", "ssh_dispatch_run_fatal: Connection to 10.0.0.3 port 22: Broken pipe"), "slow"),
     (remote.HostResult("h", None, "", "", error="cannot start ssh: No such file or directory"), "other"),
 ])
 def test_what_one_probe_found(res: remote.HostResult, kind: str) -> None:
@@ -101,22 +110,32 @@ def test_a_jump_that_cannot_reach_the_host_is_named() -> None:
     for text in ("kex_exchange_identification: Connection closed by remote host\r\n"
                  "Connection closed by UNKNOWN port 65535", "stdio forwarding failed"):
         kind, detail = liveness.classify(remote.HostResult("h", 255, "", text))
-        assert kind == "other" and "no SSH greeting: a jump host could not reach it" in detail, detail
+        assert kind == "slow" and "no SSH greeting: a jump host could not reach it" in detail, detail
+        assert not Probe("h", 0, 0.1, kind, detail).lost and Probe("h", 0, 0.1, kind, detail).waits
 
 
 @pytest.mark.parametrize("ssh,provider,lost", [
-    ("refused", None, True), ("no-route", None, True), ("no-route", "down", True), ("refused", "up", True),
+    ("no-route", None, True), ("no-route", "down", True), ("refused", "down", True), ("refused", "deleted", True),
+    # a refusal proves the machine is there: never lost unless the provider says it is gone
+    ("refused", None, False), ("refused", "up", False),
     ("no-route", "up", False),  # the provider says it runs: a link dropping its neighbour lookups, not a lost host
     ("slow", None, False), ("slow", "up", False),
     ("slow", "down", True), ("slow", "error", True), ("slow", "gone", True), ("other", "preempted", True),
-    ("slow", "shutoff", False), ("answered", "down", False), ("other", None, False),
+    ("slow", "shutoff", False), ("answered", "down", False), ("other", None, False), ("rejected", None, False),
 ])
-def test_a_probe_is_lost_only_when_refused_unroutable_or_gone_at_the_provider(ssh: str, provider: str | None,
-                                                                               lost: bool) -> None:
+def test_a_probe_is_lost_only_when_gone_at_the_provider_or_unroutable(ssh: str, provider: str | None,
+                                                                      lost: bool) -> None:
     assert Probe("h", 0.0, 0.1, ssh, provider=provider).lost is lost
 
 
-def _p(at: float, ssh: str = "refused", host: str = "h") -> Probe:
+@pytest.mark.parametrize("ssh,waits", [("slow", True), ("refused", True), ("no-route", True), ("rejected", False),
+                                       ("other", False)])
+def test_the_run_waits_for_a_slow_refusing_or_unroutable_host_not_for_one_that_turns_it_away(ssh: str,
+                                                                                             waits: bool) -> None:
+    assert Probe("h", 0.0, 0.1, ssh, provider="up").waits is waits
+
+
+def _p(at: float, ssh: str = "no-route", host: str = "h") -> Probe:
     return Probe(host, at, 0.05, ssh)
 
 
@@ -130,7 +149,8 @@ def test_a_host_is_judged_lost_by_count_probes_in_a_row_spanning_the_bound() -> 
     assert j.lost("h") and len(j.streak("h")) == 4
     ev = j.evidence("h")
     assert ev["bound"] == 3 and ev["count"] == 3 and len(ev["probes"]) == 4 and all(p["lost"] for p in ev["probes"])
-    assert ev["summary"].startswith("4 probes over 3.0 s (bound 3 s): refused x4") and "every one lost" in ev["summary"]
+    assert ev["summary"].startswith("4 probes over 3.0 s (bound 3 s): no-route x4")
+    assert "every one lost" in ev["summary"]
 
     j = Judge(bound=3, count=3)
     j.add(_p(0.0))
@@ -138,9 +158,17 @@ def test_a_host_is_judged_lost_by_count_probes_in_a_row_spanning_the_bound() -> 
     assert not j.lost("h")
 
 
+def test_a_refusal_starts_the_count_again() -> None:
+    """A refused connection between probes that found no route: the machine answered, so the count starts again."""
+    j = Judge(bound=3, count=3)
+    for at, ssh in ((0.0, "no-route"), (1.5, "no-route"), (3.0, "refused"), (4.5, "no-route"), (6.0, "no-route")):
+        j.add(_p(at, ssh))
+    assert not j.lost("h") and [p.at for p in j.streak("h")] == [4.5, 6.0]
+
+
 def test_a_slow_probe_starts_the_count_again_and_an_answer_ends_the_spell() -> None:
     j = Judge(bound=3, count=3)
-    for at, ssh in ((0.0, "refused"), (1.5, "slow"), (3.0, "refused"), (4.5, "no-route")):
+    for at, ssh in ((0.0, "no-route"), (1.5, "slow"), (3.0, "no-route"), (4.5, "no-route")):
         j.add(_p(at, ssh))
     assert not j.lost("h") and [p.at for p in j.streak("h")] == [3.0, 4.5]
     j.add(_p(6.0))
@@ -161,13 +189,14 @@ def test_a_host_slow_for_ever_is_never_judged_lost() -> None:
 
 
 def test_confirm_probes_again_every_spacing_until_judged_and_is_bounded() -> None:
-    """node1 refuses every probe: judged lost after 3 rounds, 1.5 s apart; node0 answers; node2 is slow (no second
-    probe: it cannot be judged lost); node3 is refused once, then slow. Never more rounds than ``count``."""
+    """node1 has no route every probe: judged lost after 3 rounds, 1.5 s apart; node0 answers; node2 is slow (no
+    second probe: it cannot be judged lost); node3 has no route once, then is slow; node4 refuses (the machine is
+    there: no second probe). Never more rounds than ``count``."""
     clock = [100.0]
     sleeps: list[float] = []
     seen: list[list[str]] = []
-    script = {"node0": ["answered"] * 3, "node1": ["refused"] * 3, "node2": ["slow"] * 3,
-              "node3": ["refused", "slow", "slow"]}
+    script = {"node0": ["answered"] * 3, "node1": ["no-route"] * 3, "node2": ["slow"] * 3,
+              "node3": ["no-route", "slow", "slow"], "node4": ["refused"] * 3}
 
     def look(hosts: list[str]) -> dict[str, Probe]:
         seen.append(list(hosts))
@@ -181,11 +210,11 @@ def test_confirm_probes_again_every_spacing_until_judged_and_is_bounded() -> Non
     j = Judge(bound=3, count=3)
     lost, last = liveness.confirm(j, list(script), look, j.add, sleep=sleep)
     assert lost == ["node1"] and sleeps == [1.5, 1.5]
-    assert seen == [["node0", "node1", "node2", "node3"], ["node1", "node3"], ["node1"]]
-    assert last["node2"].ssh == "slow" and last["node3"].ssh == "slow"
+    assert seen == [["node0", "node1", "node2", "node3", "node4"], ["node1", "node3"], ["node1"]]
+    assert last["node2"].ssh == "slow" and last["node3"].ssh == "slow" and last["node4"].ssh == "refused"
 
     j = Judge(bound=3, count=3)
-    lost, _ = liveness.confirm(j, ["node1"], lambda hs: {h: Probe(h, clock[0], 0.01, "refused") for h in hs},
+    lost, _ = liveness.confirm(j, ["node1"], lambda hs: {h: Probe(h, clock[0], 0.01, "no-route") for h in hs},
                                j.add, sleep=lambda s: None)  # no time passes: never judged, and it stops
     assert lost == [] and len(j.spell("node1")) == 3
 
@@ -272,7 +301,7 @@ def test_the_provider_is_asked_about_the_hosts_that_did_not_answer(monkeypatch: 
 
     got = liveness.probe("tb", ["a", "b", "c"], timeout=5, states=broken)
     assert got["c"].provider is None and "the provider could not be asked: no credentials" in got["c"].detail
-    assert not got["c"].lost and got["b"].lost
+    assert not got["c"].lost and not got["b"].lost  # a refusal alone: the machine is there
 
 
 @pytest.mark.parametrize("lost_after,bound", [(None, 3.0), (60, 60.0), (1, 3.0)])
@@ -310,3 +339,60 @@ def test_status_lines_say_why_a_host_was_judged_lost_or_waited_for() -> None:
         "node1 slow: no answer in 5.0 s (timed out after 5 s); a slow answer is not a lost host: the run waits"
     assert ev("host-back", "node1", seconds=41.0, summary="9 probes over 40.0 s: slow x9; none lost") == \
         "node1 answers again after 41.0 s without an answer: 9 probes over 40.0 s: slow x9; none lost"
+
+
+def _watching_supervisor(unreachable: float = 3.0) -> tuple[Any, Any, list[str]]:
+    """A supervisor's liveness state alone (no run, no state): its ``unanswered`` judgement of one rank on
+    ``h``, the reasons its ranks ended with."""
+    from types import SimpleNamespace
+
+    from testbed.records import Rank
+    from testbed.run.supervisor import Attempt, Supervisor
+
+    sup = Supervisor.__new__(Supervisor)
+    sup.t = SimpleNamespace(unreachable=unreachable)
+    sup.judged, sup.last_probe, sup.suspect = {}, {}, {"h": "exit 255"}
+    ended: list[str] = []
+
+    def end_rank(att: Attempt, r: Rank, status: str, code: int | None, reason: str, at: float | None = None) -> None:
+        att.done[r.rank] = (status, code, reason)
+        ended.append(reason)
+
+    sup.end_rank = end_rank
+    att = Attempt([Rank(rank=0, host="h", address="10.0.0.2", command="true")], launched=0.0)
+    return sup, att, ended
+
+
+@pytest.mark.parametrize("ssh", ["slow", "refused", "no-route"])
+def test_a_host_slow_refusing_or_unroutable_for_long_is_waited_for(ssh: str) -> None:
+    """Polls failing for 60 s (twenty times the bound) while every probe finds the host slow, refusing, or without a
+    route the provider does not confirm: its rank runs on (the run's own timeout ends a run that waits too long)."""
+    sup, att, ended = _watching_supervisor()
+    for t in range(0, 60, 2):
+        sup.last_probe["h"] = Probe("h", float(t), 0.5, ssh, provider="up")
+        sup.unanswered(att, "h", float(t) + 0.5)
+    assert ended == [] and not att.done
+
+
+def test_a_failed_poll_right_after_a_host_answered_again_starts_a_new_spell() -> None:
+    """A throttled link: 40 s of slow probes, then the host answers a probe, then one poll fails (a master connection
+    dropped under its client: ssh's exit 255, nothing said). The spell that ended must not be counted against the
+    new one: the rank runs on."""
+    sup, att, ended = _watching_supervisor()
+    for t in range(0, 40, 2):
+        sup.last_probe["h"] = Probe("h", float(t), 5.0, "slow")
+        sup.unanswered(att, "h", float(t) + 5)
+    sup.last_probe["h"] = Probe("h", 44.0, 0.2, "answered")
+    sup.unanswered(att, "h", 45.0)  # the failed poll after the answer
+    assert ended == [], ended
+
+
+def test_a_host_that_turns_the_testbed_away_fails_its_ranks_after_the_bound() -> None:
+    """The host answers but refuses the key: waiting does not help; once its polls failed for the bound, its ranks
+    fail naming why."""
+    sup, att, ended = _watching_supervisor()
+    detail = "h refused the key (Permission denied): check the user and that the testbed key is installed"
+    for t in (0.0, 1.5, 3.0, 4.5):
+        sup.last_probe["h"] = Probe("h", t, 0.1, "rejected", detail)
+        sup.unanswered(att, "h", t + 0.1)
+    assert ended == [f"host unreachable ({detail})"]

@@ -6,16 +6,22 @@ boot id, uptime and load, how long ago the dead-man's agent last wrote its statu
 when the host does not answer, the provider is asked what it knows of the machine. A probe's SSH result is one of:
 
 - ``answered``: the host ran the command, however long it took;
-- ``slow``: no answer within the probe's timeout, or the connection timed out: slow, or unknown; never lost;
-- ``refused`` / ``no-route``: the host's address refuses connections, or nothing answers for it (no route to the
-  host, network unreachable);
-- ``other``: an SSH failure that tells nothing of the machine (a refused key, a changed host key, a reset).
+- ``slow``: no answer within the probe's timeout, the connection timed out, or the handshake failed without saying
+  why (closed or reset before the greeting, ssh's exit 255 with nothing said): what a throttled or congested link
+  and an overloaded sshd look like; unknown, never lost;
+- ``refused``: the host's address refuses connections: its kernel answers, so the machine is there (its sshd is
+  down or restarting); never lost by itself;
+- ``no-route``: nothing answers for the address (no route to the host, network unreachable);
+- ``rejected``: the host answered and turned the testbed away (a refused key, a changed host key): it is there,
+  and waiting does not help;
+- ``other``: ssh could not be run on the controller.
 
-A probe is *lost* when the host did not answer and either SSH was refused or found no route (unless the provider
-says the machine is up: a link that drops even its neighbour lookups is slow, not gone), or the provider says
-its machine is gone (down, ERROR, deleted, preempted, terminated). A host is judged lost when ``count`` probes in a
-row were lost, the first and the last at least ``bound`` seconds apart (the suite's ``timeouts.unreachable``, raised
-by the testbed's ``lost_after``); any other probe starts the count again.
+Loss is proven, never inferred. A probe is *lost* when the provider says its machine is gone (down, ERROR, deleted,
+preempted, terminated), or when it found no route to the host and the provider does not say the machine is up (a
+link that drops even its neighbour lookups is slow, not gone). A host is judged lost when ``count`` probes in a row
+were lost, the first and the last at least ``bound`` seconds apart (the suite's ``timeouts.unreachable``, raised by
+the testbed's ``lost_after``); any other probe starts the count again. A refusal, a slow or failed handshake and a
+throttled link never make a host lost: the run waits, and fails at its own timeout.
 """
 
 from __future__ import annotations
@@ -30,12 +36,15 @@ from typing import Any
 from testbed import remote, scripts
 from testbed.errors import TestbedError
 
-LOST_SSH = frozenset({"refused", "no-route"})
+WAIT_SSH = frozenset({"slow", "refused", "no-route"})
+"""What SSH found of a host that may still answer: the run waits for it (``rejected``/``other`` do not change)."""
 GONE_STATES = frozenset({"down", "gone", "error", "deleted", "soft_deleted", "preempted", "terminated"})
 """Host states (``Provider.reported_states``) that say the machine is gone."""
 KEEP = 12
 """Probes of one host kept in a record (the last ones)."""
 _NO_ROUTE = ("No route to host", "Network is unreachable", "Host is unreachable")
+_REJECTED = ("Permission denied", "Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED",
+             "Too many authentication failures")
 
 
 @dataclass
@@ -52,11 +61,19 @@ class Probe:
 
     @property
     def lost(self) -> bool:
-        # no route to an address the provider says is up is a link that drops even its neighbour lookups (a
-        # congested or throttled link, an ARP that timed out): unknown, like a timeout, never lost by itself
-        if self.ssh == "no-route" and self.provider == "up":
+        """Whether this probe proves the machine gone: the provider says so, or no route to an address the
+        provider does not say is up (a refusal proves the machine alive; a timeout proves nothing)."""
+        if self.ssh == "answered":
             return False
-        return self.ssh != "answered" and (self.ssh in LOST_SSH or (self.provider or "") in GONE_STATES)
+        if (self.provider or "") in GONE_STATES:
+            return True
+        return self.ssh == "no-route" and self.provider != "up"
+
+    @property
+    def waits(self) -> bool:
+        """Whether the run waits for the host after this probe (it may yet answer): slow, refusing, or lost but
+        not yet judged so."""
+        return self.ssh in WAIT_SSH or self.lost
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"at": round(self.at, 2), "seconds": round(self.seconds, 2), "ssh": self.ssh,
@@ -71,7 +88,8 @@ class Probe:
 
 
 def classify(res: remote.HostResult) -> tuple[str, str]:
-    """What one probe's SSH call found (answered, slow, refused, no-route, other) and the line that says so."""
+    """What one probe's SSH call found (answered, slow, refused, no-route, rejected, other: see the module) and
+    the line that says so."""
     if res.error is None and res.exit_code not in (None, 255):
         return "answered", ""
     text = res.stderr.strip()
@@ -80,15 +98,17 @@ def classify(res: remote.HostResult) -> tuple[str, str]:
         return ("slow" if res.error.startswith(("timed out", "no data")) else "other"), res.error
     if "Connection refused" in text:
         return "refused", last
+    if any(s in text for s in _REJECTED):
+        return "rejected", res.error or last  # the transport's sentence (a refused key: what to check)
     if "stdio forwarding failed" in text or ("kex_exchange_identification" in text and "closed" in text):
         # no SSH greeting: through a jump host (whose own reason stays with it, or with its master connection),
         # the jump could not reach the host; direct, its sshd closed at once (overloaded: MaxStartups)
-        return "other", f"{last} (no SSH greeting: a jump host could not reach it, or its sshd refused the session)"
+        return "slow", f"{last} (no SSH greeting: a jump host could not reach it, or its sshd refused the session)"
     if any(s in text for s in _NO_ROUTE):
         return "no-route", last
-    if "timed out" in text.lower():
-        return "slow", last
-    return "other", res.error or last  # the transport's sentence (a refused key: what to check), else ssh's line
+    if not text:
+        return "slow", f"{last}: ssh failed and said nothing (a connection dropped mid-handshake)"
+    return "slow", f"{last} (the handshake failed: a throttled or congested link, or an overloaded sshd)"
 
 
 def probe_command(run_dir: str | None) -> str:

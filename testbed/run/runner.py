@@ -186,6 +186,8 @@ def describe_event(ev: RunEvent) -> str:
         return f"{ev.host} judged lost: {d.get('summary')}"
     if k == "host-slow":
         p = d.get("probe") or {}
+        if p.get("ssh") == "refused":
+            return f"{ev.host} refuses connections ({p.get('detail') or 'Connection refused'}); {d.get('note')}"
         return f"{ev.host} slow: no answer in {p.get('seconds')} s ({p.get('detail') or 'timed out'}); {d.get('note')}"
     if k == "host-back":
         return f"{ev.host} answers again after {d.get('seconds')} s without an answer: {d.get('summary')}"

@@ -335,9 +335,10 @@ class Supervisor:
             self.note(p)
 
     def unanswered(self, att: Attempt, host: str, now: float) -> None:
-        """``host`` gave no answer to its poll: its ranks fail once it is judged lost, or once its polls failed
-        for ``timeouts.unreachable`` with probes that neither time out nor find it lost (a refused key, a poll that
-        fails); a host whose probes time out is slow, and waited for."""
+        """``host`` gave no answer to its poll: its ranks fail once it is judged lost (the provider says its machine
+        is gone, or no route to it over the bound), or once its polls failed for ``timeouts.unreachable`` with
+        probes that found it there but turning the testbed away (a refused key, a changed host key: waiting does not
+        help). A host that is slow, refuses connections or drops its handshakes is waited for: its ranks run on."""
         ranks_here = [r for r in att.ranks if r.host == host and r.rank not in att.done]
         since = att.unreachable_since.setdefault(host, now)
         if host in self.judged:
@@ -346,10 +347,13 @@ class Supervisor:
                 self.end_rank(att, r, "failed", None, f"host unreachable: judged lost ({self.judged[host]['summary']})")
             return
         lp = self.last_probe.get(host)
-        if lp is None or lp.at < since or lp.ssh == "slow" or lp.lost:
-            return  # no probe of this spell back yet; slow (never lost); or lost, not yet judged so
+        if lp is not None and lp.ssh == "answered" and lp.at >= since:
+            # it answered a probe since this spell began: that spell ended, and a failed poll now starts another
+            since = att.unreachable_since[host] = now
+        if lp is None or lp.at < since or lp.waits:
+            return  # no probe of this spell back yet; slow, refusing or lost-not-yet-judged: waited for
         if now - since >= self.t.unreachable:
-            why = (lp.detail if lp.ssh == "other" and lp.detail else None) or self.suspect.get(host) or lp.ssh
+            why = lp.detail or self.suspect.get(host) or lp.ssh
             for r in ranks_here:
                 self.end_rank(att, r, "failed", None, f"host unreachable ({why})")
 
@@ -358,7 +362,8 @@ class Supervisor:
         spell, or a host judged lost."""
         if p.at < self.repaired_at.get(p.host, 0.0):
             return
-        first_slow = p.ssh == "slow" and not any(q.ssh == "slow" for q in self.judge.spell(p.host))
+        first_slow = p.ssh in ("slow", "refused") and not p.lost and \
+            not any(q.ssh == p.ssh for q in self.judge.spell(p.host))
         self.last_probe[p.host] = p
         self.answers(p.host, self.judge.add(p))
         if p.ssh == "answered":
@@ -366,7 +371,8 @@ class Supervisor:
             self.prober.unwatch(p.host)
         if first_slow:
             rs.event(self.st, self.run_id, "host-slow", p.host, probe=p.to_json(),
-                     note="a slow answer is not a lost host: the run waits")
+                     note="a slow answer is not a lost host: the run waits" if p.ssh == "slow" else
+                     "a refused connection proves the machine is there: the run waits")
         if self.judge.lost(p.host) and p.host not in self.judged:
             self.judged[p.host] = self.judge.evidence(p.host)
             rs.event(self.st, self.run_id, "host-lost", p.host, **self.judged[p.host])
@@ -529,7 +535,7 @@ class Supervisor:
                 raise Abort(f"{host} was lost and could not be repaired: {e.what}"
                             + (f" ({e.fix})" if e.fix else ""), host) from None
             self.repaired.append(host)
-            self.judged.pop(host, None)
+            evidence = self.judged.pop(host, None)
             self.judge.answered(host)
             self.suspect.pop(host, None)
             self.prober.unwatch(host)
@@ -539,7 +545,8 @@ class Supervisor:
             replaced += done.replaced
             times["repair_seconds"] += done.repair_seconds
             times["setup_seconds"] += done.setup_seconds
-            rs.event(self.st, self.run_id, "repaired", host, **{k: v for k, v in done.to_json().items() if k != "host"})
+            rs.event(self.st, self.run_id, "repaired", host, evidence=evidence,
+                     **{k: v for k, v in done.to_json().items() if k != "host"})
         times["hosts_repaired"] = lost
         if rec.moved(self.plan, self.st):  # a replaced server's new private address: render the run again
             self.plan = rec.replan(self.plan, self.st)

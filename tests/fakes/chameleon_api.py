@@ -356,6 +356,19 @@ class FakeChameleon:
                 f"    region_name: \"{self.region}\"\n    interface: \"public\"\n    identity_api_version: 3\n"
                 "    auth_type: \"v3applicationcredential\"\n")
 
+    def node_failed(self, address: str, message: str = "Baremetal node failed: power lost") -> str:
+        """The bare-metal node behind floating IP ``address`` failed: its server goes to ERROR with a fault, as
+        nova shows a server whose node Ironic reports failed (``vm_state`` error). Returns the server's id."""
+        with self.lock:
+            for sid, s in self.servers.items():
+                view = self._server_view(s)
+                if any(a["addr"] == address for net in view["addresses"].values() for a in net):
+                    s.update(status="ERROR", fault={"code": 500, "created": _now().strftime(NOVA_FMT),
+                                                    "message": message})
+                    s["OS-EXT-STS:vm_state"], s["OS-EXT-STS:task_state"] = "error", None
+                    return sid
+        raise KeyError(address)
+
     def leaked(self) -> dict[str, int]:
         """What is still held: leases (a TERMINATED one holds nothing), servers, floating IPs (the things that
         cost money)."""
