@@ -28,8 +28,24 @@ def state_home() -> Path:
     return _AT.get() or Path(os.environ.get("TESTBED_HOME") or Path.cwd() / ".testbed").absolute()
 
 
+def check_state_home() -> None:
+    """Refuse (TestbedError) a state home that exists and is not a folder (a file, a link to nothing): it
+    would otherwise read as a home without testbeds."""
+    from testbed.errors import TestbedError
+
+    p = state_home()
+    if p.is_dir() or not (p.exists() or p.is_symlink()):
+        return
+    kind = "a link to nothing" if not p.exists() else "a file" if p.is_file() else "not a folder"
+    source = "TESTBED_HOME" if os.environ.get("TESTBED_HOME") and not _AT.get() else "the state home"
+    raise TestbedError(f"the state home {p} is {kind}, not a folder: testbed keeps its state in a folder there",
+                       where=f"{p} ({source})",
+                       fix="move that file away (or point TESTBED_HOME at a folder), then retry")
+
+
 def home() -> Path:
     """The state directory (``state_home``), created 0700: for the commands that write state."""
+    check_state_home()
     p = state_home()
     p.mkdir(parents=True, exist_ok=True, mode=0o700)
     return p

@@ -10,6 +10,7 @@ replay. :func:`compare` then sets the replay's report beside the original's with
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ class Replay:
     faults: list[str]
     sources: list[str] = field(default_factory=list)  # --source NAME=REPO@COMMIT pins
     differences: list[Difference] = field(default_factory=list)
+    origin: str = ""  # which suite file is replayed, in words (the copy in the run folder, or --suite PATH)
 
     @property
     def run_id(self) -> str:
@@ -53,13 +55,13 @@ class Replay:
 
 
 def prepare(run_dir: Path, on: str | None = None, allow: list[str] | None = None, *,
-            store: Any = None) -> Replay:
+            store: Any = None, suite_path: Path | None = None) -> Replay:
     """Read the run's manifest and list what cannot be matched now; refuse (UsageError, exit 2) unless
-    ``allow`` names every kind of difference. Touches no host."""
+    ``allow`` names every kind of difference. The suite replayed is the copy inside the run folder, or
+    ``suite_path`` when the user names one; never a path the manifest names outside the folder. Touches no host."""
     from testbed.collect.manifest import load
     from testbed.run.runner import file_sha256
     from testbed.spec import DEFAULT_TESTBED
-    from testbed.suite import load_suite
 
     allow = list(allow or [])
     for a in allow:
@@ -74,8 +76,8 @@ def prepare(run_dir: Path, on: str | None = None, allow: list[str] | None = None
     if m.get("rehearsal"):
         raise UsageError(f"run {m['run_id']} is a rehearsal on a local replica: there are no results to reproduce",
                          where=str(run_dir), fix="reproduce a real run")
-    suite = load_suite(str(m["suite"]))
-    diffs: list[Difference] = []
+    suite, origin, diffs = _replayed_suite(run_dir, m, suite_path)
+    references(suite)  # a suite without references has nothing to compare: refused before the replay
     rec: dict[str, Any] | None = m["suite_file"] if isinstance(m.get("suite_file"), dict) else None
     now = file_sha256(Path(suite.source)) if suite.source else None
     older = f"run {m['run_id']} was recorded by testbed {m.get('testbed_version') or '(version not recorded)'}"
@@ -100,11 +102,64 @@ def prepare(run_dir: Path, on: str | None = None, allow: list[str] | None = None
                                 f"faults ({', '.join(faults) or 'none'}) are used"))
     tb_rec: dict[str, Any] = m["testbed"] if isinstance(m.get("testbed"), dict) else {}
     testbed = on or str(tb_rec.get("name") or suite.testbed or DEFAULT_TESTBED)
-    rep = Replay(run_dir, m, suite, testbed, dict(params), faults, pins, diffs)
+    rep = Replay(run_dir, m, suite, testbed, dict(params), faults, pins, diffs, origin)
     _refuse(rep, allow)  # what the files say first: a changed suite is named even where the testbed is gone
     diffs += _hardware(m, tb_rec, testbed, store)
     _refuse(rep, allow)
     return rep
+
+
+def _replayed_suite(run_dir: Path, m: dict[str, Any], named: Path | None) -> tuple[Suite, str, list[Difference]]:
+    """The suite to replay, where it comes from (one line), and the differences known from the copy alone."""
+    from testbed.collect import suite_copy
+    from testbed.suite import SUITE_NAME_RE, load_suite
+
+    where = str(run_dir / "manifest.json")
+    name = m["suite"]
+    if not isinstance(name, str) or not re.match(SUITE_NAME_RE, name):
+        raise UsageError(f"the manifest's suite ({name!r}) is not a suite name", where=f"{where}: suite",
+                         fix="a run folder names its suite by name (lower-case letters, digits, '-'); collect the "
+                             "run again")
+    if named is not None:
+        suite = load_suite(str(named))
+        return suite, f"the suite you named, {suite.source}", []
+    rec = m.get("suite_copy")
+    if rec is None:
+        raise UsageError(f"run {m['run_id']} holds no copy of its suite (collected by testbed "
+                         f"{m.get('testbed_version') or 'of an older version'}, or its suite changed before "
+                         "collect): reproduce never runs a suite file the manifest names outside the run folder",
+                         where=f"{where}: suite_copy",
+                         fix=f"name the suite to replay: testbed reproduce {run_dir} --suite experiments/{name}.yml "
+                             "(it is checked against the hashes the run recorded)")
+    path, files = suite_copy.verified(run_dir, rec)
+    suite = load_suite(str(path))
+    if suite.name != name:
+        raise UsageError(f"the suite copied into the run folder is named {suite.name!r}, the manifest says "
+                         f"{name!r}", where=f"{where}: suite_copy.path",
+                         fix="collect the run again, or name the suite with --suite PATH")
+    for rel in suite.files:  # every file the copy ships is one the manifest hashed
+        rel_path = f"{suite_copy.COPY_DIR}/{os.path.normpath(rel)}"
+        if rel_path not in files:
+            raise UsageError(f"the copied suite ships {rel}, which suite_copy.files does not list",
+                             where=f"{where}: suite_copy.files", fix="collect the run again, or use --suite PATH")
+    return suite, f"the copy in the run folder, {path}", _profile_diff(rec)
+
+
+def _profile_diff(rec: dict[str, Any]) -> list[Difference]:
+    """The run's profile (copied at collect) against the profile file of that name now."""
+    from testbed.collect.suite_copy import sha256
+    from testbed.setup.profiles import available_profiles
+
+    prof = rec.get("profile")
+    if not isinstance(prof, dict):
+        return []
+    now = available_profiles().get(str(prof.get("name")))
+    if now is None:
+        return [Difference("profile", f"profile {prof.get('name')!r} of the run is gone from playbooks/profiles/")]
+    if sha256(now) != prof.get("sha256"):
+        return [Difference("profile", f"profile file {now} changed since the run was collected (the run's copy: "
+                           f"{prof.get('path')})")]
+    return []
 
 
 def _refuse(rep: Replay, allow: list[str]) -> None:
@@ -239,22 +294,72 @@ def _same_gpu(a: str, b: str) -> bool:
 
 
 # --- comparing the two runs ------------------------------------------------------------------------------------
-def compare(original: Path, replay: Path) -> list[Verdict]:
-    """Each reference of the suite read from both runs' reports (both rebuilt): the original's value is the
-    reference, the replay's is ours, within the reference's tolerance; a bound (at most, at least) is checked on
-    the replay. A metric the original lacks is not measured."""
+@dataclass
+class Outcome:
+    """How a replay ended: its run's status, the verdicts, and why the runs could not be compared (None: they
+    were). ``code``: 0 every metric within tolerance, 1 otherwise (outside, or not compared)."""
+
+    run_id: str
+    status: str
+    verdicts: list[Verdict] = field(default_factory=list)
+    problem: str | None = None
+
+    @property
+    def code(self) -> int:
+        return 0 if self.problem is None and all(v.within for v in self.verdicts) else 1
+
+
+def references(suite: Suite) -> Any:
+    """The suite's references; refused (UsageError, exit 2, before a replay) when it declares none."""
+    if suite.references is None:
+        raise UsageError(f"suite {suite.name} declares no references: a replay would have no metric to compare",
+                         where=suite.source or suite.name,
+                         fix="add a references: section to the suite (see testbed.references)")
+    return suite.references
+
+
+def conclude(replay: Replay, run_id: str, status: str, reason: str | None = None) -> Outcome:
+    """Collect the replay beside the original, then :func:`judge` it (never an exception: the replay ran)."""
+    from testbed import collect
+
+    root = results_root(replay.run_dir)
+    problem = collect.format_problems(collect.collect_runs([run_id], to=root))
+    if problem is not None:
+        return Outcome(run_id, status, problem=f"the replay could not be collected: {problem.what}")
+    return judge(replay, root / replay.suite.name / run_id, status, reason)
+
+
+def judge(replay: Replay, replay_dir: Path, status: str, reason: str | None = None) -> Outcome:
+    """The collected replay at ``replay_dir`` compared with the original: a replay that did not succeed, or
+    whose metrics could not all be compared, is an Outcome with its ``problem``."""
+    from testbed.errors import TestbedError
+
+    out = Outcome(replay_dir.name, status)
+    if status != "succeeded":
+        out.problem = f"the replay {status}" + (f" ({reason})" if reason else "") + ": nothing to compare"
+        return out
+    try:
+        out.verdicts = compare(replay.run_dir, replay_dir, references(replay.suite))
+    except TestbedError as e:
+        out.problem = f"the two runs could not be compared: {e.what}"
+        return out
+    missing = [v.metric for v in out.verdicts if v.within is None]
+    if missing:
+        out.problem = f"not compared: {', '.join(missing)} (measured in only one of the runs, or in neither)"
+    return out
+
+
+def compare(original: Path, replay: Path, refs: Any) -> list[Verdict]:
+    """Each of ``refs`` (the replayed suite's references) read from both runs' reports (both rebuilt): the
+    original's value is the reference, the replay's is ours, within the reference's tolerance; a bound (at most,
+    at least) is checked on the replay. A metric the original lacks is not measured."""
     from testbed.references import References
     from testbed.report.build import build_report
     from testbed.report.rundir import RunDir
-    from testbed.report.verdicts import evaluate, suite_references
+    from testbed.report.verdicts import evaluate
 
     a, b = build_report(original), build_report(replay)
-    refs, why = suite_references(a.suite)
-    if refs is None:
-        raise UsageError(f"suite {a.suite} declares no references: the two runs have no metric to compare"
-                         + (f" ({why})" if why else ""), where=f"experiments/{a.suite}.yml",
-                         fix="add a references: section to the suite (see testbed.references)")
-    first = {v.metric: v for v in a.verdicts}
+    first = {v.metric: v for v in evaluate(refs, a.tables, RunDir.open(original).host_records())}
     pairs: list[Reference] = []
     for r in refs.metrics:
         orig = first.get(r.metric)

@@ -311,6 +311,8 @@ class Store:
         found)."""
         from testbed import paths
 
+        if home is None:
+            paths.check_state_home()  # a file there is no empty home
         db = (home or paths.state_home()) / "state.db"
         return cls(db, readonly=readonly) if db.is_file() else cls.empty(db)
 

@@ -32,9 +32,18 @@ def __getattr__(name: str) -> Any:
 def main() -> None:
     """Console-script entry: run the app and turn every error into one message and an exit code."""
     _lazy_stdlib()
-    fresh = not _state_home().exists()  # a refused command leaves a folder with no state as it found it
+    _sane_columns()
+    if _stdout_closed():  # nothing could be shown: refused before any work, not a silent success
+        sys.stderr.write("error: standard output is closed: testbed cannot print what it does (run it with "
+                         "stdout open, or redirect it: > /dev/null)\n")
+        sys.exit(1)
     try:
+        from testbed import paths
+
+        paths.check_state_home()
+        fresh = not _state_home().exists()  # a refused command leaves a folder with no state as it found it
         rc = _run_refusing_cleanly(fresh)
+        sys.stdout.flush()  # a reader gone before the end (| head) is seen here, not at the interpreter's exit
     except _click_exceptions()[0] as exc:  # Typer/Click's own usage errors, in our one-message format
         e: Any = exc  # a click.UsageError (format_message, ctx), whichever Click Typer brought
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `testbed`: the help, as asked for
@@ -57,6 +66,9 @@ def main() -> None:
     except KeyboardInterrupt:
         console(stderr=True).print("[yellow]interrupted[/yellow]")
         sys.exit(130)
+    except BrokenPipeError:  # the reader of stdout went away (| head): quiet, as a tool killed by SIGPIPE
+        _drop_stdout()
+        sys.exit(EXIT_PIPE)
     except OSError as e:  # this machine refused (a name too long, no space, no permission): not a bug
         if _tracebacks():
             raise
@@ -74,6 +86,51 @@ def main() -> None:
                                    "  fix:   run again with --debug for the traceback and report it")
         sys.exit(1)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+EXIT_PIPE = 1
+"""Exit code when stdout's reader went away (``testbed list runs | head -1``), with nothing on stderr: what
+Python's documentation advises and what Rich (which writes most of the output) does itself, so every command
+ends alike; not 0, since the output was not all read, so ``set -o pipefail`` sees it."""
+MIN_COLUMNS = 20
+"""A ``COLUMNS`` below this (0, or a width no table fits) is ignored: the terminal's width, else 80, is used."""
+
+
+def _sane_columns() -> None:
+    """Drop a ``COLUMNS`` that would print nothing or next to nothing (Rich prints nothing at width 0)."""
+    import os
+
+    cols = os.environ.get("COLUMNS")
+    if cols is not None and (not cols.strip().isdigit() or int(cols) < MIN_COLUMNS):
+        del os.environ["COLUMNS"]
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is closed (``>&-``): no stream, or no open file descriptor behind it."""
+    import os
+
+    if sys.stdout is None or getattr(sys.stdout, "closed", False):
+        return True
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):  # a stream without a descriptor (captured output): open
+        return False
+    try:
+        os.fstat(fd)
+    except OSError:
+        return True
+    return False
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush does not fail again on the broken pipe."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _lazy_stdlib(names: tuple[str, ...] = ("inspect",)) -> None:

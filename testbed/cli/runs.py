@@ -382,6 +382,8 @@ def logs(
         for ln in runner.logs(run_id, host=host, follow=follow, store=st):
             if ln.stream == "error":
                 sys.stderr.write(f"[{ln.host} rank {ln.rank}] {ln.text}\n")
+            elif ln.stream == "note":  # the output shown is right, but not all of it: said on stderr, exit 0
+                sys.stderr.write(f"note: [{ln.host} rank {ln.rank}] output truncated: {ln.text}\n")
             else:
                 out = sys.stdout if ln.stream == "out" else sys.stderr
                 out.write(f"[{ln.host}:{ln.rank}] {ln.text}\n")

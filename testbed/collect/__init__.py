@@ -27,7 +27,9 @@ An unreachable host is reported with its files missing; the other hosts are stil
 whose bytes on disk are the verified ones (files put there otherwise are named in a note); a folder holding another
 run's manifest is refused before any host is contacted. A run of which no file was ever verified gets no manifest,
 and the folders this collect made for it are removed: a folder without files is never a run. Nothing from the
-controller's environment is ever written under results/.
+controller's environment is ever written under results/. The suite that ran (its YAML and files, while they
+still hash as they did when the run was planned) and its profile are copied into ``.suite/`` and ``.profile/``
+of the run folder (testbed.collect.suite_copy): ``testbed reproduce`` replays that copy and nothing outside.
 
 A run whose hosts are gone (its testbed destroyed since, or destroyed and provisioned again: new hosts, new disks;
 see :func:`hosts_gone`, read from state alone) is never retried: the results collected before are kept, and a run
@@ -51,6 +53,7 @@ from typing import Any
 
 from testbed.collect import manifest as mf
 from testbed.collect import software as swcache
+from testbed.collect import suite_copy
 from testbed.collect.listing import (
     LOG_PATTERNS,
     RUNS_DIR,
@@ -262,6 +265,9 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
     else:
         man = mf.build(st, run.id, hosts=hosts, facts=facts, software=software, files=files,
                        provider=tb["provider"])
+        man["suite_copy"], why = suite_copy.copy_suite(ctx.info, folder, old.get("suite_copy"))
+        if why:
+            res.notes.append(why)
         _write_manifest(res, man, old)
     res.seconds = round(time.monotonic() - t0, 3)
     return res

@@ -29,6 +29,7 @@ from testbed.report.model import Link, Report
 from testbed.report.rundir import REPORT_DIR, Campaign, RunDir
 from testbed.report.suites import get_campaign_reporter
 from testbed.report.summary import _scalar
+from testbed.report.trust import duplicated, manifest_problems
 from testbed.report.verdicts import add_verdicts
 from testbed.textfmt import plural
 
@@ -93,6 +94,11 @@ def read_run(path: Path) -> tuple[RunDir | None, str | None]:
         return None, f"{MANIFEST} is not JSON ({exc})"
     if not isinstance(data, dict) or not (data.get("suite") or data.get("run_id")):
         return None, f"{MANIFEST} is not a run manifest (no suite or run_id)"
+    problems = manifest_problems(data)
+    if problems:
+        return None, (f"{MANIFEST} is damaged or forged: {'; '.join(problems[:3])}"
+                      + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
+                      + "; collect the run again, or move the folder out of the results")
     return RunDir(path, data), None
 
 
@@ -144,7 +150,20 @@ def scan(root: Path) -> Scan:
     for child in subdirs(root):
         if not visit(child, 1):
             found.skipped.append((child, _why_not(child)))
+    _set_aside_copies(found)
     return found
+
+
+def _set_aside_copies(found: Scan) -> None:
+    """Two folders claiming one run id (a folder copied): none of them is reported as a run, each is named."""
+    twice = duplicated((r.run_id, r) for r in found.runs)
+    for run_id, runs in twice.items():
+        where = ", ".join(str(r.path) for r in runs)
+        for r in runs:
+            found.runs.remove(r)
+            found.bad.append((r.path, f"run id {run_id} is claimed by {len(runs)} folders ({where}): a copy of a "
+                                      "run is not another run; keep the folder collect wrote (results/<suite>/"
+                                      "<run-id>) and move the others out of the results"))
 
 
 def _refuse_bad(found: Scan) -> None:

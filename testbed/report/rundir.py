@@ -68,11 +68,13 @@ class RunDir:
 
     @property
     def hosts(self) -> list[str]:
-        """Host names from the manifest, else the run folder's subfolders (never ``report/``)."""
+        """Host names from the manifest, else the run folder's subfolders (never ``report/``, nor ``.suite/``
+        and the other dot folders: a host name never starts with a dot)."""
         names = [str(h.get("name")) for h in self._list("hosts") if isinstance(h, dict) and h.get("name")]
         if names:
             return names
-        return sorted(p.name for p in self.path.iterdir() if p.is_dir() and p.name != REPORT_DIR)
+        return sorted(p.name for p in self.path.iterdir()
+                      if p.is_dir() and p.name != REPORT_DIR and not p.name.startswith("."))
 
     @property
     def events(self) -> list[dict[str, Any]]:

@@ -284,7 +284,8 @@ def stop_run(run_id: str, grace: float = 3, *, store: Store | None = None) -> Ru
 
 @dataclass
 class LogLine:
-    """One line of a rank's output (``stream``: out or err), or why it could not be read (``stream`` error)."""
+    """One line of a rank's output (``stream``: out or err), why it could not be read (``stream`` error), or a
+    note on what was left out (``stream`` note: output longer than the transport keeps)."""
 
     host: str
     rank: int
@@ -320,6 +321,10 @@ def logs(run_id: str, *, host: str | None = None, rank: int | None = None, follo
             for stream, text in (("out", res.stdout), ("err", res.stderr)):
                 for ln in text.splitlines():
                     yield LogLine(r.host, r.rank, stream, ln)
+            if res.truncated:  # only then is the size asked for: the usual call costs no second round trip
+                sizes = remote.run(plan.testbed, [r.host], run_remote.sh(
+                    f"{run_remote.cd_run(plan.run_dir)} && wc -c rank{r.rank}.out rank{r.rank}.err"), timeout=30)[0]
+                yield from truncation_notes(r.host, r.rank, sizes.stdout, plan.run_dir, run_id, remote.MAX_OUTPUT)
         return
     offsets = {(r.rank, s): 0 for r in ranks for s in ("out", "err")}
     while True:
@@ -342,6 +347,17 @@ def logs(run_id: str, *, host: str | None = None, rank: int | None = None, follo
         if not active:
             return
         time.sleep(1)
+
+
+def truncation_notes(host: str, rank: int, wc_out: str, run_dir: str, run_id: str, limit: int) -> Iterator[LogLine]:
+    """A ``note`` line for each of the rank's files longer than ``limit`` (``wc -c`` output): what was shown, what
+    was skipped, and where the whole file is."""
+    for ln in wc_out.splitlines():
+        size, _, name = ln.strip().partition(" ")
+        if size.isdigit() and int(size) > limit and name.startswith(f"rank{rank}."):
+            yield LogLine(host, rank, "note", f"{name} is {int(size):,} bytes: only its last {limit:,} are shown, the "
+                          f"first {int(size) - limit:,} skipped; the whole file is {host}:{run_dir}/{name} "
+                          f"(testbed collect {run_id} fetches it)")
 
 
 TAIL_BYTES = 4096  # of each rank's stdout read for the live status line
