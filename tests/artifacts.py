@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import atexit
 import itertools
 import os
 import re
 import shlex
+import shutil
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
@@ -30,7 +32,15 @@ SHARED = Path(__file__).resolve().parents[2] / "shared"
 ARTIFACTS = Path(os.environ.get("TESTBED_ARTIFACTS", SHARED / "artifacts"))
 FIXTURES = SHARED / "fixtures"
 _UNPACKED: dict[str, Path] = {}
-_ROOT = Path(tempfile.mkdtemp(prefix="testbed-artifacts-"))
+_ROOT: list[Path] = []  # made on the first unpack, removed when the session's process ends (never at import)
+
+
+def _root() -> Path:
+    """The folder the artifacts are unpacked into, once per process; removed at its exit."""
+    if not _ROOT:
+        _ROOT.append(Path(tempfile.mkdtemp(prefix="testbed-artifacts-")))
+        atexit.register(shutil.rmtree, _ROOT[0], True)
+    return _ROOT[0]
 
 
 def artifact(name: str) -> Path:
@@ -40,7 +50,7 @@ def artifact(name: str) -> Path:
     tgz = ARTIFACTS / f"{name}.tar.gz"
     if not tgz.is_file():
         pytest.skip(f"{tgz} is absent (the artifacts live in ../shared/artifacts)")
-    dest = _ROOT / name
+    dest = _root() / name
     with tarfile.open(tgz) as tf:
         tf.extractall(dest, filter="data")
     inner = [p for p in dest.iterdir() if p.is_dir()]
@@ -284,7 +294,7 @@ def rendered_argvs(suite_name: str, script: str) -> list[list[str]]:
 
 # --- the real parser, run where the script's imports load ------------------------------------------------------
 PARSE_ONLY = r'''
-import argparse, json, os, runpy, signal, socket, sys, tempfile
+import argparse, atexit, json, os, runpy, shutil, signal, socket, sys, tempfile
 script = os.path.abspath(sys.argv[1])
 argvs = json.load(sys.stdin)
 
@@ -325,7 +335,9 @@ argparse.ArgumentParser.error = refuse
 socket.socket.connect = socket.socket.bind = socket.socket.accept = no_network  # parse only: never wait on a peer
 signal.signal(signal.SIGALRM, too_long)
 sys.path.insert(0, os.path.dirname(script))
-os.chdir(tempfile.mkdtemp())  # what the script's top level makes (./output) lands here, not in the checkout
+work = tempfile.mkdtemp()  # what the script's top level makes (./output) lands here, not in the checkout
+atexit.register(shutil.rmtree, work, True)
+os.chdir(work)
 results = []
 for argv in argvs:
     sys.argv = [script, *argv]

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -134,11 +135,16 @@ def _second_testbed_from_the_image(a) -> None:  # type: ignore[no-untyped-def]
     assert img["new"] and img["plan"] == "base" and img["testbed"] == "a" and img["host"] == "node0"
     assert images.bake(tb)["new"] is False  # the same key: the image already made
     layer = Path(img["location"])
+    assert not os.path.ismount(layer)  # mounted only while a testbed boots from it
+    from testbed.providers.local.provider import LocalProvider
+
+    LocalProvider._mount_layer(layer.parent)  # to read what it holds
     assert (layer / "root/.cache/testbed/image.json").is_file()
     assert address.read_image_key((layer / "root/.cache/testbed/image.json").read_text()) == img["key"]
     for identity in ("etc/ssh/ssh_host_ed25519_key_testbed", "root/.ssh", "root/.cache/testbed/setup.json",
                      "etc/hostname", "etc/hosts"):
         assert not (layer / identity).exists(), identity
+    subprocess.run(["umount", str(layer)], check=True)
 
     b = _second_testbed(a.cwd, "b", 2)
     b.provision()
@@ -178,7 +184,8 @@ def _second_testbed_from_the_image(a) -> None:  # type: ignore[no-untyped-def]
         assert (images.for_provision(d.provider()) or {}).get("key") == img["key"]
     finally:
         b.destroy()
-    assert os.path.ismount(layer) and [r["id"] for r in a.store.images()] == [img["id"]]  # destroy keeps it
+    # destroy keeps the image, and releases its mount with the last testbed booting from it (b; a only baked it)
+    assert not os.path.ismount(layer) and [r["id"] for r in a.store.images()] == [img["id"]]
     gone = images.prune(a.store)
     assert [r["id"] for r in gone] == [img["id"]] and not layer.parent.exists() and a.store.images() == []
 

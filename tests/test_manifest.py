@@ -263,3 +263,61 @@ def test_manifest_records_the_suite_files_hashes_and_the_declared_gpus(tmp_path)
     assert m1["testbed"] == {"name": "tb", "provider": "lab", "hardware": {"gpu_model": "RTX 3070", "gpus": 2}}
     assert m2["suite_file"] == {"path": "/s/x.yml", "sha256": "a" * 64}
     assert m2["testbed"] == {"name": "tb", "provider": "lab"}
+
+
+def _loops(run: Path, width: int = 6, depth: int = 8) -> None:
+    """A run folder whose symlinks loop: each level links ``width`` times to the next and back to the top, so a
+    walker that follows every path (find -L's way) meets width**depth paths."""
+    d = run / "out"
+    d.mkdir(parents=True)
+    (d / "result.csv").write_bytes(b"r")
+    for i in range(depth):
+        nxt = d / f"l{i}"
+        nxt.mkdir()
+        (nxt / f"part{i}.csv").write_bytes(b"%d" % i)
+        for k in range(width):
+            (d / f"to{k}").symlink_to(nxt.name)
+        (nxt / "up").symlink_to(run)
+        d = nxt
+
+
+def test_the_listing_walks_each_folder_once_and_never_follows_a_symlink_out(tmp_path: Path) -> None:
+    """Symlinks that loop (6 ways into each of 8 levels, every level linking back to the top) are walked once
+    each: every real file listed once, in seconds; a symlink leading out of the run folder (a file or a folder) is
+    left out, with a note, and what it points at is never read."""
+    run = tmp_path / "run"
+    _loops(run)
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key.csv").write_bytes(b"s")
+    (run / "out" / "elsewhere").symlink_to(secret)
+    (run / "out" / "stolen.csv").symlink_to(secret / "key.csv")
+    (run / "top.csv").symlink_to(secret / "key.csv")
+    t0 = time.monotonic()
+    lst, problem = parse_listing(_bash(listing_script(str(run), ["out", "*.csv"], budget=20)))
+    assert problem is None and time.monotonic() - t0 < 20
+    want = {"out/result.csv", *(f"out/{'/'.join(f'l{j}' for j in range(i + 1))}/part{i}.csv" for i in range(8))}
+    assert set(lst.files) == want, sorted(lst.files)[:20]
+    assert not any("key.csv" in p or "secret" in p for p in lst.files)
+    assert any("symlink(s) leading out" in n and n.startswith("out:") for n in lst.notes), lst.notes
+    assert any("symlink(s) leading out" in n and n.startswith("*.csv:") for n in lst.notes), lst.notes
+
+
+def test_a_listing_past_its_budget_stops_says_how_far_it_got_and_leaves_nothing_running(tmp_path: Path) -> None:
+    """A run folder too large to list within the budget: the listing stops itself, names where it was, and no
+    process of it is left (the collector that gave up does not leave it growing on the host)."""
+    run = tmp_path / "run"
+    many = run / "out"
+    many.mkdir(parents=True)
+    for i in range(300):
+        sub = many / f"d{i}"
+        sub.mkdir()
+        for k in range(200):
+            (sub / f"f{k}").write_bytes(b"")
+    script = listing_script(str(run), ["out"], budget=1).replace("\nshift 7\n", "\nshift 7; sleep 2\n")
+    out = _bash(script)
+    _, problem = parse_listing(out)
+    assert problem is not None and "the listing stopped after 1 s" in problem and "too many files" in problem
+    assert ", at out/d" in problem  # where it was, in the run folder
+    left = subprocess.run(["pgrep", "-f", str(run)], capture_output=True, text=True).stdout.split()
+    assert left == [], left

@@ -74,6 +74,7 @@ from testbed.collect.transfer import (
     known_files,
     list_and_stream,
     list_host,
+    listing_budget,
     transfer_host,
     unchanged_since,
 )
@@ -432,7 +433,8 @@ def _collect_host(ctx: Ctx, h: Host, want_facts: bool,
     token = secrets.token_hex(8)
     program = listing_script(run_dir(ctx.info, ctx.run_id), pats, known_files(ctx, h.name), source_paths(ctx.info),
                              background, STREAM_MIN if first else (0, 0),
-                             stream=(token, int(ctx.bwlimit_kbps * 1024) if ctx.bwlimit_kbps else 0) if first else None)
+                             stream=(token, int(ctx.bwlimit_kbps * 1024) if ctx.bwlimit_kbps else 0) if first else None,
+                             budget=listing_budget(ctx, streamed=first))
     streamed = False
     try:
         if first:

@@ -104,7 +104,7 @@ def run_dir(info: dict[str, Any], run_id: str) -> str:
 
 def listing_script(run_dir: str, patterns: list[str], known: Sequence[tuple[int, int, str, str]] = (),
                    sources: Sequence[str] = (), background: str = "", lazy: tuple[int, int] = (0, 0),
-                   stream: tuple[str, int] | None = None) -> str:
+                   stream: tuple[str, int] | None = None, budget: float = 0) -> str:
     """The program listing ``run_dir`` on a host (for ``bash -s``): testbed/scripts/listing.sh with its arguments.
 
     ``known``: (size, mtime, sha256, path) of files already collected; a file whose size and mtime are unchanged
@@ -118,12 +118,14 @@ def listing_script(run_dir: str, patterns: list[str], known: Sequence[tuple[int,
     ``stream``: (token, bytes/s or 0): files listed with ``-`` are sent in the same session, right after the
     listing and a line ``@STREAM token`` (testbed/scripts/stream.py's format); ``background``'s output then comes
     first. The collector reads that output with :class:`testbed.collect.transfer.ListingStream`.
+    ``budget``: seconds the listing may take on the host (0: no limit); past it, it stops and says how far it got,
+    and what it started is killed, so nothing outlives a collect that gave up.
     """
     known_lines = "".join(f"{size}\t{mtime}\t{sha}\t{path}\n" for size, mtime, sha, path in known
                           if "\n" not in path)
     send = f"{stream[0]} {stream[1]} {scripts.text('stream.py')}" if stream else ""
     return scripts.program("listing.sh", run_dir, known_lines, "\n".join(sources), background, f"{lazy[0]} {lazy[1]}",
-                           send, *patterns)
+                           send, f"{max(0.0, budget):.0f}", *patterns)
 
 
 def source_paths(info: dict[str, Any]) -> list[str]:

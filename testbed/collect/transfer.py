@@ -122,13 +122,30 @@ def list_host(ctx: Ctx, host: str, program: str) -> tuple[Listing | None, str | 
     return _listing_outcome(ctx, host, res, res.stdout, res.truncated)
 
 
+def listing_budget(ctx: Ctx, streamed: bool) -> float:
+    """Seconds a host's listing may take before it stops itself and says how far it got: inside the collector's
+    own limit (the idle limit for a streaming listing, which prints nothing while it walks)."""
+    limit = ctx.io_timeout if streamed else ctx.timeout
+    return max(3.0, limit - max(2.0, limit * 0.15))
+
+
+def _silent_cause(ctx: Ctx, host: str, waited: str) -> str:
+    """Why a listing gave no answer: the host is asked afresh whether it answers at all, so that a host that is
+    up is never called unreachable."""
+    probe = remote.run(ctx.testbed, [host], "true", timeout=10, connect_timeout=10, mux="none")[0]
+    if probe.ok:
+        return (f"listing the run folder on {host} {waited}, though {host} answers: the folders its output patterns "
+                "match are too large to list, or loop; the listing was stopped on the host")
+    return f"{host} {waited} while listing the run folder, and does not answer now (unreachable?)"
+
+
 def _listing_outcome(ctx: Ctx, host: str, res: remote.HostResult, stdout: str,
                      truncated: bool) -> tuple[Listing | None, str | None]:
     if res.exit_code is None and res.lost:
-        return None, f"{host} sent nothing for {ctx.io_timeout:g} s while listing the run folder (unreachable?)"
+        return None, _silent_cause(ctx, host, f"sent nothing for {ctx.io_timeout:g} s")
     if res.exit_code is None:  # stopped at its timeout (or ssh could not start: its error says so)
         timed_out = (res.error or "").startswith("timed out")
-        return None, f"{host} did not answer within {ctx.timeout:g} s (unreachable?)" if timed_out else res.error
+        return None, _silent_cause(ctx, host, f"did not finish within {ctx.timeout:g} s") if timed_out else res.error
     if res.exit_code == 255:
         return None, res.error or ssh.describe_ssh_failure(res.stderr, host, ctx.testbed)
     if truncated:
@@ -139,8 +156,10 @@ def _listing_outcome(ctx: Ctx, host: str, res: remote.HostResult, stdout: str,
     lst, problem = parse_listing(stdout)
     if problem == "@NODIR":
         return None, f"the run folder {run_dir(ctx.info, ctx.run_id)} does not exist on {host}"
-    if problem:
+    if problem and problem.startswith("a file vanished"):
         return None, f"{problem} on {host}; collect again once the run has finished writing"
+    if problem:
+        return None, f"{problem} on {host} (its output patterns match too much: narrow them in the suite's outputs)"
     return lst, None
 
 

@@ -1,7 +1,7 @@
 #!/bin/bash
 # testbed collect: what a host holds for a run, one round trip (testbed.collect.listing.listing_script builds the
 # call, parse_listing reads its output).
-# usage: listing.sh RUN_DIR KNOWN SOURCES BACKGROUND LAZY STREAM PATTERN...
+# usage: listing.sh RUN_DIR KNOWN SOURCES BACKGROUND LAZY STREAM BUDGET PATTERN...
 #   RUN_DIR     the run folder ("~" and "~/" at the start of it and of SOURCES are $HOME)
 #   KNOWN       lines "size<TAB>mtime<TAB>sha256<TAB>path" of files already collected: a file whose size and mtime
 #               are unchanged (rsync's quick check) gets its known checksum instead of being read again
@@ -15,8 +15,12 @@
 #   STREAM      "" or "TOKEN RATE SOURCE": when the files are listed with "-" (LAZY), send them right after the
 #               listing, in its order, as testbed/scripts/stream.py does (SOURCE: its text; RATE: bytes/s, 0: no
 #               limit), after a line "@STREAM TOKEN"; BACKGROUND's output then comes before the listing
+#   BUDGET      seconds the listing may take (0: no limit): past it, it stops with "@ERR" naming how far it got,
+#               and whatever it started is killed (so nothing outlives a collect that gave up)
 #   PATTERN     output globs: relative to the run folder, "~/"-relative or absolute; files matched outside the
-#               run folder count only when written since the run folder was made (its tb-rank.sh)
+#               run folder count only when written since the run folder was made (its tb-rank.sh). Folders are
+#               walked once each (no loop walked round); a symlink is followed only where it stays inside the run
+#               folder (for a run-relative glob) or the folder the glob matched (the others)
 # prints "@DIR path", "@HOME path", "@RSYNC 1|0", "F<TAB>size<TAB>mtime<TAB>sha256|-<TAB>path" per file (files from
 # outside the run folder under @home/ and @root/), "@NOMATCH pattern", "@NOTE text", "@ERR text"; only "@NODIR"
 # when the run folder does not exist; then BACKGROUND's output (unless STREAM) and "@END".
@@ -29,11 +33,22 @@ tb_sources=$3
 tb_background=$4
 read -r tb_lazy_n tb_lazy_b <<< "$5"
 tb_stream=$6
-shift 6
+tb_budget=$7
+tb_until=$((${EPOCHSECONDS:-$(date +%s)} + ${tb_budget%.*}))  # the budget counts from here
+shift 7
 case $tb_dir in \~) tb_dir=$HOME ;; \~/*) tb_dir=$HOME/${tb_dir#\~/} ;; esac
 tb_tmp=
 trap '[[ -z $tb_tmp ]] || rm -rf "$tb_tmp"' EXIT
 tb_mktemp() { [[ -n $tb_tmp ]] || tb_tmp=$(mktemp -d) || exit 1; }
+if [[ ${tb_budget%.*} -gt 0 ]]; then  # the backstop: everything this listing started, killed past its budget
+  {
+    sleep $((${tb_budget%.*} + 5)) || exit 0
+    for tb_c in $(pgrep -P $$); do [[ $tb_c == "$BASHPID" ]] || kill -KILL "$tb_c"; done
+    kill -KILL $$
+  } > /dev/null 2>&1 &
+  tb_watchdog=$!
+  trap '[[ -z $tb_tmp ]] || rm -rf "$tb_tmp"; kill "$tb_watchdog" 2> /dev/null' EXIT
+fi
 if [[ -n $tb_background ]]; then
   tb_mktemp
   bash -c "$tb_background" > "$tb_tmp/background" 2> /dev/null &
@@ -75,22 +90,48 @@ def newer(p):
         return os.stat(p).st_mtime_ns > ref
     except OSError:
         return False
-def walk(top):  # find -L TOP -type f: symlinks followed, a directory that is its own ancestor skipped
-    stack = [(top, frozenset())]
-    while stack:  # bounded: each directory is entered once per path to it, never inside itself
-        d, above = stack.pop()
+budget, until = (float(x or 0) for x in (sys.argv[6].split() + ["0", "0"])[:2])
+import time
+deadline, entries, LIMIT = until if budget > 0 else None, 0, 2000000
+here = os.path.realpath(b".")
+def inside(p, top):
+    return p == top or p.startswith(top.rstrip(b"/") + b"/")
+def stop(why):
+    out.write(b"@ERR %s\n" % why)
+    out.flush()
+    sys.exit(0)
+def tick(d):  # bounded work: a time budget and a number of entries, named when either runs out
+    global entries
+    entries += 1
+    if entries % 512 == 0 and deadline is not None and time.time() > deadline:
+        stop(b"the listing stopped after %d s, %d entries in, at %s: too many files for one listing" % (
+            budget, entries, d))
+    if entries > LIMIT:
+        stop(b"the listing stopped at %d entries, at %s: too many files for one listing" % (LIMIT, d))
+visited = set()  # each directory (device, inode) entered once: no loop is walked round, nothing walked twice
+outside = [0]
+def walk(top, bound):  # the files under TOP; a symlink is followed only where it stays under BOUND
+    stack = [top]
+    while stack:  # bounded: each directory is entered once
+        d = stack.pop()
         try:
             st = os.stat(d)
-            entries = sorted(os.scandir(d), key=lambda e: e.name, reverse=True)
         except OSError:
             continue
-        ident = (st.st_dev, st.st_ino)
-        if ident in above:
+        if (st.st_dev, st.st_ino) in visited:
             continue
-        for e in entries:
+        visited.add((st.st_dev, st.st_ino))
+        try:
+            entries_here = sorted(os.scandir(d), key=lambda e: e.name, reverse=True)
+        except OSError:
+            continue
+        for e in entries_here:
+            tick(d)
             try:
-                if e.is_dir():
-                    stack.append((e.path, above | {ident}))
+                if e.is_symlink() and not inside(os.path.realpath(e.path), bound):
+                    outside[0] += 1
+                elif e.is_dir():
+                    stack.append(e.path)
                 elif e.is_file():
                     yield e.path
             except OSError:
@@ -103,8 +144,13 @@ while i + 2 < len(data) and data[i] == b"P":  # bounded: i grows by 3, then by 2
     while i + 1 < len(data) and data[i] == b"M":
         m = data[i + 1]
         i += 2
+        tick(m)
+        bound = here if kind == b"run" else os.path.realpath(m)
+        if kind == b"run" and not inside(os.path.realpath(m), here):  # a symlink out of the run folder
+            outside[0] += 1
+            continue
         if os.path.isdir(m):
-            found = [x for x in walk(m) if kind == b"run" or newer(x)]
+            found = [x for x in walk(m, bound) if kind == b"run" or newer(x)]
         elif os.path.isfile(m):
             if kind != b"run" and not newer(m):
                 old += 1
@@ -136,8 +182,12 @@ while i + 2 < len(data) and data[i] == b"P":  # bounded: i grows by 3, then by 2
         out.write(b"@NOTE %s: %d matching file(s) left out: not written during this run\n" % (pat, old))
     if pr:
         out.write(b"@NOTE %s: %d matching file(s) left out: the source checkout holds them unchanged\n" % (pat, pr))
-    if not (n or old or pr):
+    if outside[0]:
+        out.write(b"@NOTE %s: %d symlink(s) leading out of the folder it matched left out (not followed)\n" % (
+            pat, outside[0]))
+    if not (n or old or pr or outside[0]):
         out.write(b"@NOMATCH %s\n" % pat)
+    outside[0] = 0
 rows, todo = [], []
 for key, src in sorted(files):  # the order files are sent in (as the collector sorts what it sends)
     try:
@@ -248,7 +298,7 @@ list_py() {  # the globs expanded here, everything else in one python3 (TB_LIST_
       printf 'P\0%s\0%s\0' "$kind" "$pat"
       ((${#ms[@]} == 0)) || printf 'M\0%s\0' "${ms[@]}"
     done
-  } | python3 -S -c "$TB_LIST_PY" "$HOME" "$tb_lazy_n" "$tb_lazy_b" "$tb_sources" "$tb_stream" ||
+  } | python3 -S -c "$TB_LIST_PY" "$HOME" "$tb_lazy_n" "$tb_lazy_b" "$tb_sources" "$tb_stream" "$tb_budget $tb_until" ||
     echo "@ERR a file vanished or is unreadable while it was being checksummed"  # never a silently missing file
 }
 
@@ -286,7 +336,7 @@ list() {
       if [[ -d $m ]]; then
         newer=()
         [[ $kind == run ]] || { tb_ref_file; newer=(-newer "$tb_ref"); }
-        mapfile -d '' -t found < <(find -L "$m" -type f "${newer[@]}" -print0 2> /dev/null)
+        mapfile -d '' -t found < <(find "$m" -type f "${newer[@]}" -print0 2> /dev/null)  # no symlink followed
         for x in "${found[@]}"; do
           add "$x" && n=$((n + 1))
         done

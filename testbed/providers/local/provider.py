@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from testbed import paths, remote
 from testbed.errors import TestbedError
@@ -528,8 +528,8 @@ class LocalProvider(Provider):
             shutil.rmtree(tree)
             (tmp / "layer").mkdir()
             tmp.rename(dest)
-        layer = self._mount_layer(dest)
-        return {"id": key[:12], "location": str(layer), "size": (dest / "layer.ext4").stat().st_blocks * 512,
+        # mounted only while a testbed boots from it (``_layer``), released with the last (``_release_layer``)
+        return {"id": key[:12], "location": str(dest / "layer"), "size": (dest / "layer.ext4").stat().st_blocks * 512,
                 "info": {"disk": str(dest / "layer.ext4")}}
 
     @staticmethod
@@ -545,6 +545,21 @@ class LocalProvider(Provider):
                                    fix="this machine needs loop devices (modprobe loop); 'testbed image prune "
                                        f"{dest.name[:12]}' deletes the image")
         return layer
+
+    def _release_layer(self, image: dict[str, Any] | None) -> None:
+        """Unmount ``image``'s layer (the one this testbed booted from) unless another testbed of this state still
+        boots from it: no mount outlives the testbeds that use it (each host holds its own copy of the mount, made
+        when it started, so this never pulls a layer from under a running host)."""
+        if not image or not image.get("location"):
+            return
+        layer = Path(str(image["location"]))
+        others = [t["name"] for t in self.store.testbeds() if t["name"] != self.name
+                  and isinstance(t["info"].get("image"), dict) and t["info"]["image"].get("location") == str(layer)]
+        if others or not os.path.ismount(layer):
+            return
+        run("umount", str(layer), check=False)
+        if os.path.ismount(layer):
+            run("umount", "-l", str(layer), check=False)
 
     def delete_image(self, image: dict[str, object]) -> None:
         layer = Path(str(image["location"]))
@@ -616,6 +631,7 @@ class LocalProvider(Provider):
         hosts = [sl.name for sl in known.values()]
         remote.close_connections(self.name, hosts, remove=True)
         self._teardown_hosts(list(known.values()), keep_disk=False)
+        self._release_layer(self.booted_image())
         for sl in known.values():
             self.store.remove_resource(self.name, "netns", sl.netns)
         for r in self.store.resources(self.name, "bridge"):
