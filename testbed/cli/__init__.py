@@ -32,7 +32,10 @@ def __getattr__(name: str) -> Any:
 def main() -> None:
     """Console-script entry: run the app and turn every error into one message and an exit code."""
     _lazy_stdlib()
-    fresh = not _state_home().exists()  # a refused command leaves a folder with no state as it found it
+    try:
+        fresh = not _state_home().exists()  # a refused command leaves a folder with no state as it found it
+    except TestbedError:
+        fresh = False  # a state home testbed refuses: the command that needs it says so (--help still works)
     try:
         rc = _run_refusing_cleanly(fresh)
     except _click_exceptions()[0] as exc:  # Typer/Click's own usage errors, in our one-message format
