@@ -1,4 +1,4 @@
-"""Values written into other programs' formats: ssh_config, Ansible inventories, shell and rsync command lines.
+"""Values written into other programs' formats: ssh_config and Ansible inventories.
 
 Each value is quoted for its format, or refused with a TestbedError (what, where, fix) when the format cannot
 hold it. A line break in a path written into ssh_config starts a new directive (a ``ProxyCommand`` runs on this
@@ -51,10 +51,10 @@ def line_problem(text: str) -> str | None:
     return None
 
 
-def ssh_problem(text: str, *, path: bool = False) -> str | None:
+def ssh_problem(text: str, *, path: bool = False, env: bool = False) -> str | None:
     """Why ``text`` cannot be one ssh_config argument read back alike by every OpenSSH (None: it can).
     ``path``: a file path of a keyword that expands ``~`` and ``${VAR}`` (IdentityFile, UserKnownHostsFile,
-    ControlPath, IdentityAgent), written literally."""
+    ControlPath), written literally; ``env``: a literal value of a keyword that expands ``${VAR}``."""
     if (why := line_problem(text)) is not None:
         return why
     if text == "":
@@ -62,18 +62,18 @@ def ssh_problem(text: str, *, path: bool = False) -> str | None:
     for c, name in (('"', "a double quote (\")"), ("\\", "a backslash (\\)")):
         if c in text:
             return f"holds {name}, which OpenSSH's config cannot hold the same way in every version"
-    if path and "${" in text:
+    if (path or env) and "${" in text:
         return "holds '${', which OpenSSH reads as an environment variable"
     if path and not text.startswith("/"):
         return "is not an absolute path"
     return None
 
 
-def ssh_arg(text: str, *, tokens: bool = False, path: bool = False) -> str:
+def ssh_arg(text: str, *, tokens: bool = False, path: bool = False, env: bool = False) -> str:
     """``text`` as one ssh_config argument that OpenSSH reads back as ``text``: ``%`` doubled where the keyword
     expands tokens (``tokens``), double-quoted unless plain. Raises ValueError (the reason) for what cannot be
     written (:func:`ssh_problem`); callers turn it into a TestbedError naming the value."""
-    why = ssh_problem(text, path=path)
+    why = ssh_problem(text, path=path, env=env)
     if why is not None:
         raise ValueError(why)
     if tokens:
@@ -105,14 +105,3 @@ def refused(what: str, value: str, why: str, *, where: str, fix: str, code: int 
 def shown(value: str) -> str:
     """``value`` as a message shows it: every control character and undecodable byte escaped, quoted."""
     return ascii(value) if line_problem(value) or not value.isprintable() else f"'{value}'"
-
-
-def rsync_rsh(argv: list[str]) -> str:
-    """``argv`` as rsync's ``-e`` string: rsync splits it at spaces itself, honouring single and double quotes
-    and reading a doubled quote inside quotes as one (rsync's ``do_cmd``), never a shell."""
-    out = []
-    for a in argv:
-        if (why := line_problem(a)) is not None:
-            raise ValueError(f"{shown(a)} {why}")
-        out.append(a if a and re.fullmatch(r"[A-Za-z0-9_./:=@,+%-]+", a) else '"' + a.replace('"', '""') + '"')
-    return " ".join(out)

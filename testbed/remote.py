@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, NoReturn
 
-from testbed import quoting, ssh
+from testbed import ssh
 from testbed.errors import TestbedError, UsageError
 from testbed.hosts import Host
 
@@ -516,8 +516,7 @@ def rsync(testbed: str, host: str, remote_dir: str, local_dir: Path, *, files: S
     ssh keeps the pipe open over a dead link, so the transport's limit is the bound on how long a cut link holds
     a copy. ``stdout``: rsync's output without its progress lines (``--stats`` given in ``options`` for instance).
     """
-    # rsync splits -e at spaces itself (quotes its own way, never a shell)
-    rsh = quoting.rsync_rsh(["ssh", *ssh.ssh_options(testbed, mux="client", connect_timeout=connect_timeout)])
+    rsh = shlex.join(["ssh", *ssh.ssh_options(testbed, mux="client", connect_timeout=connect_timeout)])
     remote, local = f"{host}:{remote_dir}/", f"{local_dir}/"
     with tempfile.NamedTemporaryFile("wb", prefix="testbed-files-") as listed:
         argv = ["rsync", *options, "--info=progress2", f"--timeout={max(1, int(idle))}", "-e", rsh]

@@ -284,7 +284,7 @@ def _host_block(testbed: str, h: Host, where: str) -> dict[str, Any]:
     proxy = h.facts.get("ssh_proxy_command")  # a lab host's, from the user's config (never beside a ProxyJump)
     return {**h.to_dict(), **_names(h.name, h.address, h.user, h.proxy_jump, what, where),
             "identity": ids[0], "identities": ids, "identities_only": only,
-            "identity_agent": _arg(agent, f"{what} IdentityAgent", where, tokens=True) if agent else None,
+            "identity_agent": _arg(agent, f"{what} IdentityAgent", where, tokens=True, env=True) if agent else None,
             "proxy_command": str(proxy) if proxy and not h.proxy_jump else None}
 
 
@@ -300,10 +300,10 @@ def _names(name: str, address: Any, user: Any, jump: Any, what: str, where: str)
             "proxy_jump": _arg(jump, f"{what} ProxyJump", where) if jump else jump}
 
 
-def _arg(value: Any, what: str, where: str, *, tokens: bool = False, path: bool = False) -> str:
+def _arg(value: Any, what: str, where: str, *, tokens: bool = False, path: bool = False, env: bool = False) -> str:
     """``value`` as one ssh_config argument (:func:`testbed.quoting.ssh_arg`), or one TestbedError naming it."""
     try:
-        return quoting.ssh_arg(str(value), tokens=tokens, path=path)
+        return quoting.ssh_arg(str(value), tokens=tokens, path=path, env=env)
     except ValueError as e:
         raise quoting.refused(what, str(value), f"{e}: it cannot be written into the testbed's ssh_config",
                               where=where, fix=f"change {what} to one without it (quoted values of ssh_config: "
@@ -336,7 +336,7 @@ def _jump_blocks(hosts: list[Host], where: str) -> list[dict[str, Any]]:
                     "port": int(j["port"]) if j.get("port") else None,
                     "identities": [_arg(k, f"{what} IdentityFile", where) for k in j.get("identities") or []],
                     "identities_only": bool(j.get("identities_only")),
-                    "identity_agent": _arg(j["identity_agent"], f"{what} IdentityAgent", where, tokens=True)
+                    "identity_agent": _arg(j["identity_agent"], f"{what} IdentityAgent", where, tokens=True, env=True)
                     if j.get("identity_agent") else None,
                     "proxy_command": None if j.get("proxy_jump") else j.get("proxy_command")}
     return list(out.values())
