@@ -24,8 +24,36 @@ _AT: ContextVar[Path | None] = ContextVar("testbed_home_at", default=None)
 
 
 def state_home() -> Path:
-    """The state directory, not created: ``$TESTBED_HOME`` or ``./.testbed`` (or the one ``at_home`` set)."""
-    return _AT.get() or Path(os.environ.get("TESTBED_HOME") or Path.cwd() / ".testbed").absolute()
+    """The state directory, not created: ``$TESTBED_HOME`` or ``./.testbed`` (or the one ``at_home`` set).
+
+    Refused (UsageError) when its path cannot be written into the testbed's ssh_config, inventories and
+    command lines (:func:`testbed.quoting.path_problem`: a line break would add an ssh_config directive)."""
+    at = _AT.get()
+    if at is not None:
+        return _usable(at, "the state home", "the index of state homes", "move that folder to a plain path")
+    env = os.environ.get("TESTBED_HOME")
+    if env:
+        return _usable(Path(env).absolute(), "TESTBED_HOME", "TESTBED_HOME",
+                       "set TESTBED_HOME to a folder whose path has none of these")
+    return _usable(Path.cwd() / ".testbed", "the working folder's state home", "the working folder",
+                   "run testbed from a folder whose path has none of these, or set TESTBED_HOME to one")
+
+
+def _usable(p: Path, what: str, where: str, fix: str) -> Path:
+    """``p`` when the testbed's generated files can hold it (else one UsageError naming ``what``)."""
+    from testbed import quoting
+
+    why = quoting.path_problem(str(p))
+    if why is None:
+        return p
+    from testbed.errors import UsageError
+
+    raise UsageError(f"{what} {quoting.shown(str(p))} {why}: testbed writes that path into ssh_config, Ansible "
+                     "inventories and command lines, where it would not read back as the same path (a line break "
+                     "would add an ssh_config directive, such as a ProxyCommand run on this machine)",
+                     where=where,
+                     fix=f"{fix} (no line break or other control character, no '\"', '\\', '${{' or '{{{{', "
+                         "and valid UTF-8)")
 
 
 def check_state_home() -> None:

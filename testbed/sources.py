@@ -154,13 +154,20 @@ def _resolve_path(name: str, spec: str, path: Path, ref: str | None, where: str)
 def _bundle_from_repo(repo: Path, commit: str, bundle: Path, name: str, spec: str, where: str) -> None:
     """A bundle holding ``commit`` of ``repo`` under BUNDLE_REF; the user's repository is left untouched
     (a scratch repository borrows its objects through ``objects/info/alternates``)."""
+    import os
     import tempfile
 
-    git_dir = _git(["rev-parse", "--absolute-git-dir"], cwd=repo).stdout.strip()
+    from testbed import quoting
+
+    git_dir = _git(["rev-parse", "--absolute-git-dir"], cwd=repo).stdout.rstrip("\n")
+    objects = str(Path(git_dir) / "objects")
+    if (c := quoting.control_char(objects)) is not None:  # the alternates file holds one path a line
+        raise UsageError(f"source override {name}={spec}: the repository's path {quoting.shown(objects)} holds {c}",
+                         where=where, fix="move the repository to a path without it, or give a plain folder")
     with tempfile.TemporaryDirectory(prefix="testbed-src-") as tmp:
         _git(["init", "-q", "--bare", tmp])
         (Path(tmp) / "objects" / "info").mkdir(parents=True, exist_ok=True)
-        (Path(tmp) / "objects" / "info" / "alternates").write_text(str(Path(git_dir) / "objects") + "\n")
+        (Path(tmp) / "objects" / "info" / "alternates").write_bytes(os.fsencode(objects) + b"\n")
         for args in (["update-ref", BUNDLE_REF, commit], ["bundle", "create", str(bundle) + ".tmp", BUNDLE_REF]):
             r = _git(args, cwd=tmp, timeout=600)
             if r.returncode != 0:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from testbed import paths
+from testbed import paths, quoting
 from testbed.errors import TestbedError
 from testbed.hosts import Host
 
@@ -127,7 +128,8 @@ def forget_host_keys(testbed: str, hosts: list[str] | None = None) -> None:
 
 
 def _key_for(testbed: str, h: Host) -> str:
-    return os.path.expanduser(h.key) if h.key else str(key_path(testbed))
+    """The host's private key file, absolute (a relative key is the working folder's, as ``ssh -i`` reads it)."""
+    return os.path.abspath(os.path.expanduser(h.key)) if h.key else str(key_path(testbed))
 
 
 # the user's own OpenSSH configuration ----------------------------------------------------------------------------
@@ -230,6 +232,10 @@ def write_ssh_config(testbed: str, hosts: list[Host], *, connect_timeout: int = 
     would: the IdentityFiles of the user's ssh config, then the testbed's key, with the ssh-agent
     (SSH_AUTH_SOCK) offered too (no IdentitiesOnly unless the user's config says so); the jump hosts its
     ProxyJump names get blocks from the user's config. Host keys stay pinned in the testbed's known_hosts.
+
+    Every value reaches the template written as ssh_config reads it back (quoted, ``%`` doubled where OpenSSH
+    expands tokens), and no value the template writes may hold a line break: what cannot be written is refused
+    with a TestbedError naming it, before the file is written.
     """
     import jinja2
 
@@ -243,12 +249,17 @@ def write_ssh_config(testbed: str, hosts: list[Host], *, connect_timeout: int = 
                            fix=f"reinstall testbed ({install_command(reinstall=True)}), or put a "
                                "templates/ssh_config.j2 in the working directory")
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                             keep_trailing_newline=True, autoescape=False)  # noqa: S701 (not HTML)
+                             keep_trailing_newline=True, autoescape=False,  # noqa: S701 (not HTML)
+                             finalize=lambda v: _one_line(v, tmpl_path))
+    where = f"testbed {testbed}: {ssh_config_path(testbed)}"
+    cd = _arg(str(control_dir(testbed)), "the control folder", where, tokens=True, path=True)
+    values = {"testbed": testbed, "config_path": shlex.quote(str(ssh_config_path(testbed))),
+              "known_hosts": _arg(str(kh), "the known_hosts file", where, tokens=True, path=True),
+              "control_dir": cd, "control_path": f'{cd[:-1]}/%C"' if cd.endswith('"') else f"{cd}/%C",
+              "connect_timeout": int(connect_timeout)}  # ControlPath: the folder, then OpenSSH's %C
     try:
         text = env.from_string(tmpl_path.read_text()).render(
-            testbed=testbed, config_path=ssh_config_path(testbed), known_hosts=kh, control_dir=control_dir(testbed),
-            connect_timeout=connect_timeout,
-            hosts=[_host_block(testbed, h) for h in hosts], jumps=_jump_blocks(hosts))
+            **values, hosts=[_host_block(testbed, h, where) for h in hosts], jumps=_jump_blocks(hosts, where))
     except jinja2.TemplateError as e:
         raise TestbedError(f"cannot render {tmpl_path}: {e}", where=str(tmpl_path),
                            fix="fix the template (variables: testbed, hosts, known_hosts, control_dir, ...)") from None
@@ -258,28 +269,58 @@ def write_ssh_config(testbed: str, hosts: list[Host], *, connect_timeout: int = 
     return p
 
 
-def _host_block(testbed: str, h: Host) -> dict[str, Any]:
-    """A host's values for the template: ``identity`` (the first key), ``identities`` (every IdentityFile, in
-    order), ``identities_only`` and ``identity_agent``."""
+def _host_block(testbed: str, h: Host, where: str) -> dict[str, Any]:
+    """A host's values for the template, each written as ssh_config reads it back (:func:`_arg`): ``identity``
+    (the first key), ``identities`` (every IdentityFile, in order), ``identities_only`` and ``identity_agent``."""
     own = h.facts.get("ssh") if isinstance(h.facts.get("ssh"), dict) else None
+    what = f"host {h.name}'s"
     if own is None:  # a key of its own, or the testbed's: only that key is offered
-        keys, only, agent = [_key_for(testbed, h)], True, None
-    else:
-        keys = [*own.get("identities", []), str(key_path(testbed))]
+        ids = [_arg(_key_for(testbed, h), f"{what} key file", where, tokens=True, path=True)]
+        only, agent = True, None
+    else:  # the user's config's IdentityFiles as OpenSSH printed them (its tokens kept), then the testbed's key
+        ids = [*(_arg(k, f"{what} IdentityFile", where) for k in own.get("identities", [])),
+               _arg(str(key_path(testbed)), "the testbed's key file", where, tokens=True, path=True)]
         only, agent = bool(own.get("identities_only")), own.get("identity_agent")
     proxy = h.facts.get("ssh_proxy_command")  # a lab host's, from the user's config (never beside a ProxyJump)
-    return {**h.to_dict(), "identity": keys[0], "identities": [_cfg_value(k) for k in keys],
-            "identities_only": only, "identity_agent": _cfg_value(agent) if agent else None,
+    return {**h.to_dict(), **_names(h.name, h.address, h.user, h.proxy_jump, what, where),
+            "identity": ids[0], "identities": ids, "identities_only": only,
+            "identity_agent": _arg(agent, f"{what} IdentityAgent", where, tokens=True, env=True) if agent else None,
             "proxy_command": str(proxy) if proxy and not h.proxy_jump else None}
 
 
-def _cfg_value(value: Any) -> str:
-    """A value as ssh_config reads it back: quoted when it holds a space."""
-    text = str(value)
-    return f'"{text}"' if " " in text and not text.startswith('"') else text
+def _names(name: str, address: Any, user: Any, jump: Any, what: str, where: str) -> dict[str, Any]:
+    """Host (and HostKeyAlias), HostName, User and ProxyJump as ssh_config reads them back (None stays None)."""
+    if user and re.search(r"%|\$\{", str(user)):
+        raise quoting.refused(f"{what} login user", str(user), "holds '%' or '${', which newer OpenSSH releases "
+                              "expand in User", where=where, fix="use the plain login name")
+    return {"name": _arg(name, f"{what} name", where),
+            "address": _arg(address, f"{what} address", where, tokens=True) if address else address,
+            "hostname": _arg(address, f"{what} address", where, tokens=True) if address else address,
+            "user": _arg(user, f"{what} login user", where) if user else user,
+            "proxy_jump": _arg(jump, f"{what} ProxyJump", where) if jump else jump}
 
 
-def _jump_blocks(hosts: list[Host]) -> list[dict[str, Any]]:
+def _arg(value: Any, what: str, where: str, *, tokens: bool = False, path: bool = False, env: bool = False) -> str:
+    """``value`` as one ssh_config argument (:func:`testbed.quoting.ssh_arg`), or one TestbedError naming it."""
+    try:
+        return quoting.ssh_arg(str(value), tokens=tokens, path=path, env=env)
+    except ValueError as e:
+        raise quoting.refused(what, str(value), f"{e}: it cannot be written into the testbed's ssh_config",
+                              where=where, fix=f"change {what} to one without it (quoted values of ssh_config: "
+                                               "ssh_config(5))") from None
+
+
+def _one_line(value: Any, template: Path) -> Any:
+    """Jinja's ``finalize``: every value the ssh_config template writes stays on its line (a line break would
+    start a directive of its own, such as a ProxyCommand run on this machine)."""
+    why = quoting.line_problem(str(value)) if value is not None else None
+    if why is not None:
+        raise quoting.refused("a value for the ssh_config", str(value), why, where=str(template),
+                              fix="write only the values testbed passes (quoted for ssh_config), or change that value")
+    return value
+
+
+def _jump_blocks(hosts: list[Host], where: str) -> list[dict[str, Any]]:
     """The jump hosts the hosts' ProxyJump names, as the user's ssh config defines them (each alias once; never
     one of the testbed's own hosts, which have their blocks)."""
     names = {h.name for h in hosts}
@@ -287,15 +328,17 @@ def _jump_blocks(hosts: list[Host]) -> list[dict[str, Any]]:
     for h in hosts:
         jumps = h.facts.get("ssh_jumps")
         for j in jumps if isinstance(jumps, list) else []:
-            if isinstance(j, dict) and j.get("alias") and j["alias"] not in names:
-                out.setdefault(str(j["alias"]), {
-                    "alias": j["alias"], "source": j.get("source") or USER_SSH_CONFIG, "hostname": j.get("hostname"),
-                    "port": j.get("port"), "user": j.get("user"),
-                    "identities": [_cfg_value(k) for k in j.get("identities") or []],
+            if isinstance(j, dict) and j.get("alias") and j["alias"] not in names and str(j["alias"]) not in out:
+                what = f"jump host {j['alias']}'s"
+                named = _names(str(j["alias"]), j.get("hostname"), j.get("user"), j.get("proxy_jump"), what, where)
+                out[str(j["alias"])] = {
+                    **named, "alias": named["name"], "source": j.get("source") or USER_SSH_CONFIG,
+                    "port": int(j["port"]) if j.get("port") else None,
+                    "identities": [_arg(k, f"{what} IdentityFile", where) for k in j.get("identities") or []],
                     "identities_only": bool(j.get("identities_only")),
-                    "identity_agent": _cfg_value(j["identity_agent"]) if j.get("identity_agent") else None,
-                    "proxy_jump": j.get("proxy_jump"),
-                    "proxy_command": None if j.get("proxy_jump") else j.get("proxy_command")})
+                    "identity_agent": _arg(j["identity_agent"], f"{what} IdentityAgent", where, tokens=True, env=True)
+                    if j.get("identity_agent") else None,
+                    "proxy_command": None if j.get("proxy_jump") else j.get("proxy_command")}
     return list(out.values())
 
 
@@ -305,7 +348,11 @@ def inventory(testbed: str, hosts: list[Host], variables: dict[str, Any] | None 
     ``testbed_mesh_address`` is the address the hosts use among themselves (``Host.mesh_address``: a cloud's
     private IP when the provider knows it, else the address the controller uses).
     """
-    cfg = ssh_config_path(testbed)
+    cfg, key = str(ssh_config_path(testbed)), str(key_path(testbed))
+    for p in (cfg, key):
+        if (why := quoting.ansible_problem(p)) is not None:
+            raise quoting.refused("the path", p, f"{why}: it cannot be written into an Ansible inventory",
+                                  where=f"testbed {testbed}", fix="set TESTBED_HOME to a plain folder")
     groups: dict[str, list[str]] = {}
     for h in hosts:
         for g in h.groups:
@@ -323,8 +370,8 @@ def inventory(testbed: str, hosts: list[Host], variables: dict[str, Any] | None 
         "all": {
             "hosts": hostvars,
             "vars": {
-                "ansible_ssh_common_args": f"-F {cfg}",
-                "ansible_ssh_private_key_file": str(key_path(testbed)),
+                "ansible_ssh_common_args": f"-F {shlex.quote(cfg)}",  # Ansible splits it with shlex
+                "ansible_ssh_private_key_file": key,
                 "ansible_python_interpreter": "auto_silent",
                 "testbed_name": testbed,
                 **(variables or {}),

@@ -9,7 +9,8 @@ File format (data-driven; the first line holds what the message must contain)::
     # expect: fragment one && fragment two      (case-insensitive, whitespace-normalised)
     # cmd: exec {name} -- true                  (optional; default 'provision {name}' for .yml files)
     # unset: VAR GLOB_*                         (optional; environment variables removed)
-    # set: VAR=value VAR2=value                 ({tmp} is the case's working directory)
+    # set: VAR=value VAR2=value                 ({tmp} is the case's working directory, {newline} a line
+                                                 break; a TESTBED_HOME set here replaces the case's own)
     # code: 1                                   (optional; default: 2, bad input)
     # touches: state                            (optional; the command may record the testbed)
     # install: experiments                      (optional; where the .yml goes, default inventories;
@@ -117,11 +118,11 @@ def _prepare(case: Case, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str
             if fnmatch.fnmatchcase(k, pat):
                 env.pop(k)
                 monkeypatch.delenv(k, raising=False)
-    for k, v in case.set.items():
-        v = v.replace("{tmp}", str(tmp))
+    for k, v in {"TESTBED_HOME": str(tmp / ".testbed"), "COLUMNS": "400", "TERM": "dumb"}.items():
         env[k] = v
         monkeypatch.setenv(k, v)
-    for k, v in {"TESTBED_HOME": str(tmp / ".testbed"), "COLUMNS": "400", "TERM": "dumb"}.items():
+    for k, v in case.set.items():
+        v = v.replace("{tmp}", str(tmp)).replace("{newline}", "\n")
         env[k] = v
         monkeypatch.setenv(k, v)
     env.pop("TESTBED_DEBUG", None)

@@ -38,10 +38,10 @@ def main() -> None:
                          "stdout open, or redirect it: > /dev/null)\n")
         sys.exit(1)
     try:
-        from testbed import paths
-
-        paths.check_state_home()
         fresh = not _state_home().exists()  # a refused command leaves a folder with no state as it found it
+    except TestbedError:
+        fresh = False  # a state home testbed refuses: the command that needs it says so (--help still works)
+    try:
         rc = _run_refusing_cleanly(fresh)
         sys.stdout.flush()  # a reader gone before the end (| head) is seen here, not at the interpreter's exit
     except _click_exceptions()[0] as exc:  # Typer/Click's own usage errors, in our one-message format

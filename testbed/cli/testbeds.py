@@ -70,10 +70,14 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
     if release_at:
         c.print(f"released at {release_at} by its dead-man's switch ({done.switch}) unless extended "
                 f"(testbed extend {tb.name} --expire 8h)")
-    from testbed import ssh
+    from shlex import quote
 
-    c.print(f"ssh:     ssh -F {ssh.ssh_config_path(tb.name)} {done.hosts[0].name}" if done.hosts else "")
-    c.print(f"ansible: ansible -i {ssh.inventory_path(tb.name)} all -m ping")
+    from testbed import ssh
+    from testbed.cli.output import escape
+
+    c.print(escape(f"ssh:     ssh -F {quote(str(ssh.ssh_config_path(tb.name)))} {done.hosts[0].name}")
+            if done.hosts else "")
+    c.print(escape(f"ansible: ansible -i {quote(str(ssh.inventory_path(tb.name)))} all -m ping"))
 
 
 def _repair(tb: Resolved, host: str, setup: bool, json_out: bool) -> None:

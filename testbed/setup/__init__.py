@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed import paths
-from testbed.errors import UsageError
+from testbed.errors import TestbedError, UsageError
 from testbed.hosts import Host
 
 if TYPE_CHECKING:
@@ -109,11 +109,16 @@ def ansible_env(testbed: str, forks: int) -> dict[str, str]:
     facts = base / "facts" / testbed
     facts.mkdir(parents=True, exist_ok=True, mode=0o700)
     venv_bin = os.path.dirname(sys.executable)
+    roles = str(roles_dir())
+    if os.pathsep in roles:  # ANSIBLE_ROLES_PATH is a list of folders
+        raise TestbedError(f"the roles folder {roles} holds '{os.pathsep}', which ANSIBLE_ROLES_PATH reads as two "
+                           "folders", where=roles, fix="run testbed from a folder whose path has no "
+                                                       f"'{os.pathsep}'")
     return {
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
         "ANSIBLE_HOME": str(base),
         "ANSIBLE_LOCAL_TEMP": str(tmp),
-        "ANSIBLE_ROLES_PATH": str(roles_dir()),
+        "ANSIBLE_ROLES_PATH": roles,
         "ANSIBLE_PIPELINING": "True",
         "ANSIBLE_FORKS": str(forks),
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(ansible_control_dir(testbed)),

@@ -255,6 +255,11 @@ class LocalProvider(Provider):
                                where=f"{self.spec.source or self.name}: hardware.login_shell",
                                fix=f"install it (apt-get install {Path(shell).name}) or change hardware.login_shell",
                                code=2)
+        home = str(paths.state_home())
+        if "," in home or ":" in home:  # the overlay mount's options: comma-separated, ':' between lower layers
+            raise TestbedError(f"the state home {home} holds ',' or ':', which the local hosts' overlay mount "
+                               "options cannot hold", where="TESTBED_HOME" if os.environ.get("TESTBED_HOME")
+                               else "the working folder", fix="set TESTBED_HOME to a folder without them", code=2)
         self._check_subnet()
 
     def lock(self) -> contextlib.AbstractContextManager[None]:
