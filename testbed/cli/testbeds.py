@@ -33,10 +33,14 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
                                                                       "again.")] = False,
               expire: Annotated[str | None, typer.Option("--expire", help="Release the testbed this long from now "
                                                          "(8h, 90m, 2d), even with no controller running.")] = None,
+              for_suite: Annotated[str | None, typer.Option("--for", metavar="SUITE",
+                                                            help="Refuse, before anything is rented, when this "
+                                                                 "suite cannot run on the testbed (its providers).")
+                                   ] = None,
               json_out: JsonOpt = False) -> None:
     """Create (or repair) the testbed's hosts and record them in state. Idempotent.
 
-    Example: testbed provision local --expire 8h  |  testbed provision chameleon --repair node-2
+    Example: testbed provision local --expire 8h  |  testbed provision chameleon --for isca-resnet18
     """
     from testbed import expiry, services
 
@@ -53,7 +57,7 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
     tb = resolve(name, store())
     if repair is not None:
         return _repair(tb, repair, not no_setup, json_out)
-    done = services.provision(tb, expire=expire, progress=progress_printer())
+    done = services.provision(tb, expire=expire, progress=progress_printer(), for_suite=for_suite)
     release_at = expiry.iso(done.release_at) if done.release_at else None
     image = done.image
     if json_out:

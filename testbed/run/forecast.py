@@ -195,8 +195,10 @@ def time_left(name: str, store: Store, now: float) -> tuple[float | None, str]:
 def forecast(suite: Suite | str, testbed: str | None, given: dict[str, Any], *, matrix: bool,
              faults: list[str] | None = None, store: Store, now: float | None = None) -> Forecast:
     """Estimate every point of ``suite`` (its matrix, or the one run ``given`` names) on ``testbed``."""
+    from testbed.errors import UsageError
     from testbed.run import state as rs
     from testbed.run.plan import build_plan, testbed_info
+    from testbed.run.runner import refusals
     from testbed.spec import DEFAULT_TESTBED
     from testbed.suite import expand_matrix, load_suite, resolve_params
 
@@ -205,6 +207,9 @@ def forecast(suite: Suite | str, testbed: str | None, given: dict[str, Any], *, 
     name = testbed or s.testbed or DEFAULT_TESTBED
     points = expand_matrix(s, given) if matrix else [resolve_params(s, given)]
     info = testbed_info(name, dry_run=True, min_hosts=s.requires.hosts, store=store)
+    refused = refusals(s, info)
+    if refused:  # never a price for a testbed the suite cannot run on
+        raise UsageError(refused[0].what, where=refused[0].where, fix=refused[0].fix)
     needs = [len(build_plan(s, info, resolve_params(s, p), faults=faults, overrides={}).hosts) for p in points]
     hosts = max([len(info.hosts), *needs]) if info.elastic else len(info.hosts)
     estimator = Estimator(s, name, store)
