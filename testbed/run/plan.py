@@ -71,6 +71,11 @@ class TestbedInfo:
     lost_after: float | None = None  # the spec's: the least bound over which a run must find a host lost
 
 
+NO_TESTBED = "TESTBED"
+"""The testbed a dry run with none names (no --on, none in the suite): a placeholder in the commands it shows
+(``testbed setup TESTBED ...``), never a testbed's name."""
+
+
 def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: Store | None = None) -> TestbedInfo:
     """Hosts and template context of testbed ``name`` (state first; spec or placeholders for a dry run)."""
     from testbed import ssh
@@ -86,7 +91,7 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: 
     spec, rec = (tb.spec, tb.record) if tb else (None, None)
     # addresses in a plan are for the hosts among themselves (MASTER_ADDR, hostfiles): private IPs on clouds
     hosts = [HostInfo(h.name, h.mesh_address, h.groups, h.facts) for h in tb.hosts] if tb and rec else []
-    ctx: dict[str, Any] = {**(dict(spec.vars) if spec else {}), "name": name or "dry-run",
+    ctx: dict[str, Any] = {**(dict(spec.vars) if spec else {}), "name": name or NO_TESTBED,
                            "provider": tb.kind if tb and tb.kind else "none"}
     subnet = tb.subnet if tb else None
     ctx["subnet"] = str(subnet) if subnet else "0.0.0.0/0"
@@ -108,7 +113,7 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: 
     else:
         hs = [HostInfo(f"host{i}", f"host{i}", ["master"] if i == 0 else ["workers"], {})
               for i in range(max(min_hosts, 1))]
-    return TestbedInfo(name or "dry-run", ctx["provider"], hs, ctx, placeholder=True, elastic=not names,
+    return TestbedInfo(name or NO_TESTBED, ctx["provider"], hs, ctx, placeholder=True, elastic=not names,
                        lost_after=spec.lost_after if spec else None)
 
 
