@@ -220,6 +220,13 @@ def _describe(err: Mapping[str, Any], clean_loc: tuple[Any, ...], valid: list[st
         return f"unknown key '{key}'", hint
     if t == "missing":
         return f"missing required field '{field}'", f"add '{clean_loc[-1]}:' to the file"
+    if t == "union_tag_invalid":  # a discriminated union (a provider's kind): say which word, and the close one
+        ctx = err.get("ctx") or {}
+        tag, disc = str(ctx.get("tag", got)), str(ctx.get("discriminator", "kind")).strip("'")
+        tags = re.findall(r"'([^']+)'", str(ctx.get("expected_tags", "")))
+        close = difflib.get_close_matches(tag, tags, n=1, cutoff=0.5)
+        return (f"unknown {field}.{disc} '{tag}'",
+                (f"did you mean '{close[0]}'? " if close else "") + f"{disc} is one of: {', '.join(tags)}")
     expected = err.get("msg", "invalid value")
     shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
     return f"bad value for '{field}': {expected} (got {shown})", "correct the value as described"
@@ -242,10 +249,27 @@ def validate(model: type[M], data: Any, path: Path, located: Located, **context:
         if isinstance(cause, Invalid):  # the validator named the culprit below its field: report that line
             clean = (*clean, *cause.loc)
             msg, fix = f"{'.'.join(map(str, clean))}: {cause}", cause.fix or fix
+        if err["type"] == "union_tag_invalid":  # the line of the word itself
+            clean = (*clean, str((err.get("ctx") or {}).get("discriminator", "kind")).strip("'"))
         line = located.line(clean)
-        more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
-        raise UsageError(f"{path.name}: {msg}{more}", where=f"{path}:{line}" if line else str(path),
-                         fix=fix) from None
+        raise UsageError(f"{path.name}: {msg}{_more(model, errs[1:], path, located)}",
+                         where=f"{path}:{line}" if line else str(path), fix=fix) from None
+
+
+def _more(model: type[BaseModel], rest: list[Any], path: Path, located: Located, shown: int = 3) -> str:
+    """The other problems of one file, each with its line (a few; the count of the rest): fixed in one pass, not
+    found one run at a time."""
+    if not rest:
+        return ""
+    parts = []
+    for err in rest[:shown]:
+        clean, _ = _resolve(model, tuple(err["loc"]))
+        _, valid = _resolve(model, (*tuple(err["loc"])[:-1], "\0")) if err["type"] == "extra_forbidden" else ((), [])
+        msg, _ = _describe(err, clean, valid)
+        line = located.line(clean)
+        parts.append(f"{msg} (line {line})" if line else msg)
+    left = len(rest) - len(parts)
+    return "; also: " + "; ".join(parts) + (f"; and {left} more" if left else "")
 
 
 def validate_file(model: type[M], path: Path, **context: Any) -> M:

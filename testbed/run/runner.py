@@ -89,7 +89,7 @@ def refuse_before_renting(s: Suite, testbed: str | None, *, store: Store | None 
     refused = refusals(s, tb)
     if refused:
         first = refused[0]
-        raise UsageError(first.what, where=where or first.where, fix=first.fix + (f"; {fix}" if fix else ""))
+        raise UsageError(first.what, where=where or first.where, fix=(first.fix or "") + (f"; {fix}" if fix else ""))
 
 
 def refusals(s: Suite, tb: TestbedInfo) -> list[UsageError]:
