@@ -84,6 +84,9 @@ class Source(Strict):
     ref: str | None = None
     path: str = Field(description="where it lives on the host, e.g. ~/open-jitc")
     submodules: bool = False
+    edits: list[str] = Field(default_factory=list, description="tracked files of the checkout (globs relative to "
+                             "it) that the suite's steps change on purpose; testbed rehearse fails a run that "
+                             "changes any other")
 
 
 Need = Literal["gpu", "tpu", "cuda", "nvidia-driver", "network", "torch-fork"]
@@ -295,7 +298,8 @@ class Suite(Strict):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     outputs: list[str] | dict[str, list[str]] = Field(
         default_factory=list, description="globs of files to collect: relative to the run folder, '~/'-relative "
-        "or absolute; a list for every host, or a mapping of host selections (all, master, ...) to lists")
+        "or absolute; a list for every host, or a mapping of host selections (all, master, ...) to lists; a "
+        "template is rendered per point (empty: none for that point)")
     environment: str | None = Field(None, description="the venv or conda env (its prefix, e.g. ~/vit_env) every "
                                     "step and rank runs in; a template (per host and rank)")
     checks: list[Check] = Field(default_factory=list)
@@ -543,7 +547,7 @@ def load_suite(name_or_path: str) -> Suite:
     outs = suite.outputs.items() if isinstance(suite.outputs, dict) else [(None, suite.outputs)]
     for key, globs in outs:
         for i, pattern in enumerate(globs):
-            problem = output_pattern_problem(pattern)
+            problem = None if is_template(pattern) else output_pattern_problem(pattern)  # templates: per point
             if problem:
                 loc: tuple[Any, ...] = ("outputs", key, i) if key is not None else ("outputs", i)
                 line = located.line(loc)
@@ -552,6 +556,11 @@ def load_suite(name_or_path: str) -> Suite:
                                  fix="write a glob relative to the run folder (out/*.csv), to the home folder "
                                      "(~/repo/log/**) or absolute (/tmp/app_*.log), starting with a fixed folder")
     return suite
+
+
+def is_template(text: str) -> bool:
+    """Whether ``text`` holds a Jinja2 expression or statement (rendered per point)."""
+    return "{{" in text or "{%" in text
 
 
 def output_pattern_problem(pattern: str) -> str | None:

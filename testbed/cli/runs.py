@@ -669,8 +669,12 @@ def _show_rehearsal(res: Any) -> None:
                   + " (the profile did not make the suite's environment here)")
     for p in res.points:
         verdict = "[green]rehearsed[/green]" if p.ok else "[red]would fail[/red]"
+        proved = bool(p.failures) and p.status == "succeeded"  # it ran, but did not prove what it produced
+        cause = p.failures[0] if proved else p.reason
         out.print(f"\n[bold]{escape(p.run_id)}[/bold] {verdict}: run {escape(p.status)}"
-                  + (f" ({escape(p.reason)})" if p.reason else ""))
+                  + ((f", but {escape(cause)}" if proved else f" ({escape(cause)})") if cause else ""))
+        for f in p.failures[1:] if p.failures and cause == p.failures[0] else p.failures:
+            out.print(f"  [red]{escape(f)}[/red]")
         for s in p.steps:
             out.print(f"  {s.phase:8} {escape(s.name)}: {s.status}" + (f" ({escape(s.reason)})" if s.reason else ""))
         out.print(f"  ranks: {p.ranks}")
@@ -679,6 +683,9 @@ def _show_rehearsal(res: Any) -> None:
                       + ("ok" if not pr.problems else plural(len(pr.problems), "problem")))
             for prob in pr.problems:
                 out.print(f"      [red]{escape(prob)}[/red]")
+        for glob, hosts in p.produced.items():  # (one that matched nothing is a failure or not rehearsed)
+            if hosts:
+                out.print(f"  output {escape(glob)}: made on {escape(', '.join(hosts))}")
         for n in p.not_rehearsed:
             out.print(f"  not rehearsed: {escape(n)}")
         if p.folder:

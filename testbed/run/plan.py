@@ -29,7 +29,17 @@ from testbed.records import (
     RunStep,
 )
 from testbed.spec import CAPABILITIES, Hardware
-from testbed.suite import ENV_RE, Raw, Step, Suite, render, selector_parts, shell_quote
+from testbed.suite import (
+    ENV_RE,
+    Raw,
+    Step,
+    Suite,
+    is_template,
+    output_pattern_problem,
+    render,
+    selector_parts,
+    shell_quote,
+)
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -514,11 +524,25 @@ def _outputs(sc: _Scope) -> dict[str, list[str]]:
     outs = suite.outputs if isinstance(suite.outputs, dict) else {"all": suite.outputs}
     outputs: dict[str, list[str]] = {h.name: [] for h in sc.hosts}
     for on, globs in outs.items():
+        rendered = [_output_glob(sc, g, suite.at("outputs", on)) for g in globs]
         for h in sc.select(on, f"{suite.name}: outputs", suite.at("outputs", on)):
-            outputs[h] += [g for g in globs if g not in outputs[h]]
+            outputs[h] += [g for g in rendered if g and g not in outputs[h]]
     for h in outputs:
         outputs[h] += ["rank*.out", "rank*.err", "rank*.exit", "rank*.start", "rank*.end"]
     return outputs
+
+
+def _output_glob(sc: _Scope, glob: str, at: str) -> str:
+    """An output glob as this point collects it: a template (``{% if task == 'train' %}log/**{% endif %}``) is
+    rendered with the point's values, empty when the point makes no such file, and checked once rendered."""
+    if not is_template(glob):
+        return glob
+    out = render(glob, sc.base, shell=False, where=f"{sc.suite.name}: outputs", at=at)
+    problem = output_pattern_problem(out) if out else None
+    if problem:
+        raise UsageError(f"{sc.suite.name}: output pattern {out!r} (rendered from {glob!r}) cannot be collected: "
+                         f"{problem}", where=at, fix="render a glob relative to the run folder, ~/ or absolute")
+    return out
 
 
 def _checks(sc: _Scope) -> list[Check]:
