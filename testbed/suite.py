@@ -762,47 +762,74 @@ def path_word(path: str) -> str:
 
 
 _ENVS: dict[bool, Any] = {}
-MAX_DIGITS = 4300  # the longest whole number a template may make (Python's own limit on printing one)
-MAX_REPEAT = 1 << 20  # the longest string or list a template may make by '*'
 
 
-def _too_big(operator: str, left: Any, right: Any) -> str | None:
-    """Why ``left <operator> right`` would make a value too large to compute or print (None: it would not)."""
-    def whole(x: Any) -> bool:
-        return isinstance(x, int) and not isinstance(x, bool)
+def _bounded_tree(tree: Any) -> Any:
+    """Every ``{% for %}`` loops through :func:`testbed.templating.counted`, and every piece of template text is
+    written through ``environment.tb_text`` (so it is weighed, even in a loop that repeats it)."""
+    from jinja2 import nodes
 
-    if operator == "**" and whole(left) and whole(right) and abs(left) > 1 and right > 0 \
-            and right * math.log10(abs(left)) > MAX_DIGITS:
-        return f"{left} ** {right} has more than {MAX_DIGITS} digits"
-    if operator == "*":
-        for seq, n in ((left, right), (right, left)):
-            if isinstance(seq, str | list | tuple) and whole(n) and len(seq) * n > MAX_REPEAT:
-                return f"repeating a {type(seq).__name__} of {len(seq)} {n} times makes more than {MAX_REPEAT:,} items"
-    return None
+    for loop in tree.find_all(nodes.For):
+        loop.iter = nodes.Call(nodes.EnvironmentAttribute("tb_counted"), [loop.iter], [], None, None,
+                               lineno=loop.iter.lineno)
+    for out in tree.find_all(nodes.Output):
+        out.nodes = [nodes.Call(nodes.EnvironmentAttribute("tb_text"), [n], [], None, None, lineno=n.lineno)
+                     if isinstance(n, nodes.TemplateData) else n for n in out.nodes]
+    return tree
 
 
 def _env(shell: bool) -> Any:
     if shell not in _ENVS:
         import jinja2
         from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from jinja2.utils import _PassArg
+
+        from testbed import templating
 
         class Bounded(ImmutableSandboxedEnvironment):
-            """Sandboxed, and '**' and '*' refuse results too large to compute (``{{ 9 ** (9 ** 9) }}``)."""
+            """Sandboxed, and bounded (testbed.templating): every loop iteration, call, filter and operator is a
+            step of the render's budget, values too large to make are refused, all output is weighed."""
 
-            intercepted_binops = frozenset(["**", "*"])
+            intercepted_binops = frozenset(["**", "*", "%", "+", "-", "/", "//"])
+            tb_counted = staticmethod(templating.counted)
+            tb_text = staticmethod(Raw)
+
+            def _parse(self, source: str, name: str | None, filename: str | None) -> Any:
+                return _bounded_tree(super()._parse(source, name, filename))
 
             def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-                why = _too_big(operator, left, right)
-                if why:
-                    raise OverflowError(why)
-                return super().call_binop(context, operator, left, right)
+                b = templating.current()
+                if b is None:
+                    return super().call_binop(context, operator, left, right)
+                b.step()
+                templating.check_binop(operator, left, right)
+                return b.make(super().call_binop(context, operator, left, right))
+
+            def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+                b = templating.current()
+                if b is None:
+                    return super().call(__context, __obj, *args, **kwargs)
+                b.step()
+                templating.check_method(__obj, args, kwargs)
+                return b.make(super().call(__context, __obj, *args, **kwargs))
+
+        @jinja2.pass_context  # a finalize that needs the context runs at render time: no output is folded
+        def finalize(_ctx: Any, value: Any) -> Any:
+            out = shell_quote(value) if shell else value
+            b = templating.current()
+            if b is not None:
+                b.make(out if isinstance(out, str) else str(out))
+            return out
 
         # a suite is data: its templates may not reach Python on the controller (e.g. through
         # ''.__class__.__mro__ ...), even in --dry-run
-        env = Bounded(undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
-                      autoescape=False, finalize=shell_quote if shell else None)
+        env = Bounded(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False,
+                      finalize=finalize)
         env.filters["raw"] = lambda v: Raw(shell_quote(v) if isinstance(v, list | tuple) else str(v))
         env.filters["quote"] = lambda v: Raw(shell_quote(v))
+        for table in (env.filters, env.tests):
+            for fname, f in list(table.items()):
+                table[fname] = templating.bounded_filter(fname, f, _PassArg.from_obj(f) is not None)
         _ENVS[shell] = env
     return _ENVS[shell]
 
@@ -814,10 +841,16 @@ def render(template: str, context: dict[str, Any], *, shell: bool = True, where:
     ``at`` (``file:line``; default: ``where``)."""
     import jinja2
 
+    from testbed import templating
+
     known = f"known names: {', '.join(sorted(k for k in context if not k.startswith('_')))}"
     place = at or where
     try:
-        return _env(shell).from_string(template).render(**context).strip()
+        return templating.bounded(lambda: _env(shell).from_string(template).render(**context)).strip()
+    except templating.TooMuch as e:
+        raise UsageError(f"{where}: the template is refused: {e}", where=place,
+                         fix="a template builds a command, not data: loop and repeat less, or build large inputs "
+                             "in a prepare step on the hosts") from None
     except jinja2.exceptions.SecurityError as e:
         raise UsageError(f"{where}: the template reaches for what a suite may not use ({e})", where=place,
                          fix="use the suite's parameters, vars and filters only (templates run sandboxed)") from None
