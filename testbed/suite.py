@@ -28,6 +28,8 @@ PARAM_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ENV_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"  # what a shell takes after 'export'
 MAX_MATRIX_POINTS = 1000
 """The most runs one matrix may hold: a campaign plans every point before its first run (about 6 ms each)."""
+MAX_WAIT = 30 * 86400
+"""The longest timeout, grace or fault time a suite may give, in seconds (a month: the longest expiry too)."""
 SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGSTOP", "SIGCONT", "SIGUSR1",
            "SIGUSR2", "SIGHUP", "SIGQUIT")
 
@@ -104,7 +106,7 @@ class Step(Strict):
                                             "(provision --repair), set it up again, and upload the run to it")
     setup: bool = Field(True, description="repair only: apply the run's profile to a repaired host")
     attempts: int = Field(2, ge=1, le=100, description="repair only: how many host repairs the run may make")
-    timeout: float | None = Field(None, gt=0)
+    timeout: float | None = Field(None, gt=0, le=MAX_WAIT)
     cwd: str | None = None
     per: Literal["host", "home"] = Field("host", description="home: the step writes only under ~/ and runs once per "
                                          "home folder (on the first of its hosts when the testbed's home is shared)")
@@ -179,12 +181,12 @@ class Placement(Strict):
 
 
 class Timeouts(Strict):
-    prepare: float = Field(1800, gt=0)
-    run: float = Field(3600, gt=0, description="seconds from the first launch until every rank ended, "
+    prepare: float = Field(1800, gt=0, le=MAX_WAIT)
+    run: float = Field(3600, gt=0, le=MAX_WAIT, description="seconds from the first launch until every rank ended, "
                                                "recoveries included; then the run is stopped: timed-out")
-    post: float = Field(600, gt=0)
-    grace: float = Field(10, ge=0, description="after one rank fails, how long the others get to end")
-    unreachable: float = Field(8, gt=0, allow_inf_nan=False, description="seconds over which a host must be found "
+    post: float = Field(600, gt=0, le=MAX_WAIT)
+    grace: float = Field(10, ge=0, le=MAX_WAIT, description="after one rank fails, how long the others get to end")
+    unreachable: float = Field(8, gt=0, le=MAX_WAIT, allow_inf_nan=False, description="seconds over which a host must be found "
                                "lost (connection refused, no route, its machine gone at the provider), by 'probes' "
                                "probes spaced over them, before the run judges it lost and may repair it; a probe "
                                "that times out finds the host slow, never lost (the testbed's lost_after raises it)")
@@ -205,7 +207,7 @@ class Fault(Strict):
     restore: str | None = Field(None, description="command that undoes it (run before recovery)")
     rank: int | str | None = Field(None, description="target rank (template allowed)")
     host: str | None = Field(None, description="target host (name, group or template); default: the rank's")
-    at: float | None = Field(None, ge=0, description="seconds after launch")
+    at: float | None = Field(None, ge=0, le=MAX_WAIT, description="seconds after launch")
     when: str | None = Field(None, description="regular expression matched against the watched rank's log")
     watch_rank: int | None = Field(None, description="rank whose log 'when' watches; default: the target rank")
     recovery: list[Step] | None = Field(None, description="default: steps.recovery")
