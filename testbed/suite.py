@@ -28,6 +28,9 @@ PARAM_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ENV_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"  # what a shell takes after 'export'
 MAX_MATRIX_POINTS = 1000
 """The most runs one matrix may hold: a campaign plans every point before its first run (about 6 ms each)."""
+MAX_RANKS = 4096
+"""The most ranks (and hosts) one run may have, counted before any is planned (a TPU v4-4096 pod has 1,024
+hosts; testbed.run.plan refuses more)."""
 MAX_WAIT = 30 * 86400
 """The longest timeout, grace or fault time a suite may give, in seconds (a month: the longest expiry too)."""
 SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGSTOP", "SIGCONT", "SIGUSR1",
@@ -74,7 +77,7 @@ class Param(Strict):
 
 class Requires(Strict):
     providers: list[str] = Field(default_factory=list, description="providers it runs on; empty: any")
-    hosts: int = Field(1, ge=1, description="minimum number of hosts")
+    hosts: int = Field(1, ge=1, le=MAX_RANKS, description="minimum number of hosts")
     accelerator: str | None = Field(None, description="cpu, gpu or tpu")
 
 

@@ -29,7 +29,7 @@ from testbed.records import (
     RunStep,
 )
 from testbed.spec import CAPABILITIES, Hardware
-from testbed.suite import ENV_RE, Raw, Step, Suite, render, selector_parts, shell_quote
+from testbed.suite import ENV_RE, MAX_RANKS, Raw, Step, Suite, render, selector_parts, shell_quote
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 
 RUNS_ROOT = "~/.testbed-runs"
 """Run directories on the hosts: ``~/.testbed-runs/<run-id>/`` (logs, pid, exit code, timestamps, outputs)."""
+
+
+MAX_RANK_COMMANDS = 65536
+"""The most rank commands one plan may hold: the launch's, and each relaunch's for every attempt it plans."""
 
 
 def run_dir(run_id: str) -> str:
@@ -168,6 +172,10 @@ def _pick_hosts(suite: Suite, tb: TestbedInfo, ctx: dict[str, Any], only: list[s
             raise UsageError(f"{suite.name}: placement.hosts rendered to {want}: a run needs at least one host",
                              where=suite.at("placement", "hosts"), fix="give the host count parameter a value >= 1")
     need = max(want or 0, suite.requires.hosts)
+    if need > MAX_RANKS:  # counted before a host is listed: placeholders are made for as many as asked
+        at = suite.at("placement", "hosts") if want and want >= suite.requires.hosts else suite.at("requires", "hosts")
+        raise UsageError(f"suite '{suite.name}' asks for {need:,} hosts; a run has at most {MAX_RANKS:,}", where=at,
+                         fix=f"ask for at most {MAX_RANKS:,} hosts (placement.hosts, requires.hosts)")
     if tb.elastic and only is None and len(pool) < need:  # a dry run with no spec: stand-ins for what it asks
         pool += [HostInfo(f"host{i}", f"host{i}", ["workers"], {}) for i in range(len(pool), need)]
     if len(pool) < need:
@@ -331,11 +339,36 @@ def _scope(suite: Suite, tb: TestbedInfo, params: dict[str, Any], rid: str, chos
         base[k] = render(tmpl, base, shell=False, where=f"{suite.name}: vars.{k}", at=suite.at("vars", k))
     launch = suite.steps.launch
     launch_hosts = _select(launch.on, hosts, [], f"{suite.name}: steps.launch.on", suite.at("steps", "launch", "on"))
+    world = len(launch_hosts) * launch.ranks_per_host
+    if world > MAX_RANKS:  # counted before a rank is planned
+        raise UsageError(f"suite '{suite.name}' would start {world:,} ranks ({len(launch_hosts):,} hosts x "
+                         f"{launch.ranks_per_host} per host); a run has at most {MAX_RANKS:,}",
+                         where=suite.at("steps", "launch", "ranks_per_host"),
+                         fix="lower ranks_per_host or the number of hosts (placement.hosts, steps.launch.on)")
     rank_slots = [(h, i) for h in launch_hosts for i in range(launch.ranks_per_host)]
     base["world_size"] = len(rank_slots)
     launch_needs = list(launch.needs if launch.needs is not None else
                         [a for a in [suite.requires.accelerator] if a in ("gpu", "tpu")])
     return _Scope(suite, tb, base, params, hosts, rank_slots, launch_needs)
+
+
+def _check_rank_commands(sc: _Scope, chosen: list[str]) -> None:
+    """Refuse, before any is rendered, a plan of more than ``MAX_RANK_COMMANDS`` rank commands: the launch's and
+    every relaunch's, for each attempt of a host-loss recovery and of each chosen fault's."""
+    def relaunches(items: list[Step] | None) -> int:
+        return sum(1 for s in items or [] if s.relaunch not in (None, False))
+
+    suite = sc.suite
+    repairs = max((x.attempts for x in suite.steps.recovery if x.repair), default=0)
+    per_fault = [relaunches(suite.faults[f].recovery if f in suite.faults and suite.faults[f].recovery is not None
+                            else suite.steps.recovery) for f in chosen]
+    launches = 1 + repairs * relaunches(suite.steps.recovery) + len(chosen) * sum(per_fault)
+    total = len(sc.rank_slots) * launches
+    if total > MAX_RANK_COMMANDS:
+        raise UsageError(f"suite '{suite.name}' would plan {total:,} rank commands ({len(sc.rank_slots):,} ranks x "
+                         f"{launches:,} launches and relaunches); a plan holds at most {MAX_RANK_COMMANDS:,}",
+                         where=suite.at("steps", "recovery"),
+                         fix="fire fewer faults at once, lower the repair attempts, or run fewer ranks")
 
 
 def _ranks(sc: _Scope, attempt: int, command: str, command_at: str) -> list[Rank]:
@@ -600,6 +633,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     rid = run_id or new_run_id(suite.name)
     chosen = _chosen_faults(suite, params, faults)
     sc = _scope(suite, tb, params, rid, chosen, only_hosts)
+    _check_rank_commands(sc, chosen)
     env_lines = _env_lines(suite.env, suite.at("env"))
     launch = suite.steps.launch
     _env_names(launch.env, f"{suite.name}: steps.launch.env", suite.at("steps", "launch", "env"))
