@@ -33,6 +33,23 @@ MAX_RANKS = 4096
 hosts; testbed.run.plan refuses more)."""
 MAX_WAIT = 30 * 86400
 """The longest timeout, grace or fault time a suite may give, in seconds (a month: the longest expiry too)."""
+BUILTINS = {
+    "params": "every parameter", "testbed": "the testbed (name, provider, subnet, hardware, vars)",
+    "suite": "the suite's name", "run_id": "the run's id", "run_dir": "the run folder", "hostfile": "the MPI hostfile",
+    "attempt": "the launch attempt", "recovering": "whether a recovery relaunched the ranks",
+    "testbed_hosts": "the testbed's host count", "faults": "the faults fired", "hosts": "the run's host names",
+    "addresses": "the run's host addresses", "num_hosts": "the run's host count", "master": "rank 0's host",
+    "master_addr": "rank 0's address", "world_size": "the rank count", "rank": "the rank",
+    "local_rank": "the rank on its host", "host": "the host a command runs on", "address": "that host's address",
+    "host_hardware": "that host's hardware",
+    # Jinja2's own globals and names
+    "range": "Jinja2's range()", "dict": "Jinja2's dict()", "lipsum": "Jinja2's lipsum()",
+    "cycler": "Jinja2's cycler()", "joiner": "Jinja2's joiner()", "namespace": "Jinja2's namespace()",
+    "loop": "a for loop's state", "self": "the template's blocks", "caller": "a call block's body",
+    "varargs": "a macro's extra arguments", "kwargs": "a macro's keyword arguments",
+}
+"""The names a suite's templates get from testbed (testbed.run.plan) and Jinja2: a parameter or var of one of these
+names would be shown, then lost behind it (or hide it), so it is refused."""
 SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGSTOP", "SIGCONT", "SIGUSR1",
            "SIGUSR2", "SIGHUP", "SIGQUIT")
 
@@ -338,6 +355,7 @@ class Suite(Strict):
             if not re.match(PARAM_RE, k):
                 raise Invalid(f"'{k}' is not a name a template can use", loc=(k,),
                               fix="name it like a variable: letters, digits and _ (e.g. per_host)")
+            _not_builtin(k, "var")
         return v
 
     @field_validator("parameters")
@@ -347,6 +365,7 @@ class Suite(Strict):
             if not re.match(PARAM_RE, k):
                 raise Invalid(f"parameter name '{k}' must be letters, digits and _", loc=(k,),
                               fix="name it like a variable (e.g. batch_size)")
+            _not_builtin(k, "parameter")
             if p.default is not None:
                 try:
                     p.default = typed(p, p.default)
@@ -470,6 +489,15 @@ class Suite(Strict):
     @property
     def dir(self) -> Path:
         return Path(self.source).parent if self.source else Path.cwd()
+
+
+def _not_builtin(name: str, what: str) -> None:
+    """Refuse a parameter or var named like a built-in template name (``BUILTINS``)."""
+    if name in BUILTINS:
+        meaning = BUILTINS[name]
+        raise Invalid(f"{what} '{name}' has the name of a built-in template variable ({meaning}): one of the two "
+                      "would be lost", loc=(name,), fix=f"rename the {what} (e.g. my_{name}); built-in names: "
+                                                        f"{', '.join(sorted(BUILTINS))}")
 
 
 def step_names(items: list[Step], phase: str) -> list[str]:
