@@ -117,7 +117,7 @@ lacks."""
 class Step(Strict):
     """A command run on a set of hosts (in parallel) that must finish before the next step."""
 
-    name: str | None = None
+    name: str | None = Field(None, min_length=1, max_length=100, description="its log is kept by this name")
     on: str = Field("all", description="all, master, workers, a group, a host name or rank:K")
     run: str | None = None
     relaunch: bool | str | None = Field(None, description="recovery only: restart every rank (true: the launch "
@@ -413,12 +413,17 @@ class Suite(Strict):
                               loc=("vars", k), fix="rename the var, or drop it and use the parameter")
         _distinct([s.name for s in self.sources], ("sources",), "source", "name")
         _distinct([c.name for c in self.checks], ("checks",), "check", "name")
+        _distinct([log_key(c.name) for c in self.checks], ("checks",), "check", "name", log=True)
         for phase in ("prepare", "recovery", "post"):
-            _distinct(step_names(getattr(self.steps, phase), phase), ("steps", phase), f"{phase} step", "name")
+            names = step_names(getattr(self.steps, phase), phase)
+            _distinct(names, ("steps", phase), f"{phase} step", "name")
+            _distinct([log_key(n) for n in names], ("steps", phase), f"{phase} step", "name", shown=names, log=True)
         for fname, fault in self.faults.items():
             if fault.recovery is not None:
-                _distinct(step_names(fault.recovery, "recovery"), ("faults", fname, "recovery"), "recovery step",
-                          "name")
+                names = step_names(fault.recovery, "recovery")
+                _distinct(names, ("faults", fname, "recovery"), "recovery step", "name")
+                _distinct([log_key(n) for n in names], ("faults", fname, "recovery"), "recovery step", "name",
+                          shown=names, log=True)
         return self
 
     def _check_estimate(self) -> None:
@@ -476,7 +481,9 @@ class Suite(Strict):
                         raise Invalid(f"{val!r} {e}", loc=("matrix", i, k),
                                       fix=f"give {k} {_KIND[self.parameters[k].type]}" + _span(self.parameters[k])) \
                             from None
-                keys.append(repr(sorted((k, typed(self.parameters[k], val)) for k, val in pt.items())))
+                full = {k: p.default for k, p in self.parameters.items() if p.default is not None}
+                full.update((k, typed(self.parameters[k], val)) for k, val in pt.items())
+                keys.append(repr(sorted(full.items())))  # a value written out equal to its default is the same run
             _distinct(keys, ("matrix",), "matrix point", None, shown=[str(pt) for pt in self.matrix])
 
     def at(self, *loc: Any) -> str:
@@ -505,11 +512,23 @@ def step_names(items: list[Step], phase: str) -> list[str]:
     return [s.name or f"{phase}-{i + 1}" for i, s in enumerate(items)]
 
 
+def log_key(name: str) -> str:
+    """What is left of a step's name in its log file's name (testbed.run.supervisor.step_log_name): two steps whose
+    names differ only in what this replaces would write one log."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
 def _distinct(names: list[str], loc: tuple[Any, ...], what: str, key: str | None,
-              shown: list[str] | None = None) -> None:
-    """Refuse the second of two items of one name (``Invalid`` at that item's line)."""
+              shown: list[str] | None = None, log: bool = False) -> None:
+    """Refuse the second of two items of one name (``Invalid`` at that item's line); ``log``: ``names`` are log
+    keys, and two that are one are refused as sharing a log file."""
     seen: dict[str, int] = {}
     for i, n in enumerate(names):
+        if n in seen and log:
+            first, label = (shown or names)[seen[n]], (shown or names)[i]
+            raise Invalid(f"{what}s '{first}' and '{label}' would write one log file ({n}: the name's spaces and "
+                          f"signs become _)", loc=(*loc, i, key or "name"),
+                          fix=f"give each {what} a name that differs in its letters, digits, '.', '-' or '_'")
         if n in seen:
             label = (shown or names)[i]
             raise Invalid(f"two {what}s are named '{label}' (items {seen[n] + 1} and {i + 1})" if key else
