@@ -175,6 +175,16 @@ class TestbedSpec(Strict):
 
         names = self.host_names()
         for g, members in self.groups.items():
+            if g == "all":
+                raise Invalid("group 'all' is every host already; it cannot be defined", loc=("groups", g),
+                              fix="remove it, or give the group another name")
+            if names is not None and g in names:
+                raise Invalid(f"group '{g}' has the name of a host: '{g}' would select either", loc=("groups", g),
+                              fix=f"rename the group (e.g. {g}_group); hosts: {', '.join(names)}")
+            if not members:
+                raise Invalid(f"group '{g}' has no hosts: a step or a command aimed at it would run nowhere",
+                              loc=("groups", g), fix="list its hosts, or remove the group"
+                              + (f" (hosts: {', '.join(names)})" if names else ""))
             for i, m in enumerate(members):
                 if names is not None and m not in names:
                     close = difflib.get_close_matches(m, names, n=1, cutoff=0.5)

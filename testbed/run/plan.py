@@ -116,12 +116,15 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: 
                        lost_after=spec.lost_after if spec else None)
 
 
-def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str, at: str | None = None) -> list[str]:
+def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str, at: str | None = None,
+            testbed: list[HostInfo] | None = None) -> list[str]:
     """Host names of ``on``: all, master, workers, rank:K, group or host names (comma-separated). A selection
-    that names nothing, or a name that is no host or group of the run, is refused (``at``: its file:line)."""
+    that names nothing, a name that is no host or group of the run, or a group with no host in the run is refused
+    (``at``: its file:line); ``testbed``: all the testbed's hosts (whose groups are known even if not in the run)."""
     import difflib
 
     names = [h.name for h in hosts]
+    declared = {g for h in testbed or hosts for g in h.groups}
     out: list[str] = []
     parts = selector_parts(on)
     if not parts:
@@ -132,8 +135,8 @@ def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str, at: s
             picked = names
         elif part == "master":
             picked = names[:1]
-        elif part == "workers":
-            picked = [h.name for h in hosts if "workers" in h.groups] or names[1:]
+        elif part == "workers":  # the testbed's group 'workers', else every host but the master
+            picked = [h.name for h in hosts if "workers" in h.groups] if "workers" in declared else names[1:]
         elif m := re.fullmatch(r"rank:(\d+)", part):
             picked = [r.host for r in ranks if r.rank == int(m.group(1))]
             if not picked:
@@ -141,13 +144,22 @@ def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str, at: s
                                  fix="use a rank below the world size")
         else:
             picked = [h.name for h in hosts if part == h.name or part in h.groups]
-            if not picked:
+            if not picked and part in declared:
+                picked = []
+            elif not picked:
                 groups = sorted({g for h in hosts for g in h.groups})
                 close = difflib.get_close_matches(part, [*names, *groups, "all", "master", "workers"], n=1,
                                                   cutoff=0.5)
                 raise UsageError(f"{where}: '{part}' is no host or group of this run", where=at or where,
                                  fix=(f"did you mean '{close[0]}'? " if close else "")
                                  + f"hosts: {', '.join(names)}; or all, master, workers, rank:K")
+        if not picked and not part.startswith("rank:"):
+            members = sorted(h.name for h in testbed or hosts if part in h.groups)
+            raise UsageError(f"{where}: '{part}' has no host in this run"
+                             + (f" (its hosts {', '.join(members)} are not among the run's)" if members else ""),
+                             where=at or where, fix=f"the run's hosts: {', '.join(names)}; groups: "
+                             f"{', '.join(sorted({g for h in hosts for g in h.groups})) or 'none'}; aim the step at "
+                             "one of them (all, master), or run on more hosts")
         out += [p for p in picked if p not in out]
     return out
 
@@ -293,7 +305,7 @@ class _Scope:
         return (self.tb.context.get("hardware_of") or {}).get(h, self.tb.context.get("hardware") or {})
 
     def select(self, on: str, where: str, at: str | None = None) -> list[str]:
-        return _select(on, self.hosts, self.ranks, where, at)
+        return _select(on, self.hosts, self.ranks, where, at, self.tb.hosts)
 
     def environment(self, ctx: dict[str, Any]) -> str | None:
         """The suite's ``environment:`` (a command's wrapper) rendered in ``ctx``; None without one."""
@@ -338,7 +350,8 @@ def _scope(suite: Suite, tb: TestbedInfo, params: dict[str, Any], rid: str, chos
     for k, tmpl in suite.vars.items():
         base[k] = render(tmpl, base, shell=False, where=f"{suite.name}: vars.{k}", at=suite.at("vars", k))
     launch = suite.steps.launch
-    launch_hosts = _select(launch.on, hosts, [], f"{suite.name}: steps.launch.on", suite.at("steps", "launch", "on"))
+    launch_hosts = _select(launch.on, hosts, [], f"{suite.name}: steps.launch.on", suite.at("steps", "launch", "on"),
+                           tb.hosts)
     world = len(launch_hosts) * launch.ranks_per_host
     if world > MAX_RANKS:  # counted before a rank is planned
         raise UsageError(f"suite '{suite.name}' would start {world:,} ranks ({len(launch_hosts):,} hosts x "
