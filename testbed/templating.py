@@ -168,10 +168,12 @@ def _check_call(name: str, value: Any, args: tuple[Any, ...], kwargs: dict[str, 
         pos, key = _WIDTHS[name]
         n = args[pos - 1] if len(args) >= pos else kwargs.get(key)
         _too_wide(n, f"{name}'s {key}")
-    elif name == "join":
-        items = args[0] if isinstance(value, str) and args else value
-        if isinstance(items, list | tuple | set | frozenset | dict) and weight(items, MAX_VALUE) > MAX_VALUE:
-            raise TooMuch(f"join would make more than {MAX_VALUE:,} characters")
+    elif name == "join":  # str.join(items), or the filter: items | join(separator)
+        items, sep = (args[0], value) if isinstance(value, str) and args else (value, args[0] if args else "")
+        if isinstance(items, list | tuple | set | frozenset | dict | range):
+            size = weight(list(items) if isinstance(items, range) else items, MAX_VALUE)
+            if size + len(items) * len(str(sep)) > MAX_VALUE:
+                raise TooMuch(f"join would make more than {MAX_VALUE:,} characters")
     elif name == "replace" and isinstance(value, str) and len(args) >= 2 and isinstance(args[0], str):
         old, new = args[0], str(args[1])
         hits = value.count(old) if old else len(value) + 1
