@@ -128,7 +128,7 @@ def _check_claim(spec: TestbedSpec, rec: dict[str, Any] | None) -> None:
     one provisioned from another spec file that still exists (its lease, nodes and keys would be lost)."""
     if rec is None or not spec.source:
         return
-    src = rec.get("spec_path")
+    src = str(rec.get("spec_path") or "")
     other_file = bool(src) and Path(src).is_file() and Path(src).resolve() != Path(spec.source).resolve()
     renamed = Path(spec.source).stem != spec.name
     if rec.get("provider") != spec.kind or (other_file and renamed):

@@ -110,7 +110,8 @@ class TestbedSpec(Strict):
     expire_images: bool = Field(False, description="let the dead-man's switch also delete the images this testbed "
                                 "baked that no other testbed boots from; without it the switch never deletes an "
                                 "image ('testbed image prune' does)")
-    lost_after: float | None = Field(None, gt=0, le=30 * 86400, allow_inf_nan=False, description="seconds over which a run must "
+    lost_after: float | None = Field(None, gt=0, le=30 * 86400, allow_inf_nan=False, description="seconds over "
+                                     "which a run must "
                                      "find a host of this testbed lost before it repairs it, when more than the "
                                      "suite's timeouts.unreachable (a bare-metal reboot takes minutes)")
     hardware: Hardware = Field(default_factory=Hardware, description="what the real machines are like: shared home, "

@@ -206,7 +206,8 @@ class Timeouts(Strict):
                                                "recoveries included; then the run is stopped: timed-out")
     post: float = Field(600, gt=0, le=MAX_WAIT)
     grace: float = Field(10, ge=0, le=MAX_WAIT, description="after one rank fails, how long the others get to end")
-    unreachable: float = Field(8, gt=0, le=MAX_WAIT, allow_inf_nan=False, description="seconds over which a host must be found "
+    unreachable: float = Field(8, gt=0, le=MAX_WAIT, allow_inf_nan=False, description="seconds over which a host "
+                               "must be found "
                                "lost (connection refused, no route, its machine gone at the provider), by 'probes' "
                                "probes spaced over them, before the run judges it lost and may repair it; a probe "
                                "that times out finds the host slow, never lost (the testbed's lost_after raises it)")
@@ -857,7 +858,7 @@ def _env(shell: bool) -> Any:
                 templating.check_binop(operator, left, right)
                 return b.make(super().call_binop(context, operator, left, right))
 
-            def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+            def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
                 b = templating.current()
                 if b is None:
                     return super().call(__context, __obj, *args, **kwargs)

@@ -38,11 +38,12 @@ MAX_MADE = 16 << 20
 """The most characters (or items) all values made and all output written by one render may hold together."""
 MAX_DIGITS = 4300
 """The longest whole number a template may make (Python's own limit on printing one)."""
-STR_METHODS = frozenset(
-    "capitalize casefold center count endswith find format index isalnum isalpha isascii isdecimal isdigit "
-    "isidentifier islower isnumeric isspace istitle isupper join ljust lower lstrip partition removeprefix "
-    "removesuffix replace rfind rindex rjust rpartition rsplit rstrip split splitlines startswith strip swapcase "
-    "title upper zfill".split())
+STR_METHODS = frozenset([
+    "capitalize", "casefold", "center", "count", "endswith", "find", "format", "index", "isalnum", "isalpha",
+    "isascii", "isdecimal", "isdigit", "isidentifier", "islower", "isnumeric", "isspace", "istitle", "isupper",
+    "join", "ljust", "lower", "lstrip", "partition", "removeprefix", "removesuffix", "replace", "rfind", "rindex",
+    "rjust", "rpartition", "rsplit", "rstrip", "split", "splitlines", "startswith", "strip", "swapcase", "title",
+    "upper", "zfill"])
 """The string methods a template may call (``expandtabs``, ``translate``, ``encode`` ... are not among them)."""
 _WIDTHS = {"center": (1, "width"), "ljust": (1, "width"), "rjust": (1, "width"), "zfill": (1, "width"),
            "indent": (1, "width"), "batch": (1, "linecount"), "slice": (1, "slices")}
