@@ -117,7 +117,7 @@ lacks."""
 class Step(Strict):
     """A command run on a set of hosts (in parallel) that must finish before the next step."""
 
-    name: str | None = Field(None, min_length=1, max_length=100, description="its log is kept by this name")
+    name: str | None = Field(None, min_length=1, description="its log is kept by this name")
     on: str = Field("all", description="all, master, workers, a group, a host name or rank:K")
     run: str | None = None
     relaunch: bool | str | None = Field(None, description="recovery only: restart every rank (true: the launch "
@@ -514,9 +514,10 @@ def step_names(items: list[Step], phase: str) -> list[str]:
 
 
 def log_key(name: str) -> str:
-    """What is left of a step's name in its log file's name (testbed.run.supervisor.step_log_name): two steps whose
-    names differ only in what this replaces would write one log."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+    """What is left of a step's name in its log file's name (testbed.run.supervisor.step_log_name, which also cuts
+    '<phase>-<step>-<host>' at 200 characters): two steps whose names differ only in what this replaces, or after
+    its first 150 characters, would write one log."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:150]
 
 
 def _distinct(names: list[str], loc: tuple[Any, ...], what: str, key: str | None,
