@@ -26,10 +26,10 @@ PACED = """\
 name: paced
 parameters:
   n: {type: int, default: 1}
-  hosts: {type: int, default: 4}
+  host_count: {type: int, default: 4}
 matrix:
   n: [1, 2, 3]
-placement: {hosts: "{{ hosts }}"}
+placement: {hosts: "{{ host_count }}"}
 estimate:
   by: n
   cases: {"1": 10s, "2": 60s, "3": 10s}
@@ -267,7 +267,7 @@ def test_a_budget_stops_a_campaign_after_the_point_that_fits_and_a_rerun_resumes
     assert r.returncode == 3, r.stderr
     cid = re.search(r"campaign (paced-[0-9a-f]{8}): 3 runs of paced", err)[1]  # type: ignore[index]
     assert "budget 0.3 SU (30s of this testbed)" in err
-    assert f"campaign {cid}: budget 0.3 SU reached; no new point is started (the next, n=2, hosts=4, is " \
+    assert f"campaign {cid}: budget 0.3 SU reached; no new point is started (the next, n=2, host_count=4, is " \
            "estimated at 60 s)" in err, err
     m = re.search(rf"campaign {cid} paused by its budget \(0\.3 SU\): spent ([\d.]+) SU \((\d+) s of runs\), "
                   r"([\d.]+) SU left; 2 points not started", err)

@@ -126,6 +126,9 @@ class Estimator:
                 if deeper and ":" in self.suite.at("estimate", *deeper).rsplit("/", 1)[-1]:
                     at = self.suite.at("estimate", *deeper)
                 return chosen.seconds(params), f"the suite's estimate '{chosen.text}' ({_short(at)})"
+            except est.EstimateTooLarge as e:
+                raise UsageError(f"{self.suite.name}: estimate: {e}", where=at,
+                                 fix="give the parameters smaller values (-p), or correct the estimate") from None
             except ValueError as e:
                 raise UsageError(f"{self.suite.name}: estimate: {e}", where=at,
                                  fix="give the parameter a value (-p), write '(name or N)' in the estimate, or add "
