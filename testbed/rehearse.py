@@ -11,6 +11,7 @@ the rehearsal produced, marked as a rehearsal: never counted as results.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -433,7 +434,7 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
     except TestbedError:  # past every timeout of the suite and more: stopped, and said so
         runner.stop_run(run_id, store=tb.store)
         rec = rs.require(tb.store, run_id)
-    return _point(tb, s, plan, rec, to, note)
+    return _point(tb, s, plan, rec, to, note, set_up=result.setup.get("applied") is not None)
 
 
 def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, roles: list[str] | None,
@@ -455,7 +456,8 @@ def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, 
     return out
 
 
-def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Any) -> PointResult:
+def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Any, *, set_up: bool = True
+           ) -> PointResult:
     from testbed.collect import collect_runs
 
     events = tb.store.events(plan.run_id)
@@ -493,10 +495,12 @@ def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Any)
     not_rehearsed = list((plan.rehearsal or {}).get("not_rehearsed", []))
     not_rehearsed += [f"rank {k}: {why}" for k, why in skipped_ranks.items()]
     produced, unmade, unjudged = outputs_made(plan, collected.hosts)
-    failures = unmade + edits_undeclared(tb, s, plan) + log_signatures(plan, steps, folder)
+    found, absent = log_signatures(plan, steps, folder, set_up=set_up,
+                                   installs="" if set_up else set_up_names(s.profile))
+    failures = unmade + edits_undeclared(tb, s, plan) + found
     return PointResult(params=plan.params, run_id=plan.run_id, status=rec.status, reason=rec.reason, steps=steps,
-                       ranks=ranks, probes=probes, not_rehearsed=not_rehearsed + unjudged, folder=str(folder),
-                       failures=failures, produced=produced)
+                       ranks=ranks, probes=probes, not_rehearsed=not_rehearsed + unjudged + absent,
+                       folder=str(folder), failures=failures, produced=produced)
 
 
 # --- what a point proves it produced ----------------------------------------------------------------------------
@@ -578,23 +582,66 @@ def edits_undeclared(tb: Resolved, s: Suite, plan: RunPlan) -> list[str]:
     return out
 
 
-def log_signatures(plan: RunPlan, steps: list[StepOutcome], folder: Path) -> list[str]:
-    """One line per failure signature (``testbed.proof.SIGNATURES``) in the ranks' collected logs and the output
-    of each step that ran, quoting the line."""
+NOT_SET_UP = "a command not found"
+"""The signature that a replica which was not set up (--no-setup) shows for what its set-up would install (conda,
+a built tool): noted as not rehearsed there when the profile names that command, a failure otherwise."""
+
+
+def set_up_names(profile: str | None) -> str:
+    """The text of what the profile's set-up would do (its file, and its roles' tasks, defaults, vars and
+    templates): a command it names is one it may install. Bounded: role files of up to 256 KiB each."""
+    from testbed.setup import profiles as prof
+
+    if not profile:
+        return ""
+    try:
+        plan = prof.load_profile(profile)
+        parts = [prof.available_profiles()[profile].read_text(errors="replace")]
+        roots = [d / "roles" for d in paths.resource_dirs("playbooks")]
+    except (TestbedError, OSError):
+        return ""
+    for role in plan.roles:
+        for root in roots:
+            for f in sorted((root / role).glob("*/*"))[:200]:
+                with contextlib.suppress(OSError):
+                    if f.is_file() and f.stat().st_size <= 256 << 10:
+                        parts.append(f.read_text(errors="replace"))
+    return "\n".join(parts)
+
+
+def _missing_command(line: str) -> str | None:
+    """The command a 'command not found' line names (bash's ``x: command not found``, dash's ``x: not found``)."""
+    m = re.search(r"([A-Za-z0-9_.+-]+): (?:command )?not found\s*$", line)
+    return m.group(1) if m else None
+
+
+def log_signatures(plan: RunPlan, steps: list[StepOutcome], folder: Path, *, set_up: bool = True,
+                   installs: str = "") -> tuple[list[str], list[str]]:
+    """(failures, notes): one line per failure signature (``testbed.proof.SIGNATURES``) in the ranks' collected
+    logs and the output of each step that ran, quoting the line. On a replica that was not set up, a command not
+    found that the profile's set-up names (``installs``: its text) is a note, not a failure: what set-up installs is
+    absent there; any other (a misspelt command) is a failure all the same."""
     from testbed import proof
     from testbed.run import state as rs
     from testbed.run.supervisor import step_log_name
 
-    out = []
+    found: list[tuple[str, proof.Finding]] = []
     for f in sorted(folder.glob("*/rank*.out")) + sorted(folder.glob("*/rank*.err")):
-        out += [x.verdict(f"{f.parent.name}/{f.name}") for x in proof.scan(_read(f))]
+        found += [(f"{f.parent.name}/{f.name}", x) for x in proof.scan(_read(f))]
     logs = rs.run_home(plan.run_id)
     for st in steps:
         if st.status in ("ran", "failed") and not st.name.startswith("rehearse:"):
             for h in st.hosts:
                 text = _read(logs / step_log_name(st.phase, st.name, h))
-                out += [x.verdict(f"{st.phase} step '{st.name}' on {h}") for x in proof.scan(text)]
-    return out
+                found += [(f"{st.phase} step '{st.name}' on {h}", x) for x in proof.scan(text)]
+    def absent(x: proof.Finding) -> bool:
+        cmd = _missing_command(x.line) if x.signature == NOT_SET_UP and not set_up else None
+        return cmd is not None and re.search(rf"(?<![\w.-]){re.escape(cmd)}(?![\w-])", installs) is not None
+
+    failures = [x.verdict(where) for where, x in found if not absent(x)]
+    notes = [x.verdict(where) + ": the replica was not set up (--no-setup), and its set-up is what installs it"
+             for where, x in found if absent(x)]
+    return failures, notes
 
 
 def _read(path: Path) -> str:

@@ -77,6 +77,24 @@ def test_clean_logs_and_the_rehearsals_own_lines_carry_no_signature() -> None:
 
 
 # --- interfaces given to a launcher ---------------------------------------------------------------------------------
+def test_on_a_replica_not_set_up_only_what_set_up_installs_is_excused(tb_home: Path) -> None:
+    """--no-setup: a command the profile's set-up names (conda, for neuronabox) missing from the replica is a note,
+    never "would fail"; a misspelt command (grepp) is a failure all the same; on a set-up replica both fail."""
+    from types import SimpleNamespace
+
+    folder = tb_home / "results" / "run"
+    (folder / "gpu1").mkdir(parents=True)
+    (folder / "gpu1" / "rank0.err").write_text("./run.sh: line 18: conda: command not found\n")
+    (folder / "gpu1" / "rank1.err").write_text("sh: 4: eval: grepp: not found\n")
+    plan = SimpleNamespace(run_id="r-no-setup")
+    installs = rh.set_up_names("neuronabox")
+    failures, notes = rh.log_signatures(plan, [], folder, set_up=False, installs=installs)  # type: ignore[arg-type]
+    assert [f for f in failures if "grepp" in f] and not [f for f in failures if "conda" in f], failures
+    assert len(notes) == 1 and "conda" in notes[0] and "not set up (--no-setup)" in notes[0], notes
+    failures, notes = rh.log_signatures(plan, [], folder, set_up=True, installs=installs)  # type: ignore[arg-type]
+    assert len(failures) == 2 and not notes
+
+
 def test_interfaces_are_read_from_launch_lines_and_environments() -> None:
     tesla = ("mpirun -np 5 --hostfile h --mca btl_tcp_if_include eno1 --mca oob_tcp_if_include eno1 "
              "-x NCCL_SOCKET_IFNAME=eno1 -x MASTER_ADDR=10.0.0.1 sh -c '. ~/env/bin/activate && "
