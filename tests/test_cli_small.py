@@ -309,3 +309,18 @@ def test_list_names_a_broken_spec_and_one_that_needs_a_variable(tb_home: Path,
     assert rows["fine"]["status"] == "not provisioned" and "problem" not in rows["fine"]
     r = CliRunner().invoke(app, ["list", "testbeds"])
     assert "broken spec" in r.stdout and "typo: typo.yml: unknown provider.kind" in " ".join(r.stdout.split())
+
+
+def test_show_prints_templates_as_the_default_testbed_renders_them(tb_home: Path) -> None:
+    """`show` never prints raw Jinja: a templated default is shown as its default testbed renders it, and a
+    templated fault pattern as the pattern that testbed's plan watches for; with no testbed, it says so."""
+    from testbed.cli import app
+
+    r = CliRunner().invoke(app, ["show", "fault-drill"])
+    text = " ".join(r.stdout.split())
+    assert r.exit_code == 0 and "{{" not in text and "{%" not in text, text
+    assert "python (str) = '~/tb-venv/bin/python' on local (rendered per testbed)" in text
+    assert "fault kill-host: kill-host when /epoch [0-9]+ step 5 loss/" in text
+    r = CliRunner().invoke(app, ["show", "neuronabox"])  # no default testbed
+    text = " ".join(r.stdout.split())
+    assert r.exit_code == 0 and "{{" not in text and "(a template, rendered per testbed)" in text, text
