@@ -240,3 +240,17 @@ def test_a_spec_of_its_own_record_still_resolves(tmp_path: Path, monkeypatch: py
     st.upsert_testbed("lab1", "lab", str(spec), "up", {})
     tb = Resolved.open("lab1", st)
     assert tb.name == "lab1" and tb.record is not None and tb.spec is not None
+
+
+def test_a_step_on_a_group_with_no_host_in_the_run_runs_nowhere_and_never_widens(tb_home: Path) -> None:
+    """A one-host point of a suite whose post step is aimed at 'workers' (tesla with gpus=1): the step runs on no
+    host -- not refused, and never widened to the testbed's other hosts; the launch aimed there is refused."""
+    from testbed.run import runner
+
+    (tb_home / "experiments").mkdir(exist_ok=True)
+    (tb_home / "experiments" / "onew.yml").write_text(
+        "name: onew\nplacement:\n  hosts: 1\nsteps:\n  prepare:\n    - run: echo worker\n      on: workers\n"
+        "  launch:\n    command: 'true'\n  post:\n    - run: echo done\n      on: workers\n")
+    plan = runner.plan_run("onew", "local", {}, dry_run=True)
+    assert [h.name for h in plan.hosts] == ["node0"]
+    assert plan.prepare[0].hosts == [] and plan.post[0].hosts == [] and plan.ranks[0].host == "node0"

@@ -20,6 +20,7 @@ import pytest
 from localbed import invoke
 
 from testbed.distribution import install_command
+from testbed.errors import TestbedError
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(120)
@@ -404,5 +405,6 @@ def test_a_bare_check_exits_1_when_a_provider_is_not_usable_and_names_it(chamele
     code, data = _check()
     assert not _report(data, "chameleon")["usable"]
     assert code == 1 and not data["ok"], data
-    code, out, _ = invoke("check")
+    code, out, exc = invoke("check")
     assert code == 1 and "chameleon: not usable" in out, out
+    assert isinstance(exc, TestbedError) and "not usable from here: chameleon" in exc.what, exc

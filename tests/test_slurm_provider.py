@@ -504,7 +504,8 @@ def test_collect_fetches_a_shared_homes_run_folder_once(slurm_cluster, tb_home: 
         runs = json.loads(r.stdout)
         hosts = (runs[0] if isinstance(runs, list) else runs["runs"][0])["hosts"]
         by = {h["host"]: h for h in hosts}
-        folders = [p for p in next((tb_home / "results" / "echoer").iterdir()).iterdir() if p.is_dir()]
+        run_folder = next((tb_home / "results" / "echoer").iterdir())
+        folders = [p for p in run_folder.iterdir() if p.is_dir() and not p.name.startswith(".")]  # .suite: its copy
         names = {p.name: sorted(f.name for f in p.iterdir() if f.is_file()) for p in folders}
         assert set(names) == {"slot0", "slot1"} and names["slot0"] == names["slot1"], names
         assert {"blob0.bin", "blob1.bin", "rank0.out", "rank1.out"} <= set(names["slot0"]), names

@@ -585,7 +585,7 @@ def _rendered(s: Any) -> Any:
     from testbed.run.plan import NO_TESTBED
 
     try:
-        plan = services.plan(s, None, dry_run=True, faults=list(s.faults))
+        plan = services.plan(s, None, dry_run=True, faults=list(s.faults), store=existing_store())  # read-only
     except TestbedError:
         return None
     return plan if plan.testbed != NO_TESTBED else None  # no testbed to render them for

@@ -35,13 +35,14 @@ def check(targets: Targets = None, json_out: JsonOpt = False) -> None:
     else:
         render_check(data)
     if not data["ok"]:
-        if not json_out:
-            bad = [r["provider"] for r in data["providers"] if not r["usable"]]
-            if bad and not data["targets"]:
-                console(stderr=True).print(f"not usable: {', '.join(bad)} (exit 1); 'testbed check "
-                                           f"{' '.join(r['provider'] for r in data['providers'] if r['usable'])}' "
-                                           "checks only the usable ones")
-        raise typer.Exit(1)
+        if json_out:
+            raise typer.Exit(1)
+        bad = [r["provider"] for r in data["providers"] if not r["usable"]]
+        usable = [r["provider"] for r in data["providers"] if r["usable"]]
+        raise TestbedError(f"not usable from here: {', '.join(bad) or 'this machine'}", where="testbed check",
+                           fix="the fix lines above"
+                           + (f"; 'testbed check {' '.join(usable)}' checks only the usable ones"
+                              if bad and usable and not data["targets"] else ""))
 
 
 def doctor(targets: Targets = None, json_out: JsonOpt = False) -> None:

@@ -133,10 +133,12 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: 
 
 
 def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str, at: str | None = None,
-            testbed: list[HostInfo] | None = None) -> list[str]:
+            testbed: list[HostInfo] | None = None, *, empty_ok: bool = False) -> list[str]:
     """Host names of ``on``: all, master, workers, rank:K, group or host names (comma-separated). A selection
-    that names nothing, a name that is no host or group of the run, or a group with no host in the run is refused
-    (``at``: its file:line); ``testbed``: all the testbed's hosts (whose groups are known even if not in the run)."""
+    that names nothing, or a name that is no host or group of the run, is refused (``at``: its file:line); a group
+    with no host in the run selects no host (a step then runs nowhere: ``empty_ok``, a one-host point's step on
+    'workers') or is refused (what must run somewhere: the launch, a fault, a check) -- it never widens to other
+    hosts. ``testbed``: all the testbed's hosts (whose groups are known even if not in the run)."""
     import difflib
 
     names = [h.name for h in hosts]
@@ -169,7 +171,7 @@ def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str, at: s
                 raise UsageError(f"{where}: '{part}' is no host or group of this run", where=at or where,
                                  fix=(f"did you mean '{close[0]}'? " if close else "")
                                  + f"hosts: {', '.join(names)}; or all, master, workers, rank:K")
-        if not picked and not part.startswith("rank:"):
+        if not picked and not part.startswith("rank:") and not empty_ok:
             members = sorted(h.name for h in testbed or hosts if part in h.groups)
             raise UsageError(f"{where}: '{part}' has no host in this run"
                              + (f" (its hosts {', '.join(members)} are not among the run's)" if members else ""),
@@ -320,8 +322,8 @@ class _Scope:
         """{{ host_hardware }}: this host's hardware (the spec's hardware.hosts.<h> over the testbed's)."""
         return (self.tb.context.get("hardware_of") or {}).get(h, self.tb.context.get("hardware") or {})
 
-    def select(self, on: str, where: str, at: str | None = None) -> list[str]:
-        return _select(on, self.hosts, self.ranks, where, at, self.tb.hosts)
+    def select(self, on: str, where: str, at: str | None = None, *, empty_ok: bool = False) -> list[str]:
+        return _select(on, self.hosts, self.ranks, where, at, self.tb.hosts, empty_ok=empty_ok)
 
     def environment(self, ctx: dict[str, Any]) -> str | None:
         """The suite's ``environment:`` (a command's wrapper) rendered in ``ctx``; None without one."""
@@ -470,7 +472,7 @@ def _run_step(sc: _Scope, s: Step, name: str, attempt: int, loc: tuple[Any, ...]
     ctx = {**sc.base, "attempt": attempt, "recovering": attempt > 0}
     where = f"{suite.name}: {'.'.join(map(str, loc))}[{i}]"
     assert s.run is not None
-    sel = sc.select(s.on, f"{where}.on", suite.at(*loc, i, "on"))
+    sel = sc.select(s.on, f"{where}.on", suite.at(*loc, i, "on"), empty_ok=True)  # a one-host point's 'workers'
     if s.per == "home" and sc.shared_home:  # one home for all: the step's writes happen once
         sel = sel[:1]
     return RunStep(name=name, hosts=sel, timeout=s.timeout,
@@ -572,7 +574,7 @@ def _outputs(sc: _Scope) -> dict[str, list[str]]:
     outputs: dict[str, list[str]] = {h.name: [] for h in sc.hosts}
     for on, globs in outs.items():
         rendered = [_output_glob(sc, g, suite.at("outputs", on)) for g in globs]
-        for h in sc.select(on, f"{suite.name}: outputs", suite.at("outputs", on)):
+        for h in sc.select(on, f"{suite.name}: outputs", suite.at("outputs", on), empty_ok=True):
             outputs[h] += [g for g in rendered if g and g not in outputs[h]]
     for h in outputs:
         outputs[h] += ["rank*.out", "rank*.err", "rank*.exit", "rank*.start", "rank*.end"]
