@@ -310,10 +310,11 @@ def apply(testbed: str | Resolved, *, profile: str | None = None, suite: str | N
     Everything is checked (profile, roles, hosts, --limit) before any host is touched. ``testbed``: the resolved
     testbed, or its name (resolved here). A host whose recorded set-up address (:mod:`testbed.setup.address`)
     matches is skipped after one round trip; Ansible runs on the others only, and the address is recorded on each
-    host it finished on without a failure. ``verify``: run Ansible on every host anyway (or, given host names, on
-    those hosts anyway, the others skipped as usual); a host whose record matched yet had changes is reported in
-    ``drift``. ``check``: Ansible's check mode, no record read or written
-    (with ``verify``: records are read, not removed, and drift is what check mode would change).
+    host whose play ran to its end without a failure (a host whose play a failure elsewhere ended is ``stopped``;
+    until recorded, a host holds a pending mark, and the next set-up lists it in ``unfinished``). ``verify``: run
+    Ansible on every host anyway (or, given host names, on those hosts anyway, the others skipped as usual); a host
+    whose record matched yet had changes is reported in ``drift``. ``check``: Ansible's check mode, no record read or
+    written (with ``verify``: records are read, not removed, and drift is what check mode would change).
     A host that holds the work already (booted from this set-up's image, :mod:`testbed.setup.images`, or whose
     record differs only in the testbed's hosts) is ``partial``: when every host to set up is, only the roles that
     depend on the other hosts run (``partial_roles``; none: the address is recorded without Ansible).
