@@ -53,11 +53,11 @@ def resolve(targets: list[str]) -> list[tuple[str, Any]]:
 
 def run(targets: list[str] | None = None) -> dict[str, Any]:
     """Check this machine and each target (none: every provider kind). ``ok``: the machine is ready and every
-    provider asked about is usable (none asked: at least one is)."""
+    provider asked about (every kind, when none is named) is usable: a check never exits 0 over a provider it
+    found not usable."""
     plan = resolve(list(targets or []))
     host = machine()
     reports = [check(kind, spec) for kind, spec in plan]
-    usable = [r.usable for r in reports]
-    ok = host.usable and (all(usable) if targets else any(usable))
+    ok = host.usable and all(r.usable for r in reports)
     return {"ok": ok, "targets": list(targets or []), "machine": host.to_json(),
             "providers": [r.to_json() for r in reports]}

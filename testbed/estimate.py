@@ -13,13 +13,28 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.expiry import UNITS
+from testbed.expiry import MAX_SECONDS, UNITS
 
 # --- a suite's estimate ------------------------------------------------------------------------------------------
 _TOKEN = re.compile(r"\s*(?:(?P<dur>\d+(?:\.\d+)?(?:s|m|h|d))\b|(?P<num>\d+(?:\.\d+)?)\b|(?P<name>[A-Za-z_]\w*)"
                     r"|\(\s*(?P<oname>[A-Za-z_]\w*)\s+or\s+(?P<dflt>\d+(?:\.\d+)?)\s*\)|(?P<op>[+*]))")
 ESTIMATE_RULE = ("a duration such as 5m, or a sum of terms, each a duration times numbers or int/float parameters, "
                  "'(name or N)' for one that may be unset (e.g. '2m + 40s * epochs', '3m * (epochs or 2)')")
+
+
+MAX_RUN_SECONDS = MAX_SECONDS
+"""The longest one run may be estimated at (a month, the longest expiry): more is an overflow or a typo."""
+
+
+class EstimateTooLarge(ValueError):
+    """An estimate that is not a finite number of seconds up to ``MAX_RUN_SECONDS``."""
+
+
+def _bounded(seconds: float, what: str) -> float:
+    if not math.isfinite(seconds) or seconds > MAX_RUN_SECONDS:
+        shown = f"{seconds:.3g} s" if math.isfinite(seconds) else "not a finite number"
+        raise EstimateTooLarge(f"{what} is {shown}; one run is estimated at most {MAX_RUN_SECONDS:,} s (30 days)")
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -58,7 +73,7 @@ class Estimate:
                 else:
                     v *= f
             total += v
-        return total
+        return _bounded(total, f"the estimate {self.text!r} with these parameters")
 
 
 def parse_estimate(text: str) -> Estimate:
@@ -90,11 +105,11 @@ def parse_estimate(text: str) -> Estimate:
         if m["dur"]:
             if dur is not None:
                 raise ValueError(f"a term of {text!r} multiplies two durations")
-            dur = float(m["dur"][:-1]) * UNITS[m["dur"][-1]]
+            dur = _bounded(float(m["dur"][:-1]) * UNITS[m["dur"][-1]], f"the duration {m['dur']!r}")
         elif m["num"]:
-            factors.append(float(m["num"]))
+            factors.append(_bounded(float(m["num"]), f"the number {m['num']!r}"))
         elif m["oname"]:
-            factors.append((m["oname"], float(m["dflt"])))
+            factors.append((m["oname"], _bounded(float(m["dflt"]), f"the number {m['dflt']!r}")))
         else:
             factors.append(m["name"])
     if expect_operand:

@@ -11,6 +11,7 @@ the rehearsal produced, marked as a rehearsal: never counted as results.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -68,13 +69,16 @@ class PointResult:
     steps: list[StepOutcome]
     ranks: str  # ran, probed, skipped, or not reached
     probes: list[Probe]
-    not_rehearsed: list[str]  # faults and recoveries the probe stands in for
+    not_rehearsed: list[str]  # faults and recoveries the probe stands in for, outputs it does not make
     folder: str | None = None
+    failures: list[str] = field(default_factory=list)  # what the point failed to prove, one line each
+    produced: dict[str, list[str]] = field(default_factory=dict)  # each declared output -> the hosts it matched on
 
     @property
     def ok(self) -> bool:
         """Rehearsed with nothing found, or skipped because the real testbed would refuse it too."""
-        return self.status == "skipped" or (self.status == "succeeded" and not any(p.problems for p in self.probes))
+        return self.status == "skipped" or (self.status == "succeeded" and not self.failures
+                                            and not any(p.problems for p in self.probes))
 
 
 @dataclass
@@ -412,7 +416,13 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
 
     rinfo = plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store)
     rinfo.context["spec_known"] = False  # faults were judged against the real testbed already
-    plan = rehearsal_plan(plan_mod.build_plan(s, rinfo, p, overrides=overrides), s, like)
+    plan = plan_mod.build_plan(s, rinfo, p, overrides=overrides)
+    lacking = interfaces_lacking(tb, plan)  # before a rank's command is replaced by a stand-in
+    if lacking:
+        note(f"point {shown}: not started: {lacking[0]}")
+        return PointResult(params=plan.params, run_id=plan.run_id, status="not started", reason=lacking[0],
+                           steps=[], ranks="not reached", probes=[], not_rehearsed=[], failures=lacking)
+    plan = rehearsal_plan(plan, s, like)
     made = stand_in_environments(tb, plan, site)
     if made:
         result.setup.setdefault("stand_in_environment", sorted(set(made)))
@@ -424,7 +434,7 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
     except TestbedError:  # past every timeout of the suite and more: stopped, and said so
         runner.stop_run(run_id, store=tb.store)
         rec = rs.require(tb.store, run_id)
-    return _point(tb, plan, rec, to, note)
+    return _point(tb, s, plan, rec, to, note, set_up=result.setup.get("applied") is not None)
 
 
 def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, roles: list[str] | None,
@@ -446,7 +456,8 @@ def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, 
     return out
 
 
-def _point(tb: Resolved, plan: RunPlan, rec: Any, to: Path, note: Any) -> PointResult:
+def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Any, *, set_up: bool = True
+           ) -> PointResult:
     from testbed.collect import collect_runs
 
     events = tb.store.events(plan.run_id)
@@ -483,5 +494,158 @@ def _point(tb: Resolved, plan: RunPlan, rec: Any, to: Path, note: Any) -> PointR
             note(f"report of {plan.run_id}: {e.what}")
     not_rehearsed = list((plan.rehearsal or {}).get("not_rehearsed", []))
     not_rehearsed += [f"rank {k}: {why}" for k, why in skipped_ranks.items()]
+    produced, unmade, unjudged = outputs_made(plan, collected.hosts)
+    found, absent = log_signatures(plan, steps, folder, set_up=set_up,
+                                   installs="" if set_up else set_up_names(s.profile))
+    failures = unmade + edits_undeclared(tb, s, plan) + found
     return PointResult(params=plan.params, run_id=plan.run_id, status=rec.status, reason=rec.reason, steps=steps,
-                       ranks=ranks, probes=probes, not_rehearsed=not_rehearsed, folder=str(folder))
+                       ranks=ranks, probes=probes, not_rehearsed=not_rehearsed + unjudged + absent,
+                       folder=str(folder), failures=failures, produced=produced)
+
+
+# --- what a point proves it produced ----------------------------------------------------------------------------
+def interfaces_lacking(tb: Resolved, plan: RunPlan) -> list[str]:
+    """One line per interface a rank's launcher or environment names that a replica host lacks (``ip -o link``
+    on each host of the run), judged before anything starts."""
+    from testbed import proof, remote
+
+    given = [g for r in plan.ranks for g in proof.interfaces_given(r.command, r.env)]
+    given += [g for line in plan.env for g in proof.interfaces_given(line)]
+    given = list(dict.fromkeys(given))
+    if not given:
+        return []
+    have: dict[str, list[str]] = {}
+    for res in remote.run_each(tb.name, {h: "ip -o link" for h in plan.host_names}, timeout=60):
+        if not res.ok:
+            raise TestbedError(f"could not list the interfaces of {res.host}: {(res.error or res.stderr).strip()}",
+                               where=f"replica {tb.name}", fix="check the replica's hosts (testbed status)")
+        have[res.host] = proof.link_names(res.stdout)
+    return proof.missing_interfaces(given, have)
+
+
+def outputs_made(plan: RunPlan, hosts: list[Any]) -> tuple[dict[str, list[str]], list[str], list[str]]:
+    """(each declared output -> the hosts it matched on, one failure per output that matched on none of the hosts
+    it is declared for, one not-rehearsed line per such output where the probe stood in for what writes it).
+
+    Read from collect's per-host notes (``no file matches 'GLOB'``: the listing's @NOMATCH)."""
+    import ast
+
+    from testbed.collect.listing import LOG_PATTERNS
+
+    missed: dict[str, set[str]] = {}
+    for hc in hosts:
+        for n in hc.notes:
+            if n.startswith("no file matches "):
+                missed.setdefault(hc.host, set()).add(ast.literal_eval(n[len("no file matches "):]))
+    produced: dict[str, list[str]] = {}
+    for host, globs in plan.outputs.items():
+        for g in globs:
+            if g not in LOG_PATTERNS and g != "probe-*.json":
+                produced.setdefault(g, [])
+                if g not in missed.get(host, ()):
+                    produced[g].append(host)
+    stood_in = bool((plan.rehearsal or {}).get("probed_ranks") or (plan.rehearsal or {}).get("skipped_ranks")
+                    or (plan.rehearsal or {}).get("skipped"))
+    failed, unjudged = [], []
+    for g, made in produced.items():
+        if made:
+            continue
+        on = ", ".join(h for h, globs in plan.outputs.items() if g in globs)
+        if stood_in:
+            unjudged.append(f"output {g}: matched no file on {on}, but what would write it was probed or skipped")
+        else:
+            failed.append(f"output {g} matched no file on {on}: the point did not produce it")
+    return produced, failed, unjudged
+
+
+def edits_undeclared(tb: Resolved, s: Suite, plan: RunPlan) -> list[str]:
+    """One line per source checkout whose tracked files the run changed beyond the suite's ``edits:``
+    (``git status --porcelain --untracked-files=no`` on each host of the run)."""
+    from testbed import proof, remote
+    from testbed.suite import path_word
+
+    out = []
+    for src in s.sources:
+        w = path_word(src.path.rstrip("/"))
+        cmd = f"if [ -e {w}/.git ]; then git -C {w} status --porcelain --untracked-files=no; fi"
+        changed: dict[str, list[str]] = {}
+        for res in remote.run_each(tb.name, {h: cmd for h in plan.host_names}, timeout=60):
+            for path in proof.undeclared_edits(proof.changed_tracked(res.stdout if res.ok else ""), src.edits):
+                changed.setdefault(path, []).append(res.host)
+        if changed:
+            files = sorted(changed)
+            shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+            hosts = sorted({h for hs in changed.values() for h in hs})
+            out.append(f"source {src.name}: the run changed tracked files of {src.path} that the suite does not "
+                       f"declare it edits: {shown} (on {', '.join(hosts)}; declare them in the source's edits: if "
+                       "meant)")
+    return out
+
+
+NOT_SET_UP = "a command not found"
+"""The signature that a replica which was not set up (--no-setup) shows for what its set-up would install (conda,
+a built tool): noted as not rehearsed there when the profile names that command, a failure otherwise."""
+
+
+def set_up_names(profile: str | None) -> str:
+    """The text of what the profile's set-up would do (its file, and its roles' tasks, defaults, vars and
+    templates): a command it names is one it may install. Bounded: role files of up to 256 KiB each."""
+    from testbed.setup import profiles as prof
+
+    if not profile:
+        return ""
+    try:
+        plan = prof.load_profile(profile)
+        parts = [prof.available_profiles()[profile].read_text(errors="replace")]
+        roots = [d / "roles" for d in paths.resource_dirs("playbooks")]
+    except (TestbedError, OSError):
+        return ""
+    for role in plan.roles:
+        for root in roots:
+            for f in sorted((root / role).glob("*/*"))[:200]:
+                with contextlib.suppress(OSError):
+                    if f.is_file() and f.stat().st_size <= 256 << 10:
+                        parts.append(f.read_text(errors="replace"))
+    return "\n".join(parts)
+
+
+def _missing_command(line: str) -> str | None:
+    """The command a 'command not found' line names (bash's ``x: command not found``, dash's ``x: not found``)."""
+    m = re.search(r"([A-Za-z0-9_.+-]+): (?:command )?not found\s*$", line)
+    return m.group(1) if m else None
+
+
+def log_signatures(plan: RunPlan, steps: list[StepOutcome], folder: Path, *, set_up: bool = True,
+                   installs: str = "") -> tuple[list[str], list[str]]:
+    """(failures, notes): one line per failure signature (``testbed.proof.SIGNATURES``) in the ranks' collected
+    logs and the output of each step that ran, quoting the line. On a replica that was not set up, a command not
+    found that the profile's set-up names (``installs``: its text) is a note, not a failure: what set-up installs is
+    absent there; any other (a misspelt command) is a failure all the same."""
+    from testbed import proof
+    from testbed.run import state as rs
+    from testbed.run.supervisor import step_log_name
+
+    found: list[tuple[str, proof.Finding]] = []
+    for f in sorted(folder.glob("*/rank*.out")) + sorted(folder.glob("*/rank*.err")):
+        found += [(f"{f.parent.name}/{f.name}", x) for x in proof.scan(_read(f))]
+    logs = rs.run_home(plan.run_id)
+    for st in steps:
+        if st.status in ("ran", "failed") and not st.name.startswith("rehearse:"):
+            for h in st.hosts:
+                text = _read(logs / step_log_name(st.phase, st.name, h))
+                found += [(f"{st.phase} step '{st.name}' on {h}", x) for x in proof.scan(text)]
+    def absent(x: proof.Finding) -> bool:
+        cmd = _missing_command(x.line) if x.signature == NOT_SET_UP and not set_up else None
+        return cmd is not None and re.search(rf"(?<![\w.-]){re.escape(cmd)}(?![\w-])", installs) is not None
+
+    failures = [x.verdict(where) for where, x in found if not absent(x)]
+    notes = [x.verdict(where) + ": the replica was not set up (--no-setup), and its set-up is what installs it"
+             for where, x in found if absent(x)]
+    return failures, notes
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""

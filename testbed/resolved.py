@@ -71,6 +71,9 @@ class Resolved:
             if rec is None or need_spec or not isinstance(e, UsageError):
                 raise
             spec = None
+        if spec is not None:
+            rec = _claim(st, spec) if spec.name != key else rec
+            _check_claim(spec, rec)
         return cls(spec.name if spec else key, st, spec, rec)
 
     @property
@@ -107,3 +110,38 @@ class Resolved:
         if progress is None:
             return provider_class(self.spec.kind)(self.spec, self.store)
         return provider_class(self.spec.kind)(self.spec, self.store, progress)
+
+
+def _claim(store: Store, spec: TestbedSpec) -> dict[str, Any] | None:
+    """The record of the testbed a spec names when its ``name:`` is not its file's (``inventories/a.yml`` saying
+    ``name: b``); refused when another spec file is testbed ``b``'s own."""
+    own = paths.find_resource("inventories", f"{spec.name}.yml")
+    if own is not None and spec.source and own.resolve() != Path(spec.source).resolve():
+        raise UsageError(f"two spec files are testbed '{spec.name}': {spec.source} (by its name:) and {own}",
+                         where=_name_at(spec), fix=f"remove 'name: {spec.name}' from {spec.source} (a spec is "
+                                                           "the testbed its file is named after), or rename one")
+    return store.testbed(spec.name)
+
+
+def _check_claim(spec: TestbedSpec, rec: dict[str, Any] | None) -> None:
+    """Refuse a spec that would take over the record of another testbed of its name: one of another provider, or
+    one provisioned from another spec file that still exists (its lease, nodes and keys would be lost)."""
+    if rec is None or not spec.source:
+        return
+    src = str(rec.get("spec_path") or "")
+    other_file = bool(src) and Path(src).is_file() and Path(src).resolve() != Path(spec.source).resolve()
+    renamed = Path(spec.source).stem != spec.name
+    if rec.get("provider") != spec.kind or (other_file and renamed):
+        raise UsageError(f"testbed '{spec.name}' is recorded as a {rec.get('provider')} testbed provisioned from "
+                         f"{src or 'another spec'}; {spec.source} ({spec.kind}) would take over its record",
+                         where=_name_at(spec), fix=f"give this spec its own name, or destroy '{spec.name}' "
+                                                           f"first (testbed destroy {spec.name})")
+
+
+def _name_at(spec: TestbedSpec) -> str:
+    """``file:line`` of the spec's ``name:`` (of its provider when it has none)."""
+    from testbed import yamlfile
+
+    located = yamlfile.load(Path(str(spec.source)))[1]
+    line = located.line(("name",)) if "name" in (located.root or {}) else located.line(("provider",))
+    return f"{spec.source}:{line}" if line else str(spec.source)

@@ -57,12 +57,20 @@ class Provisioned:
     switch: str | None = None  # how it fires: agent (on the hosts), watchdog (on this machine), lease, ...
 
 
-def provision(tb: Resolved, *, expire: str | None = None, progress: Progress | None = None) -> Provisioned:
+def provision(tb: Resolved, *, expire: str | None = None, progress: Progress | None = None,
+              for_suite: str | None = None) -> Provisioned:
     """Create (or find) the hosts and record them; idempotent. A new testbed whose set-up has an image boots from
-    it; ``expire`` (8h, 2d) arms the dead-man's switch to release it then, even with no controller running."""
+    it; ``expire`` (8h, 2d) arms the dead-man's switch to release it then, even with no controller running;
+    ``for_suite``: refused, before anything is created, when that suite cannot run on this testbed."""
     from testbed.setup import images
     from testbed.setup.profiles import check_vars
 
+    if for_suite is not None:
+        from testbed.run.runner import refuse_before_renting
+        from testbed.suite import load_suite
+
+        refuse_before_renting(load_suite(for_suite), tb.name, store=tb.store,
+                              fix=f"or provision without --for {for_suite}", where=f"--for {for_suite}")
     p = tb.provider(progress)
     p.expire = expire
     if p.spec is not None:

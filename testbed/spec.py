@@ -110,7 +110,8 @@ class TestbedSpec(Strict):
     expire_images: bool = Field(False, description="let the dead-man's switch also delete the images this testbed "
                                 "baked that no other testbed boots from; without it the switch never deletes an "
                                 "image ('testbed image prune' does)")
-    lost_after: float | None = Field(None, gt=0, allow_inf_nan=False, description="seconds over which a run must "
+    lost_after: float | None = Field(None, gt=0, le=30 * 86400, allow_inf_nan=False, description="seconds over "
+                                     "which a run must "
                                      "find a host of this testbed lost before it repairs it, when more than the "
                                      "suite's timeouts.unreachable (a bare-metal reboot takes minutes)")
     hardware: Hardware = Field(default_factory=Hardware, description="what the real machines are like: shared home, "
@@ -175,6 +176,16 @@ class TestbedSpec(Strict):
 
         names = self.host_names()
         for g, members in self.groups.items():
+            if g == "all":
+                raise Invalid("group 'all' is every host already; it cannot be defined", loc=("groups", g),
+                              fix="remove it, or give the group another name")
+            if names is not None and g in names:
+                raise Invalid(f"group '{g}' has the name of a host: '{g}' would select either", loc=("groups", g),
+                              fix=f"rename the group (e.g. {g}_group); hosts: {', '.join(names)}")
+            if not members:
+                raise Invalid(f"group '{g}' has no hosts: a step or a command aimed at it would run nowhere",
+                              loc=("groups", g), fix="list its hosts, or remove the group"
+                              + (f" (hosts: {', '.join(names)})" if names else ""))
             for i, m in enumerate(members):
                 if names is not None and m not in names:
                     close = difflib.get_close_matches(m, names, n=1, cutoff=0.5)

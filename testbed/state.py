@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, TypeVar, Unpack, cast
 
 from testbed.hosts import Host
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # pydantic and the run models load on first use: `testbed sta
 
 ACTIVE = ("pending", "running")  # testbed.records.ACTIVE (checked equal in tests/test_state.py)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -67,7 +67,8 @@ CREATE TABLE IF NOT EXISTS campaigns (
   status TEXT NOT NULL, created REAL NOT NULL, info TEXT NOT NULL DEFAULT '{}');
 CREATE TABLE IF NOT EXISTS collected (
   run_id TEXT NOT NULL, host TEXT NOT NULL, path TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
-  collected REAL NOT NULL, PRIMARY KEY (run_id, host, path));
+  collected REAL NOT NULL, host_mtime INTEGER, host_ctime_ns INTEGER, host_ino INTEGER,
+  PRIMARY KEY (run_id, host, path));
 CREATE TABLE IF NOT EXISTS images (
   provider TEXT NOT NULL, id TEXT NOT NULL, key TEXT NOT NULL, plan TEXT NOT NULL, testbed TEXT NOT NULL,
   host TEXT NOT NULL, location TEXT NOT NULL, size INTEGER NOT NULL, created REAL NOT NULL,
@@ -85,6 +86,11 @@ MIGRATIONS: dict[int, list[str]] = {
         "plan TEXT NOT NULL, testbed TEXT NOT NULL, host TEXT NOT NULL, location TEXT NOT NULL, "
         "size INTEGER NOT NULL, created REAL NOT NULL, info TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (provider, id))",
         "CREATE INDEX IF NOT EXISTS images_key ON images(key)"],  # images keyed by the set-up's address
+    # the host's stat of a collected file when it was hashed (FileStamp); rows from before have none (NULL), so
+    # the listing's quick check never trusts them: each such file is hashed once more on its host
+    3: ["ALTER TABLE collected ADD COLUMN host_mtime INTEGER",
+        "ALTER TABLE collected ADD COLUMN host_ctime_ns INTEGER",
+        "ALTER TABLE collected ADD COLUMN host_ino INTEGER"],
 }
 
 
@@ -107,15 +113,27 @@ class RankColumns(TypedDict, total=False):
     ended: float | None
 
 
+class FileStamp(NamedTuple):
+    """What a host's stat said of a file when its checksum was taken: the listing's quick check trusts that
+    checksum again only while these three and the size are unchanged (the ctime moves on every write and every
+    utime, and no user can set it; a file replaced by another has another inode)."""
+
+    mtime: int  # s
+    ctime_ns: int
+    ino: int
+
+
 @dataclass(frozen=True, slots=True)
 class CollectedFile:
-    """A row of ``collected``: a file of a run verified in results/ (``size`` -1: its transfer is pending)."""
+    """A row of ``collected``: a file of a run verified in results/ (``size`` -1: its transfer is pending);
+    ``stamp``: the host's stat of it when it was hashed, None when none can be trusted (see FileStamp)."""
 
     host: str
     path: str
     sha256: str
     size: int
     collected: float
+    stamp: FileStamp | None = None
 
 
 _M = TypeVar("_M", bound="BaseModel")
@@ -674,17 +692,24 @@ class Store:
     # collected files ------------------------------------------------------------------------------
     def collected(self, run_id: str, host: str | None = None, *, verified: bool = False) -> list[CollectedFile]:
         """The run's collected files (of ``host``; ``verified``: without pending transfers)."""
-        sql = "SELECT host, path, sha256, size, collected FROM collected WHERE run_id=?"
+        sql = ("SELECT host, path, sha256, size, collected, host_mtime, host_ctime_ns, host_ino FROM collected "
+               "WHERE run_id=?")
         args: tuple[Any, ...] = (run_id,)
         if host is not None:
             sql, args = sql + " AND host=?", (*args, host)
         if verified:
             sql += " AND size>=0"
-        return [CollectedFile(r["host"], r["path"], r["sha256"], r["size"], r["collected"])
+        stamped = ("host_mtime", "host_ctime_ns", "host_ino")
+        return [CollectedFile(r["host"], r["path"], r["sha256"], r["size"], r["collected"],
+                              FileStamp(*(int(r[c]) for c in stamped)) if all(r[c] is not None for c in stamped)
+                              else None)
                 for r in self.query(sql, args)]
 
-    def record_collected(self, run_id: str, host: str, items: list[tuple[str, str, int]], when: float) -> None:
-        """Upsert (path, sha256, size) rows of ``host`` collected at ``when``."""
+    def record_collected(self, run_id: str, host: str, items: list[tuple[str, str, int, FileStamp | None]],
+                         when: float) -> None:
+        """Upsert (path, sha256, size, host stamp or None) rows of ``host`` collected at ``when``."""
         with self.tx() as db:
-            db.executemany("INSERT OR REPLACE INTO collected(run_id, host, path, sha256, size, collected) "
-                           "VALUES (?,?,?,?,?,?)", [(run_id, host, p, sha, n, when) for p, sha, n in items])
+            db.executemany("INSERT OR REPLACE INTO collected(run_id, host, path, sha256, size, collected, host_mtime, "
+                           "host_ctime_ns, host_ino) VALUES (?,?,?,?,?,?,?,?,?)",
+                           [(run_id, host, p, sha, n, when, *(stamp or (None, None, None)))
+                            for p, sha, n, stamp in items])

@@ -28,6 +28,28 @@ PARAM_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 ENV_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"  # what a shell takes after 'export'
 MAX_MATRIX_POINTS = 1000
 """The most runs one matrix may hold: a campaign plans every point before its first run (about 6 ms each)."""
+MAX_RANKS = 4096
+"""The most ranks (and hosts) one run may have, counted before any is planned (a TPU v4-4096 pod has 1,024
+hosts; testbed.run.plan refuses more)."""
+MAX_WAIT = 30 * 86400
+"""The longest timeout, grace or fault time a suite may give, in seconds (a month: the longest expiry too)."""
+BUILTINS = {
+    "params": "every parameter", "testbed": "the testbed (name, provider, subnet, hardware, vars)",
+    "suite": "the suite's name", "run_id": "the run's id", "run_dir": "the run folder", "hostfile": "the MPI hostfile",
+    "attempt": "the launch attempt", "recovering": "whether a recovery relaunched the ranks",
+    "testbed_hosts": "the testbed's host count", "faults": "the faults fired", "hosts": "the run's host names",
+    "addresses": "the run's host addresses", "num_hosts": "the run's host count", "master": "rank 0's host",
+    "master_addr": "rank 0's address", "world_size": "the rank count", "rank": "the rank",
+    "local_rank": "the rank on its host", "host": "the host a command runs on", "address": "that host's address",
+    "host_hardware": "that host's hardware",
+    # Jinja2's own globals and names
+    "range": "Jinja2's range()", "dict": "Jinja2's dict()", "lipsum": "Jinja2's lipsum()",
+    "cycler": "Jinja2's cycler()", "joiner": "Jinja2's joiner()", "namespace": "Jinja2's namespace()",
+    "loop": "a for loop's state", "self": "the template's blocks", "caller": "a call block's body",
+    "varargs": "a macro's extra arguments", "kwargs": "a macro's keyword arguments",
+}
+"""The names a suite's templates get from testbed (testbed.run.plan) and Jinja2: a parameter or var of one of these
+names would be shown, then lost behind it (or hide it), so it is refused."""
 SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGSTOP", "SIGCONT", "SIGUSR1",
            "SIGUSR2", "SIGHUP", "SIGQUIT")
 
@@ -72,7 +94,7 @@ class Param(Strict):
 
 class Requires(Strict):
     providers: list[str] = Field(default_factory=list, description="providers it runs on; empty: any")
-    hosts: int = Field(1, ge=1, description="minimum number of hosts")
+    hosts: int = Field(1, ge=1, le=MAX_RANKS, description="minimum number of hosts")
     accelerator: str | None = Field(None, description="cpu, gpu or tpu")
 
 
@@ -84,6 +106,9 @@ class Source(Strict):
     ref: str | None = None
     path: str = Field(description="where it lives on the host, e.g. ~/open-jitc")
     submodules: bool = False
+    edits: list[str] = Field(default_factory=list, description="tracked files of the checkout (globs relative to "
+                             "it) that the suite's steps change on purpose; testbed rehearse fails a run that "
+                             "changes any other")
 
 
 Need = Literal["gpu", "tpu", "cuda", "nvidia-driver", "network", "torch-fork"]
@@ -95,7 +120,7 @@ lacks."""
 class Step(Strict):
     """A command run on a set of hosts (in parallel) that must finish before the next step."""
 
-    name: str | None = None
+    name: str | None = Field(None, min_length=1, description="its log is kept by this name")
     on: str = Field("all", description="all, master, workers, a group, a host name or rank:K")
     run: str | None = None
     relaunch: bool | str | None = Field(None, description="recovery only: restart every rank (true: the launch "
@@ -104,7 +129,7 @@ class Step(Strict):
                                             "(provision --repair), set it up again, and upload the run to it")
     setup: bool = Field(True, description="repair only: apply the run's profile to a repaired host")
     attempts: int = Field(2, ge=1, le=100, description="repair only: how many host repairs the run may make")
-    timeout: float | None = Field(None, gt=0)
+    timeout: float | None = Field(None, gt=0, le=MAX_WAIT)
     cwd: str | None = None
     per: Literal["host", "home"] = Field("host", description="home: the step writes only under ~/ and runs once per "
                                          "home folder (on the first of its hosts when the testbed's home is shared)")
@@ -179,12 +204,13 @@ class Placement(Strict):
 
 
 class Timeouts(Strict):
-    prepare: float = Field(1800, gt=0)
-    run: float = Field(3600, gt=0, description="seconds from the first launch until every rank ended, "
+    prepare: float = Field(1800, gt=0, le=MAX_WAIT)
+    run: float = Field(3600, gt=0, le=MAX_WAIT, description="seconds from the first launch until every rank ended, "
                                                "recoveries included; then the run is stopped: timed-out")
-    post: float = Field(600, gt=0)
-    grace: float = Field(10, ge=0, description="after one rank fails, how long the others get to end")
-    unreachable: float = Field(8, gt=0, allow_inf_nan=False, description="seconds over which a host must be found "
+    post: float = Field(600, gt=0, le=MAX_WAIT)
+    grace: float = Field(10, ge=0, le=MAX_WAIT, description="after one rank fails, how long the others get to end")
+    unreachable: float = Field(8, gt=0, le=MAX_WAIT, allow_inf_nan=False, description="seconds over which a host "
+                               "must be found "
                                "lost (connection refused, no route, its machine gone at the provider), by 'probes' "
                                "probes spaced over them, before the run judges it lost and may repair it; a probe "
                                "that times out finds the host slow, never lost (the testbed's lost_after raises it)")
@@ -205,7 +231,7 @@ class Fault(Strict):
     restore: str | None = Field(None, description="command that undoes it (run before recovery)")
     rank: int | str | None = Field(None, description="target rank (template allowed)")
     host: str | None = Field(None, description="target host (name, group or template); default: the rank's")
-    at: float | None = Field(None, ge=0, description="seconds after launch")
+    at: float | None = Field(None, ge=0, le=MAX_WAIT, description="seconds after launch")
     when: str | None = Field(None, description="regular expression matched against the watched rank's log")
     watch_rank: int | None = Field(None, description="rank whose log 'when' watches; default: the target rank")
     recovery: list[Step] | None = Field(None, description="default: steps.recovery")
@@ -295,7 +321,8 @@ class Suite(Strict):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     outputs: list[str] | dict[str, list[str]] = Field(
         default_factory=list, description="globs of files to collect: relative to the run folder, '~/'-relative "
-        "or absolute; a list for every host, or a mapping of host selections (all, master, ...) to lists")
+        "or absolute; a list for every host, or a mapping of host selections (all, master, ...) to lists; a "
+        "template is rendered per point (empty: none for that point)")
     environment: str | None = Field(None, description="the venv or conda env (its prefix, e.g. ~/vit_env) every "
                                     "step and rank runs in; a template (per host and rank)")
     checks: list[Check] = Field(default_factory=list)
@@ -333,6 +360,7 @@ class Suite(Strict):
             if not re.match(PARAM_RE, k):
                 raise Invalid(f"'{k}' is not a name a template can use", loc=(k,),
                               fix="name it like a variable: letters, digits and _ (e.g. per_host)")
+            _not_builtin(k, "var")
         return v
 
     @field_validator("parameters")
@@ -342,6 +370,7 @@ class Suite(Strict):
             if not re.match(PARAM_RE, k):
                 raise Invalid(f"parameter name '{k}' must be letters, digits and _", loc=(k,),
                               fix="name it like a variable (e.g. batch_size)")
+            _not_builtin(k, "parameter")
             if p.default is not None:
                 try:
                     p.default = typed(p, p.default)
@@ -389,12 +418,17 @@ class Suite(Strict):
                               loc=("vars", k), fix="rename the var, or drop it and use the parameter")
         _distinct([s.name for s in self.sources], ("sources",), "source", "name")
         _distinct([c.name for c in self.checks], ("checks",), "check", "name")
+        _distinct([log_key(c.name) for c in self.checks], ("checks",), "check", "name", log=True)
         for phase in ("prepare", "recovery", "post"):
-            _distinct(step_names(getattr(self.steps, phase), phase), ("steps", phase), f"{phase} step", "name")
+            names = step_names(getattr(self.steps, phase), phase)
+            _distinct(names, ("steps", phase), f"{phase} step", "name")
+            _distinct([log_key(n) for n in names], ("steps", phase), f"{phase} step", "name", shown=names, log=True)
         for fname, fault in self.faults.items():
             if fault.recovery is not None:
-                _distinct(step_names(fault.recovery, "recovery"), ("faults", fname, "recovery"), "recovery step",
-                          "name")
+                names = step_names(fault.recovery, "recovery")
+                _distinct(names, ("faults", fname, "recovery"), "recovery step", "name")
+                _distinct([log_key(n) for n in names], ("faults", fname, "recovery"), "recovery step", "name",
+                          shown=names, log=True)
         return self
 
     def _check_estimate(self) -> None:
@@ -452,7 +486,9 @@ class Suite(Strict):
                         raise Invalid(f"{val!r} {e}", loc=("matrix", i, k),
                                       fix=f"give {k} {_KIND[self.parameters[k].type]}" + _span(self.parameters[k])) \
                             from None
-                keys.append(repr(sorted((k, typed(self.parameters[k], val)) for k, val in pt.items())))
+                full = {k: p.default for k, p in self.parameters.items() if p.default is not None}
+                full.update((k, typed(self.parameters[k], val)) for k, val in pt.items())
+                keys.append(repr(sorted(full.items())))  # a value written out equal to its default is the same run
             _distinct(keys, ("matrix",), "matrix point", None, shown=[str(pt) for pt in self.matrix])
 
     def at(self, *loc: Any) -> str:
@@ -467,16 +503,38 @@ class Suite(Strict):
         return Path(self.source).parent if self.source else Path.cwd()
 
 
+def _not_builtin(name: str, what: str) -> None:
+    """Refuse a parameter or var named like a built-in template name (``BUILTINS``)."""
+    if name in BUILTINS:
+        meaning = BUILTINS[name]
+        raise Invalid(f"{what} '{name}' has the name of a built-in template variable ({meaning}): one of the two "
+                      "would be lost", loc=(name,), fix=f"rename the {what} (e.g. my_{name}); built-in names: "
+                                                        f"{', '.join(sorted(BUILTINS))}")
+
+
 def step_names(items: list[Step], phase: str) -> list[str]:
     """The names the steps of ``phase`` go by (their own, else ``<phase>-<n>``): their logs are kept by name."""
     return [s.name or f"{phase}-{i + 1}" for i, s in enumerate(items)]
 
 
+def log_key(name: str) -> str:
+    """What is left of a step's name in its log file's name (testbed.run.supervisor.step_log_name, which also cuts
+    '<phase>-<step>-<host>' at 200 characters): two steps whose names differ only in what this replaces, or after
+    its first 150 characters, would write one log."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:150]
+
+
 def _distinct(names: list[str], loc: tuple[Any, ...], what: str, key: str | None,
-              shown: list[str] | None = None) -> None:
-    """Refuse the second of two items of one name (``Invalid`` at that item's line)."""
+              shown: list[str] | None = None, log: bool = False) -> None:
+    """Refuse the second of two items of one name (``Invalid`` at that item's line); ``log``: ``names`` are log
+    keys, and two that are one are refused as sharing a log file."""
     seen: dict[str, int] = {}
     for i, n in enumerate(names):
+        if n in seen and log:
+            first, label = (shown or names)[seen[n]], (shown or names)[i]
+            raise Invalid(f"{what}s '{first}' and '{label}' would write one log file ({n}: the name's spaces and "
+                          f"signs become _)", loc=(*loc, i, key or "name"),
+                          fix=f"give each {what} a name that differs in its letters, digits, '.', '-' or '_'")
         if n in seen:
             label = (shown or names)[i]
             raise Invalid(f"two {what}s are named '{label}' (items {seen[n] + 1} and {i + 1})" if key else
@@ -543,7 +601,7 @@ def load_suite(name_or_path: str) -> Suite:
     outs = suite.outputs.items() if isinstance(suite.outputs, dict) else [(None, suite.outputs)]
     for key, globs in outs:
         for i, pattern in enumerate(globs):
-            problem = output_pattern_problem(pattern)
+            problem = None if is_template(pattern) else output_pattern_problem(pattern)  # templates: per point
             if problem:
                 loc: tuple[Any, ...] = ("outputs", key, i) if key is not None else ("outputs", i)
                 line = located.line(loc)
@@ -552,6 +610,11 @@ def load_suite(name_or_path: str) -> Suite:
                                  fix="write a glob relative to the run folder (out/*.csv), to the home folder "
                                      "(~/repo/log/**) or absolute (/tmp/app_*.log), starting with a fixed folder")
     return suite
+
+
+def is_template(text: str) -> bool:
+    """Whether ``text`` holds a Jinja2 expression or statement (rendered per point)."""
+    return "{{" in text or "{%" in text
 
 
 def output_pattern_problem(pattern: str) -> str | None:
@@ -762,47 +825,74 @@ def path_word(path: str) -> str:
 
 
 _ENVS: dict[bool, Any] = {}
-MAX_DIGITS = 4300  # the longest whole number a template may make (Python's own limit on printing one)
-MAX_REPEAT = 1 << 20  # the longest string or list a template may make by '*'
 
 
-def _too_big(operator: str, left: Any, right: Any) -> str | None:
-    """Why ``left <operator> right`` would make a value too large to compute or print (None: it would not)."""
-    def whole(x: Any) -> bool:
-        return isinstance(x, int) and not isinstance(x, bool)
+def _bounded_tree(tree: Any) -> Any:
+    """Every ``{% for %}`` loops through :func:`testbed.templating.counted`, and every piece of template text is
+    written through ``environment.tb_text`` (so it is weighed, even in a loop that repeats it)."""
+    from jinja2 import nodes
 
-    if operator == "**" and whole(left) and whole(right) and abs(left) > 1 and right > 0 \
-            and right * math.log10(abs(left)) > MAX_DIGITS:
-        return f"{left} ** {right} has more than {MAX_DIGITS} digits"
-    if operator == "*":
-        for seq, n in ((left, right), (right, left)):
-            if isinstance(seq, str | list | tuple) and whole(n) and len(seq) * n > MAX_REPEAT:
-                return f"repeating a {type(seq).__name__} of {len(seq)} {n} times makes more than {MAX_REPEAT:,} items"
-    return None
+    for loop in tree.find_all(nodes.For):
+        loop.iter = nodes.Call(nodes.EnvironmentAttribute("tb_counted"), [loop.iter], [], None, None,
+                               lineno=loop.iter.lineno)
+    for out in tree.find_all(nodes.Output):
+        out.nodes = [nodes.Call(nodes.EnvironmentAttribute("tb_text"), [n], [], None, None, lineno=n.lineno)
+                     if isinstance(n, nodes.TemplateData) else n for n in out.nodes]
+    return tree
 
 
 def _env(shell: bool) -> Any:
     if shell not in _ENVS:
         import jinja2
         from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from jinja2.utils import _PassArg
+
+        from testbed import templating
 
         class Bounded(ImmutableSandboxedEnvironment):
-            """Sandboxed, and '**' and '*' refuse results too large to compute (``{{ 9 ** (9 ** 9) }}``)."""
+            """Sandboxed, and bounded (testbed.templating): every loop iteration, call, filter and operator is a
+            step of the render's budget, values too large to make are refused, all output is weighed."""
 
-            intercepted_binops = frozenset(["**", "*"])
+            intercepted_binops = frozenset(["**", "*", "%", "+", "-", "/", "//"])
+            tb_counted = staticmethod(templating.counted)
+            tb_text = staticmethod(Raw)
+
+            def _parse(self, source: str, name: str | None, filename: str | None) -> Any:
+                return _bounded_tree(super()._parse(source, name, filename))
 
             def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-                why = _too_big(operator, left, right)
-                if why:
-                    raise OverflowError(why)
-                return super().call_binop(context, operator, left, right)
+                b = templating.current()
+                if b is None:
+                    return super().call_binop(context, operator, left, right)
+                b.step()
+                templating.check_binop(operator, left, right)
+                return b.make(super().call_binop(context, operator, left, right))
+
+            def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+                b = templating.current()
+                if b is None:
+                    return super().call(__context, __obj, *args, **kwargs)
+                b.step()
+                templating.check_method(__obj, args, kwargs)
+                return b.make(super().call(__context, __obj, *args, **kwargs))
+
+        @jinja2.pass_context  # a finalize that needs the context runs at render time: no output is folded
+        def finalize(_ctx: Any, value: Any) -> Any:
+            out = shell_quote(value) if shell else value
+            b = templating.current()
+            if b is not None:
+                b.make(out if isinstance(out, str) else str(out))
+            return out
 
         # a suite is data: its templates may not reach Python on the controller (e.g. through
         # ''.__class__.__mro__ ...), even in --dry-run
-        env = Bounded(undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
-                      autoescape=False, finalize=shell_quote if shell else None)
+        env = Bounded(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False,
+                      finalize=finalize)
         env.filters["raw"] = lambda v: Raw(shell_quote(v) if isinstance(v, list | tuple) else str(v))
         env.filters["quote"] = lambda v: Raw(shell_quote(v))
+        for table in (env.filters, env.tests):
+            for fname, f in list(table.items()):
+                table[fname] = templating.bounded_filter(fname, f, _PassArg.from_obj(f) is not None)
         _ENVS[shell] = env
     return _ENVS[shell]
 
@@ -814,10 +904,16 @@ def render(template: str, context: dict[str, Any], *, shell: bool = True, where:
     ``at`` (``file:line``; default: ``where``)."""
     import jinja2
 
+    from testbed import templating
+
     known = f"known names: {', '.join(sorted(k for k in context if not k.startswith('_')))}"
     place = at or where
     try:
-        return _env(shell).from_string(template).render(**context).strip()
+        return templating.bounded(lambda: _env(shell).from_string(template).render(**context)).strip()
+    except templating.TooMuch as e:
+        raise UsageError(f"{where}: the template is refused: {e}", where=place,
+                         fix="a template builds a command, not data: loop and repeat less, or build large inputs "
+                             "in a prepare step on the hosts") from None
     except jinja2.exceptions.SecurityError as e:
         raise UsageError(f"{where}: the template reaches for what a suite may not use ({e})", where=place,
                          fix="use the suite's parameters, vars and filters only (templates run sandboxed)") from None

@@ -105,6 +105,46 @@ def _plain(node: Any, path: Path, located: Located, loc: tuple[Any, ...] = ()) -
     return node
 
 
+MAX_FILE_BYTES = 1 << 20
+"""The largest spec or suite file read (the biggest shipped one is about 20 KB)."""
+
+
+def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
+    """The text of ``path`` if it is a regular UTF-8 file of at most ``limit`` bytes; anything else (a FIFO, a
+    device, a folder, a larger file, bytes that are not UTF-8) is refused before it is read, without blocking."""
+    import stat
+
+    def refuse(what: str, fix: str, line: int | None = None) -> UsageError:
+        return UsageError(f"{path.name}: {what}", where=f"{path}:{line}" if line else str(path), fix=fix)
+
+    try:  # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError as e:
+        raise refuse(f"cannot read it: {e.strerror}", "check the file name and its permissions") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
+                "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file"
+            raise refuse(f"it is {kind}, not a regular file", "name a YAML file (a link to one is fine)")
+        if st.st_size > limit:
+            raise refuse(f"it is {st.st_size:,} bytes; a spec or suite is at most {limit:,}",
+                         "name the right file, or split it (large data belongs in files the suite ships)")
+        data = os.read(fd, limit + 1)  # a file growing as it is read is cut at the bound, and refused
+        while len(data) <= limit and (more := os.read(fd, limit + 1 - len(data))):
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise refuse(f"it is more than {limit:,} bytes", "name the right file, or split it")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise refuse(f"it is not UTF-8 text (byte {e.start + 1}, 0x{data[e.start]:02x})",
+                     "save the file as UTF-8 text", line) from None
+
+
 MAX_NODES = 200_000  # values in a document once its aliases are expanded (a real spec or suite has hundreds)
 
 
@@ -129,11 +169,7 @@ def load(path: Path) -> tuple[Any, Located]:
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
     yaml = YAML(typ="rt")
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror}", where=str(path),
-                         fix="check the file name and its permissions") from None
+    text = read_text(path)
     try:
         doc = yaml.load(text)
     except MarkedYAMLError as e:
@@ -220,6 +256,13 @@ def _describe(err: Mapping[str, Any], clean_loc: tuple[Any, ...], valid: list[st
         return f"unknown key '{key}'", hint
     if t == "missing":
         return f"missing required field '{field}'", f"add '{clean_loc[-1]}:' to the file"
+    if t == "union_tag_invalid":  # a discriminated union (a provider's kind): say which word, and the close one
+        ctx = err.get("ctx") or {}
+        tag, disc = str(ctx.get("tag", got)), str(ctx.get("discriminator", "kind")).strip("'")
+        tags = re.findall(r"'([^']+)'", str(ctx.get("expected_tags", "")))
+        close = difflib.get_close_matches(tag, tags, n=1, cutoff=0.5)
+        return (f"unknown {field}.{disc} '{tag}'",
+                (f"did you mean '{close[0]}'? " if close else "") + f"{disc} is one of: {', '.join(tags)}")
     expected = err.get("msg", "invalid value")
     shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
     return f"bad value for '{field}': {expected} (got {shown})", "correct the value as described"
@@ -242,10 +285,27 @@ def validate(model: type[M], data: Any, path: Path, located: Located, **context:
         if isinstance(cause, Invalid):  # the validator named the culprit below its field: report that line
             clean = (*clean, *cause.loc)
             msg, fix = f"{'.'.join(map(str, clean))}: {cause}", cause.fix or fix
+        if err["type"] == "union_tag_invalid":  # the line of the word itself
+            clean = (*clean, str((err.get("ctx") or {}).get("discriminator", "kind")).strip("'"))
         line = located.line(clean)
-        more = f" (and {len(errs) - 1} more problem{'s' if len(errs) > 2 else ''})" if len(errs) > 1 else ""
-        raise UsageError(f"{path.name}: {msg}{more}", where=f"{path}:{line}" if line else str(path),
-                         fix=fix) from None
+        raise UsageError(f"{path.name}: {msg}{_more(model, errs[1:], path, located)}",
+                         where=f"{path}:{line}" if line else str(path), fix=fix) from None
+
+
+def _more(model: type[BaseModel], rest: list[Any], path: Path, located: Located, shown: int = 3) -> str:
+    """The other problems of one file, each with its line (a few; the count of the rest): fixed in one pass, not
+    found one run at a time."""
+    if not rest:
+        return ""
+    parts = []
+    for err in rest[:shown]:
+        clean, _ = _resolve(model, tuple(err["loc"]))
+        _, valid = _resolve(model, (*tuple(err["loc"])[:-1], "\0")) if err["type"] == "extra_forbidden" else ((), [])
+        msg, _ = _describe(err, clean, valid)
+        line = located.line(clean)
+        parts.append(f"{msg} (line {line})" if line else msg)
+    left = len(rest) - len(parts)
+    return "; also: " + "; ".join(parts) + (f"; and {left} more" if left else "")
 
 
 def validate_file(model: type[M], path: Path, **context: Any) -> M:

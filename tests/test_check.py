@@ -395,3 +395,14 @@ def test_orphans_name_each_provider_asked(chameleon: Any, tpu: Any, tb_home: Pat
     code, out, exc = invoke("status", "--orphans", "--json")
     asked = {a["testbed"]: a for a in json.loads(out)["orphans_asked"]}
     assert not asked["cham"]["asked"] and asked["cham"]["why"].startswith("accepted: refused by keystone")
+
+
+def test_a_bare_check_exits_1_when_a_provider_is_not_usable_and_names_it(chameleon: Any,
+                                                                           no_cloud: pytest.MonkeyPatch) -> None:
+    """Every provider kind is asked about when none is named: one not usable (no Chameleon credentials here) is
+    exit 1, never a silent 0 over a 'not usable' line; the plain output names it and how to check only the others."""
+    code, data = _check()
+    assert not _report(data, "chameleon")["usable"]
+    assert code == 1 and not data["ok"], data
+    code, out, _ = invoke("check")
+    assert code == 1 and "chameleon: not usable" in out, out

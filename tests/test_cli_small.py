@@ -286,3 +286,41 @@ def test_a_dry_run_the_real_run_would_refuse_says_so_and_exits_2(tb_home: Path) 
     assert r.returncode == 2 and r.stderr.count("error:") == 1, r.stderr
     ok = cli(tb_home, "run", "mpi-hello", "--on", "local", "--dry-run")
     assert ok.returncode == 0 and "refused" not in ok.stderr, ok.stderr
+
+
+def test_list_names_a_broken_spec_and_one_that_needs_a_variable(tb_home: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec that cannot be provisioned as it stands is never listed as plain 'not provisioned': a broken one says
+    so with its first problem and file:line; one that reads an unset environment variable names the variable."""
+    from testbed.cli import app
+
+    monkeypatch.delenv("TB_LIST_NEVER_SET", raising=False)
+    inv = tb_home / "inventories"
+    inv.mkdir(exist_ok=True)
+    (inv / "typo.yml").write_text("provider:\n  kind: chameloen\n")
+    (inv / "envy.yml").write_text("provider: {kind: local}\nuser: ${TB_LIST_NEVER_SET}\n")
+    (inv / "fine.yml").write_text("provider: {kind: local, hosts: 2}\n")
+    r = CliRunner().invoke(app, ["list", "testbeds", "--json"])
+    assert r.exit_code == 0, r.stdout
+    rows = {x["name"]: x for x in json.loads(r.stdout)}
+    assert rows["typo"]["status"] == "broken spec" and "did you mean" not in rows["typo"]["problem"]
+    assert "unknown provider.kind 'chameloen'" in rows["typo"]["problem"] and "typo.yml:2" in rows["typo"]["problem"]
+    assert rows["envy"]["status"] == "needs $TB_LIST_NEVER_SET"
+    assert rows["fine"]["status"] == "not provisioned" and "problem" not in rows["fine"]
+    r = CliRunner().invoke(app, ["list", "testbeds"])
+    assert "broken spec" in r.stdout and "typo: typo.yml: unknown provider.kind" in " ".join(r.stdout.split())
+
+
+def test_show_prints_templates_as_the_default_testbed_renders_them(tb_home: Path) -> None:
+    """`show` never prints raw Jinja: a templated default is shown as its default testbed renders it, and a
+    templated fault pattern as the pattern that testbed's plan watches for; with no testbed, it says so."""
+    from testbed.cli import app
+
+    r = CliRunner().invoke(app, ["show", "fault-drill"])
+    text = " ".join(r.stdout.split())
+    assert r.exit_code == 0 and "{{" not in text and "{%" not in text, text
+    assert "python (str) = '~/tb-venv/bin/python' on local (rendered per testbed)" in text
+    assert "fault kill-host: kill-host when /epoch [0-9]+ step 5 loss/" in text
+    r = CliRunner().invoke(app, ["show", "neuronabox"])  # no default testbed
+    text = " ".join(r.stdout.split())
+    assert r.exit_code == 0 and "{{" not in text and "(a template, rendered per testbed)" in text, text

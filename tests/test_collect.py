@@ -484,6 +484,47 @@ def test_results_folder_contents_are_verified_never_trusted(local_testbed):
     assert tree(moved) == snapshot
 
 
+def test_a_host_file_rewritten_with_its_old_size_and_mtime_is_never_called_unchanged(local_testbed, tmp_path):
+    """A collected file rewritten on its host in place with its old size and mtime (cp -p, touch -r, two writes
+    within a second) is hashed again there (its ctime moved): the re-collect says the host's file differs (the
+    collected copy is never overwritten), never "unchanged" with the old sha256; once the old copy is moved away,
+    the new bytes are collected and the manifest gives their sha256. Alike for files first sent by rsync and by
+    the stream, whose rows keep the host's stat of each file (mtime, ctime in ns, inode) for the quick check."""
+    bed = local_testbed(hosts=1)
+    n = transfer.STREAM_MIN[0]
+    few = make_run(bed, outputs={"*": ["data"]}, files={"node0": {"data/a.txt": b"v1-bytes"}})
+    many = make_run(bed, outputs={"*": ["data"]},
+                    files={"node0": {"data/a.txt": b"v1-bytes", **{f"data/{i:03d}.txt": b"x" for i in range(n)}}})
+    time.sleep(1.2)  # older than the listing's racy window (RACY_NS): the host's stat of each file is kept
+    for (run_id, run_dir), method in ((few, "rsync"), (many, "stream")):
+        r = collect_runs([run_id], Path("results"))[0]
+        assert r.ok and r.hosts[0].method == method, (r.problems(), r.hosts[0].method)
+        folder = Path("results/demo") / run_id
+        local = folder / "node0/data/a.txt"
+        stat = f"stat -c '%s %.9Y %i' {run_dir}/data/a.txt"
+        before = sh(bed, "node0", stat)
+        sh(bed, "node0", f"cd {run_dir}/data && touch -r a.txt ../ref && printf v2-bytes > a.txt && "
+                         "touch -r ../ref a.txt")
+        assert sh(bed, "node0", stat) == before  # same size, mtime (to the ns) and inode
+        new_sha = host_sha(bed, "node0", f"{run_dir}/data/a.txt")
+        again = collect_runs([run_id], Path("results"))[0]
+        h = again.hosts[0]
+        assert not again.ok and h.error and "refusing to overwrite" in h.error and "data/a.txt" in h.error, h
+        assert f"host {new_sha[:12]}" in h.error and h.missing == ["data/a.txt"] and h.unchanged == h.files - 1
+        assert local.read_bytes() == b"v1-bytes"
+        # moved away, as the refusal says: the host's new bytes come, and the manifest lists their sha256
+        local.rename(tmp_path / f"{method}-a.txt")
+        third = collect_runs([run_id], Path("results"))[0]
+        assert third.ok and third.hosts[0].sent == 1, third.problems()
+        assert local.read_bytes() == b"v2-bytes"
+        files = {f["path"]: f["sha256"] for f in json.loads((folder / "manifest.json").read_text())["files"]}
+        assert files["data/a.txt"] == new_sha == hashlib.sha256(b"v2-bytes").hexdigest()
+        # the rows of the files left alone keep the host's stat of them, as it was when they were hashed
+        mtime, ctime, ino = sh(bed, "node0", f"stat -c '%Y %.9Z %i' {run_dir}/rank0.out").split()
+        stamps = {f.path: f.stamp for f in bed.store.collected(run_id)}
+        assert stamps["rank0.out"] == (int(mtime), int(ctime.replace(".", "")), int(ino))
+
+
 def test_first_collect_of_many_files_streams_them_hashed_on_both_sides(local_testbed):
     """Many new files: one stream per host, each file hashed on the host as it is read and here as it is written
     (the listing hashes nothing); the files, the collected rows and the manifest are as with rsync, and an

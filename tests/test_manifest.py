@@ -10,9 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from testbed.collect import manifest as mf
-from testbed.collect.listing import LOG_PATTERNS, listing_script, parse_listing
-from testbed.state import Store
+from testbed.collect.listing import LOG_PATTERNS, RACY_NS, Listing, listing_script, parse_listing
+from testbed.state import FileStamp, Store
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,11 +49,12 @@ def test_listing_script_globs_dirs_checksums_and_odd_names(tmp_path):
     assert any("newline" in n for n in lst.notes)
     assert parse_listing(_bash(listing_script(f"{tmp_path}/nope", pats)))[1] == "@NODIR"
     assert lst.mtimes["out/a.csv"] == int((run / "out/a.csv").stat().st_mtime)
-    # known files with unchanged size and mtime are not hashed again (their recorded checksum is echoed)
+    # known files with unchanged size, mtime, ctime and inode are not hashed again (their recorded checksum is echoed)
     st = (run / "out/a.csv").stat()
     tab = (run / "tab\tname.log").stat()
-    known = [(st.st_size, int(st.st_mtime), "f" * 64, "out/a.csv"), (2, 1, "e" * 64, "rank0.out"),
-             (1, int(tab.st_mtime), "d" * 64, "tab\tname.log")]
+    known = [(st.st_size, int(st.st_mtime), st.st_ctime_ns, st.st_ino, "f" * 64, "out/a.csv"),
+             (2, 1, 1, 1, "e" * 64, "rank0.out"),
+             (1, int(tab.st_mtime), tab.st_ctime_ns, tab.st_ino, "d" * 64, "tab\tname.log")]
     lst2, _ = parse_listing(_bash(listing_script(str(run), pats, known)))
     assert lst2.files["out/a.csv"] == (1, "f" * 64)  # quick check matched
     assert lst2.files["rank0.out"] == lst.files["rank0.out"]  # mtime differs: hashed
@@ -152,6 +155,22 @@ def test_build_manifest_from_state(tmp_path):
     assert mf.load(tmp_path / "nothing") == {}
 
 
+def _no_python(tmp_path: Path) -> Path:
+    """A folder for PATH with the tools the listing uses, python3 left out (a host without python3)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for tool in ("bash", "stat", "xargs", "sha256sum", "sed", "cut", "find", "pwd", "mktemp", "touch", "rm"):
+        src = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
+        if src.startswith("/"):
+            (fake / tool).symlink_to(src)
+    return fake
+
+
+def _bash_without_python(fake: Path, script: str) -> str:
+    return subprocess.run([str(fake / "bash"), "-s"], input=script, capture_output=True, text=True,
+                          env={"PATH": str(fake)}, check=True, timeout=60).stdout
+
+
 def test_listing_reports_unreadable_files_and_hashes_without_python(tmp_path):
     run = tmp_path / "r"
     run.mkdir()
@@ -159,23 +178,73 @@ def test_listing_reports_unreadable_files_and_hashes_without_python(tmp_path):
     (run / "b.txt").write_bytes(b"b")
     script = listing_script(str(run), ["*.txt"])
     # without python3 on the host: coreutils sha256sum gives the same digests
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    for tool in ("bash", "stat", "xargs", "sha256sum", "sed", "cut", "find", "pwd", "mktemp", "touch", "rm"):
-        src = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True).stdout.strip()
-        if src.startswith("/"):
-            (fake / tool).symlink_to(src)
-    out = subprocess.run([str(fake / "bash"), "-s"], input=script, capture_output=True, text=True,
-                         env={"PATH": str(fake)}, check=True).stdout
+    fake = _no_python(tmp_path)
+    out = _bash_without_python(fake, script)
     lst, problem = parse_listing(out)
     assert problem is None and lst.files["a.txt"] == (1, hashlib.sha256(b"a").hexdigest())
     # a file the hasher could not read is an error, never a silently missing file
     (fake / "python3").write_text("#!/bin/sh\necho 'PermissionError' >&2; exit 1\n")
     (fake / "python3").chmod(0o755)
     (fake / "sh").symlink_to("/bin/sh")
-    out = subprocess.run([str(fake / "bash"), "-s"], input=script, capture_output=True, text=True,
-                         env={"PATH": str(fake)}, check=True).stdout
+    out = _bash_without_python(fake, script)
     assert parse_listing(out)[1] == "a file vanished or is unreadable while it was being checksummed"
+
+
+@pytest.mark.parametrize("python", [True, False], ids=["python3", "bash"])
+def test_a_file_rewritten_with_its_old_size_and_mtime_is_hashed_again(tmp_path: Path, python: bool) -> None:
+    """The quick check trusts a known checksum only while size, mtime, ctime (ns) and inode are all what the host
+    said when it hashed the file: a file rewritten in place with its old size and mtime (cp -p, touch -r, two
+    writes within a second) is hashed again and gets its new checksum; an untouched file is not read (its known
+    checksum, a made-up one, is echoed). With python3 on the host and without (stat and sha256sum in bash)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "a.txt").write_bytes(b"old-bytes")
+    (run / "b.txt").write_bytes(b"kept")
+    fake = None if python else _no_python(tmp_path)
+
+    def listing(known: list[tuple[int, int, int, int, str, str]]) -> Listing:
+        script = listing_script(str(run), ["*.txt"], known)
+        out = _bash(script) if fake is None else _bash_without_python(fake, script)
+        lst, problem = parse_listing(out)
+        assert problem is None, out
+        return lst
+
+    first = listing([])
+    for p in ("a.txt", "b.txt"):  # the host's stat of each file, as it was when hashed
+        st = os.stat(run / p)
+        assert first.mtimes[p] == int(st.st_mtime) and first.ids[p] == (st.st_ctime_ns, st.st_ino)
+    known = [(first.files[p][0], first.mtimes[p], *first.ids[p], sha, p)
+             for p, sha in (("a.txt", first.files["a.txt"][1]), ("b.txt", "e" * 64))]
+    before = os.stat(run / "a.txt")
+    (run / "a.txt").write_bytes(b"new-bytes")
+    os.utime(run / "a.txt", ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(run / "a.txt")
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    assert after.st_ctime_ns != before.st_ctime_ns  # what the kernel moves on a write, and no user can set back
+    again = listing(known)
+    assert again.files["a.txt"] == (9, hashlib.sha256(b"new-bytes").hexdigest())
+    assert again.ids["a.txt"] == (after.st_ctime_ns, after.st_ino)
+    assert again.files["b.txt"] == (4, "e" * 64)  # untouched: not read, its known checksum echoed
+    # a known line naming another ctime, or another inode (a file replaced), is never trusted
+    size, mtime, ctime, ino, _, _ = known[1]
+    for other in ((size, mtime, ctime - 1, ino, "e" * 64, "b.txt"), (size, mtime, ctime, ino + 1, "e" * 64, "b.txt")):
+        assert listing([other]).files["b.txt"] == (4, hashlib.sha256(b"kept").hexdigest())
+
+
+def test_a_stamp_is_trusted_only_where_a_later_write_must_move_it() -> None:
+    """The host's stat of a file is kept for the next quick check only when its ctime is in nanoseconds and older
+    than the listing by RACY_NS (a write within the same clock tick, or the same second on a file system that
+    keeps seconds, leaves the ctime as it was); a listing that did not say its clock gives no stamp at all."""
+    now = 1_800_000_000 * 10**9
+    out = (f"@NOW {now}\n"
+           f"F\t3\t100\t{now - 5 * 10**9}\t7\t{'a' * 64}\told.txt\n"
+           f"F\t3\t100\t{now - RACY_NS // 2}\t8\t{'b' * 64}\tfresh.txt\n"
+           f"F\t3\t100\t-\t9\t{'c' * 64}\tcoarse.txt\n")
+    lst, problem = parse_listing(out)
+    assert problem is None and set(lst.files) == {"old.txt", "fresh.txt", "coarse.txt"}
+    assert lst.stamp("old.txt") == FileStamp(100, now - 5 * 10**9, 7)
+    assert lst.stamp("fresh.txt") is None and lst.stamp("coarse.txt") is None and lst.stamp("absent") is None
+    assert parse_listing(out.replace(f"@NOW {now}\n", ""))[0].stamp("old.txt") is None
 
 
 def wheel(folder: Path, name: str, version: str) -> Path:

@@ -26,10 +26,10 @@ PACED = """\
 name: paced
 parameters:
   n: {type: int, default: 1}
-  hosts: {type: int, default: 4}
+  host_count: {type: int, default: 4}
 matrix:
   n: [1, 2, 3]
-placement: {hosts: "{{ hosts }}"}
+placement: {hosts: "{{ host_count }}"}
 estimate:
   by: n
   cases: {"1": 10s, "2": 60s, "3": 10s}
@@ -267,7 +267,7 @@ def test_a_budget_stops_a_campaign_after_the_point_that_fits_and_a_rerun_resumes
     assert r.returncode == 3, r.stderr
     cid = re.search(r"campaign (paced-[0-9a-f]{8}): 3 runs of paced", err)[1]  # type: ignore[index]
     assert "budget 0.3 SU (30s of this testbed)" in err
-    assert f"campaign {cid}: budget 0.3 SU reached; no new point is started (the next, n=2, hosts=4, is " \
+    assert f"campaign {cid}: budget 0.3 SU reached; no new point is started (the next, n=2, host_count=4, is " \
            "estimated at 60 s)" in err, err
     m = re.search(rf"campaign {cid} paused by its budget \(0\.3 SU\): spent ([\d.]+) SU \((\d+) s of runs\), "
                   r"([\d.]+) SU left; 2 points not started", err)
@@ -301,3 +301,18 @@ def test_a_budget_stops_a_campaign_after_the_point_that_fits_and_a_rerun_resumes
     plan = json.loads(cli("plan", "paced", "--on", bed.name, "-p", "n=2", "--json").stdout)
     assert plan["points"][0]["source"].startswith(f"the earlier run on {bed.name}")
     assert plan["points"][0]["seconds"] < 60
+
+
+def test_a_dry_run_with_no_testbed_shows_a_placeholder_never_a_testbed_named_dry_run(tb_home: Path) -> None:
+    """No --on and no testbed in the suite: the commands a dry run shows name a placeholder to replace (TESTBED),
+    not a testbed called 'dry-run' that a user would copy into 'testbed setup dry-run'."""
+    from testbed import services
+    from testbed.run.plan import dry_run_lines
+
+    (tb_home / "experiments").mkdir(exist_ok=True)
+    (tb_home / "experiments" / "bare.yml").write_text(
+        "name: bare\nprofile: local-suites\nsteps:\n  launch:\n    on: master\n    command: echo hi\n")
+    p = services.plan("bare", None, dry_run=True)
+    setup = [ln["command"] for ln in dry_run_lines(p) if ln["phase"] == "setup"]
+    assert setup and all(c == "testbed setup TESTBED --profile local-suites" for c in setup), setup
+    assert "dry-run" not in " ".join(str(ln) for ln in dry_run_lines(p))

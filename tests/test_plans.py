@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -98,8 +99,29 @@ def test_a_plan_with_repair_and_checkpoint_round_trips(tb_home: Path) -> None:
     plan = runner.plan_run("fault-drill", None, {"seed": 5}, faults=["kill-host"], dry_run=True)
     assert plan.checkpoint is not None and plan.checkpoint.hosts == [plan.master] and plan.checkpoint.file == "ckpt.pt"
     (f,) = plan.faults
-    assert f.action == "kill-host" and f.when == "epoch [0-9]+ step 7 loss"  # 2 + 5 * 7 % 10
+    assert f.action == "kill-host" and f.when == "epoch [0-9]+ step 8 loss"  # 4 + 1 + 5 * 7 % (12 - 4)
     assert [type(s) for s in f.recovery_steps(1)] == [RepairStep, RelaunchStep]
     assert [type(s) for s in plan.recovery["1"]] == [RepairStep, RelaunchStep] and set(plan.recovery) == {"1", "2"}
     assert RunPlan.model_validate(plan.to_json()) == plan
     assert any(ln["step"] == "repair any lost host and set it up again" for ln in dry_run_lines(plan))
+
+
+def test_fault_drill_says_it_resumed_from_the_checkpoint_only_when_one_was_loaded(tb_home: Path) -> None:
+    """The check 'training resumed from the checkpoint' reads what rank 0 said it did: it passes on "restored
+    checkpoint ... at step N" and fails on "found no checkpoint ...: starting again from step 0"; and kill-host, for
+    every seed the demo may pick, strikes after the first checkpoint, so the claim is true of a real run."""
+    import re
+
+    plan = runner.plan_run("fault-drill", None, {}, faults=["kill-host"], dry_run=True)
+    (ck,) = [c for c in plan.checks if c.name == "training resumed from the checkpoint"]
+    assert ck.file == "rank0.out" and ck.contains
+    said = {"rank 0 restored checkpoint ckpt.pt at step 8": True,
+            "rank 0 found no checkpoint ckpt.pt: starting again from step 0": False,
+            "rank 0 restored checkpoint ckpt.pt at step 0": False}
+    for line, ok in said.items():  # grep -E, as the run's check step uses it
+        r = subprocess.run(["grep", "-E", "-q", "-e", ck.contains, "-"], input=line + "\n", text=True, check=False)
+        assert (r.returncode == 0) is ok, line
+    for seed in (*range(9), 96):  # (seed * 7) % 8: every value the step takes
+        (f,) = runner.plan_run("fault-drill", None, {"seed": seed}, faults=["kill-host"], dry_run=True).faults
+        m = re.search(r"step (\d+) loss", f.when or "")
+        assert m and 4 < int(m.group(1)) <= 12, (seed, f.when)  # after the checkpoint of step 4, in the first half

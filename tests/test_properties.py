@@ -590,3 +590,37 @@ def test_failing_templates_get_one_message_with_their_line(data: st.DataObject, 
     else:
         suite["parameters"]["m"] = {"type": "str", "default": expr}
     refused(["run", "gen", "--on", "local", "--dry-run"], suite, line=True)
+
+
+@st.composite
+def template_bombs(draw: st.DrawFn) -> str:
+    """A template that builds a value of up to 10^18 characters or loops up to 10^15 times, from a builder (repeat,
+    pad, format width, join, nested loops, a doubling macro) and a size drawn over many orders of magnitude."""
+    n = draw(st.integers(0, 18).map(lambda e: 10 ** e)) + draw(st.integers(0, 9))
+    k = draw(st.integers(1, 100000))
+    return draw(st.sampled_from([
+        f"{{{{ 'x' * {n} }}}}", f"{{{{ ['ab'] * {n} }}}}", f"{{{{ 'a' | center({n}) }}}}",
+        f"{{{{ 'a'.ljust({n}) }}}}", f"{{{{ '%{n}d' % 1 }}}}", f"{{{{ '{{:>{n}}}'.format(1) }}}}",
+        f"{{{{ range({min(n, 100000)}) | join('x' * {k}) }}}}", f"{{{{ [1] | batch({n}, 0) | list | length }}}}",
+        f"{{% for i in range({min(n, 100000)}) %}}{{% for j in range({k}) %}}{{% endfor %}}{{% endfor %}}",
+        f"{{% macro f(d) %}}{{% if d > 0 %}}{{{{ f(d - 1) }}}}{{{{ f(d - 1) }}}}{{% endif %}}{{% endmacro %}}"
+        f"{{{{ f({min(n, 60)}) }}}}",
+    ]))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@SETTINGS
+@given(template=template_bombs(), shell=st.booleans())
+def test_templates_are_bounded_whatever_they_build(template: str, shell: bool) -> None:
+    """Rendered within the bounds, or refused with one UsageError naming the bound, never a hang or a huge output."""
+    from testbed.errors import UsageError
+    from testbed.suite import render
+    from testbed.templating import MAX_VALUE
+
+    try:
+        out = render(template, {}, shell=shell, where="s: steps.launch.command", at="s.yml:7")
+    except UsageError as e:
+        assert e.where == "s.yml:7" and ("the template is refused" in e.what or "Range too big" in e.what), e.what
+    else:
+        assert len(out) <= MAX_VALUE

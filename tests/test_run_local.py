@@ -25,10 +25,10 @@ name: sleepy
 parameters:
   seconds: {type: float, default: 4}
   n: {type: int, default: 0}
-  hosts: {type: int, default: 2}
+  host_count: {type: int, default: 2}
 matrix:
   n: [1, 2, 3]
-placement: {hosts: "{{ hosts }}"}
+placement: {hosts: "{{ host_count }}"}
 steps:
   launch:
     command: "sleep {{ seconds }}; echo done rank {{ rank }} n {{ n }}"
@@ -148,7 +148,7 @@ def test_mpi_hello_end_to_end(bed) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_matmul_baseline_writes_per_rank_csv(bed) -> None:  # type: ignore[no-untyped-def]
-    run_id = start(bed, "matmul-baseline", {"size": "64", "iterations": "2", "hosts": "2", "python": PY})
+    run_id = start(bed, "matmul-baseline", {"size": "64", "iterations": "2", "host_count": "2", "python": PY})
     row = runner.wait(run_id, timeout=120)
     assert row.status == "succeeded", row.reason
     csv = bed.ssh("node1", f"cat ~/.testbed-runs/{run_id}/matmul_rank1.csv").stdout.splitlines()
@@ -197,7 +197,7 @@ def test_a_run_that_hits_its_timeout_is_not_a_success(bed) -> None:  # type: ign
 
 
 def test_a_run_whose_folder_vanishes_on_a_host_fails_naming_it(bed) -> None:  # type: ignore[no-untyped-def]
-    run_id = start(bed, "sleepy", {"seconds": "60", "n": "1", "hosts": "2"})
+    run_id = start(bed, "sleepy", {"seconds": "60", "n": "1", "host_count": "2"})
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and "rank1.pid" not in bed.ssh("node1", f"ls ~/.testbed-runs/{run_id}").stdout:
         time.sleep(0.3)
@@ -241,7 +241,7 @@ def test_cli_killed_mid_run_then_reattach(bed) -> None:  # type: ignore[no-untyp
 
 
 def test_campaign_interrupted_and_resumed(bed) -> None:  # type: ignore[no-untyped-def]
-    args = ["run", "sleepy", "--on", bed.name, "--matrix", "-p", "hosts=4", "-p", "seconds=2"]
+    args = ["run", "sleepy", "--on", bed.name, "--matrix", "-p", "host_count=4", "-p", "seconds=2"]
     p = subprocess.Popen([PY, "-m", "testbed.cli.runs", *args], cwd=bed.cwd, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env={**os.environ, "TESTBED_HOME": str(bed.home)},
                          start_new_session=True)
@@ -317,7 +317,7 @@ def test_a_campaign_with_a_failed_run_fails_and_its_reports_say_why(bed) -> None
 
 
 def test_host_killed_mid_run_fails_fast_naming_it(bed) -> None:  # type: ignore[no-untyped-def]
-    run_id = start(bed, "sleepy", {"hosts": "4", "seconds": "60"})
+    run_id = start(bed, "sleepy", {"host_count": "4", "seconds": "60"})
     st = Store.open_default()
     deadline = time.monotonic() + 60
     while rs.require(st, run_id).status != "running" and time.monotonic() < deadline:

@@ -164,7 +164,7 @@ BAD: dict[str, tuple[str, list[str], int | None]] = {
     "unknown-tpu": ("provider:\n  kind: gcp-tpu\n  runtime: tf\n",
                     ["unknown key 'runtime'", "did you mean 'runtime_version'"], 3),
     "unknown-nohint": ("provider:\n  kind: local\n  qqqq: 1\n", ["unknown key 'qqqq'", "valid keys here"], 3),
-    "kind-unknown": ("provider:\n  kind: docker\n", ["bad value for 'provider'", "'docker'"], 1),
+    "kind-unknown": ("provider:\n  kind: docker\n", ["unknown provider.kind 'docker'", "kind is one of: local"], 2),
     "kind-missing": ("provider:\n  hosts: 2\n", ["bad value for 'provider'", "'kind'"], 1),
     "local-hosts-type": ("provider:\n  kind: local\n  hosts: many\n", ["'provider.hosts'", "integer"], 3),
     "local-hosts-zero": ("provider:\n  kind: local\n  hosts: 0\n", ["'provider.hosts'", "greater than or equal"], 3),
@@ -198,7 +198,10 @@ BAD: dict[str, tuple[str, list[str], int | None]] = {
                   ["environment variable TB_SPEC_NEVER_SET is not set", "user"], 3),
     "env-unset-nested": ("provider:\n  kind: lab\n  hosts:\n    - name: a\n      key: ${TB_SPEC_NEVER_SET}\n",
                          ["TB_SPEC_NEVER_SET", "provider.hosts.0.key"], 5),
-    "two-problems": ("provider:\n  kind: local\n  hots: 2\n  sbunet: x\n", ["(and 1 more problem)"], 3),
+    "two-problems": ("provider:\n  kind: local\n  hots: 2\n  sbunet: x\n",
+                     ["unknown key 'hots'", "also: unknown key 'sbunet' (line 4)"], 3),  # every problem, each line
+    "kind-typo": ("provider:\n  site: CHI@UC\n  kind: chameloen\nuser: 5bad\n",
+                  ["unknown provider.kind 'chameloen'", "did you mean 'chameleon'?", "also: bad value for 'user'"], 3),
 }
 
 

@@ -35,7 +35,7 @@ def test_open_creates_schema_private_and_wal(tmp_path: Path) -> None:
     st = Store(tmp_path / "s" / "state.db")
     assert stat.S_IMODE((tmp_path / "s" / "state.db").stat().st_mode) == 0o600
     assert st.query("PRAGMA journal_mode")[0][0] == "wal"
-    assert st.query("SELECT value FROM meta WHERE key='schema_version'")[0][0] == "3" and st.schema_version == 3
+    assert st.query("SELECT value FROM meta WHERE key='schema_version'")[0][0] == "4" and st.schema_version == 4
     st.close()
     st2 = Store(tmp_path / "s" / "state.db")  # reopening is harmless
     assert st2.testbeds() == []
@@ -216,12 +216,12 @@ def test_a_version_1_state_is_migrated_in_place(tmp_path: Path) -> None:
     db.executescript((Path(__file__).parent / "samples" / "state" / "v1.sql").read_text())
     db.close()
     st = Store(path)
-    assert st.schema_version == 3
+    assert st.schema_version == 4
     assert [h.name for h in st.hosts("old")] == ["node0"] and st.testbed("old")["status"] == "up"
     assert st.query("SELECT status FROM runs")[0]["status"] == "succeeded"
     assert {r["name"] for r in st.query("SELECT name FROM sqlite_master WHERE type='index'")} >= {"runs_campaign"}
     st.close()
-    assert Store(path).schema_version == 3  # opening again changes nothing
+    assert Store(path).schema_version == 4  # opening again changes nothing
 
 
 def _state_from_sample(tmp_path: Path, sample: str) -> Path:
@@ -240,7 +240,7 @@ def test_a_version_1_state_reads_as_records_after_migration(tmp_path: Path) -> N
 
     path = _state_from_sample(tmp_path, "v1.sql")
     st = Store(path)
-    assert st.schema_version == 3 and st.query("SELECT value FROM meta WHERE key='schema_version'")[0][0] == "3"
+    assert st.schema_version == 4 and st.query("SELECT value FROM meta WHERE key='schema_version'")[0][0] == "4"
     assert st.testbed("old")["info"] == {"subnet": "10.213.7.0/24"}  # type: ignore[index]
     assert [(h.name, h.address, h.groups) for h in st.hosts("old")] == [("node0", "10.213.7.2", ["master"])]
     assert [r["id"] for r in st.resources("old", "netns")] == ["tb-old-node0"]
@@ -272,7 +272,7 @@ def test_a_version_2_state_opens_unchanged_and_reads_as_records(tmp_path: Path) 
 
     path = _state_from_sample(tmp_path, "v2.sql")
     st = Store(path)
-    assert st.schema_version == 3
+    assert st.schema_version == 4
     rid = "fault-drill-20250101-120000-abcd"
     run = st.run(rid)
     assert run is not None and run.status == "succeeded" and run.campaign == "fault-drill-0123abcd"
@@ -291,6 +291,29 @@ def test_a_version_2_state_opens_unchanged_and_reads_as_records(tmp_path: Path) 
     st.update_run(rid, info=RunInfo(attempt=2))
     after = json.loads(st.query("SELECT info FROM runs WHERE id=?", (rid,))[0]["info"])
     assert after == {**stored, "attempt": 2}  # a merge: every other key kept as it was
+
+
+def test_a_version_3_state_migrates_and_its_collected_rows_are_never_quick_checked(tmp_path: Path) -> None:
+    """Schema 3 (collected rows without the host's stat of their files): migrated to 4, its rows read back
+    without a stamp, so the collector's known lines leave them out (each file is hashed once more on its host,
+    never trusted on size and mtime alone); a row recorded now keeps the host's mtime, ctime and inode."""
+    from testbed.collect.transfer import Ctx, known_files
+
+    st = Store(_state_from_sample(tmp_path, "v3.sql"))
+    assert st.schema_version == 4 and st.query("SELECT value FROM meta WHERE key='schema_version'")[0][0] == "4"
+    from testbed.state import FileStamp
+    rid = "fault-drill-20250101-120000-abcd"
+    assert [(f.path, f.size, f.stamp) for f in st.collected(rid)] == [("rank0.out", 120, None),
+                                                                      ("train_log.csv", -1, None)]
+    folder = tmp_path / "results"
+    (folder / "node0").mkdir(parents=True)
+    (folder / "node0" / "rank0.out").write_bytes(b"x" * 120)  # its local copy, of the recorded size
+    ctx = Ctx(st, threading.Lock(), "old", rid, folder, {}, None, 5, 5, None, False)
+    assert known_files(ctx, "node0") == []
+    stamp = FileStamp(mtime=1735732820, ctime_ns=1735732820123456789, ino=4242)
+    st.record_collected(rid, "node0", [("rank0.out", "c" * 64, 120, stamp)], 1735732900.0)
+    assert [f.stamp for f in st.collected(rid, "node0")] == [stamp]
+    assert known_files(ctx, "node0") == [(120, 1735732820, 1735732820123456789, 4242, "c" * 64, "rank0.out")]
 
 
 def test_run_writes_go_through_named_columns(tmp_path: Path) -> None:

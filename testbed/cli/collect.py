@@ -187,10 +187,15 @@ def _print_index(res: IndexResult) -> None:
     c = Console(highlight=False, soft_wrap=True)
     for p in res.paths:
         c.print(f"index: {escape(str(p))}")
-    for r in res.runs:
-        mark = "[red]error[/red]" if r["error"] else ("[green]pass[/green]" if r["passed"] else "[red]FAIL[/red]")
-        c.print(f"run {mark} {escape(r['run_id'])}: {escape(str(r['report'] or r['error']))}"
-                + (f"\n  why: {escape(r['cause'])}" if r.get("cause") else ""))
+    for r in res.runs:  # the checks' mark beside the verdicts': never a bare "pass" over an outside tolerance
+        mark = "[red]error[/red]" if r["error"] else ("[green]checks pass[/green]" if r["passed"]
+                                                       else "[red]checks FAIL[/red]")
+        if r.get("verdicts"):
+            colour = "red" if r.get("outside") else "green" if r.get("all_within") else "yellow"
+            mark += f", [{colour}]{escape(r['verdicts'])}[/{colour}]"
+        why = f"\n  why: {escape(r['cause'])}" if r.get("cause") else ""
+        c.print(f"run {escape(str(r.get('status') or '?'))} ({mark}) {escape(r['run_id'])}: "
+                f"{escape(str(r['report'] or r['error']))}{why}")
     for rr in res.campaigns:
         mark = "[green]pass[/green]" if rr.passed else "[red]FAIL[/red]"
         c.print(f"campaign {mark} {escape(rr.suite)} ({plural(len(rr.runs), 'run')}): {escape(str(rr.path))}")

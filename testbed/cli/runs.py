@@ -552,20 +552,43 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
     c.print(f"requires: {r.hosts}+ hosts" + (f", providers {', '.join(r.providers)}" if r.providers else "")
             + (f", accelerator {r.accelerator}" if r.accelerator else "")
             + (f"; default testbed {s.testbed}" if s.testbed else "") + (f"; profile {s.profile}" if s.profile else ""))
+    rendered = _rendered(s)  # templates shown as the default testbed renders them, never as raw Jinja
     if s.parameters:
         c.print("parameters:")
         for k, p in s.parameters.items():
             extra = f" one of {p.choices}" if p.choices else ""
-            c.print(f"  {k} ({p.type}) = {p.default!r}{extra}  {escape(p.help)}")
+            value = f"{p.default!r}"
+            if isinstance(p.default, str) and suite_mod.is_template(p.default):
+                value = (f"{rendered.params[k]!r} on {rendered.testbed} (rendered per testbed)"
+                         if rendered is not None and k in rendered.params else "(a template, rendered per testbed)")
+            c.print(f"  {k} ({p.type}) = {escape(value)}{extra}  {escape(p.help)}")
     if s.matrix:
         n = len(s.matrix) if isinstance(s.matrix, list) else len(suite_mod.expand_matrix(s, {}))
         c.print(f"matrix: {plural(n, 'point')} (testbed run {s.name} --matrix)")
     c.print(f"steps: prepare {len(s.steps.prepare)}, launch on {s.steps.launch.on} "
             f"({s.steps.launch.ranks_per_host}/host), recovery {len(s.steps.recovery)}, post {len(s.steps.post)}")
+    whens = {fp.name: fp.when for fp in rendered.faults} if rendered is not None else {}
     for name, f in s.faults.items():
-        trig = f"at {f.at:g} s" if f.at is not None else f"when /{f.when}/"
+        when = whens.get(name) or f.when
+        if when and suite_mod.is_template(when):
+            when = "a pattern rendered per point"
+        trig = f"at {f.at:g} s" if f.at is not None else f"when /{when}/"
         dflt = " (default)" if name in s.default_faults else ""
         c.print(f"fault {name}{dflt}: {f.action} {trig}  {escape(f.description)}")
+
+
+def _rendered(s: Any) -> Any:
+    """The suite's dry-run plan on its default testbed with every fault, whose values ``show`` prints for the
+    templates; None when it cannot be planned there (the templates are then said to be rendered per testbed)."""
+    from testbed import services
+    from testbed.errors import TestbedError
+    from testbed.run.plan import NO_TESTBED
+
+    try:
+        plan = services.plan(s, None, dry_run=True, faults=list(s.faults))
+    except TestbedError:
+        return None
+    return plan if plan.testbed != NO_TESTBED else None  # no testbed to render them for
 
 
 def list_suites(ctx: typer.Context, json_out: JsonOpt = False) -> None:
@@ -669,8 +692,12 @@ def _show_rehearsal(res: Any) -> None:
                   + " (the profile did not make the suite's environment here)")
     for p in res.points:
         verdict = "[green]rehearsed[/green]" if p.ok else "[red]would fail[/red]"
+        proved = bool(p.failures) and p.status == "succeeded"  # it ran, but did not prove what it produced
+        cause = p.failures[0] if proved else p.reason
         out.print(f"\n[bold]{escape(p.run_id)}[/bold] {verdict}: run {escape(p.status)}"
-                  + (f" ({escape(p.reason)})" if p.reason else ""))
+                  + ((f", but {escape(cause)}" if proved else f" ({escape(cause)})") if cause else ""))
+        for f in p.failures[1:] if p.failures and cause == p.failures[0] else p.failures:
+            out.print(f"  [red]{escape(f)}[/red]")
         for s in p.steps:
             out.print(f"  {s.phase:8} {escape(s.name)}: {s.status}" + (f" ({escape(s.reason)})" if s.reason else ""))
         out.print(f"  ranks: {p.ranks}")
@@ -679,6 +706,9 @@ def _show_rehearsal(res: Any) -> None:
                       + ("ok" if not pr.problems else plural(len(pr.problems), "problem")))
             for prob in pr.problems:
                 out.print(f"      [red]{escape(prob)}[/red]")
+        for glob, hosts in p.produced.items():  # (one that matched nothing is a failure or not rehearsed)
+            if hosts:
+                out.print(f"  output {escape(glob)}: made on {escape(', '.join(hosts))}")
         for n in p.not_rehearsed:
             out.print(f"  not rehearsed: {escape(n)}")
         if p.folder:

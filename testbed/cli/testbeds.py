@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -14,7 +15,7 @@ import typer
 from testbed.cli import complete, hot
 from testbed.cli.common import JsonOpt, console, existing_store, json_wanted, print_json, store
 from testbed.cli.hot import _hosts_table, _known_testbed, _print_runs, _recent_runs, progress_printer, resolve
-from testbed.cli.output import Plain
+from testbed.cli.output import Plain, escape
 from testbed.errors import TestbedError, UsageError
 from testbed.resolved import Resolved
 from testbed.textfmt import plural
@@ -33,10 +34,14 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
                                                                       "again.")] = False,
               expire: Annotated[str | None, typer.Option("--expire", help="Release the testbed this long from now "
                                                          "(8h, 90m, 2d), even with no controller running.")] = None,
+              for_suite: Annotated[str | None, typer.Option("--for", metavar="SUITE",
+                                                            help="Refuse, before anything is rented, when this "
+                                                                 "suite cannot run on the testbed (its providers).")
+                                   ] = None,
               json_out: JsonOpt = False) -> None:
     """Create (or repair) the testbed's hosts and record them in state. Idempotent.
 
-    Example: testbed provision local --expire 8h  |  testbed provision chameleon --repair node-2
+    Example: testbed provision local --expire 8h  |  testbed provision chameleon --for isca-resnet18
     """
     from testbed import expiry, services
 
@@ -53,7 +58,7 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
     tb = resolve(name, store())
     if repair is not None:
         return _repair(tb, repair, not no_setup, json_out)
-    done = services.provision(tb, expire=expire, progress=progress_printer())
+    done = services.provision(tb, expire=expire, progress=progress_printer(), for_suite=for_suite)
     release_at = expiry.iso(done.release_at) if done.release_at else None
     image = done.image
     if json_out:
@@ -337,7 +342,16 @@ def list_testbeds(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     rows = []
     for name, p in paths.list_resources("inventories").items():
         tb = st.testbed(name)
-        rows.append({"name": name, "spec": str(p), "status": tb["status"] if tb else "not provisioned"})
+        row = {"name": name, "spec": str(p), "status": tb["status"] if tb else "not provisioned"}
+        problem = _spec_problem(p)
+        if problem is not None:  # a spec that cannot be provisioned as it stands: never just 'not provisioned'
+            import re
+
+            unset = re.match(r"environment variable (\S+) is not set", problem)
+            what = f"needs ${unset.group(1)}" if unset else "broken spec"
+            row["status"] = what if tb is None else f"{row['status']}; {what}"
+            row["problem"] = problem
+        rows.append(row)
     if json_out:
         print_json(rows)
         return
@@ -347,8 +361,23 @@ def list_testbeds(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     for col in ("name", "status", "spec"):
         t.add_column(col, no_wrap=col == "name")  # a name is never cut in two
     for r in rows:
-        t.add_row(r["name"], r["status"], r["spec"])
-    console().print(t)
+        t.add_row(r["name"], r["status"] if "problem" not in r else f"[red]{escape(r['status'])}[/red]", r["spec"])
+    c = console()
+    c.print(t)
+    for r in rows:
+        if "problem" in r:
+            c.print(f"[red]{escape(r['name'])}[/red]: {escape(r['problem'])}")
+
+
+def _spec_problem(path: Path) -> str | None:
+    """Why the spec at ``path`` would be refused (its first problem, with file:line), or None when it loads."""
+    from testbed.spec import load_testbed
+
+    try:
+        load_testbed(str(path))
+    except TestbedError as e:
+        return e.what + (f" ({e.where})" if e.where and e.where not in e.what else "")
+    return None
 
 
 def list_profiles(ctx: typer.Context, json_out: JsonOpt = False) -> None:

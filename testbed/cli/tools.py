@@ -22,7 +22,8 @@ Targets = Annotated[list[str] | None, typer.Argument(
 def check(targets: Targets = None, json_out: JsonOpt = False) -> None:
     """Whether each provider can be used from here: its extra installed, credentials found (and where) and
     accepted by the service, the project, site or zone in use, quotas where the API gives them; for the local
-    provider root, its tools and namespaces. Exit 1 when a provider asked about is not usable.
+    provider root, its tools and namespaces. Exit 1 when a provider asked about (every one, when none is named)
+    is not usable: name the providers you use (testbed check local lab) to check just those.
 
     Example: testbed check chameleon
     """
@@ -34,6 +35,12 @@ def check(targets: Targets = None, json_out: JsonOpt = False) -> None:
     else:
         render_check(data)
     if not data["ok"]:
+        if not json_out:
+            bad = [r["provider"] for r in data["providers"] if not r["usable"]]
+            if bad and not data["targets"]:
+                console(stderr=True).print(f"not usable: {', '.join(bad)} (exit 1); 'testbed check "
+                                           f"{' '.join(r['provider'] for r in data['providers'] if r['usable'])}' "
+                                           "checks only the usable ones")
         raise typer.Exit(1)
 
 

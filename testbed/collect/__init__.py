@@ -4,9 +4,10 @@ Per host, in parallel (one thread each):
 
 1. one remote program (testbed/scripts/listing.sh on ``bash -s``, through testbed.remote) expands the run's output
    globs (relative to the run folder, ``~/``-relative or absolute; files from outside the run folder only when
-   written since the run folder was made, and placed under ``@home/`` and ``@root/``), prints size, mtime and
-   sha256 of every matched file (a file already collected whose size and mtime are unchanged is not hashed
-   again), says whether ``rsync`` is installed and, when the manifest still lacks them, prints the host's facts:
+   written since the run folder was made, and placed under ``@home/`` and ``@root/``), prints size, mtime,
+   ctime, inode and sha256 of every matched file (a file already collected is not hashed again while its size,
+   mtime, ctime and inode are those recorded when it was hashed: a rewrite that kept size and mtime moves the
+   ctime), says whether ``rsync`` is installed and, when the manifest still lacks them, prints the host's facts:
    one round trip.
    The run's software (Python, pip freeze, source commits) is read from the first host, once per results folder:
    its listing also prints the source commits and the fingerprint of the Python's installed software; while that

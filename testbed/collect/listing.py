@@ -2,8 +2,9 @@
 
 ``listing_script`` is the one remote program (testbed/scripts/listing.sh, run by ``bash -s``) per host: it
 expands the run's output globs (run-relative, ``~/``-relative or absolute), hashes what changed since the last
-collect, says whether rsync is installed and prints the host's facts when asked; ``parse_listing`` reads its
-output back.
+collect (a file is left unread only while its size, mtime, ctime and inode are what they were when it was hashed:
+:class:`testbed.state.FileStamp`), says whether rsync is installed and prints the host's facts when asked;
+``parse_listing`` reads its output back.
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ from typing import Any
 
 from testbed import scripts
 from testbed.collect import manifest as mf
+from testbed.state import FileStamp
 
 LOG_PATTERNS = ("rank*.out", "rank*.err", "rank*.exit", "rank*.start", "rank*.end")
 RUNS_DIR = "~/.testbed-runs"
 UNHASHED = "-"
 """The checksum a lazy listing gives a file it left for the stream to hash (``listing_script(lazy=...)``)."""
+RACY_NS = 10**9
+"""A file whose ctime is this close to the listing's clock (or later) may be written again without its ctime
+moving (the kernel stamps times from a clock that ticks every few ms; some file systems keep whole seconds), so
+its stat is not kept for the next quick check (git's racy-timestamp rule): it is hashed once more next time."""
 
 
 @dataclass
@@ -28,9 +34,20 @@ class Listing:
     rsync: bool = False
     files: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> (size, sha256)
     mtimes: dict[str, int] = field(default_factory=dict)  # path -> mtime on the host (s)
+    ids: dict[str, tuple[int | None, int]] = field(default_factory=dict)  # path -> (ctime ns or None, inode)
+    now_ns: int | None = None  # the host's clock before it looked at the files (None: it did not say)
     nomatch: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     fact_lines: list[str] = field(default_factory=list)
+
+    def stamp(self, path: str) -> FileStamp | None:
+        """The host's stat of ``path`` as listed, for the next quick check; None where a later write might leave
+        it as it is: no ctime in ns, a ctime within RACY_NS of the listing's clock, or no clock said."""
+        ctime, ino = self.ids.get(path, (None, 0))
+        mtime = self.mtimes.get(path)
+        if ctime is None or mtime is None or self.now_ns is None or ctime > self.now_ns - RACY_NS:
+            return None
+        return FileStamp(mtime, ctime, ino)
 
 
 def output_patterns(info: dict[str, Any], host: str) -> tuple[list[str], list[str]]:
@@ -102,13 +119,15 @@ def run_dir(info: dict[str, Any], run_id: str) -> str:
     return str(info.get("run_dir") or f"{RUNS_DIR}/{run_id}")
 
 
-def listing_script(run_dir: str, patterns: list[str], known: Sequence[tuple[int, int, str, str]] = (),
+def listing_script(run_dir: str, patterns: list[str], known: Sequence[tuple[int, int, int, int, str, str]] = (),
                    sources: Sequence[str] = (), background: str = "", lazy: tuple[int, int] = (0, 0),
                    stream: tuple[str, int] | None = None, budget: float = 0) -> str:
     """The program listing ``run_dir`` on a host (for ``bash -s``): testbed/scripts/listing.sh with its arguments.
 
-    ``known``: (size, mtime, sha256, path) of files already collected; a file whose size and mtime are unchanged
-    (rsync's quick check) gets its known checksum instead of being hashed again, so a re-collect reads nothing.
+    ``known``: (size, mtime, ctime ns, inode, sha256, path) of files already collected, as the host's stat said
+    when it hashed them (:class:`FileStamp`); a file whose four are unchanged gets its known checksum instead of
+    being hashed again, so a re-collect reads nothing. Size and mtime alone (rsync's quick check) would miss a
+    file rewritten with its old size and mtime (``cp -p``, ``touch -r``, two writes within a second).
     ``sources``: the run's source checkouts on the host; files outside the run folder that git tracks there
     unchanged are the artifact's own (an output folder committed with the paper's results), never this run's.
     ``background``: a bash program run while the files are hashed (the host's facts); its output follows.
@@ -121,8 +140,8 @@ def listing_script(run_dir: str, patterns: list[str], known: Sequence[tuple[int,
     ``budget``: seconds the listing may take on the host (0: no limit); past it, it stops and says how far it got,
     and what it started is killed, so nothing outlives a collect that gave up.
     """
-    known_lines = "".join(f"{size}\t{mtime}\t{sha}\t{path}\n" for size, mtime, sha, path in known
-                          if "\n" not in path)
+    known_lines = "".join(f"{size}\t{mtime}\t{ctime}\t{ino}\t{sha}\t{path}\n"
+                          for size, mtime, ctime, ino, sha, path in known if "\n" not in path)
     send = f"{stream[0]} {stream[1]} {scripts.text('stream.py')}" if stream else ""
     return scripts.program("listing.sh", run_dir, known_lines, "\n".join(sources), background, f"{lazy[0]} {lazy[1]}",
                            send, f"{max(0.0, budget):.0f}", *patterns)
@@ -137,12 +156,16 @@ def parse_listing(stdout: str) -> tuple[Listing, str | None]:
     """Parse the output of :func:`listing_script` (+ fact lines): (listing, problem or None)."""
     lst = Listing()
     for ln in stdout.splitlines():
-        if ln.startswith("F\t"):
-            parts = ln.split("\t", 4)
-            if len(parts) == 5 and parts[1].isdigit() and parts[2].lstrip("-").isdigit() and \
-                    (len(parts[3]) == 64 or parts[3] == UNHASHED):
-                lst.files[parts[4]] = (int(parts[1]), parts[3])
-                lst.mtimes[parts[4]] = int(parts[2])
+        if ln.startswith("F\t"):  # F size mtime ctime_ns|- inode sha256|- path
+            parts = ln.split("\t", 6)
+            if len(parts) == 7 and parts[1].isdigit() and parts[2].lstrip("-").isdigit() and \
+                    (parts[3].isdigit() or parts[3] == "-") and parts[4].isdigit() and \
+                    (len(parts[5]) == 64 or parts[5] == UNHASHED):
+                lst.files[parts[6]] = (int(parts[1]), parts[5])
+                lst.mtimes[parts[6]] = int(parts[2])
+                lst.ids[parts[6]] = (int(parts[3]) if parts[3].isdigit() else None, int(parts[4]))
+        elif ln.startswith("@NOW ") and ln[5:].isdigit():
+            lst.now_ns = int(ln[5:])
         elif ln == "@NODIR":
             return lst, ln
         elif ln.startswith("@DIR "):

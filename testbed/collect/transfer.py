@@ -26,7 +26,7 @@ from testbed.collect import manifest as mf
 from testbed.collect.listing import UNHASHED, Listing, host_path, parse_listing, roots, run_dir
 from testbed.errors import TestbedError
 from testbed.paths import PARTIAL_DIR
-from testbed.state import Store
+from testbed.state import CollectedFile, FileStamp, Store
 
 PENDING = -1  # ``collected.size`` of a file whose transfer started but was not verified yet
 
@@ -85,23 +85,25 @@ class Ctx:
     shared_home: bool = False  # one run folder on every host: a file is fetched once and linked for the others
     verified: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)  # this collect's files
 
-    def done(self, host: str, items: list[tuple[str, str, int]]) -> None:
-        """Files verified in results/ (path, sha256, size): recorded, and listed in the manifest."""
+    def done(self, host: str, items: list[tuple[str, str, int, FileStamp | None]]) -> None:
+        """Files verified in results/ (path, sha256, size, the host's stat of it when hashed: ``Listing.stamp``):
+        recorded, and listed in the manifest."""
         with self.lock:
-            for p, sha, size in items:
+            for p, sha, size, _ in items:
                 self.verified[(host, p)] = (sha, size)
-        self.record(host, [(p, sha, size if self.final else PENDING) for p, sha, size in items])
+        self.record(host, [(p, sha, size, stamp) if self.final else (p, sha, PENDING, None)
+                           for p, sha, size, stamp in items])
 
     def tick(self, host: str, advance: int, total: int = 0) -> None:
         if self.progress is not None and (advance or total):
             self.progress(host, advance, total)
 
-    def rows(self, host: str) -> dict[str, tuple[str, int, float]]:
+    def rows(self, host: str) -> dict[str, CollectedFile]:
         with self.lock:
-            return {r.path: (r.sha256, r.size, r.collected) for r in self.store.collected(self.run_id, host)}
+            return {r.path: r for r in self.store.collected(self.run_id, host)}
 
-    def record(self, host: str, items: list[tuple[str, str, int]]) -> None:
-        """Upsert (path, sha256, size) rows; size PENDING marks a transfer in progress."""
+    def record(self, host: str, items: list[tuple[str, str, int, FileStamp | None]]) -> None:
+        """Upsert (path, sha256, size, host stamp) rows; size PENDING marks a transfer in progress."""
         if not items:
             return
         with self.lock:
@@ -163,22 +165,24 @@ def _listing_outcome(ctx: Ctx, host: str, res: remote.HostResult, stdout: str,
     return lst, None
 
 
-def known_files(ctx: Ctx, host: str) -> list[tuple[int, int, str, str]]:
-    """(size, mtime, sha256, path) of this host's verified files whose local copy still has the recorded size.
+def known_files(ctx: Ctx, host: str) -> list[tuple[int, int, int, int, str, str]]:
+    """(size, mtime, ctime ns, inode, sha256, path) of this host's verified files, as the host's stat said when it
+    hashed them, whose local copy still has the recorded size: the listing's quick check (``listing_script``).
 
-    A local copy carries the host file's mtime (rsync -t; set after sftp), so an unchanged host file matches.
+    A row without a stamp (recorded before stamps were kept, or stat'ed too close to its listing's clock) is left
+    out: that file is hashed again, never trusted on its size and mtime alone.
     """
     hdir = ctx.folder / host
     out = []
-    for path, (sha, size, _) in ctx.rows(host).items():
-        if size < 0:
+    for path, row in ctx.rows(host).items():
+        if row.size < 0 or row.stamp is None:
             continue
         try:
             st = (hdir / path).stat()
         except OSError:
             continue
-        if st.st_size == size:
-            out.append((size, int(st.st_mtime), sha, path))
+        if st.st_size == row.size:
+            out.append((row.size, *row.stamp, row.sha256, path))
     return out
 
 
@@ -188,9 +192,10 @@ def _plan(ctx: Ctx, host: str, lst: Listing, hc: HostCollect) -> tuple[list[str]
     hdir = ctx.folder / host
     send: list[str] = []
     conflicts: list[str] = []
-    confirmed: list[tuple[str, str, int]] = []
+    confirmed: list[tuple[str, str, int, FileStamp | None]] = []
     for path, (size, sha) in sorted(lst.files.items()):
         local = hdir / path
+        stamp = lst.stamp(path)
         try:
             st = local.stat()
         except FileNotFoundError:
@@ -198,20 +203,22 @@ def _plan(ctx: Ctx, host: str, lst: Listing, hc: HostCollect) -> tuple[list[str]
                 send.append(path)
             else:
                 hc.shared += 1
-                confirmed.append((path, sha, size))
+                confirmed.append((path, sha, size, stamp))
             continue
         row = rows.get(path)
         # the recorded checksum holds while the file's ctime (set by the kernel on any write, rename or copy over
         # it, unlike mtime, which `cp -p` or `touch` can set back) is not after the moment it was verified
-        if row and row[1] >= 0 and row[0] == sha and st.st_size == size and st.st_ctime <= row[2]:
+        if row and row.size >= 0 and row.sha256 == sha and st.st_size == size and st.st_ctime <= row.collected:
             hc.unchanged += 1
             with ctx.lock:
                 ctx.verified[(host, path)] = (sha, size)
+            if row.stamp != stamp:  # hashed again on the host (no stamp yet, or a touch): its stat now is kept
+                confirmed.append((path, sha, size, stamp))
             continue
         if local.is_file() and st.st_size == size and sha256_file(local) == sha:
             hc.unchanged += 1
-            confirmed.append((path, sha, size))
-        elif row and row[1] == PENDING:
+            confirmed.append((path, sha, size, stamp))
+        elif row and row.size == PENDING:
             send.append(path)  # the partial file of an interrupted collect: resume it
         else:
             conflicts.append(path)
@@ -249,7 +256,7 @@ def transfer_host(ctx: Ctx, host: str, lst: Listing, hc: HostCollect) -> None:
         hc.missing += conflicts
     if not send:
         return
-    ctx.record(host, [(p, lst.files[p][1], PENDING) for p in send])
+    ctx.record(host, [(p, lst.files[p][1], PENDING, None) for p in send])
     ctx.tick(host, 0, sum(lst.files[p][0] for p in send))
     streamed = [p for p in send if lst.files[p][1] == UNHASHED]
     checked = [p for p in send if lst.files[p][1] != UNHASHED]  # before the stream fills in its checksums
@@ -271,7 +278,7 @@ def _send_checked(ctx: Ctx, host: str, lst: Listing, todo: list[str], hc: HostCo
     for attempt in (1, 2):
         err = _fetch(ctx, host, lst, todo, hc)
         good, bad = _verify(hdir, lst, todo)
-        ctx.done(host, [(p, lst.files[p][1], lst.files[p][0]) for p in good])
+        ctx.done(host, [(p, lst.files[p][1], lst.files[p][0], lst.stamp(p)) for p in good])
         hc.sent += len(good)
         hc.bytes_sent += sum(lst.files[p][0] for p in good)
         if err is not None:
@@ -316,7 +323,9 @@ def _send_streamed(ctx: Ctx, host: str, lst: Listing, todo: list[str], hc: HostC
         rx.close()
         for p, sha, size, mtime in rx.good:
             lst.files[p], lst.mtimes[p] = (size, sha), mtime
-        ctx.done(host, [(p, sha, size) for p, sha, size, _ in rx.good])
+        # their stamps keep the listing's ctime and inode, taken before the stream read them: a change since then
+        # moved the ctime, so such a stamp never matches again (the file is hashed next time)
+        ctx.done(host, [(p, sha, size, lst.stamp(p)) for p, sha, size, _ in rx.good])
         hc.sent += len(rx.good)
         hc.bytes_sent += sum(size for _, _, size, _ in rx.good)
         left = todo[rx.index:]  # never reached: the stream stopped
@@ -381,7 +390,7 @@ class ListingStream:
         if unsafe:  # never written outside the host's folder
             self.hc.error = f"{self.host} listed a path that leaves its results folder: {sorted(unsafe)[0]!r}"
             self.hc.missing += sorted(unsafe)
-        self.ctx.record(self.host, [(p, UNHASHED, PENDING) for p in paths if p not in unsafe])
+        self.ctx.record(self.host, [(p, UNHASHED, PENDING, None) for p in paths if p not in unsafe])
         self.ctx.tick(self.host, 0, sum(lst.files[p][0] for p in paths if p not in unsafe))
         self.rx = _Receiver(self.ctx, self.host, paths, unsafe)
 
@@ -398,7 +407,7 @@ class ListingStream:
         hc.method = "stream"
         for p, sha, size, mtime in rx.good:
             lst.files[p], lst.mtimes[p] = (size, sha), mtime
-        ctx.done(host, [(p, sha, size) for p, sha, size, _ in rx.good])
+        ctx.done(host, [(p, sha, size, lst.stamp(p)) for p, sha, size, _ in rx.good])
         hc.sent += len(rx.good)
         hc.bytes_sent += sum(size for _, _, size, _ in rx.good)
         left = rx.paths[rx.index:]  # never reached: the stream stopped
@@ -408,7 +417,7 @@ class ListingStream:
             hc.missing += rx.bad + left
             return lst, None, True
         if rx.bad:  # sent once more in a stream of their own (which checks them as this one did)
-            ctx.record(host, [(p, lst.files[p][1], PENDING) for p in rx.bad])
+            ctx.record(host, [(p, lst.files[p][1], PENDING, None) for p in rx.bad])
             _send_streamed(ctx, host, lst, rx.bad, hc)
         _clean_rsync_temps(ctx.folder / host, [p for p in rx.paths if p not in rx.drop])
         return lst, None, True
@@ -492,7 +501,7 @@ class _Receiver:
             return
         part = self._partial(p)
         if ok:
-            os.utime(part, (self.mtime, self.mtime))  # like rsync -t: the next listing's quick check matches
+            os.utime(part, (self.mtime, self.mtime))  # like rsync -t: the copy carries the host file's mtime
             os.replace(part, self.hdir / p)
             self.good.append((p, sha, self.size, self.mtime))
         else:
@@ -643,7 +652,7 @@ def _fetch_sftp(ctx: Ctx, host: str, lst: Listing, paths: list[str], hc: HostCol
                 (hdir / p).parent.mkdir(parents=True, exist_ok=True)
                 mtime = lst.mtimes.get(p)
                 if mtime is not None:
-                    os.utime(tmp, (mtime, mtime))  # like rsync -t: the next listing's quick check matches
+                    os.utime(tmp, (mtime, mtime))  # like rsync -t: the copy carries the host file's mtime
                 os.replace(tmp, hdir / p)
     for d in (next(iter(staged.values())).parent, ctx.folder / ".partial"):
         with contextlib.suppress(OSError):

@@ -31,6 +31,7 @@ from testbed.report.suites import get_campaign_reporter
 from testbed.report.summary import _scalar
 from testbed.report.trust import duplicated, manifest_problems
 from testbed.report.verdicts import add_verdicts
+from testbed.report.verdicts import summary as verdict_summary
 from testbed.textfmt import plural
 
 MANIFEST = "manifest.json"
@@ -367,6 +368,9 @@ def build_index(root: Path, fmt: str = "md") -> IndexResult:
         else:
             row["report"], row["checks"] = rr.path, rr.checks
             row["cause"] = rr.cause["summary"] if rr.cause else None
+            row["verdicts"] = verdict_summary(rr.verdicts) if rr.verdicts else None
+            row["outside"] = sum(v.within is False for v in rr.verdicts)
+            row["all_within"] = bool(rr.verdicts) and all(v.within for v in rr.verdicts)
         rows.append(row)
     campaigns: list[tuple[str, ReportResult]] = []
     by_folder: dict[Path, list[RunDir]] = {}
@@ -396,7 +400,9 @@ def build_index(root: Path, fmt: str = "md") -> IndexResult:
         paths.append(path)
     out_rows = [{"run_id": r["run"].run_id, "suite": r["run"].suite, "campaign": r["campaign"],
                  "status": r["run"].manifest.get("status"), "report": str(r["report"]) if r["report"] else None,
-                 "passed": _passed(r["checks"]), "error": r.get("error"), "cause": r.get("cause")} for r in rows]
+                 "passed": _passed(r["checks"]), "error": r.get("error"), "cause": r.get("cause"),
+                 "verdicts": r.get("verdicts"), "outside": r.get("outside", 0),
+                 "all_within": r.get("all_within", False)} for r in rows]
     return IndexResult(paths, out_rows, [c for _, c in campaigns], skipped)
 
 

@@ -126,6 +126,9 @@ class Estimator:
                 if deeper and ":" in self.suite.at("estimate", *deeper).rsplit("/", 1)[-1]:
                     at = self.suite.at("estimate", *deeper)
                 return chosen.seconds(params), f"the suite's estimate '{chosen.text}' ({_short(at)})"
+            except est.EstimateTooLarge as e:
+                raise UsageError(f"{self.suite.name}: estimate: {e}", where=at,
+                                 fix="give the parameters smaller values (-p), or correct the estimate") from None
             except ValueError as e:
                 raise UsageError(f"{self.suite.name}: estimate: {e}", where=at,
                                  fix="give the parameter a value (-p), write '(name or N)' in the estimate, or add "
@@ -195,8 +198,10 @@ def time_left(name: str, store: Store, now: float) -> tuple[float | None, str]:
 def forecast(suite: Suite | str, testbed: str | None, given: dict[str, Any], *, matrix: bool,
              faults: list[str] | None = None, store: Store, now: float | None = None) -> Forecast:
     """Estimate every point of ``suite`` (its matrix, or the one run ``given`` names) on ``testbed``."""
+    from testbed.errors import UsageError
     from testbed.run import state as rs
     from testbed.run.plan import build_plan, testbed_info
+    from testbed.run.runner import refusals
     from testbed.spec import DEFAULT_TESTBED
     from testbed.suite import expand_matrix, load_suite, resolve_params
 
@@ -205,6 +210,9 @@ def forecast(suite: Suite | str, testbed: str | None, given: dict[str, Any], *, 
     name = testbed or s.testbed or DEFAULT_TESTBED
     points = expand_matrix(s, given) if matrix else [resolve_params(s, given)]
     info = testbed_info(name, dry_run=True, min_hosts=s.requires.hosts, store=store)
+    refused = refusals(s, info)
+    if refused:  # never a price for a testbed the suite cannot run on
+        raise UsageError(refused[0].what, where=refused[0].where, fix=refused[0].fix)
     needs = [len(build_plan(s, info, resolve_params(s, p), faults=faults, overrides={}).hosts) for p in points]
     hosts = max([len(info.hosts), *needs]) if info.elastic else len(info.hosts)
     estimator = Estimator(s, name, store)

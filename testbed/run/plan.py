@@ -29,7 +29,18 @@ from testbed.records import (
     RunStep,
 )
 from testbed.spec import CAPABILITIES, Hardware
-from testbed.suite import ENV_RE, Raw, Step, Suite, render, selector_parts, shell_quote
+from testbed.suite import (
+    ENV_RE,
+    MAX_RANKS,
+    Raw,
+    Step,
+    Suite,
+    is_template,
+    output_pattern_problem,
+    render,
+    selector_parts,
+    shell_quote,
+)
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -38,6 +49,10 @@ if TYPE_CHECKING:
 
 RUNS_ROOT = "~/.testbed-runs"
 """Run directories on the hosts: ``~/.testbed-runs/<run-id>/`` (logs, pid, exit code, timestamps, outputs)."""
+
+
+MAX_RANK_COMMANDS = 65536
+"""The most rank commands one plan may hold: the launch's, and each relaunch's for every attempt it plans."""
 
 
 def run_dir(run_id: str) -> str:
@@ -71,6 +86,11 @@ class TestbedInfo:
     lost_after: float | None = None  # the spec's: the least bound over which a run must find a host lost
 
 
+NO_TESTBED = "TESTBED"
+"""The testbed a dry run with none names (no --on, none in the suite): a placeholder in the commands it shows
+(``testbed setup TESTBED ...``), never a testbed's name."""
+
+
 def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: Store | None = None) -> TestbedInfo:
     """Hosts and template context of testbed ``name`` (state first; spec or placeholders for a dry run)."""
     from testbed import ssh
@@ -86,7 +106,7 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: 
     spec, rec = (tb.spec, tb.record) if tb else (None, None)
     # addresses in a plan are for the hosts among themselves (MASTER_ADDR, hostfiles): private IPs on clouds
     hosts = [HostInfo(h.name, h.mesh_address, h.groups, h.facts) for h in tb.hosts] if tb and rec else []
-    ctx: dict[str, Any] = {**(dict(spec.vars) if spec else {}), "name": name or "dry-run",
+    ctx: dict[str, Any] = {**(dict(spec.vars) if spec else {}), "name": name or NO_TESTBED,
                            "provider": tb.kind if tb and tb.kind else "none"}
     subnet = tb.subnet if tb else None
     ctx["subnet"] = str(subnet) if subnet else "0.0.0.0/0"
@@ -108,16 +128,19 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: 
     else:
         hs = [HostInfo(f"host{i}", f"host{i}", ["master"] if i == 0 else ["workers"], {})
               for i in range(max(min_hosts, 1))]
-    return TestbedInfo(name or "dry-run", ctx["provider"], hs, ctx, placeholder=True, elastic=not names,
+    return TestbedInfo(name or NO_TESTBED, ctx["provider"], hs, ctx, placeholder=True, elastic=not names,
                        lost_after=spec.lost_after if spec else None)
 
 
-def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str, at: str | None = None) -> list[str]:
+def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str, at: str | None = None,
+            testbed: list[HostInfo] | None = None) -> list[str]:
     """Host names of ``on``: all, master, workers, rank:K, group or host names (comma-separated). A selection
-    that names nothing, or a name that is no host or group of the run, is refused (``at``: its file:line)."""
+    that names nothing, a name that is no host or group of the run, or a group with no host in the run is refused
+    (``at``: its file:line); ``testbed``: all the testbed's hosts (whose groups are known even if not in the run)."""
     import difflib
 
     names = [h.name for h in hosts]
+    declared = {g for h in testbed or hosts for g in h.groups}
     out: list[str] = []
     parts = selector_parts(on)
     if not parts:
@@ -128,8 +151,8 @@ def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str, at: s
             picked = names
         elif part == "master":
             picked = names[:1]
-        elif part == "workers":
-            picked = [h.name for h in hosts if "workers" in h.groups] or names[1:]
+        elif part == "workers":  # the testbed's group 'workers', else every host but the master
+            picked = [h.name for h in hosts if "workers" in h.groups] if "workers" in declared else names[1:]
         elif m := re.fullmatch(r"rank:(\d+)", part):
             picked = [r.host for r in ranks if r.rank == int(m.group(1))]
             if not picked:
@@ -137,13 +160,22 @@ def _select(on: str, hosts: list[HostInfo], ranks: list[Rank], where: str, at: s
                                  fix="use a rank below the world size")
         else:
             picked = [h.name for h in hosts if part == h.name or part in h.groups]
-            if not picked:
+            if not picked and part in declared:
+                picked = []
+            elif not picked:
                 groups = sorted({g for h in hosts for g in h.groups})
                 close = difflib.get_close_matches(part, [*names, *groups, "all", "master", "workers"], n=1,
                                                   cutoff=0.5)
                 raise UsageError(f"{where}: '{part}' is no host or group of this run", where=at or where,
                                  fix=(f"did you mean '{close[0]}'? " if close else "")
                                  + f"hosts: {', '.join(names)}; or all, master, workers, rank:K")
+        if not picked and not part.startswith("rank:"):
+            members = sorted(h.name for h in testbed or hosts if part in h.groups)
+            raise UsageError(f"{where}: '{part}' has no host in this run"
+                             + (f" (its hosts {', '.join(members)} are not among the run's)" if members else ""),
+                             where=at or where, fix=f"the run's hosts: {', '.join(names)}; groups: "
+                             f"{', '.join(sorted({g for h in hosts for g in h.groups})) or 'none'}; aim the step at "
+                             "one of them (all, master), or run on more hosts")
         out += [p for p in picked if p not in out]
     return out
 
@@ -168,6 +200,10 @@ def _pick_hosts(suite: Suite, tb: TestbedInfo, ctx: dict[str, Any], only: list[s
             raise UsageError(f"{suite.name}: placement.hosts rendered to {want}: a run needs at least one host",
                              where=suite.at("placement", "hosts"), fix="give the host count parameter a value >= 1")
     need = max(want or 0, suite.requires.hosts)
+    if need > MAX_RANKS:  # counted before a host is listed: placeholders are made for as many as asked
+        at = suite.at("placement", "hosts") if want and want >= suite.requires.hosts else suite.at("requires", "hosts")
+        raise UsageError(f"suite '{suite.name}' asks for {need:,} hosts; a run has at most {MAX_RANKS:,}", where=at,
+                         fix=f"ask for at most {MAX_RANKS:,} hosts (placement.hosts, requires.hosts)")
     if tb.elastic and only is None and len(pool) < need:  # a dry run with no spec: stand-ins for what it asks
         pool += [HostInfo(f"host{i}", f"host{i}", ["workers"], {}) for i in range(len(pool), need)]
     if len(pool) < need:
@@ -285,7 +321,7 @@ class _Scope:
         return (self.tb.context.get("hardware_of") or {}).get(h, self.tb.context.get("hardware") or {})
 
     def select(self, on: str, where: str, at: str | None = None) -> list[str]:
-        return _select(on, self.hosts, self.ranks, where, at)
+        return _select(on, self.hosts, self.ranks, where, at, self.tb.hosts)
 
     def environment(self, ctx: dict[str, Any]) -> str | None:
         """The suite's ``environment:`` (a command's wrapper) rendered in ``ctx``; None without one."""
@@ -330,12 +366,38 @@ def _scope(suite: Suite, tb: TestbedInfo, params: dict[str, Any], rid: str, chos
     for k, tmpl in suite.vars.items():
         base[k] = render(tmpl, base, shell=False, where=f"{suite.name}: vars.{k}", at=suite.at("vars", k))
     launch = suite.steps.launch
-    launch_hosts = _select(launch.on, hosts, [], f"{suite.name}: steps.launch.on", suite.at("steps", "launch", "on"))
+    launch_hosts = _select(launch.on, hosts, [], f"{suite.name}: steps.launch.on", suite.at("steps", "launch", "on"),
+                           tb.hosts)
+    world = len(launch_hosts) * launch.ranks_per_host
+    if world > MAX_RANKS:  # counted before a rank is planned
+        raise UsageError(f"suite '{suite.name}' would start {world:,} ranks ({len(launch_hosts):,} hosts x "
+                         f"{launch.ranks_per_host} per host); a run has at most {MAX_RANKS:,}",
+                         where=suite.at("steps", "launch", "ranks_per_host"),
+                         fix="lower ranks_per_host or the number of hosts (placement.hosts, steps.launch.on)")
     rank_slots = [(h, i) for h in launch_hosts for i in range(launch.ranks_per_host)]
     base["world_size"] = len(rank_slots)
     launch_needs = list(launch.needs if launch.needs is not None else
                         [a for a in [suite.requires.accelerator] if a in ("gpu", "tpu")])
     return _Scope(suite, tb, base, params, hosts, rank_slots, launch_needs)
+
+
+def _check_rank_commands(sc: _Scope, chosen: list[str]) -> None:
+    """Refuse, before any is rendered, a plan of more than ``MAX_RANK_COMMANDS`` rank commands: the launch's and
+    every relaunch's, for each attempt of a host-loss recovery and of each chosen fault's."""
+    def relaunches(items: list[Step] | None) -> int:
+        return sum(1 for s in items or [] if s.relaunch not in (None, False))
+
+    suite = sc.suite
+    repairs = max((x.attempts for x in suite.steps.recovery if x.repair), default=0)
+    per_fault = [relaunches(suite.faults[f].recovery if f in suite.faults and suite.faults[f].recovery is not None
+                            else suite.steps.recovery) for f in chosen]
+    launches = 1 + repairs * relaunches(suite.steps.recovery) + len(chosen) * sum(per_fault)
+    total = len(sc.rank_slots) * launches
+    if total > MAX_RANK_COMMANDS:
+        raise UsageError(f"suite '{suite.name}' would plan {total:,} rank commands ({len(sc.rank_slots):,} ranks x "
+                         f"{launches:,} launches and relaunches); a plan holds at most {MAX_RANK_COMMANDS:,}",
+                         where=suite.at("steps", "recovery"),
+                         fix="fire fewer faults at once, lower the repair attempts, or run fewer ranks")
 
 
 def _ranks(sc: _Scope, attempt: int, command: str, command_at: str) -> list[Rank]:
@@ -509,11 +571,25 @@ def _outputs(sc: _Scope) -> dict[str, list[str]]:
     outs = suite.outputs if isinstance(suite.outputs, dict) else {"all": suite.outputs}
     outputs: dict[str, list[str]] = {h.name: [] for h in sc.hosts}
     for on, globs in outs.items():
+        rendered = [_output_glob(sc, g, suite.at("outputs", on)) for g in globs]
         for h in sc.select(on, f"{suite.name}: outputs", suite.at("outputs", on)):
-            outputs[h] += [g for g in globs if g not in outputs[h]]
+            outputs[h] += [g for g in rendered if g and g not in outputs[h]]
     for h in outputs:
         outputs[h] += ["rank*.out", "rank*.err", "rank*.exit", "rank*.start", "rank*.end"]
     return outputs
+
+
+def _output_glob(sc: _Scope, glob: str, at: str) -> str:
+    """An output glob as this point collects it: a template (``{% if task == 'train' %}log/**{% endif %}``) is
+    rendered with the point's values, empty when the point makes no such file, and checked once rendered."""
+    if not is_template(glob):
+        return glob
+    out = render(glob, sc.base, shell=False, where=f"{sc.suite.name}: outputs", at=at)
+    problem = output_pattern_problem(out) if out else None
+    if problem:
+        raise UsageError(f"{sc.suite.name}: output pattern {out!r} (rendered from {glob!r}) cannot be collected: "
+                         f"{problem}", where=at, fix="render a glob relative to the run folder, ~/ or absolute")
+    return out
 
 
 def _checks(sc: _Scope) -> list[Check]:
@@ -600,6 +676,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     rid = run_id or new_run_id(suite.name)
     chosen = _chosen_faults(suite, params, faults)
     sc = _scope(suite, tb, params, rid, chosen, only_hosts)
+    _check_rank_commands(sc, chosen)
     env_lines = _env_lines(suite.env, suite.at("env"))
     launch = suite.steps.launch
     _env_names(launch.env, f"{suite.name}: steps.launch.env", suite.at("steps", "launch", "env"))

@@ -46,6 +46,8 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
     """
     s = load_suite(suite) if isinstance(suite, str) else suite
     tb_name = testbed or s.testbed or (DEFAULT_TESTBED if not dry_run else None)
+    if not dry_run:  # a testbed the suite cannot run on is refused before anything else is asked of it (renting)
+        refuse_before_renting(s, tb_name, store=store)
     tb = testbed_info(tb_name, dry_run=dry_run, min_hosts=s.requires.hosts, store=store)
     refused = refusals(s, tb)
     if refused and not dry_run:
@@ -73,6 +75,21 @@ def file_sha256(path: Path) -> str:
     import hashlib
 
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def refuse_before_renting(s: Suite, testbed: str | None, *, store: Store | None = None,
+                          fix: str = "", where: str | None = None) -> None:
+    """Raise the first reason the suite's ``requires`` refuses ``testbed`` as its spec describes it (its provider
+    kind), provisioned or not: checked before a lease, a plan's price or a run, so that nothing is rented for a
+    suite that cannot run there. Nothing when the testbed has no spec or record to judge by (said elsewhere)."""
+    try:
+        tb = testbed_info(testbed, dry_run=True, min_hosts=s.requires.hosts, store=store)
+    except TestbedError:
+        return
+    refused = refusals(s, tb)
+    if refused:
+        first = refused[0]
+        raise UsageError(first.what, where=where or first.where, fix=(first.fix or "") + (f"; {fix}" if fix else ""))
 
 
 def refusals(s: Suite, tb: TestbedInfo) -> list[UsageError]:

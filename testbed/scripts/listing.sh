@@ -3,8 +3,10 @@
 # call, parse_listing reads its output).
 # usage: listing.sh RUN_DIR KNOWN SOURCES BACKGROUND LAZY STREAM BUDGET PATTERN...
 #   RUN_DIR     the run folder ("~" and "~/" at the start of it and of SOURCES are $HOME)
-#   KNOWN       lines "size<TAB>mtime<TAB>sha256<TAB>path" of files already collected: a file whose size and mtime
-#               are unchanged (rsync's quick check) gets its known checksum instead of being read again
+#   KNOWN       lines "size<TAB>mtime<TAB>ctime_ns<TAB>inode<TAB>sha256<TAB>path" of files already collected, as
+#               this listing said of them when it hashed them: a file whose four are unchanged gets its known
+#               checksum instead of being read again (the ctime moves on every write and utime and no user sets
+#               it: size and mtime alone, rsync's quick check, miss a rewrite that kept them)
 #   SOURCES     the run's source checkouts, one a line: files outside the run folder that git tracks there
 #               unchanged are the artifact's own (an output folder committed with a paper's results), never outputs
 #   BACKGROUND  a program for bash run while the files are hashed (the host's facts), "" for none; its output
@@ -21,9 +23,10 @@
 #               run folder count only when written since the run folder was made (its tb-rank.sh). Folders are
 #               walked once each (no loop walked round); a symlink is followed only where it stays inside the run
 #               folder (for a run-relative glob) or the folder the glob matched (the others)
-# prints "@DIR path", "@HOME path", "@RSYNC 1|0", "F<TAB>size<TAB>mtime<TAB>sha256|-<TAB>path" per file (files from
-# outside the run folder under @home/ and @root/), "@NOMATCH pattern", "@NOTE text", "@ERR text"; only "@NODIR"
-# when the run folder does not exist; then BACKGROUND's output (unless STREAM) and "@END".
+# prints "@DIR path", "@HOME path", "@RSYNC 1|0", "@NOW ns" (the clock before the files' stat),
+# "F<TAB>size<TAB>mtime<TAB>ctime_ns|-<TAB>inode<TAB>sha256|-<TAB>path" per file (files from outside the run folder
+# under @home/ and @root/; ctime "-" where stat gives no ns), "@NOMATCH pattern", "@NOTE text", "@ERR text"; only
+# "@NODIR" when the run folder does not exist; then BACKGROUND's output (unless STREAM) and "@END".
 set -u
 export LC_ALL=C
 : "${HOME:=/nonexistent}"
@@ -67,10 +70,10 @@ home, lazy_n, lazy_b = os.fsencode(sys.argv[1]), int(sys.argv[2]), int(sys.argv[
 out = sys.stdout.buffer
 data = sys.stdin.buffer.read().split(b"\0")
 known = {}
-for ln in data[0].split(b"\n"):
-    k = ln.split(b"\t", 3)
-    if len(k) == 4 and k[3]:
-        known[k[3]] = k[:3]
+for ln in data[0].split(b"\n"):  # size, mtime, ctime_ns, inode, sha256, path
+    k = ln.split(b"\t", 5)
+    if len(k) == 6 and k[5]:
+        known[k[5]] = k[:5]
 pristine = set()  # tracked and unchanged in a source checkout: the artifact'"'"'s files, not outputs
 for s in os.fsencode(sys.argv[4]).split(b"\n"):
     s = home if s == b"~" else home + s[1:] if s.startswith(b"~/") else s
@@ -189,14 +192,16 @@ while i + 2 < len(data) and data[i] == b"P":  # bounded: i grows by 3, then by 2
         out.write(b"@NOMATCH %s\n" % pat)
     outside[0] = 0
 rows, todo = [], []
+out.write(b"@NOW %d\n" % time.time_ns())  # before the stat: a ctime this close may not move on a write (RACY_NS)
 for key, src in sorted(files):  # the order files are sent in (as the collector sorts what it sends)
     try:
         st = os.stat(src)
     except OSError:
         out.write(b"@ERR a file vanished or is unreadable while it was being checksummed\n")
         sys.exit(0)
-    size, mtime, k = st.st_size, int(st.st_mtime), known.get(key)
-    row = [key, size, mtime, k[2] if k and k[0] == b"%d" % size and k[1] == b"%d" % mtime else None, src]
+    stamp = b"%d\t%d\t%d\t%d" % (st.st_size, int(st.st_mtime), st.st_ctime_ns, st.st_ino)
+    k = known.get(key)
+    row = [key, st.st_size, stamp, k[4] if k and b"\t".join(k[:4]) == stamp else None, src]
     rows.append(row)
     if row[3] is None:
         todo.append(row)
@@ -216,8 +221,8 @@ for r in todo:
         out.write(b"@ERR a file vanished or is unreadable while it was being checksummed\n")
         sys.exit(0)
     r[3] = h.hexdigest().encode()
-for key, size, mtime, sha, _ in rows:
-    out.write(b"F\t%d\t%d\t%s\t%s\n" % (size, mtime, sha, key))
+for key, _, stamp, sha, _ in rows:
+    out.write(b"F\t%s\t%s\t%s\n" % (stamp, sha, key))
 token, _, rest = sys.argv[5].partition(" ")
 if lazy and token:  # the listed files follow, hashed as they are read
     rate, _, source = rest.partition(" ")
@@ -227,18 +232,34 @@ if lazy and token:  # the listed files follow, hashed as they are read
     stream["send"]([r[4] for r in todo], float(rate or 0), out)'
 
 tb_files_sh() {  # the same without python3: stat and sha256sum, the known checksums parsed in bash
-  local kl ksz kmt ksha kpath
+  local kl kstamp ksha kpath now odd=0
   mapfile -t tb_klines < <(printf '%s' "$tb_known")
-  for kl in "${tb_klines[@]}"; do  # size<TAB>mtime<TAB>sha256<TAB>path
-    ksz=${kl%%$'\t'*}
-    kl=${kl#*$'\t'}
-    kmt=${kl%%$'\t'*}
-    kl=${kl#*$'\t'}
-    ksha=${kl%%$'\t'*}
-    kpath=${kl#*$'\t'}
-    [[ -n $kpath ]] && K["$kpath"]="$ksz $kmt $ksha"
+  for kl in "${tb_klines[@]}"; do  # size<TAB>mtime<TAB>ctime_ns<TAB>inode<TAB>sha256<TAB>path
+    if [[ $kl =~ ^([0-9]+)$'\t'(-?[0-9]+)$'\t'([0-9]+)$'\t'([0-9]+)$'\t'([0-9a-f]{64})$'\t'(.+)$ ]]; then
+      kstamp="${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]} ${BASH_REMATCH[4]}"
+      ksha=${BASH_REMATCH[5]}
+      kpath=${BASH_REMATCH[6]}
+      K["$kpath"]="$kstamp $ksha"
+    fi
   done
-  mapfile -t S < <(for f in "${files[@]}"; do printf '%s\0' "${tb_src[$f]}"; done | xargs -0 stat -L -c '%s %Y' --)
+  now=${EPOCHREALTIME-}  # the clock before the stat (bash 5: s.us; else date's ns; neither: not said)
+  if [[ $now =~ ^([0-9]+)[.,]([0-9]{6})$ ]]; then
+    now=${BASH_REMATCH[1]}${BASH_REMATCH[2]}000
+  else
+    now=$(date +%s%N 2> /dev/null)
+  fi
+  [[ $now =~ ^[0-9]+$ ]] && echo "@NOW $now"
+  mapfile -t S < <(for f in "${files[@]}"; do printf '%s\0' "${tb_src[$f]}"; done |
+    xargs -0 stat -L -c '%s %Y %.9Z %i' --)
+  for i in "${!S[@]}"; do  # "size mtime ctime_ns inode" ("-" for a ctime this stat gives without its ns)
+    if [[ ${S[i]} =~ ^([0-9]+\ -?[0-9]+\ )([0-9]+)\.([0-9]{9})(\ [0-9]+)$ ]]; then
+      S[i]="${BASH_REMATCH[1]}$((10#${BASH_REMATCH[2]}${BASH_REMATCH[3]}))${BASH_REMATCH[4]}"
+    elif [[ ${S[i]} =~ ^([0-9]+\ -?[0-9]+\ )[^\ ]*(\ [0-9]+)$ ]]; then
+      S[i]="${BASH_REMATCH[1]}-${BASH_REMATCH[2]}"
+    else
+      odd=1  # never a file left out of the listing unsaid
+    fi
+  done
   declare -a Hm=() todo=()
   if [[ ${#S[@]} -eq ${#files[@]} ]]; then
     for i in "${!files[@]}"; do
@@ -253,11 +274,11 @@ tb_files_sh() {  # the same without python3: stat and sha256sum, the known check
       fi
     fi
   fi
-  if [[ ${#S[@]} -ne ${#files[@]} || ${#Hm[@]} -ne ${#files[@]} ]]; then
+  if [[ $odd -ne 0 || ${#S[@]} -ne ${#files[@]} || ${#Hm[@]} -ne ${#files[@]} ]]; then
     echo "@ERR a file vanished or is unreadable while it was being checksummed"
   else
     for i in "${!files[@]}"; do
-      printf 'F\t%s\t%s\t%s\t%s\n' "${S[i]% *}" "${S[i]#* }" "${Hm[i]}" "${files[i]}"
+      printf 'F\t%s\t%s\t%s\n' "${S[i]// /$'\t'}" "${Hm[i]}" "${files[i]}"
     done
   fi
 }

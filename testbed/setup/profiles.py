@@ -94,8 +94,11 @@ def closest(name: str, choices: list[str]) -> str:
 def _load_yaml(path: Path) -> Any:
     from ruamel.yaml import YAML
 
+    from testbed.yamlfile import read_text
+
+    text = read_text(path)  # a regular UTF-8 file of bounded size, never a FIFO or a device
     try:
-        return YAML(typ="safe").load(path.read_text())
+        return YAML(typ="safe").load(text)
     except Exception as e:  # ruamel raises many types; all mean "bad YAML"
         raise UsageError(f"cannot read {path.name}: {e}", where=str(path), fix="fix the YAML syntax") from None
 

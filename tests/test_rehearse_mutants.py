@@ -1,0 +1,257 @@
+"""Every rehearsed point proves what it produced (issue 37, items 2 and 7).
+
+Unit level: failure signatures read from log text, interfaces read from launch lines and ``ip -o link``, tracked
+files read from ``git status --porcelain``, outputs judged from collect's per-host notes. Then mutants: one
+textual edit each to a copy of a shipped suite (experiments/*.yml), each rehearsed on a local replica, each
+ending non-zero with a reason naming its defect, beside the same suites unmutated, rehearsed green.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from artifacts import artifact
+from localbed import free_subnet
+
+from testbed import proof
+from testbed import rehearse as rh
+from testbed.collect.transfer import HostCollect
+from testbed.errors import UsageError
+from testbed.run import runner
+
+EXPERIMENTS = Path(rh.__file__).parents[1] / "experiments"
+
+
+# --- failure signatures in logs -------------------------------------------------------------------------------------
+OMPI_WARNING = """--------------------------------------------------------------------------
+WARNING: An invalid value was given for btl_tcp_if_include.  This
+value will be ignored.
+
+  Local host: node0
+  Value:      eth7
+  Message:    Unknown interface name
+--------------------------------------------------------------------------
+Hello world from processor node0, rank 0 out of 1 processors
+"""
+
+
+@pytest.mark.parametrize(("text", "signature", "quoted"), [
+    ("compiling\ncat: data/x.csv: No such file or directory\ndone\n", "a missing file",
+     "cat: data/x.csv: No such file or directory"),
+    ("rsync: [sender] link_stat \"/a\" failed\ncp: unable to stat 'out/b'\n", "a missing file",
+     "cp: unable to stat 'out/b'"),
+    (OMPI_WARNING, "OpenMPI was given an interface the host lacks",
+     "WARNING: An invalid value was given for btl_tcp_if_include.  This"),
+    ("bash: line 1: /root/.testbed-runs/x/run.sh: Permission denied\n", "permission denied",
+     "bash: line 1: /root/.testbed-runs/x/run.sh: Permission denied"),
+    ("epoch 1\nTraceback (most recent call last):\n  File \"main.py\", line 3, in <module>\n    f()\n"
+     "KeyError: 'RANK'\nepoch 2\n", "a Python traceback", "KeyError: 'RANK'"),
+    ("bash: line 1: grepp: command not found\n", "a command not found", "bash: line 1: grepp: command not found"),
+    ("x\nsh: 4: eval: grepp: not found\n", "a command not found", "sh: 4: eval: grepp: not found"),  # dash
+])
+def test_a_failure_signature_is_found_and_its_line_quoted(text: str, signature: str, quoted: str) -> None:
+    found = [f for f in proof.scan(text) if f.signature == signature]
+    assert len(found) == 1 and found[0].line == quoted, proof.scan(text)
+    assert text.splitlines()[found[0].line_no - 1] == quoted
+    assert found[0].verdict("node0/rank0.err") == \
+        f"node0/rank0.err, line {found[0].line_no}: {signature}: \"{quoted.strip()}\""
+
+
+def test_clean_logs_and_the_rehearsals_own_lines_carry_no_signature() -> None:
+    clean = ("Hello world from processor node0, rank 0 out of 4 processors\nCloning into 'x'...\n"
+             "testbed probe: train.py (in /src) replaced by the probe on node0; 0 problems\n"
+             "testbed rehearse: skipped: needs cuda, which the replica lacks (No such file or directory)\n"
+             # OpenMPI's race with its child, recovered from (seen in a clean mpi-hello rehearsal)
+             "[node0:00048] plm:rsh: Warning: setpgid(61,61) failed in parent with errno=Permission denied(13)\n")
+    assert proof.scan(clean) == []
+    long = "x" * 500 + " No such file or directory"
+    q = proof.scan(long)[0].verdict("f")
+    assert len(q) < 220 and q.endswith('…"'), q  # bounded
+
+
+# --- interfaces given to a launcher ---------------------------------------------------------------------------------
+def test_on_a_replica_not_set_up_only_what_set_up_installs_is_excused(tb_home: Path) -> None:
+    """--no-setup: a command the profile's set-up names (conda, for neuronabox) missing from the replica is a note,
+    never "would fail"; a misspelt command (grepp) is a failure all the same; on a set-up replica both fail."""
+    from types import SimpleNamespace
+
+    folder = tb_home / "results" / "run"
+    (folder / "gpu1").mkdir(parents=True)
+    (folder / "gpu1" / "rank0.err").write_text("./run.sh: line 18: conda: command not found\n")
+    (folder / "gpu1" / "rank1.err").write_text("sh: 4: eval: grepp: not found\n")
+    plan = SimpleNamespace(run_id="r-no-setup")
+    installs = rh.set_up_names("neuronabox")
+    failures, notes = rh.log_signatures(plan, [], folder, set_up=False, installs=installs)  # type: ignore[arg-type]
+    assert [f for f in failures if "grepp" in f] and not [f for f in failures if "conda" in f], failures
+    assert len(notes) == 1 and "conda" in notes[0] and "not set up (--no-setup)" in notes[0], notes
+    failures, notes = rh.log_signatures(plan, [], folder, set_up=True, installs=installs)  # type: ignore[arg-type]
+    assert len(failures) == 2 and not notes
+
+
+def test_interfaces_are_read_from_launch_lines_and_environments() -> None:
+    tesla = ("mpirun -np 5 --hostfile h --mca btl_tcp_if_include eno1 --mca oob_tcp_if_include eno1 "
+             "-x NCCL_SOCKET_IFNAME=eno1 -x MASTER_ADDR=10.0.0.1 sh -c '. ~/env/bin/activate && "
+             "GLOO_SOCKET_IFNAME=ib0,eth1 python3 train.py'")
+    got = {(g.name, g.how, g.prefix) for g in proof.interfaces_given(tesla)}
+    assert got == {("eno1", "--mca btl_tcp_if_include", False), ("eno1", "--mca oob_tcp_if_include", False),
+                   ("eno1", "NCCL_SOCKET_IFNAME", True), ("ib0", "GLOO_SOCKET_IFNAME", False),
+                   ("eth1", "GLOO_SOCKET_IFNAME", False)}, got
+    # subnets, exclusions, shell variables and templates name no interface; '=' makes NCCL's name exact
+    assert proof.interfaces_given("mpirun -mca btl_tcp_if_include 10.219.0.0/24 -x NCCL_SOCKET_IFNAME=^docker,lo "
+                                  "-x NCCL_SOCKET_IFNAME=$NIC ./a") == []
+    assert proof.interfaces_given("true", {"NCCL_SOCKET_IFNAME": "=eth0", "OMPI_MCA_oob_tcp_if_include": "ens5"}) \
+        == [proof.Given("eth0", "NCCL_SOCKET_IFNAME"), proof.Given("ens5", "OMPI_MCA_oob_tcp_if_include")]
+    assert proof.interfaces_given("export NCCL_SOCKET_IFNAME=enp1s0f0") == [
+        proof.Given("enp1s0f0", "NCCL_SOCKET_IFNAME", prefix=True)]
+
+
+def test_an_interface_a_host_lacks_is_named_with_what_the_host_has() -> None:
+    links = ("1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN\\    link/loopback 00:00\n"
+             "2: eno1@if17: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc noqueue state UP\\    link/ether 02\n")
+    have = {"node0": proof.link_names(links), "node1": ["lo", "eth0"]}
+    assert have["node0"] == ["lo", "eno1"]
+    given = [proof.Given("eno1", "--mca btl_tcp_if_include"), proof.Given("en", "NCCL_SOCKET_IFNAME", prefix=True)]
+    assert proof.missing_interfaces(given, have) == [
+        "interface eno1 given by --mca btl_tcp_if_include: node1 has no interface eno1 (it has lo, eth0)",
+        "interface en given by NCCL_SOCKET_IFNAME: node1 has no interface named en* (it has lo, eth0)"]
+
+
+def test_the_shipped_suites_interfaces_come_from_the_testbed(tb_home: Path) -> None:
+    """tesla and neuronabox name the interface the testbed declares (never one host's own NIC name)."""
+    (tb_home / "inventories").mkdir()
+    (tb_home / "inventories" / "pair.yml").write_text(
+        "provider: {kind: lab, hosts: [{name: a, address: 10.0.0.2}, {name: b, address: 10.0.0.3}]}\n"
+        "user: u\nhardware: {interface: eno1, gpu: {model: NVIDIA A100, count: 1}}\n")
+    plan = runner.plan_run("tesla", "pair", {"task": "train", "gpus": 2}, dry_run=True)
+    names = {g.name for r in plan.ranks for g in proof.interfaces_given(r.command, r.env)}
+    assert names == {"eno1"}, names
+    plan = runner.plan_run("neuronabox", "pair", {"experiment": "cnn"}, dry_run=True)
+    names = {g.name for r in plan.ranks for g in proof.interfaces_given(r.command, r.env)}
+    assert names == {"eno1"}, names
+
+
+# --- tracked files of a source checkout -----------------------------------------------------------------------------
+def test_changed_tracked_files_beyond_the_declared_edits() -> None:
+    porcelain = " M technique/replay/replay.py\nM  a b.py\nR  old.py -> new.py\n?? made.txt\n M \"sp ace.py\"\n"
+    changed = proof.changed_tracked(porcelain)
+    assert changed == ["technique/replay/replay.py", "a b.py", "new.py", "sp ace.py"], changed
+    assert proof.undeclared_edits(changed, ["technique/replay/replay.py", "*.py"]) == []
+    assert proof.undeclared_edits(changed, ["technique/"]) == ["a b.py", "new.py", "sp ace.py"]
+
+
+def test_the_shipped_suites_declare_the_checkout_files_their_steps_edit() -> None:
+    from testbed.suite import load_suite
+
+    assert load_suite("isca-resnet18").sources[0].edits == ["technique/replay/replay.py"]
+    assert load_suite("jitc").sources[0].edits == ["UserLevel/main.py"]
+    assert "tesla/setup/hello_mpi" in load_suite("tesla").sources[0].edits
+
+
+# --- outputs: per point, judged from collect's notes ----------------------------------------------------------------
+def test_an_output_that_matched_nothing_fails_the_point_unless_a_probe_stood_in(tb_home: Path) -> None:
+    plan = runner.plan_run("mpi-hello", None, {}, dry_run=True)
+    plan.rehearsal = {"probed_ranks": [], "skipped_ranks": {}, "skipped": {}}
+    hosts = plan.host_names
+    seen = [HostCollect(h, notes=["no file matches 'hostfile'"] if h != hosts[0] else []) for h in hosts]
+    produced, failed, unjudged = rh.outputs_made(plan, seen)
+    assert produced == {"hostfile": [hosts[0]]} and failed == [] and unjudged == []
+    none = [HostCollect(h, notes=["no file matches 'hostfile'"]) for h in hosts]
+    produced, failed, unjudged = rh.outputs_made(plan, none)
+    assert failed == [f"output hostfile matched no file on {', '.join(hosts)}: the point did not produce it"]
+    plan.rehearsal["probed_ranks"] = [0]  # the probe made nothing: not judged, said so
+    produced, failed, unjudged = rh.outputs_made(plan, none)
+    assert failed == [] and unjudged and "probed or skipped" in unjudged[0]
+
+
+def test_an_output_template_is_rendered_per_point(tb_home: Path) -> None:
+    """tesla's hello writes only its logs: the training's and the baseline's outputs are declared per task."""
+    outs = {t: runner.plan_run("tesla", None, {"task": t}, dry_run=True).outputs for t in ("hello", "train",
+                                                                                            "baseline")}
+    assert all(not any(g.startswith("out/") for g in globs) for globs in outs["hello"].values())
+    assert "out/rank*/log/**" in next(iter(outs["train"].values()))
+    assert "out/rank*/metrics.txt" in next(iter(outs["baseline"].values()))
+    (tb_home / "experiments").mkdir()
+    (tb_home / "experiments" / "bad.yml").write_text(
+        "name: bad\nparameters: {p: {type: str, default: /}}\nsteps: {launch: {command: 'true'}}\n"
+        "outputs: ['{{ p }}']\n")
+    with pytest.raises(UsageError, match="cannot be collected: it is too broad"):
+        runner.plan_run("bad", None, {}, dry_run=True)
+
+
+# --- mutants of the shipped suites, rehearsed ------------------------------------------------------------------------
+def _copy_suite(tmp_path: Path, suite: str, old: str | None, new: str) -> None:
+    """experiments/<suite>.yml (and the workloads it names) in ``tmp_path``, ``old`` replaced by ``new`` once."""
+    dest = tmp_path / "experiments"
+    dest.mkdir(exist_ok=True)
+    shutil.copytree(EXPERIMENTS / "workloads", dest / "workloads", dirs_exist_ok=True)
+    text = (EXPERIMENTS / f"{suite}.yml").read_text()
+    if old is not None:
+        assert text.count(old) == 1, f"the mutant's text must occur once in {suite}.yml: {old!r}"
+        text = text.replace(old, new)
+    (dest / f"{suite}.yml").write_text(text)
+
+
+def _rehearse(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    r = subprocess.run([sys.executable, "-m", "testbed", "rehearse", *args, "--subnet", free_subnet(), "--json"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False,
+                       env={**os.environ, "TESTBED_HOME": str(tmp_path / ".testbed"), **(env or {})})
+    assert r.stdout.strip(), r.stderr
+    out: dict[str, Any] = json.loads(r.stdout)
+    out["_rc"] = r.returncode
+    return out
+
+
+ISCA_REPAIR = "|| sed -i '1i import tensorflow as tf' technique/replay/replay.py"
+MUTANTS = [  # (id, suite, text, its mutant, what the verdict must name)
+    ("output-nomatch", "mpi-hello", "outputs: [hostfile]", "outputs: [hostfiles]",
+     "output hostfiles matched no file on node0, node1, node2, node3: the point did not produce it"),
+    ("interface-missing", "mpi-hello", "--mca oob_tcp_if_include {{ testbed.subnet }}",
+     "--mca oob_tcp_if_include enp1s0f0",
+     "interface enp1s0f0 given by --mca oob_tcp_if_include: node0 has no interface enp1s0f0 (it has lo, eth0)"),
+    ("edits-checkout", "isca-resnet18", ISCA_REPAIR,
+     "|| sed -i '1i import tensorflow as tf' technique/detection/detection.py",
+     "source isca: the run changed tracked files of ~/ISCA_AE that the suite does not declare it edits: "
+     "technique/detection/detection.py"),
+    ("missing-file", "isca-resnet18", "grep -q '^import tensorflow as tf' technique/replay/replay.py",
+     "grep -q '^import tensorflow as tf' technique/replay/replay_.py",
+     "a missing file: \"grep: technique/replay/replay_.py: No such file or directory\""),
+    ("command-not-found", "isca-resnet18", "grep -q '^import tensorflow as tf'", "grepp -q '^import tensorflow as tf'",
+     "a command not found: \"sh: 4: eval: grepp: not found\""),
+]
+
+
+def _args(suite: str) -> tuple[list[str], dict[str, str]]:
+    if suite == "mpi-hello":
+        return ["--no-setup"], {}
+    return ["--source", f"isca={artifact('ISCA_AE')}", "--no-setup"], {"GOOGLE_CLOUD_PROJECT": "rehearsal"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suite", ["mpi-hello", "isca-resnet18"])
+def test_the_shipped_suite_unmutated_rehearses_green(tmp_path: Path, need_local: None, suite: str) -> None:
+    _copy_suite(tmp_path, suite, None, "")
+    args, env = _args(suite)
+    out = _rehearse(tmp_path, suite, *args, env=env)
+    point = out["points"][0]
+    assert out["ok"] and out["_rc"] == 0 and point["failures"] == [], json.dumps(out, indent=1)
+    if suite == "mpi-hello":
+        assert point["produced"] == {"hostfile": ["node0", "node1", "node2", "node3"]}, point
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("suite", "old", "new", "named"), [m[1:] for m in MUTANTS], ids=[m[0] for m in MUTANTS])
+def test_a_mutant_of_a_shipped_suite_fails_its_rehearsal_naming_the_defect(
+        tmp_path: Path, need_local: None, suite: str, old: str, new: str, named: str) -> None:
+    _copy_suite(tmp_path, suite, old, new)
+    args, env = _args(suite)
+    out = _rehearse(tmp_path, suite, *args, env=env)
+    point = out["points"][0]
+    assert out["_rc"] != 0 and not out["ok"] and not point["ok"], json.dumps(out, indent=1)
+    assert any(named in f for f in point["failures"]), json.dumps(point, indent=1)
