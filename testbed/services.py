@@ -225,9 +225,11 @@ def setup_failed(name: str, res: SetupResult, more: str) -> HostsFailed:
     bad = {n: h for n, h in res.hosts.items() if h.failed or h.unreachable}
     why = [f"{n}: {h.status}" + (f" at {h.error_task}" if h.error_task else "") + (f": {h.error}" if h.error else "")
            for n, h in bad.items()]
+    stopped = [n for n, h in res.hosts.items() if h.status == "stopped"]
     what = f"setup of '{name}' ({res.plan}) failed" + (
         f" on {len(bad)} host{'s' if len(bad) != 1 else ''}:\n  " + "\n  ".join(why[:10]) if why
-        else f": {res.error or f'ansible-playbook exit {res.rc}'}")
+        else f": {res.error or f'ansible-playbook exit {res.rc}'}") + (
+        f"\n  stopped on {', '.join(stopped)} (the play ended there before it finished: not set up)" if stopped else "")
     return HostsFailed(what, results=res, failed=bad, where=res.artifact_dir or f"testbed {name}",
                        fix=f"fix the failing task and run it again (testbed setup {name} shows it live); {more}")
 

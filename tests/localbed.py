@@ -12,6 +12,7 @@ import os
 import random
 import subprocess
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,21 @@ from testbed.providers.local.provider import LocalProvider, check_requirements
 from testbed.providers.local.settings import LocalSettings
 from testbed.spec import TestbedSpec
 from testbed.state import Store
+
+
+def probe_wheel(dest: Path) -> Path:
+    """A minimal pure-Python wheel (tbprobe 1.0) in ``dest``, for pip to install without any index."""
+    files = {"tbprobe.py": '__version__ = "1.0"\n',
+             "tbprobe-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tbprobe\nVersion: 1.0\n",
+             "tbprobe-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                           "Tag: py3-none-any\n"}
+    record = "".join(f"{k},,\n" for k in files) + "tbprobe-1.0.dist-info/RECORD,,\n"
+    whl = dest / "tbprobe-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        for k, v in files.items():
+            z.writestr(k, v)
+        z.writestr("tbprobe-1.0.dist-info/RECORD", record)
+    return whl
 
 
 def local_available() -> str | None:

@@ -82,6 +82,38 @@ def test_read_command_keeps_only_a_matching_record(tmp_path: Path) -> None:
         address.read_command("x; rm -rf /")
 
 
+def test_the_probe_leaves_a_pending_mark_until_the_record_is_written(tmp_path: Path) -> None:
+    """The probe's command, run by a real shell: a host whose record goes gets a pending mark (not in check mode,
+    not where the record matches); writing the record removes it; a record beside a mark is not trusted."""
+    addr, other = "ab" * 32, "cd" * 32
+    rec, mark = address.record("tb", "n0", "p", addr, {}), address.pending("p")
+
+    def sh(command: str) -> str:
+        return subprocess.run(["sh", "-c", command], env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+                              capture_output=True, text=True, check=True).stdout
+
+    def host(command: str) -> tuple[str, str, bool]:
+        out = sh(command)
+        found, sep, record = out.partition(f"\n{address.PENDING_MARK}\n")
+        assert sep, out
+        return found, record, (tmp_path / address.RECORD).exists()
+
+    marked = tmp_path / address.pending_path()
+    assert host(address.probe_command(None, mark)) == ("", "", False) and not marked.exists()  # check mode
+    assert host(address.probe_command(addr, mark)) == ("", "", False) and marked.read_text() == mark  # no record
+    assert host(address.probe_command(addr, mark))[0] == mark  # the mark of the set-up that did not finish
+    sh(address.write_command(rec))
+    assert not marked.exists()  # finished: the record replaces the mark
+    assert host(address.probe_command(addr, mark)) == ("", rec, True) and not marked.exists()  # matches: kept
+    assert host(address.probe_command(other, mark)) == ("", rec, False) and marked.exists()  # differs: marked
+    sh(address.write_command(rec) + " && " + f"printf %s '{mark}' > \"$HOME/{address.pending_path()}\"")
+    assert host(address.probe_command(addr, mark)) == (mark, "", False)  # a record beside a mark is not trusted
+    v = address.compare("tb", "n0", "p", addr, {}, rec, mark=mark)
+    assert not v.unchanged and v.reason.startswith(address.UNFINISHED + " ('p', started "), v
+    assert address.compare("tb", "n0", "p", addr, {}, rec).unchanged
+    assert address.pending_path("n0").endswith("setup-n0+pending.json")
+
+
 def test_a_moving_branch_is_resolved_to_its_commit(tmp_path: Path) -> None:
     repo = tmp_path / "src"
     repo.mkdir()

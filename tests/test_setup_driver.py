@@ -157,6 +157,20 @@ def test_events_fold_into_counts_and_first_errors() -> None:
     assert current["a"] == "done"
 
 
+def test_only_a_host_that_reached_the_plays_last_task_finished() -> None:
+    """The play ends with FINISHED_TASK (after the roles); a host that never ran it, though it failed nothing (its
+    play was stopped by another host's failure), is not finished, nor is a role's task of the same name."""
+    from testbed.setup.events import FINISHED_TASK
+
+    play = setup.build_playbook(setup.resolve_plan(roles=["shell"]))[0]
+    assert [t["name"] for t in play["post_tasks"]] == [FINISHED_TASK] and "tasks" not in play
+    agg = setup.EventAggregator(["a", "b", "c"])
+    agg.handle(_ev("runner_on_ok", "a", FINISHED_TASK))
+    agg.handle(_ev("runner_on_ok", "b", "install"))
+    agg.handle(_ev("runner_on_ok", "c", FINISHED_TASK, role="shell"))
+    assert agg.finished == {"a"}
+
+
 def test_loop_failures_report_the_failed_item() -> None:
     res = {"msg": "One or more items failed", "results": [{"failed": False}, {"failed": True, "msg": "boom"}]}
     assert events.first_line_error(res) == "boom"

@@ -16,13 +16,12 @@ import subprocess
 import tarfile
 import threading
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from localbed import can_raise_memlock
+from localbed import can_raise_memlock, probe_wheel
 
 from testbed import setup
 
@@ -52,19 +51,6 @@ def _bare_repo(served: Path, name: str, files: dict[str, str]) -> None:
     subprocess.run(["git", "update-server-info"], cwd=served / f"{name}.git", check=True)  # dumb HTTP
 
 
-def _wheel(dest: Path) -> None:
-    """A minimal pure-Python wheel (tbprobe 1.0) for pip to install without any index."""
-    files = {"tbprobe.py": '__version__ = "1.0"\n',
-             "tbprobe-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tbprobe\nVersion: 1.0\n",
-             "tbprobe-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                           "Tag: py3-none-any\n"}
-    record = "".join(f"{k},,\n" for k in files) + "tbprobe-1.0.dist-info/RECORD,,\n"
-    with zipfile.ZipFile(dest / "tbprobe-1.0-py3-none-any.whl", "w") as z:
-        for k, v in files.items():
-            z.writestr(k, v)
-        z.writestr("tbprobe-1.0.dist-info/RECORD", record)
-
-
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
@@ -86,7 +72,7 @@ def served(bed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
     hello = (Path(setup.roles_dir()) / "mpi/files/hello_mpi.c").read_text()
     _bare_repo(root, "vit", {"tesla/deepspeed_config.json": bad_json, "tesla/setup/hello_mpi.c": hello})
     (root / "wheels").mkdir()
-    _wheel(root / "wheels")
+    probe_wheel(root / "wheels")
     blob = os.urandom(200_000)
     (root / "blob.bin").write_bytes(blob)
     buf = io.BytesIO()

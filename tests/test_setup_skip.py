@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from localbed import probe_wheel
 
 from testbed import remote, setup
 from testbed.errors import UsageError
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
 ROLES = ["shell"]
+UNFINISHED_SHELL = "an earlier set-up did not finish ('roles: shell', started "  # the reason a re-run gives
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +147,8 @@ def test_a_failed_apply_leaves_no_address(bed: Any) -> None:
     assert not bad.ok and all(h.failed for h in bad.hosts.values())
     assert all(_record(bed, n) == "" for n in _names(bed))
     res, _ = _ok(bed)
-    assert res.ran and set(res.reasons.values()) == {"no record of a set-up"}
+    assert res.ran and sorted(res.unfinished) == sorted(_names(bed)), res.to_json()
+    assert all(r.startswith(UNFINISHED_SHELL) for r in res.reasons.values()), res.reasons
 
 
 def test_an_interrupted_apply_leaves_no_address(bed: Any) -> None:
@@ -163,7 +166,8 @@ def test_an_interrupted_apply_leaves_no_address(bed: Any) -> None:
     assert sent
     assert all(_record(bed, n) == "" for n in _names(bed))
     res, _ = _ok(bed)
-    assert res.ran and set(res.reasons.values()) == {"no record of a set-up"}
+    assert res.ran and sorted(res.unfinished) == sorted(_names(bed)), res.to_json()
+    assert all(r.startswith(UNFINISHED_SHELL) for r in res.reasons.values()), res.reasons
 
 
 def test_cli_says_skipped(bed: Any) -> None:
@@ -216,3 +220,56 @@ def test_a_new_pinned_host_key_reruns_every_host(bed: Any) -> None:
     finally:
         kh.write_text(saved)
     _ok(bed)  # recorded again with the real pins
+
+
+UNFINISHED_PROFILE = """description: a venv with tbprobe, downloaded once on the controller (python_env's wheelhouse)
+roles:
+  - role: python_env
+    vars:
+      python_env_path: "{{{{ ansible_facts.user_dir }}}}/tb-unfinished-env"
+      python_env_pip_packages: [tbprobe==1.0]
+      python_env_pip_no_index: true
+      python_env_pip_find_links: [{wheels}]
+      python_env_wheelhouse: true
+      python_env_verify_imports: [tbprobe]
+"""
+
+
+def test_a_set_up_stopped_by_one_hosts_failure_is_recorded_nowhere_and_runs_again(bed: Any,
+                                                                                  tmp_path: Path) -> None:
+    """Issue 41: the wheelhouse download (``run_once`` on the controller) fails, which Ansible counts as node0's
+    failure and which ends the play on every host. No host may be recorded as set up (the others never installed
+    the wheel); the plain re-run (the wheel now there) runs on every host, says why, and sets each one up."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    profiles = Path(bed.cwd) / "playbooks" / "profiles"  # a profile in the working directory, as a user's
+    profiles.mkdir(parents=True)
+    (profiles / "tb-unfinished.yml").write_text(UNFINISHED_PROFILE.format(wheels=json.dumps(str(wheels))))
+    env = {**os.environ, "TESTBED_HOME": str(bed.home)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "testbed", "setup", bed.name, "--profile", "tb-unfinished",
+                               *args], cwd=bed.cwd, capture_output=True, text=True, timeout=300, env=env, check=False)
+
+    def has_tbprobe() -> dict[str, str]:
+        return {n: bed.ssh(n, "~/tb-unfinished-env/bin/python -c 'import tbprobe' 2>&1 && echo yes").stdout.strip()
+                for n in _names(bed)}
+
+    try:
+        failed = cli("--json")
+        res = json.loads(failed.stdout)
+        assert failed.returncode == 1 and not res["ok"], failed.stdout + failed.stderr
+        assert {n for n, h in res["hosts"].items() if h["status"] == "failed"} == {"node0"}, res["hosts"]
+        assert {h["status"] for n, h in res["hosts"].items() if n != "node0"} == {"stopped"}, res["hosts"]
+        assert {n: _record(bed, n) for n in _names(bed)} == dict.fromkeys(_names(bed), "")  # set up nowhere
+        probe_wheel(wheels)
+        again = cli()
+        out = " ".join(again.stdout.split())  # Rich wraps long lines
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "unchanged" not in out, out
+        assert f"an earlier set-up did not finish on {', '.join(_names(bed))}" in out, out
+        assert has_tbprobe() == dict.fromkeys(_names(bed), "yes")  # on the hosts, not only in the records
+        assert all(json.loads(_record(bed, n))["plan"] == "tb-unfinished" for n in _names(bed))
+        assert f"skipped: unchanged on {len(bed.hosts)} hosts" in cli().stdout
+    finally:
+        shutil.rmtree(Path(bed.cwd) / "playbooks")

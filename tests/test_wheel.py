@@ -17,6 +17,7 @@ import sysconfig
 import zipfile
 from email.parser import Parser
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.requirements import InvalidRequirement, Requirement
@@ -59,22 +60,43 @@ def test_the_wheel_holds_every_file_the_package_reads(wheel: Path) -> None:
     assert "testbed = testbed.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
 
 
-def test_installed_wheel_runs_from_an_empty_folder(wheel: Path, tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
-    r = _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A plain ``python3.11 -m venv`` with the wheel installed by the pip it came with (never upgraded). The
+    dependencies come from this environment's site-packages, added after the venv's own (where the wheel and pip
+    are): its .pth files are not run, so the checkout's editable install stays out of sight; their commands
+    (ansible-playbook) are written into the venv's bin as pip writes them, so Ansible runs on the venv's Python."""
+    from importlib.metadata import distribution
+
+    venv = tmp_path_factory.mktemp("plain") / "venv"
+    r = _run([sys.executable, "-m", "venv", str(venv)], cwd=venv.parent)
     assert r.returncode == 0, r.stderr
     py = venv / "bin" / "python"
-    r = _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], cwd=tmp_path)
+    r = _run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], cwd=venv.parent)
     assert r.returncode == 0, r.stderr
-    # the dependencies come from this environment's site-packages, added after the venv's own (where the wheel
-    # is): its .pth files are not run, so the checkout's editable install stays out of sight
     site = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                     cwd=tmp_path).stdout.strip())
+                     cwd=venv.parent).stdout.strip())
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    for dist in ("ansible-core", "ansible-runner"):
+        for ep in distribution(dist).entry_points.select(group="console_scripts"):
+            module, _, attr = ep.value.partition(":")
+            script = venv / "bin" / ep.name
+            script.write_text(f"#!{py}\nimport sys\nfrom {module} import {attr}\nsys.exit({attr}())\n")
+            script.chmod(0o755)
+    return venv
+
+
+def _plain_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TESTBED_HOME")}
+    env["TESTBED_HOME"] = str(home)
+    return env
+
+
+def test_installed_wheel_runs_from_an_empty_folder(installed: Path, tmp_path: Path) -> None:
+    venv, py = installed, installed / "bin" / "python"
     work = tmp_path / "work"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TESTBED_HOME")}
-    env["TESTBED_HOME"] = str(work / ".testbed")
+    env = _plain_env(work / ".testbed")
     where = _run([str(py), "-c", "import testbed, testbed.paths as p; print(testbed.__file__); "
                                  "print(p.resource_dirs('experiments'))"], cwd=work, env=env)
     assert where.returncode == 0, where.stderr
@@ -91,6 +113,43 @@ def test_installed_wheel_runs_from_an_empty_folder(wheel: Path, tmp_path: Path) 
     assert plan["run_id"].startswith("fault-drill-") and plan["commands"], plan.keys()
     r = _run([exe, "status", "local"], cwd=work, env=env)  # the shipped inventory, found in the wheel
     assert r.returncode == 1 and "not provisioned" in r.stderr + r.stdout, r.stdout + r.stderr
+
+
+PROFILE = """description: a venv with tbprobe, its wheel downloaded on the controller by the controller's pip
+roles:
+  - role: python_env
+    vars:
+      python_env_path: "{{{{ ansible_facts.user_dir }}}}/tb-wheel-env"
+      python_env_pip_packages: [tbprobe==1.0]
+      python_env_pip_no_index: true
+      python_env_pip_find_links: [{wheels}]
+      python_env_wheelhouse: true
+      python_env_verify_imports: [tbprobe]
+"""
+
+
+def test_set_up_runs_from_a_plain_venv_with_the_pip_it_came_with(installed: Path, local_testbed: Any,
+                                                                 tmp_path: Path) -> None:
+    """Issue 41: set-up from the wheel in a plain venv, whose pip (Python 3.11's bundled 23.2.1) lacks options a
+    newer pip has: the wheelhouse download on the controller (python_env, offline local hosts) must work with it."""
+    from localbed import probe_wheel
+
+    py = installed / "bin" / "python"
+    bundled = _run([str(py), "-c", "import ensurepip; print(ensurepip.version())"], cwd=tmp_path).stdout.strip()
+    pip = _run([str(py), "-m", "pip", "--version"], cwd=tmp_path).stdout
+    assert bundled and pip.startswith(f"pip {bundled} from {installed}"), (bundled, pip)  # never upgraded
+    bed = local_testbed(hosts=2)
+    (tmp_path / "wheels").mkdir()
+    probe_wheel(tmp_path / "wheels")
+    profiles = bed.cwd / "playbooks" / "profiles"
+    profiles.mkdir(parents=True)
+    (profiles / "tb-wheel.yml").write_text(PROFILE.format(wheels=json.dumps(str(tmp_path / "wheels"))))
+    r = _run([str(installed / "bin" / "testbed"), "setup", bed.name, "--profile", "tb-wheel"], cwd=bed.cwd,
+             env=_plain_env(bed.home))
+    assert r.returncode == 0, r.stdout + r.stderr
+    for h in bed.hosts:
+        got = bed.ssh(h.name, "~/tb-wheel-env/bin/python -c 'import tbprobe; print(tbprobe.__version__)'")
+        assert got.stdout.strip() == "1.0", (h.name, got.stdout, got.stderr)
 
 
 # distribution names on PyPI that are other people's projects (pypi.org/simple/testbed/: an unrelated package whose

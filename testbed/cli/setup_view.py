@@ -79,17 +79,13 @@ def render_summary(result: SetupResult) -> Any:
         t.add_column(col, justify="right")
     t.add_column("status")
     for name, h in result.hosts.items():
-        style = {"failed": "red", "unreachable": "red", "changed": "yellow"}.get(h.status, "green")
+        style = {"failed": "red", "unreachable": "red", "stopped": "red", "changed": "yellow"}.get(h.status, "green")
         t.add_row(name, str(h.ok), str(h.changed), str(h.failed), str(h.unreachable), str(h.skipped),
                   Text(h.status, style=style))
     parts: list[Any] = [t]
     if result.unchanged:
         parts.append(Text(f"skipped: unchanged on {plural(len(result.unchanged), 'host')}", style="green"))
-    why: dict[str, list[str]] = {}
-    for name, reason in result.reasons.items():
-        why.setdefault(reason, []).append(name)
-    for reason, names in why.items():
-        parts.append(Text(f"ran on {', '.join(names)}: {reason}"))
+    parts += _reasons(result)
     if result.partial:
         parts.append(Text(f"only {', '.join(result.partial_roles)} ran on {', '.join(result.partial)} (the roles that "
                           "depend on the other hosts); the rest was there already", style="green"))
@@ -98,12 +94,33 @@ def render_summary(result: SetupResult) -> Any:
         parts.append(Text(f"drift on {name} (changed behind testbed's back, {again}): "
                           + "; ".join(changes[:10]) + (f"; ... {len(changes) - 10} more" if len(changes) > 10 else ""),
                           style="yellow"))
+    stopped = [n for n, h in result.hosts.items() if h.status == "stopped"]
+    if stopped:
+        parts.append(Text(f"stopped on {', '.join(stopped)}: the play ended before it finished there (a failure "
+                          "stopped it); not recorded as set up, the next set-up runs it there again", style="red"))
     for name, h in result.hosts.items():
         if h.error:
             parts.append(Text(f"{name}: {h.error_task or 'error'}: {h.error}", style="red"))
     if result.error:
         parts.append(Text(result.error, style="red"))
     return Group(*parts)
+
+
+def _reasons(result: SetupResult) -> list[Any]:
+    """Why Ansible ran where it ran: one line per reason, hosts whose earlier set-up did not finish first."""
+    from rich.text import Text
+
+    why: dict[str, list[str]] = {}
+    for name, reason in result.reasons.items():
+        if name not in result.unfinished:
+            why.setdefault(reason, []).append(name)
+    out = []
+    if result.unfinished:
+        again = "would run there again" if result.check else "ran there again"
+        out.append(Text(f"an earlier set-up did not finish on {', '.join(result.unfinished)}: {again}",
+                        style="yellow"))
+    out += [Text(f"ran on {', '.join(names)}: {reason}") for reason, names in why.items()]
+    return out
 
 
 @contextmanager

@@ -296,6 +296,7 @@ class _Job:
         res = SetupResult(**{"testbed": self.name, "plan": plan.name, "roles": plan.roles, "check": self.check,
                              "elapsed": time.monotonic() - self.start, "verify": self.verified >= set(self.targets),
                              "unchanged": probe.unchanged, "reasons": probe.reasons,
+                             "unfinished": [n for n in probe.unfinished if n in self.targets],
                              "probe_seconds": probe.seconds, **kw})
         return _remember(self.tb, self.roles, res)
 
@@ -309,10 +310,11 @@ def apply(testbed: str | Resolved, *, profile: str | None = None, suite: str | N
     Everything is checked (profile, roles, hosts, --limit) before any host is touched. ``testbed``: the resolved
     testbed, or its name (resolved here). A host whose recorded set-up address (:mod:`testbed.setup.address`)
     matches is skipped after one round trip; Ansible runs on the others only, and the address is recorded on each
-    host it finished on without a failure. ``verify``: run Ansible on every host anyway (or, given host names, on
-    those hosts anyway, the others skipped as usual); a host whose record matched yet had changes is reported in
-    ``drift``. ``check``: Ansible's check mode, no record read or written
-    (with ``verify``: records are read, not removed, and drift is what check mode would change).
+    host whose play ran to its end without a failure (a host whose play a failure elsewhere ended is ``stopped``;
+    until recorded, a host holds a pending mark, and the next set-up lists it in ``unfinished``). ``verify``: run
+    Ansible on every host anyway (or, given host names, on those hosts anyway, the others skipped as usual); a host
+    whose record matched yet had changes is reported in ``drift``. ``check``: Ansible's check mode, no record read or
+    written (with ``verify``: records are read, not removed, and drift is what check mode would change).
     A host that holds the work already (booted from this set-up's image, :mod:`testbed.setup.images`, or whose
     record differs only in the testbed's hosts) is ``partial``: when every host to set up is, only the roles that
     depend on the other hosts run (``partial_roles``; none: the address is recorded without Ansible).
@@ -448,9 +450,15 @@ def _run_ansible(job: _Job, lim: list[str] | None, forks: int | None,
 
 def _ansible_result(job: _Job, r: Any, agg: EventAggregator) -> SetupResult:
     """What the play did: per-host tallies, its first error, drift (--verify); the address is recorded on each
-    host Ansible finished on without a failure."""
+    host whose play ran to its end without a failure (one whose play stopped is ``stopped``: the next set-up
+    runs it again)."""
     probe, to_run = job.probe, job.to_run
     hosts_res, _, _, _ = agg.snapshot()
+    finished = agg.finished if agg.stats_seen else set()
+    for n in to_run:
+        h = hosts_res.get(n)
+        if h is not None and n not in finished and not h.failed and not h.unreachable:
+            h.stopped = True
     error = None
     rc = int(r.rc if r.rc is not None else 1)
     if rc != 0 and not agg.stats_seen:
@@ -459,8 +467,8 @@ def _ansible_result(job: _Job, r: Any, agg: EventAggregator) -> SetupResult:
         except Exception:  # the runner's stdout handle may already be closed
             out = ""
         error = f"ansible-playbook failed before finishing (rc={rc}): " + " | ".join(out.splitlines()[-6:])
-    if not job.check and agg.stats_seen:  # only now, and only where Ansible finished without a failure
-        _record(job.name, job.prep.plan.name, probe, [n for n in to_run if n in hosts_res
+    if not job.check:  # only now, and only where the play ran to its end without a failure
+        _record(job.name, job.prep.plan.name, probe, [n for n in to_run if n in hosts_res and n in finished
                                                       and not hosts_res[n].failed and not hosts_res[n].unreachable])
     for n in probe.unchanged:
         hosts_res[n] = HostSetupResult(n, unchanged=True)
@@ -525,17 +533,19 @@ class _Probe:
     matched: list[str] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)
     partial: dict[str, str] = field(default_factory=dict)  # hosts holding the work but for the per-testbed roles
+    unfinished: list[str] = field(default_factory=list)  # hosts with a pending mark: an earlier set-up stopped there
     seconds: float = 0.0
     shared_home: bool = False  # one home for every host: each host's record is a file of its own there
 
 
 def _probe(testbed: str, prep: Prepared, playbook: list[dict[str, Any]], inventory: dict[str, Any],
            targets: list[str], *, check: bool, verify: set[str]) -> _Probe:
-    """One round trip per host: read its record (and the record of the image it booted from) and, unless it
-    matches (or in check mode), remove it, so that a set-up that fails or is interrupted from here on leaves no
-    address behind. ``verify``: hosts that run whatever their record says (one with no record that booted from
-    this set-up's image holds its work: only the per-testbed roles run there). A host whose record differs only
-    in the hosts it was for, or with no record but this set-up's image, is ``partial``."""
+    """One round trip per host: read its record, its pending mark (and the record of the image it booted from)
+    and, unless it matches (or in check mode), replace it by a pending mark, so that a set-up that fails, stops or
+    is interrupted from here on leaves no address behind, and the next one says so. ``verify``: hosts that run
+    whatever their record says (one with no record that booted from this set-up's image holds its work: only the
+    per-testbed roles run there). A host whose record differs only in the hosts it was for, or with no record but
+    this set-up's image, is ``partial``."""
     from testbed import remote
 
     plan = prep.plan
@@ -549,16 +559,21 @@ def _probe(testbed: str, prep: Prepared, playbook: list[dict[str, Any]], invento
     out.shared_home = bool((inventory["all"]["vars"].get("testbed_hardware") or {}).get("shared_home"))
     image_cmd = "" if out.shared_home else \
         f'; printf "\\n%s\\n" {_IMAGE_MARK}; cat "$HOME/{address.IMAGE_RECORD}" 2>/dev/null; true'
-    commands = {n: address.read_command(keep=None if check else "" if n in verify else out.addresses[n][0],
-                                        host=n if out.shared_home else None) + image_cmd for n in targets}
+    pending = address.pending(plan.name)
+    commands = {n: address.probe_command(None if check else "" if n in verify else out.addresses[n][0], pending,
+                                         host=n if out.shared_home else None) + image_cmd for n in targets}
     t0 = time.monotonic()
     found = remote.run_each(testbed, commands, timeout=60, connect_timeout=15, max_output=1 << 20)
     out.seconds = time.monotonic() - t0
     for res in found:
         addr, parts = out.addresses[res.host]
-        text, _, image = res.stdout.partition(f"\n{_IMAGE_MARK}\n") if res.ok else ("", "", "")
+        mark, _, text = res.stdout.partition(f"\n{address.PENDING_MARK}\n") if res.ok else ("", "", "")
+        text, _, image = text.partition(f"\n{_IMAGE_MARK}\n")
         v = address.compare(testbed, res.host, plan.name, addr, parts, text if res.ok else None,
-                            None if res.ok else (res.error or res.stderr.strip()[-200:] or f"exit {res.exit_code}"))
+                            None if res.ok else (res.error or res.stderr.strip()[-200:] or f"exit {res.exit_code}"),
+                            mark=mark)
+        if address.unfinished(mark):
+            out.unfinished.append(res.host)
         if v.unchanged:
             out.matched.append(res.host)
             continue

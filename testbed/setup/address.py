@@ -16,8 +16,10 @@ no variable, index URL or token reaches a host):
 
 The record is ``~/.cache/testbed/setup.json`` in the login user's home on the host (no ``become`` needed; the
 roles set up that user's home as well): one per host, the last set-up that succeeded there. It is removed before
-Ansible touches the host and written only after Ansible finished on that host without a failure, so a failed or
-interrupted set-up leaves no address and the next run does the work.
+Ansible touches the host and written only after the host's play ran to its end without a failure, so a failed,
+stopped or interrupted set-up leaves no address and the next run does the work. In its place, until then, the
+host holds a **pending** mark (``setup+pending.json``): the next set-up reads it and says that an earlier set-up
+did not finish there (not "no record", and never drift).
 """
 
 from __future__ import annotations
@@ -198,6 +200,52 @@ def record_path(host: str | None = None) -> str:
     return RECORD.replace("setup.json", f"setup-{host}.json")
 
 
+def pending_path(host: str | None = None) -> str:
+    """The pending mark's path beside the record (``+``: never part of a host name, so never another's record)."""
+    return record_path(host).removesuffix(".json") + "+pending.json"
+
+
+def pending(plan: str) -> str:
+    """The pending mark a set-up leaves on a host until its play there finished (JSON; the plan and a time)."""
+    return json.dumps({"format": FORMAT, "plan": plan,
+                       "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, sort_keys=True)
+
+
+def unfinished(text: str) -> str | None:
+    """Why the host's pending mark (``text``) says its set-up is not to be trusted; None: no mark."""
+    if not text.strip():
+        return None
+    try:
+        mark = json.loads(text)
+    except ValueError:
+        mark = {}
+    mark = mark if isinstance(mark, dict) else {}
+    plan, at = mark.get("plan"), mark.get("started_at")
+    about = ", ".join(x for x in (f"'{plan}'" if isinstance(plan, str) else "",
+                                  f"started {at}" if isinstance(at, str) else "") if x)
+    return f"{UNFINISHED}" + (f" ({about})" if about else "")
+
+
+UNFINISHED = "an earlier set-up did not finish"
+"""How a host whose pending mark was found is told apart (from "no record" and from drift)."""
+
+
+def probe_command(keep: str | None, mark: str, host: str | None = None) -> str:
+    """The probe's command: print the pending mark, :data:`PENDING_MARK`, then what :func:`read_command` prints.
+    Unless ``keep`` is None (check mode, nothing changed): a record beside a pending mark is not trusted (removed),
+    and a host whose record is gone gets the pending mark ``mark`` until a finished play replaces it."""
+    path, mark_path = f'"$HOME/{record_path(host)}"', f'"$HOME/{pending_path(host)}"'
+    out = f'cat {mark_path} 2>/dev/null; printf "\\n%s\\n" {PENDING_MARK}; '
+    if keep is None:
+        return out + read_command(None, host)
+    return (f"{out}[ -e {mark_path} ] && rm -f {path}; {read_command(keep, host)}; [ -e {path} ] || "
+            f'{{ mkdir -p "$HOME/{os.path.dirname(RECORD)}" && (umask 077 && printf %s {shlex.quote(mark)} > '
+            f"{mark_path}); }}; true")
+
+
+PENDING_MARK = "--testbed-pending-mark--"
+
+
 def read_command(keep: str | None, host: str | None = None) -> str:
     """The host-side command that prints the record and then removes it unless it holds the address ``keep``
     (``None``: never remove; ``""``: always); it never fails. ``host``: the record of that host in a shared home."""
@@ -213,10 +261,11 @@ def read_command(keep: str | None, host: str | None = None) -> str:
 
 
 def write_command(text: str, host: str | None = None) -> str:
-    """The host-side command that writes ``text`` as the record, atomically (a temp file, then a rename)."""
+    """The host-side command that writes ``text`` as the record, atomically (a temp file, then a rename), and
+    removes the pending mark."""
     path = "$HOME/" + record_path(host)
     return (f'umask 077 && mkdir -p "$HOME/{os.path.dirname(RECORD)}" && printf %s {shlex.quote(text)} > "{path}.tmp"'
-            f' && mv -f "{path}.tmp" "{path}"')
+            f' && mv -f "{path}.tmp" "{path}" && rm -f "$HOME/{pending_path(host)}"')
 
 
 @dataclass
@@ -229,10 +278,14 @@ class Verdict:
 
 
 def compare(testbed: str, host: str, plan: str, address: str, parts: dict[str, str], text: str | None,
-            error: str | None = None) -> Verdict:
-    """Compare what ``host`` recorded (``text``: the record, or None/empty) with the address wanted now."""
+            error: str | None = None, mark: str = "") -> Verdict:
+    """Compare what ``host`` recorded (``text``: the record, or None/empty) with the address wanted now; ``mark``:
+    its pending mark (an earlier set-up that did not finish there: whatever the record says, it runs again)."""
     if error:
         return Verdict(host, False, f"no answer ({error})")
+    why = unfinished(mark)
+    if why:
+        return Verdict(host, False, why)
     if not text or not text.strip():
         return Verdict(host, False, "no record of a set-up")
     try:

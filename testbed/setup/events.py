@@ -16,6 +16,10 @@ from testbed.textfmt import size
 EventHandler = Callable[[dict[str, Any]], object]
 
 _COUNTED = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped")
+FINISHED_TASK = "testbed: play finished on this host"
+"""The play's last task (``post_tasks``, no module run on the host): a host that reached it ran the whole play.
+One whose play stopped (its own failure, unreachable, a failure elsewhere that ended the play for it: a ``run_once``
+task, ``any_errors_fatal``, ``max_fail_percentage``) never reaches it, and is never recorded as set up."""
 KEPT_EVENTS = (*_COUNTED, "runner_on_start", "runner_on_async_poll", "runner_on_async_failed", "playbook_on_stats",
          "playbook_on_task_start", "playbook_on_play_start", "runner_item_on_failed")
 
@@ -37,6 +41,7 @@ class HostSetupResult:
     error_task: str | None = None
     changed_tasks: list[str] = field(default_factory=list)  # what changed: "role : task (path)", at most MAX_CHANGES
     unchanged: bool = False  # skipped: its recorded set-up address matched, Ansible did not run on it
+    stopped: bool = False  # Ansible ran on it, but its play ended before the last task (not recorded as set up)
 
     @property
     def status(self) -> str:
@@ -44,6 +49,8 @@ class HostSetupResult:
             return "unreachable"
         if self.failed:
             return "failed"
+        if self.stopped:
+            return "stopped"
         if self.unchanged:
             return "unchanged"
         return "changed" if self.changed else "ok"
@@ -67,6 +74,8 @@ class SetupResult:
     verify: bool = False  # every host ran whatever its record said
     unchanged: list[str] = field(default_factory=list)  # hosts skipped: their recorded address matched
     reasons: dict[str, str] = field(default_factory=dict)  # why each host that ran was not skipped
+    unfinished: list[str] = field(default_factory=list)  # hosts where an earlier set-up did not finish (their pending
+    # mark): they ran again, and what changed there is not drift
     drift: dict[str, list[str]] = field(default_factory=dict)  # --verify: hosts whose record matched yet Ansible
     # changed something (a change behind testbed's back), with what changed
     probe_seconds: float = 0.0  # the round trip reading every host's record
@@ -77,7 +86,8 @@ class SetupResult:
 
     @property
     def ok(self) -> bool:
-        return self.rc == 0 and all(h.failed == 0 and h.unreachable == 0 for h in self.hosts.values())
+        return self.rc == 0 and all(h.failed == 0 and h.unreachable == 0 and not h.stopped
+                                    for h in self.hosts.values())
 
     @property
     def changed(self) -> int:
@@ -193,6 +203,7 @@ class EventAggregator:
         self.play = ""
         self.tasks_started = 0
         self.stats_seen = False
+        self.finished: set[str] = set()  # hosts that reached FINISHED_TASK: their whole play ran
         self.started = time.monotonic()
         self.download: Download | None = None  # the controller's download now, and the first reading of it
         self.download_first: Download | None = None
@@ -230,6 +241,8 @@ class EventAggregator:
                 h = self._host(host)
                 res = d.get("res") or {}
                 if kind == "runner_on_ok":
+                    if task == FINISHED_TASK and not d.get("role"):
+                        self.finished.add(host)
                     h.ok += 1
                     h.changed += bool(res.get("changed"))
                     if res.get("changed") and len(h.changed_tasks) < MAX_CHANGES:

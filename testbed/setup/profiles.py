@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import paths
 from testbed.errors import TestbedError, UsageError
+from testbed.setup.events import FINISHED_TASK
 
 if TYPE_CHECKING:
     from testbed.spec import TestbedSpec
@@ -431,7 +432,8 @@ def resolve_plan(*, profile: str | None = None, suite: str | None = None, roles:
 
 
 def build_playbook(plan: SetupPlan) -> list[dict[str, Any]]:
-    """One play over all hosts applying the plan's roles in order."""
+    """One play over all hosts applying the plan's roles in order, then :data:`~testbed.setup.events.FINISHED_TASK`
+    (after the roles' handlers): only a host that reached it is recorded as set up."""
     roles = [{"role": s.role, **({"vars": s.vars} if s.vars else {}), **({"when": s.when} if s.when else {})}
              for s in plan.steps]
     return [{
@@ -441,6 +443,7 @@ def build_playbook(plan: SetupPlan) -> list[dict[str, Any]]:
         "gather_subset": ["!all"],
         "vars": plan.vars,
         "roles": roles,
+        "post_tasks": [{"name": FINISHED_TASK, "ansible.builtin.debug": {"msg": "finished"}}],
     }]
 
 
