@@ -27,6 +27,8 @@ from testbed.run.plan import lacks
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from testbed.records import RunPlan
     from testbed.resolved import Resolved
     from testbed.run.plan import TestbedInfo
@@ -134,15 +136,30 @@ def replica_spec(target: TestbedSpec, suite: Suite, points: list[dict[str, Any]]
             "hardware": target.hardware.model_dump(mode="json")}
 
 
-def _offline_sources(suite: Suite, overrides: dict[str, Override], like: str) -> None:
-    """A replica has no route out: every source must come from this machine (--source or the spec's mirrors)."""
-    missing = [s.name for s in suite.sources if (o := overrides.get(s.name)) is None or o.kind != "path"]
-    if missing:
-        s = next(x for x in suite.sources if x.name == missing[0])
-        raise UsageError(f"source '{s.name}' of suite '{suite.name}' is cloned from {s.repo}, which the replica "
-                         "cannot reach (its hosts have no route out)", where="--source",
-                         fix=" ".join(f"--source {n}=PATH" for n in missing) + " (a local checkout), or a path "
-                         f"under 'sources:' in inventories/{like}.yml")
+def _offline_sources(suite: Suite, overrides: dict[str, Override], like: str,
+                     note: Callable[[str], None]) -> dict[str, Override]:
+    """A replica has no route out: every source must come from this machine. One that --source and the spec's
+    mirrors leave out comes from the user's mirror cache, fetched on this machine first when it lacks the ref."""
+    from testbed import sources as sources_mod
+
+    out = dict(overrides)
+    why: dict[str, str] = {}
+    for s in suite.sources:
+        if (o := out.get(s.name)) is not None and o.kind == "path":
+            continue
+        got = sources_mod.from_mirror(s.name, s.repo, s.ref, fetch=True, say=note)
+        if isinstance(got, str):
+            why[s.name] = got
+            continue
+        note(f"source '{s.name}': {s.repo} at {s.ref or 'HEAD'} from this machine's copy {got.location}")
+        out[s.name] = got
+    if why:
+        first = next(x for x in suite.sources if x.name in why)
+        raise UsageError(f"source '{first.name}' of suite '{suite.name}' is cloned from {first.repo}, which the "
+                         f"replica cannot reach (its hosts have no route out), and {why[first.name]}",
+                         where="--source", fix=" ".join(f"--source {n}=PATH" for n in why) + " (a local checkout), "
+                         f"or a path under 'sources:' in inventories/{like}.yml")
+    return out
 
 
 # --- one point per step shape ----------------------------------------------------------------------------------
@@ -285,16 +302,35 @@ def stand_in_environments(tb: Resolved, plan: RunPlan, site: str | None = None) 
 
 
 # --- the whole rehearsal ----------------------------------------------------------------------------------------
-def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None, matrix: bool = False,
-             shapes: bool = False, sources: dict[str, str] | None = None, setup: bool = True,
-             roles: list[str] | None = None, keep: bool = False, to: Path = Path("results"),
-             subnet: str = DEFAULT_SUBNET,
-             timeout: float | None = None, site: str | None = None, say: Any = None) -> RehearsalResult:
+def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None, say: Any = None,
+             **options: Any) -> RehearsalResult:
+    """``_rehearse`` with the real testbed's declared variables that are not set (its ``env:``, such as tesla's
+    WATID) standing in with their examples: a replica needs a value of the right shape, not yours. Each is said."""
+    from testbed.spec import stand_ins
+    from testbed.suite import load_suite
+
+    like = like or load_suite(suite_name).testbed
+    if not like:
+        return _rehearse(suite_name, given, like=like, say=say, **options)
+    with stand_ins(like) as made:
+        for k, v in made.items():
+            if say:
+                say(f"{k} is not set: the replica uses {v!r}, the example in {like}'s spec (export {k}=... to "
+                    "rehearse as yourself)")
+        return _rehearse(suite_name, given, like=like, say=say, **options)
+
+
+def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None, matrix: bool = False,
+              shapes: bool = False, sources: dict[str, str] | None = None, setup: bool = True,
+              roles: list[str] | None = None, keep: bool = False, to: Path = Path("results"),
+              subnet: str | None = None,
+              timeout: float | None = None, site: str | None = None, say: Any = None) -> RehearsalResult:
     """Rehearse ``suite_name`` (every point of its matrix with ``matrix``; with ``shapes`` too, the first point of
     each distinct step shape: ``plan_shape``) on a replica of ``like``.
 
     Everything is checked before a host is made (suite, parameters, testbed spec, offline sources); the replica is
-    destroyed at the end unless ``keep``. ``site``: the site-packages a stand-in environment sees. ``say``: a
+    destroyed at the end unless ``keep``. ``subnet``: the replica's; by default the first free /24 from
+    10.219.0.0/24 (a kept replica keeps its own). ``site``: the site-packages a stand-in environment sees. ``say``: a
     callable taking one line of progress."""
     if site is not None and not Path(site).is_dir():
         raise UsageError(f"no folder {site}", where="--site", fix="give the site-packages folder of a virtualenv")
@@ -316,9 +352,10 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
                          fix="give --like TESTBED (a spec in inventories/)")
     target = load_testbed(like)
     points = expand_matrix(s, given) if matrix else [resolve_params(s, given)]
+    subnet = subnet or _free_subnet(replica_name(target.name))
     spec, spec_path = _write_replica_spec(target, s, points, subnet)
     overrides = sources_mod.for_suite(s, like, sources)
-    _offline_sources(s, overrides, like)
+    overrides = _offline_sources(s, overrides, like, note)
     points, refused = _pick_points(s, target, like, _draft_info(target, spec, subnet), points, overrides,
                                    shapes=shapes)
     tb = Resolved.open(str(spec_path))
@@ -347,6 +384,17 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
                 services.destroy(tb)
             except TestbedError as e:
                 note(f"could not destroy the replica {tb.name}: {e.what} ({e.fix})")
+
+
+def _free_subnet(name: str) -> str:
+    """A subnet no route of this machine uses; the one a kept replica of this name was made with, while it is."""
+    from testbed.providers.local.provider import free_subnet
+
+    try:
+        prev = json.loads((paths.home() / "rehearse" / f"{name}.yml").read_text())["provider"]["subnet"]
+    except (OSError, ValueError, KeyError, TypeError):
+        prev = None
+    return free_subnet(DEFAULT_SUBNET, prefer=prev if isinstance(prev, str) else None)
 
 
 def _write_replica_spec(target: TestbedSpec, s: Suite, points: list[dict[str, Any]],

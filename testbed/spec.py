@@ -13,7 +13,10 @@ groups:              # extra host groups; 'all' always exists, 'master' defaults
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
@@ -89,6 +92,14 @@ class Hardware(Strict):
         return own is not None and "gpu" in own.model_fields_set
 
 
+class EnvVar(Strict):
+    """A variable the spec reads from the environment (``${NAME}``): what it is, and a value a rehearsal may use."""
+
+    help: str = Field(min_length=1, max_length=300, description="what to set it to, said when it is not set")
+    example: str | None = Field(None, max_length=100, description="a value of its shape; a rehearsal's replica "
+                                "stands in with it when the variable is not set, and says so")
+
+
 class TestbedSpec(Strict):
     """One testbed: ``inventories/<name>.yml``."""
 
@@ -100,6 +111,8 @@ class TestbedSpec(Strict):
     user: str = Field("root", pattern=USER_RE, description="login user; default: the provider's (root, or tpu)")
     profile: str | None = "base"
     groups: dict[str, list[str]] = Field(default_factory=dict)
+    env: dict[str, EnvVar] = Field(default_factory=dict, description="the environment variables the spec reads "
+                                   "(${NAME}), each with its help; a missing one is refused with that help")
     vars: dict[str, object] = Field(default_factory=dict, description="variables handed to set-up roles")
     sources: dict[str, str] = Field(default_factory=dict, description="source overrides for every run and set-up "
                                     "on this testbed (name: PATH|URL[@REF]), e.g. offline mirrors; --source wins")
@@ -234,6 +247,31 @@ def inventory_path(name: str) -> Path:
         raise UsageError(f"no testbed named '{name}'", where="inventories/",
                          fix=f"{hint}known testbeds: {known}; or write inventories/{name}.yml")
     return p
+
+
+@contextlib.contextmanager
+def stand_ins(name_or_path: str) -> Iterator[dict[str, str]]:
+    """While inside: each variable the spec's ``env:`` declares with an ``example`` and the environment lacks is
+    set to that example (a rehearsal's replica only needs a value of the right shape); yields those it set."""
+    from testbed import yamlfile
+
+    p = Path(name_or_path)
+    path = p if p.suffix in (".yml", ".yaml") and p.exists() else inventory_path(name_or_path)
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        raw = YAML(typ="safe").load(yamlfile.read_text(path))
+    except (UsageError, YAMLError):  # a broken spec is refused, with its line, by load_testbed right after
+        raw = None
+    made = {k: v["example"] for k, v in yamlfile.declared_env(raw).items()
+            if v.get("example") and not os.environ.get(k)}
+    os.environ.update(made)
+    try:
+        yield made
+    finally:
+        for k in made:
+            os.environ.pop(k, None)
 
 
 def load_testbed(name_or_path: str) -> TestbedSpec:

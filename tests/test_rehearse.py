@@ -169,6 +169,7 @@ def test_a_rehearsal_refuses_a_source_the_replica_cannot_reach_before_any_host(t
     with pytest.raises(UsageError) as e:
         rh.rehearse("jitc", {}, like="chameleon")
     assert "cannot reach" in e.value.what and "--source jitc=PATH" in e.value.fix
+    assert "fetching https://" in e.value.what and "failed" in e.value.what  # tried here first (git refused it)
     with pytest.raises(UsageError, match="has no parameter"):
         rh.rehearse("jitc", {"nope": "1"}, like="chameleon")
     with pytest.raises(UsageError, match="names no testbed"):
@@ -565,3 +566,29 @@ def test_neuronabox_rehearsed_one_point_per_shape_on_a_replica_of_two_gpu_hosts(
         assert sorted({p["script"].rsplit("/", 1)[-1] for p in point["probes"]}) == [scripts[exp]], point["probes"]
         assert len(point["probes"]) == 2, point["probes"]  # one per rank, each in its own env
     assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)
+
+
+FREE_SUBNET = """
+import subprocess, sys
+from testbed.providers.local.provider import free_subnet
+def ip(*a): subprocess.run(["ip", *a], check=True)
+print(free_subnet())
+for dev, addr in (("d0", "10.219.0.1/24"), ("d1", "10.219.2.77/23")):
+    ip("link", "add", dev, "type", "veth", "peer", "name", dev + "p")
+    ip("addr", "add", addr, "dev", dev); ip("link", "set", dev, "up"); ip("link", "set", dev + "p", "up")
+print(free_subnet())
+print(free_subnet(prefer="10.219.0.0/24"))
+print(free_subnet(prefer="10.219.2.0/24"))
+print(free_subnet(prefer="10.250.3.0/24"))
+"""
+
+
+@pytest.mark.local
+def test_the_replica_picks_a_subnet_no_route_uses(tmp_path: Path) -> None:
+    """In a network namespace of its own: the first /24 from 10.219.0.0 that no route overlaps; a kept replica's
+    own subnet (routed exactly) is kept, one another route overlaps is not."""
+    r = subprocess.run(["unshare", "--net", sys.executable, "-c", FREE_SUBNET], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["10.219.0.0/24", "10.219.1.0/24", "10.219.0.0/24", "10.219.1.0/24",
+                                "10.250.3.0/24"], r.stdout

@@ -3,6 +3,7 @@ with the right file:line, the field, and the closest valid key."""
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -235,3 +236,33 @@ def test_unreadable_and_unknown_names(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_misspelt_required_key_gets_a_hint(tmp_path: Path) -> None:
     e = refused(write(tmp_path, "provder:\n  kind: local\n"))
     assert "did you mean 'provider'" in f"{e.what} {e.fix}"
+
+
+def test_a_declared_variable_that_is_not_set_is_refused_with_its_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tesla's spec reads $WATID and says what it is: the error says it too, with the example's shape."""
+    monkeypatch.delenv("WATID", raising=False)
+    monkeypatch.chdir(REPO)
+    with pytest.raises(UsageError) as e:
+        load_testbed("tesla")
+    assert "WATID is not set" in e.value.what and "account name on the ecetesla lab machines" in e.value.what
+    assert "export WATID=" in e.value.fix and "jdoe" in e.value.fix and "default" not in e.value.fix
+    assert e.value.where.endswith("inventories/tesla.yml:17")
+
+
+def test_a_rehearsal_stands_in_for_a_declared_variable_with_its_example(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from testbed.spec import stand_ins
+
+    monkeypatch.delenv("LABUSER", raising=False)
+    monkeypatch.setenv("OTHER", "mine")
+    path = write(tmp_path, "provider: {kind: lab, hosts: [{name: a, address: a.example}]}\nuser: ${LABUSER}\n"
+                 "env:\n  LABUSER: {help: your lab account, example: jdoe}\n  OTHER: {help: x, example: y}\n"
+                 "  NOEXAMPLE: {help: no example}\n", "lab.yml")
+    with stand_ins(str(path)) as made:
+        assert made == {"LABUSER": "jdoe"}  # set ones are kept, ones without an example are left out
+        assert load_testbed(str(path)).user == "jdoe"
+    assert "LABUSER" not in os.environ and os.environ["OTHER"] == "mine"
+    with pytest.raises(UsageError, match="your lab account"):
+        load_testbed(str(path))
+    with pytest.raises(UsageError, match="help"):  # a declaration without its help is refused at its line
+        load_testbed(str(write(tmp_path, "provider: {kind: local}\nenv: {X: {example: 1}}\n", "bad.yml")))

@@ -636,7 +636,8 @@ def rehearse(
                                                                   "(repeatable).")] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the replica afterwards (testbed destroy NAME).")] = False,
     to: Annotated[str, typer.Option("--to", help="Where the rehearsal's outputs and reports go.")] = "results",
-    subnet: Annotated[str, typer.Option("--subnet", help="The replica's private subnet.")] = "10.219.0.0/24",
+    subnet: Annotated[str | None, typer.Option("--subnet", help="The replica's private subnet (default: the first "
+                                                                   "free /24 from 10.219.0.0/24).")] = None,
     site: Annotated[str | None, typer.Option("--site", help="site-packages a stand-in for the suite's environment "
                                                             "sees, where the profile did not make it (default: "
                                                             "testbed's own when it holds torch).")] = None,
