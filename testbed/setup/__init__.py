@@ -232,7 +232,9 @@ def prepare(tb: Resolved, *, profile: str | None = None, suite: str | None = Non
     spec = tb.spec
     default_profile = (spec.profile if spec is not None else None) or "base"
     plan = resolve_plan(profile=profile, suite=suite, roles=roles, default_profile=default_profile)
-    variables: dict[str, Any] = {"testbed_cache_dir": str(paths.home() / "cache"),
+    # downloads on the controller (wheels, datasets, source builds) are keyed by content and kept once per user,
+    # shared by every state home (paths.user_cache)
+    variables: dict[str, Any] = {"testbed_cache_dir": str(paths.user_cache()),
                                  # where a role's downloads on the controller write pip's progress (shown live)
                                  "testbed_progress_file": str(ansible_dir() / "runs" / tb.name / "progress.log")}
     if tb.subnet:
