@@ -658,12 +658,14 @@ def rehearse(
     from testbed import rehearse as rehearse_mod
     from testbed import sources as sources_mod
     from testbed import suite as suite_mod
+    from testbed.cli.output import waiting
 
     c = console(stderr=True)
-    res = rehearse_mod.rehearse(suite, suite_mod.parse_assignments(param or []), like=like, matrix=matrix,
-                                shapes=shapes, sources=sources_mod.parse(source or []), setup=not no_setup, roles=role,
-                                keep=keep, to=Path(to), subnet=subnet, site=site,
-                                say=lambda m: c.print(escape(m)))
+    with waiting(f"rehearsing {suite}"):
+        res = rehearse_mod.rehearse(suite, suite_mod.parse_assignments(param or []), like=like, matrix=matrix,
+                                    shapes=shapes, sources=sources_mod.parse(source or []), setup=not no_setup,
+                                    roles=role, keep=keep, to=Path(to), subnet=subnet, site=site,
+                                    say=lambda m: c.print(escape(m)))
     if json_out:
         print_json(res.to_json())
     else:
