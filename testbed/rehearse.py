@@ -153,6 +153,18 @@ def _offline_sources(suite: Suite, overrides: dict[str, Override], like: str,
             continue
         note(f"source '{s.name}': {s.repo} at {s.ref or 'HEAD'} from this machine's copy {got.location}")
         out[s.name] = got
+    covered = sources_mod.setup_vars(out, suite).get("testbed_source_overrides", {})
+    for name, (repo, version) in sources_mod.profile_build_refs(suite.profile).items():
+        if name in covered:
+            continue
+        got = sources_mod.from_mirror(name, repo, version, fetch=False)
+        if isinstance(got, str):  # only where the set-up builds it: said, not refused
+            note(f"the profile's build '{name}' clones {repo} on the hosts, which the replica cannot reach: give "
+                 f"--source {name}=PATH if this set-up builds it")
+        else:
+            note(f"the profile's build '{name}': {repo} at {version or 'HEAD'} from this machine's copy "
+                 f"{got.location}")
+            out[name] = got
     if why:
         first = next(x for x in suite.sources if x.name in why)
         raise UsageError(f"source '{first.name}' of suite '{suite.name}' is cloned from {first.repo}, which the "

@@ -266,18 +266,47 @@ def _clone_mirror(url: str, dest: Path) -> subprocess.CompletedProcess[str]:
 
 
 def profile_builds(profile: str | None) -> dict[str, str]:
-    """{source_build_name: repo} of a profile's source_build roles (includes too) whose name is no template."""
+    """{source_build_name: repo} of a profile's source_build roles (includes too): :func:`profile_build_refs`."""
+    return {name: repo for name, (repo, _) in profile_build_refs(profile).items()}
+
+
+def profile_build_refs(profile: str | None) -> dict[str, tuple[str, str | None]]:
+    """{source_build_name: (repo, version)} of a profile's source_build roles (includes too), their templates
+    (``source_build_repo: "{{ tesla_repo }}"``) rendered with the profile's vars and the step's own; a build whose
+    name or repo needs what only a host knows (its facts) is left out."""
     if not profile:
         return {}
     from testbed.setup.profiles import load_profile
 
-    out: dict[str, str] = {}
-    for step in load_profile(profile).steps:
-        if step.role == "source_build":
-            name, repo = str(step.vars.get("source_build_name", "")), str(step.vars.get("source_build_repo", ""))
-            if name and "{{" not in name:
-                out[name] = repo
+    plan = load_profile(profile)
+    out: dict[str, tuple[str, str | None]] = {}
+    for step in plan.steps:
+        if step.role != "source_build":
+            continue
+        context = {**plan.vars, **step.vars}
+        name, repo = _rendered(step.vars.get("source_build_name"), context), \
+            _rendered(step.vars.get("source_build_repo"), context)
+        if name and repo:
+            out[name] = (repo, _rendered(step.vars.get("source_build_version"), context))
     return out
+
+
+def _rendered(value: object, context: dict[str, Any], depth: int = 4) -> str | None:
+    """``value`` with its ``{{ }}`` rendered from ``context`` (vars naming vars: ``depth`` rounds); None when it is
+    not a string or names what the context lacks."""
+    from testbed.suite import render
+
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        return None
+    text = str(value)
+    for _ in range(depth):
+        if "{{" not in text and "{%" not in text:
+            return text.strip() or None
+        try:
+            text = render(text, context, shell=False, where="a profile's source_build")
+        except UsageError:
+            return None
+    return None
 
 
 def setup_vars(overrides: Mapping[str, Override], suite: Suite | None,

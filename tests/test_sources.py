@@ -158,3 +158,16 @@ def test_a_mirror_fetch_off_this_machine_is_refused_by_git_in_the_tests(tb_home:
     """The suite sends no traffic off loopback: git itself refuses other transports here (GIT_ALLOW_PROTOCOL)."""
     got = sources.from_mirror("vit", "https://github.com/trinhgiahuy/Scalable_ViT_DT.git", "b9f281b", fetch=True)
     assert isinstance(got, str) and "not allowed" in got, got
+
+
+def test_a_suite_source_given_reaches_the_profile_build_of_its_repository_through_a_template(
+        tb_home: Path, repo: Path) -> None:
+    """tesla's profile names its build's repository through a variable (source_build_repo: "{{ tesla_repo }}"):
+    the override of the suite's 'vit' reaches that build too, so set-up never clones from the network."""
+    assert sources.profile_build_refs("tesla") == {
+        "Scalable_ViT_DT": ("https://github.com/trinhgiahuy/Scalable_ViT_DT.git", "b9f281b")}
+    o = sources.resolve("vit", str(repo))
+    got = sources.setup_vars({"vit": o}, load_suite("tesla"))
+    assert set(got["testbed_source_overrides"]) == {"Scalable_ViT_DT"}
+    assert got["testbed_source_overrides"]["Scalable_ViT_DT"]["commit"] == o.commit
+    assert "nccl-emu" not in sources.profile_build_refs("neuronabox")  # a name from host facts: left out
