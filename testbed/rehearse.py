@@ -368,7 +368,7 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
     spec, spec_path = _write_replica_spec(target, s, points, subnet)
     overrides = sources_mod.for_suite(s, like, sources)
     overrides = _offline_sources(s, overrides, like, note)
-    points, refused = _pick_points(s, target, like, _draft_info(target, spec, subnet), points, overrides,
+    points, refused, needed = _pick_points(s, target, like, _draft_info(target, spec, subnet), points, overrides,
                                    shapes=shapes)
     tb = Resolved.open(str(spec_path))
     result = RehearsalResult(suite=s.name, like=like, replica=tb.name, setup={},
@@ -377,7 +377,7 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
     try:
         note(f"replica {tb.name}: {plural(len(spec['provider']['names']), 'local host')} shaped like {like}")
         services.provision(tb)
-        result.setup = _setup(tb, s, overrides, setup, roles, note)
+        result.setup = _setup(tb, s, overrides, setup, roles, note, only=None if roles else needed)
         if not result.setup.get("ok", True):
             return result
         for i, p in enumerate(points):
@@ -437,14 +437,17 @@ def _draft_info(target: TestbedSpec, spec: dict[str, Any], subnet: str) -> Testb
 
 
 def _pick_points(s: Suite, target: TestbedSpec, like: str, info: TestbedInfo, points: list[dict[str, Any]],
-                 overrides: dict[str, Override], *, shapes: bool) -> tuple[list[dict[str, Any]], dict[int, str]]:
+                 overrides: dict[str, Override], *, shapes: bool
+                 ) -> tuple[list[dict[str, Any]], dict[int, str], list[str] | None]:
     """The points to rehearse (with ``shapes``: the first of each step shape), each rendered before a host is
-    made (a template, a fault, a host count), and why a run on the real testbed would refuse some (by index)."""
+    made (a template, a fault, a host count), why a run on the real testbed would refuse some (by index), and the
+    profile's roles the others need (None: all of them)."""
     from testbed.run import plan as plan_mod
 
     refused: dict[int, str] = {}
     seen: set[tuple[Any, ...]] = set()
     picked: list[dict[str, Any]] = []
+    drafts: list[RunPlan] = []
     for p in points:
         draft = plan_mod.build_plan(s, info, p, overrides=overrides)
         if shapes:
@@ -458,12 +461,14 @@ def _pick_points(s: Suite, target: TestbedSpec, like: str, info: TestbedInfo, po
             miss = lacks(f.needs, target.hardware.context(f.host), target.kind)
             if miss:  # judged against the real testbed: a run there would be refused
                 refused[i] = f"fault {f.name} needs {', '.join(miss)}, which testbed {like} lacks"
+        if i not in refused:
+            drafts.append(draft)
     if len(refused) == len(picked):
         raise UsageError(f"nothing to rehearse: {refused[0]}" + (f" (and {plural(len(picked) - 1, 'more point')})"
                                                                  if len(picked) > 1 else ""),
                          where=f"suite {s.name}", fix="choose a fault the testbed has what it needs for, or --like "
                          "a testbed that declares it (hardware:)")
-    return picked, refused
+    return picked, refused, services.needed_roles(drafts)
 
 
 def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str, overrides: dict[str, Override],
@@ -498,16 +503,21 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
 
 
 def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, roles: list[str] | None,
-           note: Any) -> dict[str, Any]:
+           note: Any, *, only: list[str] | None = None) -> dict[str, Any]:
+    """Apply the suite's profile to the replica: ``roles`` (--role) alone, else the roles its points need
+    (``only``; None: all)."""
     from testbed import sources as sources_mod
 
     if not setup or not s.profile:
         return {"applied": None, "ok": True, "why": "--no-setup" if s.profile else "the suite has no profile"}
     extra = sources_mod.setup_vars(overrides, s)
-    note(f"set-up: profile {s.profile}" + (f", roles {', '.join(roles)}" if roles else ""))
+    picked = roles or only
+    note(f"set-up: profile {s.profile}" + (f", roles {', '.join(picked)}" if picked else "")
+         + (" (what the points need: setup_roles)" if only and not roles else ""))
     t0 = time.monotonic()
-    res = services.setup(tb, profile=s.profile if not roles else None, roles=roles, extra_vars=extra or None).result
-    out: dict[str, Any] = {"applied": s.profile, "roles": roles or res.roles, "ok": res.ok,
+    res = services.setup(tb, profile=s.profile if not roles else None, roles=roles, extra_vars=extra or None,
+                         only=None if roles else only).result
+    out: dict[str, Any] = {"applied": s.profile, "roles": roles or only or res.roles, "ok": res.ok,
                            "seconds": round(time.monotonic() - t0, 1)}
     if not res.ok:
         bad = {n: (h.error or "failed") for n, h in res.hosts.items() if h.failed or h.unreachable}

@@ -236,7 +236,10 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     first = runner.plan_run(s, tb, points[0], faults=faults, sources=src, store=st)
     limit = campaign.Limit(s.name, tb, points, budget, st) if budget else None  # its unit, every estimate
     target = Resolved.open(tb, st)
-    _with_setup_view(target, s, no_setup, lambda on_event: services.suite_setup(target, s, first, on_event))
+    # a suite whose points need different roles of its profile (setup_roles): the roles any point needs
+    more = [runner.plan_run(s, tb, p, faults=faults, dry_run=True, sources=src, store=st) for p in points[1:]] \
+        if s.setup_roles else []
+    _with_setup_view(target, s, no_setup, lambda on_event: services.suite_setup(target, s, first, on_event, more))
     cid = campaign.create_or_resume(s.name, tb, points, faults, src, store=st, budget=budget)
     c = console(stderr=True)
     c.print(f"campaign [bold]{cid}[/bold]: {plural(len(points), 'run')} of {s.name} on {tb}"

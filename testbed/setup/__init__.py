@@ -227,11 +227,12 @@ class Prepared:
 
 
 def prepare(tb: Resolved, *, profile: str | None = None, suite: str | None = None, roles: list[str] | None = None,
-            extra_vars: dict[str, Any] | None = None) -> Prepared:
-    """The plan and variables of a set-up of ``tb`` (checked: a bad profile, role or variable is refused here)."""
+            extra_vars: dict[str, Any] | None = None, only: list[str] | None = None) -> Prepared:
+    """The plan and variables of a set-up of ``tb`` (checked: a bad profile, role or variable is refused here);
+    ``only``: just these roles of the profile."""
     spec = tb.spec
     default_profile = (spec.profile if spec is not None else None) or "base"
-    plan = resolve_plan(profile=profile, suite=suite, roles=roles, default_profile=default_profile)
+    plan = resolve_plan(profile=profile, suite=suite, roles=roles, default_profile=default_profile, only=only)
     # downloads on the controller (wheels, datasets, source builds) are keyed by content and kept once per user,
     # shared by every state home (paths.user_cache)
     variables: dict[str, Any] = {"testbed_cache_dir": str(paths.user_cache()),
@@ -306,7 +307,8 @@ class _Job:
 def apply(testbed: str | Resolved, *, profile: str | None = None, suite: str | None = None,
           roles: list[str] | None = None, check: bool = False, limit: list[str] | None = None,
           extra_vars: dict[str, Any] | None = None, on_event: EventHandler | None = None,
-          forks: int | None = None, verify: bool | Collection[str] = False) -> SetupResult:
+          forks: int | None = None, verify: bool | Collection[str] = False,
+          only: list[str] | None = None) -> SetupResult:
     """Apply a profile (or a suite's profile, or single roles) to a testbed; a failed host does not stop others.
 
     Everything is checked (profile, roles, hosts, --limit) before any host is touched. ``testbed``: the resolved
@@ -327,7 +329,7 @@ def apply(testbed: str | Resolved, *, profile: str | None = None, suite: str | N
     if not tb.hosts:
         raise UsageError(f"testbed '{tb.name}' has no hosts", where="state",
                          fix=f"provision it first: testbed provision {tb.name}")
-    prep = prepare(tb, profile=profile, suite=suite, roles=roles, extra_vars=extra_vars)
+    prep = prepare(tb, profile=profile, suite=suite, roles=roles, extra_vars=extra_vars, only=only)
     names = [h.name for h in tb.hosts]
     lim = _check_limit(limit, names)
     base = ansible_dir()
