@@ -61,6 +61,9 @@ class Hardware(Strict):
     gpu: Gpu | None = Field(None, description="per-host GPUs; none: CPU hosts (or a TPU, from the provider)")
     login_shell: str | None = Field(None, pattern=r"^/[A-Za-z0-9_./-]{1,100}$",
                                     description="the login user's shell before set-up changes it, e.g. /bin/tcsh")
+    sudo: bool = Field(True, description="the login user may become root (sudo) on the hosts; false: an account "
+                       "without it (a student's lab account), so set-up covers the home and environments and a role "
+                       "that needs root says so; a rehearsal's replica gives its user no sudo either")
     tools: list[str] = Field(default_factory=list, description="commands every host has that a fault may need "
                              "(tc, iptables, setpci); a local testbed has this machine's")
     hosts: dict[str, HostHardware] = Field(default_factory=dict, description="per host, where hosts differ: "
@@ -84,7 +87,7 @@ class Hardware(Strict):
             gpu = own.gpu if "gpu" in own.model_fields_set else gpu
         return {"shared_home": self.shared_home, "interface": interface,
                 "gpu_model": gpu.model if gpu else None, "gpus": gpu.count if gpu else 0,
-                "login_shell": self.login_shell, "tools": list(self.tools)}
+                "login_shell": self.login_shell, "tools": list(self.tools), "sudo": self.sudo}
 
     def gpu_declared(self, host: str) -> bool:
         """Whether the spec says, for ``host`` itself, whether it has GPUs (``hosts.<host>.gpu``)."""

@@ -251,8 +251,10 @@ def prepare(tb: Resolved, *, profile: str | None = None, suite: str | None = Non
 
     cls = provider_class(provider) if provider in PROVIDERS else None
     variables["testbed_offline"] = bool(cls and cls.offline_hosts)  # no route out: install from the controller
-    variables["testbed_root"] = not (cls and not cls.root_on_hosts)
-    if not variables["testbed_root"]:  # no root (a Slurm cluster's nodes): the mesh's names go in ~/.ssh/config
+    # root: the provider gives it (not a Slurm cluster's nodes), and the spec's login user is root or has sudo
+    no_sudo = spec is not None and not spec.hardware.sudo and spec.user != "root"
+    variables["testbed_root"] = not (cls and not cls.root_on_hosts) and not no_sudo
+    if not variables["testbed_root"]:  # no root: the mesh's names go in ~/.ssh/config
         variables["ssh_mesh_etc_hosts"] = False
     shared = _controller_site_packages() if cls and cls.shares_controller_files else None
     if shared:  # the hosts see this machine's files: they can use the controller's env as a shared one

@@ -472,10 +472,12 @@ class LocalProvider(Provider):
     def _ensure_user(self, sl: HostSlot, user: str) -> None:
         shell = self.spec.hardware.login_shell or "/bin/bash"
         # a shared home: the first host makes the folder, the others find it (useradd then leaves it as it is)
+        # sudo as the real account has it (hardware.sudo): a replica of a lab account without it gets none
+        sudoers = f"/etc/sudoers.d/testbed-{user}"
+        grant = (f"echo '{user} ALL=(ALL) NOPASSWD:ALL' > {sudoers}; chmod 0440 {sudoers}"
+                 if self.spec.hardware.sudo else f"rm -f {sudoers}")
         script = (f"id -u {user} >/dev/null 2>&1 || useradd -m -s {shlex.quote(shell)} {user} 2>/dev/null || "
-                  f"id -u {user} >/dev/null; "
-                  f"echo '{user} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/testbed-{user}; "
-                  f"chmod 0440 /etc/sudoers.d/testbed-{user}")
+                  f"id -u {user} >/dev/null; {grant}")
         self.console(sl.name, script)
 
     def console(self, host: str, script: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
