@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,8 @@ from testbed.run import runner
 from testbed.scripts.probe import PROBLEM_EXIT
 from testbed.spec import load_testbed
 from testbed.suite import expand_matrix, load_suite, resolve_params
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = Path(rh.__file__).with_name("scripts") / "probe.py"
 SCRIPT = '''import argparse, os
@@ -178,15 +181,11 @@ def test_a_rehearsal_refuses_a_source_the_replica_cannot_reach_before_any_host(t
 
 
 # --- real rehearsals on local replicas ------------------------------------------------------------------------------
-def _rehearse(tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 1200,
-              clean: bool = False) -> dict[str, Any]:
-    """``testbed rehearse ARGS --json`` in ``tmp_path``; ``env`` adds to this process's environment (``clean``:
-    is the whole environment), and the replica takes a free subnet of its own (``--subnet`` is not given then)."""
-    base = {} if clean else dict(os.environ)
-    subnet = [] if clean else ["--subnet", free_subnet()]
-    r = subprocess.run([sys.executable, "-m", "testbed", "rehearse", *args, *subnet, "--json"],
+def _rehearse(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
+              timeout: float = 1200) -> dict[str, Any]:
+    r = subprocess.run([sys.executable, "-m", "testbed", "rehearse", *args, "--subnet", free_subnet(), "--json"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=timeout, check=False,
-                       env={**base, "TESTBED_HOME": str(tmp_path / ".testbed"), **(env or {})})
+                       env={**os.environ, "TESTBED_HOME": str(tmp_path / ".testbed"), **(env or {})})
     assert r.stdout.strip(), r.stderr
     out: dict[str, Any] = json.loads(r.stdout)
     out["_rc"], out["_stderr"] = r.returncode, r.stderr
@@ -195,22 +194,28 @@ def _rehearse(tmp_path: Path, *args: str, env: dict[str, str] | None = None, tim
 
 @pytest.mark.slow
 def test_tesla_hello_rehearsed_on_a_replica_of_the_lab(tmp_path: Path, need_local: None) -> None:
+    """The README's line exactly as written, from a folder whose inventories/tesla.yml is the shipped one with the
+    artifact's checkout as its source mirror (the spec's ``sources:``: this machine has the checkout, not a clone),
+    and no WATID (the replica stands in with the spec's example); the set-up is the roles a hello needs."""
     vit = artifact("Scalable_ViT_DT")
-    # the README's line, with the artifact's checkout this machine has (a folder, not a clone: --source) and no
-    # WATID (the replica stands in with the spec's example); the set-up is the roles a hello needs (setup_roles)
-    env = {k: v for k, v in os.environ.items() if k != "WATID"}
-    out = _rehearse(tmp_path, "tesla", "-p", "task=hello", "--source", f"vit={vit}", env=env, clean=True)
-    assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)
-    assert out["setup"]["roles"] == ["ssh_mesh", "shell", "packages", "mpi"], out["setup"]
-    assert "WATID is not set: the replica uses 'jdoe'" in out["_stderr"], out["_stderr"]
+    line = next(ln.split("#", 1)[0].strip() for ln in (ROOT / "README.md").read_text().splitlines()
+                if ln.startswith("testbed rehearse tesla"))
+    assert line == "testbed rehearse tesla -p task=hello", line
+    (tmp_path / "inventories").mkdir()
+    shipped = (ROOT / "inventories" / "tesla.yml").read_text()
+    (tmp_path / "inventories" / "tesla.yml").write_text(shipped + f"sources:\n  vit: {json.dumps(str(vit))}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("WATID", "COLUMNS")}
+    r = subprocess.run([str(Path(sys.executable).with_name("testbed")), *shlex.split(line)[1:]], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=1200, check=False,
+                       env={**env, "TESTBED_HOME": str(tmp_path / ".testbed"), "COLUMNS": "400"})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "WATID is not set: the replica uses 'jdoe'" in r.stderr, r.stderr
+    assert "set-up: profile tesla, roles ssh_mesh, shell, packages, mpi" in r.stderr, r.stderr
     target = load_testbed_env("tesla", WATID="jdoe")
-    assert out["shape"]["hosts"] == target.host_names()
-    assert out["shape"]["shared_home"] == target.hardware.shared_home
-    point = out["points"][0]
-    assert point["status"] == "succeeded" and point["ranks"] == "ran"
-    folder = Path(point["folder"])
+    (folder,) = [m.parent for m in (tmp_path / "results" / "tesla").glob("*/manifest.json")]
     man = json.loads((folder / "manifest.json").read_text())
     assert man["rehearsal"]["like"] == "tesla"  # marked: never counted as results
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith("ecetesla")) == sorted(target.host_names())
     report = (folder / "report" / "report.md").read_text()
     assert "Rehearsal: not results" in report and report.index("Rehearsal") < report.index("## Run"), report[:600]
     hello = (folder / "ecetesla0" / "rank0.out").read_text()
