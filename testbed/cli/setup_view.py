@@ -83,6 +83,8 @@ def render_summary(result: SetupResult) -> Any:
         t.add_row(name, str(h.ok), str(h.changed), str(h.failed), str(h.unreachable), str(h.skipped),
                   Text(h.status, style=style))
     parts: list[Any] = [t]
+    for role, folder in result.overrides.items():
+        parts.append(Text(f"note: role {role} is yours ({folder}), not the shipped one of that name", style="yellow"))
     if result.unchanged:
         parts.append(Text(f"skipped: unchanged on {plural(len(result.unchanged), 'host')}", style="green"))
     parts += _reasons(result)

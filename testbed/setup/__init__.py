@@ -50,6 +50,7 @@ from testbed.setup.profiles import (
     check_role_vars,
     closest,
     load_profile,
+    overridden_roles,
     resolve_plan,
     role_spec,
     role_variables,
@@ -302,7 +303,9 @@ class _Job:
                              "elapsed": time.monotonic() - self.start, "verify": self.verified >= set(self.targets),
                              "unchanged": probe.unchanged, "reasons": probe.reasons,
                              "unfinished": [n for n in probe.unfinished if n in self.targets],
-                             "probe_seconds": probe.seconds, **kw})
+                             "probe_seconds": probe.seconds,
+                             "overrides": {r: str(used) for r, (used, _) in overridden_roles().items()
+                                           if r in plan.roles}, **kw})
         return _remember(self.tb, self.roles, res)
 
 

@@ -82,6 +82,8 @@ class SetupResult:
     partial: dict[str, str] = field(default_factory=dict)  # hosts that held the set-up's work already (booted from
     # its image, or only the testbed's hosts changed), with why: only ``partial_roles`` ran there
     partial_roles: list[str] = field(default_factory=list)
+    overrides: dict[str, str] = field(default_factory=dict)  # roles of the plan a user's folder overrides: the
+    # folder used instead of the shipped role of that name
     direct: bool = False  # ``partial_roles`` applied by testbed over SSH, not Ansible (:mod:`testbed.setup.direct`)
 
     @property

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
+import json
 import math
+import os
 import re
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,25 +65,60 @@ class SetupPlan:
         return [s.role for s in self.steps]
 
 
+def role_folders() -> dict[str, Path]:
+    """Role name -> its folder, from every ``playbooks/roles`` (a role with a ``tasks/main.yml``): the working
+    directory's first, so a user's role of a shipped role's name overrides it and every other shipped role stays."""
+    out: dict[str, Path] = {}
+    for d in paths.resource_dirs("playbooks"):
+        for t in sorted((d / "roles").glob("*/tasks/main.yml")):
+            out.setdefault(t.parent.parent.name, t.parent.parent)
+    return out
+
+
+def overridden_roles() -> dict[str, tuple[Path, Path]]:
+    """Each role a user's folder overrides: name -> (the folder used, the shipped one it hides)."""
+    out: dict[str, tuple[Path, Path]] = {}
+    for name, used in role_folders().items():
+        for d in paths.resource_dirs("playbooks"):
+            other = d / "roles" / name
+            if other != used and (other / "tasks" / "main.yml").is_file():
+                out[name] = (used, other)
+                break
+    return out
+
+
 def roles_dir() -> Path:
-    """The roles folder (a ``playbooks/roles`` in the working directory overrides the shipped one)."""
-    p = paths.find_resource("playbooks", "roles")
-    if p is None:
+    """One folder holding every role :func:`role_folders` finds (what ``ANSIBLE_ROLES_PATH`` and the set-up's
+    content address read): the shipped folder itself when no other adds to it, else a folder of links, one per
+    role, under the state home (named by what it links to)."""
+    folders = role_folders()
+    if not folders:
         from testbed.distribution import install_command
 
         raise TestbedError("no playbooks/roles folder found", where="playbooks/",
                            fix=f"reinstall testbed ({install_command(reinstall=True)}) or run from a checkout "
                                "that has playbooks/roles")
-    return p
+    parents = {p.parent for p in folders.values()}
+    if len(parents) == 1:
+        return parents.pop()
+    key = hashlib.sha256(json.dumps({k: str(v) for k, v in sorted(folders.items())}).encode()).hexdigest()[:16]
+    base = paths.home() / "ansible" / "roles"
+    farm = base / key
+    if not farm.is_dir():
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = Path(tempfile.mkdtemp(prefix=".roles-", dir=base))
+        for name, folder in folders.items():
+            os.symlink(folder, tmp / name)
+        try:
+            tmp.rename(farm)
+        except OSError:  # another set-up made the same folder meanwhile: it links the same roles
+            shutil.rmtree(tmp, ignore_errors=True)
+    return farm
 
 
 def available_roles() -> list[str]:
     """Role names: every folder under any playbooks/roles with a tasks/main.yml."""
-    names: set[str] = set()
-    for d in paths.resource_dirs("playbooks"):
-        for t in (d / "roles").glob("*/tasks/main.yml"):
-            names.add(t.parent.parent.name)
-    return sorted(names)
+    return sorted(role_folders())
 
 
 def available_profiles() -> dict[str, Path]:
