@@ -244,13 +244,17 @@ def test_fault_timing_reads_every_timeout_the_artifact_keeps(tmp_path: Path) -> 
     assert lint.lint_suite(s) == []
 
 
-def test_a_dry_run_prints_the_static_findings_as_warnings(tmp_path: Path) -> None:
+@pytest.mark.parametrize("argv", [["run", "isca-resnet18", "--dry-run"], ["run", "isca-resnet18", "--matrix",
+                                                                          "--dry-run", "--json"],
+                                  ["show", "isca-resnet18"]], ids=["dry-run", "matrix-dry-run", "show"])
+def test_a_dry_run_and_show_print_the_static_findings_as_warnings(tmp_path: Path, argv: list[str]) -> None:
     _copy_suite(tmp_path, "isca-resnet18", "ref: 177a2b3", "ref: main")
-    r = subprocess.run([sys.executable, "-m", "testbed", "run", "isca-resnet18", "--dry-run"], cwd=tmp_path,
+    r = subprocess.run([sys.executable, "-m", "testbed", *argv], cwd=tmp_path,
                        capture_output=True, text=True, timeout=120, check=False,
                        env={**os.environ, "TESTBED_HOME": str(tmp_path / ".testbed"), "COLUMNS": "400"})
     warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: ")]
     assert len(warned) == 1 and "isca-resnet18.yml:10: source isca follows ref 'main'" in warned[0], r.stderr
+    assert r.returncode == 0, r.stderr  # a warning: the command itself goes on
 
 
 # --- mutants of the shipped suites, rehearsed ------------------------------------------------------------------------

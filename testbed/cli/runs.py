@@ -545,7 +545,8 @@ def show_run_status(run_id: str, json_out: bool) -> None:
 
 def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
                                               autocompletion=complete.suites)], json_out: JsonOpt = False) -> None:
-    """Describe a suite: requirements, profile, parameters, matrix, steps and faults.
+    """Describe a suite: requirements, profile, parameters, matrix, steps and faults; its static findings
+    (what would break on the rented machine, read from the files) as warnings on stderr.
 
     Example: testbed show fault-drill
     """
@@ -554,6 +555,7 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
     from testbed import suite as suite_mod
 
     s = suite_mod.load_suite(suite)
+    _lint_warnings(s)
     if json_out:
         print_json({**s.model_dump(mode="json"), "source": s.source})
         return
