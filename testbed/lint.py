@@ -186,7 +186,13 @@ def fault_timing(s: Suite, points: list[dict[str, Any]]) -> list[Finding]:
 
 # --- references -------------------------------------------------------------------------------------------------
 def _same(a: Any, b: Any) -> bool:
-    return a is not None and b is not None and str(a).lower() == str(b).lower()
+    """Whether a point's value and a reference's cell are one value (1 and 1.0 are; 'True' and true are)."""
+    if a is None or b is None:
+        return False
+    if not isinstance(a, bool) and not isinstance(b, bool):
+        with contextlib.suppress(TypeError, ValueError):
+            return float(a) == float(b)
+    return str(a).lower() == str(b).lower()
 
 
 def unproducible_references(s: Suite, runs: list[dict[str, Any]]) -> list[Finding]:

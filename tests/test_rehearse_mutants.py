@@ -244,6 +244,26 @@ def test_fault_timing_reads_every_timeout_the_artifact_keeps(tmp_path: Path) -> 
     assert lint.lint_suite(s) == []
 
 
+def test_a_reference_is_producible_when_a_point_has_its_values_numbers_compared_as_numbers(tmp_path: Path) -> None:
+    from testbed import lint
+
+    (tmp_path / "experiments").mkdir()
+    ref = ("  - {{metric: m{i}, table: t, column: c, value: 1, tolerance: {{exact: true, why: w}}, source: s, "
+           "where: {where}}}\n")
+    wheres = ["{share: 1, mode: fast}", "{share: 0.5}", "{mode: slow}", "{run: slow}", "{run: other}",
+              "{workers: 7}"]
+    (tmp_path / "experiments" / "r.yml").write_text(
+        "name: r\nparameters: {share: {type: float, default: 1.0}, workers: {type: int},\n"
+        "  mode: {type: str, default: fast, choices: [fast, slow]}}\nmatrix: [{share: 0.25}]\n"
+        "steps: {launch: {command: 'true'}}\nreferences:\n  metrics:\n"
+        + "".join(ref.format(i=i, where=w) for i, w in enumerate(wheres)))
+    found = lint.lint_suite(load_suite(str(tmp_path / "experiments" / "r.yml")))
+    # share 1 is 1.0 (the default point); a workers left unset may be any; 'other' is no declared value
+    assert [f.what.split("'")[1] for f in found] == ["m1", "m2", "m3"], found
+    assert "needs a run with share=0.5" in found[0].what and "needs a run with mode=slow" in found[1].what
+    assert "reads rows of run 'slow', made by a run with mode=slow" in found[2].what
+
+
 @pytest.mark.parametrize("argv", [["run", "isca-resnet18", "--dry-run"], ["run", "isca-resnet18", "--matrix",
                                                                           "--dry-run", "--json"],
                                   ["show", "isca-resnet18"]], ids=["dry-run", "matrix-dry-run", "show"])
