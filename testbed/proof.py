@@ -185,3 +185,58 @@ def undeclared_edits(changed: Iterable[str], edits: Iterable[str]) -> list[str]:
     pats = list(edits)
     return [c for c in changed if not any(fnmatch.fnmatchcase(c, p) or c.startswith(p.rstrip("/") + "/")
                                           for p in pats)]
+
+
+# --- the programs a shell command calls ------------------------------------------------------------------------------
+SHELL_WORDS = frozenset({
+    "if", "then", "else", "elif", "fi", "for", "in", "do", "done", "while", "until", "case", "esac", "function",
+    "select", "!", "{", "}", "[[", "]]", ".", ":", "[", "alias", "bg", "break", "builtin", "cd", "command",
+    "continue", "declare", "echo", "eval", "exec", "exit", "export", "false", "fg", "getopts", "hash", "jobs", "kill",
+    "let", "local", "printf", "pwd", "read", "readonly", "return", "set", "shift", "source", "test", "trap", "true",
+    "type", "typeset", "ulimit", "umask", "unalias", "unset", "wait"})
+"""Shell keywords and built-ins (bash and dash): a host has them whatever is installed."""
+WRAPPERS = frozenset({"sudo", "env", "nohup", "nice", "ionice", "setsid", "stdbuf", "timeout", "xargs", "chrt",
+                      "taskset", "numactl"})
+"""Programs that run the next word as a command (``sudo shred x`` calls sudo and shred)."""
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+_LEADERS = frozenset({"if", "then", "else", "elif", "do", "while", "until", "!", "{", "}", "fi", "done", "esac"})
+"""Words after which the next word is a command."""
+
+
+def commands_called(command: str) -> list[str]:
+    """The commands ``command`` (a shell command line) calls by name, in order, once each: the first word of each
+    simple command (past ``VAR=value``), in ``$(...)`` and backquotes too, and the command a wrapper (sudo, env,
+    timeout, nohup, xargs, ...) runs. Built-ins, keywords, paths and words the shell or a template fills in
+    (``$x``, ``{{ }}``) are left out: only names a host's PATH must hold."""
+    text = re.sub(r"\d*[<>]{1,2}&\d+|&>", " ", command)  # 2>&1, &>: redirections, not a background '&'
+    text = re.sub(r"\$\(|`", " ; ", text)  # a command substitution starts a command
+    try:
+        lexer = shlex.shlex(text.replace("\n", " ; "), posix=True, punctuation_chars=";&|()")
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError:  # an unbalanced quote: the words as they are
+        words = text.replace("\n", " ; ").split()
+    out: list[str] = []
+    start, wrapped, takes = True, False, False
+    for w in words:
+        if takes:  # an option's own value (sudo -u alice, timeout -s KILL)
+            takes = False
+            continue
+        if set(w) <= set(";&|()") or w in _LEADERS:
+            start, wrapped = True, False
+            continue
+        if not start:
+            continue
+        if re.match(r"[A-Za-z_][A-Za-z0-9_]*=", w):
+            continue  # an assignment before the command (or after env)
+        if wrapped and (w.startswith("-") or re.fullmatch(r"[0-9.]+[smhd]?", w)):
+            takes = w in ("-u", "-g", "-s", "-k", "-n", "-C", "-p", "-D", "-h")
+            continue  # a wrapper's options and durations (sudo -E, timeout 30)
+        start = wrapped = False
+        if w in ("command", "exec", "time"):
+            start = wrapped = True
+        elif _NAME.fullmatch(w) and w not in SHELL_WORDS:
+            if w not in out:
+                out.append(w)
+            start = wrapped = w in WRAPPERS
+    return out

@@ -11,7 +11,6 @@ the rehearsal produced, marked as a rehearsal: never counted as results.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import shlex
@@ -20,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed import paths, services
+from testbed import lint, paths, services
 from testbed.errors import TestbedError, UsageError
 from testbed.providers.local.settings import local_replica
 from testbed.run.plan import lacks
@@ -92,11 +91,12 @@ class RehearsalResult:
     setup: dict[str, Any]
     points: list[PointResult] = field(default_factory=list)
     kept: bool = False
+    findings: list[str] = field(default_factory=list)  # static checks (testbed.lint) failed: no host was made
 
     @property
     def ok(self) -> bool:
-        return bool(self.setup.get("ok", True)) and any(p.status != "skipped" for p in self.points) and \
-            all(p.ok for p in self.points)
+        return not self.findings and bool(self.setup.get("ok", True)) and \
+            any(p.status != "skipped" for p in self.points) and all(p.ok for p in self.points)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "ok": self.ok, "points": [{**asdict(p), "ok": p.ok} for p in self.points]}
@@ -304,7 +304,7 @@ def stand_in_environments(tb: Resolved, plan: RunPlan, site: str | None = None) 
         pth = f" && printf '%s\\n' {shlex.quote(site)} > {dest}" if site else ""
         commands[host] = (f"if [ -x {w}/bin/python ] || [ -x {w}/bin/python3 ]; then echo present; else "
                           f"python3 -m venv --without-pip {w}{pth} && echo made; fi")
-    results = remote.run_each(tb.name, commands, timeout=120) if commands else []
+    results = remote.run_each(tb.name, {h: remote.sh(c) for h, c in commands.items()}, timeout=120) if commands else []
     for res in results:
         if not res.ok:
             raise TestbedError(f"could not make a stand-in for the environment {by_host[res.host]} on {res.host}: "
@@ -358,18 +358,25 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
     if shapes and not matrix:
         raise UsageError("--shapes picks points of the matrix", where="--shapes", fix="add --matrix")
     s = load_suite(suite_name)
+    points = expand_matrix(s, given) if matrix else [resolve_params(s, given)]
+    found = lint.lint_suite(s, points)
+    if found:  # what the files show already: no replica is made
+        for f in found:
+            note(f"static check: {f.line()}")
+        return RehearsalResult(suite=s.name, like=like or s.testbed or "", replica="", shape={},
+                               setup={"applied": None, "ok": False, "why": "static checks failed before any host"},
+                               findings=[f.line() for f in found])
     like = like or s.testbed
     if not like:
         raise UsageError(f"suite '{s.name}' names no testbed to rehearse on a replica of", where="--like",
                          fix="give --like TESTBED (a spec in inventories/)")
     target = load_testbed(like)
-    points = expand_matrix(s, given) if matrix else [resolve_params(s, given)]
     subnet = subnet or _free_subnet(replica_name(target.name))
     spec, spec_path = _write_replica_spec(target, s, points, subnet)
     overrides = sources_mod.for_suite(s, like, sources)
     overrides = _offline_sources(s, overrides, like, note)
-    points, refused, needed = _pick_points(s, target, like, _draft_info(target, spec, subnet), points, overrides,
-                                   shapes=shapes)
+    points, refused, needed = _pick_points(s, target, like, _draft_info(target, spec, subnet), points,
+                                           overrides, shapes=shapes)
     tb = Resolved.open(str(spec_path))
     result = RehearsalResult(suite=s.name, like=like, replica=tb.name, setup={},
                              shape={"hosts": spec["provider"]["names"], "user": spec["user"],
@@ -487,6 +494,12 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
         note(f"point {shown}: not started: {lacking[0]}")
         return PointResult(params=plan.params, run_id=plan.run_id, status="not started", reason=lacking[0],
                            steps=[], ranks="not reached", probes=[], not_rehearsed=[], failures=lacking)
+    set_up = result.setup.get("applied") is not None
+    absent = fault_commands_missing(tb, plan, installs="" if set_up else set_up_names(s.profile))
+    if absent:  # a fault that would fail to fire on the real testbed
+        note(f"point {shown}: not started: {absent[0]}")
+        return PointResult(params=plan.params, run_id=plan.run_id, status="not started", reason=absent[0],
+                           steps=[], ranks="not reached", probes=[], not_rehearsed=[], failures=absent)
     plan = rehearsal_plan(plan, s, like)
     made = stand_in_environments(tb, plan, site)
     if made:
@@ -499,7 +512,7 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
     except TestbedError:  # past every timeout of the suite and more: stopped, and said so
         runner.stop_run(run_id, store=tb.store)
         rec = rs.require(tb.store, run_id)
-    return _point(tb, s, plan, rec, to, note, set_up=result.setup.get("applied") is not None)
+    return _point(tb, s, plan, rec, to, note, set_up=set_up)
 
 
 def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, roles: list[str] | None,
@@ -639,7 +652,7 @@ def edits_undeclared(tb: Resolved, s: Suite, plan: RunPlan) -> list[str]:
         w = path_word(src.path.rstrip("/"))
         cmd = f"if [ -e {w}/.git ]; then git -C {w} status --porcelain --untracked-files=no; fi"
         changed: dict[str, list[str]] = {}
-        for res in remote.run_each(tb.name, {h: cmd for h in plan.host_names}, timeout=60):
+        for res in remote.run_each(tb.name, {h: remote.sh(cmd) for h in plan.host_names}, timeout=60):
             for path in proof.undeclared_edits(proof.changed_tracked(res.stdout if res.ok else ""), src.edits):
                 changed.setdefault(path, []).append(res.host)
         if changed:
@@ -652,31 +665,75 @@ def edits_undeclared(tb: Resolved, s: Suite, plan: RunPlan) -> list[str]:
     return out
 
 
+PROVIDES = {"pciutils": ("lspci", "setpci"), "procps": ("ps", "pgrep", "pkill", "free", "sysctl", "watch"),
+            "psmisc": ("killall", "fuser", "pstree"), "iproute2": ("ip", "tc", "ss", "bridge"),
+            "iptables": ("iptables", "ip6tables"), "stress-ng": ("stress-ng",), "stress": ("stress",),
+            "util-linux": ("taskset", "setsid", "flock", "ionice"), "nvidia-driver": ("nvidia-smi",),
+            "gpu": ("nvidia-smi",), "cuda": ("nvidia-smi", "nvcc")}
+"""Package (or capability a fault's needs: declares) -> the commands it brings: a command a fault calls is
+installed by the set-up that names its package, or declared by the fault that needs its capability."""
+
+
+def _names(word: str, text: str) -> bool:
+    return re.search(rf"(?<![\w.-]){re.escape(word)}(?![\w-])", text) is not None
+
+
+def fault_command_excused(prog: str, needs: list[str], installs: str) -> str | None:
+    """Why a command a fault calls may be absent from a replica host (None: it may not): the fault's needs:
+    declare it or a capability that brings it, or the profile's set-up (``installs``: its text, on a replica not
+    set up) names it or its package."""
+    for n in needs:
+        if n == prog or prog in PROVIDES.get(n, ()):
+            return f"the fault's needs: declare {n}"
+    if installs and (_names(prog, installs) or any(prog in cmds and _names(pkg, installs)
+                                                    for pkg, cmds in PROVIDES.items())):
+        return "the profile's set-up installs it (the replica was not set up)"
+    return None
+
+
+def fault_commands_missing(tb: Resolved, plan: RunPlan, *, installs: str = "") -> list[str]:
+    """One line per command a fault of the point runs (its command and restore) that its target host lacks
+    (``command -v`` over ssh on the replica), unless the fault's needs: or the profile's set-up account for it.
+    Signal faults run only testbed's own script (the shell's kill); host faults act from the provider."""
+    from testbed import proof, remote
+
+    wanted: dict[str, list[tuple[str, str]]] = {}
+    for f in plan.faults:
+        if f.action != "command":
+            continue
+        for text in (f.command or "", f.restore or ""):
+            for prog in proof.commands_called(text):
+                if fault_command_excused(prog, f.needs, installs) is None and (f.name, prog) not in \
+                        wanted.get(f.host, []):
+                    wanted.setdefault(f.host, []).append((f.name, prog))
+    if not wanted:
+        return []
+    commands = {h: remote.sh("for c in " + " ".join(shlex.quote(p) for _, p in pairs) +
+                             '; do command -v "$c" >/dev/null 2>&1 || echo "$c"; done') for h, pairs in wanted.items()}
+    out = []
+    for res in remote.run_each(tb.name, commands, timeout=60):
+        if not res.ok:
+            raise TestbedError(f"could not look for the faults' commands on {res.host}: "
+                               f"{(res.error or res.stderr).strip()}", where=f"replica {tb.name}",
+                               fix="check the replica's hosts (testbed status)")
+        absent = set(res.stdout.split())
+        for fault, prog in wanted[res.host]:
+            if prog in absent:
+                out.append(f"fault {fault}: {prog} is not found on {res.host} (command -v), and neither the fault's "
+                           "needs: nor the profile's set-up installs it: the fault would fail to fire (install it "
+                           "in the profile, or declare it in the fault's needs: and the testbed's hardware.tools)")
+    return out
+
+
 NOT_SET_UP = "a command not found"
 """The signature that a replica which was not set up (--no-setup) shows for what its set-up would install (conda,
 a built tool): noted as not rehearsed there when the profile names that command, a failure otherwise."""
 
 
 def set_up_names(profile: str | None) -> str:
-    """The text of what the profile's set-up would do (its file, and its roles' tasks, defaults, vars and
-    templates): a command it names is one it may install. Bounded: role files of up to 256 KiB each."""
-    from testbed.setup import profiles as prof
-
-    if not profile:
-        return ""
-    try:
-        plan = prof.load_profile(profile)
-        parts = [prof.available_profiles()[profile].read_text(errors="replace")]
-        roots = [d / "roles" for d in paths.resource_dirs("playbooks")]
-    except (TestbedError, OSError):
-        return ""
-    for role in plan.roles:
-        for root in roots:
-            for f in sorted((root / role).glob("*/*"))[:200]:
-                with contextlib.suppress(OSError):
-                    if f.is_file() and f.stat().st_size <= 256 << 10:
-                        parts.append(f.read_text(errors="replace"))
-    return "\n".join(parts)
+    """The text of what the profile's set-up would do (``testbed.lint.set_up_text``): a command it names is one it
+    may install."""
+    return lint.set_up_text(profile)
 
 
 def _missing_command(line: str) -> str | None:

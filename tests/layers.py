@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOORS: list[tuple[str, list[str]]] = [  # bottom first: a module's floor is the first whose prefix names it
     ("core", []),  # everything not named below: errors, paths, yamlfile, spec, state, records, ssh, remote, ...
     ("providers", ["testbed.providers", "testbed.resolved", "testbed.deadman"]),
-    ("setup/run", ["testbed.setup", "testbed.sources", "testbed.run"]),
+    ("setup/run", ["testbed.setup", "testbed.sources", "testbed.run", "testbed.lint"]),
     ("collect", ["testbed.collect"]),
     ("report", ["testbed.report"]),
     ("services", ["testbed.services", "testbed.ledger", "testbed.watchdog", "testbed.rehearse", "testbed.reproduce",

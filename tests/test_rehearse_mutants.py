@@ -25,6 +25,7 @@ from testbed import rehearse as rh
 from testbed.collect.transfer import HostCollect
 from testbed.errors import UsageError
 from testbed.run import runner
+from testbed.suite import load_suite
 
 EXPERIMENTS = Path(rh.__file__).parents[1] / "experiments"
 
@@ -185,6 +186,97 @@ def test_an_output_template_is_rendered_per_point(tb_home: Path) -> None:
         runner.plan_run("bad", None, {}, dry_run=True)
 
 
+# --- faults: the commands they run (item 3) -------------------------------------------------------------------------
+def test_the_commands_a_fault_runs_are_read_from_its_shell_line() -> None:
+    jitc = load_suite("jitc").faults
+    assert proof.commands_called(jitc["shred-libtorch"].command or "") == ["cp", "sudo", "shred"]
+    assert proof.commands_called(jitc["shred-libtorch"].restore or "") == ["sudo", "cp"]
+    assert proof.commands_called(jitc["setpci-gpu"].command or "") == ["nvidia-smi", "lspci", "sudo", "setpci"]
+    # built-ins, keywords, assignments, paths, shell variables and a wrapper's options are not commands to find
+    assert proof.commands_called("for i in $(seq 3); do X=1 timeout -s KILL 5 tc qdisc; [ -f a ] && kill -9 1; "
+                                 "\"$HOME\"/env/bin/python x.py; /usr/sbin/ip link; done 2>&1 | tee -a log") == \
+        ["seq", "timeout", "tc", "tee"]
+
+
+def test_a_fault_command_is_excused_only_by_its_needs_or_what_set_up_installs() -> None:
+    installs = rh.set_up_names("jitc")  # packages_system: [..., pciutils]
+    assert rh.fault_command_excused("nvidia-smi", ["gpu", "nvidia-driver"], "") == "the fault's needs: declare gpu"
+    assert rh.fault_command_excused("tc", ["tc"], "") == "the fault's needs: declare tc"
+    assert rh.fault_command_excused("setpci", [], installs) is not None  # pciutils, on a replica not set up
+    assert rh.fault_command_excused("setpci", [], "") is None  # set up: it must be there
+    assert rh.fault_command_excused("wipe", ["gpu"], installs) is None  # nothing installs it
+
+
+# --- static checks before any host (item 5) -------------------------------------------------------------------------
+def _mutant(tmp_path: Path, suite: str, old: str, new: str) -> Any:
+    from testbed.suite import load_suite as load
+
+    _copy_suite(tmp_path, suite, old, new)
+    return load(str(tmp_path / "experiments" / f"{suite}.yml"))
+
+
+def test_the_shipped_suites_have_no_static_finding() -> None:
+    from testbed import lint
+    from testbed.suite import list_suites
+
+    for name in list_suites():
+        assert lint.lint_suite(load_suite(name)) == [], name
+
+
+def test_fault_timing_reads_every_timeout_the_artifact_keeps(tmp_path: Path) -> None:
+    """By class, not by suite: parameters, vars, environment variables and launch options named *timeout*, in
+    seconds, minutes or milliseconds, against the grace plus a checkpoint interval given in seconds."""
+    from testbed import lint
+
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "t.yml").write_text(
+        "name: t\nparameters: {ckpt_interval_s: {type: int, default: 30}, dl_timeout: {type: str, default: 2m}}\n"
+        "vars: {nccl_timeout: '{{ 40 }}'}\nenv: {GLOO_TIMEOUT_MS: '45000'}\n"
+        "steps: {launch: {command: 'python3 a.py --collective-timeout 50 --io_timeout=5'}, "
+        "recovery: [{relaunch: true}]}\ntimeouts: {grace: 60}\n")
+    s = load_suite(str(tmp_path / "experiments" / "t.yml"))
+    found = [f.what for f in lint.lint_suite(s)]
+    assert len(found) == 4 and all("plus a checkpoint interval of 30 s (ckpt_interval_s)" in f for f in found), found
+    assert [f.split(" cannot cover the artifact's ")[1].split(" plus")[0] for f in found] == [
+        "parameter dl_timeout 120 s", "var nccl_timeout 40 s", "environment variable GLOO_TIMEOUT_MS 45 s",
+        "launch option --collective-timeout 50 s"], found
+    s.faults, s.steps.recovery = {}, []  # nothing fails on purpose, nothing recovers: the grace stops no checkpoint
+    assert lint.lint_suite(s) == []
+
+
+def test_a_reference_is_producible_when_a_point_has_its_values_numbers_compared_as_numbers(tmp_path: Path) -> None:
+    from testbed import lint
+
+    (tmp_path / "experiments").mkdir()
+    ref = ("  - {{metric: m{i}, table: t, column: c, value: 1, tolerance: {{exact: true, why: w}}, source: s, "
+           "where: {where}}}\n")
+    wheres = ["{share: 1, mode: fast}", "{share: 0.5}", "{mode: slow}", "{run: slow}", "{run: other}",
+              "{workers: 7}"]
+    (tmp_path / "experiments" / "r.yml").write_text(
+        "name: r\nparameters: {share: {type: float, default: 1.0}, workers: {type: int},\n"
+        "  mode: {type: str, default: fast, choices: [fast, slow]}}\nmatrix: [{share: 0.25}]\n"
+        "steps: {launch: {command: 'true'}}\nreferences:\n  metrics:\n"
+        + "".join(ref.format(i=i, where=w) for i, w in enumerate(wheres)))
+    found = lint.lint_suite(load_suite(str(tmp_path / "experiments" / "r.yml")))
+    # share 1 is 1.0 (the default point); a workers left unset may be any; 'other' is no declared value
+    assert [f.what.split("'")[1] for f in found] == ["m1", "m2", "m3"], found
+    assert "needs a run with share=0.5" in found[0].what and "needs a run with mode=slow" in found[1].what
+    assert "reads rows of run 'slow', made by a run with mode=slow" in found[2].what
+
+
+@pytest.mark.parametrize("argv", [["run", "isca-resnet18", "--dry-run"], ["run", "isca-resnet18", "--matrix",
+                                                                          "--dry-run", "--json"],
+                                  ["show", "isca-resnet18"]], ids=["dry-run", "matrix-dry-run", "show"])
+def test_a_dry_run_and_show_print_the_static_findings_as_warnings(tmp_path: Path, argv: list[str]) -> None:
+    _copy_suite(tmp_path, "isca-resnet18", "ref: 177a2b3", "ref: main")
+    r = subprocess.run([sys.executable, "-m", "testbed", *argv], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, check=False,
+                       env={**os.environ, "TESTBED_HOME": str(tmp_path / ".testbed"), "COLUMNS": "400"})
+    warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: ")]
+    assert len(warned) == 1 and "isca-resnet18.yml:10: source isca follows ref 'main'" in warned[0], r.stderr
+    assert r.returncode == 0, r.stderr  # a warning: the command itself goes on
+
+
 # --- mutants of the shipped suites, rehearsed ------------------------------------------------------------------------
 def _copy_suite(tmp_path: Path, suite: str, old: str | None, new: str) -> None:
     """experiments/<suite>.yml (and the workloads it names) in ``tmp_path``, ``old`` replaced by ``new`` once."""
@@ -224,34 +316,92 @@ MUTANTS = [  # (id, suite, text, its mutant, what the verdict must name)
      "a missing file: \"grep: technique/replay/replay_.py: No such file or directory\""),
     ("command-not-found", "isca-resnet18", "grep -q '^import tensorflow as tf'", "grepp -q '^import tensorflow as tf'",
      "a command not found: \"sh: 4: eval: grepp: not found\""),
+    # item 3: faults are checked, not dropped, though jitc's ranks are probed
+    ("fault-command-absent", "jitc", '&& sudo shred "$lib"', '&& sudo wipe -f "$lib"',
+     "fault shred-libtorch: wipe is not found on ecetesla2 (command -v), and neither the fault's needs: nor the "
+     "profile's set-up installs it"),
+    ("grace-below-timeout", "jitc", "grace: 420}", "grace: 90}",
+     "timeouts.grace 90 s cannot cover the artifact's parameter all_reduce_timeout 100 s plus a checkpoint"),
+    ("grace-below-timeout-local", "fault-drill", "grace: 12,", "grace: 8,",
+     "timeouts.grace 8 s cannot cover the artifact's parameter timeout 8 s plus a checkpoint"),
+    # item 5: static checks, before any host
+    ("branch-head", "isca-resnet18", "ref: 177a2b3", "ref: main",
+     "source isca follows ref 'main', a branch or tag of https://github.com/YLab-UChicago/ISCA_AE.git that can move"),
+    ("reference-unproducible", "isca-resnet18",
+     "  experiment: [inj_immediate_infs_nans, inj_masked, inj_slow_degrade, detection, replay]",
+     "  experiment: [inj_immediate_infs_nans, inj_slow_degrade, detection, replay]",
+     "reference 'masked outcome' reads rows of run 'inj_masked', made by a run with experiment=inj_masked, which "
+     "neither the default point nor any matrix point enables"),
+    ("no-gpu-testbed", "jitc", "providers: [lab, chameleon]", "providers: [chameleon]",
+     "suite jitc needs a GPU, and no shipped testbed spec it may run on (provider kinds: chameleon; specs: "
+     "chameleon) declares one"),
+    ("login-path-only", "isca-resnet18", '|| PATH="$HOME/.local/bin:$PATH" gdown', "|| gdown",
+     "calls gdown, which only a login shell's PATH has (the profile installs it in ~/.local/bin"),
 ]
+STATIC = {"grace-below-timeout", "grace-below-timeout-local", "branch-head", "reference-unproducible",
+          "no-gpu-testbed", "login-path-only"}
+"""Mutants the static checks (testbed.lint) name before any host is made."""
 
 
 def _args(suite: str) -> tuple[list[str], dict[str, str]]:
-    if suite == "mpi-hello":
+    if suite in ("mpi-hello", "fault-drill"):
         return ["--no-setup"], {}
+    if suite == "jitc":  # a fault that runs a command (shred-libtorch), on a replica of a GPU testbed that has it
+        return (["--like", "tesla", "-p", "fault=shred-libtorch", "--source", f"jitc={artifact('open-jitc')}",
+                 "--no-setup"], {"WATID": "h3trinh"})
     return ["--source", f"isca={artifact('ISCA_AE')}", "--no-setup"], {"GOOGLE_CLOUD_PROJECT": "rehearsal"}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("suite", ["mpi-hello", "isca-resnet18"])
-def test_the_shipped_suite_unmutated_rehearses_green(tmp_path: Path, need_local: None, suite: str) -> None:
+@pytest.mark.parametrize("suite", ["mpi-hello", "isca-resnet18", "jitc"])
+def test_the_shipped_suite_unmutated_rehearses_green(tmp_path: Path, need_local: None, suite: str,
+                                                     request: pytest.FixtureRequest) -> None:
     _copy_suite(tmp_path, suite, None, "")
     args, env = _args(suite)
+    if suite == "jitc":  # its dependency check imports torch: a stand-in environment that sees the stock pair
+        args += ["--site", request.getfixturevalue("torch_pair")]
     out = _rehearse(tmp_path, suite, *args, env=env)
     point = out["points"][0]
-    assert out["ok"] and out["_rc"] == 0 and point["failures"] == [], json.dumps(out, indent=1)
+    assert out["ok"] and out["_rc"] == 0 and point["failures"] == [] and out["findings"] == [], \
+        json.dumps(out, indent=1)
     if suite == "mpi-hello":
         assert point["produced"] == {"hostfile": ["node0", "node1", "node2", "node3"]}, point
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("suite", "old", "new", "named"), [m[1:] for m in MUTANTS], ids=[m[0] for m in MUTANTS])
+@pytest.mark.parametrize(("mutant", "suite", "old", "new", "named"), MUTANTS, ids=[m[0] for m in MUTANTS])
 def test_a_mutant_of_a_shipped_suite_fails_its_rehearsal_naming_the_defect(
-        tmp_path: Path, need_local: None, suite: str, old: str, new: str, named: str) -> None:
+        tmp_path: Path, need_local: None, mutant: str, suite: str, old: str, new: str, named: str) -> None:
     _copy_suite(tmp_path, suite, old, new)
     args, env = _args(suite)
     out = _rehearse(tmp_path, suite, *args, env=env)
+    assert out["_rc"] != 0 and not out["ok"], json.dumps(out, indent=1)
+    if mutant in STATIC:  # found in the files: no replica was made, no point ran
+        assert out["points"] == [] and out["replica"] == "", json.dumps(out, indent=1)
+        assert any(named in f for f in out["findings"]), json.dumps(out["findings"], indent=1)
+        return
     point = out["points"][0]
-    assert out["_rc"] != 0 and not out["ok"] and not point["ok"], json.dumps(out, indent=1)
-    assert any(named in f for f in point["failures"]), json.dumps(point, indent=1)
+    assert not point["ok"] and any(named in f for f in point["failures"]), json.dumps(point, indent=1)
+
+
+@pytest.mark.parametrize(("mutant", "suite", "old", "new", "named"),
+                         [m for m in MUTANTS if m[0] in STATIC], ids=[m[0] for m in MUTANTS if m[0] in STATIC])
+def test_a_static_mutant_is_found_with_its_file_and_line(tmp_path: Path, mutant: str, suite: str, old: str,
+                                                         new: str, named: str) -> None:
+    """Each static mutant is one finding's class, named, at the line of the suite that shows it."""
+    from testbed import lint
+
+    s = _mutant(tmp_path, suite, old, new)
+    found = lint.lint_suite(s)
+    assert len({f.kind for f in found}) == 1 and any(named in f.what for f in found), found
+    text = (tmp_path / "experiments" / f"{suite}.yml").read_text().splitlines()
+    edited = next(i for i, ln in enumerate(text, 1) if new.strip().splitlines()[0] in ln)
+    for f in found:
+        path, line = f.where.rsplit(":", 1)
+        assert path.endswith(f"{suite}.yml"), f
+        if f.kind == "reference":  # at the reference that no point can produce
+            assert "where:" in text[int(line) - 1], (f, text[int(line) - 1])
+        elif f.kind == "login-path":  # at the step's command
+            assert "run:" in text[int(line) - 1] and 0 < edited - int(line) < 4, (f, edited)
+        else:
+            assert int(line) == edited, (f, edited)

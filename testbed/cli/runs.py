@@ -79,6 +79,7 @@ def run(
     if matrix:
         return _campaign(s, tb, given, faults, detach, dry_run, no_setup, collect, json_out, src, bud)
     if dry_run:
+        _lint_warnings(s, [suite_mod.resolve_params(s, given)])
         plan = services.plan(s, on, given, faults=faults, dry_run=True, sources=src, store=existing_store())
         _show_dry_run(plan, json_out)  # a dry run creates nothing
         return _warn_refused(plan)
@@ -187,6 +188,16 @@ def _warn_refused(plan: RunPlan) -> None:
                      where=r.get("where"), fix=r.get("fix"))
 
 
+def _lint_warnings(s: Any, points: list[dict[str, Any]] | None = None) -> None:
+    """The suite's static findings (testbed.lint), one warning line each on stderr: what would break on the
+    rented machine and can be read from the files already."""
+    from testbed import lint
+
+    c = console(stderr=True)
+    for f in lint.lint_suite(s, points):
+        c.print(f"[yellow]warning[/yellow]: {escape(f.line())}")
+
+
 def _show_dry_run(plan: RunPlan, json_out: bool) -> None:
     from rich.markup import escape
 
@@ -223,6 +234,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     points = suite_mod.expand_matrix(s, given)
     st = existing_store() if dry_run else store()
     if dry_run:
+        _lint_warnings(s, points)
         plans = [runner.plan_run(s, tb, p, faults=faults, dry_run=True, sources=src, store=st) for p in points]
         if json_out:
             from testbed.run.plan import dry_run_lines
@@ -536,7 +548,8 @@ def show_run_status(run_id: str, json_out: bool) -> None:
 
 def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
                                               autocompletion=complete.suites)], json_out: JsonOpt = False) -> None:
-    """Describe a suite: requirements, profile, parameters, matrix, steps and faults.
+    """Describe a suite: requirements, profile, parameters, matrix, steps and faults; its static findings
+    (what would break on the rented machine, read from the files) as warnings on stderr.
 
     Example: testbed show fault-drill
     """
@@ -545,6 +558,7 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
     from testbed import suite as suite_mod
 
     s = suite_mod.load_suite(suite)
+    _lint_warnings(s)
     if json_out:
         print_json({**s.model_dump(mode="json"), "source": s.source})
         return
@@ -679,6 +693,12 @@ def rehearse(
 
 def _show_rehearsal(res: Any) -> None:
     out = console()
+    if res.findings:  # the static checks failed: no replica was made
+        out.print(f"[bold]rehearsal of {escape(res.suite)}[/bold] [red]would fail[/red] before any host: "
+                  + plural(len(res.findings), "static finding"))
+        for f in res.findings:
+            out.print(f"  [red]{escape(f)}[/red]")
+        return
     shape = res.shape
     out.print(f"[bold]rehearsal of {escape(res.suite)}[/bold] on {escape(res.replica)}, a replica of "
               f"{escape(res.like)}: {plural(len(shape['hosts']), 'host')} ({escape(', '.join(shape['hosts']))}), user "

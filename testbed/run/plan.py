@@ -590,7 +590,7 @@ def _setup_roles(sc: _Scope) -> list[str] | None:
     at = suite.at("setup_roles")
     where = f"{suite.name}: setup_roles"
     if not suite.profile:
-        raise UsageError(f"{where} picks roles of a profile, but the suite names none", where=at,
+        raise UsageError(f"{where}: it picks the roles of a profile, but the suite names none", where=at,
                          fix="add 'profile:', or remove setup_roles")
     text = render(suite.setup_roles, sc.base, shell=False, where=where, at=at) \
         if is_template(suite.setup_roles) else suite.setup_roles

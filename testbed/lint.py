@@ -1,0 +1,376 @@
+"""Static checks of a suite, before any host: what would break on the rented machine and can be read from files.
+
+``lint_suite`` reads the suite, the shipped testbed specs (``inventories/``) and the suite's profile, and touches no
+host. ``testbed rehearse`` fails on its findings before it makes a replica; ``testbed run --dry-run`` prints them as
+warnings. Each finding is one line naming ``file:line`` where the suite's file gives one:
+
+- **branch heads**: a source with no ``ref:``, or one that names a branch or tag rather than a commit, checks out
+  whatever the branch holds on the day of the run;
+- **fault timing**: a suite with faults or recovery whose ``timeouts.grace`` (how long the other ranks get to end
+  after one fails) does not exceed the artifact's own timeout (any parameter, var, environment variable or launch
+  option whose name holds ``timeout``) plus a checkpoint interval: the others are stopped before the artifact's own
+  failure detection lets them checkpoint;
+- **unproducible references**: a reference whose ``where:`` asks for a parameter value (or a mode: a declared
+  value of a parameter) that neither the default point nor any matrix point runs;
+- **hardware**: a suite that needs a GPU (or a TPU) when no shipped testbed spec it may run on declares one;
+- **login PATH**: a command that calls a program only a login shell's PATH has (conda, or what the profile installs
+  in ``~/.local/bin``), where steps, ranks and faults run in a non-login shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from testbed import paths, proof
+from testbed.errors import TestbedError
+
+if TYPE_CHECKING:
+    from testbed.suite import Step, Suite
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{7,40}$")
+"""A ref that names one commit (an abbreviated or full hash): it cannot move."""
+LOGIN_ONLY = ("conda", "mamba", "micromamba")
+"""Programs a conda installer puts on PATH only through a login shell's start-up files (``conda init``)."""
+LOGIN_REACH = ("bash -l", "bash --login", ".bashrc", ".profile", ".bash_profile")
+"""Words by which a command reads a login shell's start-up files itself."""
+CONDA_REACH = ("condabin", "conda.sh", "/bin/conda", "/bin/mamba", "conda shell", "miniforge3/bin", "miniconda3/bin",
+               "anaconda3/bin", "mambaforge/bin")
+"""Words by which a command reaches conda without a login shell (its folder on PATH, its shell hook)."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One static finding: its class, what is wrong (with the numbers and names that show it), and where."""
+
+    kind: str  # branch-head, fault-timing, reference, hardware, login-path
+    what: str
+    where: str
+
+    def line(self) -> str:
+        return f"{self.where}: {self.what}"
+
+
+def lint_suite(s: Suite, points: list[dict[str, Any]] | None = None, *, profile_text: str | None = None,
+               specs: dict[str, Path] | None = None) -> list[Finding]:
+    """Every static finding of ``s``. ``points``: parameter points whose timing is checked besides the default
+    point and the matrix's; ``profile_text``: the text of the suite's profile and roles (default: read from
+    ``playbooks/``); ``specs``: the testbed specs it may run on, by name (default: the shipped ``inventories/``)."""
+    from testbed.suite import expand_matrix, resolve_params
+
+    runs: list[dict[str, Any]] = []
+    with contextlib.suppress(TestbedError):
+        runs.append(resolve_params(s, {}))
+    if s.matrix:
+        with contextlib.suppress(TestbedError):
+            runs += expand_matrix(s, {})
+    text = profile_text if profile_text is not None else set_up_text(s.profile)
+    out = branch_heads(s) + fault_timing(s, runs + list(points or [])) + unproducible_references(s, runs) \
+        + hardware_missing(s, specs) + login_path_only(s, text)
+    return list(dict.fromkeys(out))
+
+
+# --- sources ----------------------------------------------------------------------------------------------------
+def branch_heads(s: Suite) -> list[Finding]:
+    """A source with no ref, or whose ref is not a commit hash: what a run checks out moves with the branch."""
+    out = []
+    for i, src in enumerate(s.sources):
+        if src.ref is None:
+            out.append(Finding("branch-head", f"source {src.name} has no ref: it follows the head of {src.repo}'s "
+                               "default branch, which moves between runs (pin a commit: ref: <hash>)",
+                               s.at("sources", i)))
+        elif not COMMIT_RE.match(src.ref):
+            out.append(Finding("branch-head", f"source {src.name} follows ref {src.ref!r}, a branch or tag of "
+                               f"{src.repo} that can move between runs, not a commit (pin one: ref: <hash>)",
+                               s.at("sources", i, "ref")))
+    return out
+
+
+# --- fault timing -----------------------------------------------------------------------------------------------
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|m|min|h)?\s*$")
+_UNIT = {None: 1.0, "ms": 0.001, "s": 1.0, "sec": 1.0, "secs": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def seconds(name: str, value: Any) -> float | None:
+    """``value`` as seconds (None: not a duration): a number (milliseconds when ``name`` ends in ``ms``, minutes
+    in ``min``), or a string such as ``30``, ``30s``, ``5m``, ``1500ms``."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        n, unit = float(value), None
+    else:
+        m = _DURATION.match(str(value))
+        if not m:
+            return None
+        n, unit = float(m.group(1)), m.group(2)
+    if unit is None:
+        low = name.lower()
+        unit = "ms" if low.endswith("ms") else "min" if low.endswith(("min", "minutes")) else None
+    return n * _UNIT[unit]
+
+
+def _timeouts(s: Suite, p: dict[str, Any]) -> list[tuple[str, float]]:
+    """(what it is, seconds) of every timeout the artifact itself keeps at point ``p``: parameters, vars and
+    environment variables whose name holds 'timeout', and ``--...timeout... N`` or ``X_TIMEOUT=N`` written in the
+    launch command."""
+    from testbed.suite import render
+
+    found: list[tuple[str, float]] = []
+    for k in s.parameters:
+        if "timeout" in k.lower() and (v := seconds(k, p.get(k))) is not None:
+            found.append((f"parameter {k}", v))
+    for k, raw in s.vars.items():
+        if "timeout" in k.lower():
+            with contextlib.suppress(TestbedError):
+                v = seconds(k, render(raw, dict(p), shell=False) if "{" in raw else raw)
+                if v is not None:
+                    found.append((f"var {k}", v))
+    for k, raw in {**s.env, **s.steps.launch.env}.items():
+        if "timeout" in k.lower():
+            with contextlib.suppress(TestbedError):
+                v = seconds(k, render(raw, dict(p), shell=False) if "{" in raw else raw)
+                if v is not None:
+                    found.append((f"environment variable {k}", v))
+    words = proof._words(s.steps.launch.command)
+    for i, w in enumerate(words):
+        key, eq, value = w.partition("=")
+        if "timeout" not in key.lower():
+            continue
+        if key.startswith("--") and not eq and i + 1 < len(words):
+            value = words[i + 1]
+        if (v := seconds(key.lstrip("-"), value)) is not None:
+            found.append((f"launch option {key}", v))
+    return found
+
+
+def _checkpoint_interval(s: Suite, p: dict[str, Any]) -> tuple[str, float] | None:
+    """The largest checkpoint interval in seconds a parameter or var of ``p`` gives (a name holding ckpt or
+    checkpoint and a unit of time: ``ckpt_interval``, ``checkpoint_seconds``), else None."""
+    from testbed.suite import render
+
+    best: tuple[str, float] | None = None
+    items: list[tuple[str, Any]] = [(k, p.get(k)) for k in s.parameters]
+    for k, raw in s.vars.items():
+        with contextlib.suppress(TestbedError):
+            items.append((k, render(raw, dict(p), shell=False) if "{" in raw else raw))
+    for k, value in items:
+        low = k.lower()
+        if ("ckpt" in low or "checkpoint" in low) and re.search(r"interval|seconds|secs|_s$|_sec$|time", low):
+            v = seconds(k, value)
+            if v is not None and (best is None or v > best[1]):
+                best = (k, v)
+    return best
+
+
+def fault_timing(s: Suite, points: list[dict[str, Any]]) -> list[Finding]:
+    """A suite with faults or a recovery whose grace does not exceed an artifact timeout plus a checkpoint."""
+    if not (s.faults or s.steps.recovery):
+        return []
+    grace = s.timeouts.grace
+    out = []
+    for p in points:
+        ckpt = _checkpoint_interval(s, p)
+        allow = ckpt[1] if ckpt else 0.0
+        for what, t in _timeouts(s, p):
+            if grace <= t + allow:
+                plus = f" plus a checkpoint interval of {allow:g} s ({ckpt[0]})" if ckpt else " plus a checkpoint"
+                out.append(Finding("fault-timing", f"timeouts.grace {grace:g} s cannot cover the artifact's {what} "
+                                   f"{t:g} s{plus}: after one rank fails, the others are stopped before their own "
+                                   "timeout lets them notice, checkpoint and end (raise grace above "
+                                   f"{t + allow:g} s)", s.at("timeouts", "grace")))
+    return out
+
+
+# --- references -------------------------------------------------------------------------------------------------
+def _same(a: Any, b: Any) -> bool:
+    """Whether a point's value and a reference's cell are one value (1 and 1.0 are; 'True' and true are)."""
+    if a is None or b is None:
+        return False
+    if not isinstance(a, bool) and not isinstance(b, bool):
+        with contextlib.suppress(TypeError, ValueError):
+            return float(a) == float(b)
+    return str(a).lower() == str(b).lower()
+
+
+def unproducible_references(s: Suite, runs: list[dict[str, Any]]) -> list[Finding]:
+    """References whose row no point can produce: a ``where:`` naming a parameter value that no point (the default
+    one, the matrix's) runs with, or a string that is a declared value (choice or matrix value) of a parameter
+    no point runs with."""
+    if s.references is None or not runs:
+        return []
+    declared: dict[str, list[Any]] = {}
+    for k, prm in s.parameters.items():
+        values = list(prm.choices or [])
+        if isinstance(s.matrix, dict):
+            values += s.matrix.get(k, [])
+        elif isinstance(s.matrix, list):
+            values += [pt[k] for pt in s.matrix if k in pt]
+        if prm.type == "str":
+            declared[k] = values
+    out = []
+    for i, m in enumerate(s.references.metrics):
+        asked = {k: v for k, v in m.where.items() if k in s.parameters}
+        if asked and not any(all(r.get(k) is None or _same(r.get(k), v) for k, v in asked.items()) for r in runs):
+            shown = ", ".join(f"{k}={v}" for k, v in asked.items())
+            out.append(Finding("reference", f"reference {m.metric!r} needs a run with {shown}, which neither the "
+                               "default point nor any matrix point is (add it to the matrix, or drop the reference)",
+                               s.at("references", "metrics", i, "where")))
+            continue
+        for k, v in m.where.items():
+            if k in s.parameters or not isinstance(v, str):
+                continue
+            modes = [p for p, vals in declared.items() if any(_same(v, x) for x in vals)]
+            if modes and not any(_same(r.get(p), v) for p in modes for r in runs):
+                out.append(Finding("reference", f"reference {m.metric!r} reads rows of {k} {v!r}, made by a run "
+                                   f"with {modes[0]}={v}, which neither the default point nor any matrix point "
+                                   "enables (add it to the matrix, or drop the reference)",
+                                   s.at("references", "metrics", i, "where")))
+    return out
+
+
+# --- hardware ---------------------------------------------------------------------------------------------------
+def needs_hardware(s: Suite) -> list[str]:
+    """What the suite's ranks need beyond a CPU host: gpu and/or tpu."""
+    need = set(s.steps.launch.needs if s.steps.launch.needs is not None else
+               [s.requires.accelerator] if s.requires.accelerator in ("gpu", "tpu") else [])
+    out = []
+    if need & {"gpu", "cuda", "nvidia-driver"}:
+        out.append("gpu")
+    if "tpu" in need:
+        out.append("tpu")
+    return out
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 1  # a template or a variable: declared, its number filled in later
+
+
+def spec_hardware(path: Path) -> tuple[str, set[str]] | None:
+    """(provider kind, what its hosts have of gpu and tpu) as a testbed spec file declares them, read as written
+    (a spec whose ``${VAR}`` is unset here still declares its hardware); None when it cannot be read."""
+    import yaml
+
+    from testbed.providers import PROVIDERS, provider_class
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("provider"), dict):
+        return None
+    kind = str(data["provider"].get("kind", ""))
+    raw = data.get("hardware")
+    hw: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    listed = hw.get("hosts")
+    hosts: dict[str, Any] = listed if isinstance(listed, dict) else {}
+    gpus = [hw.get("gpu")] + [h.get("gpu") for h in hosts.values() if isinstance(h, dict)]
+    has = {"gpu"} if any(isinstance(g, dict) and _count(g.get("count", 1)) > 0 for g in gpus) else set()
+    if kind in PROVIDERS and provider_class(kind).accelerator == "tpu":
+        has.add("tpu")
+    return kind, has
+
+
+def hardware_missing(s: Suite, specs: dict[str, Path] | None = None) -> list[Finding]:
+    """A suite that needs a GPU (TPU) when no testbed spec it may run on (of a provider kind it allows) declares
+    one, or when the testbed it names lacks it."""
+    need = needs_hardware(s)
+    if not need:
+        return []
+    loaded = {name: hw for name, path in (specs if specs is not None else paths.list_resources("inventories")).items()
+              if (hw := spec_hardware(Path(path))) is not None}
+    allowed = {n: hw for n, (kind, hw) in loaded.items() if not s.requires.providers or kind in s.requires.providers}
+    out = []
+    for n in need:
+        word = "a GPU" if n == "gpu" else "a TPU"
+        having = [name for name, hw in allowed.items() if n in hw]
+        if not having:
+            kinds = ", ".join(s.requires.providers) or "any"
+            checked = ", ".join(sorted(allowed)) or "none"
+            out.append(Finding("hardware", f"suite {s.name} needs {word}, and no shipped testbed spec it may run on "
+                               f"(provider kinds: {kinds}; specs: {checked}) declares one: there is nothing to rent "
+                               f"it on (ship a spec with hardware: {n}: ...)", s.at("requires")))
+        elif s.testbed in loaded and n not in loaded[s.testbed][1]:
+            out.append(Finding("hardware", f"suite {s.name} needs {word}, and its testbed {s.testbed} declares none "
+                               f"(specs that do: {', '.join(having)})", s.at("testbed")))
+    return out
+
+
+# --- login PATH -------------------------------------------------------------------------------------------------
+def set_up_text(profile: str | None) -> str:
+    """The text of what the profile's set-up would do (its file, and its roles' tasks, defaults, vars and
+    templates): a command it names is one it may install. Bounded: role files of up to 256 KiB each."""
+    from testbed.setup import profiles as prof
+
+    if not profile:
+        return ""
+    try:
+        plan = prof.load_profile(profile)
+        parts = [prof.available_profiles()[profile].read_text(errors="replace")]
+        roots = [d / "roles" for d in paths.resource_dirs("playbooks")]
+    except (TestbedError, OSError, KeyError):
+        return ""
+    for role in plan.roles:
+        for root in roots:
+            for f in sorted((root / role).glob("*/*"))[:200]:
+                with contextlib.suppress(OSError):
+                    if f.is_file() and f.stat().st_size <= 256 << 10:
+                        parts.append(f.read_text(errors="replace"))
+    return "\n".join(parts)
+
+
+def login_only_programs(profile_text: str) -> dict[str, str]:
+    """Program -> the folder only a login PATH holds it in: conda's (conda, mamba), and what the profile puts
+    in ``~/.local/bin``."""
+    out = dict.fromkeys(LOGIN_ONLY, "it is in a conda installation's bin, which conda init adds for login shells")
+    for m in re.finditer(r"\.local/bin/([A-Za-z0-9_][A-Za-z0-9_.+-]*)", profile_text):
+        out.setdefault(m.group(1), "the profile installs it in ~/.local/bin, which a login shell's ~/.profile adds")
+    return out
+
+
+def _commands(s: Suite) -> list[tuple[str, str, tuple[Any, ...]]]:
+    """(what, command text, location) of every command the suite runs on a host."""
+    out: list[tuple[str, str, tuple[Any, ...]]] = []
+
+    def steps(items: list[Step], label: str, loc: tuple[Any, ...]) -> None:
+        for i, st in enumerate(items):
+            if st.run:
+                out.append((f"{label} step '{st.name or f'{label}-{i + 1}'}'", st.run, (*loc, i, "run")))
+
+    steps(s.steps.prepare, "prepare", ("steps", "prepare"))
+    out.append(("the launch command", s.steps.launch.command, ("steps", "launch", "command")))
+    steps(s.steps.recovery, "recovery", ("steps", "recovery"))
+    steps(s.steps.post, "post", ("steps", "post"))
+    for name, f in s.faults.items():
+        for key in ("command", "restore"):
+            text = getattr(f, key)
+            if text:
+                out.append((f"fault {name}'s {key}", text, ("faults", name, key)))
+        if f.recovery:
+            steps(f.recovery, f"fault {name}'s recovery", ("faults", name, "recovery"))
+    return out
+
+
+def login_path_only(s: Suite, profile_text: str) -> list[Finding]:
+    """Commands calling a program by name that only a login shell's PATH holds, without reaching it themselves
+    (its folder on PATH, its path, a login shell): steps, ranks and faults run in a non-login shell over ssh."""
+    only = login_only_programs(profile_text)
+    out = []
+    for what, text, loc in _commands(s):
+        if any(w in text for w in LOGIN_REACH):
+            continue
+        for prog in proof.commands_called(text):
+            where = only.get(prog)
+            if where is None:
+                continue
+            reach = CONDA_REACH if prog in LOGIN_ONLY else (".local/bin",)
+            if not any(w in text for w in reach):
+                out.append(Finding("login-path", f"{what} calls {prog}, which only a login shell's PATH has ({where}); "
+                                   "steps, ranks and faults run in a non-login shell, where it is not found (call it "
+                                   "by its path, or put its folder on PATH in the command)", s.at(*loc)))
+    return out
