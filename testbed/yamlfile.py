@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from testbed import paths
 from testbed.errors import UsageError
 
 M = TypeVar("M", bound=BaseModel)
@@ -99,7 +100,8 @@ def _plain(node: Any, path: Path, located: Located, loc: tuple[Any, ...] = ()) -
             raise UsageError(
                 f"environment variable {name} is not set (used by {'.'.join(map(str, loc)) or 'the file'})",
                 where=f"{path}:{line}" if line else str(path),
-                fix=f"export {name}=... before running testbed, or write ${{{name}:-default}} in the file",
+                fix=f"export {name}=... before running testbed, or "
+                    + paths.edit_hint(path, f"write ${{{name}:-default}}"),
             )
         return _VAR.sub(sub, str(node))
     return node

@@ -235,3 +235,53 @@ def test_unreadable_and_unknown_names(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_misspelt_required_key_gets_a_hint(tmp_path: Path) -> None:
     e = refused(write(tmp_path, "provder:\n  kind: local\n"))
     assert "did you mean 'provider'" in f"{e.what} {e.fix}"
+
+
+# a spec testbed ships: its fixes say how to copy it here, never to edit it inside site-packages ----------------
+def _site_packages(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """testbed as a wheel installs it: the shipped specs under site-packages/testbed/_data/inventories (here a
+    copy of the checkout's), PACKAGE_DIR pointing there; the user in an empty folder beside it."""
+    import shutil
+
+    pkg = tmp / "venv" / "lib" / "python3.11" / "site-packages" / "testbed"
+    shutil.copytree(REPO / "inventories", pkg / "_data" / "inventories")
+    monkeypatch.setattr(paths, "PACKAGE_DIR", pkg)
+    here = tmp / "work"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    return pkg / "_data" / "inventories"
+
+
+def test_an_unset_variable_in_a_shipped_spec_says_how_to_copy_it_here(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """tesla.yml needs $WATID: from a wheel, the fix gives the exact cp into inventories/ and names the copy, not
+    'the file' in site-packages; the command works as written, and the copy is then the user's own (its fix says
+    to edit it in place)."""
+    import subprocess
+
+    shipped = _site_packages(tmp_path, monkeypatch)
+    monkeypatch.delenv("WATID", raising=False)
+    e = refused(Path("tesla"))  # by name, as the CLI loads it
+    assert e.where == f"{shipped / 'tesla.yml'}:17"
+    cmd = f"mkdir -p inventories && cp {shipped / 'tesla.yml'} inventories/"
+    assert e.fix == (f"export WATID=... before running testbed, or copy it here ({cmd}), then write "
+                     "${WATID:-default} in inventories/tesla.yml"), e.fix
+    subprocess.run(cmd, shell=True, check=True)  # the fix's command, exactly as a user pastes it
+    e = refused(Path("tesla"))
+    copy = Path.cwd().resolve() / "inventories" / "tesla.yml"
+    assert e.where == f"{copy}:17"
+    assert e.fix == f"export WATID=... before running testbed, or write ${{WATID:-default}} in {copy}", e.fix
+
+
+def test_own_copy_names_a_shipped_suite_folder_and_leaves_the_users_files_alone(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    shipped = _site_packages(tmp_path, monkeypatch)
+    suite = shipped.parent / "experiments" / "tesla" / "suite.yml"
+    suite.parent.mkdir(parents=True)
+    suite.write_text("name: tesla\n")
+    assert paths.own_copy(suite) == (f"mkdir -p experiments && cp -r {suite.parent} experiments/",
+                                     "experiments/tesla/suite.yml")
+    mine = tmp_path / "elsewhere.yml"  # a spec given by its path: the user's own wherever it is
+    mine.write_text("provider: {kind: local}\n")
+    assert paths.own_copy(mine) is None and paths.edit_hint(mine, "set x") == f"set x in {mine}"
+    assert paths.own_copy(Path.cwd() / "inventories" / "a.yml") is None
