@@ -39,7 +39,8 @@ def run(
     matrix: Annotated[bool, typer.Option("--matrix", help="Run every point of the suite's matrix (a campaign; "
                                                           "-p values filter the points).")] = False,
     fault: Annotated[list[str] | None, typer.Option("--fault", help="Fault to inject (repeatable); default: the "
-                                                                    "suite's default_faults.")] = None,
+                                                                    "suite's default_faults.",
+                                                    autocompletion=complete.faults)] = None,
     no_faults: Annotated[bool, typer.Option("--no-faults", help="Inject no fault at all.")] = False,
     detach: Annotated[bool, typer.Option("--detach", help="Start and return; follow with status/logs.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print every command per host, in order; touch "
@@ -287,7 +288,8 @@ def plan_cmd(
     matrix: Annotated[bool, typer.Option("--matrix", help="Every point of the suite's matrix (-p values filter "
                                                           "the points).")] = False,
     fault: Annotated[list[str] | None, typer.Option("--fault", help="Faults, as run takes them (they name the "
-                                                                    "campaign).")] = None,
+                                                                    "campaign).", autocompletion=complete.faults)]
+    = None,
     no_faults: Annotated[bool, typer.Option("--no-faults", help="As run --no-faults.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
