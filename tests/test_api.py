@@ -71,6 +71,39 @@ def test_the_old_names_warn_before_touching_anything(tb_home: Path) -> None:
         tb.start("nosuch-suite")
 
 
+def test_open_in_an_empty_folder_creates_no_state_until_something_is_recorded(tb_home: Path) -> None:
+    """Looking at a testbed (its repr, hosts, record, HTML view) from a folder without state leaves it without
+    one; the first write creates the state file, and what it wrote reads back from a fresh open."""
+    import testbed
+    from testbed.state import Store
+
+    (tb_home / "inventories").mkdir()
+    (tb_home / "inventories" / "lab1.yml").write_text("provider: {kind: lab, hosts: [{name: a1, address: 10.1.2.3}]}\n")
+    tb = testbed.open("lab1")
+    assert "not provisioned" in repr(tb) and tb.hosts == [] and tb.store.testbed("lab1") is None
+    assert "lab1" in tb._repr_html_()  # a notebook's view of it
+    assert not (tb_home / ".testbed").exists()
+    other = Store.open_lazy()  # a second stand-in (another handle) of the same folder
+    tb.store.upsert_testbed("lab1", "lab", None, "up", {})  # what provision records first
+    assert (tb_home / ".testbed" / "state.db").is_file()
+    assert tb.store.testbed("lab1")["status"] == "up"
+    assert other.testbed("lab1")["status"] == "up"  # read from the file now, not from its empty stand-in
+    other.close()
+    again = Store.open_existing()
+    assert again.exists and again.testbed("lab1")["status"] == "up"
+    again.close()
+    assert repr(testbed.open("lab1")).startswith("<Testbed lab1 (lab, up,")
+
+
+def test_dir_shows_the_public_names_and_not_typing_helpers() -> None:
+    import testbed
+
+    names = dir(testbed)
+    assert {"open", "Testbed", "Run", "TestbedError", "UsageError", "HostsFailed", "RunFailed"} <= set(names)
+    assert not {"Any", "TYPE_CHECKING", "annotations", "Store"} & set(names), names
+    assert all(hasattr(testbed, n) for n in names)
+
+
 @pytest.mark.parametrize("page", ["docs/api.md", "README.md"])
 def test_python_example_runs_as_written(need_local: None, tmp_path: Path, page: str) -> None:
     """The block in the page, unchanged, in a fresh interpreter, from a folder that holds only the local spec (so
