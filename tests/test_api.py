@@ -244,3 +244,35 @@ def test_fabric_connection_refuses_a_key_that_is_not_the_pinned_one(local_testbe
     with pytest.raises(TestbedError) as ei:
         tb.connection("node9")
     assert "no host 'node9'" in ei.value.what
+
+
+_FLAG = re.compile(r"(?<![\w-])--?[a-z][\w-]*")  # --dry-run, --on, -p: what only the command line takes
+
+
+def test_api_errors_name_methods_not_command_line_flags(tb_home: Path) -> None:
+    """From Python, a refusal's what, where and fix name what a script can call (provision(), extend(4), exec(...),
+    setup(limit=...)), never a flag such as --dry-run; the same refusal from the testbed command keeps its flags."""
+    from localbed import invoke
+
+    import testbed
+
+    (tb_home / "inventories").mkdir()
+    (tb_home / "inventories" / "lab1.yml").write_text("provider: {kind: lab, hosts: [{name: a1, address: 10.1.2.3}]}\n")
+    tb = testbed.open("lab1")
+    seen = []
+    for call, fix in ((lambda: tb.run_suite("mpi-hello"), "provision it first: testbed.open('lab1').provision()"),
+                      (lambda: tb.extend(), "extend(4) or extend(expire='8h')"),
+                      (lambda: tb.exec("  "), "exec('hostname')"),
+                      (lambda: tb.setup("base"), "provision it first: testbed.open('lab1').provision()")):
+        with pytest.raises(TestbedError) as ei:
+            call()
+        e = ei.value
+        assert e.fix == fix, e.render()
+        assert not _FLAG.search(f"{e.what}\n{e.where}\n{e.fix}"), e.render()
+        seen.append(e.what)
+    assert seen[0] == "testbed 'lab1' is not provisioned"
+    code, _, exc = invoke("run", "mpi-hello", "--on", "lab1")  # the command line: its own words
+    assert code == 1 and isinstance(exc, TestbedError) and "--dry-run" in str(exc.fix), exc
+    with pytest.raises(TestbedError) as ei:  # and the API's again after it
+        tb.run_suite("mpi-hello")
+    assert "--dry-run" not in str(ei.value.fix)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import UsageError
+from testbed.errors import UsageError, by_door
 from testbed.report import render
 from testbed.report.build import ReportResult, build_report, call_reporter, write_report
 from testbed.report.cause import failed, run_cause
@@ -246,7 +246,8 @@ def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", na
     if len(suites) != 1:
         raise UsageError(f"runs of {plural(len(suites), 'suite')} ({', '.join(suites) or 'none'}) in one campaign "
                          "report",
-                         where=str(out_dir.parent), fix="pass results/<suite>/ or --campaign ID")
+                         where=str(out_dir.parent),
+                         fix=by_door("pass results/<suite>/ or --campaign ID", "pass results/<suite>/ or campaign=ID"))
     runs = sorted(runs, key=lambda r: (str(r.manifest.get("started") or ""), r.run_id))
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -333,8 +334,8 @@ def report_suite_folder(folder: Path, fmt: str = "md") -> ReportResult:
 def report_campaign(root: Path, cid: str, fmt: str = "md") -> ReportResult:
     """The runs of campaign ``cid`` found under ``root`` -> ``<suite folder>/campaign-<cid>/``."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", cid):
-        raise UsageError(f"not a campaign id: {cid!r}", where="--campaign", fix="use an id `testbed run --matrix` "
-                         "printed, like mpi-hello-1a2b3c4d")
+        raise UsageError(f"not a campaign id: {cid!r}", where=by_door("--campaign", "campaign="),
+                         fix="use an id a campaign's run printed, like mpi-hello-1a2b3c4d")
     found = scan(root)
     _refuse_bad(found)
     recorded = recorded_campaigns()

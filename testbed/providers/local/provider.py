@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed import paths, remote
-from testbed.errors import TestbedError
+from testbed.errors import TestbedError, provision_fix
 from testbed.hosts import Host
 from testbed.providers.base import Capability, Made, Provider
 from testbed.providers.local.settings import LocalSettings
@@ -466,7 +466,7 @@ class LocalProvider(Provider):
         pid = self._init_pid(sl)
         if pid is None:
             raise TestbedError(f"local host {host} is not running", where=f"testbed {self.name}",
-                               fix=f"testbed provision {self.name}")
+                               fix=provision_fix(self.name))
         return subprocess.run(["nsenter", "-t", str(pid), "-m", "-u", "-n", "-p", "-r", "-w", "/bin/sh", "-c",
                                script], capture_output=True, text=True, timeout=timeout, check=False)
 
