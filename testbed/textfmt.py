@@ -85,3 +85,23 @@ def middle(text: str, width: int) -> str:
         return text[:keep - len(tail) - 1] + "…/" + tail
     back = keep // 2
     return text[:keep - back] + "…" + text[len(text) - back:]
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut at a word boundary with an ellipsis (``…``) when it is longer;
+    only a single word longer than ``width`` is cut inside."""
+    if len(text) <= width:
+        return text
+    cut = text.rfind(" ", 0, width)  # the ellipsis takes the last place
+    head = text[:cut] if cut > 0 else text[:width - 1]
+    return head.rstrip(" ,;:") + "…"
+
+
+def words(value: object) -> str:
+    """A value from an event or record as words: a mapping as ``key: value; key: value``, a list as ``a, b``,
+    anything else as its text (never Python's ``{'node1': ...}``)."""
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {words(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ", ".join(words(v) for v in value)
+    return str(value)

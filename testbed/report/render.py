@@ -131,7 +131,8 @@ _CSS = (
     "th{background:#eee}td.num{text-align:right}.pass{color:#070}.FAIL{color:#b00}img{max-width:100%}"
     ".within{color:#070}.outside{color:#b00;font-weight:bold}.missing{color:#a60}td.src,td.hw{font-size:.8em}"
     ".status{font-size:1.1em;margin:.3em 0}.st-succeeded{color:#070}.st-bad{color:#b00}"
-    ".lead{display:flex;gap:1em;align-items:flex-start;flex-wrap:wrap}.lead figure{margin:0}"
+    ".lead{display:flex;gap:1em;align-items:flex-start;flex-wrap:wrap}.lead figure{margin:0;display:table}"
+    ".lead figcaption{display:table-caption;caption-side:bottom}"  # a caption wraps under its figure, never widens it
     ".lead img{max-height:300px}.lead table{font-size:.85em}.lead p{margin:.2em 0}figcaption{font-size:.85em}"
     "details{margin:.3em 0}summary{cursor:pointer}#verdicts table,#checks table{font-size:.9em}"
     "td.nw{white-space:nowrap}"
