@@ -99,7 +99,9 @@ def clip(text: str, width: int) -> str:
 
 def words(value: object) -> str:
     """A value from an event or record as words: a mapping as ``key: value; key: value``, a list as ``a, b``,
-    anything else as its text (never Python's ``{'node1': ...}``)."""
+    anything else as its text (never Python's ``{'node1': ...}``); an empty one as ``none``."""
+    if isinstance(value, (dict, list, tuple, set, frozenset)) and not value:
+        return "none"
     if isinstance(value, dict):
         return "; ".join(f"{k}: {words(v)}" for k, v in value.items())
     if isinstance(value, (list, tuple, set, frozenset)):

@@ -65,5 +65,6 @@ def test_clip_and_words() -> None:
     assert clip("alpha beta gamma", 12) == "alpha beta…"
     assert clip("x" * 20, 8) == "x" * 7 + "…"
     assert words({"node1": "lost", "node2": ["a", "b"]}) == "node1: lost; node2: a, b"
+    assert words([]) == "none" and words(0) == "0"
     assert plotting.vline_key([(1, "fault", "tab:red"), (2, "b", "green"), (3, "c", "k"), (4, "d", "k")]) == \
         "fault: red, dashed; b: green, dotted; c: k, dash-dotted; d: k, dashed"
