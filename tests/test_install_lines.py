@@ -12,6 +12,8 @@ import shlex
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 DIST, EXTRAS = PROJECT["name"], set(PROJECT["optional-dependencies"])
@@ -113,3 +115,55 @@ def test_the_scan_finds_what_is_wrong() -> None:
     assert check("`%pip install ..` in a cell; `pip install dist/testbed_artifacts-0.1.0-py3-none-any.whl`") == \
         [None, None]
     assert check(f"`pip install '{DIST}[chameleon] @ git+https://example.org/testbed.git'`") == [None]
+
+
+# the install command every message gives (testbed.distribution.install_command) names where testbed came from ------
+class _Dist:
+    def __init__(self, direct_url: dict[str, object] | None) -> None:
+        self.direct_url = direct_url
+
+    def read_text(self, name: str) -> str | None:
+        return json.dumps(self.direct_url) if name == "direct_url.json" and self.direct_url else None
+
+
+def _installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, direct_url: dict[str, object] | None) -> None:
+    """testbed as an install leaves it: its modules in site-packages (no checkout around them), the distribution's
+    metadata recording ``direct_url`` (PEP 610; None: installed from an index)."""
+    import importlib.metadata
+
+    from testbed import distribution
+
+    site = tmp_path / "site-packages" / "testbed"
+    site.mkdir(parents=True)
+    monkeypatch.setattr(distribution, "__file__", str(site / "distribution.py"))
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: _Dist(direct_url))
+
+
+def test_install_command_names_the_checkout_it_runs_from() -> None:
+    from testbed.distribution import install_command, origin
+
+    assert origin() == str(ROOT)
+    assert install_command("tpu", pipx=False) == f"pip install '{ROOT}[tpu]'"
+    assert install_command("chameleon", pipx=True) == f"pipx install --force '{ROOT}[chameleon]'"
+    assert install_command(upgrade=True, pipx=False) == f"pip install -U {ROOT}"
+
+
+def test_install_command_names_the_wheel_or_git_url_it_was_installed_from(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from testbed.distribution import install_command
+
+    whl = tmp_path / "dist" / "testbed_artifacts-0.1.0-py3-none-any.whl"
+    whl.parent.mkdir()
+    whl.write_bytes(b"PK")
+    _installed(tmp_path, monkeypatch, {"url": whl.as_uri(), "archive_info": {}})
+    assert install_command("tpu", pipx=False) == f"pip install '{whl}[tpu]'"
+    _installed(tmp_path / "b", monkeypatch, {"url": "https://example.org/me/testbed.git",
+                                             "vcs_info": {"vcs": "git", "commit_id": "ab" * 20,
+                                                          "requested_revision": "main"}})
+    assert install_command("chameleon", pipx=False) == \
+        f"pip install '{DIST}[chameleon] @ git+https://example.org/me/testbed.git@main'"
+    _installed(tmp_path / "c", monkeypatch, None)  # from an index (once released): the name there
+    assert install_command("tpu", pipx=False) == f"pip install '{DIST}[tpu]'"
+    gone = tmp_path / "gone.whl"  # a wheel file deleted since: no path that fails; the name
+    _installed(tmp_path / "d", monkeypatch, {"url": gone.as_uri(), "archive_info": {}})
+    assert install_command(pipx=False) == f"pip install {DIST}"
