@@ -84,3 +84,27 @@ def test_a_runs_headline_and_cli_line_say_its_status_and_its_verdicts(tmp_path: 
     idx = build_index(tmp_path / "results")
     row = next(r for r in idx.runs if r["run_id"] == "run-1")
     assert row["outside"] and not row["all_within"]
+
+
+def test_the_line_after_a_collected_run_says_its_status_and_its_verdicts(tmp_path: Path) -> None:
+    """`testbed run ... --collect`: the last line is the run's headline from its report, in red when a verdict is
+    outside tolerance; a run not collected has no verdicts to say, and says its status alone."""
+    import io
+
+    from rich.console import Console
+
+    from testbed.cli.runs import run_line
+
+    run = fault_drill_run(tmp_path)
+    c = Console(file=io.StringIO())
+    good = run_line("run-1", run, c)
+    assert good.startswith("[green]run run-1 succeeded; 4 of 4 within tolerance[/green]"), good
+    m = json.loads((run / "manifest.json").read_text())
+    for e in m["events"]:
+        if e["kind"] == "resumed":
+            e["detail"]["downtime_seconds"] = 45.0
+    (run / "manifest.json").write_text(json.dumps(m))
+    bad = run_line("run-1", run, c)
+    assert bad.startswith("[red]run run-1 succeeded, but 1 of 4 verdicts outside tolerance[/red]"), bad
+    assert "reporting run-1" in c.file.getvalue()  # type: ignore[attr-defined]
+    assert run_line("run-1", None, c) == "[green]run run-1 succeeded[/green]"

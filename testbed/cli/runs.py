@@ -101,15 +101,34 @@ def run(
         row = follow(run_id, c, st)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-    if collect:
-        _collect([run_id])
+    collected = _collect([run_id]) if collect else []
     if json_out:
         print_json(row.to_json())
     if row.status != "succeeded":
         raise TestbedError(f"run {run_id} {row.status}: {row.reason or 'no reason recorded'}",
                            where=f"testbed status {run_id}", fix=f"testbed logs {run_id}",
                            code=OUTCOMES.get(row.status, 1))
-    c.print(f"[green]run {run_id} succeeded[/green]")
+    c.print(run_line(run_id, collected[0].path if collected else None, c))
+
+
+def run_line(run_id: str, folder: Any, c: Any) -> str:
+    """The one line after a run that succeeded: with its folder collected (``--collect``), its report is built and
+    the line says the status and the verdicts side by side (``succeeded, but 1 of 4 verdicts outside tolerance``,
+    red), never a bare green "succeeded" over an outside tolerance; else the status alone."""
+    if folder is None:
+        return f"[green]run {run_id} succeeded[/green]"
+    from testbed.errors import UsageError
+    from testbed.report import build_report
+    from testbed.report.verdicts import headline, headline_tone
+
+    c.print(f"[dim]…[/dim] reporting {escape(run_id)} (its verdicts)")
+    try:
+        rr = build_report(folder)
+    except UsageError as e:
+        return f"[green]run {run_id} succeeded[/green] (no report: {escape(e.what)})"
+    colour = {"good": "green", "bad": "red", "unsure": "yellow"}[headline_tone("succeeded", rr.verdicts)]
+    return (f"[{colour}]run {run_id} {escape(str(headline('succeeded', rr.verdicts)))}[/{colour}] "
+            f"(report: {escape(str(rr.path))})")
 
 
 def _faults(given: list[str] | None, none: bool) -> list[str] | None:
@@ -161,8 +180,9 @@ def _with_setup_view(tb: Resolved, s: Any, no_setup: bool, work: Callable[[Event
     return out
 
 
-def _collect(run_ids: list[str]) -> None:
-    """``run --collect``: the run's outputs into results/ as soon as it ended; problems are one error."""
+def _collect(run_ids: list[str]) -> list[Any]:
+    """``run --collect``: the run's outputs into results/ as soon as it ended; problems are one error. What each
+    run's collect did (its folder in ``path``)."""
     from pathlib import Path
 
     from testbed import collect
@@ -173,6 +193,7 @@ def _collect(run_ids: list[str]) -> None:
     problem = collect.format_problems(results)
     if problem is not None:
         raise problem
+    return list(results)
 
 
 def _warn_refused(plan: RunPlan) -> None:
