@@ -357,3 +357,25 @@ def test_index_writers_at_once_all_end_up_listed_and_readers_never_see_a_part(us
     assert reads > 0 and bad == 0
     assert sorted(p.name for p in user.parent.iterdir()) == ["homes.json", "homes.json.lock"]
     assert user.stat().st_mode & 0o777 == 0o600
+
+
+def test_status_tables_keep_moments_whole_and_shorten_paths_to_the_width(monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """At 60 columns: the runs table keeps each start time on one line, and a path column is cut in its middle
+    (the home written ~) instead of wrapping over several lines."""
+    from testbed.cli.hot import _print_runs
+    from testbed.cli.output import Plain
+
+    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setenv("HOME", "/home/ana")
+    _print_runs([{"id": "fault-drill-20260101-120000-ab12", "suite": "fault-drill", "testbed": "local",
+                  "status": "failed", "started": 1_767_268_800.0, "reason": "rank 1 exited 3 after the collective"}])
+    out = capsys.readouterr().out
+    assert "2026-01-01T12:00:00Z" in out, out
+    Plain().table("t", ("name", "folder"), [["a", "/home/ana/projects/some-long-project/and/deeper/experiment-x"]],
+                  paths=("folder",))
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith(("│", "|"))]
+    assert len(rows) == 1 and "~/" in rows[0] and "…" in rows[0] and rows[0].rstrip("│| ").endswith("experiment-x"), \
+        out
+    assert all(len(ln) <= 60 for ln in out.splitlines()), out
