@@ -768,10 +768,11 @@ def standalone() -> typer.Typer:
 def main() -> None:
     import sys
 
-    from testbed.errors import TestbedError
+    from testbed.errors import TestbedError, front_door
 
     try:
-        standalone()()
+        with front_door("cli"):  # a command line: fixes name its commands and flags
+            standalone()()
     except TestbedError as e:
         sys.stderr.write("error: " + e.render() + "\n")
         sys.exit(e.code)
