@@ -113,7 +113,6 @@ def by_door(cli: str, python: str) -> str:
     return cli if in_cli() else python
 
 
-
 def provision_fix(name: str) -> str:
     """How to provision testbed ``name`` from the front door in use."""
     return by_door(f"testbed provision {name}", f"testbed.open({name!r}).provision()")

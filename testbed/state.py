@@ -755,4 +755,3 @@ class _LazyStore(Store):
     @_db.setter
     def _db(self, db: sqlite3.Connection) -> None:
         self._conn = db
-
