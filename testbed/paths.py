@@ -90,6 +90,17 @@ def at_home(p: Path) -> Iterator[Path]:
         _AT.reset(token)
 
 
+def user_cache() -> Path:
+    """What one user downloads once for every state home: ``$TESTBED_CACHE``, else ``$XDG_CACHE_HOME/testbed``
+    (default ``~/.cache``; a relative XDG_CACHE_HOME is ignored, as the XDG spec says)."""
+    own = os.environ.get("TESTBED_CACHE", "")
+    if own and os.path.isabs(own):
+        return Path(own)
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
+    return root / "testbed"
+
+
 def index_path() -> Path:
     """The per-user index of state homes: ``$XDG_STATE_HOME/testbed/homes.json`` (default
     ``~/.local/state``; a relative XDG_STATE_HOME is ignored, as the XDG spec says)."""

@@ -210,6 +210,7 @@ class RunPlan(_Model):
     provider: str
     params: dict[str, Any]  # the suite's parameters: any JSON value
     profile: str | None = None
+    setup_roles: list[str] | None = None  # the profile's roles this point needs (suite's setup_roles); None: all
     placeholder_hosts: bool = False
     run_dir: str
     hosts: list[PlanHost]
@@ -261,8 +262,11 @@ class RunPlan(_Model):
         return next(r for r in self.ranks if r.rank == k)
 
     def to_json(self) -> dict[str, Any]:
-        """The plan file's content (``json.dumps`` of this)."""
-        return self.model_dump(mode="json")
+        """The plan file's content (``json.dumps`` of this); ``setup_roles`` only where a point names its roles."""
+        out = self.model_dump(mode="json")
+        if out.get("setup_roles") is None:
+            out.pop("setup_roles", None)
+        return out
 
     @classmethod
     def load(cls, path: Path) -> RunPlan:

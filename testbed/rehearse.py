@@ -27,6 +27,8 @@ from testbed.run.plan import lacks
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from testbed.records import RunPlan
     from testbed.resolved import Resolved
     from testbed.run.plan import TestbedInfo
@@ -134,15 +136,42 @@ def replica_spec(target: TestbedSpec, suite: Suite, points: list[dict[str, Any]]
             "hardware": target.hardware.model_dump(mode="json")}
 
 
-def _offline_sources(suite: Suite, overrides: dict[str, Override], like: str) -> None:
-    """A replica has no route out: every source must come from this machine (--source or the spec's mirrors)."""
-    missing = [s.name for s in suite.sources if (o := overrides.get(s.name)) is None or o.kind != "path"]
-    if missing:
-        s = next(x for x in suite.sources if x.name == missing[0])
-        raise UsageError(f"source '{s.name}' of suite '{suite.name}' is cloned from {s.repo}, which the replica "
-                         "cannot reach (its hosts have no route out)", where="--source",
-                         fix=" ".join(f"--source {n}=PATH" for n in missing) + " (a local checkout), or a path "
-                         f"under 'sources:' in inventories/{like}.yml")
+def _offline_sources(suite: Suite, overrides: dict[str, Override], like: str,
+                     note: Callable[[str], None]) -> dict[str, Override]:
+    """A replica has no route out: every source must come from this machine. One that --source and the spec's
+    mirrors leave out comes from the user's mirror cache, fetched on this machine first when it lacks the ref."""
+    from testbed import sources as sources_mod
+
+    out = dict(overrides)
+    why: dict[str, str] = {}
+    for s in suite.sources:
+        if (o := out.get(s.name)) is not None and o.kind == "path":
+            continue
+        got = sources_mod.from_mirror(s.name, s.repo, s.ref, fetch=True, say=note)
+        if isinstance(got, str):
+            why[s.name] = got
+            continue
+        note(f"source '{s.name}': {s.repo} at {s.ref or 'HEAD'} from this machine's copy {got.location}")
+        out[s.name] = got
+    covered = sources_mod.setup_vars(out, suite).get("testbed_source_overrides", {})
+    for name, (repo, version) in sources_mod.profile_build_refs(suite.profile).items():
+        if name in covered:
+            continue
+        got = sources_mod.from_mirror(name, repo, version, fetch=False)
+        if isinstance(got, str):  # only where the set-up builds it: said, not refused
+            note(f"the profile's build '{name}' clones {repo} on the hosts, which the replica cannot reach: give "
+                 f"--source {name}=PATH if this set-up builds it")
+        else:
+            note(f"the profile's build '{name}': {repo} at {version or 'HEAD'} from this machine's copy "
+                 f"{got.location}")
+            out[name] = got
+    if why:
+        first = next(x for x in suite.sources if x.name in why)
+        raise UsageError(f"source '{first.name}' of suite '{suite.name}' is cloned from {first.repo}, which the "
+                         f"replica cannot reach (its hosts have no route out), and {why[first.name]}",
+                         where="--source", fix=" ".join(f"--source {n}=PATH" for n in why) + " (a local checkout), "
+                         f"or a path under 'sources:' in inventories/{like}.yml")
+    return out
 
 
 # --- one point per step shape ----------------------------------------------------------------------------------
@@ -285,16 +314,35 @@ def stand_in_environments(tb: Resolved, plan: RunPlan, site: str | None = None) 
 
 
 # --- the whole rehearsal ----------------------------------------------------------------------------------------
-def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None, matrix: bool = False,
-             shapes: bool = False, sources: dict[str, str] | None = None, setup: bool = True,
-             roles: list[str] | None = None, keep: bool = False, to: Path = Path("results"),
-             subnet: str = DEFAULT_SUBNET,
-             timeout: float | None = None, site: str | None = None, say: Any = None) -> RehearsalResult:
+def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None, say: Any = None,
+             **options: Any) -> RehearsalResult:
+    """``_rehearse`` with the real testbed's declared variables that are not set (its ``env:``, such as tesla's
+    WATID) standing in with their examples: a replica needs a value of the right shape, not yours. Each is said."""
+    from testbed.spec import stand_ins
+    from testbed.suite import load_suite
+
+    like = like or load_suite(suite_name).testbed
+    if not like:
+        return _rehearse(suite_name, given, like=like, say=say, **options)
+    with stand_ins(like) as made:
+        for k, v in made.items():
+            if say:
+                say(f"{k} is not set: the replica uses {v!r}, the example in {like}'s spec (export {k}=... to "
+                    "rehearse as yourself)")
+        return _rehearse(suite_name, given, like=like, say=say, **options)
+
+
+def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None, matrix: bool = False,
+              shapes: bool = False, sources: dict[str, str] | None = None, setup: bool = True,
+              roles: list[str] | None = None, keep: bool = False, to: Path = Path("results"),
+              subnet: str | None = None,
+              timeout: float | None = None, site: str | None = None, say: Any = None) -> RehearsalResult:
     """Rehearse ``suite_name`` (every point of its matrix with ``matrix``; with ``shapes`` too, the first point of
     each distinct step shape: ``plan_shape``) on a replica of ``like``.
 
     Everything is checked before a host is made (suite, parameters, testbed spec, offline sources); the replica is
-    destroyed at the end unless ``keep``. ``site``: the site-packages a stand-in environment sees. ``say``: a
+    destroyed at the end unless ``keep``. ``subnet``: the replica's; by default the first free /24 from
+    10.219.0.0/24 (a kept replica keeps its own). ``site``: the site-packages a stand-in environment sees. ``say``: a
     callable taking one line of progress."""
     if site is not None and not Path(site).is_dir():
         raise UsageError(f"no folder {site}", where="--site", fix="give the site-packages folder of a virtualenv")
@@ -316,10 +364,11 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
                          fix="give --like TESTBED (a spec in inventories/)")
     target = load_testbed(like)
     points = expand_matrix(s, given) if matrix else [resolve_params(s, given)]
+    subnet = subnet or _free_subnet(replica_name(target.name))
     spec, spec_path = _write_replica_spec(target, s, points, subnet)
     overrides = sources_mod.for_suite(s, like, sources)
-    _offline_sources(s, overrides, like)
-    points, refused = _pick_points(s, target, like, _draft_info(target, spec, subnet), points, overrides,
+    overrides = _offline_sources(s, overrides, like, note)
+    points, refused, needed = _pick_points(s, target, like, _draft_info(target, spec, subnet), points, overrides,
                                    shapes=shapes)
     tb = Resolved.open(str(spec_path))
     result = RehearsalResult(suite=s.name, like=like, replica=tb.name, setup={},
@@ -328,7 +377,7 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
     try:
         note(f"replica {tb.name}: {plural(len(spec['provider']['names']), 'local host')} shaped like {like}")
         services.provision(tb)
-        result.setup = _setup(tb, s, overrides, setup, roles, note)
+        result.setup = _setup(tb, s, overrides, setup, roles, note, only=None if roles else needed)
         if not result.setup.get("ok", True):
             return result
         for i, p in enumerate(points):
@@ -347,6 +396,17 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
                 services.destroy(tb)
             except TestbedError as e:
                 note(f"could not destroy the replica {tb.name}: {e.what} ({e.fix})")
+
+
+def _free_subnet(name: str) -> str:
+    """A subnet no route of this machine uses; the one a kept replica of this name was made with, while it is."""
+    from testbed.providers.local.provider import free_subnet
+
+    try:
+        prev = json.loads((paths.home() / "rehearse" / f"{name}.yml").read_text())["provider"]["subnet"]
+    except (OSError, ValueError, KeyError, TypeError):
+        prev = None
+    return free_subnet(DEFAULT_SUBNET, prefer=prev if isinstance(prev, str) else None)
 
 
 def _write_replica_spec(target: TestbedSpec, s: Suite, points: list[dict[str, Any]],
@@ -377,14 +437,17 @@ def _draft_info(target: TestbedSpec, spec: dict[str, Any], subnet: str) -> Testb
 
 
 def _pick_points(s: Suite, target: TestbedSpec, like: str, info: TestbedInfo, points: list[dict[str, Any]],
-                 overrides: dict[str, Override], *, shapes: bool) -> tuple[list[dict[str, Any]], dict[int, str]]:
+                 overrides: dict[str, Override], *, shapes: bool
+                 ) -> tuple[list[dict[str, Any]], dict[int, str], list[str] | None]:
     """The points to rehearse (with ``shapes``: the first of each step shape), each rendered before a host is
-    made (a template, a fault, a host count), and why a run on the real testbed would refuse some (by index)."""
+    made (a template, a fault, a host count), why a run on the real testbed would refuse some (by index), and the
+    profile's roles the others need (None: all of them)."""
     from testbed.run import plan as plan_mod
 
     refused: dict[int, str] = {}
     seen: set[tuple[Any, ...]] = set()
     picked: list[dict[str, Any]] = []
+    drafts: list[RunPlan] = []
     for p in points:
         draft = plan_mod.build_plan(s, info, p, overrides=overrides)
         if shapes:
@@ -398,12 +461,14 @@ def _pick_points(s: Suite, target: TestbedSpec, like: str, info: TestbedInfo, po
             miss = lacks(f.needs, target.hardware.context(f.host), target.kind)
             if miss:  # judged against the real testbed: a run there would be refused
                 refused[i] = f"fault {f.name} needs {', '.join(miss)}, which testbed {like} lacks"
+        if i not in refused:
+            drafts.append(draft)
     if len(refused) == len(picked):
         raise UsageError(f"nothing to rehearse: {refused[0]}" + (f" (and {plural(len(picked) - 1, 'more point')})"
                                                                  if len(picked) > 1 else ""),
                          where=f"suite {s.name}", fix="choose a fault the testbed has what it needs for, or --like "
                          "a testbed that declares it (hardware:)")
-    return picked, refused
+    return picked, refused, services.needed_roles(drafts)
 
 
 def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str, overrides: dict[str, Override],
@@ -438,16 +503,21 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
 
 
 def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, roles: list[str] | None,
-           note: Any) -> dict[str, Any]:
+           note: Any, *, only: list[str] | None = None) -> dict[str, Any]:
+    """Apply the suite's profile to the replica: ``roles`` (--role) alone, else the roles its points need
+    (``only``; None: all)."""
     from testbed import sources as sources_mod
 
     if not setup or not s.profile:
         return {"applied": None, "ok": True, "why": "--no-setup" if s.profile else "the suite has no profile"}
     extra = sources_mod.setup_vars(overrides, s)
-    note(f"set-up: profile {s.profile}" + (f", roles {', '.join(roles)}" if roles else ""))
+    picked = roles or only
+    note(f"set-up: profile {s.profile}" + (f", roles {', '.join(picked)}" if picked else "")
+         + (" (what the points need: setup_roles)" if only and not roles else ""))
     t0 = time.monotonic()
-    res = services.setup(tb, profile=s.profile if not roles else None, roles=roles, extra_vars=extra or None).result
-    out: dict[str, Any] = {"applied": s.profile, "roles": roles or res.roles, "ok": res.ok,
+    res = services.setup(tb, profile=s.profile if not roles else None, roles=roles, extra_vars=extra or None,
+                         only=None if roles else only).result
+    out: dict[str, Any] = {"applied": s.profile, "roles": roles or only or res.roles, "ok": res.ok,
                            "seconds": round(time.monotonic() - t0, 1)}
     if not res.ok:
         bad = {n: (h.error or "failed") for n, h in res.hosts.items() if h.failed or h.unreachable}

@@ -192,17 +192,18 @@ class SetupDone:
 def setup(tb: Resolved, *, profile: str | None = None, suite: str | None = None,
           roles: list[str] | None = None, check: bool = False, verify: bool = False, limit: list[str] | None = None,
           extra_vars: dict[str, Any] | None = None, sources: list[str] | None = None, bake: bool = False,
-          on_event: EventHandler | None = None) -> SetupDone:
-    """Apply a profile, a suite's profile or single roles; hosts whose recorded set-up matches are skipped unless
-    ``verify``. ``sources`` (``--source`` items) and the spec's ``sources:`` build the profile's sources from a
-    checkout, fork or mirror. ``bake``: once it passed, an image of a host keyed by its content address (a
-    provider that cannot bake is refused before the set-up runs). The idle clock restarts."""
+          on_event: EventHandler | None = None, only: list[str] | None = None) -> SetupDone:
+    """Apply a profile, a suite's profile or single roles (``only``: just these roles of the profile); hosts whose
+    recorded set-up matches are skipped unless ``verify``. ``sources`` (``--source`` items) and the spec's
+    ``sources:`` build the profile's sources from a checkout, fork or mirror. ``bake``: once it passed, an image of
+    a host keyed by its content address (a provider that cannot bake is refused before the set-up runs). The idle
+    clock restarts."""
     from testbed import setup as setup_mod
     from testbed import sources as sources_mod
     from testbed.setup import images
     from testbed.suite import load_suite
 
-    if bake and (roles or check):
+    if bake and (roles or check or only):
         raise UsageError(f"--bake goes with a profile or a suite, not with {'--role' if roles else '--check'}",
                          where="--bake", fix=f"testbed setup {tb.name} --profile local-suites --bake")
     if bake:
@@ -217,7 +218,7 @@ def setup(tb: Resolved, *, profile: str | None = None, suite: str | None = None,
     extra = {**(extra_vars or {}), **sources_mod.setup_vars(overrides, s, builds)}
     deadman.touch(tb.name, tb.store)
     res = setup_mod.apply(tb, profile=profile, suite=suite, roles=roles, check=check, verify=verify, limit=limit,
-                          extra_vars=extra or None, on_event=on_event)
+                          extra_vars=extra or None, on_event=on_event, only=only)
     image = None
     if bake and res.ok and not res.error:
         image = images.bake(tb, profile=profile, suite=suite, extra_vars=extra or None)
@@ -303,16 +304,26 @@ def start(tb: Resolved, suite: str | Suite, params: dict[str, Any] | None = None
     return Started(p, done)
 
 
-def suite_setup(tb: Resolved, s: Suite, p: RunPlan, on_event: EventHandler | None = None) -> SetupResult:
-    """Apply the suite's profile with the run's (or campaign's first run's) source overrides; raises when it
-    fails on a host."""
+def suite_setup(tb: Resolved, s: Suite, p: RunPlan, on_event: EventHandler | None = None,
+                more: Sequence[RunPlan] = ()) -> SetupResult:
+    """Apply the suite's profile with the run's (or campaign's first run's) source overrides, just the roles the
+    run's point needs (with ``more``, the other points of its campaign: the roles any of them needs); raises when
+    it fails on a host."""
     from testbed import sources as sources_mod
 
     extra = sources_mod.setup_vars(p.source_overrides, s)
-    done = setup(tb, profile=s.profile, extra_vars=extra or None, on_event=on_event).result
+    done = setup(tb, profile=s.profile, extra_vars=extra or None, on_event=on_event,
+                 only=needed_roles([p, *more])).result
     if not done.ok or done.error:
         raise setup_failed(tb.name, done, "or run without its set-up (--no-setup)")
     return done
+
+
+def needed_roles(plans: Sequence[RunPlan]) -> list[str] | None:
+    """The profile's roles these points need together (each plan's ``setup_roles``); None: one needs them all."""
+    if not plans or any(p.setup_roles is None for p in plans):
+        return None
+    return list(dict.fromkeys(r for p in plans for r in p.setup_roles or []))
 
 
 def wait(run_id: str, timeout: float = 3600, *, store: Store | None = None) -> Any:

@@ -16,10 +16,11 @@ builds of the same repository. Everything is checked on the controller before an
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -215,19 +216,99 @@ def repo_key(url: str) -> str:
     return u.removesuffix("/").removesuffix(".git")
 
 
+MIRROR_TIMEOUT = 900.0
+"""The longest a controller-side clone into the user's mirror cache may take."""
+
+
+def mirror_path(url: str) -> Path:
+    """Where the user's cache keeps a bare mirror of ``url``: one per repository, shared by every state home."""
+    key = repo_key(url)
+    safe = re.sub(r"[^a-z0-9._-]+", "_", key)[:80].strip("._") or "repo"
+    return paths.user_cache() / "mirrors" / f"{safe}-{hashlib.sha256(key.encode()).hexdigest()[:8]}.git"
+
+
+def from_mirror(name: str, url: str, ref: str | None, *, fetch: bool,
+                say: Callable[[str], None] | None = None) -> Override | str:
+    """An override of source ``name`` from the user's mirror of ``url`` at ``ref``: the cached mirror when it holds
+    ``ref``, else (with ``fetch``) after cloning or fetching it on this machine. A string says why there is none."""
+    dest = mirror_path(url)
+    want = f"{ref}^{{commit}}" if ref else "HEAD^{commit}"
+
+    def has_ref() -> bool:
+        return dest.is_dir() and _git(["rev-parse", "--verify", "--quiet", want], cwd=dest).returncode == 0
+
+    if not has_ref():
+        if not fetch:
+            return f"no copy of {url} in {dest.parent}"
+        if say:
+            say(f"source '{name}': fetching {url} on this machine into {dest} (once per user)")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        r = _git(["fetch", "--quiet", "origin", "+refs/*:refs/*"], cwd=dest, timeout=MIRROR_TIMEOUT) \
+            if dest.is_dir() else _clone_mirror(url, dest)
+        if r.returncode != 0:
+            return f"fetching {url} here failed ({(r.stderr.strip().splitlines() or [f'exit {r.returncode}'])[-1]})"
+        if not has_ref():
+            return f"{url} has no commit, branch or tag '{ref}'"
+    return resolve(name, f"{dest}@{ref}" if ref else str(dest), where=f"source '{name}' from {dest}")
+
+
+def _clone_mirror(url: str, dest: Path) -> subprocess.CompletedProcess[str]:
+    """``git clone --mirror`` into a temporary folder beside ``dest``, renamed into place only when complete."""
+    import shutil
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=dest.parent))
+    try:
+        r = _git(["clone", "--quiet", "--mirror", url, str(tmp / "m.git")], timeout=MIRROR_TIMEOUT)
+        if r.returncode == 0:
+            (tmp / "m.git").replace(dest)
+        return r
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def profile_builds(profile: str | None) -> dict[str, str]:
-    """{source_build_name: repo} of a profile's source_build roles (includes too) whose name is no template."""
+    """{source_build_name: repo} of a profile's source_build roles (includes too): :func:`profile_build_refs`."""
+    return {name: repo for name, (repo, _) in profile_build_refs(profile).items()}
+
+
+def profile_build_refs(profile: str | None) -> dict[str, tuple[str, str | None]]:
+    """{source_build_name: (repo, version)} of a profile's source_build roles (includes too), their templates
+    (``source_build_repo: "{{ tesla_repo }}"``) rendered with the profile's vars and the step's own; a build whose
+    name or repo needs what only a host knows (its facts) is left out."""
     if not profile:
         return {}
     from testbed.setup.profiles import load_profile
 
-    out: dict[str, str] = {}
-    for step in load_profile(profile).steps:
-        if step.role == "source_build":
-            name, repo = str(step.vars.get("source_build_name", "")), str(step.vars.get("source_build_repo", ""))
-            if name and "{{" not in name:
-                out[name] = repo
+    plan = load_profile(profile)
+    out: dict[str, tuple[str, str | None]] = {}
+    for step in plan.steps:
+        if step.role != "source_build":
+            continue
+        context = {**plan.vars, **step.vars}
+        name, repo = _rendered(step.vars.get("source_build_name"), context), \
+            _rendered(step.vars.get("source_build_repo"), context)
+        if name and repo:
+            out[name] = (repo, _rendered(step.vars.get("source_build_version"), context))
     return out
+
+
+def _rendered(value: object, context: dict[str, Any], depth: int = 4) -> str | None:
+    """``value`` with its ``{{ }}`` rendered from ``context`` (vars naming vars: ``depth`` rounds); None when it is
+    not a string or names what the context lacks."""
+    from testbed.suite import render
+
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        return None
+    text = str(value)
+    for _ in range(depth):
+        if "{{" not in text and "{%" not in text:
+            return text.strip() or None
+        try:
+            text = render(text, context, shell=False, where="a profile's source_build")
+        except UsageError:
+            return None
+    return None
 
 
 def setup_vars(overrides: Mapping[str, Override], suite: Suite | None,

@@ -13,7 +13,10 @@ groups:              # extra host groups; 'all' always exists, 'master' defaults
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
@@ -58,6 +61,9 @@ class Hardware(Strict):
     gpu: Gpu | None = Field(None, description="per-host GPUs; none: CPU hosts (or a TPU, from the provider)")
     login_shell: str | None = Field(None, pattern=r"^/[A-Za-z0-9_./-]{1,100}$",
                                     description="the login user's shell before set-up changes it, e.g. /bin/tcsh")
+    sudo: bool = Field(True, description="the login user may become root (sudo) on the hosts; false: an account "
+                       "without it (a student's lab account), so set-up covers the home and environments and a role "
+                       "that needs root says so; a rehearsal's replica gives its user no sudo either")
     tools: list[str] = Field(default_factory=list, description="commands every host has that a fault may need "
                              "(tc, iptables, setpci); a local testbed has this machine's")
     hosts: dict[str, HostHardware] = Field(default_factory=dict, description="per host, where hosts differ: "
@@ -81,12 +87,20 @@ class Hardware(Strict):
             gpu = own.gpu if "gpu" in own.model_fields_set else gpu
         return {"shared_home": self.shared_home, "interface": interface,
                 "gpu_model": gpu.model if gpu else None, "gpus": gpu.count if gpu else 0,
-                "login_shell": self.login_shell, "tools": list(self.tools)}
+                "login_shell": self.login_shell, "tools": list(self.tools), "sudo": self.sudo}
 
     def gpu_declared(self, host: str) -> bool:
         """Whether the spec says, for ``host`` itself, whether it has GPUs (``hosts.<host>.gpu``)."""
         own = self.hosts.get(host)
         return own is not None and "gpu" in own.model_fields_set
+
+
+class EnvVar(Strict):
+    """A variable the spec reads from the environment (``${NAME}``): what it is, and a value a rehearsal may use."""
+
+    help: str = Field(min_length=1, max_length=300, description="what to set it to, said when it is not set")
+    example: str | None = Field(None, max_length=100, description="a value of its shape; a rehearsal's replica "
+                                "stands in with it when the variable is not set, and says so")
 
 
 class TestbedSpec(Strict):
@@ -100,6 +114,8 @@ class TestbedSpec(Strict):
     user: str = Field("root", pattern=USER_RE, description="login user; default: the provider's (root, or tpu)")
     profile: str | None = "base"
     groups: dict[str, list[str]] = Field(default_factory=dict)
+    env: dict[str, EnvVar] = Field(default_factory=dict, description="the environment variables the spec reads "
+                                   "(${NAME}), each with its help; a missing one is refused with that help")
     vars: dict[str, object] = Field(default_factory=dict, description="variables handed to set-up roles")
     sources: dict[str, str] = Field(default_factory=dict, description="source overrides for every run and set-up "
                                     "on this testbed (name: PATH|URL[@REF]), e.g. offline mirrors; --source wins")
@@ -234,6 +250,31 @@ def inventory_path(name: str) -> Path:
         raise UsageError(f"no testbed named '{name}'", where="inventories/",
                          fix=f"{hint}known testbeds: {known}; or write inventories/{name}.yml")
     return p
+
+
+@contextlib.contextmanager
+def stand_ins(name_or_path: str) -> Iterator[dict[str, str]]:
+    """While inside: each variable the spec's ``env:`` declares with an ``example`` and the environment lacks is
+    set to that example (a rehearsal's replica only needs a value of the right shape); yields those it set."""
+    from testbed import yamlfile
+
+    p = Path(name_or_path)
+    path = p if p.suffix in (".yml", ".yaml") and p.exists() else inventory_path(name_or_path)
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        raw = YAML(typ="safe").load(yamlfile.read_text(path))
+    except (UsageError, YAMLError):  # a broken spec is refused, with its line, by load_testbed right after
+        raw = None
+    made = {k: v["example"] for k, v in yamlfile.declared_env(raw).items()
+            if v.get("example") and not os.environ.get(k)}
+    os.environ.update(made)
+    try:
+        yield made
+    finally:
+        for k in made:
+            os.environ.pop(k, None)
 
 
 def load_testbed(name_or_path: str) -> TestbedSpec:

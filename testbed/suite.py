@@ -310,6 +310,9 @@ class Suite(Strict):
     testbed: str | None = Field(None, description="default --on")
     requires: Requires = Field(default_factory=Requires)
     profile: str | None = None
+    setup_roles: str | None = Field(None, max_length=2000, description="the profile's roles a point needs, when it "
+                                    "needs fewer than all: a template rendered per point to role names (spaces or "
+                                    "commas); empty: the whole profile. Each is checked against the profile")
     sources: list[Source] = Field(default_factory=list)
     files: list[str] = Field(default_factory=list, description="files next to the suite copied into the run dir")
     parameters: dict[str, Param] = Field(default_factory=dict)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from pathlib import Path
@@ -81,13 +82,30 @@ def _key(k: Any, seen: dict[str, Any], path: Path, located: Located, loc: tuple[
     return name
 
 
-def _plain(node: Any, path: Path, located: Located, loc: tuple[Any, ...] = ()) -> Any:
-    """ruamel nodes -> plain dict/list/str with ${VAR} expanded (errors carry file:line)."""
+def declared_env(doc: Any) -> dict[str, dict[str, str]]:
+    """A file's own ``env:`` section, read before anything is expanded: each variable it uses, with its ``help``
+    (what to set it to) and an optional ``example`` (a value a rehearsal may stand in with). Entries that are not
+    of that shape are left to the model's validation."""
+    env = doc.get("env") if isinstance(doc, Mapping) else None
+    if not isinstance(env, Mapping):
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    for name, v in env.items():
+        if isinstance(name, str) and isinstance(v, Mapping):
+            out[name] = {k: str(v[k]) for k in ("help", "example") if isinstance(v.get(k), str | int)}
+    return out
+
+
+def _plain(node: Any, path: Path, located: Located, loc: tuple[Any, ...] = (),
+           declared: Mapping[str, Mapping[str, str]] | None = None) -> Any:
+    """ruamel nodes -> plain dict/list/str with ${VAR} expanded (errors carry file:line, and what the file's
+    ``env:`` says the variable is)."""
     if isinstance(node, dict):
         seen: dict[str, Any] = {}
-        return {_key(k, seen, path, located, loc): _plain(v, path, located, (*loc, k)) for k, v in node.items()}
+        return {_key(k, seen, path, located, loc): _plain(v, path, located, (*loc, k), declared)
+                for k, v in node.items()}
     if isinstance(node, list):
-        return [_plain(v, path, located, (*loc, i)) for i, v in enumerate(node)]
+        return [_plain(v, path, located, (*loc, i), declared) for i, v in enumerate(node)]
     if isinstance(node, str):
         def sub(m: re.Match[str]) -> str:
             name, default = m.group(1), m.group(2)
@@ -97,12 +115,14 @@ def _plain(node: Any, path: Path, located: Located, loc: tuple[Any, ...] = ()) -
             if default is not None:
                 return default
             line = located.line(loc)
+            said = (declared or {}).get(name, {})
+            helped = f": {said['help']}" if said.get("help") else ""
+            fix = (f"export {name}=... (yours; for example {shlex.quote(said['example'])}) before running testbed"
+                   if said.get("example") else f"export {name}=... before running testbed") + \
+                ("" if said else ", or " + paths.edit_hint(path, f"write ${{{name}:-default}}"))
             raise UsageError(
-                f"environment variable {name} is not set (used by {'.'.join(map(str, loc)) or 'the file'})",
-                where=f"{path}:{line}" if line else str(path),
-                fix=f"export {name}=... before running testbed, or "
-                    + paths.edit_hint(path, f"write ${{{name}:-default}}"),
-            )
+                f"environment variable {name} is not set (used by {'.'.join(map(str, loc)) or 'the file'})"
+                + helped, where=f"{path}:{line}" if line else str(path), fix=fix)
         return _VAR.sub(sub, str(node))
     return node
 
@@ -189,7 +209,7 @@ def load(path: Path) -> tuple[Any, Located]:
         raise UsageError(f"{path.name} expands to {n:,} values through its aliases (at most {MAX_NODES:,})",
                          where=str(path), fix="write the values out or use fewer nested aliases (*name)")
     located = Located(doc)
-    return _plain(doc, path, located), located
+    return _plain(doc, path, located, declared=declared_env(doc)), located
 
 
 def _models_in(ann: Any) -> list[type[BaseModel]]:

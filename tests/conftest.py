@@ -28,13 +28,18 @@ def pytest_configure(config: pytest.Config) -> None:
 def _user_index_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The per-user index of state homes (testbed.homes) of module- and session-wide fixtures: never the
     real user's (~/.local/state/testbed), which tests would fill with their temporary folders."""
-    old = os.environ.get("XDG_STATE_HOME")
-    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("xdg-state-session"))
+    # and: the per-user download cache (paths.user_cache) is the session's; git reaches no repository off this
+    # machine (a rehearsal fetching a suite's source on the controller gets git's own refusal, no traffic)
+    env = {"XDG_STATE_HOME": str(tmp_path_factory.mktemp("xdg-state-session")),
+           "TESTBED_CACHE": str(tmp_path_factory.mktemp("user-cache")), "GIT_ALLOW_PROTOCOL": "file"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     yield
-    if old is None:
-        os.environ.pop("XDG_STATE_HOME", None)
-    else:
-        os.environ["XDG_STATE_HOME"] = old
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @pytest.fixture(autouse=True)

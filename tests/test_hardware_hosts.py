@@ -52,7 +52,8 @@ def test_each_host_has_its_own_hardware_where_the_spec_says(mixed: Path) -> None
     spec = load_testbed("mixed")
     assert spec.hardware.context("gpu0")["gpus"] == 2 and spec.hardware.context("gpu0")["interface"] == "eno1"
     assert spec.hardware.context("cpu0") | {"tools": []} == {
-        "shared_home": False, "interface": "ens3", "gpu_model": None, "gpus": 0, "login_shell": None, "tools": []}
+        "shared_home": False, "interface": "ens3", "gpu_model": None, "gpus": 0, "login_shell": None, "tools": [],
+        "sudo": True}
     plan = runner.plan_run("mixed", "mixed", {}, dry_run=True)
     assert plan.prepare[0].commands == {"gpu0": "echo eno1 2", "cpu0": "echo ens3 0"}
     assert plan.ranks[0].command.startswith("NCCL_SOCKET_IFNAME=eno1 ")

@@ -169,6 +169,7 @@ def test_a_rehearsal_refuses_a_source_the_replica_cannot_reach_before_any_host(t
     with pytest.raises(UsageError) as e:
         rh.rehearse("jitc", {}, like="chameleon")
     assert "cannot reach" in e.value.what and "--source jitc=PATH" in e.value.fix
+    assert "fetching https://" in e.value.what and "failed" in e.value.what  # tried here first (git refused it)
     with pytest.raises(UsageError, match="has no parameter"):
         rh.rehearse("jitc", {"nope": "1"}, like="chameleon")
     with pytest.raises(UsageError, match="names no testbed"):
@@ -177,11 +178,15 @@ def test_a_rehearsal_refuses_a_source_the_replica_cannot_reach_before_any_host(t
 
 
 # --- real rehearsals on local replicas ------------------------------------------------------------------------------
-def _rehearse(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-              timeout: float = 1200) -> dict[str, Any]:
-    r = subprocess.run([sys.executable, "-m", "testbed", "rehearse", *args, "--subnet", free_subnet(), "--json"],
+def _rehearse(tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 1200,
+              clean: bool = False) -> dict[str, Any]:
+    """``testbed rehearse ARGS --json`` in ``tmp_path``; ``env`` adds to this process's environment (``clean``:
+    is the whole environment), and the replica takes a free subnet of its own (``--subnet`` is not given then)."""
+    base = {} if clean else dict(os.environ)
+    subnet = [] if clean else ["--subnet", free_subnet()]
+    r = subprocess.run([sys.executable, "-m", "testbed", "rehearse", *args, *subnet, "--json"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=timeout, check=False,
-                       env={**os.environ, "TESTBED_HOME": str(tmp_path / ".testbed"), **(env or {})})
+                       env={**base, "TESTBED_HOME": str(tmp_path / ".testbed"), **(env or {})})
     assert r.stdout.strip(), r.stderr
     out: dict[str, Any] = json.loads(r.stdout)
     out["_rc"], out["_stderr"] = r.returncode, r.stderr
@@ -191,10 +196,14 @@ def _rehearse(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
 @pytest.mark.slow
 def test_tesla_hello_rehearsed_on_a_replica_of_the_lab(tmp_path: Path, need_local: None) -> None:
     vit = artifact("Scalable_ViT_DT")
-    out = _rehearse(tmp_path, "tesla", "-p", "task=hello", "--source", f"vit={vit}", "--role", "ssh_mesh",
-                    "--role", "shell", "--role", "mpi", env={"WATID": "h3trinh"})
+    # the README's line, with the artifact's checkout this machine has (a folder, not a clone: --source) and no
+    # WATID (the replica stands in with the spec's example); the set-up is the roles a hello needs (setup_roles)
+    env = {k: v for k, v in os.environ.items() if k != "WATID"}
+    out = _rehearse(tmp_path, "tesla", "-p", "task=hello", "--source", f"vit={vit}", env=env, clean=True)
     assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)
-    target = load_testbed_env("tesla", WATID="h3trinh")
+    assert out["setup"]["roles"] == ["ssh_mesh", "shell", "packages", "mpi"], out["setup"]
+    assert "WATID is not set: the replica uses 'jdoe'" in out["_stderr"], out["_stderr"]
+    target = load_testbed_env("tesla", WATID="jdoe")
     assert out["shape"]["hosts"] == target.host_names()
     assert out["shape"]["shared_home"] == target.hardware.shared_home
     point = out["points"][0]
@@ -565,3 +574,29 @@ def test_neuronabox_rehearsed_one_point_per_shape_on_a_replica_of_two_gpu_hosts(
         assert sorted({p["script"].rsplit("/", 1)[-1] for p in point["probes"]}) == [scripts[exp]], point["probes"]
         assert len(point["probes"]) == 2, point["probes"]  # one per rank, each in its own env
     assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)
+
+
+FREE_SUBNET = """
+import subprocess, sys
+from testbed.providers.local.provider import free_subnet
+def ip(*a): subprocess.run(["ip", *a], check=True)
+print(free_subnet())
+for dev, addr in (("d0", "10.219.0.1/24"), ("d1", "10.219.2.77/23")):
+    ip("link", "add", dev, "type", "veth", "peer", "name", dev + "p")
+    ip("addr", "add", addr, "dev", dev); ip("link", "set", dev, "up"); ip("link", "set", dev + "p", "up")
+print(free_subnet())
+print(free_subnet(prefer="10.219.0.0/24"))
+print(free_subnet(prefer="10.219.2.0/24"))
+print(free_subnet(prefer="10.250.3.0/24"))
+"""
+
+
+@pytest.mark.local
+def test_the_replica_picks_a_subnet_no_route_uses(tmp_path: Path) -> None:
+    """In a network namespace of its own: the first /24 from 10.219.0.0 that no route overlaps; a kept replica's
+    own subnet (routed exactly) is kept, one another route overlaps is not."""
+    r = subprocess.run(["unshare", "--net", sys.executable, "-c", FREE_SUBNET], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["10.219.0.0/24", "10.219.1.0/24", "10.219.0.0/24", "10.219.1.0/24",
+                                "10.250.3.0/24"], r.stdout

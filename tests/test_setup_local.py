@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from localbed import can_raise_memlock, probe_wheel
 
-from testbed import setup
+from testbed import paths, setup
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
 
@@ -274,7 +274,9 @@ def test_dataset_over_http_and_wrong_checksum(bed: Any, served: dict[str, Any]) 
     _apply_twice(bed, "dataset", roles=["dataset"], extra_vars={"dataset_items": items})
     sums = _on_all(bed, "sha256sum ~/data/blob.bin | cut -d' ' -f1; cat ~/data/tbdata/train.csv | wc -l")
     assert set(sums.values()) == {served["blob_sha"] + "\n2"}
-    assert (bed.home / "cache" / "datasets" / served["blob_sha"] / "blob.bin").exists()  # fetched once here
+    # fetched once here, into the user's cache that every state home shares (keyed by content), not the state home
+    assert (paths.user_cache() / "datasets" / served["blob_sha"] / "blob.bin").exists()
+    assert not (bed.home / "cache").exists()
     bad = [{"name": "bad", "url": f"{url}/blob.bin", "dest": "~/data/bad.bin", "sha256": "0" * 64}]
     res = setup.apply(bed.name, roles=["dataset"], extra_vars={"dataset_items": bad})
     assert not res.ok and all(h.failed for h in res.hosts.values())

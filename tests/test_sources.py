@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -129,3 +130,44 @@ def test_uncollectable_output_refused_at_load_with_line(tb_home: Path) -> None:
     with pytest.raises(UsageError) as e:
         load_suite(str(p))
     assert e.value.where == f"{p}:7" and "'..'" in e.value.what
+
+
+def test_a_source_comes_from_the_users_mirror_fetched_once_on_this_machine(tb_home: Path, repo: Path,
+                                                                          tmp_path: Path) -> None:
+    """What a rehearsal's replica cannot reach: the user's cache (paths.user_cache) keeps one bare mirror per
+    repository, fetched on this machine when it lacks the ref and read from there afterwards, origin gone or not."""
+    url = f"file://{repo}"
+    v1 = git(repo, "rev-parse", "v1")
+    said: list[str] = []
+    assert "no copy of" in str(sources.from_mirror("x", url, "v1", fetch=False))
+    o = sources.from_mirror("x", url, v1[:7], fetch=True, say=said.append)
+    assert not isinstance(o, str), o
+    assert o.kind == "path" and o.commit == v1
+    assert bundle_files(o.bundle or "", v1, tmp_path) == {"main.py": "print('v1')\n"}
+    assert len(said) == 1 and "fetching" in said[0] and "once per user" in said[0]
+    mirror = sources.mirror_path(url)
+    assert mirror.is_relative_to(Path(os.environ["TESTBED_CACHE"])) and (mirror / "HEAD").is_file()
+    repo.rename(repo.with_name("gone"))  # the origin is unreachable now: the mirror still answers, without a fetch
+    again = sources.from_mirror("x", url, "main", fetch=True, say=said.append)
+    assert not isinstance(again, str) and again.commit != v1 and len(said) == 1
+    missing = sources.from_mirror("x", url, "v9", fetch=True, say=said.append)
+    assert isinstance(missing, str) and "fetching" in missing and "failed" in missing
+
+
+def test_a_mirror_fetch_off_this_machine_is_refused_by_git_in_the_tests(tb_home: Path) -> None:
+    """The suite sends no traffic off loopback: git itself refuses other transports here (GIT_ALLOW_PROTOCOL)."""
+    got = sources.from_mirror("vit", "https://github.com/trinhgiahuy/Scalable_ViT_DT.git", "b9f281b", fetch=True)
+    assert isinstance(got, str) and "not allowed" in got, got
+
+
+def test_a_suite_source_given_reaches_the_profile_build_of_its_repository_through_a_template(
+        tb_home: Path, repo: Path) -> None:
+    """tesla's profile names its build's repository through a variable (source_build_repo: "{{ tesla_repo }}"):
+    the override of the suite's 'vit' reaches that build too, so set-up never clones from the network."""
+    assert sources.profile_build_refs("tesla") == {
+        "Scalable_ViT_DT": ("https://github.com/trinhgiahuy/Scalable_ViT_DT.git", "b9f281b")}
+    o = sources.resolve("vit", str(repo))
+    got = sources.setup_vars({"vit": o}, load_suite("tesla"))
+    assert set(got["testbed_source_overrides"]) == {"Scalable_ViT_DT"}
+    assert got["testbed_source_overrides"]["Scalable_ViT_DT"]["commit"] == o.commit
+    assert "nccl-emu" not in sources.profile_build_refs("neuronabox")  # a name from host facts: left out

@@ -3,6 +3,7 @@ with the right file:line, the field, and the closest valid key."""
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -237,6 +238,36 @@ def test_misspelt_required_key_gets_a_hint(tmp_path: Path) -> None:
     assert "did you mean 'provider'" in f"{e.what} {e.fix}"
 
 
+def test_a_declared_variable_that_is_not_set_is_refused_with_its_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tesla's spec reads $WATID and says what it is: the error says it too, with the example's shape."""
+    monkeypatch.delenv("WATID", raising=False)
+    monkeypatch.chdir(REPO)
+    with pytest.raises(UsageError) as e:
+        load_testbed("tesla")
+    assert "WATID is not set" in e.value.what and "account name on the ecetesla lab machines" in e.value.what
+    assert "export WATID=" in e.value.fix and "jdoe" in e.value.fix and "default" not in e.value.fix
+    assert e.value.where.endswith("inventories/tesla.yml:17")
+
+
+def test_a_rehearsal_stands_in_for_a_declared_variable_with_its_example(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from testbed.spec import stand_ins
+
+    monkeypatch.delenv("LABUSER", raising=False)
+    monkeypatch.setenv("OTHER", "mine")
+    path = write(tmp_path, "provider: {kind: lab, hosts: [{name: a, address: a.example}]}\nuser: ${LABUSER}\n"
+                 "env:\n  LABUSER: {help: your lab account, example: jdoe}\n  OTHER: {help: x, example: y}\n"
+                 "  NOEXAMPLE: {help: no example}\n", "lab.yml")
+    with stand_ins(str(path)) as made:
+        assert made == {"LABUSER": "jdoe"}  # set ones are kept, ones without an example are left out
+        assert load_testbed(str(path)).user == "jdoe"
+    assert "LABUSER" not in os.environ and os.environ["OTHER"] == "mine"
+    with pytest.raises(UsageError, match="your lab account"):
+        load_testbed(str(path))
+    with pytest.raises(UsageError, match="help"):  # a declaration without its help is refused at its line
+        load_testbed(str(write(tmp_path, "provider: {kind: local}\nenv: {X: {example: 1}}\n", "bad.yml")))
+
+
 # a spec testbed ships: its fixes say how to copy it here, never to edit it inside site-packages ----------------
 def _site_packages(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """testbed as a wheel installs it: the shipped specs under site-packages/testbed/_data/inventories (here a
@@ -254,23 +285,25 @@ def _site_packages(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_an_unset_variable_in_a_shipped_spec_says_how_to_copy_it_here(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """tesla.yml needs $WATID: from a wheel, the fix gives the exact cp into inventories/ and names the copy, not
-    'the file' in site-packages; the command works as written, and the copy is then the user's own (its fix says
-    to edit it in place)."""
+    """A shipped spec reads $LABUSER without declaring it: from a wheel, the fix gives the exact cp into
+    inventories/ and names the copy, not 'the file' in site-packages; the command works as written, and the copy
+    is then the user's own (its fix says to edit it in place)."""
     import subprocess
 
     shipped = _site_packages(tmp_path, monkeypatch)
-    monkeypatch.delenv("WATID", raising=False)
-    e = refused(Path("tesla"))  # by name, as the CLI loads it
-    assert e.where == f"{shipped / 'tesla.yml'}:17"
-    cmd = f"mkdir -p inventories && cp {shipped / 'tesla.yml'} inventories/"
-    assert e.fix == (f"export WATID=... before running testbed, or copy it here ({cmd}), then write "
-                     "${WATID:-default} in inventories/tesla.yml"), e.fix
+    (shipped / "lab2.yml").write_text("provider: {kind: lab, hosts: [{name: a, address: a.example}]}\n"
+                                      "user: ${LABUSER}\n")
+    monkeypatch.delenv("LABUSER", raising=False)
+    e = refused(Path("lab2"))  # by name, as the CLI loads it
+    assert e.where == f"{shipped / 'lab2.yml'}:2"
+    cmd = f"mkdir -p inventories && cp {shipped / 'lab2.yml'} inventories/"
+    assert e.fix == (f"export LABUSER=... before running testbed, or copy it here ({cmd}), then write "
+                     "${LABUSER:-default} in inventories/lab2.yml"), e.fix
     subprocess.run(cmd, shell=True, check=True)  # the fix's command, exactly as a user pastes it
-    e = refused(Path("tesla"))
-    copy = Path.cwd().resolve() / "inventories" / "tesla.yml"
-    assert e.where == f"{copy}:17"
-    assert e.fix == f"export WATID=... before running testbed, or write ${{WATID:-default}} in {copy}", e.fix
+    e = refused(Path("lab2"))
+    copy = Path.cwd().resolve() / "inventories" / "lab2.yml"
+    assert e.where == f"{copy}:2"
+    assert e.fix == f"export LABUSER=... before running testbed, or write ${{LABUSER:-default}} in {copy}", e.fix
 
 
 def test_own_copy_names_a_shipped_suite_folder_and_leaves_the_users_files_alone(tmp_path: Path,

@@ -210,3 +210,34 @@ def test_dry_run_without_a_loadable_spec_has_as_many_stand_ins_as_the_suite_asks
     plan = runner.plan_run("tesla", None, {"gpus": "5"}, dry_run=True)
     assert [h.name for h in plan.hosts] == [f"host{i}" for i in range(5)]
     assert len(runner.plan_run("tesla", None, {"gpus": "2"}, dry_run=True).hosts) == 2
+
+
+def test_a_point_sets_up_only_the_roles_it_needs() -> None:
+    """tesla's hello needs no CUDA wheels, dataset or GPU check (setup_roles); its training needs the profile."""
+    from testbed import services
+    from testbed.setup import resolve_plan
+
+    hello = runner.plan_run("tesla", "tesla", {"task": "hello", "gpus": "2"}, dry_run=True)
+    train = runner.plan_run("tesla", "tesla", {"task": "train", "gpus": "2"}, dry_run=True)
+    assert hello.setup_roles == ["ssh_mesh", "shell", "packages", "mpi"] and train.setup_roles is None
+    assert services.needed_roles([hello]) == hello.setup_roles and services.needed_roles([hello, train]) is None
+    plan = resolve_plan(profile="tesla", only=hello.setup_roles)
+    assert plan.roles == ["ssh_mesh", "shell", "packages", "mpi"] and plan.vars["shell_name"] == "zsh"
+    assert "python_env" not in plan.roles and "(roles ssh_mesh, shell, packages, mpi)" in plan.name
+    with pytest.raises(UsageError, match="not a role of profile"):
+        resolve_plan(profile="tesla", only=["nope"])
+
+
+def test_setup_roles_naming_what_the_profile_lacks_is_refused_at_its_line(tb_home: Path) -> None:
+    (tb_home / "experiments").mkdir()
+    (tb_home / "experiments" / "roles.yml").write_text(textwrap.dedent("""\
+        profile: base
+        parameters: {quick: {type: bool, default: false}}
+        setup_roles: "{{ 'ssh_mesh shel' if quick else '' }}"
+        steps: {launch: {command: echo hi}}
+        """))
+    assert runner.plan_run("roles", None, {}, dry_run=True).setup_roles is None
+    with pytest.raises(UsageError) as e:
+        runner.plan_run("roles", None, {"quick": "true"}, dry_run=True)
+    assert "'shel' is not a role of profile 'base'" in e.value.what and e.value.where.endswith("roles.yml:3")
+    assert "ssh_mesh, shell, packages" in (e.value.fix or "")

@@ -39,12 +39,13 @@ def collect_cmd(
     import threading
 
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
     from testbed.collect import collect_runs, format_problems
 
     err = Console(stderr=True, highlight=False)
-    bar = Progress(TextColumn("collect"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=err,
+    bar = Progress(TextColumn("collect: listing and fetching"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                   TimeElapsedColumn(), console=err,
                    transient=True, disable=json_out or not err.is_terminal)
     task = bar.add_task("collect", total=0)
     lock = threading.Lock()
@@ -120,9 +121,11 @@ def report_cmd(
 
     Example: testbed report results/mpi-hello/mpi-hello-20240501-120000-ab12 --format html
     """
+    from testbed.cli.output import waiting
     from testbed.report.campaign import IndexResult, report_path
 
-    res = report_path(path, fmt, campaign)
+    with waiting(f"writing the reports of {path}"):
+        res = report_path(path, fmt, campaign)
     if isinstance(res, IndexResult):
         if json_out:
             print_json({"index": [str(p) for p in res.paths], "runs": res.runs,

@@ -4,10 +4,12 @@ commands in ``testbed.cli.hot`` run without it), and :class:`Plain`: lines with 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
@@ -38,6 +40,28 @@ def existing_store(*, readonly: bool = True) -> Store:
     from testbed.state import Store
 
     return Store.open_existing(readonly=readonly)
+
+
+class _Elapsed:
+    """What a command waits for, with the seconds it has waited: rendered afresh at each refresh."""
+
+    def __init__(self, what: str) -> None:
+        self.what, self.t0 = what, time.monotonic()
+
+    def __rich__(self) -> str:
+        return f"{escape(self.what)} [dim]({time.monotonic() - self.t0:.0f} s)[/dim]"
+
+
+@contextlib.contextmanager
+def waiting(what: str) -> Iterator[None]:
+    """While inside: on a terminal, a live line on stderr says what the command waits for and for how long, so no
+    wait is silent; what the command prints meanwhile goes above it. Off a terminal (a pipe, a log): nothing."""
+    err = console(stderr=True)
+    if not err.is_terminal:
+        yield
+        return
+    with err.status(_Elapsed(what), spinner="dots", refresh_per_second=4):
+        yield
 
 
 def escape(s: str) -> str:

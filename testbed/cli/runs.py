@@ -258,7 +258,10 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     first = runner.plan_run(s, tb, points[0], faults=faults, sources=src, store=st)
     limit = campaign.Limit(s.name, tb, points, budget, st) if budget else None  # its unit, every estimate
     target = Resolved.open(tb, st)
-    _with_setup_view(target, s, no_setup, lambda on_event: services.suite_setup(target, s, first, on_event))
+    # a suite whose points need different roles of its profile (setup_roles): the roles any point needs
+    more = [runner.plan_run(s, tb, p, faults=faults, dry_run=True, sources=src, store=st) for p in points[1:]] \
+        if s.setup_roles else []
+    _with_setup_view(target, s, no_setup, lambda on_event: services.suite_setup(target, s, first, on_event, more))
     cid = campaign.create_or_resume(s.name, tb, points, faults, src, store=st, budget=budget)
     c = console(stderr=True)
     c.print(f"campaign [bold]{cid}[/bold]: {plural(len(points), 'run')} of {s.name} on {tb}"
@@ -659,7 +662,8 @@ def rehearse(
                                                                   "(repeatable).")] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the replica afterwards (testbed destroy NAME).")] = False,
     to: Annotated[str, typer.Option("--to", help="Where the rehearsal's outputs and reports go.")] = "results",
-    subnet: Annotated[str, typer.Option("--subnet", help="The replica's private subnet.")] = "10.219.0.0/24",
+    subnet: Annotated[str | None, typer.Option("--subnet", help="The replica's private subnet (default: the first "
+                                                                   "free /24 from 10.219.0.0/24).")] = None,
     site: Annotated[str | None, typer.Option("--site", help="site-packages a stand-in for the suite's environment "
                                                             "sees, where the profile did not make it (default: "
                                                             "testbed's own when it holds torch).")] = None,
@@ -680,12 +684,14 @@ def rehearse(
     from testbed import rehearse as rehearse_mod
     from testbed import sources as sources_mod
     from testbed import suite as suite_mod
+    from testbed.cli.output import waiting
 
     c = console(stderr=True)
-    res = rehearse_mod.rehearse(suite, suite_mod.parse_assignments(param or []), like=like, matrix=matrix,
-                                shapes=shapes, sources=sources_mod.parse(source or []), setup=not no_setup, roles=role,
-                                keep=keep, to=Path(to), subnet=subnet, site=site,
-                                say=lambda m: c.print(escape(m)))
+    with waiting(f"rehearsing {suite}"):
+        res = rehearse_mod.rehearse(suite, suite_mod.parse_assignments(param or []), like=like, matrix=matrix,
+                                    shapes=shapes, sources=sources_mod.parse(source or []), setup=not no_setup,
+                                    roles=role, keep=keep, to=Path(to), subnet=subnet, site=site,
+                                    say=lambda m: c.print(escape(m)))
     if json_out:
         print_json(res.to_json())
     else:

@@ -127,7 +127,10 @@ def destroy(name: Annotated[str, typer.Argument(help="Testbed name.", autocomple
     tb = resolve(name, st, recorded_ok=True)
     if not yes and sys.stdin.isatty() and tb.provider().costs_money:
         typer.confirm(f"destroy every cloud resource of testbed '{name}'?", abort=True)
-    seconds = services.destroy(tb, progress_printer())
+    from testbed.cli.output import waiting
+
+    with waiting(f"destroying testbed {name}"):
+        seconds = services.destroy(tb, progress_printer())
     console().print(f"testbed {name} destroyed in {seconds:.1f} s")
 
 

@@ -582,6 +582,32 @@ def _outputs(sc: _Scope) -> dict[str, list[str]]:
     return outputs
 
 
+def _setup_roles(sc: _Scope) -> list[str] | None:
+    """The profile's roles this point needs (the suite's ``setup_roles`` rendered with the point's values), each one
+    a role of the profile; None: the whole profile."""
+    suite = sc.suite
+    if not suite.setup_roles:
+        return None
+    at = suite.at("setup_roles")
+    where = f"{suite.name}: setup_roles"
+    if not suite.profile:
+        raise UsageError(f"{where} picks roles of a profile, but the suite names none", where=at,
+                         fix="add 'profile:', or remove setup_roles")
+    text = render(suite.setup_roles, sc.base, shell=False, where=where, at=at) \
+        if is_template(suite.setup_roles) else suite.setup_roles
+    names = [n for n in re.split(r"[\s,]+", text) if n]
+    if not names:
+        return None
+    from testbed.setup.profiles import load_profile
+
+    known = load_profile(suite.profile).roles
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UsageError(f"{where}: {', '.join(repr(n) for n in unknown)} is not a role of profile "
+                         f"'{suite.profile}' (rendered: {text!r})", where=at, fix=f"its roles: {', '.join(known)}")
+    return [r for r in known if r in names]  # in the profile's order, once each
+
+
 def _output_glob(sc: _Scope, glob: str, at: str) -> str:
     """An output glob as this point collects it: a template (``{% if task == 'train' %}log/**{% endif %}``) is
     rendered with the point's values, empty when the point makes no such file, and checked once rendered."""
@@ -696,7 +722,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     hosts = sc.hosts
     return RunPlan(
         run_id=rid, suite=suite.name, testbed=tb.name, provider=tb.provider, params=sc.params,
-        profile=suite.profile, placeholder_hosts=tb.placeholder, run_dir=run_dir(rid),
+        profile=suite.profile, setup_roles=_setup_roles(sc), placeholder_hosts=tb.placeholder, run_dir=run_dir(rid),
         hosts=[PlanHost(name=h.name, address=h.address) for h in hosts], master=hosts[0].name,
         files=files, generated={"hostfile": "".join(f"{h.name} slots={suite.placement.slots}\n" for h in hosts)},
         env=env_lines, sources=srcs.steps, source_info=srcs.info,

@@ -228,12 +228,15 @@ class Prepared:
 
 
 def prepare(tb: Resolved, *, profile: str | None = None, suite: str | None = None, roles: list[str] | None = None,
-            extra_vars: dict[str, Any] | None = None) -> Prepared:
-    """The plan and variables of a set-up of ``tb`` (checked: a bad profile, role or variable is refused here)."""
+            extra_vars: dict[str, Any] | None = None, only: list[str] | None = None) -> Prepared:
+    """The plan and variables of a set-up of ``tb`` (checked: a bad profile, role or variable is refused here);
+    ``only``: just these roles of the profile."""
     spec = tb.spec
     default_profile = (spec.profile if spec is not None else None) or "base"
-    plan = resolve_plan(profile=profile, suite=suite, roles=roles, default_profile=default_profile)
-    variables: dict[str, Any] = {"testbed_cache_dir": str(paths.home() / "cache"),
+    plan = resolve_plan(profile=profile, suite=suite, roles=roles, default_profile=default_profile, only=only)
+    # downloads on the controller (wheels, datasets, source builds) are keyed by content and kept once per user,
+    # shared by every state home (paths.user_cache)
+    variables: dict[str, Any] = {"testbed_cache_dir": str(paths.user_cache()),
                                  # where a role's downloads on the controller write pip's progress (shown live)
                                  "testbed_progress_file": str(ansible_dir() / "runs" / tb.name / "progress.log")}
     if tb.subnet:
@@ -249,8 +252,10 @@ def prepare(tb: Resolved, *, profile: str | None = None, suite: str | None = Non
 
     cls = provider_class(provider) if provider in PROVIDERS else None
     variables["testbed_offline"] = bool(cls and cls.offline_hosts)  # no route out: install from the controller
-    variables["testbed_root"] = not (cls and not cls.root_on_hosts)
-    if not variables["testbed_root"]:  # no root (a Slurm cluster's nodes): the mesh's names go in ~/.ssh/config
+    # root: the provider gives it (not a Slurm cluster's nodes), and the spec's login user is root or has sudo
+    no_sudo = spec is not None and not spec.hardware.sudo and spec.user != "root"
+    variables["testbed_root"] = not (cls and not cls.root_on_hosts) and not no_sudo
+    if not variables["testbed_root"]:  # no root: the mesh's names go in ~/.ssh/config
         variables["ssh_mesh_etc_hosts"] = False
     shared = _controller_site_packages() if cls and cls.shares_controller_files else None
     if shared:  # the hosts see this machine's files: they can use the controller's env as a shared one
@@ -305,7 +310,8 @@ class _Job:
 def apply(testbed: str | Resolved, *, profile: str | None = None, suite: str | None = None,
           roles: list[str] | None = None, check: bool = False, limit: list[str] | None = None,
           extra_vars: dict[str, Any] | None = None, on_event: EventHandler | None = None,
-          forks: int | None = None, verify: bool | Collection[str] = False) -> SetupResult:
+          forks: int | None = None, verify: bool | Collection[str] = False,
+          only: list[str] | None = None) -> SetupResult:
     """Apply a profile (or a suite's profile, or single roles) to a testbed; a failed host does not stop others.
 
     Everything is checked (profile, roles, hosts, --limit) before any host is touched. ``testbed``: the resolved
@@ -326,7 +332,7 @@ def apply(testbed: str | Resolved, *, profile: str | None = None, suite: str | N
     if not tb.hosts:
         raise UsageError(f"testbed '{tb.name}' has no hosts", where="state",
                          fix=f"provision it first: {provision_fix(tb.name)}")
-    prep = prepare(tb, profile=profile, suite=suite, roles=roles, extra_vars=extra_vars)
+    prep = prepare(tb, profile=profile, suite=suite, roles=roles, extra_vars=extra_vars, only=only)
     names = [h.name for h in tb.hosts]
     lim = _check_limit(limit, names)
     base = ansible_dir()

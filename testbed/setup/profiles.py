@@ -407,8 +407,25 @@ def suite_profile(suite: str) -> str:
 
 
 def resolve_plan(*, profile: str | None = None, suite: str | None = None, roles: list[str] | None = None,
-                 default_profile: str | None = "base") -> SetupPlan:
-    """Turn the command line's choice into a checked plan (UsageError before any host is touched)."""
+                 default_profile: str | None = "base", only: list[str] | None = None) -> SetupPlan:
+    """Turn the command line's choice into a checked plan (UsageError before any host is touched). ``only``: of the
+    profile chosen, just these roles (what a suite's point needs: its ``setup_roles``), with the profile's vars."""
+    plan = _resolve_plan(profile=profile, suite=suite, roles=roles, default_profile=default_profile)
+    if not only:
+        return plan
+    if roles:
+        raise UsageError("'only' picks roles of a profile, not of --role", where="command line",
+                         fix="give the roles with --role alone")
+    unknown = [r for r in only if r not in plan.roles]
+    if unknown:
+        raise UsageError(f"{', '.join(unknown)}: not a role of profile '{plan.name}'", where="setup_roles",
+                         fix=f"its roles: {', '.join(plan.roles)}")
+    return SetupPlan(name=f"{plan.name} (roles {', '.join(r for r in plan.roles if r in only)})",
+                     steps=[s for s in plan.steps if s.role in only], vars=plan.vars, description=plan.description)
+
+
+def _resolve_plan(*, profile: str | None, suite: str | None, roles: list[str] | None,
+                  default_profile: str | None) -> SetupPlan:
     chosen = [x for x in (profile, suite, roles) if x]
     if len(chosen) > 1:
         raise UsageError(by_door("choose one of --profile, --suite and --role",

@@ -106,6 +106,36 @@ def check_requirements(sshd: str = "/usr/sbin/sshd") -> list[str]:
     return problems
 
 
+def _routes() -> Iterator[tuple[str, str, ipaddress.IPv4Network]]:
+    """This machine's IPv4 routes in every table (destination as written, device, network), defaults left out."""
+    for r in json.loads(run("ip", "-4", "-j", "route", "show", "table", "all").stdout or "[]"):
+        dst, dev = r.get("dst", ""), r.get("dev", "")
+        if dst in ("default", "") or r.get("type") in ("broadcast", "local"):
+            continue
+        try:
+            yield dst, dev, ipaddress.IPv4Network(dst if "/" in dst else f"{dst}/32", strict=False)
+        except ValueError:
+            continue
+
+
+def free_subnet(first: str = "10.219.0.0/24", tries: int = 256, *, prefer: str | None = None) -> str:
+    """The first /24 from ``first`` upwards (at most ``tries`` of them) that no route of this machine overlaps.
+
+    ``prefer``: a subnet to keep when it is free or routed exactly (a kept testbed's own bridge)."""
+    taken = [net for _, _, net in _routes()]
+    if prefer and all(p == ipaddress.IPv4Network(prefer) or not p.overlaps(ipaddress.IPv4Network(prefer))
+                      for p in taken):
+        return prefer
+    net = ipaddress.IPv4Network(first)
+    for _ in range(tries):
+        if not any(net.overlaps(t) for t in taken):
+            return str(net)
+        net = ipaddress.IPv4Network((int(net.network_address) + net.num_addresses, net.prefixlen))
+    raise TestbedError(f"no free /24 among the {tries} from {first}: every one clashes with a route of this machine",
+                       where="ip route", fix="give one with --subnet, or destroy local testbeds you no longer use",
+                       code=2)
+
+
 @dataclass
 class HostSlot:
     """Names and paths of one local host."""
@@ -203,16 +233,8 @@ class LocalProvider(Provider):
     # checks ---------------------------------------------------------------------------------------
     def _check_subnet(self) -> None:
         net = self.network
-        routes = json.loads(run("ip", "-4", "-j", "route", "show", "table", "all").stdout or "[]")
-        for r in routes:
-            dst, dev = r.get("dst", ""), r.get("dev", "")
-            if dst in ("default", "") or dev == self.bridge or r.get("type") in ("broadcast", "local"):
-                continue
-            try:
-                other = ipaddress.IPv4Network(dst if "/" in dst else f"{dst}/32", strict=False)
-            except ValueError:
-                continue
-            if other.overlaps(net):
+        for dst, dev, other in _routes():
+            if dev != self.bridge and other.overlaps(net):
                 raise TestbedError(
                     f"the local testbed's subnet {net} clashes with route {dst} on {dev}",
                     where=f"{self.spec.source or 'inventories/' + self.name + '.yml'}: provider.subnet",
@@ -454,10 +476,12 @@ class LocalProvider(Provider):
     def _ensure_user(self, sl: HostSlot, user: str) -> None:
         shell = self.spec.hardware.login_shell or "/bin/bash"
         # a shared home: the first host makes the folder, the others find it (useradd then leaves it as it is)
+        # sudo as the real account has it (hardware.sudo): a replica of a lab account without it gets none
+        sudoers = f"/etc/sudoers.d/testbed-{user}"
+        grant = (f"echo '{user} ALL=(ALL) NOPASSWD:ALL' > {sudoers}; chmod 0440 {sudoers}"
+                 if self.spec.hardware.sudo else f"rm -f {sudoers}")
         script = (f"id -u {user} >/dev/null 2>&1 || useradd -m -s {shlex.quote(shell)} {user} 2>/dev/null || "
-                  f"id -u {user} >/dev/null; "
-                  f"echo '{user} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/testbed-{user}; "
-                  f"chmod 0440 /etc/sudoers.d/testbed-{user}")
+                  f"id -u {user} >/dev/null; {grant}")
         self.console(sl.name, script)
 
     def console(self, host: str, script: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
