@@ -24,10 +24,12 @@ if TYPE_CHECKING:
 
 
 def open(name: str, store: Store | None = None) -> Testbed:
-    """The testbed ``name`` (``inventories/<name>.yml``, or a spec path) as this state home knows it."""
+    """The testbed ``name`` (``inventories/<name>.yml``, or a spec path) as this state home knows it. A folder
+    without state stays without one until a verb records something (``provision``, ``run_suite``...)."""
     from testbed.handle import Testbed
+    from testbed.state import Store
 
-    return Testbed.open(name, store, recorded_ok=True)
+    return Testbed.open(name, store or Store.open_lazy(), recorded_ok=True)
 
 
 def __getattr__(name: str) -> Any:
@@ -44,3 +46,9 @@ def __getattr__(name: str) -> Any:
 
         return getattr(errors, name)
     raise AttributeError(f"module 'testbed' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public names (``dir(testbed)``, a notebook's completion): the verbs' entry point, the handles and the
+    exceptions, loaded on first use; not the helpers this module imports for itself."""
+    return sorted([*__all__, "__version__"])

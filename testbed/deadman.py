@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed import expiry as exp
-from testbed.errors import TestbedError, UsageError
+from testbed.errors import TestbedError, UsageError, by_door
 from testbed.expiry import Expiry
 from testbed.textfmt import plural
 
@@ -63,8 +63,9 @@ def planned(spec: TestbedSpec, expire: str | None, old: Expiry | None, now: floa
         if old.expire_at <= now:  # re-made now, it would be released at once
             raise UsageError(f"testbed '{spec.name}' expired at {exp.iso(old.expire_at)} (its switch releases it)",
                              where=f"testbed {spec.name}",
-                             fix=f"give a new expiry: 'testbed provision {spec.name} --expire 8h', or turn it off "
-                                 f"first: 'testbed extend {spec.name} --off'")
+                             fix=by_door(f"give a new expiry: 'testbed provision {spec.name} --expire 8h', or turn "
+                                         f"it off first: 'testbed extend {spec.name} --off'",
+                                         "give a new expiry: provision(expire='8h')"))
         at = old.expire_at
     else:
         at = now + exp.parse_duration(spec.expire) if spec.expire else None
@@ -154,7 +155,8 @@ def check(p: Provider, e: Expiry | None) -> None:
     if not p.can("expire"):
         raise UsageError(f"testbed '{p.name}' ({p.kind}) cannot expire: its hosts are not released by testbed",
                          where=f"{p.spec.source or 'inventory'}: expire/idle_after (or --expire)",
-                         fix="remove expire/idle_after from the spec and --expire from the command line")
+                         fix="remove expire/idle_after from the spec and "
+                             + by_door("--expire from the command line", "expire= from provision()"))
     p.check_switch(e)
 
 

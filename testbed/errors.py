@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
+
+# which front door the user came in by: "cli" (the testbed command) or "python" (testbed.open, a notebook); a fix
+# names what that user can type (a command and its flags, or a method and its arguments)
+_FRONT: ContextVar[str] = ContextVar("testbed_front_door", default="python")
 
 
 class TestbedError(Exception):
@@ -82,3 +89,30 @@ def require_extra(module: str, extra: str, what: str) -> None:
         raise UsageError(f"{what} needs the '{extra}' extra, which is not installed (no module {module})",
                          where="this Python environment",
                          fix=f"{install_command(extra)} (in the environment testbed runs from), then retry")
+
+
+@contextmanager
+def front_door(name: str) -> Iterator[None]:
+    """Within the block, fixes are worded for ``name``'s user: ``"cli"`` (the testbed command sets it) or
+    ``"python"`` (the default: the API)."""
+    token = _FRONT.set(name)
+    try:
+        yield
+    finally:
+        _FRONT.reset(token)
+
+
+def in_cli() -> bool:
+    """Whether this is the testbed command (not a script or notebook calling the API)."""
+    return _FRONT.get() == "cli"
+
+
+def by_door(cli: str, python: str) -> str:
+    """The words of a fix for the front door in use: ``cli`` for the testbed command (its commands and flags),
+    ``python`` for the API (methods and their arguments; never a command-line flag)."""
+    return cli if in_cli() else python
+
+
+def provision_fix(name: str) -> str:
+    """How to provision testbed ``name`` from the front door in use."""
+    return by_door(f"testbed provision {name}", f"testbed.open({name!r}).provision()")

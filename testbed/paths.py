@@ -150,3 +150,35 @@ def list_resources(kind: str, pattern: str = "*.yml") -> dict[str, Path]:
 IMAGE_RECORD = ".cache/testbed/image.json"
 """Where an image of a set-up holds its record on a host, relative to the login user's home (the hosts booted from
 it read it there; see testbed.setup.images)."""
+
+
+def own_copy(path: str | Path) -> tuple[str, str] | None:
+    """For a spec or suite that testbed ships (found in the installed package or its checkout, not in this
+    folder): the shell command that copies it into this folder, where the user may edit it, and the path of the
+    copy (``inventories/tesla.yml``; a suite's whole folder: ``experiments/tesla/suite.yml``). None for a file
+    of the user's own (this folder's, or given by its path elsewhere)."""
+    from shlex import quote
+
+    p = Path(path).resolve()
+    if p.is_relative_to(Path.cwd().resolve()):
+        return None
+    for root in (PACKAGE_DIR / "_data", PACKAGE_DIR.parent):
+        for kind in ("inventories", "experiments"):
+            base = (root / kind).resolve()
+            if not p.is_relative_to(base) or p == base:
+                continue
+            top = base / p.relative_to(base).parts[0]  # the suite's folder, or the spec file itself
+            copy = f"mkdir -p {kind} && cp {'-r ' if top.is_dir() else ''}{quote(str(top))} {kind}/"
+            return copy, f"{kind}/{p.relative_to(base)}"
+    return None
+
+
+def edit_hint(path: str | Path, change: str) -> str:
+    """How to ``change`` (``set provider.project``) in the spec or suite at ``path``: in that file when it is the
+    user's own; for one that testbed ships (inside site-packages, which an upgrade overwrites), in a copy in
+    this folder, with the command that makes it."""
+    copied = own_copy(path)
+    if copied is None:
+        return f"{change} in {path}"
+    copy, local = copied
+    return f"copy it here ({copy}), then {change} in {local}"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed import deadman, remote
-from testbed.errors import HostsFailed, TestbedError, UsageError
+from testbed.errors import HostsFailed, TestbedError, UsageError, by_door, provision_fix
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -98,7 +98,7 @@ def repair(tb: Resolved, host: str, *, setup: bool = True, profile: str | None =
 
     if tb.record is None:
         raise UsageError(f"testbed '{tb.name}' is not provisioned: there is no host to repair", where="state",
-                         fix=f"testbed provision {tb.name}")
+                         fix=provision_fix(tb.name))
     deadman.touch(tb.name, tb.store)
     return repair_host(tb, host, setup=setup, profile=profile, progress=progress)
 
@@ -130,7 +130,9 @@ def extend(tb: Resolved, *, hours: float | None = None, expire: str | None = Non
     from testbed.providers.base import Capability
 
     if hours is None and expire is None:
-        raise UsageError("give --hours or --expire", where="command line", fix=f"testbed extend {tb.name} --hours 4")
+        raise UsageError(by_door("give --hours or --expire", "give hours or expire"),
+                         where=by_door("command line", f"testbed {tb.name}: extend"),
+                         fix=by_door(f"testbed extend {tb.name} --hours 4", "extend(4) or extend(expire='8h')"))
     if hours is not None and not (0 < hours <= expiry.MAX_SECONDS / 3600):  # NaN fails both comparisons
         raise UsageError(f"cannot extend by {hours} hours", where="--hours",
                          fix=f"give a positive number of hours, at most {expiry.MAX_SECONDS // 3600}")
@@ -143,8 +145,9 @@ def extend(tb: Resolved, *, hours: float | None = None, expire: str | None = Non
     if e is not None and e.expire_at is not None:
         out.expire_at = time.time() + expiry.parse_duration(expire) if expire else e.expire_at + (hours or 0) * 3600
     elif expire:
-        raise UsageError(f"testbed '{tb.name}' has no expiry to move", where="command line",
-                         fix=f"set one with 'testbed provision {tb.name} --expire {expire}'")
+        raise UsageError(f"testbed '{tb.name}' has no expiry to move", where=f"testbed {tb.name}",
+                         fix=by_door(f"set one with 'testbed provision {tb.name} --expire {expire}'",
+                                     f"set one with provision(expire={expire!r})"))
     lease_hours = hours
     if p.can(Capability.EXTEND) and expire and out.expire_at is not None:
         lease_hours = p.hours_short_of(out.expire_at)
@@ -152,8 +155,9 @@ def extend(tb: Resolved, *, hours: float | None = None, expire: str | None = Non
         out.lease_end = p.extend(lease_hours)
     elif hours and out.expire_at is None:
         raise UsageError(f"testbed '{tb.name}' ({p.kind}) has no lease and no expiry to extend: "
-                         f"{p.lacks(Capability.EXTEND) or 'no lease is recorded'}", where="command line",
-                         fix="extend applies to testbeds with a reservation or an expiry (provision --expire)")
+                         f"{p.lacks(Capability.EXTEND) or 'no lease is recorded'}", where=f"testbed {tb.name}",
+                         fix="extend applies to testbeds with a reservation or an expiry ("
+                             + by_door("provision --expire", "provision(expire=...)") + ")")
     if e is not None and out.expire_at is not None:
         e.expire_at = out.expire_at
         out.missed = deadman.refresh(tb.store, tb.name, moved=e)
@@ -240,7 +244,8 @@ def exec_(st: Store, name: str, command: str, hosts: str | Sequence[str] | None 
     """Run a shell command on testbed ``name``'s recorded hosts (names, groups, globs; all by default) in parallel;
     each host's result. The idle clock restarts. Needs no spec: the state's hosts are enough."""
     if not command.strip():
-        raise UsageError("no command given", where="command line", fix=f"testbed exec {name} -- hostname")
+        raise UsageError("no command given", where=by_door("command line", f"testbed {name}: exec"),
+                         fix=by_door(f"testbed exec {name} -- hostname", "exec('hostname')"))
     names = select(name, st.hosts(name), hosts)
     results = remote.run(name, names, command, timeout=timeout)
     deadman.touch(name, st)
@@ -250,7 +255,7 @@ def exec_(st: Store, name: str, command: str, hosts: str | Sequence[str] | None 
 def select(name: str, known: list[Host], hosts: str | Sequence[str] | None) -> list[str]:
     """Host names from a pattern (names, groups, globs) or a list; all by default. An unknown one is refused."""
     if not known:
-        raise UsageError(f"testbed '{name}' has no hosts", where="state", fix=f"testbed provision {name}")
+        raise UsageError(f"testbed '{name}' has no hosts", where="state", fix=provision_fix(name))
     pattern = hosts if isinstance(hosts, str) or hosts is None else ",".join(hosts)
     if pattern is not None:
         remote.selection(pattern)
@@ -353,4 +358,4 @@ def report(target: str | Path, fmt: str = "md", *, campaign: str | None = None) 
 def _require_record(tb: Resolved) -> None:
     if tb.record is None:
         raise UsageError(f"testbed '{tb.name}' is not provisioned here", where="state",
-                         fix=f"testbed provision {tb.name}")
+                         fix=provision_fix(tb.name))

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed import paths
-from testbed.errors import UsageError
+from testbed.errors import UsageError, by_door
 from testbed.records import Override
 
 if TYPE_CHECKING:
@@ -47,7 +47,9 @@ def parse(items: list[str], where: str = "--source") -> dict[str, str]:
         name = name.strip()
         if not sep or not NAME_RE.match(name) or not spec.strip():
             raise UsageError(f"'{where} {it}' is not NAME=PATH|URL[@REF]", where=where,
-                             fix="e.g. --source jitc=~/src/open-jitc or --source vit=https://github.com/me/fork@main")
+                             fix=by_door("e.g. --source jitc=~/src/open-jitc or --source "
+                                         "vit=https://github.com/me/fork@main",
+                                         "e.g. sources={'jitc': '~/src/open-jitc'}"))
         if name in out:
             raise UsageError(f"{where} {name} is given twice ({out[name]!r} and {spec.strip()!r})", where=where,
                              fix="give each source once")

@@ -334,12 +334,38 @@ class Store:
         db = (home or paths.state_home()) / "state.db"
         return cls(db, readonly=readonly) if db.is_file() else cls.empty(db)
 
+    @classmethod
+    def open_lazy(cls) -> Store:
+        """This folder's state for the Python API (``testbed.open``): the file when there is one; else a stand-in
+        with nothing recorded that creates the file on the first write, so that looking at a testbed from an
+        empty folder leaves the folder as it was."""
+        from testbed import paths
+
+        paths.check_state_home()
+        db = paths.state_home() / "state.db"
+        if db.is_file():
+            return cls(db)
+        st = _LazyStore.empty(db)
+        st._lazy = True
+        return st
+
+    _lazy = False  # Store.open_lazy's stand-in: the first write creates the file
+
+    def _materialize(self) -> None:
+        """Make the stand-in of ``open_lazy`` the real file (created now, or by another process since)."""
+        real = Store(self.path)
+        self._lazy = False
+        self._db.close()
+        self._db, self.readonly, self.exists = real._db, False, True
+
     def close(self) -> None:
         self._db.close()
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction; taken at once (IMMEDIATE) so two writers never interleave."""
+        if self.readonly and self._lazy:
+            self._materialize()
         if self.readonly:
             raise RuntimeError(f"a write to the state opened read-only ({self.path})")  # a bug in the caller
         db = self._db
@@ -713,3 +739,19 @@ class Store:
                            "host_ctime_ns, host_ino) VALUES (?,?,?,?,?,?,?,?,?)",
                            [(run_id, host, p, sha, n, when, *(stamp or (None, None, None)))
                             for p, sha, n, stamp in items])
+
+
+class _LazyStore(Store):
+    """``Store.open_lazy``'s stand-in for a folder without state: reads see nothing recorded until the state file
+    exists (the first write here creates it; another ``Store`` of this folder may create it first, and reads then
+    see what that one wrote)."""
+
+    @property  # type: ignore[override]
+    def _db(self) -> sqlite3.Connection:
+        if self._lazy and self.path.is_file():
+            self._materialize()
+        return self._conn
+
+    @_db.setter
+    def _db(self, db: sqlite3.Connection) -> None:
+        self._conn = db

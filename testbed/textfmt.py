@@ -60,3 +60,50 @@ def size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} GB"
+
+
+def home_relative(path: str) -> str:
+    """``path`` with the user's home directory written ``~`` (``/home/ana/x`` -> ``~/x``); others as they are."""
+    import os
+
+    home = os.path.expanduser("~").rstrip("/")
+    if home and home != "~" and (path == home or path.startswith(home + "/")):
+        return "~" + path[len(home):]
+    return path
+
+
+def middle(text: str, width: int) -> str:
+    """``text`` cut to at most ``width`` characters by an ellipsis in its middle, keeping its head and its tail
+    (a path's last part, the part that names it, is kept whole when it fits): ``/tmp/a/…/experiment``."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    keep = width - 1
+    tail = text.rsplit("/", 1)[-1] if "/" in text else ""
+    if tail and len(tail) + 1 < keep:  # the last part whole, the head filled up to the room left
+        return text[:keep - len(tail) - 1] + "…/" + tail
+    back = keep // 2
+    return text[:keep - back] + "…" + text[len(text) - back:]
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut at a word boundary with an ellipsis (``…``) when it is longer;
+    only a single word longer than ``width`` is cut inside."""
+    if len(text) <= width:
+        return text
+    cut = text.rfind(" ", 0, width)  # the ellipsis takes the last place
+    head = text[:cut] if cut > 0 else text[:width - 1]
+    return head.rstrip(" ,;:") + "…"
+
+
+def words(value: object) -> str:
+    """A value from an event or record as words: a mapping as ``key: value; key: value``, a list as ``a, b``,
+    anything else as its text (never Python's ``{'node1': ...}``); an empty one as ``none``."""
+    if isinstance(value, (dict, list, tuple, set, frozenset)) and not value:
+        return "none"
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {words(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ", ".join(words(v) for v in value)
+    return str(value)

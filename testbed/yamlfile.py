@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from testbed import paths
 from testbed.errors import UsageError
 
 M = TypeVar("M", bound=BaseModel)
@@ -118,7 +119,7 @@ def _plain(node: Any, path: Path, located: Located, loc: tuple[Any, ...] = (),
             helped = f": {said['help']}" if said.get("help") else ""
             fix = (f"export {name}=... (yours; for example {shlex.quote(said['example'])}) before running testbed"
                    if said.get("example") else f"export {name}=... before running testbed") + \
-                ("" if said else f", or write ${{{name}:-default}} in the file")
+                ("" if said else ", or " + paths.edit_hint(path, f"write ${{{name}:-default}}"))
             raise UsageError(
                 f"environment variable {name} is not set (used by {'.'.join(map(str, loc)) or 'the file'})"
                 + helped, where=f"{path}:{line}" if line else str(path), fix=fix)

@@ -71,6 +71,39 @@ def test_the_old_names_warn_before_touching_anything(tb_home: Path) -> None:
         tb.start("nosuch-suite")
 
 
+def test_open_in_an_empty_folder_creates_no_state_until_something_is_recorded(tb_home: Path) -> None:
+    """Looking at a testbed (its repr, hosts, record, HTML view) from a folder without state leaves it without
+    one; the first write creates the state file, and what it wrote reads back from a fresh open."""
+    import testbed
+    from testbed.state import Store
+
+    (tb_home / "inventories").mkdir()
+    (tb_home / "inventories" / "lab1.yml").write_text("provider: {kind: lab, hosts: [{name: a1, address: 10.1.2.3}]}\n")
+    tb = testbed.open("lab1")
+    assert "not provisioned" in repr(tb) and tb.hosts == [] and tb.store.testbed("lab1") is None
+    assert "lab1" in tb._repr_html_()  # a notebook's view of it
+    assert not (tb_home / ".testbed").exists()
+    other = Store.open_lazy()  # a second stand-in (another handle) of the same folder
+    tb.store.upsert_testbed("lab1", "lab", None, "up", {})  # what provision records first
+    assert (tb_home / ".testbed" / "state.db").is_file()
+    assert tb.store.testbed("lab1")["status"] == "up"
+    assert other.testbed("lab1")["status"] == "up"  # read from the file now, not from its empty stand-in
+    other.close()
+    again = Store.open_existing()
+    assert again.exists and again.testbed("lab1")["status"] == "up"
+    again.close()
+    assert repr(testbed.open("lab1")).startswith("<Testbed lab1 (lab, up,")
+
+
+def test_dir_shows_the_public_names_and_not_typing_helpers() -> None:
+    import testbed
+
+    names = dir(testbed)
+    assert {"open", "Testbed", "Run", "TestbedError", "UsageError", "HostsFailed", "RunFailed"} <= set(names)
+    assert not {"Any", "TYPE_CHECKING", "annotations", "Store"} & set(names), names
+    assert all(hasattr(testbed, n) for n in names)
+
+
 @pytest.mark.parametrize("page", ["docs/api.md", "README.md"])
 def test_python_example_runs_as_written(need_local: None, tmp_path: Path, page: str) -> None:
     """The block in the page, unchanged, in a fresh interpreter, from a folder that holds only the local spec (so
@@ -211,3 +244,35 @@ def test_fabric_connection_refuses_a_key_that_is_not_the_pinned_one(local_testbe
     with pytest.raises(TestbedError) as ei:
         tb.connection("node9")
     assert "no host 'node9'" in ei.value.what
+
+
+_FLAG = re.compile(r"(?<![\w-])--?[a-z][\w-]*")  # --dry-run, --on, -p: what only the command line takes
+
+
+def test_api_errors_name_methods_not_command_line_flags(tb_home: Path) -> None:
+    """From Python, a refusal's what, where and fix name what a script can call (provision(), extend(4), exec(...),
+    setup(limit=...)), never a flag such as --dry-run; the same refusal from the testbed command keeps its flags."""
+    from localbed import invoke
+
+    import testbed
+
+    (tb_home / "inventories").mkdir()
+    (tb_home / "inventories" / "lab1.yml").write_text("provider: {kind: lab, hosts: [{name: a1, address: 10.1.2.3}]}\n")
+    tb = testbed.open("lab1")
+    seen = []
+    for call, fix in ((lambda: tb.run_suite("mpi-hello"), "provision it first: testbed.open('lab1').provision()"),
+                      (lambda: tb.extend(), "extend(4) or extend(expire='8h')"),
+                      (lambda: tb.exec("  "), "exec('hostname')"),
+                      (lambda: tb.setup("base"), "provision it first: testbed.open('lab1').provision()")):
+        with pytest.raises(TestbedError) as ei:
+            call()
+        e = ei.value
+        assert e.fix == fix, e.render()
+        assert not _FLAG.search(f"{e.what}\n{e.where}\n{e.fix}"), e.render()
+        seen.append(e.what)
+    assert seen[0] == "testbed 'lab1' is not provisioned"
+    code, _, exc = invoke("run", "mpi-hello", "--on", "lab1")  # the command line: its own words
+    assert code == 1 and isinstance(exc, TestbedError) and "--dry-run" in str(exc.fix), exc
+    with pytest.raises(TestbedError) as ei:  # and the API's again after it
+        tb.run_suite("mpi-hello")
+    assert "--dry-run" not in str(ei.value.fix)

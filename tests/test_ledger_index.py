@@ -252,12 +252,43 @@ def test_a_removed_home_is_pruned_with_a_note(user: Path, tmp_path: Path, monkey
     elsewhere.mkdir()
     r = _cli(elsewhere, "status")
     assert r.returncode == 0, r.stderr
-    assert f"forgot {gone}" in r.stdout and "no longer exists" in r.stdout and str(user) in r.stdout, r.stdout
+    assert f"note: forgot 1 folder whose state was deleted ({gone})" in r.stdout, r.stdout
     assert json.loads(user.read_text())["homes"] == [str(home_a)]
     r = _cli(elsewhere, "status", "--json")  # said once: it is gone from the index now
     data = json.loads(r.stdout)["elsewhere"]
     assert data["pruned"] == [] and [x["name"] for x in data["testbeds"]] == ["lab1"]
     assert str(home_gone) not in r.stdout
+
+
+def test_status_says_other_folders_deleted_states_in_one_line_at_the_end_and_never_wraps_a_path(
+        user: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three deleted folders and a testbed in a deep folder under HOME, `status` at 80 columns from an empty
+    folder: the table comes first, every table line fits in 80 columns, the folder is one line (``~``-relative,
+    cut in its middle), and the deleted states are one short line after it (not a paragraph each)."""
+    import shutil
+
+    deep = tmp_path / "home" / "projects" / "a-rather-long-project-folder-name" / "and" / "deeper" / "experiment-x"
+    _record(deep, "lab1", LAB, monkeypatch)
+    for i in range(3):
+        gone = tmp_path / "home" / "scratch" / f"gone{i}"
+        _record(gone, "lab2", LAB, monkeypatch)
+        shutil.rmtree(gone)
+    here = tmp_path / "home" / "empty"
+    here.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "NO_COLOR": "1"}
+    r = subprocess.run([sys.executable, "-m", "testbed", "status"], cwd=here, env=env, capture_output=True,
+                       text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    table = [ln for ln in lines if ln[:1] in "┏┃┡│├└+|"]
+    assert table and all(len(ln) <= 80 for ln in table), r.stdout
+    folder = [ln.split("│")[2].strip() for ln in table if ln.startswith("│") and "lab1" in ln]
+    assert folder and folder[0].startswith("~/p") and folder[0].endswith("…/experiment-x"), r.stdout
+    assert sum("experiment-x" in ln or "deeper" in ln for ln in table) <= 1, r.stdout  # the path is never wrapped
+    notes = [i for i, ln in enumerate(lines) if "gone" in ln]
+    assert len(notes) == 1 and notes[0] > lines.index(table[-1]), r.stdout
+    assert lines[notes[0]].startswith("note: forgot 3 folders whose state was deleted (~/scratch/gone0"), r.stdout
+    assert len(lines[notes[0]]) <= 100 and "no longer exists" not in r.stdout, r.stdout
 
 
 def test_an_unreadable_index_is_said_and_rewritten(user: Path, tmp_path: Path,
@@ -326,3 +357,25 @@ def test_index_writers_at_once_all_end_up_listed_and_readers_never_see_a_part(us
     assert reads > 0 and bad == 0
     assert sorted(p.name for p in user.parent.iterdir()) == ["homes.json", "homes.json.lock"]
     assert user.stat().st_mode & 0o777 == 0o600
+
+
+def test_status_tables_keep_moments_whole_and_shorten_paths_to_the_width(monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """At 60 columns: the runs table keeps each start time on one line, and a path column is cut in its middle
+    (the home written ~) instead of wrapping over several lines."""
+    from testbed.cli.hot import _print_runs
+    from testbed.cli.output import Plain
+
+    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setenv("HOME", "/home/ana")
+    _print_runs([{"id": "fault-drill-20260101-120000-ab12", "suite": "fault-drill", "testbed": "local",
+                  "status": "failed", "started": 1_767_268_800.0, "reason": "rank 1 exited 3 after the collective"}])
+    out = capsys.readouterr().out
+    assert "2026-01-01T12:00:00Z" in out, out
+    Plain().table("t", ("name", "folder"), [["a", "/home/ana/projects/some-long-project/and/deeper/experiment-x"]],
+                  paths=("folder",))
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith(("│", "|"))]
+    assert len(rows) == 1 and "~/" in rows[0] and "…" in rows[0] and rows[0].rstrip("│| ").endswith("experiment-x"), \
+        out
+    assert all(len(ln) <= 60 for ln in out.splitlines()), out

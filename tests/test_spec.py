@@ -266,3 +266,55 @@ def test_a_rehearsal_stands_in_for_a_declared_variable_with_its_example(tmp_path
         load_testbed(str(path))
     with pytest.raises(UsageError, match="help"):  # a declaration without its help is refused at its line
         load_testbed(str(write(tmp_path, "provider: {kind: local}\nenv: {X: {example: 1}}\n", "bad.yml")))
+
+
+# a spec testbed ships: its fixes say how to copy it here, never to edit it inside site-packages ----------------
+def _site_packages(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """testbed as a wheel installs it: the shipped specs under site-packages/testbed/_data/inventories (here a
+    copy of the checkout's), PACKAGE_DIR pointing there; the user in an empty folder beside it."""
+    import shutil
+
+    pkg = tmp / "venv" / "lib" / "python3.11" / "site-packages" / "testbed"
+    shutil.copytree(REPO / "inventories", pkg / "_data" / "inventories")
+    monkeypatch.setattr(paths, "PACKAGE_DIR", pkg)
+    here = tmp / "work"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    return pkg / "_data" / "inventories"
+
+
+def test_an_unset_variable_in_a_shipped_spec_says_how_to_copy_it_here(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shipped spec reads $LABUSER without declaring it: from a wheel, the fix gives the exact cp into
+    inventories/ and names the copy, not 'the file' in site-packages; the command works as written, and the copy
+    is then the user's own (its fix says to edit it in place)."""
+    import subprocess
+
+    shipped = _site_packages(tmp_path, monkeypatch)
+    (shipped / "lab2.yml").write_text("provider: {kind: lab, hosts: [{name: a, address: a.example}]}\n"
+                                      "user: ${LABUSER}\n")
+    monkeypatch.delenv("LABUSER", raising=False)
+    e = refused(Path("lab2"))  # by name, as the CLI loads it
+    assert e.where == f"{shipped / 'lab2.yml'}:2"
+    cmd = f"mkdir -p inventories && cp {shipped / 'lab2.yml'} inventories/"
+    assert e.fix == (f"export LABUSER=... before running testbed, or copy it here ({cmd}), then write "
+                     "${LABUSER:-default} in inventories/lab2.yml"), e.fix
+    subprocess.run(cmd, shell=True, check=True)  # the fix's command, exactly as a user pastes it
+    e = refused(Path("lab2"))
+    copy = Path.cwd().resolve() / "inventories" / "lab2.yml"
+    assert e.where == f"{copy}:2"
+    assert e.fix == f"export LABUSER=... before running testbed, or write ${{LABUSER:-default}} in {copy}", e.fix
+
+
+def test_own_copy_names_a_shipped_suite_folder_and_leaves_the_users_files_alone(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    shipped = _site_packages(tmp_path, monkeypatch)
+    suite = shipped.parent / "experiments" / "tesla" / "suite.yml"
+    suite.parent.mkdir(parents=True)
+    suite.write_text("name: tesla\n")
+    assert paths.own_copy(suite) == (f"mkdir -p experiments && cp -r {suite.parent} experiments/",
+                                     "experiments/tesla/suite.yml")
+    mine = tmp_path / "elsewhere.yml"  # a spec given by its path: the user's own wherever it is
+    mine.write_text("provider: {kind: local}\n")
+    assert paths.own_copy(mine) is None and paths.edit_hint(mine, "set x") == f"set x in {mine}"
+    assert paths.own_copy(Path.cwd() / "inventories" / "a.yml") is None

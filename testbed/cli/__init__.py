@@ -167,12 +167,15 @@ def _run_refusing_cleanly(fresh: bool) -> Any:
     """The command (a hot one by :mod:`testbed.cli.grammar`, else by the Typer app); when it fails in a folder
     that had no state, the state it created with nothing recorded is removed again (``provision nosuch`` or
     ``run … --on nosuch`` leave no ``.testbed/`` behind)."""
-    try:
-        rc = grammar.run(sys.argv[1:])
-        if rc is None:
-            from testbed.cli import typer_app
+    from testbed.errors import front_door
 
-            rc = typer_app.app(standalone_mode=False, prog_name="testbed")
+    try:
+        with front_door("cli"):  # fixes name commands and flags (the API's name methods and arguments)
+            rc = grammar.run(sys.argv[1:])
+            if rc is None:
+                from testbed.cli import typer_app
+
+                rc = typer_app.app(standalone_mode=False, prog_name="testbed")
     except BaseException:
         if fresh:
             from testbed.state import discard_if_unused

@@ -154,6 +154,12 @@ def _print_report(rr: ReportResult) -> None:
     from rich.markup import escape
 
     c = Console(highlight=False, soft_wrap=True)
+    if rr.run_id is not None:  # the run's status and its verdicts in one line: neither reads alone
+        from testbed.report.verdicts import headline, headline_tone
+
+        colour = {"good": "green", "bad": "red", "unsure": "yellow"}[headline_tone(rr.status, rr.verdicts)]
+        said = headline(rr.status or "of unknown status", rr.verdicts)
+        c.print(f"[{colour}]run {escape(rr.run_id)} {escape(str(said))}[/{colour}]")
     c.print(f"report: {escape(str(rr.path))}" + (f" ({plural(len(rr.runs), 'run')})" if rr.runs else ""))
     if rr.verdicts:
         from testbed.cli.verdict_view import print_verdicts
@@ -199,9 +205,15 @@ def _print_index(res: IndexResult) -> None:
         why = f"\n  why: {escape(r['cause'])}" if r.get("cause") else ""
         c.print(f"run {escape(str(r.get('status') or '?'))} ({mark}) {escape(r['run_id'])}: "
                 f"{escape(str(r['report'] or r['error']))}{why}")
-    for rr in res.campaigns:
-        mark = "[green]pass[/green]" if rr.passed else "[red]FAIL[/red]"
-        c.print(f"campaign {mark} {escape(rr.suite)} ({plural(len(rr.runs), 'run')}): {escape(str(rr.path))}")
+    for rr in res.campaigns:  # as a run's line: the checks' mark and the verdicts' count side by side
+        from testbed.report.verdicts import summary
+
+        mark = "[green]checks pass[/green]" if rr.passed else "[red]checks FAIL[/red]"
+        if rr.verdicts:
+            outside = any(v.within is False for v in rr.verdicts)
+            colour = "red" if outside else "green" if all(v.within for v in rr.verdicts) else "yellow"
+            mark += f", [{colour}]{escape(summary(rr.verdicts))}[/{colour}]"
+        c.print(f"campaign {escape(rr.suite)} ({plural(len(rr.runs), 'run')}; {mark}): {escape(str(rr.path))}")
     for b in res.failed_runs:
         if b["status"] == "missing":
             c.print(f"[red]missing[/red] {escape(str(b['run_id'] or '-'))}: {escape(b['cause'])}")

@@ -86,3 +86,21 @@ def providers_or_testbeds(incomplete: str) -> list[str]:
     from testbed.providers import PROVIDERS
 
     return sorted({*_starting(PROVIDERS, incomplete), *testbeds(incomplete)})
+
+
+@_safe
+def faults(ctx: Any, incomplete: str) -> list[str]:
+    """The faults of the suite named earlier on the command line (``run SUITE --fault ...``): its ``faults:`` keys,
+    read from the file as it is (a suite that needs an unset variable still completes)."""
+    from ruamel.yaml import YAML
+
+    from testbed.suite import suite_path
+
+    # while an option's value is being completed, Click leaves the positional arguments unparsed in ctx.args
+    name = (ctx.params or {}).get("suite") or next((a for a in ctx.args or () if not a.startswith("-")), None)
+    if not name:
+        return []
+    data = YAML(typ="safe").load(suite_path(str(name)).read_text(encoding="utf-8"))
+    declared = data.get("faults") if isinstance(data, dict) else None
+    given = set((ctx.params or {}).get("fault") or ())  # each fault is named once
+    return _starting((str(k) for k in declared or {} if str(k) not in given), incomplete)

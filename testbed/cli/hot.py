@@ -208,7 +208,7 @@ def _recent_runs(st: Store, limit: int = 10) -> list[dict[str, Any]]:
 def _print_runs(runs: list[dict[str, Any]]) -> None:
     Plain().table("runs", ("id", "suite", "testbed", "status", "started", "reason"),
                   [[r["id"], r["suite"], r["testbed"], r["status"], iso(r.get("started")) or "", r.get("reason") or ""]
-                   for r in runs], whole=("id", "testbed"))
+                   for r in runs], whole=("id", "testbed", "started"))  # moments never cut in two
 
 
 def _run_status(run_id: str, json_out: bool) -> None:

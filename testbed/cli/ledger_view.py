@@ -44,7 +44,8 @@ def _table(out: Plain, title: str, rows: list[dict[str, Any]], *, folder: bool =
         table.append([f"{r['name']}\n{r['provider']}, {r['status']}", *([r["folder"]] if folder else []), holds,
                       "\n".join(r["active_runs"]) or "-", f"{per_h}\n{so_far} so far", exp_txt])
     columns = ("testbed", *(("folder",) if folder else ()), "holds", "run", "cost", "expiry")
-    out.table(title, columns, table, lines=True, whole=("testbed", "run"))  # ids are never cut in two
+    out.table(title, columns, table, lines=True, whole=("testbed", "holds", "run"),  # ids, moments never cut in two
+              paths=("folder",))
     for r in rows:
         if r.get("warning"):
             where = f" (in {r['folder']})" if folder else ""
@@ -87,8 +88,14 @@ def render(out: Plain, data: dict[str, Any]) -> None:
     if data.get("totals") or other.get("totals"):
         out.write(out.paint("estimates from the price table (testbed/data/prices.json; your own in "
                             "<state home>/prices.json)", "dim"))
-    for p in other.get("pruned", []):
-        out.write(f"{out.paint('note:', 'yellow')} {p['note']}")
+    pruned = other.get("pruned", [])
+    if pruned:  # other folders' deleted states: one short line at the end (--json names each)
+        from testbed.textfmt import home_relative
+
+        names = [home_relative(p["folder"]) for p in pruned]
+        shown = ", ".join(names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+        out.write(f"{out.paint('note:', 'yellow')} forgot {plural(len(names), 'folder')} whose state was deleted "
+                  f"({shown})")
     for n in other.get("notes", []):
         out.write(f"{out.paint('note:', 'yellow')} {n}")
     orphans = data.get("orphans")

@@ -100,15 +100,21 @@ class Plain:
         self.write(f"{title} {self.line_char * max(0, self.width - len(plain) - 1)}")
 
     def table(self, title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], *, lines: bool = False,
-              whole: Sequence[str] = ()) -> None:
+              whole: Sequence[str] = (), paths: Sequence[str] = ()) -> None:
         """A boxed table as Rich draws one (heavy head), cells wrapped to fit the width; ``lines``: a rule between
         rows. Cells may hold several lines. The columns named in ``whole`` (ids: runs, hosts, testbeds) never
         break a word: the other columns give up their room first, and a table that still does not fit is wider
-        than the terminal rather than cut an id in two."""
-        cells = [[str(c).split("\n") for c in r] for r in rows]
+        than the terminal rather than cut an id in two. The columns named in ``paths`` hold paths: each is
+        written ``~``-relative and, where it does not fit, shortened by an ellipsis in its middle (never wrapped
+        over several lines)."""
+        from testbed.textfmt import home_relative
+
+        cells = [[[home_relative(ln) for ln in str(c).split("\n")] if columns[i] in paths else str(c).split("\n")
+                  for i, c in enumerate(r)] for r in rows]
         widths = [max([len(h), *(len(ln) for r in cells for ln in r[i])]) for i, h in enumerate(columns)]
-        floor = [max([8, *(len(w) for r in cells for ln in r[i] for w in ln.split())]) if h in whole else 8
-                 for i, h in enumerate(columns)]
+        floor = [max([8, *(len(w) for r in cells for ln in r[i] for w in ln.split())]) if h in whole
+                 else max(len(h), 16) if h in paths else 8 for i, h in enumerate(columns)]
+        floor = [min(f, w) for f, w in zip(floor, widths, strict=True)]
         room = self.width - 3 * len(columns) - 1
         while sum(widths) > room:  # bounded: a column shrinks by one each pass, never below its floor
             give = [i for i, w in enumerate(widths) if w > floor[i]]
@@ -123,7 +129,10 @@ class Plain:
             return left + mid.join(fill * (w + 2) for w in widths) + right
 
         def block(row: list[list[str]], edge: str, style: str | None = None) -> list[str]:
-            wrapped = [_wrap(lines_, w) for lines_, w in zip(row, widths, strict=True)]
+            from testbed.textfmt import middle
+
+            wrapped = [[middle(ln, w) for ln in lines_] if style is None and columns[i] in paths else _wrap(lines_, w)
+                       for i, (lines_, w) in enumerate(zip(row, widths, strict=True))]
             out = []
             for i in range(max(len(c) for c in wrapped)):
                 parts = [(c[i] if i < len(c) else "").ljust(w) for c, w in zip(wrapped, widths, strict=True)]

@@ -39,7 +39,8 @@ def run(
     matrix: Annotated[bool, typer.Option("--matrix", help="Run every point of the suite's matrix (a campaign; "
                                                           "-p values filter the points).")] = False,
     fault: Annotated[list[str] | None, typer.Option("--fault", help="Fault to inject (repeatable); default: the "
-                                                                    "suite's default_faults.")] = None,
+                                                                    "suite's default_faults.",
+                                                    autocompletion=complete.faults)] = None,
     no_faults: Annotated[bool, typer.Option("--no-faults", help="Inject no fault at all.")] = False,
     detach: Annotated[bool, typer.Option("--detach", help="Start and return; follow with status/logs.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print every command per host, in order; touch "
@@ -101,15 +102,34 @@ def run(
         row = follow(run_id, c, st)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-    if collect:
-        _collect([run_id])
+    collected = _collect([run_id]) if collect else []
     if json_out:
         print_json(row.to_json())
     if row.status != "succeeded":
         raise TestbedError(f"run {run_id} {row.status}: {row.reason or 'no reason recorded'}",
                            where=f"testbed status {run_id}", fix=f"testbed logs {run_id}",
                            code=OUTCOMES.get(row.status, 1))
-    c.print(f"[green]run {run_id} succeeded[/green]")
+    c.print(run_line(run_id, collected[0].path if collected else None, c))
+
+
+def run_line(run_id: str, folder: Any, c: Any) -> str:
+    """The one line after a run that succeeded: with its folder collected (``--collect``), its report is built and
+    the line says the status and the verdicts side by side (``succeeded, but 1 of 4 verdicts outside tolerance``,
+    red), never a bare green "succeeded" over an outside tolerance; else the status alone."""
+    if folder is None:
+        return f"[green]run {run_id} succeeded[/green]"
+    from testbed.errors import UsageError
+    from testbed.report import build_report
+    from testbed.report.verdicts import headline, headline_tone
+
+    c.print(f"[dim]…[/dim] reporting {escape(run_id)} (its verdicts)")
+    try:
+        rr = build_report(folder)
+    except UsageError as e:
+        return f"[green]run {run_id} succeeded[/green] (no report: {escape(e.what)})"
+    colour = {"good": "green", "bad": "red", "unsure": "yellow"}[headline_tone("succeeded", rr.verdicts)]
+    return (f"[{colour}]run {run_id} {escape(str(headline('succeeded', rr.verdicts)))}[/{colour}] "
+            f"(report: {escape(str(rr.path))})")
 
 
 def _faults(given: list[str] | None, none: bool) -> list[str] | None:
@@ -161,8 +181,9 @@ def _with_setup_view(tb: Resolved, s: Any, no_setup: bool, work: Callable[[Event
     return out
 
 
-def _collect(run_ids: list[str]) -> None:
-    """``run --collect``: the run's outputs into results/ as soon as it ended; problems are one error."""
+def _collect(run_ids: list[str]) -> list[Any]:
+    """``run --collect``: the run's outputs into results/ as soon as it ended; problems are one error. What each
+    run's collect did (its folder in ``path``)."""
     from pathlib import Path
 
     from testbed import collect
@@ -173,6 +194,7 @@ def _collect(run_ids: list[str]) -> None:
     problem = collect.format_problems(results)
     if problem is not None:
         raise problem
+    return list(results)
 
 
 def _warn_refused(plan: RunPlan) -> None:
@@ -302,7 +324,8 @@ def plan_cmd(
     matrix: Annotated[bool, typer.Option("--matrix", help="Every point of the suite's matrix (-p values filter "
                                                           "the points).")] = False,
     fault: Annotated[list[str] | None, typer.Option("--fault", help="Faults, as run takes them (they name the "
-                                                                    "campaign).")] = None,
+                                                                    "campaign).", autocompletion=complete.faults)]
+    = None,
     no_faults: Annotated[bool, typer.Option("--no-faults", help="As run --no-faults.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -771,10 +794,11 @@ def standalone() -> typer.Typer:
 def main() -> None:
     import sys
 
-    from testbed.errors import TestbedError
+    from testbed.errors import TestbedError, front_door
 
     try:
-        standalone()()
+        with front_door("cli"):  # a command line: fixes name its commands and flags
+            standalone()()
     except TestbedError as e:
         sys.stderr.write("error: " + e.render() + "\n")
         sys.exit(e.code)

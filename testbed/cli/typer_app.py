@@ -253,11 +253,17 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+def _root(ctx: typer.Context,
+          debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
           version: Annotated[bool, typer.Option("--version", help="Print the installed version and exit.",
                                                 callback=_version, is_eager=True)] = False) -> None:
     global tracebacks
     tracebacks = debug or bool(os.environ.get("TESTBED_DEBUG"))
+    from testbed.errors import front_door
+
+    door = front_door("cli")  # also when the app is called in-process (tests): fixes name commands and flags
+    door.__enter__()
+    ctx.call_on_close(lambda: door.__exit__(None, None, None))
 
 
 _RST = re.compile(r"``(.+?)``")

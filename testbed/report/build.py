@@ -33,6 +33,8 @@ class ReportResult:
     failed_runs: list[dict[str, Any]] = field(default_factory=list)  # runs that did not succeed or are missing
     verdicts: list[Verdict] = field(default_factory=list)  # each of the suite's references against ours
     tables: list[Table] = field(default_factory=list, repr=False)  # the report's tables (data, as built)
+    run_id: str | None = None  # a run's report: the run, and its status as the manifest records it
+    status: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -65,6 +67,7 @@ def build_report(run_dir: Path, fmt: str = "md") -> ReportResult:
         call_reporter(reporter, run, rep, f"{run.suite} reporter")
     add_verdicts(rep, run.suite, run.host_records())
     res = write_report(rep, out_dir, fmt, run.suite)
+    res.run_id, res.status = run.run_id, rep.status
     if rep.cause is not None:
         res.cause = rep.cause.to_json()
         res.failed_runs = [{"run_id": run.run_id, "status": rep.cause.status, "cause": rep.cause.summary()}]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import UsageError
+from testbed.errors import UsageError, by_door
 from testbed.report import render
 from testbed.report.build import ReportResult, build_report, call_reporter, write_report
 from testbed.report.cause import failed, run_cause
@@ -30,7 +30,7 @@ from testbed.report.rundir import REPORT_DIR, Campaign, RunDir
 from testbed.report.suites import get_campaign_reporter
 from testbed.report.summary import _scalar
 from testbed.report.trust import duplicated, manifest_problems
-from testbed.report.verdicts import add_verdicts
+from testbed.report.verdicts import Verdict, across_runs, add_verdicts
 from testbed.report.verdicts import summary as verdict_summary
 from testbed.textfmt import plural
 
@@ -235,18 +235,22 @@ def _check_fmt(fmt: str) -> None:
 
 
 def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", name: str = "",
-                          expected: list[Expected] | None = None) -> ReportResult:
+                          expected: list[Expected] | None = None,
+                          run_verdicts: dict[str, list[Verdict]] | None = None) -> ReportResult:
     """One report over ``runs`` (all of one suite) written to ``out_dir/report.<fmt>``.
 
     ``expected``: the points of the runs' campaigns as state records them; a point whose run is not among
-    ``runs`` is a missing run (listed, and the campaign fails).
+    ``runs`` is a missing run (listed, and the campaign fails). ``run_verdicts``: each run's own verdicts (run
+    id -> verdicts) where its report is built already; the others' reports are built here when a metric is not
+    measured by the campaign's own tables (the verdicts then count what the runs measured).
     """
     _check_fmt(fmt)
     suites = sorted({r.suite for r in runs})
     if len(suites) != 1:
         raise UsageError(f"runs of {plural(len(suites), 'suite')} ({', '.join(suites) or 'none'}) in one campaign "
                          "report",
-                         where=str(out_dir.parent), fix="pass results/<suite>/ or --campaign ID")
+                         where=str(out_dir.parent),
+                         fix=by_door("pass results/<suite>/ or --campaign ID", "pass results/<suite>/ or campaign=ID"))
     runs = sorted(runs, key=lambda r: (str(r.manifest.get("started") or ""), r.run_id))
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -265,10 +269,27 @@ def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", na
     else:
         call_reporter(fn, camp, rep, f"{camp.suite} campaign reporter")
     add_verdicts(rep, camp.suite, [h for r in runs for h in r.host_records()])
+    if any(v.within is None for v in rep.verdicts):
+        rep.verdicts = across_runs(rep.verdicts, _run_verdicts(runs, fmt, run_verdicts or {}))
     res = write_report(rep, out_dir, fmt, camp.suite)
     res.runs = [r.run_id for r in runs]
     res.failed_runs = bad
     return res
+
+
+def _run_verdicts(runs: list[RunDir], fmt: str, known: dict[str, list[Verdict]]) -> dict[str, list[Verdict]]:
+    """Each run's own verdicts: ``known`` ones, else from its report, built now (a run whose report cannot be
+    built has none)."""
+    out: dict[str, list[Verdict]] = {}
+    for run in runs:
+        if run.run_id in known:
+            out[run.run_id] = known[run.run_id]
+            continue
+        try:
+            out[run.run_id] = build_report(run.path, fmt).verdicts
+        except UsageError:
+            out[run.run_id] = []
+    return out
 
 
 def run_table(camp: Campaign, rep: Report, fmt: str = "md", expected: list[Expected] | None = None
@@ -333,8 +354,8 @@ def report_suite_folder(folder: Path, fmt: str = "md") -> ReportResult:
 def report_campaign(root: Path, cid: str, fmt: str = "md") -> ReportResult:
     """The runs of campaign ``cid`` found under ``root`` -> ``<suite folder>/campaign-<cid>/``."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", cid):
-        raise UsageError(f"not a campaign id: {cid!r}", where="--campaign", fix="use an id `testbed run --matrix` "
-                         "printed, like mpi-hello-1a2b3c4d")
+        raise UsageError(f"not a campaign id: {cid!r}", where=by_door("--campaign", "campaign="),
+                         fix="use an id a campaign's run printed, like mpi-hello-1a2b3c4d")
     found = scan(root)
     _refuse_bad(found)
     recorded = recorded_campaigns()
@@ -369,6 +390,7 @@ def build_index(root: Path, fmt: str = "md") -> IndexResult:
             row["report"], row["checks"] = rr.path, rr.checks
             row["cause"] = rr.cause["summary"] if rr.cause else None
             row["verdicts"] = verdict_summary(rr.verdicts) if rr.verdicts else None
+            row["verdict_list"] = rr.verdicts
             row["outside"] = sum(v.within is False for v in rr.verdicts)
             row["all_within"] = bool(rr.verdicts) and all(v.within for v in rr.verdicts)
         rows.append(row)
@@ -377,12 +399,14 @@ def build_index(root: Path, fmt: str = "md") -> IndexResult:
     for run in found.runs:
         by_folder.setdefault(run.path.parent, []).append(run)
     points = recorded_points(r["campaign"] for r in rows if r["campaign"])
+    built = {r["run"].run_id: r["verdict_list"] for r in rows if "verdict_list" in r}  # each report built once
     for folder, runs in sorted(by_folder.items()):
         if folder == root or len({r.suite for r in runs}) != 1:
             continue
         cids = {campaign_of(r, recorded) for r in runs}
         campaigns.append((f"{folder.name}/ (all runs)", build_campaign_report(
-            runs, folder / REPORT_DIR, fmt, expected=[p for p in points if p.campaign in cids])))
+            runs, folder / REPORT_DIR, fmt, expected=[p for p in points if p.campaign in cids],
+            run_verdicts=built)))
     by_cid: dict[str, list[RunDir]] = {}
     for row in rows:
         if row["campaign"]:
@@ -391,7 +415,8 @@ def build_index(root: Path, fmt: str = "md") -> IndexResult:
         if len({r.suite for r in runs}) == 1:
             out = runs[0].path.parent / f"{CAMPAIGN_PREFIX}{cid}"
             campaigns.append((cid, build_campaign_report(runs, out, fmt, name=cid,
-                                                         expected=[p for p in points if p.campaign == cid])))
+                                                         expected=[p for p in points if p.campaign == cid],
+                                                         run_verdicts=built)))
     paths = []
     for ext in ("md", "html"):
         rep = index_report(root, rows, campaigns, skipped, ext)

@@ -21,6 +21,17 @@ def save_figure(path: Path, draw: Callable[[Any], None], size: tuple[float, floa
     return path
 
 
+VLINE_STYLES = (("--", "dashed"), (":", "dotted"), ("-.", "dash-dotted"))
+"""The line style of each vertical marker of :func:`lines`, in turn (matplotlib's, and in words)."""
+
+
+def vline_key(vlines: Sequence[tuple[float, str, str]]) -> str:
+    """How :func:`lines` draws each vertical marker, in words for a caption: ``fault (node2): red, dashed;
+    recovery: green, dotted`` (the colour without matplotlib's ``tab:`` prefix)."""
+    return "; ".join(f"{label}: {color.removeprefix('tab:')}, {VLINE_STYLES[i % len(VLINE_STYLES)][1]}"
+                     for i, (_, label, color) in enumerate(vlines))
+
+
 def lines(
     series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     *,
@@ -37,7 +48,7 @@ def lines(
         for label, (xs, ys) in series.items():
             ax.plot(list(xs), list(ys), marker=marker, label=label)
         for i, (x, label, color) in enumerate(vlines):
-            ax.axvline(x, color=color, linestyle=("--", ":", "-.")[i % 3], label=label)
+            ax.axvline(x, color=color, linestyle=VLINE_STYLES[i % len(VLINE_STYLES)][0], label=label)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         if title:

@@ -51,11 +51,14 @@ def _md_text(text: str) -> str:
 
 
 def _status_text(report: Report) -> str | None:
-    """``failed: rank 1 exited 3`` (the status, its reason and, for a failed run, its cause); None without one."""
+    """``failed: rank 1 exited 3`` (the status, its reason and, for a failed run, its cause) with the verdicts
+    beside it (``succeeded, but 1 of 4 verdicts outside tolerance``); None without a status."""
+    from testbed.report.verdicts import headline
+
     if report.status is None:
         return None
-    why = report.cause.summary() if report.cause is not None else report.reason
-    return report.status + (f": {why}" if why else "")
+    return headline(report.status, report.verdicts,
+                    report.cause.summary() if report.cause is not None else report.reason)
 
 
 def _verdict_rows(report: Report) -> list[list[Any]]:
@@ -130,8 +133,9 @@ _CSS = (
     "table{border-collapse:collapse;margin:.4em 0}td,th{border:1px solid #ccc;padding:.1em .4em}"
     "th{background:#eee}td.num{text-align:right}.pass{color:#070}.FAIL{color:#b00}img{max-width:100%}"
     ".within{color:#070}.outside{color:#b00;font-weight:bold}.missing{color:#a60}td.src,td.hw{font-size:.8em}"
-    ".status{font-size:1.1em;margin:.3em 0}.st-succeeded{color:#070}.st-bad{color:#b00}"
-    ".lead{display:flex;gap:1em;align-items:flex-start;flex-wrap:wrap}.lead figure{margin:0}"
+    ".status{font-size:1.1em;margin:.3em 0}.st-succeeded{color:#070}.st-bad{color:#b00}.st-unsure{color:#a60}"
+    ".lead{display:flex;gap:1em;align-items:flex-start;flex-wrap:wrap}.lead figure{margin:0;display:table}"
+    ".lead figcaption{display:table-caption;caption-side:bottom}"  # a caption wraps under its figure, never widens it
     ".lead img{max-height:300px}.lead table{font-size:.85em}.lead p{margin:.2em 0}figcaption{font-size:.85em}"
     "details{margin:.3em 0}summary{cursor:pointer}#verdicts table,#checks table{font-size:.9em}"
     "td.nw{white-space:nowrap}"
@@ -152,7 +156,10 @@ def to_html(report: Report) -> str:
            f"<title>{e(report.title)}</title><style>{_CSS}</style></head><body>", f"<h1>{e(report.title)}</h1>"]
     status = _status_text(report)
     if status:
-        cls = "st-succeeded" if report.status == "succeeded" else "st-bad"
+        from testbed.report.verdicts import headline_tone
+
+        cls = {"good": "st-succeeded", "bad": "st-bad", "unsure": "st-unsure"}[
+            headline_tone(report.status, report.verdicts)]
         out.append(f'<p id="status" class="status {cls}"><b>{e(report.status or "")}</b>'
                    f"{e(status[len(report.status or ''):])}</p>")
     if report.verdicts:

@@ -8,7 +8,7 @@ from typing import Any
 from testbed.report.cause import Cause, run_cause
 from testbed.report.model import Report
 from testbed.report.rundir import REPORT_DIR, RunDir
-from testbed.textfmt import plural
+from testbed.textfmt import clip, plural, words
 
 
 def add_summary(run: RunDir, rep: Report) -> None:
@@ -85,11 +85,14 @@ def add_timeline(run: RunDir, rep: Report) -> None:
         t0 = ts if t0 is None else t0
         raw = e.get("detail")
         d: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        brief = next((str(d[k]) for k in ("fault", "summary", "why", "reason", "status") if d.get(k) not in (None, "")),
-                     "")
+        brief = next((words(d[k]) for k in ("fault", "summary", "why", "reason", "status", "note")
+                      if d.get(k) not in (None, "", {}, [])), "")
         if kind == "resumed" and d.get("resumed_step") is not None:
             brief = f"from step {d['resumed_step']}" + (f" after {brief}" if brief else "")
-        rows.append([round(ts - t0, 2), kind, e.get("host"), brief[:80]])
+        elif kind == "repaired" and e.get("host"):
+            brief = f"{d.get('how') or 'brought back'} in {d.get('repair_seconds')} s" + (
+                f", set up again in {d.get('setup_seconds')} s" if d.get("setup") else "")
+        rows.append([round(ts - t0, 2), kind, e.get("host"), clip(brief, 80)])
     if any(r[1] not in ("started", "ended") for r in rows):  # a run without a fault has no timeline to show
         rep.table("timeline", ["t_seconds", "event", "host", "detail"], rows,
                   "Fault and recovery timeline (seconds from the first event)", lead=True)
@@ -218,8 +221,6 @@ def _duration(start: Any, end: Any) -> float | None:
 def _scalar(value: Any) -> str | int | float | bool | None:
     if value is None or isinstance(value, str | int | float | bool):
         return value
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={v}" for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return ", ".join(str(v) for v in value)
-    return str(value)
+    if isinstance(value, dict):  # an event's details: key=value, each value in words (never a Python repr)
+        return ", ".join(f"{k}={words(v)}" for k, v in value.items())
+    return words(value)

@@ -7,12 +7,13 @@ the verdict table (``render.py``) and ``--json`` writes :meth:`Verdict.to_json`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
 from testbed.report.model import Link, Table
+from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.references import Reference, References
@@ -53,6 +54,55 @@ def summary(verdicts: Sequence[Verdict]) -> str:
     parts = [f"{ok} of {n} within tolerance"] + ([f"{bad} outside"] if bad else []) + \
         ([f"{missing} not measured"] if missing else [])
     return ", ".join(parts)
+
+
+def headline(status: str | None, verdicts: Sequence[Verdict], why: str | None = None) -> str | None:
+    """The run's status (and ``why``, its reason) with its verdicts beside it, so that neither reads alone:
+    ``succeeded, but 1 of 4 verdicts outside tolerance``, ``succeeded; 4 of 4 within tolerance``; None with
+    neither."""
+    said = None if status is None else status + (f": {why}" if why else "")
+    if not verdicts:
+        return said
+    bad = sum(1 for v in verdicts if v.within is False)
+    text = f"{bad} of {plural(len(verdicts), 'verdict')} outside tolerance" if bad else summary(verdicts)
+    if said is None:
+        return text
+    return f"{said}, but {text}" if bad and status == "succeeded" else f"{said}; {text}"
+
+
+def headline_tone(status: str | None, verdicts: Sequence[Verdict]) -> str:
+    """``good`` (succeeded, every verdict within), ``bad`` (not succeeded, or a verdict outside) or ``unsure``
+    (succeeded, some verdict not measured)."""
+    if (status not in (None, "succeeded")) or any(v.within is False for v in verdicts):
+        return "bad"
+    return "unsure" if any(v.within is None for v in verdicts) else "good"
+
+
+def across_runs(own: Sequence[Verdict], per_run: Mapping[str, Sequence[Verdict]]) -> list[Verdict]:
+    """A suite's or campaign's verdicts: each metric as its own tables measured it, else as its runs did (each run's
+    report measures its own): within when every run that measured it is, outside when one is not (ours: the run
+    furthest from the reference), the note naming how many of the runs measured it. A metric no run measured
+    stays not measured, the note saying so."""
+    out: list[Verdict] = []
+    for v in own:
+        if v.within is not None:
+            out.append(v)
+            continue
+        measured = [(rid, rv) for rid, vs in per_run.items() for rv in vs if rv.metric == v.metric
+                    and rv.within is not None]
+        if not measured:
+            out.append(replace(v, note=f"not measured by any of the {plural(len(per_run), 'run')}" if per_run
+                               else v.note))
+            continue
+        bad = [rid for rid, rv in measured if rv.within is False]
+        rid, far = max(measured, key=lambda m: (m[1].within is False, abs(m[1].relative_pct or 0.0),
+                                                 abs(m[1].difference or 0.0)))
+        runs = f"{len(measured)} of {plural(len(per_run), 'run')}"
+        note = (f"measured by {runs} ({rid})" if len(measured) == 1 else
+                f"measured by {runs}: {len(measured) - len(bad)} within tolerance"
+                + (f", outside in {', '.join(bad)}" if bad else "") + f"; ours: {rid}, the furthest")
+        out.append(replace(far, note=note + (f"; {far.note}" if far.note else ""), within=not bad))
+    return out
 
 
 def evaluate(refs: References, tables: Iterable[Table], hosts: Sequence[dict[str, Any]]) -> list[Verdict]:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from testbed.errors import TestbedError, UsageError
+from testbed.errors import TestbedError, UsageError, by_door, provision_fix
 from testbed.records import (
     Check,
     CheckpointPlan,
@@ -120,7 +120,8 @@ def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: 
         return TestbedInfo(name or "", ctx["provider"], hosts, ctx, lost_after=spec.lost_after if spec else None)
     if not dry_run:
         raise TestbedError(f"testbed '{name}' is not provisioned", where="state",
-                           fix=f"testbed provision {name} (or use --dry-run to see the commands)")
+                           fix=by_door(f"testbed provision {name} (or use --dry-run to see the commands)",
+                                       f"provision it first: {provision_fix(name or 'NAME')}"))
     names = spec.host_names() if spec else None
     if names:
         addr = spec.provider.planned_addresses() if spec else {}

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.errors import TestbedError, UsageError
+from testbed.errors import TestbedError, UsageError, by_door
 from testbed.records import RankRecord, RunEvent, RunInfo, RunPlan, RunRecord, SupervisorInfo
 from testbed.run import state as rs
 from testbed.run.plan import RUNS_ROOT, build_plan, dry_run_lines, testbed_info  # noqa: F401 (re-exported)
@@ -52,7 +52,8 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
     refused = refusals(s, tb)
     if refused and not dry_run:
         first = refused[0]
-        raise UsageError(first.what, where=first.where, fix=f"{first.fix}, or use --dry-run to see the commands")
+        raise UsageError(first.what, where=first.where,
+                         fix=by_door(f"{first.fix}, or use --dry-run to see the commands", str(first.fix)))
     if overrides is None:
         from testbed import sources as sources_mod
 
@@ -98,13 +99,16 @@ def refusals(s: Suite, tb: TestbedInfo) -> list[UsageError]:
     req, out = s.requires, []
     if req.providers and tb.provider != "none" and tb.provider not in req.providers:
         out.append(UsageError(f"suite '{s.name}' runs on {', '.join(req.providers)} testbeds; '{tb.name}' is "
-                              f"{tb.provider}", where=f"--on {tb.name}",
-                              fix=f"run it on a testbed of {', '.join(req.providers)} (--on NAME)"))
+                              f"{tb.provider}", where=by_door(f"--on {tb.name}", f"testbed {tb.name}"),
+                              fix=f"run it on a testbed of {', '.join(req.providers)} "
+                                  + by_door("(--on NAME)", "(testbed.open(NAME).run_suite(...))")))
     accel = {h.facts.get("accelerator") for h in tb.hosts} - {None}
     if req.accelerator and accel and req.accelerator not in accel:
         out.append(UsageError(f"suite '{s.name}' needs {req.accelerator} hosts; '{tb.name}' has "
-                              f"{', '.join(sorted(map(str, accel)))}", where=f"--on {tb.name}",
-                              fix=f"run it on a testbed whose hosts have a {req.accelerator} (--on NAME)"))
+                              f"{', '.join(sorted(map(str, accel)))}", where=by_door(f"--on {tb.name}",
+                                                                                      f"testbed {tb.name}"),
+                              fix=f"run it on a testbed whose hosts have a {req.accelerator} "
+                                  + by_door("(--on NAME)", "(testbed.open(NAME).run_suite(...))")))
     return out
 
 

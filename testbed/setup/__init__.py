@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed import paths
-from testbed.errors import TestbedError, UsageError
+from testbed.errors import TestbedError, UsageError, by_door, provision_fix
 from testbed.hosts import Host
 
 if TYPE_CHECKING:
@@ -182,7 +182,8 @@ def _check_limit(limit: list[str] | None, names: list[str]) -> list[str] | None:
             out.append(n)
     if not out:
         raise UsageError(f"--limit {','.join(limit)!r} names no host", where="--limit",
-                         fix=f"name hosts (--limit {','.join(names[:2])}), or leave --limit out for every host")
+                         fix=by_door(f"name hosts (--limit {','.join(names[:2])}), or leave --limit out for every "
+                                     "host", f"name hosts (limit={names[:2]!r}), or leave limit out for every host"))
     return out
 
 
@@ -333,7 +334,7 @@ def apply(testbed: str | Resolved, *, profile: str | None = None, suite: str | N
     tb = testbed if isinstance(testbed, Resolved) else Resolved.open(testbed, need_spec=False)
     if not tb.hosts:
         raise UsageError(f"testbed '{tb.name}' has no hosts", where="state",
-                         fix=f"provision it first: testbed provision {tb.name}")
+                         fix=f"provision it first: {provision_fix(tb.name)}")
     prep = prepare(tb, profile=profile, suite=suite, roles=roles, extra_vars=extra_vars, only=only)
     names = [h.name for h in tb.hosts]
     lim = _check_limit(limit, names)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed import paths
-from testbed.errors import TestbedError, UsageError
+from testbed.errors import TestbedError, UsageError, by_door
 from testbed.setup.events import FINISHED_TASK
 
 if TYPE_CHECKING:
@@ -468,8 +468,11 @@ def _resolve_plan(*, profile: str | None, suite: str | None, roles: list[str] | 
                   default_profile: str | None) -> SetupPlan:
     chosen = [x for x in (profile, suite, roles) if x]
     if len(chosen) > 1:
-        raise UsageError("choose one of --profile, --suite and --role", where="command line",
-                         fix="--profile P, or --suite S, or one or more --role R")
+        raise UsageError(by_door("choose one of --profile, --suite and --role",
+                                 "choose one of profile, suite and roles"),
+                         where=by_door("command line", "setup"),
+                         fix=by_door("--profile P, or --suite S, or one or more --role R",
+                                     "setup('P'), setup(suite='S') or setup(roles=['R', ...])"))
     if roles:
         for i, r in enumerate(roles):
             _check_role(r, "--role")

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from testbed import remote
-from testbed.errors import TestbedError
+from testbed.errors import TestbedError, by_door
 
 if TYPE_CHECKING:
     from testbed.providers.base import Progress
@@ -71,7 +71,8 @@ def repair(tb: Resolved, host: str, *, setup: bool = True, profile: str | None =
                            + (f": {res.error}" if res.error else "")
                            + (f" (not set up, no answer: {', '.join(out.setup_left_out)})"
                               if out.setup_left_out else ""), where=res.artifact_dir or tb.name,
-                           fix=f"see 'testbed setup {tb.name} --limit {host}' for the failing task, fix it, "
-                               "and run it again")
+                           fix=by_door(f"see 'testbed setup {tb.name} --limit {host}' for the failing task, fix it, "
+                                       "and run it again", f"see setup(limit=[{host!r}]) for the failing task, fix "
+                                       "it, and run it again"))
     return out
 

@@ -10,6 +10,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from testbed import paths
 from testbed.errors import TestbedError, UsageError, require_extra
 from testbed.providers.base import Progress
 from testbed.providers.gcp_tpu.errors import ADC_FIX, api_error, is_api_error, is_not_found
@@ -135,7 +136,8 @@ class Cloud:
         raise UsageError(f"no GCP project for the TPU testbed: provider.project is not set and neither "
                          f"{PROJECT_ENV} nor Application Default Credentials name one",
                          where=f"{self.source}: provider.project",
-                         fix=f"export {PROJECT_ENV}=<project id>, or set provider.project in {self.source}, or "
+                         fix=f"export {PROJECT_ENV}=<project id>, or "
+                             f"{paths.edit_hint(self.source, 'set provider.project')}, or "
                              "'gcloud config set project <id>' before 'gcloud auth application-default login'")
 
     def client(self) -> Any:

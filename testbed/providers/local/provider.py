@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed import paths, remote
-from testbed.errors import TestbedError
+from testbed.errors import TestbedError, provision_fix
 from testbed.hosts import Host
 from testbed.providers.base import Capability, Made, Provider
 from testbed.providers.local.settings import LocalSettings
@@ -238,7 +238,9 @@ class LocalProvider(Provider):
                 raise TestbedError(
                     f"the local testbed's subnet {net} clashes with route {dst} on {dev}",
                     where=f"{self.spec.source or 'inventories/' + self.name + '.yml'}: provider.subnet",
-                    fix="pick a free private subnet (e.g. 10.214.0.0/24) for provider.subnet", code=2)
+                    fix=paths.edit_hint(self.spec.source or f"inventories/{self.name}.yml",
+                                        "set provider.subnet to a free private subnet (e.g. 10.214.0.0/24)"),
+                    code=2)
 
     def _alive(self, sl: HostSlot) -> bool:
         try:
@@ -275,7 +277,9 @@ class LocalProvider(Provider):
         if shell and not os.access(shell, os.X_OK):
             raise TestbedError(f"the login shell {shell} the spec declares is not installed on this machine",
                                where=f"{self.spec.source or self.name}: hardware.login_shell",
-                               fix=f"install it (apt-get install {Path(shell).name}) or change hardware.login_shell",
+                               fix=f"install it (apt-get install {Path(shell).name}), or "
+                                   + paths.edit_hint(self.spec.source or f"inventories/{self.name}.yml",
+                                                     "change hardware.login_shell"),
                                code=2)
         home = str(paths.state_home())
         if "," in home or ":" in home:  # the overlay mount's options: comma-separated, ':' between lower layers
@@ -486,7 +490,7 @@ class LocalProvider(Provider):
         pid = self._init_pid(sl)
         if pid is None:
             raise TestbedError(f"local host {host} is not running", where=f"testbed {self.name}",
-                               fix=f"testbed provision {self.name}")
+                               fix=provision_fix(self.name))
         return subprocess.run(["nsenter", "-t", str(pid), "-m", "-u", "-n", "-p", "-r", "-w", "/bin/sh", "-c",
                                script], capture_output=True, text=True, timeout=timeout, check=False)
 

@@ -75,7 +75,9 @@ def report(run: RunDir, rep: Report) -> None:
         series[f"attempt {attempt}" + (f" (mean of {plural(len(ranks), 'rank')})" if len(ranks) > 1 else "")] = (xs, ys)
     rep.figure("loss", plotting.lines(series, xlabel="global step", ylabel="loss", vlines=marks,
                                       title="Loss with failure and restart"),
-               "Loss over global step; dashed lines: failure (red) and restart (green).", key=True)
+               "Loss over global step, one solid line per attempt; "
+               + (f"vertical lines: {plotting.vline_key(marks)}." if marks else "no fault or restart was logged."),
+               key=True)
 
     _checks(logged, rep)
 
