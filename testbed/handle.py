@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from testbed.collect import CollectResult
     from testbed.providers.base import Progress
-    from testbed.records import RunEvent, RunRecord
+    from testbed.records import CampaignRecord, RunEvent, RunRecord
     from testbed.remote import HostResult
     from testbed.report.build import ReportResult
     from testbed.report.campaign import IndexResult
@@ -169,6 +169,40 @@ class Testbed(Resolved):
         for the suite's default faults, [] for none. ``sources``: name -> path or URL[@ref] (``--source``)."""
         run = self._start(suite, params, faults=faults, setup=setup, sources=sources)
         return run if detach else run.wait(timeout, warn=warn)
+
+    def run_matrix(self, suite: str, params: dict[str, Any] | None = None, *, faults: list[str] | None = None,
+                   budget: str | None = None, setup: bool = True, sources: dict[str, str] | None = None,
+                   detach: bool = False, warn: bool = False) -> CampaignRecord:
+        """Run every point of the suite's matrix as one campaign (as ``testbed run SUITE --on NAME --matrix``):
+        ``params`` filter the points; ``budget`` (``"40h"``, ``"500 SU"``, ``"$120"``) starts no point whose
+        estimate would pass it, leaving the campaign ``paused`` (the same call resumes it, nothing repeated). A
+        point that does not succeed raises :class:`RunFailed` (its ``run``) unless ``warn``; ``detach=True``
+        returns once it is started, driven by a process of its own. The campaign's record either way."""
+        from testbed import estimate, services
+        from testbed.records import ENDED
+
+        bud = None
+        if budget is not None:
+            try:
+                bud = estimate.parse_budget(budget)
+            except ValueError as e:
+                raise UsageError(str(e), where="budget", fix=f"write {estimate.BUDGET_RULE}") from None
+        started = services.start_campaign(self, suite, params, faults=faults, sources=sources, budget=bud,
+                                          with_setup=setup)
+        if detach:
+            services.detach_campaign(started.campaign_id)
+            row = self.store.campaign(started.campaign_id)
+        else:
+            row = services.drive_campaign(started.campaign_id, store=self.store)
+        assert row is not None  # recorded by start_campaign
+        bad = [p for p in row.points if p.status in ENDED and p.status != "succeeded"]
+        if bad and not warn:
+            first = bad[0]
+            raise RunFailed(f"campaign {row.id}: {plural(len(bad), 'point')} did not succeed (first: "
+                            f"{first.run_id or '-'} {first.status})",
+                            run=Run(first.run_id, self.store) if first.run_id else None, where=f"campaign {row.id}",
+                            fix="e.run.logs() shows the first one's logs; warn=True returns the record instead")
+        return row
 
     def _start(self, suite: str, params: dict[str, Any] | None, *, faults: list[str] | None, setup: bool,
                sources: dict[str, str] | None) -> Run:

@@ -18,12 +18,13 @@ from testbed import deadman, remote
 from testbed.errors import HostsFailed, TestbedError, UsageError, by_door, provision_fix
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from testbed.collect import CollectResult
+    from testbed.estimate import Budget
     from testbed.hosts import Host
     from testbed.providers.base import Progress
-    from testbed.records import RunPlan
+    from testbed.records import CampaignRecord, RunPlan
     from testbed.remote import HostResult
     from testbed.report.build import ReportResult
     from testbed.report.campaign import IndexResult
@@ -33,8 +34,9 @@ if TYPE_CHECKING:
     from testbed.state import Store
     from testbed.suite import Suite
 
-__all__ = ["Extended", "Provisioned", "Repair", "SetupDone", "Started", "collect", "destroy", "disarm", "exec_",
-           "extend", "provision", "repair", "report", "setup", "start", "stop", "wait"]
+__all__ = ["CampaignStarted", "Extended", "Provisioned", "Repair", "SetupDone", "Started", "collect", "destroy",
+           "detach_campaign", "disarm", "drive_campaign", "exec_", "extend", "provision", "repair", "report", "setup",
+           "start", "start_campaign", "stop", "wait"]
 
 
 def __getattr__(name: str) -> Any:
@@ -302,6 +304,66 @@ def start(tb: Resolved, suite: str | Suite, params: dict[str, Any] | None = None
     done = suite_setup(tb, s, p, on_event) if with_setup and s.profile else None
     runner.start_run(p, store=tb.store)  # records the run and refreshes the idle clock
     return Started(p, done)
+
+
+@dataclass
+class CampaignStarted:
+    """A campaign created (or found again, to resume): its id, its points, the set-up applied first, and its
+    budget in seconds of the testbed (None: no budget)."""
+
+    campaign_id: str
+    suite: str
+    testbed: str
+    points: list[dict[str, Any]]
+    setup: SetupResult | None = None
+    budget: Budget | None = None
+    budget_seconds: float | None = None
+
+
+def start_campaign(tb: Resolved, suite: str | Suite, given: dict[str, Any] | None = None, *,
+                   faults: list[str] | None = None, sources: dict[str, str] | None = None,
+                   budget: Budget | None = None, with_setup: bool = True,
+                   on_event: EventHandler | None = None) -> CampaignStarted:
+    """Every point of the suite's matrix (``given`` filters them) as one campaign on ``tb``: the first point
+    planned (checking its overrides before any host), the budget read against every estimate, the suite's profile
+    applied with the roles any point needs (unless ``with_setup`` is False), then the campaign recorded (one of the
+    same points found unfinished is resumed). :func:`drive_campaign` runs it."""
+    from testbed.run import campaign
+    from testbed.suite import expand_matrix, load_suite
+
+    s = load_suite(suite) if isinstance(suite, str) else suite
+    points = expand_matrix(s, dict(given or {}))
+    first = plan(s, tb.name, points[0], faults=faults, sources=sources, store=tb.store)
+    limit = campaign.Limit(s.name, tb.name, points, budget, tb.store) if budget else None  # every estimate
+    # a suite whose points need different roles of its profile (setup_roles): the roles any point needs
+    more = [plan(s, tb.name, p, faults=faults, dry_run=True, sources=sources, store=tb.store) for p in points[1:]] \
+        if s.setup_roles else []
+    done = suite_setup(tb, s, first, on_event, more) if with_setup and s.profile else None
+    cid = campaign.create_or_resume(s.name, tb.name, points, faults, sources, store=tb.store, budget=budget)
+    return CampaignStarted(cid, s.name, tb.name, points, done, budget, limit.seconds if limit else None)
+
+
+def drive_campaign(campaign_id: str, *, progress: Callable[[str], None] | None = None,
+                   store: Store | None = None) -> CampaignRecord:
+    """Run the campaign's points one after the other until each ended or its budget is spent (then it is left
+    ``paused``: start it again to resume); its record at the end. ``progress``: one line per step."""
+    from testbed.run import campaign
+
+    return campaign.drive(campaign_id, progress=progress or (lambda _: None), store=store)
+
+
+def detach_campaign(campaign_id: str) -> Path:
+    """Drive the campaign in a process of its own that outlives this one; the file its output goes to."""
+    import subprocess
+    import sys
+
+    from testbed.run import state as run_state
+
+    out = run_state.run_home(campaign_id) / "campaign.out"
+    with open(out, "ab") as log:
+        subprocess.Popen([sys.executable, "-m", "testbed.run.campaign", campaign_id], stdin=subprocess.DEVNULL,
+                         stdout=log, stderr=log, start_new_session=True, close_fds=True)
+    return out
 
 
 def suite_setup(tb: Resolved, s: Suite, p: RunPlan, on_event: EventHandler | None = None,

@@ -316,3 +316,20 @@ def test_a_dry_run_with_no_testbed_shows_a_placeholder_never_a_testbed_named_dry
     setup = [ln["command"] for ln in dry_run_lines(p) if ln["phase"] == "setup"]
     assert setup and all(c == "testbed setup TESTBED --profile local-suites" for c in setup), setup
     assert "dry-run" not in " ".join(str(ln) for ln in dry_run_lines(p))
+
+
+def test_the_python_api_runs_a_matrix_with_a_budget_and_resumes_it(bed) -> None:  # type: ignore[no-untyped-def]
+    """tb.run_matrix is the CLI's `run --matrix --budget` through the same services: paused by its budget after
+    the point that fits, then resumed by the same call with room for the rest, nothing repeated."""
+    import testbed
+    from testbed.errors import UsageError
+
+    tb = testbed.open(bed.name)
+    with pytest.raises(UsageError, match="'40' is not a budget"):
+        tb.run_matrix("paced", {"host_count": 2}, budget="40")
+    row = tb.run_matrix("paced", {"host_count": 2}, budget="0.3 SU")
+    assert row.status == "paused" and [p.status for p in row.points] == ["succeeded", "todo", "todo"], row
+    assert [p.params["host_count"] for p in row.points] == [2, 2, 2]
+    again = tb.run_matrix("paced", {"host_count": 2}, budget="2 SU")
+    assert again.id == row.id and again.status == "succeeded"
+    assert [p.status for p in again.points] == ["succeeded"] * 3 and again.points[0].run_id == row.points[0].run_id

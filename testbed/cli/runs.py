@@ -245,13 +245,10 @@ def _show_dry_run(plan: RunPlan, json_out: bool) -> None:
 def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, detach: bool, dry_run: bool,
               no_setup: bool, collect: bool, json_out: bool, src: dict[str, str] | None = None,
               budget: Any = None) -> None:
-    import subprocess
-    import sys
-
     from testbed import services
     from testbed import suite as suite_mod
     from testbed.expiry import span
-    from testbed.run import campaign, runner
+    from testbed.run import runner
 
     points = suite_mod.expand_matrix(s, given)
     st = existing_store() if dry_run else store()
@@ -266,31 +263,23 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
             for p in plans:
                 _show_dry_run(p, False)
         return _warn_refused(plans[0]) if plans else None
-    # checks the overrides before any host
-    first = runner.plan_run(s, tb, points[0], faults=faults, sources=src, store=st)
-    limit = campaign.Limit(s.name, tb, points, budget, st) if budget else None  # its unit, every estimate
     target = Resolved.open(tb, st)
-    # a suite whose points need different roles of its profile (setup_roles): the roles any point needs
-    more = [runner.plan_run(s, tb, p, faults=faults, dry_run=True, sources=src, store=st) for p in points[1:]] \
-        if s.setup_roles else []
-    _with_setup_view(target, s, no_setup, lambda on_event: services.suite_setup(target, s, first, on_event, more))
-    cid = campaign.create_or_resume(s.name, tb, points, faults, src, store=st, budget=budget)
+    started = _with_setup_view(target, s, no_setup, lambda on_event: services.start_campaign(
+        target, s, given, faults=faults, sources=src, budget=budget, with_setup=not no_setup, on_event=on_event))
+    cid = started.campaign_id
     c = console(stderr=True)
     c.print(f"campaign [bold]{cid}[/bold]: {plural(len(points), 'run')} of {s.name} on {tb}"
-            + (f"; budget {escape(budget.given)} ({span(limit.seconds)} of this testbed)" if limit else ""))
+            + (f"; budget {escape(budget.given)} ({span(started.budget_seconds)} of this testbed)"
+               if budget and started.budget_seconds is not None else ""))
     if detach:
-        from testbed.run import state as run_state
-
-        log = open(run_state.run_home(cid) / "campaign.out", "ab")  # noqa: SIM115
-        subprocess.Popen([sys.executable, "-m", "testbed.run.campaign", cid], stdin=subprocess.DEVNULL, stdout=log,
-                         stderr=log, start_new_session=True, close_fds=True)
+        services.detach_campaign(cid)
         if json_out:
             print_json({"campaign": cid, "status": "running", "points": len(points)})
         else:
             c.print(f"detached: testbed list runs; rerun the same command to follow or resume {cid}")
         return
     try:
-        row = campaign.drive(cid, progress=lambda line: c.print(line), store=st)
+        row = services.drive_campaign(cid, progress=lambda line: c.print(line), store=st)
     except KeyboardInterrupt:
         c.print(f"[yellow]detached[/yellow]: started runs go on; rerun the same command to resume {cid}")
         raise typer.Exit(130) from None
