@@ -75,7 +75,8 @@ class Reference(_Strict):
     tolerance: Tolerance = Field(description="how far ours may be from it, and why")
     source: str = Field(min_length=1, description="the committed output file at the pinned commit, or the "
                                                   "paper's figure or table, or the README's words")
-    hardware: dict[str, Scalar] | None = Field(None, description="overrides the section's hardware")
+    hardware: dict[str, Scalar] | None = Field(None, description="overrides the section's hardware",
+                                                json_schema_extra={"example": "hardware: {gpu: A100}"})
 
     _hw = field_validator("hardware")(classmethod(lambda cls, v: _hardware(v) if v is not None else v))
 

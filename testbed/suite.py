@@ -91,7 +91,8 @@ class Param(Strict):
     min: float | None = Field(None, description="smallest allowed value (int and float parameters)")
     max: float | None = Field(None, description="largest allowed value (int and float parameters)")
     help: str = Field("", description="what it means: shown by testbed show and in a missing parameter's error")
-    required: bool = Field(False, description="a run without -p for it (and no default) is refused")
+    required: bool = Field(False, description="a run without -p for it (and no default) is refused",
+                           json_schema_extra={"example": 'dataset: {type: str, required: true}'})
 
 
 class Requires(Strict):
@@ -132,7 +133,8 @@ class Step(Strict):
                                         "command with attempt+1; a string: that command)")
     repair: bool = Field(False, description="recovery only: bring back every host of the run that does not answer "
                                             "(provision --repair), set it up again, and upload the run to it")
-    setup: bool = Field(True, description="repair only: apply the run's profile to a repaired host")
+    setup: bool = Field(True, description="repair only: apply the run's profile to a repaired host",
+                        json_schema_extra={"example": '{repair: true, setup: false}'})
     attempts: int = Field(2, ge=1, le=100, description="repair only: how many host repairs the run may make")
     timeout: float | None = Field(None, gt=0, le=MAX_WAIT, description="seconds it may take on a host; default: "
                                   "timeouts.prepare (timeouts.post for a post step)")
@@ -157,7 +159,8 @@ class Checkpoint(Strict):
 
     file: str = Field(description="the checkpoint file, relative to the run folder (or ~/ or absolute)")
     on: str = Field("master", description="the host(s) that hold it: master, all, a group, a host or rank:K")
-    rank: int = Field(0, ge=0, description="the rank whose log the patterns below read")
+    rank: int = Field(0, ge=0, description="the rank whose log the patterns below read",
+                      json_schema_extra={"example": 'rank: 0'})
     saved: str | None = Field(None, description="regex of the log line written with a checkpoint; group 1: its step")
     progress: str | None = Field(None, description="regex of the log line of each step; group 1: the global step")
 
@@ -181,7 +184,8 @@ class Launch(Strict):
     on: str = Field("all", description="the hosts that start ranks: all, master, workers, a group, a host name or "
                     "rank:K (comma-separated)")
     ranks_per_host: int = Field(1, ge=1, le=256, description="ranks started on each of those hosts (local_rank 0 "
-                                "to this - 1)")
+                                "to this - 1)",
+                                json_schema_extra={"example": 'ranks_per_host: 4'})
     command: str = Field(description="each rank's shell command (a template rendered per rank; values "
                          "shell-quoted), started detached in the run folder")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables of each rank; values are "
@@ -212,8 +216,10 @@ class Steps(Strict):
 class Placement(Strict):
     hosts: int | str | None = Field(None, description="how many hosts the run uses (template allowed); "
                                     "default: all")
-    master: str | None = Field(None, description="host name or group holding rank 0; default: group 'master'")
-    slots: int = Field(1, ge=1, description="slots per host in the rendered MPI hostfile")
+    master: str | None = Field(None, description="host name or group holding rank 0; default: group 'master'",
+                               json_schema_extra={"example": 'master: node0'})
+    slots: int = Field(1, ge=1, description="slots per host in the rendered MPI hostfile",
+                       json_schema_extra={"example": 'slots: 8'})
 
     _master = field_validator("master")(classmethod(lambda cls, v: _selector(v)))
 
@@ -224,7 +230,8 @@ class Timeouts(Strict):
     run: float = Field(3600, gt=0, le=MAX_WAIT, description="seconds from the first launch until every rank ended, "
                                                "recoveries included; then the run is stopped: timed-out")
     post: float = Field(600, gt=0, le=MAX_WAIT, description="seconds each post step may take, unless it sets "
-                        "its own timeout")
+                        "its own timeout",
+                        json_schema_extra={"example": 'timeouts: {post: 1200}'})
     grace: float = Field(10, ge=0, le=MAX_WAIT, description="after one rank fails, how long the others get to end")
     unreachable: float = Field(8, gt=0, le=MAX_WAIT, allow_inf_nan=False, description="seconds over which a host "
                                "must be found "
@@ -232,7 +239,8 @@ class Timeouts(Strict):
                                "probes spaced over them, before the run judges it lost and may repair it; a probe "
                                "that times out finds the host slow, never lost (the testbed's lost_after raises it)")
     probes: int = Field(3, ge=2, le=20, description="how many probes in a row, spaced over 'unreachable' seconds, "
-                                                    "must each find a host lost before it is judged lost")
+                                                    "must each find a host lost before it is judged lost",
+                        json_schema_extra={"example": 'timeouts: {unreachable: 30, probes: 5}'})
     poll: float = Field(1.0, gt=0, le=30, description="seconds between two polls of the ranks (their exit codes "
                         "and the log lines faults and progress wait for)")
 
@@ -250,7 +258,8 @@ class Fault(Strict):
                                 "template; values shell-quoted)")
     restore: str | None = Field(None, description="command that undoes it (run before recovery)")
     rank: int | str | None = Field(None, description="target rank (template allowed)")
-    host: str | None = Field(None, description="target host (name, group or template); default: the rank's")
+    host: str | None = Field(None, description="target host (name, group or template); default: the rank's",
+                             json_schema_extra={"example": 'host: workers'})
     at: float | None = Field(None, ge=0, le=MAX_WAIT, description="seconds after launch")
     when: str | None = Field(None, description="regular expression matched against the watched rank's log")
     watch_rank: int | None = Field(None, description="rank whose log 'when' watches; default: the target rank")
@@ -373,7 +382,8 @@ class Suite(Strict):
         "parameters ('2m + 40s * epochs'); or one such per value of a parameter ({by, cases, other})")
     progress: str | None = Field(None, description="regex of the log lines worth showing while the run goes on: each "
                                  "rank's last match is shown under the live status line (default: the checkpoint's "
-                                 "progress pattern, else each rank's last line)")
+                                 "progress pattern, else each rank's last line)",
+                                 json_schema_extra={"example": 'progress: "epoch [0-9]+ step [0-9]+"'})
     references: References | None = Field(None, description="the artifact's published numbers, their sources and "
                                            "tolerances: the verdicts a report opens with (testbed.references)")
     source: str | None = Field(None, exclude=True)
