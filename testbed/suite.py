@@ -134,7 +134,7 @@ class Step(Strict):
     repair: bool = Field(False, description="recovery only: bring back every host of the run that does not answer "
                                             "(provision --repair), set it up again, and upload the run to it")
     setup: bool = Field(True, description="repair only: apply the run's profile to a repaired host",
-                        json_schema_extra={"example": '{repair: true, setup: false}'})
+                        json_schema_extra={"example": '- {name: repair, repair: true, setup: false}'})
     attempts: int = Field(2, ge=1, le=100, description="repair only: how many host repairs the run may make")
     timeout: float | None = Field(None, gt=0, le=MAX_WAIT, description="seconds it may take on a host; default: "
                                   "timeouts.prepare (timeouts.post for a post step)")

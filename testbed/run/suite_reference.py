@@ -133,7 +133,8 @@ def type_text(ann: Any, templated: bool = False) -> str:
         sep = ", or " if any(" " in x for x in parts) else " or "
         return ", ".join(parts[:-1]) + sep + parts[-1] if len(parts) > 1 else parts[0]
     if origin is list:
-        return f"list of {type_text(args[0], templated)}"
+        inner = type_text(args[0], templated)
+        return f"list, each {inner}" if get_origin(args[0]) is Literal else f"list of {inner}"
     if origin is dict:
         return f"mapping of {type_text(args[0])} to {type_text(args[1], templated)}"
     if ann is str and templated:
