@@ -63,17 +63,20 @@ class Reference(_Strict):
 
     metric: str = Field(min_length=1, description="what the verdict table calls it")
     table: str = Field(min_length=1, description="the report table (its CSV's stem) holding our value")
-    column: str = Field(min_length=1)
+    column: str = Field(min_length=1, description="the table's column holding our value")
     where: dict[str, Scalar] = Field(default_factory=dict, description="the row(s): column -> cell value")
-    value: Scalar
-    compare: Literal["equal", "at-most", "at-least"] = "equal"
+    value: Scalar = Field(description="the published number (or string, with exact: true)")
+    compare: Literal["equal", "at-most", "at-least"] = Field("equal", description="equal: ours within the "
+                                                             "tolerance of it; at-most, at-least: a bound ours "
+                                                             "must keep, widened by the tolerance")
     reduce: Literal["mean", "min", "max", "sum", "count"] | None = Field(
         None, description="how the matching rows make one number; default: mean (equal), max (at-most), min "
         "(at-least); count: how many rows match")
-    tolerance: Tolerance
+    tolerance: Tolerance = Field(description="how far ours may be from it, and why")
     source: str = Field(min_length=1, description="the committed output file at the pinned commit, or the "
                                                   "paper's figure or table, or the README's words")
-    hardware: dict[str, Scalar] | None = Field(None, description="overrides the section's hardware")
+    hardware: dict[str, Scalar] | None = Field(None, description="overrides the section's hardware",
+                                                json_schema_extra={"example": "hardware: {gpu: A100}"})
 
     _hw = field_validator("hardware")(classmethod(lambda cls, v: _hardware(v) if v is not None else v))
 
@@ -104,7 +107,7 @@ class References(_Strict):
 
     hardware: dict[str, Scalar] = Field(default_factory=dict, description="what the published numbers were "
                                         "measured on: gpu (model), cpus (cores per host), tpu (type)")
-    metrics: list[Reference] = Field(min_length=1)
+    metrics: list[Reference] = Field(min_length=1, description="the published numbers, each a verdict")
 
     _hw = field_validator("hardware")(classmethod(lambda cls, v: _hardware(v)))
 

@@ -83,13 +83,16 @@ def _selector(v: str | None) -> str | None:
 class Param(Strict):
     """One parameter: ``-p name=value`` on the command line, ``{{ name }}`` in templates."""
 
-    type: Literal["str", "int", "float", "bool"] = "str"
-    default: Any = None
-    choices: list[Any] | None = None
+    type: Literal["str", "int", "float", "bool"] = Field("str", description="what a value is converted to and "
+                                                         "checked as (-p values arrive as text)")
+    default: Any = Field(None, description="the value when -p gives none; a string default may be a template "
+                         "(rendered before the hosts are known)")
+    choices: list[Any] | None = Field(None, description="the only values allowed")
     min: float | None = Field(None, description="smallest allowed value (int and float parameters)")
     max: float | None = Field(None, description="largest allowed value (int and float parameters)")
-    help: str = ""
-    required: bool = False
+    help: str = Field("", description="what it means: shown by testbed show and in a missing parameter's error")
+    required: bool = Field(False, description="a run without -p for it (and no default) is refused",
+                           json_schema_extra={"example": 'dataset: {type: str, required: true}'})
 
 
 class Requires(Strict):
@@ -101,11 +104,13 @@ class Requires(Strict):
 class Source(Strict):
     """A repository cloned (or updated) on every host of the run before the prepare steps."""
 
-    name: str = Field(pattern=PARAM_RE)
-    repo: str
-    ref: str | None = None
+    name: str = Field(pattern=PARAM_RE, description="what --source NAME=PATH|URL[@REF] and the spec's sources: "
+                      "call it, and the manifest records it by")
+    repo: str = Field(description="the git URL cloned on the hosts")
+    ref: str | None = Field(None, description="the branch, tag or commit checked out; default: the remote's HEAD")
     path: str = Field(description="where it lives on the host, e.g. ~/open-jitc")
-    submodules: bool = False
+    submodules: bool = Field(False, description="also check out its submodules, recursively (GitHub's ssh URLs "
+                             "fetched over https)")
     edits: list[str] = Field(default_factory=list, description="tracked files of the checkout (globs relative to "
                              "it) that the suite's steps change on purpose; testbed rehearse fails a run that "
                              "changes any other")
@@ -122,15 +127,19 @@ class Step(Strict):
 
     name: str | None = Field(None, min_length=1, description="its log is kept by this name")
     on: str = Field("all", description="all, master, workers, a group, a host name or rank:K")
-    run: str | None = None
+    run: str | None = Field(None, description="the shell command (a template; its values shell-quoted), run in the "
+                            "run folder on each selected host")
     relaunch: bool | str | None = Field(None, description="recovery only: restart every rank (true: the launch "
                                         "command with attempt+1; a string: that command)")
     repair: bool = Field(False, description="recovery only: bring back every host of the run that does not answer "
                                             "(provision --repair), set it up again, and upload the run to it")
-    setup: bool = Field(True, description="repair only: apply the run's profile to a repaired host")
+    setup: bool = Field(True, description="repair only: apply the run's profile to a repaired host",
+                        json_schema_extra={"example": '- {name: repair, repair: true, setup: false}'})
     attempts: int = Field(2, ge=1, le=100, description="repair only: how many host repairs the run may make")
-    timeout: float | None = Field(None, gt=0, le=MAX_WAIT)
-    cwd: str | None = None
+    timeout: float | None = Field(None, gt=0, le=MAX_WAIT, description="seconds it may take on a host; default: "
+                                  "timeouts.prepare (timeouts.post for a post step)")
+    cwd: str | None = Field(None, description="folder to cd into first (a template), relative to the run folder, "
+                            "~/ or absolute")
     per: Literal["host", "home"] = Field("host", description="home: the step writes only under ~/ and runs once per "
                                          "home folder (on the first of its hosts when the testbed's home is shared)")
     needs: list[Need] = Field(default_factory=list, description="what the step needs beyond a CPU host (gpu, tpu, "
@@ -150,7 +159,8 @@ class Checkpoint(Strict):
 
     file: str = Field(description="the checkpoint file, relative to the run folder (or ~/ or absolute)")
     on: str = Field("master", description="the host(s) that hold it: master, all, a group, a host or rank:K")
-    rank: int = Field(0, ge=0, description="the rank whose log the patterns below read")
+    rank: int = Field(0, ge=0, description="the rank whose log the patterns below read",
+                      json_schema_extra={"example": 'rank: 0'})
     saved: str | None = Field(None, description="regex of the log line written with a checkpoint; group 1: its step")
     progress: str | None = Field(None, description="regex of the log line of each step; group 1: the global step")
 
@@ -171,11 +181,17 @@ class Checkpoint(Strict):
 class Launch(Strict):
     """The run itself: ``command`` per rank on ``on`` hosts (or one launcher such as mpirun on the master)."""
 
-    on: str = "all"
-    ranks_per_host: int = Field(1, ge=1, le=256)
-    command: str
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = None
+    on: str = Field("all", description="the hosts that start ranks: all, master, workers, a group, a host name or "
+                    "rank:K (comma-separated)")
+    ranks_per_host: int = Field(1, ge=1, le=256, description="ranks started on each of those hosts (local_rank 0 "
+                                "to this - 1)",
+                                json_schema_extra={"example": 'ranks_per_host: 4'})
+    command: str = Field(description="each rank's shell command (a template rendered per rank; values "
+                         "shell-quoted), started detached in the run folder")
+    env: dict[str, str] = Field(default_factory=dict, description="environment variables of each rank; values are "
+                                "templates rendered per rank (not shell-quoted: exported quoted)")
+    cwd: str | None = Field(None, description="folder each rank starts in (a template), relative to the run "
+                            "folder, ~/ or absolute")
     needs: list[Need] | None = Field(None, description="what the ranks need beyond a CPU host; default: the suite's "
                                      "requires.accelerator (gpu or tpu)")
     probe: list[str] = Field(default_factory=list, description="the programs (Python scripts, relative to the "
@@ -188,26 +204,34 @@ class Launch(Strict):
 
 
 class Steps(Strict):
-    prepare: list[Step] = Field(default_factory=list)
-    launch: Launch
-    recovery: list[Step] = Field(default_factory=list)
-    post: list[Step] = Field(default_factory=list)
+    prepare: list[Step] = Field(default_factory=list, description="steps run in order after the sources are "
+                                "checked out and before the launch")
+    launch: Launch = Field(description="the ranks")
+    recovery: list[Step] = Field(default_factory=list, description="steps run after a fault fires or a host is "
+                                 "lost, once per attempt: repair, then relaunch the ranks")
+    post: list[Step] = Field(default_factory=list, description="steps run after every rank ended, before the "
+                             "checks and the collect")
 
 
 class Placement(Strict):
     hosts: int | str | None = Field(None, description="how many hosts the run uses (template allowed); "
                                     "default: all")
-    master: str | None = Field(None, description="host name or group holding rank 0; default: group 'master'")
-    slots: int = Field(1, ge=1, description="slots per host in the rendered MPI hostfile")
+    master: str | None = Field(None, description="host name or group holding rank 0; default: group 'master'",
+                               json_schema_extra={"example": 'master: node0'})
+    slots: int = Field(1, ge=1, description="slots per host in the rendered MPI hostfile",
+                       json_schema_extra={"example": 'slots: 8'})
 
     _master = field_validator("master")(classmethod(lambda cls, v: _selector(v)))
 
 
 class Timeouts(Strict):
-    prepare: float = Field(1800, gt=0, le=MAX_WAIT)
+    prepare: float = Field(1800, gt=0, le=MAX_WAIT, description="seconds each source, prepare and recovery step "
+                           "(and a repair) may take, unless the step sets its own timeout")
     run: float = Field(3600, gt=0, le=MAX_WAIT, description="seconds from the first launch until every rank ended, "
                                                "recoveries included; then the run is stopped: timed-out")
-    post: float = Field(600, gt=0, le=MAX_WAIT)
+    post: float = Field(600, gt=0, le=MAX_WAIT, description="seconds each post step may take, unless it sets "
+                        "its own timeout",
+                        json_schema_extra={"example": 'timeouts: {post: 1200}'})
     grace: float = Field(10, ge=0, le=MAX_WAIT, description="after one rank fails, how long the others get to end")
     unreachable: float = Field(8, gt=0, le=MAX_WAIT, allow_inf_nan=False, description="seconds over which a host "
                                "must be found "
@@ -215,22 +239,27 @@ class Timeouts(Strict):
                                "probes spaced over them, before the run judges it lost and may repair it; a probe "
                                "that times out finds the host slow, never lost (the testbed's lost_after raises it)")
     probes: int = Field(3, ge=2, le=20, description="how many probes in a row, spaced over 'unreachable' seconds, "
-                                                    "must each find a host lost before it is judged lost")
-    poll: float = Field(1.0, gt=0, le=30)
+                                                    "must each find a host lost before it is judged lost",
+                        json_schema_extra={"example": 'timeouts: {unreachable: 30, probes: 5}'})
+    poll: float = Field(1.0, gt=0, le=30, description="seconds between two polls of the ranks (their exit codes "
+                        "and the log lines faults and progress wait for)")
 
 
 class Fault(Strict):
     """A fault fired during the run: at a time after launch or when a log line appears."""
 
-    description: str = ""
+    description: str = Field("", description="what it does, in words (testbed show lists it)")
     action: Literal["signal", "command", "kill-host", "cut-network", "in-workload"] = Field(
         description="in-workload: the workload injects it itself (a flag its command adds when the fault is in "
                     "{{ faults }}); firing only records the event")
-    signal: str = "SIGKILL"
-    command: str | None = None
+    signal: str = Field("SIGKILL", description="signal action: the signal sent to the target rank's process "
+                        "group (SIGKILL, SIGTERM, ...; the SIG may be left out)")
+    command: str | None = Field(None, description="command action: the shell command run on the target host (a "
+                                "template; values shell-quoted)")
     restore: str | None = Field(None, description="command that undoes it (run before recovery)")
     rank: int | str | None = Field(None, description="target rank (template allowed)")
-    host: str | None = Field(None, description="target host (name, group or template); default: the rank's")
+    host: str | None = Field(None, description="target host (name, group or template); default: the rank's",
+                             json_schema_extra={"example": 'host: workers'})
     at: float | None = Field(None, ge=0, le=MAX_WAIT, description="seconds after launch")
     when: str | None = Field(None, description="regular expression matched against the watched rank's log")
     watch_rank: int | None = Field(None, description="rank whose log 'when' watches; default: the target rank")
@@ -286,10 +315,11 @@ class Fault(Strict):
 class Check(Strict):
     """After the run: ``file`` (glob in the run dir) exists on the hosts and, optionally, matches a regex."""
 
-    name: str
-    file: str
-    contains: str | None = None
-    on: str = "all"
+    name: str = Field(description="what the run's events and logs call it (check <name>)")
+    file: str = Field(description="a glob relative to the run folder; at least one file must match on each host")
+    contains: str | None = Field(None, description="an extended regular expression (grep -E) some line of the "
+                                 "file(s) must match")
+    on: str = Field("all", description="the hosts checked: all, master, workers, a group, a host name or rank:K")
 
     _on = field_validator("on")(classmethod(lambda cls, v: _selector(v)))
 
@@ -297,40 +327,54 @@ class Check(Strict):
 class EstimateBy(Strict):
     """``estimate:`` per value of a parameter: ``cases`` maps its values to estimates; ``other`` the rest."""
 
-    by: str
-    cases: dict[str, str] = Field(min_length=1)
-    other: str | None = None
+    by: str = Field(description="the parameter whose value picks the estimate")
+    cases: dict[str, str] = Field(min_length=1, description="its values, each with an estimate (a duration, or a "
+                                  "sum of terms)")
+    other: str | None = Field(None, description="the estimate of every other value; none: those have no estimate")
 
 
 class Suite(Strict):
     """One suite: ``experiments/<name>.yml``."""
 
-    name: str = Field(pattern=SUITE_NAME_RE)
-    description: str = ""
+    name: str = Field(pattern=SUITE_NAME_RE, description="the suite's name: lower-case letters, digits and -; "
+                      "default: the file's name")
+    description: str = Field("", description="one line on what it runs (testbed list suites, testbed show)")
     testbed: str | None = Field(None, description="default --on")
-    requires: Requires = Field(default_factory=Requires)
-    profile: str | None = None
+    requires: Requires = Field(default_factory=Requires, description="what a testbed must have for the suite: "
+                               "checked at plan, before anything is rented")
+    profile: str | None = Field(None, description="the set-up profile (playbooks/profiles/<name>.yml) a run "
+                                "applies to its hosts first")
     setup_roles: str | None = Field(None, max_length=2000, description="the profile's roles a point needs, when it "
                                     "needs fewer than all: a template rendered per point to role names (spaces or "
                                     "commas); empty: the whole profile. Each is checked against the profile")
-    sources: list[Source] = Field(default_factory=list)
+    sources: list[Source] = Field(default_factory=list, description="git repositories checked out on the hosts "
+                                  "before the prepare steps")
     files: list[str] = Field(default_factory=list, description="files next to the suite copied into the run dir")
-    parameters: dict[str, Param] = Field(default_factory=dict)
-    matrix: dict[str, list[Any]] | list[dict[str, Any]] | None = None
+    parameters: dict[str, Param] = Field(default_factory=dict, description="the run's inputs by name (-p "
+                                         "name=value); each is a template variable of its name")
+    matrix: dict[str, list[Any]] | list[dict[str, Any]] | None = Field(
+        None, description="the campaign of --matrix: per parameter, its values (every combination), or a list of "
+        "points (each some parameters' values)")
     vars: dict[str, str] = Field(default_factory=dict, description="derived values (templates), in order")
-    placement: Placement = Field(default_factory=Placement)
-    env: dict[str, str] = Field(default_factory=dict)
-    steps: Steps
-    timeouts: Timeouts = Field(default_factory=Timeouts)
+    placement: Placement = Field(default_factory=Placement, description="which hosts the run uses and which one "
+                                 "holds rank 0")
+    env: dict[str, str] = Field(default_factory=dict, description="environment variables exported (as written, "
+                                "not templates) before every step and rank")
+    steps: Steps = Field(description="what runs where: prepare, launch, recovery, post")
+    timeouts: Timeouts = Field(default_factory=Timeouts, description="how long each phase may take, and how lost "
+                               "hosts are found")
     outputs: list[str] | dict[str, list[str]] = Field(
         default_factory=list, description="globs of files to collect: relative to the run folder, '~/'-relative "
         "or absolute; a list for every host, or a mapping of host selections (all, master, ...) to lists; a "
         "template is rendered per point (empty: none for that point)")
     environment: str | None = Field(None, description="the venv or conda env (its prefix, e.g. ~/vit_env) every "
                                     "step and rank runs in; a template (per host and rank)")
-    checks: list[Check] = Field(default_factory=list)
-    faults: dict[str, Fault] = Field(default_factory=dict)
-    default_faults: list[str] = Field(default_factory=list)
+    checks: list[Check] = Field(default_factory=list, description="after the post steps: files that must exist on "
+                                "the hosts, and lines they must hold; a failed check fails the run")
+    faults: dict[str, Fault] = Field(default_factory=dict, description="the faults a run may fire, by name "
+                                     "(--fault NAME, or a 'fault' parameter)")
+    default_faults: list[str] = Field(default_factory=list, description="the faults fired when neither --fault "
+                                      "nor a 'fault' parameter picks")
     checkpoint: Checkpoint | None = Field(None, description="where checkpoints live (what a recovery resumes from)")
     estimate: str | EstimateBy | None = Field(
         None, description="wall time of one run, for 'testbed plan' and 'run --budget' when no earlier run of the "
@@ -338,7 +382,8 @@ class Suite(Strict):
         "parameters ('2m + 40s * epochs'); or one such per value of a parameter ({by, cases, other})")
     progress: str | None = Field(None, description="regex of the log lines worth showing while the run goes on: each "
                                  "rank's last match is shown under the live status line (default: the checkpoint's "
-                                 "progress pattern, else each rank's last line)")
+                                 "progress pattern, else each rank's last line)",
+                                 json_schema_extra={"example": 'progress: "epoch [0-9]+ step [0-9]+"'})
     references: References | None = Field(None, description="the artifact's published numbers, their sources and "
                                            "tolerances: the verdicts a report opens with (testbed.references)")
     source: str | None = Field(None, exclude=True)

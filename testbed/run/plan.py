@@ -91,6 +91,21 @@ NO_TESTBED = "TESTBED"
 (``testbed setup TESTBED ...``), never a testbed's name."""
 
 
+TESTBED_CONTEXT: dict[str, str] = {
+    "name": "the testbed's name (TESTBED in a dry run with none)",
+    "provider": "its provider kind (local, lab, chameleon, gcp-tpu, slurm; none in a dry run with no spec)",
+    "subnet": "the hosts' subnet (0.0.0.0/0 when it is not known)",
+    "ssh_config": "the ssh_config file that reaches its hosts from the controller",
+    "hardware": "what its spec's hardware: says of every host: shared_home, interface, gpu_model, gpus, "
+                "login_shell, tools, sudo",
+    "spec_known": "whether the testbed's spec was read (a fault's needs are judged against its hardware only then)",
+    "hardware_of": "per host name, that host's hardware (only when the spec has hardware.hosts)",
+    "gpu_declared": "the hosts whose spec says for itself whether it has GPUs (only with hardware.hosts)",
+}
+"""``{{ testbed.* }}``: the keys of :attr:`TestbedInfo.context`, beside the spec's own ``vars:`` (by their
+names)."""
+
+
 def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: Store | None = None) -> TestbedInfo:
     """Hosts and template context of testbed ``name`` (state first; spec or placeholders for a dry run)."""
     from testbed import ssh
@@ -348,6 +363,39 @@ def _chosen_faults(suite: Suite, params: dict[str, Any], faults: list[str] | Non
     if faults is None and "fault" in suite.parameters and "fault" in params:  # a 'fault' parameter picks it
         faults = [] if params["fault"] in ("", "none", None) else [str(params["fault"])]
     return list(dict.fromkeys(suite.default_faults if faults is None else faults))
+
+
+TEMPLATE_VARIABLES: dict[str, str] = {
+    "params": "every parameter of the point by name, their template defaults rendered (``{{ params.epochs }}``; "
+              "each is also a name of its own)",
+    "testbed": "the testbed: its name, provider, subnet, ssh_config, hardware and its spec's vars (below)",
+    "suite": "the suite's name",
+    "run_id": "the run's id (``<suite>-<date>-<time>-<hex>``)",
+    "run_dir": "the run folder on the hosts (``~/.testbed-runs/<run id>``), where every step and rank starts; "
+               "never quoted",
+    "hostfile": "the MPI hostfile in the run folder (a line ``<host> slots=<placement.slots>`` per host)",
+    "attempt": "the launch attempt: 0 at the first launch, 1, 2, ... in a recovery's relaunch and steps",
+    "recovering": "true in a recovery's relaunch and steps (attempt > 0), else false",
+    "testbed_hosts": "how many hosts the testbed has (the run may use fewer: placement.hosts)",
+    "faults": "the names of the faults this run fires (--fault, a 'fault' parameter, or default_faults)",
+    "hosts": "the run's host names, rank 0's host first (not in parameter defaults or placement)",
+    "addresses": "the run's host addresses, in the order of 'hosts' (the hosts' own network)",
+    "num_hosts": "how many hosts the run uses",
+    "master": "the name of rank 0's host (placement.master)",
+    "master_addr": "the address of rank 0's host, as the hosts reach it (MASTER_ADDR)",
+    "world_size": "how many ranks the launch starts (its hosts x ranks_per_host; not in vars)",
+    "rank": "the rank's number, 0 to world_size - 1 (the launch's command, env and cwd; in a fault's "
+            "templates its target rank, or none)",
+    "local_rank": "the rank's number on its host, 0 to ranks_per_host - 1 (the launch only)",
+    "host": "the host the command runs on (a step's or rank's command; a fault's target host)",
+    "address": "that host's address",
+    "host_hardware": "that host's hardware, as testbed.hardware but the spec's hardware.hosts.<host> over it "
+                     "(a step's or rank's command)",
+}
+"""Every name testbed gives a suite's templates beside its parameters and vars, and what it holds: the base
+context of :func:`_scope` (what parameter defaults and placement see, then hosts, vars and world size), and per
+rank, step and fault (:func:`_ranks`, :func:`_run_step`, :func:`_fault_plan`). docs/suite-reference.md is
+generated from it (testbed.run.suite_reference)."""
 
 
 def _scope(suite: Suite, tb: TestbedInfo, params: dict[str, Any], rid: str, chosen: list[str],
