@@ -17,6 +17,7 @@ builds of the same repository. Everything is checked on the controller before an
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shlex
 import subprocess
@@ -74,8 +75,6 @@ def _is_url(s: str) -> bool:
 
 def _git(args: list[str], cwd: str | Path | None = None, *, env_extra: dict[str, str] | None = None,
          timeout: float = GIT_TIMEOUT) -> subprocess.CompletedProcess[str]:
-    import os
-
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env_extra or {})}
     try:
         return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
@@ -123,7 +122,7 @@ def _resolve_path(name: str, spec: str, path: Path, ref: str | None, where: str)
     is_repo = (top.returncode == 0 and Path(top.stdout.strip()).resolve() == path) or \
         (bare.returncode == 0 and bare.stdout.strip() == "true" and _git(["rev-parse", "--git-dir"], cwd=path)
          .stdout.strip() in (".", str(path)))
-    cache = paths.home() / "sources"
+    cache = paths.user_cache() / "bundles"  # keyed by commit: one per user, shared by every state home
     cache.mkdir(parents=True, exist_ok=True)
     dirty = False
     if is_repo:
@@ -157,7 +156,6 @@ def _resolve_path(name: str, spec: str, path: Path, ref: str | None, where: str)
 def _bundle_from_repo(repo: Path, commit: str, bundle: Path, name: str, spec: str, where: str) -> None:
     """A bundle holding ``commit`` of ``repo`` under BUNDLE_REF; the user's repository is left untouched
     (a scratch repository borrows its objects through ``objects/info/alternates``)."""
-    import os
     import tempfile
 
     from testbed import quoting
@@ -171,13 +169,14 @@ def _bundle_from_repo(repo: Path, commit: str, bundle: Path, name: str, spec: st
         _git(["init", "-q", "--bare", tmp])
         (Path(tmp) / "objects" / "info").mkdir(parents=True, exist_ok=True)
         (Path(tmp) / "objects" / "info" / "alternates").write_bytes(os.fsencode(objects) + b"\n")
-        for args in (["update-ref", BUNDLE_REF, commit], ["bundle", "create", str(bundle) + ".tmp", BUNDLE_REF]):
+        part = f"{bundle}.{os.getpid()}.tmp"  # one per process: two state homes may bundle one commit at once
+        for args in (["update-ref", BUNDLE_REF, commit], ["bundle", "create", part, BUNDLE_REF]):
             r = _git(args, cwd=tmp, timeout=600)
             if r.returncode != 0:
                 raise UsageError(f"source override {name}={spec}: cannot bundle {repo} at {commit[:12]} "
                                  f"({(r.stderr.strip().splitlines() or ['?'])[-1]})", where=where,
                                  fix="check the repository (git fsck), or give a plain folder")
-    Path(str(bundle) + ".tmp").replace(bundle)
+    Path(part).replace(bundle)
 
 
 def _bundle_from_folder(folder: Path, cache: Path, name: str, spec: str, where: str) -> tuple[str, Path]:
@@ -200,11 +199,12 @@ def _bundle_from_folder(folder: Path, cache: Path, name: str, spec: str, where: 
         bundle = cache / f"{name}-{commit[:16]}.bundle"
         if not bundle.is_file():
             _git(["update-ref", BUNDLE_REF, commit], cwd=folder, env_extra=env)
-            r = _git(["bundle", "create", str(bundle) + ".tmp", BUNDLE_REF], cwd=folder, env_extra=env, timeout=600)
+            part = f"{bundle}.{os.getpid()}.tmp"
+            r = _git(["bundle", "create", part, BUNDLE_REF], cwd=folder, env_extra=env, timeout=600)
             if r.returncode != 0:
                 raise UsageError(f"source override {name}={spec}: cannot bundle {folder} ({r.stderr.strip()})",
                                  where=where, fix="check free space under the state home")
-            Path(str(bundle) + ".tmp").replace(bundle)
+            Path(part).replace(bundle)
     return commit, bundle
 
 

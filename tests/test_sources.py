@@ -147,6 +147,7 @@ def test_a_source_comes_from_the_users_mirror_fetched_once_on_this_machine(tb_ho
     assert len(said) == 1 and "fetching" in said[0] and "once per user" in said[0]
     mirror = sources.mirror_path(url)
     assert mirror.is_relative_to(Path(os.environ["TESTBED_CACHE"])) and (mirror / "HEAD").is_file()
+    assert Path(o.bundle or "").parent == Path(os.environ["TESTBED_CACHE"]) / "bundles"  # once per user, by commit
     repo.rename(repo.with_name("gone"))  # the origin is unreachable now: the mirror still answers, without a fetch
     again = sources.from_mirror("x", url, "main", fetch=True, say=said.append)
     assert not isinstance(again, str) and again.commit != v1 and len(said) == 1
