@@ -7,6 +7,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from testbed.exitcodes import Exit
+
 # which front door the user came in by: "cli" (the testbed command) or "python" (testbed.open, a notebook); a fix
 # names what that user can type (a command and its flags, or a method and its arguments)
 _FRONT: ContextVar[str] = ContextVar("testbed_front_door", default="python")
@@ -17,7 +19,7 @@ class TestbedError(Exception):
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, what: str, *, where: str | None = None, fix: str | None = None, code: int = 1):
+    def __init__(self, what: str, *, where: str | None = None, fix: str | None = None, code: int = Exit.FAILED):
         super().__init__(what)
         self.what = what
         self.where = where
@@ -46,7 +48,7 @@ class UsageError(TestbedError):
     """Bad input from the user (exit code 2): refused before any host is touched."""
 
     def __init__(self, what: str, *, where: str | None = None, fix: str | None = None):
-        super().__init__(what, where=where, fix=fix, code=2)
+        super().__init__(what, where=where, fix=fix, code=Exit.USAGE)
 
 
 class HostsFailed(TestbedError):
@@ -65,7 +67,7 @@ class RunFailed(TestbedError):
     ``record``, ``logs()`` or to ``collect()``. The exit code is the CLI's for that outcome."""
 
     def __init__(self, what: str, *, run: Any = None, where: str | None = None, fix: str | None = None,
-                 code: int = 1):
+                 code: int = Exit.FAILED):
         super().__init__(what, where=where, fix=fix, code=code)
         self.run = run
 

@@ -22,9 +22,11 @@ from pydantic import (
     model_serializer,
 )
 
+from testbed.exitcodes import Exit
+
 ACTIVE = ("pending", "running")
 """Statuses of a run (and of a rank) that has not ended."""
-OUTCOMES = {"succeeded": 0, "failed": 1, "stopped": 3, "timed-out": 124}
+OUTCOMES = {"succeeded": Exit.OK, "failed": Exit.FAILED, "stopped": Exit.STOPPED, "timed-out": Exit.TIMED_OUT}
 """Every way a run ends: its status and the exit code of ``testbed run`` (and ``wait``) for it."""
 ENDED = tuple(OUTCOMES)
 

@@ -17,6 +17,7 @@ from typing import Any
 from testbed.cli import grammar
 from testbed.cli.output import console, escape
 from testbed.errors import TestbedError, UsageError
+from testbed.exitcodes import Exit
 
 
 def __getattr__(name: str) -> Any:
@@ -36,7 +37,7 @@ def main() -> None:
     if _stdout_closed():  # nothing could be shown: refused before any work, not a silent success
         sys.stderr.write("error: standard output is closed: testbed cannot print what it does (run it with "
                          "stdout open, or redirect it: > /dev/null)\n")
-        sys.exit(1)
+        sys.exit(Exit.FAILED)
     try:
         fresh = not _state_home().exists()  # a refused command leaves a folder with no state as it found it
     except TestbedError:
@@ -48,14 +49,14 @@ def main() -> None:
         e: Any = exc  # a click.UsageError (format_message, ctx), whichever Click Typer brought
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `testbed`: the help, as asked for
             sys.stdout.write(e.format_message() + "\n")
-            sys.exit(0)
+            sys.exit(Exit.OK)
         cmd = e.ctx.command_path if e.ctx is not None else "testbed"
         err = UsageError(e.format_message(), where=f"command line ({cmd})", fix=f"see '{cmd} --help'")
         console(stderr=True).print(f"[bold red]error:[/bold red] {escape(err.render())}")
-        sys.exit(2)
+        sys.exit(Exit.USAGE)
     except _click_exceptions()[1]:
         console(stderr=True).print("[yellow]interrupted[/yellow]")
-        sys.exit(130)
+        sys.exit(Exit.INTERRUPTED)
     except TestbedError as e:
         if _tracebacks():
             import traceback
@@ -65,7 +66,7 @@ def main() -> None:
         sys.exit(e.code)
     except KeyboardInterrupt:
         console(stderr=True).print("[yellow]interrupted[/yellow]")
-        sys.exit(130)
+        sys.exit(Exit.INTERRUPTED)
     except BrokenPipeError:  # the reader of stdout went away (| head): quiet, as a tool killed by SIGPIPE
         _drop_stdout()
         sys.exit(EXIT_PIPE)
@@ -78,17 +79,17 @@ def main() -> None:
                            fix="check that path (its length, permissions and the free space), then retry; "
                                "--debug shows where it happened")
         console(stderr=True).print(f"[bold red]error:[/bold red] {escape(oserr.render())}")
-        sys.exit(1)
+        sys.exit(Exit.FAILED)
     except Exception as e:  # a bug: still one line unless --debug
         if _tracebacks():
             raise
         console(stderr=True).print(f"[bold red]internal error:[/bold red] {type(e).__name__}: {escape(str(e))}\n"
                                    "  fix:   run again with --debug for the traceback and report it")
-        sys.exit(1)
+        sys.exit(Exit.FAILED)
     sys.exit(rc if isinstance(rc, int) else 0)
 
 
-EXIT_PIPE = 1
+EXIT_PIPE = Exit.FAILED
 """Exit code when stdout's reader went away (``testbed list runs | head -1``), with nothing on stderr: what
 Python's documentation advises and what Rich (which writes most of the output) does itself, so every command
 ends alike; not 0, since the output was not all read, so ``set -o pipefail`` sees it."""

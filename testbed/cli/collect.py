@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, print_json
+from testbed.exitcodes import Exit
 from testbed.textfmt import plural, size
 
 
@@ -139,7 +140,7 @@ def report_cmd(
     else:
         _print_report(res)
     if res.failed_runs:
-        raise typer.Exit(1)
+        raise typer.Exit(Exit.FAILED)
 
 
 def _report_dict(rr: ReportResult) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import typer
 
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, console, escape, print_json, store
+from testbed.exitcodes import Exit
 
 
 def reproduce_cmd(
@@ -80,7 +81,7 @@ def _replay(replay: Any, no_setup: bool, st: Any, c: Any) -> tuple[str, Any]:
     try:
         return plan.run_id, follow(plan.run_id, c, st)
     except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+        raise typer.Exit(Exit.INTERRUPTED) from None
 
 
 def register(app: typer.Typer) -> None:

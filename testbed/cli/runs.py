@@ -14,6 +14,7 @@ import typer
 
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, console, escape, existing_store, json_wanted, print_json, store
+from testbed.exitcodes import Exit
 from testbed.resolved import Resolved
 from testbed.textfmt import iso, plural
 
@@ -101,7 +102,7 @@ def run(
     try:
         row = follow(run_id, c, st)
     except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+        raise typer.Exit(Exit.INTERRUPTED) from None
     collected = _collect([run_id]) if collect else []
     if json_out:
         print_json(row.to_json())
@@ -282,7 +283,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
         row = services.drive_campaign(cid, progress=lambda line: c.print(line), store=st)
     except KeyboardInterrupt:
         c.print(f"[yellow]detached[/yellow]: started runs go on; rerun the same command to resume {cid}")
-        raise typer.Exit(130) from None
+        raise typer.Exit(Exit.INTERRUPTED) from None
     ids = [p.run_id for p in row.points if p.run_id]
     if collect:
         _collect(ids)
@@ -290,7 +291,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
         print_json(row.to_json())
     if row.status == "paused" and row.info.stopped:
         _paused(c, cid, row.info.stopped)
-        raise typer.Exit(3)
+        raise typer.Exit(Exit.STOPPED)
     ok = sum(p.status == "succeeded" for p in row.points)
     colour = "green" if ok == len(row.points) else "red"
     c.print(f"campaign {cid} [{colour}]{escape(row.status)}[/{colour}]: {ok}/{plural(len(row.points), 'run')} "
@@ -302,7 +303,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
                     + (f": {escape(run.reason)}" if run is not None and run.reason else "")
                     + (f" (testbed logs {pt.run_id})" if pt.run_id else ""))
     if ok != len(row.points):
-        raise typer.Exit(1)
+        raise typer.Exit(Exit.FAILED)
 
 
 def plan_cmd(
@@ -700,7 +701,7 @@ def rehearse(
     else:
         _show_rehearsal(res)
     if not res.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(Exit.FAILED)
 
 
 def _show_rehearsal(res: Any) -> None:

@@ -17,6 +17,7 @@ from testbed.cli.common import JsonOpt, console, existing_store, json_wanted, pr
 from testbed.cli.hot import _hosts_table, _known_testbed, _print_runs, _recent_runs, progress_printer, resolve
 from testbed.cli.output import Plain, escape
 from testbed.errors import TestbedError, UsageError
+from testbed.exitcodes import Exit
 from testbed.resolved import Resolved
 from testbed.textfmt import plural
 
@@ -205,7 +206,7 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
         raise TestbedError(result.error, where=result.artifact_dir or f"testbed {name}",
                            fix="read the Ansible output above; fix the role or the host, then run setup again")
     if not result.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(Exit.FAILED)
 
 
 def _extra_vars(items: list[str]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import typer
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, console, escape, print_json, store
 from testbed.errors import TestbedError
+from testbed.exitcodes import Exit
 from testbed.textfmt import plural
 
 # check / doctor ---------------------------------------------------------------------------------------
@@ -36,7 +37,7 @@ def check(targets: Targets = None, json_out: JsonOpt = False) -> None:
         render_check(data)
     if not data["ok"]:
         if json_out:
-            raise typer.Exit(1)
+            raise typer.Exit(Exit.FAILED)
         bad = [r["provider"] for r in data["providers"] if not r["usable"]]
         usable = [r["provider"] for r in data["providers"] if r["usable"]]
         raise TestbedError(f"not usable from here: {', '.join(bad) or 'this machine'}", where="testbed check",

@@ -19,6 +19,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from testbed.exitcodes import Exit
+
 # name: the modules whose register() defines it, in the order `testbed --help` lists them
 COMMANDS: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("provision", "status", "destroy", "setup", "exec", "ssh", "extend", "forget-host"),
@@ -249,7 +251,7 @@ def version_line() -> str:
 def _version(value: bool) -> None:
     if value:
         typer.echo(version_line())
-        raise typer.Exit(0)
+        raise typer.Exit(Exit.OK)
 
 
 @app.callback()

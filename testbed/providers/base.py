@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from testbed import remote, ssh
 from testbed.errors import TestbedError, UsageError
+from testbed.exitcodes import Exit
 from testbed.hosts import Host
 from testbed.textfmt import plural
 
@@ -209,7 +210,7 @@ class Provider(ABC):
         return TestbedError(f"provision of '{self.name}' interrupted; recorded so far: {self.recorded()}",
                             where=f"testbed {self.name}",
                             fix=f"'testbed destroy {self.name}' releases it, or 'testbed provision {self.name}' "
-                                "resumes", code=130)
+                                "resumes", code=Exit.INTERRUPTED)
 
     def unreachable(self, hosts: list[Host]) -> TestbedError:
         """The message when hosts were recorded but did not answer."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from testbed import estimate as est
 from testbed.errors import UsageError
+from testbed.exitcodes import Exit
 from testbed.records import ACTIVE, CampaignInfo, CampaignPoint, CampaignRecord
 from testbed.run import state as rs
 from testbed.state import Store
@@ -212,7 +213,7 @@ def main(argv: list[str]) -> int:
     """``python -m testbed.run.campaign CID``: drive a campaign detached (``testbed run --matrix --detach``)."""
     row = drive(argv[0], progress=lambda s: print(s, flush=True))
     if row.status == "paused":
-        return 3
+        return Exit.STOPPED
     return 0 if all(p.status == "succeeded" for p in row.points) else 1
 
 

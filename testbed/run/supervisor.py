@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from testbed.errors import TestbedError
+from testbed.exitcodes import Exit
 from testbed.records import ACTIVE, FaultPlan, Rank, RelaunchStep, RepairStep, RunInfo, RunStep, recovery_steps
 from testbed.run import faults as faults_mod
 from testbed.run import liveness
@@ -637,7 +638,7 @@ def main(argv: list[str]) -> int:
                         handlers=[logging.FileHandler(rs.run_home(run_id) / "supervisor.log")])
     status = Supervisor(run_id).run()
     log.info("run %s ended: %s", run_id, status)
-    return 0
+    return Exit.OK  # the run's outcome is in state, not in this detached process's status
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError
+from testbed.exitcodes import Exit
 from testbed.hosts import Host
 from testbed.providers.base import Capability, Made, Progress, Provider, _quiet
 from testbed.providers.chameleon import lease as leases
@@ -120,7 +121,8 @@ class ChameleonProvider(Provider):
         return TestbedError(f"provision of '{self.name}' interrupted; recorded so far: {self.recorded()}",
                             where=self.cloud.where("testbed", f"lease {self.lease_name}"),
                             fix=f"run 'testbed destroy {self.name}' to release them (a lease costs "
-                                f"allocation hours), or 'testbed provision {self.name}' to resume", code=130)
+                                f"allocation hours), or 'testbed provision {self.name}' to resume",
+                            code=Exit.INTERRUPTED)
 
     def _ensure_keypair(self, api: Chi, public_key: str) -> None:
         self.store.add_resource(self.name, "keypair", self.cloud.keypair_name)  # the name is the id

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from testbed.errors import TestbedError
+from testbed.exitcodes import Exit
 from testbed.providers.chameleon import switch
 from testbed.providers.chameleon.cloud import REPORT_EVERY, Cloud, _clock
 from testbed.providers.chameleon.lease import failure as lease_failure
@@ -54,7 +55,7 @@ def release(c: Cloud) -> None:
     except KeyboardInterrupt:
         raise TestbedError(f"destroy of '{c.name}' interrupted; still recorded: {c.recorded()}",
                            where=c.where("testbed", f"lease {c.lease_name}"),
-                           fix=f"run 'testbed destroy {c.name}' again", code=130) from None
+                           fix=f"run 'testbed destroy {c.name}' again", code=Exit.INTERRUPTED) from None
     except TestbedError as e:
         failures.append(e.what)
     if failures:

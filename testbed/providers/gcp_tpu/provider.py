@@ -27,6 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError
+from testbed.exitcodes import Exit
 from testbed.hosts import Host
 from testbed.providers.base import Capability, Made, Progress, Provider, _quiet
 from testbed.providers.gcp_tpu import queued, release, switch
@@ -117,7 +118,8 @@ class TpuProvider(Provider):
         return TestbedError(
             f"provisioning of TPU testbed '{self.name}' was interrupted; {told}",
             where=f"testbed {self.name} ({self.cloud.parent})",
-            fix=f"'testbed destroy {self.name}' releases them, or 'testbed provision {self.name}' resumes", code=130)
+            fix=f"'testbed destroy {self.name}' releases them, or 'testbed provision {self.name}' resumes",
+            code=Exit.INTERRUPTED)
 
     def info(self) -> dict[str, Any]:
         return self._info()

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from testbed.errors import TestbedError
+from testbed.exitcodes import Exit
 from testbed.providers.gcp_tpu.cloud import NODE, QUEUED_RESOURCE, Cloud, state_name
 from testbed.providers.gcp_tpu.errors import (
     is_api_error,
@@ -34,7 +35,7 @@ def release(c: Cloud) -> None:
             n = len(c.store.resources(c.name))
             raise TestbedError(f"destroy of TPU testbed '{c.name}' was interrupted; {plural(n, 'TPU resource')} "
                                "may still exist", where=f"testbed {c.name} ({c.parent})",
-                               fix=f"run 'testbed destroy {c.name}' again", code=130) from None
+                               fix=f"run 'testbed destroy {c.name}' again", code=Exit.INTERRUPTED) from None
         if failures:
             c.store.set_testbed_status(c.name, "destroy-failed")
             left_ids = ", ".join(r["id"] for r in c.store.resources(c.name))

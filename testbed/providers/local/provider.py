@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import paths, remote
 from testbed.errors import TestbedError, provision_fix
+from testbed.exitcodes import Exit
 from testbed.hosts import Host
 from testbed.providers.base import Capability, Made, Provider
 from testbed.providers.local.settings import LocalSettings
@@ -133,7 +134,7 @@ def free_subnet(first: str = "10.219.0.0/24", tries: int = 256, *, prefer: str |
         net = ipaddress.IPv4Network((int(net.network_address) + net.num_addresses, net.prefixlen))
     raise TestbedError(f"no free /24 among the {tries} from {first}: every one clashes with a route of this machine",
                        where="ip route", fix="give one with --subnet, or destroy local testbeds you no longer use",
-                       code=2)
+                       code=Exit.USAGE)
 
 
 @dataclass
@@ -221,7 +222,7 @@ class LocalProvider(Provider):
             if sl.name == host:
                 return sl
         raise TestbedError(f"no host '{host}' in testbed '{self.name}'", where=f"testbed {self.name}",
-                           fix=f"hosts: {', '.join(x.name for x in self.slots())}", code=2)
+                           fix=f"hosts: {', '.join(x.name for x in self.slots())}", code=Exit.USAGE)
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
@@ -240,7 +241,7 @@ class LocalProvider(Provider):
                     where=f"{self.spec.source or 'inventories/' + self.name + '.yml'}: provider.subnet",
                     fix=paths.edit_hint(self.spec.source or f"inventories/{self.name}.yml",
                                         "set provider.subnet to a free private subnet (e.g. 10.214.0.0/24)"),
-                    code=2)
+                    code=Exit.USAGE)
 
     def _alive(self, sl: HostSlot) -> bool:
         try:
@@ -280,12 +281,13 @@ class LocalProvider(Provider):
                                fix=f"install it (apt-get install {Path(shell).name}), or "
                                    + paths.edit_hint(self.spec.source or f"inventories/{self.name}.yml",
                                                      "change hardware.login_shell"),
-                               code=2)
+                               code=Exit.USAGE)
         home = str(paths.state_home())
         if "," in home or ":" in home:  # the overlay mount's options: comma-separated, ':' between lower layers
             raise TestbedError(f"the state home {home} holds ',' or ':', which the local hosts' overlay mount "
                                "options cannot hold", where="TESTBED_HOME" if os.environ.get("TESTBED_HOME")
-                               else "the working folder", fix="set TESTBED_HOME to a folder without them", code=2)
+                               else "the working folder", fix="set TESTBED_HOME to a folder without them",
+                               code=Exit.USAGE)
         self._check_subnet()
 
     def lock(self) -> contextlib.AbstractContextManager[None]:
