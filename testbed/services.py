@@ -333,14 +333,38 @@ def start_campaign(tb: Resolved, suite: str | Suite, given: dict[str, Any] | Non
 
     s = load_suite(suite) if isinstance(suite, str) else suite
     points = expand_matrix(s, dict(given or {}))
-    first = plan(s, tb.name, points[0], faults=faults, sources=sources, store=tb.store)
     limit = campaign.Limit(s.name, tb.name, points, budget, tb.store) if budget else None  # every estimate
+    refuse_overrun(s, tb, dict(given or {}), faults, limit.seconds if limit else None)
+    first = plan(s, tb.name, points[0], faults=faults, sources=sources, store=tb.store)
     # a suite whose points need different roles of its profile (setup_roles): the roles any point needs
     more = [plan(s, tb.name, p, faults=faults, dry_run=True, sources=sources, store=tb.store) for p in points[1:]] \
         if s.setup_roles else []
     done = suite_setup(tb, s, first, on_event, more) if with_setup and s.profile else None
     cid = campaign.create_or_resume(s.name, tb.name, points, faults, sources, store=tb.store, budget=budget)
     return CampaignStarted(cid, s.name, tb.name, points, done, budget, limit.seconds if limit else None)
+
+
+def refuse_overrun(s: Suite, tb: Resolved, given: dict[str, Any], faults: list[str] | None,
+                   budget_seconds: float | None) -> None:
+    """Refuse, before any set-up or point, a campaign whose estimate is longer than the testbed has left (its
+    expiry, its lease, or its spec's length when not provisioned yet), unless a budget keeps it within."""
+    from testbed.exitcodes import Exit
+    from testbed.expiry import span
+    from testbed.run import forecast
+
+    fc = forecast.forecast(s, tb.name, given, matrix=True, faults=faults, store=tb.store)
+    left, total = fc.fit.get("left_seconds"), fc.total_seconds
+    if left is None or total is None or total <= left or (budget_seconds is not None and budget_seconds <= left):
+        return
+    fits = f"{max(int(left // 60), 0)}m"  # a budget that parses, within what is left
+    raise TestbedError(
+        f"the campaign of {s.name} would outlive testbed '{tb.name}': its points are estimated at {span(total)}, "
+        f"and the testbed has {span(max(left, 0))} left ({fc.fit.get('basis')})", where=f"testbed {tb.name}",
+        fix=by_door(f"testbed extend {tb.name} --hours N, run fewer points (-p), or --budget {fits} to run what "
+                    f"fits (testbed plan {s.name} --matrix --on {tb.name} shows each estimate)",
+                    f"tb.extend(hours=N), fewer points (params), or budget='{fits}' to run what fits (testbed plan "
+                    f"{s.name} --matrix --on {tb.name} shows each estimate)"),
+        code=Exit.USAGE)
 
 
 def drive_campaign(campaign_id: str, *, progress: Callable[[str], None] | None = None,

@@ -333,3 +333,33 @@ def test_the_python_api_runs_a_matrix_with_a_budget_and_resumes_it(bed) -> None:
     again = tb.run_matrix("paced", {"host_count": 2}, budget="2 SU")
     assert again.id == row.id and again.status == "succeeded"
     assert [p.status for p in again.points] == ["succeeded"] * 3 and again.points[0].run_id == row.points[0].run_id
+
+
+LONG = """\
+name: long
+parameters: {n: {type: int, default: 1}}
+matrix: {n: [1, 2, 3]}
+estimate: 2h
+steps: {launch: {command: "echo {{ n }}"}}
+"""
+
+
+def test_a_campaign_that_would_outlive_its_testbed_is_refused_before_anything(tb_home: Path) -> None:
+    """Three 2-hour points on a lab testbed whose spec gives it 4 hours: refused before set-up, a host or a
+    campaign record, with the way out; a budget within what is left is allowed past this check."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TESTBED_HOME": str(tb_home / ".testbed"), "COLUMNS": "200"}
+    (tb_home / "experiments").mkdir()
+    (tb_home / "experiments" / "long.yml").write_text(LONG)
+    (tb_home / "inventories").mkdir()
+    (tb_home / "inventories" / "lab4h.yml").write_text(
+        "provider: {kind: lab, hosts: [{name: a, address: 192.0.2.10}]}\nuser: alice\nexpire: 4h\n")
+    r = subprocess.run([PY, "-m", "testbed", "run", "long", "--matrix", "--on", "lab4h"], cwd=tb_home, env=env,
+                       capture_output=True, text=True, timeout=120, check=False)
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2, r.stderr
+    assert "the campaign of long would outlive testbed 'lab4h': its points are estimated at 6h 00m" in err, err
+    assert "4h 00m left (its spec's expire: 4h (not provisioned yet))" in err and "--budget 240m" in err, err
+    from testbed.state import Store
+
+    st = Store(tb_home / ".testbed" / "state.db")
+    assert not st.exists or not st.query("SELECT id FROM campaigns")  # nothing recorded, nothing touched
