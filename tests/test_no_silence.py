@@ -1,5 +1,6 @@
 """The README's local loop, each command as written, under a pseudo-terminal as a user sees it: no wait of more
-than 2 s passes with nothing on the screen (a live line that keeps changing counts; silence does not).
+than 2 s passes with nothing on the screen (a live line that keeps changing counts; silence does not). The loop
+itself runs from a plain venv holding the wheel, in tests/test_wheel.py (:func:`readme_loop`).
 
 The loop runs from a folder whose ``inventories/local.yml`` is the shipped one on a free subnet (the README's
 override of a shipped spec), so it never clashes with other tests' local testbeds. ``rehearse`` is left to
@@ -17,13 +18,11 @@ import shlex
 import signal
 import struct
 import subprocess
-import sys
 import termios
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
 from localbed import free_subnet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,14 +99,14 @@ def test_the_readme_local_loop_is_what_this_test_runs() -> None:
     assert all(ln.startswith("testbed ") for ln in loop), loop
 
 
-@pytest.mark.slow
-def test_the_readme_local_loop_never_waits_silently(need_local: None, tmp_path: Path) -> None:
+def readme_loop(exe: str, tmp_path: Path, env: dict[str, str]) -> list[Watched]:
+    """Run the README's local loop with ``exe`` (a ``testbed`` executable) from ``tmp_path``: each command as
+    written, under a pty; every command must exit 0 and none may be silent over the bound (asserted)."""
     shipped = (ROOT / "inventories" / "local.yml").read_text()
     (tmp_path / "inventories").mkdir()
     (tmp_path / "inventories" / "local.yml").write_text(
         re.sub(r"subnet: \S+", f"subnet: {free_subnet()}", shipped, count=1))
-    exe = str(Path(sys.executable).with_name("testbed"))
-    env = {**os.environ, "TESTBED_HOME": str(tmp_path / ".testbed"), "TERM": "xterm-256color"}
+    env = {**env, "TESTBED_HOME": str(tmp_path / ".testbed"), "TERM": "xterm-256color"}
     env.pop("COLUMNS", None)
     env.pop("NO_COLOR", None)
     ran: list[Watched] = []
@@ -126,3 +125,4 @@ def test_the_readme_local_loop_never_waits_silently(need_local: None, tmp_path: 
               for w in ran for at, took, said in w.silences]
     print("\n".join(f"{' '.join(w.argv[1:])}: {w.seconds} s" for w in ran))
     assert not silent, "\n".join(silent)
+    return ran

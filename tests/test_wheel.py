@@ -152,6 +152,17 @@ def test_set_up_runs_from_a_plain_venv_with_the_pip_it_came_with(installed: Path
         assert got.stdout.strip() == "1.0", (h.name, got.stdout, got.stderr)
 
 
+@pytest.mark.slow
+def test_the_readme_local_loop_runs_from_a_plain_venv_and_never_waits_silently(installed: Path, need_local: None,
+                                                                               tmp_path: Path) -> None:
+    """Issue 41: the README's local loop, as written, with the testbed of a plain venv holding the wheel, under a
+    pty: every command exits 0 and no wait over 2 s is silent (tests/test_no_silence.py)."""
+    from test_no_silence import readme_loop
+
+    ran = readme_loop(str(installed / "bin" / "testbed"), tmp_path, _plain_env(tmp_path / ".testbed"))
+    assert [w.argv[1] for w in ran] == ["provision", "exec", "setup", "run", "collect", "report", "destroy"]
+
+
 # distribution names on PyPI that are other people's projects (pypi.org/simple/testbed/: an unrelated package whose
 # install fails on Python 3 with NameError: name 'basestring' is not defined)
 FOREIGN = {"testbed"}

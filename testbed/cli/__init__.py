@@ -42,8 +42,13 @@ def main() -> None:
         fresh = not _state_home().exists()  # a refused command leaves a folder with no state as it found it
     except TestbedError:
         fresh = False  # a state home testbed refuses: the command that needs it says so (--help still works)
+    from testbed.cli.starting import Starting
+
+    starting = Starting.maybe(sys.argv)  # on a terminal: no silent start, however slow the imports
     try:
         rc = _run_refusing_cleanly(fresh)
+        if starting is not None:
+            starting.stop()
         sys.stdout.flush()  # a reader gone before the end (| head) is seen here, not at the interpreter's exit
     except _click_exceptions()[0] as exc:  # Typer/Click's own usage errors, in our one-message format
         e: Any = exc  # a click.UsageError (format_message, ctx), whichever Click Typer brought

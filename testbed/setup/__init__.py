@@ -200,13 +200,14 @@ def _verified(verify: bool | Collection[str], names: list[str], targets: list[st
 
 
 def _controller_site_packages() -> str | None:
-    """The site-packages of testbed's own env when it holds torch (what the local suites need)."""
+    """The site-packages folder that holds torch where testbed's own Python finds it (what the local suites need):
+    the env's own, or another one its path reaches (a system or user site, a ``.pth`` file's folder)."""
     import importlib.util
-    import sysconfig
 
-    if importlib.util.find_spec("torch") is None:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
         return None
-    return sysconfig.get_paths()["purelib"]
+    return str(Path(next(iter(spec.submodule_search_locations))).resolve().parent)
 
 
 @dataclass
