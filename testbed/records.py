@@ -22,14 +22,13 @@ from pydantic import (
     model_serializer,
 )
 
+from testbed.fault_kinds import FaultAction
+
 ACTIVE = ("pending", "running")
 """Statuses of a run (and of a rank) that has not ended."""
 OUTCOMES = {"succeeded": 0, "failed": 1, "stopped": 3, "timed-out": 124}
 """Every way a run ends: its status and the exit code of ``testbed run`` (and ``wait``) for it."""
 ENDED = tuple(OUTCOMES)
-
-FaultAction = Literal["signal", "command", "kill-host", "cut-network", "in-workload"]
-
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", defer_build=True)
