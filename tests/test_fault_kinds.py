@@ -15,8 +15,8 @@ import pytest
 from testbed import fault_kinds, suite
 from testbed.errors import TestbedError, UsageError
 from testbed.fault_kinds import FaultKind, Firing
-from testbed.providers.base import Capability
 from testbed.providers import provider_class
+from testbed.providers.base import Capability
 from testbed.records import FaultPlan, RunPlan
 from testbed.run import faults, runner
 from testbed.run.plan import dry_run_lines
