@@ -23,15 +23,13 @@ from pydantic import (
 )
 
 from testbed.exitcodes import Exit
+from testbed.fault_kinds import FaultAction
 
 ACTIVE = ("pending", "running")
 """Statuses of a run (and of a rank) that has not ended."""
 OUTCOMES = {"succeeded": Exit.OK, "failed": Exit.FAILED, "stopped": Exit.STOPPED, "timed-out": Exit.TIMED_OUT}
 """Every way a run ends: its status and the exit code of ``testbed run`` (and ``wait``) for it."""
 ENDED = tuple(OUTCOMES)
-
-FaultAction = Literal["signal", "command", "kill-host", "cut-network", "in-workload"]
-
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", defer_build=True)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed import lint, paths, services
+from testbed import fault_kinds, lint, paths, services
 from testbed.errors import TestbedError, UsageError
 from testbed.providers.local.settings import local_replica
 from testbed.run.plan import lacks
@@ -694,12 +694,13 @@ def fault_command_excused(prog: str, needs: list[str], installs: str) -> str | N
 def fault_commands_missing(tb: Resolved, plan: RunPlan, *, installs: str = "") -> list[str]:
     """One line per command a fault of the point runs (its command and restore) that its target host lacks
     (``command -v`` over ssh on the replica), unless the fault's needs: or the profile's set-up account for it.
-    Signal faults run only testbed's own script (the shell's kill); host faults act from the provider."""
+    Only a kind that ``runs_command`` runs the suite's commands there (a signal fault runs testbed's own script,
+    the shell's kill; host faults act from the provider)."""
     from testbed import proof, remote
 
     wanted: dict[str, list[tuple[str, str]]] = {}
     for f in plan.faults:
-        if f.action != "command":
+        if not fault_kinds.get(f.action).runs_command:
             continue
         for text in (f.command or "", f.restore or ""):
             for prog in proof.commands_called(text):

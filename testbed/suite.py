@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from testbed import paths
+from testbed import fault_kinds, paths
 from testbed.errors import UsageError
 from testbed.references import References
 from testbed.yamlfile import Invalid
@@ -249,9 +249,8 @@ class Fault(Strict):
     """A fault fired during the run: at a time after launch or when a log line appears."""
 
     description: str = Field("", description="what it does, in words (testbed show lists it)")
-    action: Literal["signal", "command", "kill-host", "cut-network", "in-workload"] = Field(
-        description="in-workload: the workload injects it itself (a flag its command adds when the fault is in "
-                    "{{ faults }}); firing only records the event")
+    action: fault_kinds.FaultAction = Field(description="what it does: " + "; ".join(
+        f"{k.name}: {k.doc}" for k in fault_kinds.kinds()))
     signal: str = Field("SIGKILL", description="signal action: the signal sent to the target rank's process "
                         "group (SIGKILL, SIGTERM, ...; the SIG may be left out)")
     command: str | None = Field(None, description="command action: the shell command run on the target host (a "
@@ -291,14 +290,7 @@ class Fault(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> Fault:
-        if (self.at is None) == (self.when is None) and self.action != "in-workload":
-            raise ValueError("a fault needs exactly one trigger: 'at' (seconds) or 'when' (log regex)")
-        if self.action == "command" and not self.command:
-            raise ValueError("a 'command' fault needs 'command'")
-        if self.action == "in-workload" and self.at is None and self.when is None:
-            self.at = 0.0
-        if self.action == "signal" and self.rank is None:
-            raise ValueError("a 'signal' fault needs 'rank'")
+        fault_kinds.get(self.action).check(self)  # its trigger and the fields its kind needs
         if self.when is not None:
             try:
                 re.compile(self.when)

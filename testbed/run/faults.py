@@ -1,4 +1,5 @@
-"""Faults, first-class: fire one (signal a rank, run a command, kill or cut off a local host) and undo it.
+"""Faults, first-class: fire one and undo it, by its kind (``testbed.fault_kinds``: signal a rank, run a command,
+kill or cut off a host, ...), through what a kind may do on a run (``_Firing``).
 
 Triggers are evaluated by the run supervisor (``runner``): ``at`` seconds after launch, or ``when`` a regular
 expression appears in a rank's log. Firing and restoring are recorded as ``fault``/``restore`` events.
@@ -9,12 +10,14 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from testbed import fault_kinds
 from testbed.errors import TestbedError
 from testbed.records import FaultPlan, RunPlan, RunStep
 from testbed.run import remote as run_remote
 
 if TYPE_CHECKING:
     from testbed.providers.base import Provider
+    from testbed.remote import HostResult
     from testbed.state import Store
 
 
@@ -31,49 +34,50 @@ def due(fault: FaultPlan, launched: float, now: float, matched: set[str]) -> boo
     return fault.name in matched
 
 
+class _Firing:
+    """What a fault kind may do on the run of ``plan`` (``testbed.fault_kinds.Firing``): signal a rank, run a
+    command on the fault's host, reach the testbed's provider (opened once, when first asked)."""
+
+    def __init__(self, plan: RunPlan, store: Store) -> None:
+        self.plan, self.store = plan, store
+        self._prov: Provider | None = None
+
+    def signal(self, rank: int, signal: str) -> list[HostResult]:
+        return run_remote.signal_ranks(self.plan, [self.plan.rank(rank)], signal)
+
+    def command(self, fault: FaultPlan, command: str, timeout: float) -> HostResult:
+        return run_remote.run_step(self.plan, _one_command(fault, command), timeout=timeout)[0]
+
+    def provider(self) -> Provider:
+        if self._prov is None:
+            self._prov = _provider(self.plan.testbed, self.store)
+        return self._prov
+
+
 def fire(plan: RunPlan, fault: FaultPlan, store: Store) -> dict[str, Any]:
-    """Fire ``fault``; returns the event detail (what was done, where, and the outcome)."""
-    action, host = fault.action, fault.host
-    detail: dict[str, Any] = {"fault": fault.name, "action": action, "host": host, "rank": fault.rank}
+    """Fire ``fault`` (its kind's ``fire``, after checking the provider has the capability the kind needs);
+    returns the event detail (what was done, where, and the outcome)."""
+    kind = fault_kinds.get(fault.action)
+    detail: dict[str, Any] = {"fault": fault.name, "action": fault.action, "host": fault.host, "rank": fault.rank}
     t0 = time.time()
-    if action == "signal":
-        assert fault.rank is not None  # a signal fault names its rank (checked with the suite)
-        res = run_remote.signal_ranks(plan, [plan.rank(fault.rank)], fault.signal)
-        detail["signal"] = fault.signal
-        detail["ok"] = all(r.ok for r in res)
-        if not detail["ok"]:
-            detail["error"] = "; ".join(r.error or r.stderr.strip() for r in res if not r.ok)
-    elif action == "command":
-        res = run_remote.run_step(plan, _one_command(fault, fault.command or "true"), timeout=120)
-        detail.update(command=fault.command, ok=res[0].ok, exit_code=res[0].exit_code,
-                      output=(res[0].stdout + res[0].stderr)[-400:])
-    elif action == "in-workload":
-        detail["ok"] = True
-    elif action in ("kill-host", "cut-network"):
-        prov = _provider(plan.testbed, store)
-        why = prov.lacks(action)
+    firing = _Firing(plan, store)
+    if kind.capability is not None:
+        prov = firing.provider()
+        why = prov.lacks(kind.capability)
         if why:
-            raise TestbedError(f"fault '{fault.name}': the {prov.kind} provider cannot {action.replace('-', ' ')}: "
-                               f"{why}",
+            raise TestbedError(f"fault '{fault.name}': the {prov.kind} provider cannot "
+                               f"{fault.action.replace('-', ' ')}: {why}",
                                where=plan.testbed,
                                fix="run this fault on a testbed whose provider can (local), or use a 'command' fault")
-        (prov.kill_host if action == "kill-host" else prov.cut_network)(host)
-        detail["ok"] = True
+    detail.update(kind.fire(firing, fault))
     detail["seconds"] = round(time.time() - t0, 3)
     return detail
 
 
 def restore(plan: RunPlan, fault: FaultPlan, store: Store) -> dict[str, Any] | None:
-    """Undo ``fault`` where it can be undone (its restore command; a cut network); None when nothing to do."""
-    host = fault.host
-    if fault.action == "cut-network":
-        _provider(plan.testbed, store).restore_network(host)
-        return {"fault": fault.name, "host": host, "action": "restore-network", "ok": True}
-    if fault.restore:
-        res = run_remote.run_step(plan, _one_command(fault, fault.restore), timeout=300)
-        return {"fault": fault.name, "host": host, "command": fault.restore, "ok": res[0].ok,
-                "exit_code": res[0].exit_code}
-    return None
+    """Undo ``fault`` where it can be undone (its kind's ``restore``: by default its restore command; a cut
+    network is put back); None when nothing to do."""
+    return fault_kinds.get(fault.action).restore(_Firing(plan, store), fault)
 
 
 def _one_command(fault: FaultPlan, command: str) -> RunStep:

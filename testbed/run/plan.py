@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from testbed import fault_kinds
 from testbed.errors import TestbedError, UsageError, by_door, provision_fix
 from testbed.records import (
     Check,
@@ -806,11 +807,7 @@ def dry_run_lines(plan: RunPlan) -> list[dict[str, Any]]:
         add("launch", f"rank {r.rank}", r.host, (env + " " if env else "") + r.command, r.rank)
     for f in plan.faults:
         trig = f"at {f.at:g} s" if f.at is not None else f"when rank {f.watch_rank} logs /{f.when}/"
-        what = {"signal": f"kill -s {f.signal[3:]} <rank {f.rank} process group>",
-                "in-workload": "injected by the workload itself (its command carries the flag)",
-                "command": f.command or "", "kill-host": f"kill host {f.host}",
-                "cut-network": f"cut the network of {f.host}"}[f.action]
-        add("fault", f"{f.name} ({trig})", f.host, what, f.rank)
+        add("fault", f"{f.name} ({trig})", f.host, fault_kinds.get(f.action).describe(f), f.rank)
         if f.restore:
             add("restore", f.name, f.host, f.restore)
         for step in f.recovery.get("1", []):

@@ -142,6 +142,15 @@ def type_text(ann: Any, templated: bool = False) -> str:
     return getattr(ann, "__name__", str(ann))
 
 
+def choices_text(f: Any) -> str | None:
+    """``one of ...`` for a field whose values a registry holds (its type's metadata has ``choices()``: a fault's
+    ``action``, testbed.fault_kinds); None for any other field."""
+    for m in f.metadata:
+        if callable(getattr(m, "choices", None)):
+            return "one of " + ", ".join(f"`{c}`" for c in m.choices())
+    return None
+
+
 def default_text(f: Any) -> str:
     """A field's default as YAML writes it; ``required`` without one."""
     if f.default_factory is not None:
@@ -258,7 +267,7 @@ def _model_section(name: str, m: type[BaseModel], at: list[str], examples: dict[
     out = [f"### {name}", "", f"{doc} Written at {where}." if doc else f"Written at {where}.", "",
            "| key | type | default | what it is |", "|---|---|---|---|"]
     for key, f in fields(m).items():
-        t = type_text(f.annotation, key in TEMPLATED.get(name, set()))
+        t = choices_text(f) or type_text(f.annotation, key in TEMPLATED.get(name, set()))
         out.append(f"| `{key}` | {_cell(t)} | {_cell(default_text(f))} | {_cell(f.description or '')} |")
     out += [""]
     for key, f in fields(m).items():
