@@ -62,7 +62,7 @@ EXAMPLES: dict[str, str] = {
     "host_hardware": "NCCL_SOCKET_IFNAME={{ host_hardware.interface }} python3 train.py",
     "suite": "--name {{ suite }}",
     "testbed.name": "--label {{ testbed.name }}",
-    "testbed.provider": "{% if testbed.provider == 'local' %}--cpu{% endif %}",
+    "testbed.provider": "--label {{ testbed.name }}-{{ testbed.provider }}",
     "testbed.subnet": "--mca btl_tcp_if_include {{ testbed.subnet }}",
     "testbed.ssh_config": "rsync -e 'ssh -F {{ testbed.ssh_config | raw }}' ...",
     "testbed.spec_known": "{% if testbed.spec_known %}...{% endif %}",
