@@ -47,7 +47,7 @@ class DeclaredTable(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     files: str = Field(min_length=1, description="a glob relative to each host's folder of the collected run "
-                       "(* within a folder, ** across folders): the files read, on every host",
+                       "(a star matches within a folder, two stars across folders): the files read, on every host",
                        json_schema_extra={"example": 'files: "rank*.out"'})
     regex: str | None = Field(None, description="a regular expression with named groups (?P<name>...): each match "
                               "in a file is a row, each group a column (^ and $ match at each line)",
