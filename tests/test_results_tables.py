@@ -325,3 +325,12 @@ def test_each_shipped_reporter_declares_the_tables_its_module_makes() -> None:
                     and isinstance(n.func, ast.Attribute) and n.func.attr == "table" and n.args
                     and isinstance(n.args[0], ast.Constant)}
             assert made and made <= declared, (kind, suite, made - declared)
+
+
+def test_a_rehearsal_stops_at_a_reference_nothing_measures(tb_home: Path) -> None:
+    from testbed.rehearse import rehearse
+
+    suite_yml = make_suite(tb_home, SUITE.replace("table: latency, column", "table: latencies, column"))
+    res = rehearse(str(suite_yml), {})
+    assert res.replica == "" and len(res.findings) == 1
+    assert "table 'latencies' is made by no parser" in res.findings[0] and f"{suite_yml}:" in res.findings[0]
