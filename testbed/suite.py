@@ -427,7 +427,9 @@ class Suite(Strict):
     tables: dict[str, DeclaredTable] = Field(default_factory=dict, description="results tables read from the "
                                              "collected run without Python, by name: a regex over files, or CSV or "
                                              "JSON files with the columns to keep (testbed.tables); references "
-                                             "and checks name them")
+                                             "and checks name them",
+                                             json_schema_extra={"example": "tables:\n  steps: {files: \"rank*.out\", "
+                                                                "regex: 'step (?P<step>\\d+) loss (?P<loss>\\S+)'}"})
     references: References | None = Field(None, description="the artifact's published numbers, their sources and "
                                            "tolerances: the verdicts a report opens with (testbed.references)")
     source: str | None = Field(None, exclude=True)
