@@ -334,3 +334,18 @@ def test_a_rehearsal_stops_at_a_reference_nothing_measures(tb_home: Path) -> Non
     res = rehearse(str(suite_yml), {})
     assert res.replica == "" and len(res.findings) == 1
     assert "table 'latencies' is made by no parser" in res.findings[0] and f"{suite_yml}:" in res.findings[0]
+
+
+def test_a_table_reads_only_files_inside_the_run(tmp_path: Path) -> None:
+    """A results folder is untrusted data: a link out of it, or a host named '..', is never read into a table."""
+    from testbed.report.declared import host_files
+    from testbed.report.rundir import RunDir
+
+    run = make_run(tmp_path, make_suite(tmp_path))
+    (tmp_path / "secret.out").write_text("step 9 loss 9\n")
+    (run / "node0/rank9.out").symlink_to(tmp_path / "secret.out")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["hosts"].append({"name": ".."})
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    found = [(h, rel) for h, rel, _ in host_files(RunDir.open(run), "**/rank*.out")]
+    assert found == [("node0", "rank0.out"), ("node1", "rank1.out")]

@@ -110,11 +110,11 @@ def host_files(run: RunDir, pattern: str) -> list[tuple[str, str, Path]]:
     found: list[tuple[str, str, Path]] = []
     for host in run.hosts:
         hdir = run.path / host
-        if not hdir.is_dir() or host == REPORT_DIR:
+        if not hdir.is_dir() or host == REPORT_DIR or "/" in host or host in (".", ".."):  # never outside the run
             continue
         for p in sorted(hdir.rglob("*")):
             rel = p.relative_to(hdir)
-            if p.is_file() and PARTIAL_DIR not in rel.parts and rx.fullmatch(rel.as_posix()):
+            if p.is_file() and not p.is_symlink() and PARTIAL_DIR not in rel.parts and rx.fullmatch(rel.as_posix()):
                 found.append((host, rel.as_posix(), p))
     return found
 
