@@ -359,13 +359,16 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
         raise UsageError("--shapes picks points of the matrix", where="--shapes", fix="add --matrix")
     s = load_suite(suite_name)
     points = expand_matrix(s, given) if matrix else [resolve_params(s, given)]
-    found = lint.lint_suite(s, points)
+    from testbed.report.declared import unknown_tables
+
+    found = [f.line() for f in lint.lint_suite(s, points)]
+    found += [f"{e.where}: {e.what}" for e in unknown_tables(s)]  # a metric nothing would measure
     if found:  # what the files show already: no replica is made
         for f in found:
-            note(f"static check: {f.line()}")
+            note(f"static check: {f}")
         return RehearsalResult(suite=s.name, like=like or s.testbed or "", replica="", shape={},
                                setup={"applied": None, "ok": False, "why": "static checks failed before any host"},
-                               findings=[f.line() for f in found])
+                               findings=found)
     like = like or s.testbed
     if not like:
         raise UsageError(f"suite '{s.name}' names no testbed to rehearse on a replica of", where="--like",

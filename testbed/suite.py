@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from testbed import fault_kinds, paths
 from testbed.errors import UsageError
 from testbed.references import References
+from testbed.tables import DeclaredTable, table_names
 from testbed.yamlfile import Invalid
 
 SUITE_NAME_RE = r"^[a-z][a-z0-9-]{0,40}$"
@@ -305,15 +306,54 @@ class Fault(Strict):
 
 
 class Check(Strict):
-    """After the run: ``file`` (glob in the run dir) exists on the hosts and, optionally, matches a regex."""
+    """After the run: ``file`` (glob in the run dir) exists on the hosts and, optionally, matches a regex; or, in
+    the report, rows of a results ``table`` (and their ``column`` within ``min``..``max``)."""
 
-    name: str = Field(description="what the run's events and logs call it (check <name>)")
-    file: str = Field(description="a glob relative to the run folder; at least one file must match on each host")
+    name: str = Field(description="what the run's events and logs (or the report's checks) call it (check <name>)")
+    file: str | None = Field(None, description="a glob relative to the run folder; at least one file must match on "
+                             "each host (a check names a file or a table)")
     contains: str | None = Field(None, description="an extended regular expression (grep -E) some line of the "
                                  "file(s) must match")
     on: str = Field("all", description="the hosts checked: all, master, workers, a group, a host name or rank:K")
+    table: str | None = Field(None, description="a results table (a declared table, a report.py parser's, or one "
+                              "testbed's report makes): judged in the report, not on the hosts",
+                              json_schema_extra={"example": "- {name: loss finite, table: steps, column: loss, "
+                                                            "max: 100}"})
+    where: dict[str, bool | int | float | str] = Field(
+        default_factory=dict, description="table only: the rows checked (column -> cell value); default: all",
+        json_schema_extra={"example": "where: {host: node0}"})
+    column: str | None = Field(None, description="table only: the column whose every value min and max bound",
+                               json_schema_extra={"example": "column: loss"})
+    min: float | None = Field(None, description="table only: the smallest value the column may hold",
+                              json_schema_extra={"example": "min: 0"})
+    max: float | None = Field(None, description="table only: the largest value the column may hold",
+                              json_schema_extra={"example": "max: 100"})
+    rows: int = Field(1, ge=0, description="table only: the fewest rows it must have (where they match)",
+                      json_schema_extra={"example": "rows: 10"})
 
     _on = field_validator("on")(classmethod(lambda cls, v: _selector(v)))
+
+    @model_validator(mode="after")
+    def _kind(self) -> Check:
+        if (self.file is None) == (self.table is None):
+            raise Invalid("a check names a 'file' (on the hosts) or a 'table' (in the report)",
+                          fix="give one of file: GLOB or table: NAME")
+        fields_set = self.model_fields_set
+        extra: list[str]
+        if self.file is not None:
+            extra = [k for k in ("where", "column", "min", "max", "rows") if k in fields_set]
+            if extra:
+                raise Invalid(f"'{extra[0]}' checks a table, not a file", loc=(extra[0],),
+                              fix="drop it, or check a table: table: NAME")
+        else:
+            extra = [k for k in ("contains", "on") if k in fields_set]
+            if extra:
+                raise Invalid(f"'{extra[0]}' checks files on the hosts, not a table", loc=(extra[0],),
+                              fix="drop it (a table check reads the report's table; where: picks its rows)")
+            if (self.min is not None or self.max is not None) and self.column is None:
+                raise Invalid("min and max bound a column", loc=("min" if self.min is not None else "max",),
+                              fix="add column: NAME")
+        return self
 
 
 class EstimateBy(Strict):
@@ -376,12 +416,19 @@ class Suite(Strict):
                                  "rank's last match is shown under the live status line (default: the checkpoint's "
                                  "progress pattern, else each rank's last line)",
                                  json_schema_extra={"example": 'progress: "epoch [0-9]+ step [0-9]+"'})
+    tables: dict[str, DeclaredTable] = Field(default_factory=dict, description="results tables read from the "
+                                             "collected run without Python, by name: a regex over files, or CSV or "
+                                             "JSON files with the columns to keep (testbed.tables); references "
+                                             "and checks name them",
+                                             json_schema_extra={"example": "tables:\n  steps: {files: \"rank*.out\", "
+                                                                "regex: 'step (?P<step>\\d+) loss (?P<loss>\\S+)'}"})
     references: References | None = Field(None, description="the artifact's published numbers, their sources and "
                                            "tolerances: the verdicts a report opens with (testbed.references)")
     source: str | None = Field(None, exclude=True)
     _located: Any = PrivateAttr(None)  # the file's line lookup (yamlfile.Located), when loaded from one
 
     _env = field_validator("env")(classmethod(lambda cls, v: _env_names(v)))
+    _tables = field_validator("tables")(classmethod(lambda cls, v: table_names(v)))
 
     @field_validator("progress")
     @classmethod

@@ -19,7 +19,7 @@ FLOORS: list[tuple[str, list[str]]] = [  # bottom first: a module's floor is the
     ("providers", ["testbed.providers", "testbed.resolved", "testbed.deadman"]),
     ("setup/run", ["testbed.setup", "testbed.sources", "testbed.run", "testbed.lint"]),
     ("collect", ["testbed.collect"]),
-    ("report", ["testbed.report"]),
+    ("report", ["testbed.report", "testbed.results"]),
     ("services", ["testbed.services", "testbed.ledger", "testbed.watchdog", "testbed.rehearse", "testbed.reproduce",
                   "testbed.check"]),
     ("front doors", ["testbed.cli", "testbed.__main__", "testbed.handle"]),

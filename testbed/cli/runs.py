@@ -81,6 +81,7 @@ def run(
     if matrix:
         return _campaign(s, tb, given, faults, detach, dry_run, no_setup, collect, json_out, src, bud)
     if dry_run:
+        refuse_unknown_tables(s)
         _lint_warnings(s, [suite_mod.resolve_params(s, given)])
         plan = services.plan(s, on, given, faults=faults, dry_run=True, sources=src, store=existing_store())
         _show_dry_run(plan, json_out)  # a dry run creates nothing
@@ -211,6 +212,19 @@ def _warn_refused(plan: RunPlan) -> None:
                      where=r.get("where"), fix=r.get("fix"))
 
 
+def refuse_unknown_tables(s: Any) -> None:
+    """A reference or check naming a table that no parser, declared table or report.py makes (or a broken
+    report.py) is one error naming the suite's file:line (testbed.report.declared.unknown_tables)."""
+    from testbed.errors import UsageError
+    from testbed.report.declared import unknown_tables
+
+    errors = unknown_tables(s)
+    if errors:
+        e = errors[0]
+        more = f" (and {plural(len(errors) - 1, 'more such name')})" if len(errors) > 1 else ""
+        raise UsageError(e.what + more, where=e.where, fix=e.fix)
+
+
 def _lint_warnings(s: Any, points: list[dict[str, Any]] | None = None) -> None:
     """The suite's static findings (testbed.lint), one warning line each on stderr: what would break on the
     rented machine and can be read from the files already."""
@@ -254,6 +268,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     points = suite_mod.expand_matrix(s, given)
     st = existing_store() if dry_run else store()
     if dry_run:
+        refuse_unknown_tables(s)
         _lint_warnings(s, points)
         plans = [runner.plan_run(s, tb, p, faults=faults, dry_run=True, sources=src, store=st) for p in points]
         if json_out:
@@ -571,6 +586,7 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
     from testbed import suite as suite_mod
 
     s = suite_mod.load_suite(suite)
+    refuse_unknown_tables(s)
     _lint_warnings(s)
     if json_out:
         print_json({**s.model_dump(mode="json"), "source": s.source})

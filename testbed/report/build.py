@@ -9,6 +9,7 @@ from typing import Any
 
 from testbed.errors import UsageError
 from testbed.report import render, tidy_csv
+from testbed.report.declared import add_own_tables, add_table_checks, locate_suite, own_results
 from testbed.report.model import Check, Report, Table
 from testbed.report.rundir import REPORT_DIR, RunDir
 from testbed.report.suites import get_reporter
@@ -58,14 +59,18 @@ def build_report(run_dir: Path, fmt: str = "md") -> ReportResult:
     except OSError as exc:
         raise UsageError(f"cannot write the report folder: {exc.strerror}", where=str(out_dir),
                          fix="check the run folder's permissions") from exc
+    suite, why = locate_suite(run)
+    own = own_results(suite, run)  # the suite's report.py: a broken one is one error naming its line
     rep = Report(out_dir, f"{run.suite} run {run.run_id}")
     add_summary(run, rep)
-    reporter = get_reporter(run.suite)
+    reporter = own.reporter.fn if own is not None and own.reporter is not None else get_reporter(run.suite)
     if reporter is None:
-        generic(run, rep)
+        generic(run, rep, own_tables=bool(suite is not None and suite.tables) or bool(own and own.parsers))
     else:
         call_reporter(reporter, run, rep, f"{run.suite} reporter")
-    add_verdicts(rep, run.suite, run.host_records())
+    add_own_tables(run, rep, suite, own)
+    add_table_checks(rep, suite)
+    add_verdicts(rep, run.suite, run.host_records(), (suite, why))
     res = write_report(rep, out_dir, fmt, run.suite)
     res.run_id, res.status = run.run_id, rep.status
     if rep.cause is not None:

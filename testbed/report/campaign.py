@@ -25,6 +25,7 @@ from testbed.errors import UsageError, by_door
 from testbed.report import render
 from testbed.report.build import ReportResult, build_report, call_reporter, write_report
 from testbed.report.cause import failed, run_cause
+from testbed.report.declared import locate_suite
 from testbed.report.model import Link, Report
 from testbed.report.rundir import REPORT_DIR, Campaign, RunDir
 from testbed.report.suites import get_campaign_reporter
@@ -268,7 +269,7 @@ def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", na
                  "each run's own report has its results.")
     else:
         call_reporter(fn, camp, rep, f"{camp.suite} campaign reporter")
-    add_verdicts(rep, camp.suite, [h for r in runs for h in r.host_records()])
+    add_verdicts(rep, camp.suite, [h for r in runs for h in r.host_records()], locate_suite(runs[0]) if runs else None)
     if any(v.within is None for v in rep.verdicts):
         rep.verdicts = across_runs(rep.verdicts, _run_verdicts(runs, fmt, run_verdicts or {}))
     res = write_report(rep, out_dir, fmt, camp.suite)

@@ -204,9 +204,12 @@ def add_host_check(run: RunDir, rep: Report) -> None:
     rep.check("hosts succeeded", not bad, f"failed: {', '.join(bad)}" if bad else f"{plural(len(hosts), 'host')} ok")
 
 
-def generic(run: RunDir, rep: Report) -> None:
-    """Report for a suite without its own reporter: the summary plus the file table."""
-    rep.text(f"No reporter is registered for suite {run.suite!r}; showing the manifest and files.")
+def generic(run: RunDir, rep: Report, own_tables: bool = False) -> None:
+    """Report for a suite without its own reporter: the summary plus the file table (``own_tables``: the suite
+    declares results tables, shown after)."""
+    rep.text(f"Suite {run.suite!r} has no reporter; showing the manifest, the files and the suite's own results "
+             "tables." if own_tables else
+             f"No reporter is registered for suite {run.suite!r}; showing the manifest and files.")
     add_host_check(run, rep)
     add_file_table(run, rep)
 

@@ -256,9 +256,17 @@ def suite_references(suite: str) -> tuple[References | None, str | None]:
     return s.references, None
 
 
-def add_verdicts(rep: Any, suite: str, hosts: Sequence[dict[str, Any]]) -> None:
-    """Fill ``rep.verdicts`` from ``suite``'s references against ``rep``'s tables (none: no references)."""
-    refs, why = suite_references(suite)
+def add_verdicts(rep: Any, suite: str, hosts: Sequence[dict[str, Any]], located: tuple[Any, str | None] | None = None
+                 ) -> None:
+    """Fill ``rep.verdicts`` from ``suite``'s references against ``rep``'s tables (none: no references);
+    ``located``: (the Suite, why it is not read) as testbed.report.declared.locate_suite found it for the run,
+    else the suite is looked up by name."""
+    if located is not None and (located[0] is not None or located[1] is not None):
+        s, why = located
+        refs = s.references if s is not None else None
+        why = why and why.replace(f"suite {suite!r} not read", f"references of suite {suite!r} not read", 1)
+    else:
+        refs, why = suite_references(suite)
     if why:
         rep.skip([why])
     if refs is not None:

@@ -55,7 +55,9 @@ def empty_outputs() -> Outputs:
     return {"3": {}, "3-100": {}, "4": {}, "5": {}, "6": {}}
 
 
-@reporter("datastall-emulator", "datastall")
+@reporter("datastall-emulator", "datastall", tables=(
+    "fig3_fetch_stall", "fig4a_breakdown", "fig4b_breakdown", "fig5_throughput", "fig6_prep_stall", "profile",
+    "profiled_batches"))
 def report(run: RunDir, rep: Report) -> None:
     outs = empty_outputs()
     for figure, key, path, parsed in load_outputs(run, rep):

@@ -23,7 +23,9 @@ def _own_cache_key(params: dict[str, object]) -> str | None:
     return {"3": f"{model}", "3-100": f"_100{model}", "4": f"{limit}"}.get(str(fig))
 
 
-@campaign_reporter("datastall-emulator", "datastall")
+@campaign_reporter("datastall-emulator", "datastall", tables=(
+    "fig3_fetch_stall", "fig4a_breakdown", "fig4b_breakdown", "fig5_throughput", "fig6_prep_stall", "profile",
+    "profiled_batches", "missing_points"))
 def campaign(camp: Campaign, rep: Report) -> None:
     outs = empty_outputs()
     origin: dict[tuple[str, object], tuple[bool, str]] = {}

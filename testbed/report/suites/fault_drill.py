@@ -41,7 +41,7 @@ def nearest_step(logged: list[Logged], ts: float) -> int | None:
     return min(logged, key=lambda lg: abs(lg.row.time - ts)).gstep
 
 
-@reporter("fault-drill")
+@reporter("fault-drill", tables=("train_log", "event_steps"))
 def report(run: RunDir, rep: Report) -> None:
     logged = load_logs(run, rep)
     rep.heading("Training loss")

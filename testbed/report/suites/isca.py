@@ -28,7 +28,8 @@ def _x(log: ReplayLog) -> list[float]:
     return [s.epoch + s.step / max(s.steps_per_epoch, 1) for s in log.steps]
 
 
-@reporter("isca-resnet18", "isca")
+@reporter("isca-resnet18", "isca", tables=("injections", "replay_steps", "replay_epochs", "replay_outcomes",
+                                            "overheads"))
 def report(run: RunDir, rep: Report) -> None:
     logs: dict[str, ReplayLog] = {}
     for host, path in run.files(r"replay_.*\.txt|fault_free\.txt"):

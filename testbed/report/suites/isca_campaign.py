@@ -25,7 +25,9 @@ EXPERIMENTS = ("inj_immediate_infs_nans", "inj_masked", "inj_slow_degrade", "det
 RECORDERS = {"detection": ("no_check", "check"), "replay": ("no_rerun", "rerun")}
 
 
-@campaign_reporter("isca-resnet18", "isca")
+@campaign_reporter("isca-resnet18", "isca", tables=(
+    "injections", "replay_steps", "replay_epochs", "replay_outcomes", "overheads", "outcomes", "outcome_counts",
+    "missing_points"))
 def campaign(camp: Campaign, rep: Report) -> None:
     logs: dict[str, tuple[ReplayLog, str]] = {}
     specs: dict[str, Parsed[InjectionRow]] = {}

@@ -24,7 +24,7 @@ def fault_type(run: RunDir) -> str:
     return next((k for k in kinds if k), "none")
 
 
-@reporter("jitc", "open-jitc")
+@reporter("jitc", "open-jitc", tables=("jitc_timings", "jitc_summary", "jitc_iterations", "jitc_test"))
 def report(run: RunDir, rep: Report) -> None:
     fault = fault_type(run)
     logs: list[tuple[str, str, JitcLog]] = []

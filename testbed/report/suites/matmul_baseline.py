@@ -12,7 +12,7 @@ from testbed.report.rundir import RunDir
 from testbed.textfmt import plural
 
 
-@reporter("matmul-baseline")
+@reporter("matmul-baseline", tables=("matmul", "matmul_median"))
 def report(run: RunDir, rep: Report) -> None:
     rows: list[MatmulRow] = []
     for host, path in run.files(r"matmul_rank\d+\.csv"):

@@ -9,7 +9,7 @@ from testbed.report.rundir import RunDir
 from testbed.textfmt import plural
 
 
-@reporter("mpi-hello")
+@reporter("mpi-hello", tables=("hello",))
 def report(run: RunDir, rep: Report) -> None:
     seen: dict[tuple[int, str], tuple[str, str, HelloRow]] = {}
     for host, path in run.files(r".*\.(out|log|txt)"):

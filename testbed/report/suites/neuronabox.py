@@ -25,7 +25,8 @@ def _name_hint(path: Path, rx: re.Pattern[str]) -> str | None:
     return None
 
 
-@reporter("neuronabox", "ddl-emulator")
+@reporter("neuronabox", "ddl-emulator", tables=("collectives", "collectives_emu_vs_ori", "cnn_steps",
+                                                   "cnn_emu_vs_ori"))
 def report(run: RunDir, rep: Report) -> None:
     rows: list[list[Any]] = []
     for host, path in run.files(r".*\.(out|log|txt)"):

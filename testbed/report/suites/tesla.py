@@ -38,7 +38,8 @@ def _panels(rows: list[MetricRow]) -> Any:
     return draw
 
 
-@reporter("tesla", "scalable-vit")
+@reporter("tesla", "scalable-vit", tables=("metrics", "scaling", "vit_training", "baseline_util",
+                                               "baseline_epochs"))
 def report(run: RunDir, rep: Report) -> None:
     configs: dict[RunConfig | None, list[MetricRow]] = {}
     for host, path in run.files(r"metrics\.csv"):

@@ -25,7 +25,8 @@ def params_config(params: dict[str, object]) -> RunConfig | None:
         return None
 
 
-@campaign_reporter("tesla", "scalable-vit")
+@campaign_reporter("tesla", "scalable-vit", tables=(
+    "metrics", "scaling", "vit_training", "baseline_util", "baseline_epochs", "configs", "missing_points"))
 def campaign(camp: Campaign, rep: Report) -> None:
     configs: dict[RunConfig, list[MetricRow]] = {}
     origin: dict[RunConfig, tuple[bool, str]] = {}
