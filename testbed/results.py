@@ -98,9 +98,11 @@ _LOADED: dict[tuple[str, int, int], SuiteResults] = {}
 def require(version: int) -> None:
     """Refuse to load (one clear error) when this testbed's API is older than ``version``."""
     if not isinstance(version, int) or version > API_VERSION:
+        from testbed.distribution import install_command
+
         raise RegistrationError(f"this report.py needs testbed.results API {version}; this testbed has "
-                                f"{API_VERSION}", "upgrade testbed (pip install -U testbed), or write the file for "
-                                f"API {API_VERSION}")
+                                f"{API_VERSION}", f"upgrade testbed ({install_command(reinstall=True)}), or write the "
+                                f"file for API {API_VERSION}")
 
 
 def parser(name: str, *, files: str, columns: Sequence[str]) -> Callable[[F], F]:
