@@ -107,4 +107,7 @@ def test_the_line_after_a_collected_run_says_its_status_and_its_verdicts(tmp_pat
     bad = run_line("run-1", run, c)
     assert bad.startswith("[red]run run-1 succeeded, but 1 of 4 verdicts outside tolerance[/red]"), bad
     assert "reporting run-1" in c.file.getvalue()  # type: ignore[attr-defined]
-    assert run_line("run-1", None, c) == "[green]run run-1 succeeded[/green]"
+    assert run_line("run-1", None, c) == "[green]run run-1 succeeded[/green]"  # a suite without references
+    assert run_line("run-1", None, c, pending="fault-drill/run-1") == (  # not collected: says the verdict is not known
+        "[green]run run-1 succeeded[/green]; verdicts not judged yet: testbed collect run-1 && testbed report "
+        "results/fault-drill/run-1")

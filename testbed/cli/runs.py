@@ -111,15 +111,19 @@ def run(
         raise TestbedError(f"run {run_id} {row.status}: {row.reason or 'no reason recorded'}",
                            where=f"testbed status {run_id}", fix=f"testbed logs {run_id}",
                            code=OUTCOMES.get(row.status, 1))
-    c.print(run_line(run_id, collected[0].path if collected else None, c))
+    c.print(run_line(run_id, collected[0].path if collected else None, c,
+                     pending=f"{s.name}/{run_id}" if s.references else None))
 
 
-def run_line(run_id: str, folder: Any, c: Any) -> str:
+def run_line(run_id: str, folder: Any, c: Any, pending: str | None = None) -> str:
     """The one line after a run that succeeded: with its folder collected (``--collect``), its report is built and
     the line says the status and the verdicts side by side (``succeeded, but 1 of 4 verdicts outside tolerance``,
-    red), never a bare green "succeeded" over an outside tolerance; else the status alone."""
+    red), never a bare green "succeeded" over an outside tolerance; else the status, and (``pending``: the suite
+    has references, its results folder ``suite/run``) that its verdicts are not judged yet and how to get them."""
     if folder is None:
-        return f"[green]run {run_id} succeeded[/green]"
+        return f"[green]run {run_id} succeeded[/green]" + (
+            f"; verdicts not judged yet: testbed collect {run_id} && testbed report results/{escape(pending)}"
+            if pending else "")
     from testbed.errors import UsageError
     from testbed.report import build_report
     from testbed.report.verdicts import headline, headline_tone
