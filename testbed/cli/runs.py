@@ -111,8 +111,7 @@ def run(
         raise TestbedError(f"run {run_id} {row.status}: {row.reason or 'no reason recorded'}",
                            where=f"testbed status {run_id}", fix=f"testbed logs {run_id}",
                            code=OUTCOMES.get(row.status, 1))
-    c.print(run_line(run_id, collected[0].path if collected else None, c,
-                     pending=f"{s.name}/{run_id}" if s.references else None))
+    c.print(run_line(run_id, collected[0].path if collected else None, c, f"{s.name}/{run_id}" * bool(s.references)))
 
 
 def run_line(run_id: str, folder: Any, c: Any, pending: str | None = None) -> str:
