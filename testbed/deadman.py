@@ -13,7 +13,6 @@ Host-side files live in ``AGENT_DIR`` (root only). The controller side keeps the
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -83,6 +82,8 @@ def save(store: Store, name: str, e: Expiry) -> None:
 def _ctl(mode: str) -> str:
     """A one-line sh command running the agent's installer (``deadman_ctl.py``) as root in ``mode``; its input
     (which may hold a credential) travels on stdin, never on a command line."""
+    import base64
+
     from testbed import scripts
     from testbed.remote import sh
 

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,8 @@ def ensure_keypair(testbed: str) -> tuple[Path, str]:
     if not priv.exists() or not pub.exists():
         priv.unlink(missing_ok=True)
         pub.unlink(missing_ok=True)
+        import shutil  # here, not at the top: exec's start-up does not need it
+
         if shutil.which("ssh-keygen") is None:
             raise TestbedError("ssh-keygen is not installed", where="this machine",
                                fix="apt-get install openssh-client (testbed doctor checks this)")

@@ -10,6 +10,7 @@ import ast
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -341,7 +342,8 @@ def test_start_up_within_a_tenth_of_a_second_of_python(lab1: dict[str, str], tmp
     """The budget (issue 29): ``testbed status`` and ``exec`` within 0.1 s of ``python -c pass``, as a user runs
     them (the console script where it is installed), here in CPU time: the least of 7 alternated runs, the cost
     of the code itself without what other work on a shared machine adds (bench/startup.py measures wall time); 7
-    rounds, up to 35 while the least is over the budget (a loaded machine inflates CPU time too)."""
+    rounds, up to 35 spread over ~15 s while the least is over the budget (a loaded machine inflates CPU time
+    too)."""
     import compileall
 
     compileall.compile_dir(str(ROOT / "testbed"), quiet=1)  # the bytecode an installed testbed has
@@ -359,6 +361,7 @@ def test_start_up_within_a_tenth_of_a_second_of_python(lab1: dict[str, str], tmp
         above = {k: round(min(v) - floor, 3) for k, v in times.items() if k != "pass"}
         if i >= 6 and all(v < 0.1 for v in above.values()):
             break
+        time.sleep(0.3)  # rounds spread over ~15 s: the suite's other workers mostly wait, so a quiet moment comes
     print(f"start-up above python ({len(times['pass'])} rounds):", above)
     assert all(v < 0.1 for v in above.values()), above
 
