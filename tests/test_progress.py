@@ -152,3 +152,68 @@ def test_the_setup_view_shows_a_download_while_it_runs(tmp_path) -> None:  # typ
     assert "downloading torch-2.13.0-cp311-none-any.whl: 50.0 MB of 190.2 MB" in con.export_text()
     view.handle({"event": "playbook_on_task_start", "event_data": {"task": "next"}})
     assert view.agg.download_line() is None
+
+
+def test_copies_to_the_hosts_are_read_from_rsync_as_bytes_of_size(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The push role's copies (a label line, then a real rsync's --info=progress2 output per host) are shown as one
+    line over every host while they run: bytes of their size, the rate and the time left; a new task clears it."""
+    import os
+    import subprocess
+    import time
+
+    from testbed.cli.setup_view import SetupProgress, render_progress
+    from testbed.setup import _DownloadWatch
+    from testbed.setup.events import describe_download, read_copies
+
+    src = tmp_path / "wheels"
+    src.mkdir()
+    (src / "a.whl").write_bytes(os.urandom(3_000_000))
+    (src / "b.whl").write_bytes(os.urandom(1_000_000))
+    log = tmp_path / "progress.log"
+    log.write_text("")
+    view = SetupProgress(["node0", "node1"])
+    watch = _DownloadWatch(log, view.handle)
+    watch.every = 0.05
+    watch.start()
+    try:
+        for host in ("node0", "node1"):
+            out = tmp_path / f"progress.log.copy-{host}"
+            out.write_text("the wheelhouse\n")
+            with out.open("a") as f:
+                subprocess.run(["rsync", "-rts", "--itemize-changes", "--info=progress2", f"{src}/",
+                                f"{tmp_path / host}/"], stdout=f, check=True, timeout=60)
+        deadline = time.monotonic() + 10
+        while "to 2 hosts" not in (view.agg.download_line() or "") and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        watch.stop()
+    d = read_copies([(tmp_path / f"progress.log.copy-{h}").read_text() for h in ("node0", "node1")])
+    assert d is not None and d.done == d.total == 8_000_000 and d.file == "the wheelhouse to 2 hosts", d
+    con = Console(record=True, width=120, color_system=None)
+    con.print(render_progress(view))
+    assert "copying the wheelhouse to 2 hosts: 8.0 MB of 8.0 MB" in con.export_text(), con.export_text()
+    half = type(d)(file=d.file, done=4_000_000, total=8_000_000, at=1.0, verb="copying")
+    first = type(d)(file=d.file, done=1_000_000, total=8_000_000, at=0.0, verb="copying")
+    assert describe_download(half, first) == "copying the wheelhouse to 2 hosts: 4.0 MB of 8.0 MB, 3.0 MB/s, 2 s left"
+    assert read_copies(["the wheelhouse\n"]) is None  # nothing moved yet: no line
+    view.handle({"event": "playbook_on_task_start", "event_data": {"task": "next"}})
+    assert view.agg.download_line() is None
+
+
+def test_a_copy_with_nothing_to_move_shows_no_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """rsync of files the host holds already: its progress says 0 bytes, 100 %; that is not a copy to show."""
+    import subprocess
+
+    from testbed.setup.events import read_copies
+
+    src = tmp_path / "wheels"
+    src.mkdir()
+    (src / "a.whl").write_bytes(b"x" * 1000)
+    texts = []
+    for _ in range(2):  # the second rsync finds the file there
+        r = subprocess.run(["rsync", "-rts", "--itemize-changes", "--info=progress2", f"{src}/", f"{tmp_path / 'h'}/"],
+                           capture_output=True, text=True, check=True, timeout=60)
+        texts.append("the wheelhouse\n" + r.stdout)
+    first = read_copies(texts[:1])
+    assert first is not None and first.done == 1000
+    assert read_copies(texts[1:]) is None, texts[1]

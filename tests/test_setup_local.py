@@ -128,7 +128,11 @@ def test_tesla_profile_then_noop(bed: Any, served: dict[str, Any]) -> None:
     assert first.changed > 0 and set(first.hosts) == {h.name for h in bed.hosts}
     # the wheelhouse's download on the controller was shown as it went (pip's own progress, read live)
     downloads = [e["download"] for e in events if e.get("event") == "testbed_download"]
-    assert downloads and downloads[-1]["file"].startswith("tbprobe-1.0"), downloads
+    pip = [d for d in downloads if d.get("verb", "downloading") == "downloading"]
+    assert pip and pip[-1]["file"].startswith("tbprobe-1.0"), downloads
+    # and its copy to the hosts (the push role's rsync, read live): bytes over every host
+    copies = [d for d in downloads if d.get("verb") == "copying" and d["file"].startswith("the wheelhouse to ")]
+    assert copies and max(d["done"] for d in copies) > 0, downloads  # (the no-op's copies move nothing: no line)
     # ssh mesh: host to host by name and by bare IP, without a password
     for h in bed.hosts[1:]:
         for target in (h.name, h.address):

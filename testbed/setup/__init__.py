@@ -423,6 +423,8 @@ def _run_ansible(job: _Job, lim: list[str] | None, forks: int | None,
 
     progress_file = run_dir / "progress.log"
     progress_file.write_bytes(b"")
+    for old in run_dir.glob("progress.log.copy-*"):  # an earlier set-up's copies
+        old.unlink(missing_ok=True)
     watch = _DownloadWatch(progress_file, on_event) if on_event is not None else None
     # ansible-runner turns SIGINT/SIGTERM into a flag that cancels the play (in init_runner), and never puts the
     # old handlers back: afterwards Ctrl-C would stop nothing in this process (a run's follow). Put them back.
@@ -493,8 +495,9 @@ def _ansible_result(job: _Job, r: Any, agg: EventAggregator) -> SetupResult:
 
 
 class _DownloadWatch(threading.Thread):
-    """Reads the progress file a role's download on the controller writes (pip's raw bar) and hands each change
-    to ``on_event`` as a :data:`~testbed.setup.events.DOWNLOAD_EVENT`; bounded by :meth:`stop`."""
+    """Reads the progress file a role's download on the controller writes (pip's raw bar), and the push role's
+    copies to the hosts (``<file>.copy-<host>``: rsync's progress), and hands each change to ``on_event`` as a
+    :data:`~testbed.setup.events.DOWNLOAD_EVENT`; bounded by :meth:`stop`."""
 
     every = 1.0
 
@@ -505,18 +508,19 @@ class _DownloadWatch(threading.Thread):
     def run(self) -> None:
         from dataclasses import asdict
 
-        from testbed.setup.events import DOWNLOAD_EVENT, read_download
+        from testbed.setup.events import DOWNLOAD_EVENT, read_copies, read_download
 
-        size = -1
+        sizes: dict[str, int] = {}
         while not self.done.wait(self.every):
-            try:
-                text = self.path.read_text(errors="replace")
-            except OSError:
-                continue
-            if len(text) == size:
-                continue
-            size = len(text)
-            d = read_download(text)
+            texts: dict[str, str] = {}
+            for p in [self.path, *sorted(self.path.parent.glob(f"{self.path.name}.copy-*"))[:4096]]:
+                with contextlib.suppress(OSError):
+                    texts[p.name] = p.read_text(errors="replace")
+            changed = {k for k, v in texts.items() if sizes.get(k) != len(v)}
+            sizes = {k: len(v) for k, v in texts.items()}
+            copies = [v for k, v in texts.items() if k != self.path.name]
+            d = (read_copies(copies) if changed - {self.path.name} else
+                 read_download(texts.get(self.path.name, "")) if changed else None)
             if d is not None:
                 d.at = time.monotonic()
                 with contextlib.suppress(Exception):  # a display bug must not break the set-up

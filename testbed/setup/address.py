@@ -74,8 +74,12 @@ def role_digest(role_dir: Path) -> str:
     return _dir_digest(role_dir, tuple(sorted(stamp)))
 
 
+_INCLUDED_ROLE = re.compile(r"^\s*(?:ansible\.builtin\.)?(?:include|import)_role:\s*\n\s+name:\s*([\w.-]+)\s*$", re.M)
+
+
 def role_closure(roles: Iterable[str], roles_dir: Path) -> list[str]:
-    """``roles`` and every role they name as ``dependencies`` in meta/main.yml, transitively (sorted)."""
+    """``roles``, every role they name as ``dependencies`` in meta/main.yml and every role their tasks include or
+    import by a literal name (``include_role: name: push``), transitively (sorted)."""
     from ruamel.yaml import YAML
 
     seen: set[str] = set()
@@ -91,6 +95,9 @@ def role_closure(roles: Iterable[str], roles_dir: Path) -> list[str]:
             name = dep.get("role") if isinstance(dep, dict) else dep
             if isinstance(name, str):
                 todo.append(name)
+        tasks = roles_dir / r / "tasks"
+        for f in sorted(tasks.glob("*.yml")) if tasks.is_dir() else []:
+            todo += [n for n in _INCLUDED_ROLE.findall(f.read_text(errors="replace")) if (roles_dir / n).is_dir()]
     return sorted(seen)
 
 

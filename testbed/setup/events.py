@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -154,6 +155,7 @@ class Download:
     files_done: int = 0
     bytes_before: int = 0  # the finished files' bytes
     at: float = 0.0  # monotonic time of this reading
+    verb: str = "downloading"  # "copying": the push role's rsync to the hosts (see :func:`read_copies`)
 
     @property
     def bytes_all(self) -> int:
@@ -178,9 +180,35 @@ def read_download(text: str) -> Download | None:
     return d
 
 
+_PROGRESS2 = re.compile(r"^\s*([\d,.]+)\s+(\d+)%")  # rsync --info=progress2: bytes so far, percent of the whole
+
+
+def read_copies(texts: Sequence[str]) -> Download | None:
+    """The push role's copies to the hosts so far (one text per host: its label line, then rsync's output) as one
+    :class:`Download` over every host: bytes so far and their size (None before any byte moved, and when every file
+    was there already)."""
+    done, total, label, seen = 0, 0, "files", 0
+    for text in texts:
+        first, _, rest = text.partition("\n")
+        label = first.strip() or label
+        last = None
+        for ln in re.split(r"[\r\n]", rest):
+            last = _PROGRESS2.match(ln) or last
+        if last is None:
+            continue
+        seen += 1
+        n, pct = int(re.sub(r"\D", "", last.group(1)) or 0), int(last.group(2))
+        done += n
+        total += n * 100 // pct if pct else n
+    if not seen or not total:  # nothing moved yet, or nothing to move (every file there already)
+        return None
+    return Download(file=f"{label} to {len(texts)} host{'s' if len(texts) != 1 else ''}", done=done,
+                    total=max(total, done) or None, verb="copying")
+
+
 def describe_download(now: Download, first: Download | None) -> str:
     """One line: the file, bytes of its size, the rate since ``first`` and the time left for this file."""
-    line = f"downloading {now.file}: {size(now.done)}"
+    line = f"{now.verb} {now.file}: {size(now.done)}"
     if now.total:
         line += f" of {size(now.total)}"
     if first is not None and now.at > first.at and now.bytes_all > first.bytes_all:
