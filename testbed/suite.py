@@ -258,8 +258,10 @@ class Fault(Strict):
                                 "template; values shell-quoted)")
     restore: str | None = Field(None, description="command that undoes it (run before recovery)")
     rank: int | str | None = Field(None, description="target rank (template allowed)")
-    host: str | None = Field(None, description="target host (name, group or template); default: the rank's",
-                             json_schema_extra={"example": 'host: workers'})
+    host: str | None = Field(None, description="target host: a host's name, master, rank:K, a group of one host, "
+                             "or a template giving one (a selection of several hosts is refused at file:line: a "
+                             "fault fires on one); default: the rank's",
+                             json_schema_extra={"example": 'host: "{{ hosts[-1] }}"'})
     at: float | None = Field(None, ge=0, le=MAX_WAIT, description="seconds after launch")
     when: str | None = Field(None, description="regular expression matched against the watched rank's log")
     watch_rank: int | None = Field(None, description="rank whose log 'when' watches; default: the target rank")

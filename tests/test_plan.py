@@ -216,7 +216,8 @@ def test_plan_cli_json_and_text_and_bad_budgets_refused_before_anything(tb_home:
         "provider: {kind: chameleon, site: CHI@UC, node_type: gpu_rtx_6000, count: 2, image: CC-Ubuntu20.04,"
         " hours: 6}\nuser: cc\nhardware: {gpu: {model: Quadro RTX 6000, count: 1}}\n")
     r = cli("plan", "jitc", "--matrix", "--on", "chameleon", "--json")
-    assert r.returncode == 2 and "needs gpu, which testbed 'chameleon' (chameleon) lacks" in r.stderr, r.stderr
+    assert r.returncode == 2 and "need gpu, cuda (steps.launch.needs), which testbed 'chameleon' (chameleon) " \
+        "lacks" in " ".join(r.stderr.split()), r.stderr
     r = cli("plan", "jitc", "--matrix", "--on", "chameleon-gpu", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

@@ -281,7 +281,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
         else:
             for p in plans:
                 _show_dry_run(p, False)
-        return _warn_refused(plans[0]) if plans else None
+        return _warn_refused(next((p for p in plans if p.refused), plans[0])) if plans else None
     target = Resolved.open(tb, st)
     started = _with_setup_view(target, s, no_setup, lambda on_event: services.start_campaign(
         target, s, given, faults=faults, sources=src, budget=budget, with_setup=not no_setup, on_event=on_event))
@@ -578,11 +578,16 @@ def show_run_status(run_id: str, json_out: bool) -> None:
 
 
 def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
-                                              autocompletion=complete.suites)], json_out: JsonOpt = False) -> None:
+                                              autocompletion=complete.suites)],
+         on: Annotated[str | None, typer.Option("--on", help="Judge the suite against this testbed: exit 2 when a "
+                                                             "run there would be refused (its provider, GPUs, a "
+                                                             "default fault it cannot fire).",
+                                                autocompletion=complete.testbeds)] = None,
+         json_out: JsonOpt = False) -> None:
     """Describe a suite: requirements, profile, parameters, matrix, steps and faults; its static findings
     (what would break on the rented machine, read from the files) as warnings on stderr.
 
-    Example: testbed show fault-drill
+    Example: testbed show fault-drill --on local
     """
     from rich.markup import escape
 
@@ -591,6 +596,7 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
     s = suite_mod.load_suite(suite)
     refuse_unknown_tables(s)
     _lint_warnings(s)
+    _judge_on(s, on)
     if json_out:
         print_json({**s.model_dump(mode="json"), "source": s.source})
         return
@@ -601,7 +607,7 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
     c.print(f"requires: {r.hosts}+ hosts" + (f", providers {', '.join(r.providers)}" if r.providers else "")
             + (f", accelerator {r.accelerator}" if r.accelerator else "")
             + (f"; default testbed {s.testbed}" if s.testbed else "") + (f"; profile {s.profile}" if s.profile else ""))
-    rendered = _rendered(s)  # templates shown as the default testbed renders them, never as raw Jinja
+    rendered = _rendered(s, on)  # templates shown as the default testbed renders them, never as raw Jinja
     if s.parameters:
         c.print("parameters:")
         for k, p in s.parameters.items():
@@ -626,7 +632,25 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
         c.print(f"fault {name}{dflt}: {f.action} {trig}  {escape(f.description)}")
 
 
-def _rendered(s: Any) -> Any:
+def _judge_on(s: Any, on: str | None) -> None:
+    """Judge the suite against testbed ``on`` (else its own ``testbed:``): each fault that could not fire there is
+    a warning; with ``on``, what refuses a default run there is an error (exit 2), else a warning too."""
+    from testbed.errors import UsageError
+    from testbed.run.runner import testbed_refusals
+
+    name = on or s.testbed
+    if not name:
+        return
+    refused, others = testbed_refusals(s, name, store=existing_store())
+    c = console(stderr=True)
+    for e in others + ([] if on else refused):
+        c.print(f"[yellow]warning[/yellow]: {escape(e.what)} ({escape(str(e.where))}); fix: {escape(str(e.fix))}")
+    if on and refused:
+        more = f" (and {plural(len(refused) - 1, 'more refusal')})" if len(refused) > 1 else ""
+        raise UsageError(refused[0].what + more, where=refused[0].where, fix=refused[0].fix)
+
+
+def _rendered(s: Any, on: str | None = None) -> Any:
     """The suite's dry-run plan on its default testbed with every fault, whose values ``show`` prints for the
     templates; None when it cannot be planned there (the templates are then said to be rendered per testbed)."""
     from testbed import services
@@ -634,7 +658,7 @@ def _rendered(s: Any) -> Any:
     from testbed.run.plan import NO_TESTBED
 
     try:
-        plan = services.plan(s, None, dry_run=True, faults=list(s.faults), store=existing_store())  # read-only
+        plan = services.plan(s, on, dry_run=True, faults=list(s.faults), store=existing_store())  # read-only
     except TestbedError:
         return None
     return plan if plan.testbed != NO_TESTBED else None  # no testbed to render them for

@@ -57,6 +57,8 @@ class _Firing:
 def fire(plan: RunPlan, fault: FaultPlan, store: Store) -> dict[str, Any]:
     """Fire ``fault`` (its kind's ``fire``, after checking the provider has the capability the kind needs);
     returns the event detail (what was done, where, and the outcome)."""
+    from testbed.run.plan import able_kinds
+
     kind = fault_kinds.get(fault.action)
     detail: dict[str, Any] = {"fault": fault.name, "action": fault.action, "host": fault.host, "rank": fault.rank}
     t0 = time.time()
@@ -68,7 +70,8 @@ def fire(plan: RunPlan, fault: FaultPlan, store: Store) -> dict[str, Any]:
             raise TestbedError(f"fault '{fault.name}': the {prov.kind} provider cannot "
                                f"{fault.action.replace('-', ' ')}: {why}",
                                where=plan.testbed,
-                               fix="run this fault on a testbed whose provider can (local), or use a 'command' fault")
+                               fix=f"run this fault on a testbed whose provider can "
+                                   f"({', '.join(able_kinds(kind.capability))}), or use a 'command' fault")
     detail.update(kind.fire(firing, fault))
     detail["seconds"] = round(time.time() - t0, 3)
     return detail

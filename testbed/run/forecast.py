@@ -210,7 +210,7 @@ def forecast(suite: Suite | str, testbed: str | None, given: dict[str, Any], *, 
     name = testbed or s.testbed or DEFAULT_TESTBED
     points = expand_matrix(s, given) if matrix else [resolve_params(s, given)]
     info = testbed_info(name, dry_run=True, min_hosts=s.requires.hosts, store=store)
-    refused = refusals(s, info)
+    refused = refusals(s, info, [resolve_params(s, p) for p in points], faults)
     if refused:  # never a price for a testbed the suite cannot run on
         raise UsageError(refused[0].what, where=refused[0].where, fix=refused[0].fix)
     needs = [len(build_plan(s, info, resolve_params(s, p), faults=faults, overrides={}).hosts) for p in points]

@@ -313,6 +313,59 @@ def check_fault_needs(suite: Suite, fname: str, tb: TestbedInfo, host: str | Non
                               or f"{suite.name}: faults.{fname}.needs", fix=fix)
 
 
+def able_kinds(capability: str) -> list[str]:
+    """The provider kinds that implement ``capability`` (read from their classes, never listed here)."""
+    from testbed.providers import PROVIDERS, provider_class
+
+    return [k for k in PROVIDERS if provider_class(k).can(capability)]
+
+
+def fault_refusals(suite: Suite, tb: TestbedInfo, chosen: list[str]) -> list[UsageError]:
+    """Why testbed ``tb``'s provider cannot fire the ``chosen`` faults of ``suite`` (a kind that needs a provider
+    ``Capability`` it lacks), one error each at the fault's ``action:`` file:line; none for a testbed of no known
+    provider kind (a dry run with no spec). Names not among the suite's faults are left to the plan to refuse."""
+    from testbed.providers import PROVIDERS, provider_class
+
+    if tb.provider not in PROVIDERS:
+        return []
+    cls, out = provider_class(tb.provider), []
+    for fname in dict.fromkeys(chosen):
+        fault = suite.faults.get(fname)
+        cap = fault_kinds.get(fault.action).capability if fault is not None else None
+        why = cls.lacks(cap) if cap else None
+        if fault is None or not why:
+            continue
+        can = able_kinds(cap or "")
+        out.append(UsageError(
+            f"fault '{fname}' of suite '{suite.name}' ({fault.action}) cannot fire on testbed '{tb.name}': its "
+            f"{tb.provider} provider cannot {(cap or '').replace('-', ' ')}: {why}",
+            where=suite.at("faults", fname, "action") or f"{suite.name}: faults.{fname}.action",
+            fix=(f"run it on a testbed whose provider can ({', '.join(can)})" if can else "drop it")
+            + ", leave it out (another --fault, -p fault=... where a parameter picks it, or --no-faults), or make "
+              "it a 'command' fault that does the same on the host"))
+    return out
+
+
+def gpu_refusal(suite: Suite, tb: TestbedInfo) -> UsageError | None:
+    """The suite's ranks need a GPU (``steps.launch.needs``, else ``requires.accelerator``) and testbed ``tb``'s
+    spec declares none on any host (``hardware.gpu``): refused at the need's file:line. Not judged without a spec."""
+    launch = suite.steps.launch
+    needs = launch.needs if launch.needs is not None else [suite.requires.accelerator or ""]
+    gpu = [n for n in needs if n in ("gpu", "cuda", "nvidia-driver")]
+    hardware = tb.context.get("hardware")
+    if not gpu or not tb.context.get("spec_known") or not isinstance(hardware, dict):
+        return None
+    per_host = tb.context.get("hardware_of") or {}
+    if int(hardware.get("gpus") or 0) > 0 or any(int(h.get("gpus") or 0) > 0 for h in per_host.values()):
+        return None
+    key = ("steps", "launch", "needs") if launch.needs is not None else ("requires", "accelerator")
+    return UsageError(f"the ranks of suite '{suite.name}' need {', '.join(gpu)} ({'.'.join(key)}), which testbed "
+                      f"'{tb.name}' ({tb.provider}) lacks: its spec declares no GPU on any host",
+                      where=suite.at(*key),
+                      fix="run it on a testbed whose spec declares its GPUs (hardware.gpu), or declare them in the "
+                          f"spec of testbed '{tb.name}' if its hosts have them")
+
+
 @dataclass
 class _Scope:
     """What every section of a plan is rendered with: the suite, the testbed, the template context, the run's
@@ -359,7 +412,7 @@ class _Sources:
     files: dict[str, str]  # name in the run folder -> path on the controller
 
 
-def _chosen_faults(suite: Suite, params: dict[str, Any], faults: list[str] | None) -> list[str]:
+def chosen_faults(suite: Suite, params: dict[str, Any], faults: list[str] | None) -> list[str]:
     """The faults this run fires: ``faults``, else a 'fault' parameter's value, else the suite's defaults."""
     if faults is None and "fault" in suite.parameters and "fault" in params:  # a 'fault' parameter picks it
         faults = [] if params["fault"] in ("", "none", None) else [str(params["fault"])]
@@ -563,8 +616,14 @@ def _fault_target(sc: _Scope, fname: str) -> tuple[int | None, str]:
                          where=sc.suite.at("faults", fname, "rank"), fix="choose a rank below the world size")
     if fault.host is not None:
         host_at = sc.suite.at("faults", fname, "host")
-        host = sc.select(render(fault.host, sc.base, shell=False, where=f"{where}.host", at=host_at),
-                         f"{where}.host", host_at)[0]
+        on = render(fault.host, sc.base, shell=False, where=f"{where}.host", at=host_at)
+        picked = sc.select(on, f"{where}.host", host_at)
+        if len(picked) > 1:  # a fault fires on one host: never cut to the first without a word
+            raise UsageError(f"{where}.host '{on}' selects {plural(len(picked), 'host')} ({', '.join(picked)}); a "
+                             f"{fault.action} fault fires on one host", where=host_at or f"{where}.host",
+                             fix=f"name one host ({picked[-1]}, master, rank:K or a group of one), or write one "
+                                 "fault per host and fire them together (--fault A --fault B)")
+        host = picked[0]
     else:
         host = ranks[rank].host if rank is not None else sc.hosts[0].name
     return rank, host
@@ -752,7 +811,7 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
     """
     overrides = overrides or {}
     rid = run_id or new_run_id(suite.name)
-    chosen = _chosen_faults(suite, params, faults)
+    chosen = chosen_faults(suite, params, faults)
     sc = _scope(suite, tb, params, rid, chosen, only_hosts)
     _check_rank_commands(sc, chosen)
     env_lines = _env_lines(suite.env, suite.at("env"))

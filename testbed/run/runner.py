@@ -47,9 +47,9 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
     s = load_suite(suite) if isinstance(suite, str) else suite
     tb_name = testbed or s.testbed or (DEFAULT_TESTBED if not dry_run else None)
     if not dry_run:  # a testbed the suite cannot run on is refused before anything else is asked of it (renting)
-        refuse_before_renting(s, tb_name, store=store)
+        refuse_before_renting(s, tb_name, store=store, points=[resolve_params(s, params)], faults=faults)
     tb = testbed_info(tb_name, dry_run=dry_run, min_hosts=s.requires.hosts, store=store)
-    refused = refusals(s, tb)
+    refused = refusals(s, tb, [resolve_params(s, params)], faults)
     if refused and not dry_run:
         first = refused[0]
         raise UsageError(first.what, where=first.where,
@@ -79,23 +79,55 @@ def file_sha256(path: Path) -> str:
 
 
 def refuse_before_renting(s: Suite, testbed: str | None, *, store: Store | None = None,
-                          fix: str = "", where: str | None = None) -> None:
+                          fix: str = "", where: str | None = None, points: list[dict[str, Any]] | None = None,
+                          faults: list[str] | None = None) -> None:
     """Raise the first reason the suite's ``requires`` refuses ``testbed`` as its spec describes it (its provider
-    kind), provisioned or not: checked before a lease, a plan's price or a run, so that nothing is rented for a
-    suite that cannot run there. Nothing when the testbed has no spec or record to judge by (said elsewhere)."""
+    kind, its GPUs, the faults of ``points``), provisioned or not: checked before a lease, a plan's price or a run,
+    so that nothing is rented for a suite that cannot run there. Nothing when the testbed has no spec or record to
+    judge by (said elsewhere)."""
     try:
         tb = testbed_info(testbed, dry_run=True, min_hosts=s.requires.hosts, store=store)
     except TestbedError:
         return
-    refused = refusals(s, tb)
+    refused = refusals(s, tb, points, faults)
     if refused:
         first = refused[0]
         raise UsageError(first.what, where=where or first.where, fix=(first.fix or "") + (f"; {fix}" if fix else ""))
 
 
-def refusals(s: Suite, tb: TestbedInfo) -> list[UsageError]:
-    """Why the suite's ``requires`` refuses this testbed (its provider, its hosts' accelerator): what a real run
-    raises, and a dry run shows as a warning. None for a dry run with no testbed at all (nothing to check)."""
+def refusals(s: Suite, tb: TestbedInfo, points: list[dict[str, Any]] | None = None,
+             faults: list[str] | None = None) -> list[UsageError]:
+    """Why the suite refuses this testbed: its ``requires`` (provider, the hosts' accelerator), ranks that need a
+    GPU on a spec that declares none, and a fault of a point (``points``: resolved parameters, default the default
+    point; ``faults``: as --fault) whose kind needs a capability the provider lacks. What a real run raises before
+    anything is rented, and a dry run shows after its commands. None for a dry run with no testbed at all."""
+    from testbed.run.plan import chosen_faults, fault_refusals, gpu_refusal
+
+    out = _requires_refusals(s, tb)
+    gpu = gpu_refusal(s, tb)
+    out += [gpu] if gpu is not None else []
+    chosen = [f for p in (points if points is not None else [resolve_params(s, {})])
+              for f in chosen_faults(s, p, faults)]
+    return out + fault_refusals(s, tb, chosen)
+
+
+def testbed_refusals(s: Suite, testbed: str, *, store: Store | None = None
+                     ) -> tuple[list[UsageError], list[UsageError]]:
+    """What ``testbed show SUITE --on TESTBED`` says: (why a default run of the suite there is refused, every other
+    fault of the suite that could not fire there); nothing for a testbed with no spec or record to judge by."""
+    from testbed.run.plan import fault_refusals
+
+    try:
+        tb = testbed_info(testbed, dry_run=True, min_hosts=s.requires.hosts, store=store)
+    except TestbedError:
+        return [], []
+    refused = refusals(s, tb)
+    seen = {e.what for e in refused}
+    return refused, [e for e in fault_refusals(s, tb, list(s.faults)) if e.what not in seen]
+
+
+def _requires_refusals(s: Suite, tb: TestbedInfo) -> list[UsageError]:
+    """Why the suite's ``requires`` refuses this testbed (its provider, its hosts' accelerator)."""
     req, out = s.requires, []
     if req.providers and tb.provider != "none" and tb.provider not in req.providers:
         out.append(UsageError(f"suite '{s.name}' runs on {', '.join(req.providers)} testbeds; '{tb.name}' is "
