@@ -8,7 +8,7 @@ import ast
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -20,7 +20,6 @@ from testbed.providers.base import Capability
 from testbed.records import FaultPlan, RunPlan
 from testbed.run import faults, runner
 from testbed.run.plan import dry_run_lines
-from testbed.state import Store
 
 PKG = Path(__file__).resolve().parents[1] / "testbed"
 SHIPPED = ["signal", "command", "kill-host", "cut-network", "in-workload"]  # the order the error lists them in
@@ -169,10 +168,14 @@ def test_a_new_kind_is_validated_described_fired_and_restored(tb_home: Path, toy
     assert RunPlan.model_validate(plan.to_json()) == plan  # its plan file loads back
 
     fault = plan.faults[0]
-    detail = faults.fire(plan, fault, Store.open_default())
+
+    def unopened() -> Any:  # a kind that needs no capability never opens the testbed's provider
+        raise AssertionError("the provider was opened")
+
+    detail = faults.fire(plan, fault, unopened)
     assert {k: v for k, v in detail.items() if k != "seconds"} == {
         "fault": "f", "action": "toy-pause", "host": plan.master, "rank": None, "paused": plan.master, "ok": True}
-    assert faults.restore(plan, fault, Store.open_default()) == {"fault": "f", "host": plan.master,
+    assert faults.restore(plan, fault, unopened) == {"fault": "f", "host": plan.master,
                                                                  "action": "resume", "ok": True}
     assert FIRED == [("fire", plan.master), ("restore", plan.master)]
 
@@ -192,9 +195,8 @@ def test_a_kind_needing_a_capability_is_refused_on_a_provider_without_it(tb_home
     _suite(tb_home, "power", "{action: toy-power, host: master, at: 2}")
     plan = _plan("power")
     lab = provider_class("lab")
-    monkeypatch.setattr(faults, "_provider", lambda testbed, store: lab)  # a provider class answers lacks()
-    with pytest.raises(TestbedError) as e:
-        faults.fire(plan, plan.faults[0], Store.open_default())
+    with pytest.raises(TestbedError) as e:  # the caller's provider (here a class: it answers lacks())
+        faults.fire(plan, plan.faults[0], lambda: cast(Any, lab))
     assert e.value.what == f"fault 'f': the lab provider cannot toy power: {lab.lacks(Capability.KILL_HOST)}"
     assert FIRED == []  # refused before its fire
 

@@ -16,15 +16,10 @@ from testbed.records import FaultPlan, RunPlan, RunStep
 from testbed.run import remote as run_remote
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from testbed.providers.base import Provider
     from testbed.remote import HostResult
-    from testbed.state import Store
-
-
-def _provider(testbed: str, store: Store) -> Provider:
-    from testbed.resolved import Resolved
-
-    return Resolved.open(testbed, store).provider()
 
 
 def due(fault: FaultPlan, launched: float, now: float, matched: set[str]) -> bool:
@@ -36,11 +31,11 @@ def due(fault: FaultPlan, launched: float, now: float, matched: set[str]) -> boo
 
 class _Firing:
     """What a fault kind may do on the run of ``plan`` (``testbed.fault_kinds.Firing``): signal a rank, run a
-    command on the fault's host, reach the testbed's provider (opened once, when first asked)."""
+    command on the fault's host, reach the testbed's provider: the one the caller resolved once (``provider``, a
+    getter that opens it on first use: a run whose faults need none never opens it)."""
 
-    def __init__(self, plan: RunPlan, store: Store) -> None:
-        self.plan, self.store = plan, store
-        self._prov: Provider | None = None
+    def __init__(self, plan: RunPlan, provider: Callable[[], Provider]) -> None:
+        self.plan, self._provider = plan, provider
 
     def signal(self, rank: int, signal: str) -> list[HostResult]:
         return run_remote.signal_ranks(self.plan, [self.plan.rank(rank)], signal)
@@ -49,20 +44,19 @@ class _Firing:
         return run_remote.run_step(self.plan, _one_command(fault, command), timeout=timeout)[0]
 
     def provider(self) -> Provider:
-        if self._prov is None:
-            self._prov = _provider(self.plan.testbed, self.store)
-        return self._prov
+        return self._provider()
 
 
-def fire(plan: RunPlan, fault: FaultPlan, store: Store) -> dict[str, Any]:
+def fire(plan: RunPlan, fault: FaultPlan, provider: Callable[[], Provider]) -> dict[str, Any]:
     """Fire ``fault`` (its kind's ``fire``, after checking the provider has the capability the kind needs);
-    returns the event detail (what was done, where, and the outcome)."""
+    returns the event detail (what was done, where, and the outcome). ``provider``: the testbed's, as the caller
+    resolved it (see :class:`_Firing`)."""
     from testbed.run.plan import able_kinds
 
     kind = fault_kinds.get(fault.action)
     detail: dict[str, Any] = {"fault": fault.name, "action": fault.action, "host": fault.host, "rank": fault.rank}
     t0 = time.time()
-    firing = _Firing(plan, store)
+    firing = _Firing(plan, provider)
     if kind.capability is not None:
         prov = firing.provider()
         why = prov.lacks(kind.capability)
@@ -77,10 +71,10 @@ def fire(plan: RunPlan, fault: FaultPlan, store: Store) -> dict[str, Any]:
     return detail
 
 
-def restore(plan: RunPlan, fault: FaultPlan, store: Store) -> dict[str, Any] | None:
+def restore(plan: RunPlan, fault: FaultPlan, provider: Callable[[], Provider]) -> dict[str, Any] | None:
     """Undo ``fault`` where it can be undone (its kind's ``restore``: by default its restore command; a cut
     network is put back); None when nothing to do."""
-    return fault_kinds.get(fault.action).restore(_Firing(plan, store), fault)
+    return fault_kinds.get(fault.action).restore(_Firing(plan, provider), fault)
 
 
 def _one_command(fault: FaultPlan, command: str) -> RunStep:

@@ -289,6 +289,11 @@ class Supervisor:
             self._provider = Resolved.open(self.plan.testbed, Store(self.st.path), recorded_ok=True).provider()
         return self._provider
 
+    def locked_provider(self) -> Any:
+        """:meth:`provider` for a fault that fires or is undone (the supervisor's one provider, under its lock)."""
+        with self._provider_lock:
+            return self.provider()
+
     def launchers(self, hosts: set[str]) -> dict[str, list[str]]:
         """host -> the command its ranks start under (:meth:`Provider.rank_launcher`), from the hosts as recorded
         now (a repaired host's new job); none asked of a provider that has no launcher."""
@@ -421,7 +426,7 @@ class Supervisor:
     def fire(self, f: FaultPlan) -> None:
         ts = time.time()
         try:
-            detail = faults_mod.fire(self.plan, f, self.st)
+            detail = faults_mod.fire(self.plan, f, self.locked_provider)
         except Exception as e:  # a fault that cannot fire is recorded, not fatal
             detail = {"fault": f.name, "action": f.action, "ok": False, "error": getattr(e, "what", None) or str(e)}
         self.fired.append(f.name)
@@ -444,7 +449,7 @@ class Supervisor:
                  steps=[s.name for s in steps], after=att.first_failure[1])
         restored = None
         if f is not None:
-            restored = faults_mod.restore(self.plan, f, self.st)
+            restored = faults_mod.restore(self.plan, f, self.locked_provider)
             if restored:
                 rs.event(self.st, self.run_id, "restore", f.host, info=restored)
         before = rec.log_steps(self.plan)  # read before anything is relaunched (the log is appended)
