@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import HostsFailed, RunFailed, UsageError
+from testbed.paths import MANIFEST, RESULTS
 from testbed.resolved import Resolved
 from testbed.textfmt import plural
 
@@ -211,7 +212,7 @@ class Testbed(Resolved):
         started = services.start(self, suite, params, faults=faults, with_setup=setup, sources=sources)
         return Run(started.run_id, self.store)
 
-    def collect(self, runs: Run | str | Sequence[Run | str] | None = None, to: str | Path = "results", *,
+    def collect(self, runs: Run | str | Sequence[Run | str] | None = None, to: str | Path = RESULTS, *,
                 warn: bool = False) -> list[CollectResult]:
         """Fetch runs' outputs into ``to/<suite>/<run id>/`` with checksums and a manifest (as ``testbed
         collect``): the runs given, else every ended run of this testbed. A host or run that could not be
@@ -231,7 +232,7 @@ class Testbed(Resolved):
             _raise_collect(out)
         return out
 
-    def report(self, target: Run | str | Path = "results", fmt: str = "md", *, to: str | Path = "results",
+    def report(self, target: Run | str | Path = RESULTS, fmt: str = "md", *, to: str | Path = RESULTS,
                campaign: str | None = None) -> ReportResult | IndexResult:
         """Write reports (as ``testbed report``): of a run (a :class:`Run` or a run id: its folder under ``to``,
         collected first when it is not), else of a results path: a run folder, a suite folder or ``results/``
@@ -357,7 +358,7 @@ class Run:
         runner.stop_run(self.id, store=self.store)
         return self
 
-    def collect(self, to: str | Path = "results", *, warn: bool | None = None) -> CollectResult:
+    def collect(self, to: str | Path = RESULTS, *, warn: bool | None = None) -> CollectResult:
         """Fetch its outputs into ``to/<suite>/<run id>/`` with checksums and a manifest (as ``testbed
         collect``); a host that could not be collected raises :class:`HostsFailed` unless ``warn`` (then it is in
         the result's ``problems()``)."""
@@ -368,12 +369,12 @@ class Run:
             _raise_collect(out)
         return out[0]
 
-    def report(self, to: str | Path = "results", fmt: str = "md") -> ReportResult:
+    def report(self, to: str | Path = RESULTS, fmt: str = "md") -> ReportResult:
         """Write its report into the collected folder (collected first if it is not)."""
         from testbed.report.build import build_report
 
         folder = Path(to) / self.record.suite / self.id
-        if not (folder / "manifest.json").exists():
+        if not (folder / MANIFEST).exists():
             self.collect(to)
         return build_report(folder, fmt)
 

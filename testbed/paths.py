@@ -17,6 +17,15 @@ RESOURCE_KINDS = ("playbooks", "inventories", "templates", "experiments")
 PACKAGE_DIR = Path(__file__).resolve().parent
 # in a results folder, next to the file it belongs to: what an interrupted collect received (never a result)
 PARTIAL_DIR = ".testbed-partial"
+# a collected run on disk, the contract between collect, report and reproduce (its manifest's type:
+# testbed.records.Manifest): <to>/<suite>/<run-id>/ holding manifest.json and one folder per host
+RESULTS = "results"  # where collect puts runs unless told (--to)
+MANIFEST = "manifest.json"
+
+
+def run_folder(to: str | Path, suite: str, run_id: str) -> Path:
+    """``<to>/<suite>/<run-id>``: where collect puts a run, and where report and reproduce find it."""
+    return Path(to) / suite / run_id
 
 
 # a state home other than this folder's, for the code that reads another folder's testbeds (testbed.ledger)

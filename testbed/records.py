@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import (
     BaseModel,
@@ -30,6 +30,44 @@ ACTIVE = ("pending", "running")
 OUTCOMES = {"succeeded": Exit.OK, "failed": Exit.FAILED, "stopped": Exit.STOPPED, "timed-out": Exit.TIMED_OUT}
 """Every way a run ends: its status and the exit code of ``testbed run`` (and ``wait``) for it."""
 ENDED = tuple(OUTCOMES)
+
+# --- a collected run on disk (its folder: testbed.paths.run_folder): the contract between collect, report, reproduce
+class ManifestHost(TypedDict, total=False):
+    """One host of a collected run: its facts (nvidia-smi, kernel, ...), and its ranks' statuses."""
+
+    name: str
+    address: str
+    facts: dict[str, Any]
+    exit_code: int | None
+    status: str | None
+    ranks: list[dict[str, Any]]  # {rank, status, exit_code, reason}
+
+
+class Manifest(TypedDict, total=False):
+    """``manifest.json`` as collect writes it (schema 1); readers get it from a file they do not trust, so every key
+    may be missing (``total=False``) and every value is checked where it is used."""
+
+    schema: int
+    run_id: str
+    suite: str
+    params: dict[str, Any]
+    campaign: str | None
+    status: str
+    reason: str | None
+    testbed: dict[str, Any]  # {name, provider, hardware?}
+    hosts: list[ManifestHost]
+    software: dict[str, Any]  # {python: {version, executable}, pip_freeze: [...], sources: {name: {repo, ref, commit}}}
+    testbed_version: str
+    started: str | None  # ISO 8601 UTC
+    ended: str | None
+    events: list[dict[str, Any]]  # {ts, kind, host, detail}
+    files: list[dict[str, Any]]  # {host, path, from, sha256, size}
+    suite_file: dict[str, Any] | None  # {path, sha256, files?}: what reproduce runs again
+    profile: str | None
+    faults: list[str]
+    reproduces: str
+    rehearsal: dict[str, Any]  # a rehearsal on a local replica: never a result
+    suite_copy: dict[str, Any] | None  # {name, path, sha256, files?, profile?}: the suite as it ran, copied beside
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", defer_build=True)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import fault_kinds, lint, paths, services
 from testbed.errors import TestbedError, UsageError
+from testbed.paths import RESULTS
 from testbed.providers.local.settings import local_replica
 from testbed.run.plan import lacks
 from testbed.textfmt import plural
@@ -334,7 +335,7 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
 
 def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None, matrix: bool = False,
               shapes: bool = False, sources: dict[str, str] | None = None, setup: bool = True,
-              roles: list[str] | None = None, keep: bool = False, to: Path = Path("results"),
+              roles: list[str] | None = None, keep: bool = False, to: Path = Path(RESULTS),
               subnet: str | None = None,
               timeout: float | None = None, site: str | None = None, say: Any = None) -> RehearsalResult:
     """Rehearse ``suite_name`` (every point of its matrix with ``matrix``; with ``shapes`` too, the first point of

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import UsageError
+from testbed.paths import MANIFEST
+from testbed.records import Manifest
 from testbed.report.verdicts import Verdict
 
 if TYPE_CHECKING:
@@ -40,7 +42,7 @@ class Replay:
     """What a replay runs: the suite, the recorded parameters and faults, source pins, and what differs."""
 
     run_dir: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     suite: Suite
     testbed: str
     params: dict[str, Any]
@@ -71,7 +73,7 @@ def prepare(run_dir: Path, on: str | None = None, allow: list[str] | None = None
     run_dir = Path(run_dir)
     m = load(run_dir)
     if not m.get("suite") or not m.get("run_id"):
-        raise UsageError(f"no run manifest in {run_dir}", where=str(run_dir / "manifest.json"),
+        raise UsageError(f"no run manifest in {run_dir}", where=str(run_dir / MANIFEST),
                          fix="pass results/<suite>/<run-id> of a collected run (testbed collect RUN)")
     if m.get("rehearsal"):
         raise UsageError(f"run {m['run_id']} is a rehearsal on a local replica: there are no results to reproduce",
@@ -109,12 +111,12 @@ def prepare(run_dir: Path, on: str | None = None, allow: list[str] | None = None
     return rep
 
 
-def _replayed_suite(run_dir: Path, m: dict[str, Any], named: Path | None) -> tuple[Suite, str, list[Difference]]:
+def _replayed_suite(run_dir: Path, m: Manifest, named: Path | None) -> tuple[Suite, str, list[Difference]]:
     """The suite to replay, where it comes from (one line), and the differences known from the copy alone."""
     from testbed.collect import suite_copy
     from testbed.suite import SUITE_NAME_RE, load_suite
 
-    where = str(run_dir / "manifest.json")
+    where = str(run_dir / MANIFEST)
     name = m["suite"]
     if not isinstance(name, str) or not re.match(SUITE_NAME_RE, name):
         raise UsageError(f"the manifest's suite ({name!r}) is not a suite name", where=f"{where}: suite",
@@ -169,7 +171,7 @@ def _refuse(rep: Replay, allow: list[str]) -> None:
         kinds = sorted({d.kind for d in refused}, key=KINDS.index)
         raise UsageError(f"run {rep.run_id} cannot be replayed as recorded: "
                          + "; ".join(f"{d.kind}: {d.what}" for d in refused),
-                         where=str(rep.run_dir / "manifest.json"),
+                         where=str(rep.run_dir / MANIFEST),
                          fix="undo the change, or replay anyway naming each difference: "
                              + " ".join(f"--allow {k}" for k in kinds))
 
@@ -197,7 +199,7 @@ def _suite_files(rec: dict[str, Any], suite: Suite, older: str) -> list[Differen
     return out
 
 
-def _sources(m: dict[str, Any], suite: Suite) -> tuple[list[str], list[Difference]]:
+def _sources(m: Manifest, suite: Suite) -> tuple[list[str], list[Difference]]:
     """``NAME=REPO@COMMIT`` pins for every recorded source, and the sources that cannot be pinned."""
     sw: dict[str, Any] = m["software"] if isinstance(m.get("software"), dict) else {}
     recorded: dict[str, Any] = sw["sources"] if isinstance(sw.get("sources"), dict) else {}
@@ -215,7 +217,7 @@ def _sources(m: dict[str, Any], suite: Suite) -> tuple[list[str], list[Differenc
     return pins, diffs
 
 
-def _hardware(m: dict[str, Any], tb_rec: dict[str, Any], testbed: str, store: Any) -> list[Difference]:
+def _hardware(m: Manifest, tb_rec: dict[str, Any], testbed: str, store: Any) -> list[Difference]:
     """Another testbed, fewer hosts, other core counts or GPUs than the run recorded (state only)."""
     from testbed.run.plan import testbed_info
     from testbed.textfmt import plural
@@ -261,7 +263,7 @@ class Gpus:
     source: str
 
 
-def recorded_gpus(m: dict[str, Any]) -> Gpus | None:
+def recorded_gpus(m: Manifest) -> Gpus | None:
     """What the manifest says the run had: the hosts' nvidia-smi, else its testbed spec's hardware.gpu."""
     per_host = [[str(g["name"]) for g in h["facts"].get("gpus") or [] if isinstance(g, dict) and g.get("name")]
                 for h in m.get("hosts") or [] if isinstance(h, dict) and isinstance(h.get("facts"), dict)]

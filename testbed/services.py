@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import deadman, remote
 from testbed.errors import HostsFailed, TestbedError, UsageError, by_door, provision_fix
+from testbed.paths import RESULTS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -426,7 +427,7 @@ def stop(run_id: str, *, store: Store | None = None) -> Any:
     return runner.stop_run(run_id, store=store)
 
 
-def collect(run_ids: list[str] | None, to: str | Path = "results", *, all_runs: bool = False,
+def collect(run_ids: list[str] | None, to: str | Path = RESULTS, *, all_runs: bool = False,
             store: Store | None = None, progress: Any = None) -> list[CollectResult]:
     """Fetch runs' outputs into ``to/<suite>/<run id>/`` with checksums and a manifest."""
     from testbed.collect import collect_runs

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, print_json
 from testbed.exitcodes import Exit
+from testbed.paths import RESULTS
 from testbed.textfmt import plural, size
 
 
@@ -25,7 +26,7 @@ def collect_cmd(
     runs: Annotated[list[str] | None, typer.Argument(help="Run ids (see `testbed list runs`).",
                                                      autocompletion=complete.runs)] = None,
     all_runs: Annotated[bool, typer.Option("--all", help="Collect every recorded run.")] = False,
-    to: Annotated[Path, typer.Option("--to", help="Results folder: writes <to>/<suite>/<run-id>/.")] = Path("results"),
+    to: Annotated[Path, typer.Option("--to", help="Results folder: writes <to>/<suite>/<run-id>/.")] = Path(RESULTS),
     json_out: JsonOpt = False,
 ) -> None:
     """Fetch runs' outputs and logs from every host into results/, verified by sha256, with a manifest.

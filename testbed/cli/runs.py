@@ -15,6 +15,7 @@ import typer
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, console, escape, existing_store, json_wanted, print_json, store
 from testbed.exitcodes import Exit
+from testbed.paths import RESULTS
 from testbed.resolved import Resolved
 from testbed.textfmt import iso, plural
 
@@ -193,7 +194,7 @@ def _collect(run_ids: list[str]) -> list[Any]:
 
     from testbed import collect
 
-    results = collect.collect_runs(run_ids, to=Path("results"))
+    results = collect.collect_runs(run_ids, to=Path(RESULTS))
     for r in results:
         console(stderr=True).print(f"collected {r.run_id} -> {r.path} ({plural(r.files_sent, 'file')} sent)")
     problem = collect.format_problems(results)
@@ -708,7 +709,7 @@ def rehearse(
     role: Annotated[list[str] | None, typer.Option("--role", help="Apply only these roles of the profile "
                                                                   "(repeatable).")] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the replica afterwards (testbed destroy NAME).")] = False,
-    to: Annotated[str, typer.Option("--to", help="Where the rehearsal's outputs and reports go.")] = "results",
+    to: Annotated[str, typer.Option("--to", help="Where the rehearsal's outputs and reports go.")] = RESULTS,
     subnet: Annotated[str | None, typer.Option("--subnet", help="The replica's private subnet (default: the first "
                                                                    "free /24 from 10.219.0.0/24).")] = None,
     site: Annotated[str | None, typer.Option("--site", help="site-packages a stand-in for the suite's environment "

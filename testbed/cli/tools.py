@@ -11,6 +11,7 @@ from testbed.cli import complete
 from testbed.cli.common import JsonOpt, console, escape, print_json, store
 from testbed.errors import TestbedError
 from testbed.exitcodes import Exit
+from testbed.paths import RESULTS
 from testbed.textfmt import plural
 
 # check / doctor ---------------------------------------------------------------------------------------
@@ -84,7 +85,7 @@ def render_check(data: dict[str, Any]) -> None:
 
 def demo(ctx: typer.Context,
          keep: Annotated[bool, typer.Option("--keep", help="Leave the local testbed up afterwards.")] = False,
-         results: Annotated[str, typer.Option("--to", help="Results folder.")] = "results") -> None:
+         results: Annotated[str, typer.Option("--to", help="Results folder.")] = RESULTS) -> None:
     """The whole loop on the local testbed: provision, exec, setup, run, collect, report (then destroy).
 
     Each step is the command a user would type, printed before it runs.

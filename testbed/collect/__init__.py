@@ -81,8 +81,8 @@ from testbed.collect.transfer import (
 )
 from testbed.errors import TestbedError, UsageError
 from testbed.hosts import Host
-from testbed.paths import PARTIAL_DIR
-from testbed.records import RunRecord
+from testbed.paths import PARTIAL_DIR, run_folder
+from testbed.records import Manifest, RunRecord
 from testbed.state import Store
 from testbed.textfmt import plural
 
@@ -193,11 +193,6 @@ def run_ended(run: RunRecord) -> bool:
     return run.ended is not None or run.status not in UNFINISHED
 
 
-def run_folder(to: Path, suite: str, run_id: str) -> Path:
-    """``<to>/<suite>/<run-id>``."""
-    return Path(to) / suite / run_id
-
-
 # run level ---------------------------------------------------------------------------------------
 def _resolve_ids(st: Store, run_ids: list[str], all_runs: bool) -> list[str]:
     if all_runs:
@@ -275,7 +270,7 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
     return res
 
 
-def _refused(run: RunRecord, hosts: list[Host], folder: Path, old: dict[str, Any]) -> str | None:
+def _refused(run: RunRecord, hosts: list[Host], folder: Path, old: Manifest) -> str | None:
     """Why the run cannot be collected into ``folder`` (``old``: the manifest there), before anything is written."""
     bad = [h.name for h in hosts if not _SAFE_NAME.match(h.name)]
     if bad:
@@ -342,7 +337,7 @@ def _fetch_hosts(ctx: Ctx, res: CollectResult, hosts: list[Host], old_facts: dic
     return gathered
 
 
-def _facts_and_software(old: dict[str, Any], old_facts: dict[Any, Any],
+def _facts_and_software(old: Manifest, old_facts: dict[Any, Any],
                         gathered: dict[str, tuple[dict[str, Any], dict[str, Any]]], sw_lines: list[str],
                         have_software: bool) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Each host's facts and the run's software: what this collect read, else what the manifest held."""
@@ -373,7 +368,7 @@ def _manifest_files(ctx: Ctx, hosts: list[Host], rdir: str) -> list[dict[str, An
                                     unchanged_since(ctx.folder / h / p, sha, size, collected_at.get((h, p), 0)))]
 
 
-def _write_manifest(res: CollectResult, man: dict[str, Any], old: dict[str, Any]) -> None:
+def _write_manifest(res: CollectResult, man: Manifest, old: Manifest) -> None:
     folder = res.path
     try:  # the same manifest as the one read at the start (an unchanged re-collect): nothing to write
         res.manifest = folder / mf.MANIFEST if man == old else mf.write(folder, man)

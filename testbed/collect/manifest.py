@@ -15,9 +15,11 @@ import os
 import re
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from testbed import scripts
+from testbed.paths import MANIFEST
+from testbed.records import Manifest, ManifestHost
 
 if TYPE_CHECKING:
     from testbed.hosts import Host
@@ -25,7 +27,6 @@ if TYPE_CHECKING:
     from testbed.state import Store
 
 SCHEMA = 1
-MANIFEST = "manifest.json"
 
 SECRET_NAME = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_KEY|_KEY$|AUTH", re.I)
 URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
@@ -165,7 +166,7 @@ def parse_fact_lines(lines: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 # manifest ----------------------------------------------------------------------------------------
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path) -> Manifest:
     """The manifest at ``path`` (a run folder or the file itself); {} when missing or unreadable."""
     p = Path(path)
     p = p / MANIFEST if p.is_dir() else p
@@ -173,7 +174,7 @@ def load(path: Path) -> dict[str, Any]:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return cast(Manifest, data) if isinstance(data, dict) else {}
 
 
 def _host_status(ranks: list[RankRecord]) -> tuple[str | None, int | None]:
@@ -191,7 +192,7 @@ def _host_status(ranks: list[RankRecord]) -> tuple[str | None, int | None]:
 
 def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict[str, Any]],
           software: dict[str, Any], files: list[dict[str, Any]], provider: str | None,
-          secrets: list[str] | None = None) -> dict[str, Any]:
+          secrets: list[str] | None = None) -> Manifest:
     """The manifest of ``run_id`` from state, the gathered facts/software and the verified files."""
     from testbed.distribution import SOURCE_VERSION
     from testbed.errors import UsageError
@@ -203,7 +204,7 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
     ranks: dict[str, list[RankRecord]] = {}
     for r in store.run_ranks(run_id):
         ranks.setdefault(r.host, []).append(r)
-    host_recs = []
+    host_recs: list[ManifestHost] = []
     for h in hosts:
         status, code = _host_status(ranks.get(h.name, []))
         hf: dict[str, Any] = dict(facts.get(h.name) or {})
@@ -222,7 +223,7 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
             if src.get(extra):
                 sources_out[name][extra] = src[extra]
     events = [{"ts": iso(e.ts), "kind": e.kind, "host": e.host, "detail": e.detail} for e in store.events(run_id)]
-    manifest = {
+    manifest: Manifest = {
         "schema": SCHEMA,
         "run_id": run_id,
         "suite": run.suite,
@@ -255,10 +256,10 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
         manifest["reproduces"] = info.reproduces
     if info.rehearsal is not None:  # a rehearsal on a local replica: what ran, what was probed; never a result
         manifest["rehearsal"] = info.rehearsal
-    return redact(manifest, secret_values() if secrets is None else secrets)
+    return cast(Manifest, redact(manifest, secret_values() if secrets is None else secrets))
 
 
-def write(run_folder: Path, manifest: dict[str, Any]) -> Path:
+def write(run_folder: Path, manifest: Manifest) -> Path:
     """Write ``run_folder/manifest.json`` atomically (a reader never sees half a file)."""
     run_folder.mkdir(parents=True, exist_ok=True)
     path = run_folder / MANIFEST

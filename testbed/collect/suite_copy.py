@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from testbed.errors import UsageError
+from testbed.paths import MANIFEST
 
 COPY_DIR = ".suite"
 PROFILE_DIR = ".profile"
@@ -92,7 +93,7 @@ def _whole(folder: Path, rec: dict[str, Any]) -> bool:
 def inside(run_dir: Path, value: Any, field: str) -> Path:
     """``value`` (a path a manifest holds) as a file inside ``run_dir``; refused (UsageError naming ``field``)
     when it is not a relative path, holds ``..``, or leads out of the folder through a link."""
-    where = f"{run_dir / 'manifest.json'}: {field}"
+    where = f"{run_dir / MANIFEST}: {field}"
     fix = ("a results folder never makes reproduce run files outside it: collect the run again with this "
            "testbed, or name the suite yourself with --suite PATH")
     if not isinstance(value, str) or not value or "\x00" in value:
@@ -116,7 +117,7 @@ def inside(run_dir: Path, value: Any, field: str) -> Path:
 def verified(run_dir: Path, rec: Any) -> tuple[Path, dict[str, Path]]:
     """The copied suite's YAML and the other copied files (record path -> path), each inside ``run_dir`` with
     the sha256 the manifest records; one UsageError naming the first that is not."""
-    where = str(run_dir / "manifest.json")
+    where = str(run_dir / MANIFEST)
     if not isinstance(rec, dict) or not isinstance(rec.get("files", {}), dict):
         raise UsageError("suite_copy is not a record of copied files", where=f"{where}: suite_copy",
                          fix="collect the run again, or name the suite with --suite PATH")

@@ -19,9 +19,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from testbed.errors import UsageError, by_door
+from testbed.paths import MANIFEST
+from testbed.records import Manifest
 from testbed.report import render
 from testbed.report.build import ReportResult, build_report, call_reporter, write_report
 from testbed.report.cause import failed, run_cause
@@ -35,7 +37,6 @@ from testbed.report.verdicts import Verdict, across_runs, add_verdicts
 from testbed.report.verdicts import summary as verdict_summary
 from testbed.textfmt import plural
 
-MANIFEST = "manifest.json"
 CAMPAIGN_PREFIX = "campaign-"
 INDEX = "index"
 
@@ -101,7 +102,7 @@ def read_run(path: Path) -> tuple[RunDir | None, str | None]:
         return None, (f"{MANIFEST} is damaged or forged: {'; '.join(problems[:3])}"
                       + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else "")
                       + "; collect the run again, or move the folder out of the results")
-    return RunDir(path, data), None
+    return RunDir(path, cast(Manifest, data)), None
 
 
 def _why_not(path: Path) -> str:

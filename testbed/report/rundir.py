@@ -7,10 +7,11 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from testbed.errors import UsageError
-from testbed.paths import PARTIAL_DIR
+from testbed.paths import MANIFEST, PARTIAL_DIR
+from testbed.records import Manifest
 
 REPORT_DIR = "report"
 
@@ -20,7 +21,7 @@ class RunDir:
     """``results/<suite>/<run-id>/`` with ``manifest.json`` and one folder per host."""
 
     path: Path
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: Manifest = field(default_factory=lambda: Manifest())
     notes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -39,11 +40,11 @@ class RunDir:
             raise UsageError(f"cannot read run folder {path}: {exc.strerror}", where=str(path),
                              fix="check the folder's permissions") from exc
         run = cls(path)
-        mpath = path / "manifest.json"
+        mpath = path / MANIFEST
         if mpath.is_file():
             try:
                 data = json.loads(mpath.read_text(encoding="utf-8", errors="replace"))
-                run.manifest = data if isinstance(data, dict) else {}
+                run.manifest = cast(Manifest, data) if isinstance(data, dict) else {}
                 if not isinstance(data, dict):
                     run.notes.append("manifest.json: not a JSON object; ignored")
             except (OSError, ValueError) as exc:
@@ -106,7 +107,7 @@ class RunDir:
         for dirpath, dirnames, filenames in os.walk(self.path):
             if Path(dirpath) == self.path:
                 dirnames[:] = [d for d in dirnames if d != REPORT_DIR and not d.startswith(".")]
-                filenames = [f for f in filenames if f != "manifest.json"]
+                filenames = [f for f in filenames if f != MANIFEST]
             dirnames[:] = [d for d in dirnames if d != PARTIAL_DIR]
             if filenames:
                 return None
