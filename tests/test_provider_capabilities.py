@@ -29,6 +29,28 @@ def test_declared_capabilities_match_what_each_provider_implements() -> None:
     assert not provider_class("lab").offline_hosts
 
 
+def test_a_provider_is_its_package_registered_where_it_is_defined() -> None:
+    """Every kind comes from its package's registration; the lists, the settings union a spec is validated
+    against and each kind's `testbed check` are derived from it, and its class carries what it registered."""
+    from typing import get_args
+
+    from testbed.providers import COUNTS_HOURS, REGISTRY, settings_class
+    from testbed.providers.check import KINDS
+    from testbed.providers.kinds import ProviderSettings
+
+    assert list(REGISTRY) == list(KINDS) == list(PROVIDERS) == ["local", "lab", "chameleon", "gcp-tpu", "slurm"]
+    union = set(get_args(get_args(ProviderSettings)[0]))
+    assert union == {settings_class(k) for k in REGISTRY}  # the one hand-kept union (for the type checker)
+    for kind, reg in REGISTRY.items():
+        assert reg.package == f"testbed.providers.{reg.package.rsplit('.', 1)[1]}"
+        assert settings_class(kind).model_fields["kind"].default == kind
+        cls = provider_class(kind)
+        assert (cls.costs_money, cls.counts_hours, cls.keeps_hosts) == (reg.costs_money, reg.counts_hours,
+                                                                           reg.keeps_hosts)
+        assert (Path(__file__).parents[1] / reg.package.replace(".", "/") / "check.py").is_file()
+    assert COUNTS_HOURS == {"slurm"}
+
+
 def test_capabilities_keep_the_words_of_state_and_suites() -> None:
     """A fault's action (``kill-host``) and what callers ask (``can("expire")``) are the enum's values."""
     assert {c.value for c in Capability} == {"extend", "repair", "expire", "kill-host", "cut-network"}

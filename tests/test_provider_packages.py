@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PURE = {"testbed.errors", "testbed.distribution", "testbed.paths", "testbed.textfmt", "testbed.yamlfile",
         "testbed.exitcodes", "testbed.quoting"}  # the last two: an enum, and quoting rules (standard library only)
 """What a settings module may reach in testbed besides other settings modules: no provider code."""
-SETTINGS = {"testbed.providers.base_settings", "testbed.providers.kinds"}
+SETTINGS = {"testbed.providers.base_settings", "testbed.providers.kinds", "testbed.providers.registration"}
 
 
 def modules(root: Path) -> dict[str, Path]:

@@ -156,11 +156,13 @@ class Provider(ABC):
     """
 
     kind: ClassVar[str]
-    # What the provider can do; callers test these, never a provider's name.
-    costs_money: ClassVar[bool] = False  # its resources bill while held (destroy asks first at a terminal)
+    # What the provider can do; callers test these, never a provider's name. costs_money, counts_hours and
+    # keeps_hosts come from its registration (testbed.providers.registration), set when the class is defined.
+    costs_money: ClassVar[bool] = False
+    counts_hours: ClassVar[bool] = False
     offline_hosts: ClassVar[bool] = False  # hosts have no route out (set-up installs from the controller)
     shares_controller_files: ClassVar[bool] = False  # hosts see the controller's files (its Python env)
-    keeps_hosts: ClassVar[bool] = False  # destroy leaves the hosts and their files (lab machines): never remade
+    keeps_hosts: ClassVar[bool] = False
     root_on_hosts: ClassVar[bool] = True  # set-up may become root there (False: a Slurm cluster's nodes)
     capabilities: ClassVar[frozenset[Capability]] = frozenset()  # the optional operations it implements
     lacking: ClassVar[dict[Capability, str]] = {}  # why it lacks one, in its own words (else ``CANNOT``'s)
@@ -170,6 +172,16 @@ class Provider(ABC):
     # images of a set-up (testbed.setup.images): why this provider keeps none ("" when it bakes them)
     images_why: ClassVar[str] = "this provider cannot bake images of a set-up"
     image: dict[str, Any] | None = None  # the image (a row of state's images) a new testbed boots from
+
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """What the kind registered (``costs_money``, ``counts_hours``, ``keeps_hosts``) becomes the class's."""
+        super().__init_subclass__(**kwargs)
+        from testbed.providers import REGISTRY
+
+        reg = REGISTRY.get(getattr(cls, "kind", ""))
+        if reg is not None:
+            cls.costs_money, cls.counts_hours, cls.keeps_hosts = reg.costs_money, reg.counts_hours, reg.keeps_hosts
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet):
         self.spec = spec

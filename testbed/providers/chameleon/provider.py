@@ -65,7 +65,6 @@ def snapshots(site: str, flavor: str) -> bool:
 class ChameleonProvider(Provider):
     """Bare-metal nodes on a Chameleon lease."""
 
-    costs_money = True
     capabilities = frozenset({Capability.EXTEND, Capability.REPAIR, Capability.EXPIRE})
     lacking = {Capability.KILL_HOST: "testbed does not drive a bare-metal node's power (Ironic)",
                Capability.CUT_NETWORK: "testbed does not change a bare-metal node's ports (Neutron)"}

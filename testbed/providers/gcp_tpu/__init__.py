@@ -1,4 +1,10 @@
-"""The gcp_tpu provider: its provider class in ``provider``, its settings (pure data) in ``settings``.
+"""The gcp_tpu provider: its provider class in ``provider``, its settings (pure data) in ``settings``, its
+``testbed check`` in ``check``, and here its registration (pure data).
 
-Nothing is imported here, so that loading a spec (which imports ``settings``) never loads the provider.
+Nothing else is imported here, so that finding the providers or loading a spec never loads the provider.
 """
+
+from testbed.providers.registration import Extra, Registration
+
+PROVIDER = Registration(__name__, "gcp-tpu", "TpuProvider", "TpuSettings", order=3, costs_money=True,
+                        extra=Extra("tpu", ("google.cloud.tpu_v2", "google.auth"), "google-cloud-tpu"))

@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 
 
 class TpuProvider(Provider):
-    costs_money = True
     capabilities = frozenset({Capability.REPAIR, Capability.EXPIRE})
     lacking = {Capability.EXTEND: "TPU VMs are held by no reservation: they run, and bill, until deleted",
                Capability.KILL_HOST: "testbed does not stop TPU VMs (the TPU API stops a whole node, not one worker)",

@@ -1,4 +1,9 @@
-"""The lab provider: its provider class in ``provider``, its settings (pure data) in ``settings``.
+"""The lab provider: its provider class in ``provider``, its settings (pure data) in ``settings``, its
+``testbed check`` in ``check``, and here its registration (pure data).
 
-Nothing is imported here, so that loading a spec (which imports ``settings``) never loads the provider.
+Nothing else is imported here, so that finding the providers or loading a spec never loads the provider.
 """
+
+from testbed.providers.registration import Registration
+
+PROVIDER = Registration(__name__, "lab", "LabProvider", "LabSettings", order=1, keeps_hosts=True)

@@ -28,7 +28,6 @@ class LabProvider(Provider):
                Capability.EXPIRE: "a lab's hosts are not ours to end: expiry is not offered",
                Capability.KILL_HOST: "a lab's machines are shared, not testbed's to power off",
                Capability.CUT_NETWORK: "a lab's machines are shared, not testbed's to take off the network"}
-    keeps_hosts = True  # destroy only forgets the machines: their files stay
     repair_how = "answered again (a reboot)"
     _why: dict[str, str]  # host -> why it did not answer (set by reach)
 
