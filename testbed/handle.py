@@ -328,10 +328,10 @@ class Run:
     def wait(self, timeout: float = 3600, *, warn: bool | None = None) -> Run:
         """Block until the run ends; a run that does not succeed raises :class:`RunFailed` unless ``warn`` (then
         look at ``status`` and ``record.reason``)."""
+        from testbed import services
         from testbed.records import OUTCOMES
-        from testbed.run import runner
 
-        rec = runner.wait(self.id, timeout, store=self.store)
+        rec = services.wait(self.id, timeout, store=self.store)
         if rec.status != "succeeded" and not (self.warn if warn is None else warn):
             raise RunFailed(f"run {self.id} {rec.status}: {rec.reason or 'no reason recorded'}", run=self,
                             where=f"run {self.id} on {rec.testbed}",
@@ -353,18 +353,19 @@ class Run:
         return list(runner.logs(self.id, host=host, store=self.store))
 
     def stop(self) -> Run:
-        from testbed.run import runner
+        """Stop it (every rank's process group TERM, then KILL), as ``testbed stop``."""
+        from testbed import services
 
-        runner.stop_run(self.id, store=self.store)
+        services.stop(self.id, store=self.store)
         return self
 
     def collect(self, to: str | Path = RESULTS, *, warn: bool | None = None) -> CollectResult:
         """Fetch its outputs into ``to/<suite>/<run id>/`` with checksums and a manifest (as ``testbed
         collect``); a host that could not be collected raises :class:`HostsFailed` unless ``warn`` (then it is in
         the result's ``problems()``)."""
-        from testbed.collect import collect_runs
+        from testbed import services
 
-        out = collect_runs([self.id], Path(to), store=self.store)
+        out = services.collect([self.id], to, store=self.store)
         if not (self.warn if warn is None else warn):
             _raise_collect(out)
         return out[0]

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from testbed.estimate import Budget
     from testbed.hosts import Host
     from testbed.providers.base import Progress
-    from testbed.records import CampaignRecord, RunPlan
+    from testbed.records import CampaignRecord, RunPlan, RunRecord
     from testbed.remote import HostResult
     from testbed.report.build import ReportResult
     from testbed.report.campaign import IndexResult
@@ -413,14 +413,14 @@ def needed_roles(plans: Sequence[RunPlan]) -> list[str] | None:
     return list(dict.fromkeys(r for p in plans for r in p.setup_roles or []))
 
 
-def wait(run_id: str, timeout: float = 3600, *, store: Store | None = None) -> Any:
+def wait(run_id: str, timeout: float = 3600, *, store: Store | None = None) -> RunRecord:
     """The run's record once it ended (or when ``timeout`` passed)."""
     from testbed.run import runner
 
     return runner.wait(run_id, timeout, store=store)
 
 
-def stop(run_id: str, *, store: Store | None = None) -> Any:
+def stop(run_id: str, *, store: Store | None = None) -> RunRecord:
     """Stop an active run: every rank's process group TERM then KILL; its record."""
     from testbed.run import runner
 

@@ -43,7 +43,8 @@ def collect_cmd(
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
-    from testbed.collect import collect_runs, format_problems
+    from testbed import services
+    from testbed.collect import format_problems
 
     err = Console(stderr=True, highlight=False)
     bar = Progress(TextColumn("collect: listing and fetching"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
@@ -62,7 +63,7 @@ def collect_cmd(
                 bar.advance(task, advance)
 
     with bar:
-        results = collect_runs(runs or None, to, all_runs=all_runs, progress=progress)
+        results = services.collect(runs or None, to, all_runs=all_runs, progress=progress)
     if json_out:
         print_json([r.to_dict() for r in results])
     else:

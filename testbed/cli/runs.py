@@ -192,9 +192,9 @@ def _collect(run_ids: list[str]) -> list[Any]:
     run's collect did (its folder in ``path``)."""
     from pathlib import Path
 
-    from testbed import collect
+    from testbed import collect, services
 
-    results = collect.collect_runs(run_ids, to=Path(RESULTS))
+    results = services.collect(run_ids, Path(RESULTS))
     for r in results:
         console(stderr=True).print(f"collected {r.run_id} -> {r.path} ({plural(r.files_sent, 'file')} sent)")
     problem = collect.format_problems(results)
@@ -267,14 +267,13 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     from testbed import services
     from testbed import suite as suite_mod
     from testbed.expiry import span
-    from testbed.run import runner
 
     points = suite_mod.expand_matrix(s, given)
     st = existing_store() if dry_run else store()
     if dry_run:
         refuse_unknown_tables(s)
         _lint_warnings(s, points)
-        plans = [runner.plan_run(s, tb, p, faults=faults, dry_run=True, sources=src, store=st) for p in points]
+        plans = [services.plan(s, tb, p, faults=faults, dry_run=True, sources=src, store=st) for p in points]
         if json_out:
             from testbed.run.plan import dry_run_lines
 
@@ -448,9 +447,9 @@ def stop(run_id: Annotated[str, typer.Argument(help="Run id.", autocompletion=co
 
     Example: testbed stop mpi-hello-20250101-120000-ab12
     """
-    from testbed.run import runner
+    from testbed import services
 
-    row = runner.stop_run(run_id, store=existing_store(readonly=False))  # an unknown run: refused, nothing created
+    row = services.stop(run_id, store=existing_store(readonly=False))  # an unknown run: refused, nothing created
     console().print(f"run {run_id}: {row.status}" + (f" ({row.reason})" if row.reason else ""))
 
 
