@@ -14,7 +14,7 @@ from typing import Any
 
 from testbed.distribution import install_command
 from testbed.errors import UsageError
-from testbed.providers.check import KINDS, Report, check
+from testbed.providers.usable import KINDS, Report, check
 
 
 def machine() -> Report:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from testbed.records import CampaignRecord, RunEvent, RunRecord
     from testbed.remote import HostResult
     from testbed.report.build import ReportResult
-    from testbed.report.campaign import IndexResult
+    from testbed.report.folders import IndexResult
     from testbed.run.runner import LogLine
     from testbed.services import Extended
     from testbed.setup.events import SetupResult
@@ -317,7 +317,7 @@ class Run:
 
     @property
     def record(self) -> RunRecord:
-        from testbed.run import state
+        from testbed.run import bookkeeping as state
 
         return state.require(self.store, self.id)
 

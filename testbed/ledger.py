@@ -182,7 +182,7 @@ def orphans(st: Store) -> dict[str, list[dict[str, Any]]]:
     """
     from testbed import paths
     from testbed.providers import COSTS_MONEY
-    from testbed.providers.check import check
+    from testbed.providers.usable import check
     from testbed.resolved import Resolved
 
     out: list[dict[str, Any]] = []

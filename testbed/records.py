@@ -3,7 +3,7 @@
 A plan file (``plan.json`` in the run's home) is ``RunPlan.to_json()``: the same shape earlier versions wrote as a
 plain dict, so their plan files load unchanged. The records mirror rows of the state store's ``runs``,
 ``run_hosts``, ``events`` and ``campaigns`` tables; their JSON columns (``info``, ``detail``, ``points``) become
-fields. Pure data: no I/O here (the state store reads and writes the rows, ``testbed.run.state`` the plan files).
+fields. Pure data: no I/O here (the state store reads and writes the rows, ``testbed.run.bookkeeping`` the plan files).
 """
 
 from __future__ import annotations

@@ -486,9 +486,9 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
                result: RehearsalResult, *, timeout: float | None, site: str | None, to: Path,
                note: Any) -> PointResult:
     """One point run for real on the replica (its plan made a rehearsal), waited for, collected and judged."""
+    from testbed.run import bookkeeping as rs
     from testbed.run import plan as plan_mod
     from testbed.run import runner
-    from testbed.run import state as rs
 
     rinfo = plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store)
     rinfo.context["spec_known"] = False  # faults were judged against the real testbed already
@@ -754,7 +754,7 @@ def log_signatures(plan: RunPlan, steps: list[StepOutcome], folder: Path, *, set
     found that the profile's set-up names (``installs``: its text) is a note, not a failure: what set-up installs is
     absent there; any other (a misspelt command) is a failure all the same."""
     from testbed import proof
-    from testbed.run import state as rs
+    from testbed.run import bookkeeping as rs
     from testbed.run.supervisor import step_log_name
 
     found: list[tuple[str, proof.Finding]] = []

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from testbed.records import CampaignRecord, RunPlan, RunRecord
     from testbed.remote import HostResult
     from testbed.report.build import ReportResult
-    from testbed.report.campaign import IndexResult
+    from testbed.report.folders import IndexResult
     from testbed.resolved import Resolved
     from testbed.setup.events import EventHandler, SetupResult
     from testbed.setup.repair import Repair
@@ -382,7 +382,7 @@ def detach_campaign(campaign_id: str) -> Path:
     import subprocess
     import sys
 
-    from testbed.run import state as run_state
+    from testbed.run import bookkeeping as run_state
 
     out = run_state.run_home(campaign_id) / "campaign.out"
     with open(out, "ab") as log:
@@ -437,7 +437,7 @@ def collect(run_ids: list[str] | None, to: str | Path = RESULTS, *, all_runs: bo
 
 def report(target: str | Path, fmt: str = "md", *, campaign: str | None = None) -> ReportResult | IndexResult:
     """Reports of a results path: a run folder, a suite folder or ``results/`` (an index of everything)."""
-    from testbed.report.campaign import report_path
+    from testbed.report.folders import report_path
 
     return report_path(Path(target), fmt, campaign)
 

@@ -395,8 +395,8 @@ def disturb_mid_run(bed, testbed: str, act: Callable[[str], None], rank_host: in
     time it started). Returns the run's status and events."""
     import threading
 
+    from testbed.run import bookkeeping as rs
     from testbed.run import runner
-    from testbed.run import state as rs
     from testbed.run.supervisor import Supervisor
 
     (Path(bed.cwd) / "experiments").mkdir(exist_ok=True)

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from testbed.errors import UsageError
-from testbed.report.campaign import build_index, report_path
+from testbed.report.folders import build_index, report_path
 
 FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 if not FIX.is_dir():

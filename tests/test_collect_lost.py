@@ -18,7 +18,7 @@ from testbed.collect import manifest as mf
 from testbed.errors import UsageError
 from testbed.hosts import Host
 from testbed.report.build import ReportResult
-from testbed.report.campaign import build_index, report_path, scan
+from testbed.report.folders import build_index, report_path, scan
 from testbed.state import Store
 
 HOSTS = [Host(name="node0", address="127.0.0.1", port=1, user="root"),

@@ -34,7 +34,7 @@ def test_a_slow_starved_host_is_never_repaired_and_the_run_completes(local_testb
     """node1's link is slowed (netem: every packet 3 s late) and its processes get 1% of a CPU, for 45 s (nine
     times a probe's timeout): its probes time out, which is slow, not lost. The run waits it out: no recovery, no
     repair, the same boot of node1, every rank succeeds on its first attempt; the slow spell is recorded."""
-    from testbed.run import state as rs
+    from testbed.run import bookkeeping as rs
 
     bed = local_testbed(hosts=2)
     boot = _boot_id(bed, "node1")
@@ -72,7 +72,7 @@ def test_a_throttled_link_is_waited_for_and_the_run_completes(local_testbed) -> 
     records the spell, and completes with no repair and no relaunch."""
     import subprocess
 
-    from testbed.run import state as rs
+    from testbed.run import bookkeeping as rs
 
     bed = local_testbed(hosts=2)
     boot = _boot_id(bed, "node1")
@@ -106,7 +106,7 @@ def test_a_host_whose_sshd_refuses_while_its_ranks_run_is_waited_for_never_rebui
     """node1's sshd refuses connections for 13 s (listener and sessions killed) while its rank runs on and the
     provider says it is up. A refusal proves the machine is there: the run records the spell and waits; nothing is
     judged lost, nothing repaired, the same boot of node1, and every rank succeeds on its first attempt."""
-    from testbed.run import state as rs
+    from testbed.run import bookkeeping as rs
 
     bed = local_testbed(hosts=2)
     boot = _boot_id(bed, "node1")

@@ -33,3 +33,22 @@ def test_the_check_sees_a_lazy_upward_import_and_a_ring(tmp_path: Path) -> None:
     assert "testbed.cli" in g["testbed.state"] and "testbed.cli" not in g.get("testbed.run.c", {})
     assert layers.floor("testbed.state") < layers.floor("testbed.cli")
     assert layers.rings(g) == [["testbed.run.a", "testbed.run.b"]]
+
+
+def test_module_names_say_which_module_they_are() -> None:
+    """No two modules share a name (``state``, ``remote``, ``check`` and ``campaign`` each named two), except where a
+    folder is a set of one shape: ``cli/`` (a module per command), a provider's package (``provider``,
+    ``settings``, ``usable``, ...) and the per-artifact parsers and reporters of ``report/parsers`` and
+    ``report/suites``."""
+    from collections import defaultdict
+
+    from layers import ROOT
+
+    by_name: dict[str, list[str]] = defaultdict(list)
+    for p in sorted((ROOT / "testbed").rglob("*.py")):
+        rel = p.relative_to(ROOT / "testbed")
+        shaped = rel.parts[0] == "cli" or (rel.parts[0] == "providers" and len(rel.parts) == 3) or \
+            rel.parts[:2] in (("report", "parsers"), ("report", "suites"))
+        if p.name != "__init__.py" and "__pycache__" not in rel.parts and not shaped:
+            by_name[p.stem].append(str(rel))
+    assert {n: ps for n, ps in by_name.items() if len(ps) > 1} == {}

@@ -10,8 +10,8 @@ import pytest
 
 from testbed.errors import TestbedError, UsageError
 from testbed.records import RelaunchStep, RunPlan, RunStep
+from testbed.run import bookkeeping as rs
 from testbed.run import runner
-from testbed.run import state as rs
 from testbed.run.plan import dry_run_lines
 from testbed.suite import load_suite
 

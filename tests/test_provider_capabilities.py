@@ -35,8 +35,8 @@ def test_a_provider_is_its_package_registered_where_it_is_defined() -> None:
     from typing import get_args
 
     from testbed.providers import COUNTS_HOURS, REGISTRY, settings_class
-    from testbed.providers.check import KINDS
     from testbed.providers.kinds import ProviderSettings
+    from testbed.providers.usable import KINDS
 
     assert list(REGISTRY) == list(KINDS) == list(PROVIDERS) == ["local", "lab", "chameleon", "gcp-tpu", "slurm"]
     union = set(get_args(get_args(ProviderSettings)[0]))
@@ -47,7 +47,7 @@ def test_a_provider_is_its_package_registered_where_it_is_defined() -> None:
         cls = provider_class(kind)
         assert (cls.costs_money, cls.counts_hours, cls.keeps_hosts) == (reg.costs_money, reg.counts_hours,
                                                                            reg.keeps_hosts)
-        assert (Path(__file__).parents[1] / reg.package.replace(".", "/") / "check.py").is_file()
+        assert (Path(__file__).parents[1] / reg.package.replace(".", "/") / "usable.py").is_file()
     assert COUNTS_HOURS == {"slurm"}
 
 

@@ -205,7 +205,7 @@ def test_every_shipped_suite_loads() -> None:
 
 
 def test_isca_campaign_report_opens_with_its_verdicts(tmp_path: Path) -> None:
-    from testbed.report.campaign import report_suite_folder
+    from testbed.report.folders import report_suite_folder
 
     repo = extract("ISCA_AE", tmp_path)
     fi, tech = repo / "fault_injection", repo / "technique"

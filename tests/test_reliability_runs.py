@@ -43,7 +43,7 @@ def _tree_digest(root: Path) -> dict[str, str]:
 
 
 def _wait_status(run_id: str, wanted: set[str], timeout: float) -> RunRecord:
-    from testbed.run import state as rs
+    from testbed.run import bookkeeping as rs
     from testbed.state import Store
 
     st = Store.open_default()

@@ -69,8 +69,8 @@ def test_repair_of_a_host_that_does_not_come_back_is_one_clear_error(local_testb
 
 
 def _run_with_host_kill(bed, seed: int, python: str, ranks: int = 3) -> list:  # type: ignore[no-untyped-def]
+    from testbed.run import bookkeeping as rs
     from testbed.run import runner
-    from testbed.run import state as rs
 
     plan = runner.plan_run("fault-drill", bed.name, {"ranks": ranks, "python": python, "seed": seed,
                                                      "port": 29600 + 2 * seed, "timeout": 4, "step_seconds": 0.3},

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_campaign_report import results_tree
 
-from testbed.report.campaign import build_index
+from testbed.report.folders import build_index
 
 BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser")
 

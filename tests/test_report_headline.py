@@ -12,7 +12,7 @@ from localbed import invoke
 from test_report_first_screen import fault_drill_run
 
 from testbed.report import build_report
-from testbed.report.campaign import build_index, report_suite_folder
+from testbed.report.folders import build_index, report_suite_folder
 
 
 def _second_run(first: Path, name: str = "run-2") -> Path:

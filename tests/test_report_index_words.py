@@ -9,7 +9,7 @@ from pathlib import Path
 from test_campaign_report import _app, results_tree
 from typer.testing import CliRunner
 
-from testbed.report.campaign import IndexResult
+from testbed.report.folders import IndexResult
 
 
 def _printed(res: IndexResult, capsys) -> list[str]:  # type: ignore[no-untyped-def]

@@ -34,7 +34,7 @@ def a_run(results: Path, run_id: str = "echoes-1", folder: str | None = None, **
 
 def test_a_copied_run_folder_is_named_not_reported(tmp_path: Path) -> None:
     from testbed.errors import UsageError
-    from testbed.report.campaign import build_index, report_suite_folder
+    from testbed.report.folders import build_index, report_suite_folder
 
     results = tmp_path / "results"
     run = a_run(results)
@@ -74,7 +74,7 @@ FORGED = [
 
 @pytest.mark.parametrize(("fields", "words"), FORGED, ids=[w.split(" is")[0] for _, w in FORGED])
 def test_a_manifest_out_of_range_is_named_not_reported(tmp_path: Path, fields: dict[str, Any], words: str) -> None:
-    from testbed.report.campaign import build_index
+    from testbed.report.folders import build_index
 
     results = tmp_path / "results"
     a_run(results, "echoes-2")

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from testbed.report import build_report
-from testbed.report.campaign import build_index, report_path
+from testbed.report.folders import build_index, report_path
 
 SECRET = "s3cr3t-Value-8842"
 STDERR = ("Traceback (most recent call last):\n"

@@ -159,7 +159,7 @@ def test_a_table_check_fails_and_a_missing_point_is_not_measured(tmp_path: Path)
 
 
 def test_a_campaign_of_the_user_suite_gets_its_verdicts(tmp_path: Path) -> None:
-    from testbed.report.campaign import report_suite_folder
+    from testbed.report.folders import report_suite_folder
 
     suite_yml = make_suite(tmp_path)
     make_run(tmp_path, suite_yml, "run-1", 0.52)

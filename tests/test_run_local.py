@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from testbed.records import RunEvent
+from testbed.run import bookkeeping as rs
 from testbed.run import runner
-from testbed.run import state as rs
 from testbed.state import Store
 
 PY = sys.executable

@@ -390,8 +390,8 @@ def test_ranks_are_steps_of_the_allocation_and_destroy_ends_them(slurm_cluster, 
     the steps, the rank sees none of the step's SLURM_* variables (an MPI inside would take the step for its own
     launch) but TESTBED_SLURM_JOB, and destroy's scancel ends the ranks, and what they left running (an orphan
     of the rank, reparented to the node's init: proctrack/cgroup's trap): no rank process is left on a node."""
+    from testbed.run import bookkeeping as rs
     from testbed.run import runner
-    from testbed.run import state as rs
     from testbed.state import Store
 
     c = slurm_cluster

@@ -20,7 +20,7 @@ import pytest
 from testbed import remote, scripts
 from testbed.errors import TestbedError
 from testbed.records import PlanHost, PlanTimeouts, Rank, RunPlan
-from testbed.run import remote as run_remote
+from testbed.run import ranks as run_remote
 
 SCRIPTS = sorted((Path(scripts.__file__).parent).glob("*.sh"))
 

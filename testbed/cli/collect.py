@@ -13,7 +13,7 @@ import typer
 if TYPE_CHECKING:
     from testbed.collect import CollectResult
     from testbed.report import ReportResult
-    from testbed.report.campaign import IndexResult
+    from testbed.report.folders import IndexResult
 
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, print_json
@@ -125,7 +125,7 @@ def report_cmd(
     Example: testbed report results/mpi-hello/mpi-hello-20240501-120000-ab12 --format html
     """
     from testbed.cli.output import waiting
-    from testbed.report.campaign import IndexResult, report_path
+    from testbed.report.folders import IndexResult, report_path
 
     with waiting(f"writing the reports of {path}"):
         res = report_path(path, fmt, campaign)

@@ -421,7 +421,8 @@ def logs(
     """
     import sys
 
-    from testbed.run import runner, state
+    from testbed.run import bookkeeping as state
+    from testbed.run import runner
 
     st = existing_store(readonly=False)  # --follow may restart the run's supervisor; no state is created
     try:
@@ -458,7 +459,8 @@ def follow(run_id: str, c: Any, st: Store) -> RunRecord:
 
     On a terminal, a live status line sits under the events: the run's state and time so far, and what each rank
     last printed (the suite's ``progress`` lines, else each rank's last line), read every few seconds."""
-    from testbed.run import runner, state
+    from testbed.run import bookkeeping as state
+    from testbed.run import runner
 
     live = _LiveRun(run_id, state.load_plan(run_id)) if c.is_terminal else None
     try:

@@ -117,7 +117,7 @@ def demo(ctx: typer.Context,
             if isinstance(rc, int) and rc != 0:
                 raise TestbedError(f"demo step 'testbed {' '.join(args)}' failed (exit {rc})", where="demo",
                                    fix="run that command by hand to see why (testbed doctor checks the machine)")
-        from testbed.report.campaign import scan
+        from testbed.report.folders import scan
 
         reports = []
         runs = scan(Path(results)).runs if Path(results).is_dir() else []  # folders with files only

@@ -41,5 +41,5 @@ class Registration(NamedTuple):
 
     @property
     def check_path(self) -> str:
-        """Its ``testbed check``: ``check(report, spec, quotas)`` in <package>.check."""
-        return f"{self.package}.check:check"
+        """Its ``testbed check``: ``check(report, spec, quotas)`` in <package>.usable."""
+        return f"{self.package}.usable:check"

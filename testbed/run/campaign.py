@@ -26,7 +26,7 @@ from testbed import estimate as est
 from testbed.errors import UsageError
 from testbed.exitcodes import Exit
 from testbed.records import ACTIVE, CampaignInfo, CampaignPoint, CampaignRecord
-from testbed.run import state as rs
+from testbed.run import bookkeeping as rs
 from testbed.state import Store
 from testbed.textfmt import plural
 

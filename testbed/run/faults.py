@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from testbed import fault_kinds
 from testbed.errors import TestbedError
 from testbed.records import FaultPlan, RunPlan, RunStep
-from testbed.run import remote as run_remote
+from testbed.run import ranks as run_remote
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -199,7 +199,7 @@ def forecast(suite: Suite | str, testbed: str | None, given: dict[str, Any], *, 
              faults: list[str] | None = None, store: Store, now: float | None = None) -> Forecast:
     """Estimate every point of ``suite`` (its matrix, or the one run ``given`` names) on ``testbed``."""
     from testbed.errors import UsageError
-    from testbed.run import state as rs
+    from testbed.run import bookkeeping as rs
     from testbed.run.plan import build_plan, testbed_info
     from testbed.run.runner import refusals
     from testbed.spec import DEFAULT_TESTBED

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from testbed import remote
 from testbed.errors import TestbedError
 from testbed.records import RunPlan, RunStep
-from testbed.run import remote as run_remote
+from testbed.run import ranks as run_remote
 
 if TYPE_CHECKING:
     from testbed.setup.repair import Repair

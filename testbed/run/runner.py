@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError, by_door
 from testbed.records import RankRecord, RunEvent, RunInfo, RunPlan, RunRecord, SupervisorInfo
-from testbed.run import state as rs
+from testbed.run import bookkeeping as rs
 from testbed.run.plan import RUNS_ROOT, build_plan, dry_run_lines, testbed_info  # noqa: F401 (re-exported)
 from testbed.spec import DEFAULT_TESTBED
 from testbed.state import Store
@@ -318,7 +318,7 @@ def run_status(run_id: str, *, store: Store | None = None) -> RunStatus:
 
 def stop_run(run_id: str, grace: float = 3, *, store: Store | None = None) -> RunRecord:
     """Stop an active run: status 'stopped', every rank's process group TERM then KILL."""
-    from testbed.run import remote as run_remote
+    from testbed.run import ranks as run_remote
 
     st = _store(store)
     run = rs.require(st, run_id)
@@ -350,7 +350,7 @@ def logs(run_id: str, *, host: str | None = None, rank: int | None = None, follo
          store: Store | None = None) -> Iterator[LogLine]:
     """Each rank's stdout/stderr from the hosts; ``follow`` streams new lines until the run ends."""
     from testbed import remote
-    from testbed.run import remote as run_remote
+    from testbed.run import ranks as run_remote
 
     st = _store(store)
     rs.require(st, run_id)
@@ -454,7 +454,7 @@ def rank_lines(plan: RunPlan, timeout: float = 10) -> list[RankLine]:
     """Each rank's last line worth showing (the plan's ``progress`` pattern, else its last line): one SSH call per
     host over the open connections; a host that does not answer is left out."""
     from testbed import remote, scripts
-    from testbed.run import remote as run_remote
+    from testbed.run import ranks as run_remote
 
     by_host: dict[str, list[int]] = {}
     for r in plan.ranks:

@@ -21,11 +21,11 @@ from typing import Any
 from testbed.errors import TestbedError
 from testbed.exitcodes import Exit
 from testbed.records import ACTIVE, FaultPlan, Rank, RelaunchStep, RepairStep, RunInfo, RunStep, recovery_steps
+from testbed.run import bookkeeping as rs
 from testbed.run import faults as faults_mod
 from testbed.run import liveness
+from testbed.run import ranks as run_remote
 from testbed.run import recovery as rec
-from testbed.run import remote as run_remote
-from testbed.run import state as rs
 from testbed.state import Store
 from testbed.textfmt import plural
 

@@ -1,7 +1,7 @@
 # shellcheck shell=sh
 # testbed run: enter the suite's environment at $tb_env (set just before this text by
-# testbed.run.remote.activate, which puts it at the top of step and rank scripts), or fail with exit status 96
-# (testbed.run.remote.ENV_MISSING) saying so.
+# testbed.run.ranks.activate, which puts it at the top of step and rank scripts), or fail with exit status 96
+# (testbed.run.ranks.ENV_MISSING) saying so.
 # A venv is entered with its own bin/activate; a conda env (no bin/activate of its own) by putting its bin first
 # on PATH, setting CONDA_PREFIX and sourcing its etc/conda/activate.d scripts, which is what `conda activate`
 # does without needing conda's shell hook on the host.

@@ -1,6 +1,6 @@
 #!/bin/sh
 # testbed run: unpack the ranks' scripts (a tar.gz on stdin) into the run folder and start each rank detached
-# under tb-rank.sh, so that it survives this SSH session (testbed.run.remote.launch).
+# under tb-rank.sh, so that it survives this SSH session (testbed.run.ranks.launch).
 # usage: launch.sh RUN_DIR ATTEMPT RANK... [-- LAUNCHER...]   (rank K runs rankK.aATTEMPT.sh)
 # With a LAUNCHER (a batch scheduler's step command, e.g. srun --overlap --jobid=J ...), tb-rank.sh starts under
 # it; its messages go to rankK.launch, and a launcher that ends before the rank starts fails the launch with them.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# testbed run: the state of a run's ranks on this host (testbed.run.remote.poll_command builds the call,
+# testbed run: the state of a run's ranks on this host (testbed.run.ranks.poll_command builds the call,
 # parse_poll reads its output).
 # usage: poll.sh [-t RANK BYTES] RUN_DIR RANK... [-- NAME RANK REGEX ...]
 # prints per rank "R rank exit alive start end" ("-" where not known yet; alive is 1 or 0), then "T NAME" for

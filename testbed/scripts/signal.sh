@@ -1,5 +1,5 @@
 #!/bin/sh
-# testbed run: send a signal to ranks' process groups (testbed.run.remote.signal_ranks); a rank without a pid
+# testbed run: send a signal to ranks' process groups (testbed.run.ranks.signal_ranks); a rank without a pid
 # file (not started, or its folder gone) is skipped.
 # usage: signal.sh RUN_DIR SIGNAL RANK...   (SIGNAL: TERM, KILL, SEGV...)
 dir=$1

@@ -1,5 +1,5 @@
 #!/bin/sh
-# testbed rank wrapper, uploaded into each run folder (testbed.run.remote.upload) and started detached by
+# testbed rank wrapper, uploaded into each run folder (testbed.run.ranks.upload) and started detached by
 # launch.sh: runs one rank and records how it ended.
 # usage: tb-rank.sh K SCRIPT
 # writes rankK.start, rankK.pid (the rank's process group), rankK.out and rankK.err (appended across attempts),

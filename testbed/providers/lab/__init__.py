@@ -1,5 +1,5 @@
 """The lab provider: its provider class in ``provider``, its settings (pure data) in ``settings``, its
-``testbed check`` in ``check``, and here its registration (pure data).
+``testbed check`` in ``usable``, and here its registration (pure data).
 
 Nothing else is imported here, so that finding the providers or loading a spec never loads the provider.
 """

@@ -1,4 +1,4 @@
-"""``testbed check lab``: whether this provider can be used from here (see :mod:`testbed.providers.check`)."""
+"""``testbed check lab``: whether this provider can be used from here (see :mod:`testbed.providers.usable`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import shutil
 from typing import TYPE_CHECKING, cast
 
-from testbed.providers.check import Report
+from testbed.providers.usable import Report
 
 if TYPE_CHECKING:
     from testbed.spec import TestbedSpec

@@ -1,11 +1,11 @@
-"""``testbed check chameleon``: whether this provider can be used from here (see :mod:`testbed.providers.check`)."""
+"""``testbed check chameleon``: whether this provider can be used from here (see :mod:`testbed.providers.usable`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError
-from testbed.providers.check import HTTP_TIMEOUT, Report, extra_installed
+from testbed.providers.usable import HTTP_TIMEOUT, Report, extra_installed
 
 if TYPE_CHECKING:
     from testbed.spec import TestbedSpec

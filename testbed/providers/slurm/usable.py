@@ -1,4 +1,4 @@
-"""``testbed check slurm``: whether this provider can be used from here (see :mod:`testbed.providers.check`)."""
+"""``testbed check slurm``: whether this provider can be used from here (see :mod:`testbed.providers.usable`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shutil
 from typing import TYPE_CHECKING
 
 from testbed.errors import TestbedError
-from testbed.providers.check import Report
+from testbed.providers.usable import Report
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:

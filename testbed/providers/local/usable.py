@@ -1,4 +1,4 @@
-"""``testbed check local``: whether this provider can be used from here (see :mod:`testbed.providers.check`)."""
+"""``testbed check local``: whether this provider can be used from here (see :mod:`testbed.providers.usable`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
-from testbed.providers.check import Report
+from testbed.providers.usable import Report
 
 if TYPE_CHECKING:
     from testbed.spec import TestbedSpec

@@ -1,4 +1,4 @@
-"""``testbed check gcp-tpu``: whether this provider can be used from here (see :mod:`testbed.providers.check`)."""
+"""``testbed check gcp-tpu``: whether this provider can be used from here (see :mod:`testbed.providers.usable`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any, cast
 
 from testbed.errors import TestbedError
-from testbed.providers.check import HTTP_TIMEOUT, Report, extra_installed
+from testbed.providers.usable import HTTP_TIMEOUT, Report, extra_installed
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
