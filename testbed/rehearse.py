@@ -235,7 +235,10 @@ def rehearsal_plan(plan: RunPlan, suite: Suite, like: str) -> RunPlan:
     probed = sorted({r.rank for r in plan.ranks if set(r.needs) & lacks})
     not_rehearsed: list[str] = []
     skipped_ranks: dict[int, str] = {}
-    compiled = [p for p in suite.steps.launch.probe if not p.endswith(".py")]
+    from testbed import points
+
+    programs = points.probes(suite, plan.params)  # per point: templates and {when, probe} entries
+    compiled = [p for p in programs if not p.endswith(".py")]
     for r in plan.ranks:  # the probe stands in for Python programs only: a compiled one the suite names is skipped
         found = [p for p in compiled if p in r.command]
         if r.rank in probed and found:
@@ -253,7 +256,7 @@ def rehearsal_plan(plan: RunPlan, suite: Suite, like: str) -> RunPlan:
             not_rehearsed.append(f"fault {f.name}: the ranks it targets are probed, not run")
         plan.faults, plan.recovery, plan.checkpoint = [], {}, None
         config = {"run_dir": plan.run_dir, "roots": [s.path for s in suite.sources],
-                  "programs": list(suite.steps.launch.probe)}
+                  "programs": programs}
         envs = {r.host: r.environment for r in plan.ranks}
         plan.files["testbed_probe.py"] = str(PROBE)
         arm = "python3 testbed_probe.py arm " + shlex.quote(json.dumps(config))
