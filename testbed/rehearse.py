@@ -351,8 +351,9 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
         raise UsageError(f"no folder {site}", where="--site", fix="give the site-packages folder of a virtualenv")
     from testbed import sources as sources_mod
     from testbed.resolved import Resolved
+    from testbed.run import plan as plan_mod
     from testbed.spec import load_testbed
-    from testbed.suite import expand_matrix, load_suite, resolve_params
+    from testbed.suite import expand_matrix, load_suite, point_reads, resolve_params
 
     def note(msg: str) -> None:
         if say:
@@ -384,6 +385,7 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
     points, refused, needed = _pick_points(s, target, like, _draft_info(target, spec, subnet), points,
                                            overrides, shapes=shapes)
     tb = Resolved.open(str(spec_path))
+    edges = point_reads(s, points)  # in the order expand_matrix gives: a point after those it reads
     result = RehearsalResult(suite=s.name, like=like, replica=tb.name, setup={},
                              shape={"hosts": spec["provider"]["names"], "user": spec["user"],
                                     **target.hardware.context()}, kept=keep)
@@ -400,8 +402,10 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
                 result.points.append(PointResult(params=p, run_id="", status="skipped", reason=refused[i], steps=[],
                                                  ranks="not reached", probes=[], not_rehearsed=[]))
                 continue
+            reads = {n: f"{plan_mod.RUNS_ROOT}/{result.points[j].run_id}" for n, j in edges[i].items()
+                     if j is not None and result.points[j].run_id}  # after: the folder of the point it reads
             result.points.append(_run_point(tb, s, p, shown, like, overrides, result, timeout=timeout, site=site,
-                                            to=to, note=note))
+                                            to=to, note=note, reads=reads))
         return result
     finally:
         if not keep:
@@ -486,15 +490,16 @@ def _pick_points(s: Suite, target: TestbedSpec, like: str, info: TestbedInfo, po
 
 def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str, overrides: dict[str, Override],
                result: RehearsalResult, *, timeout: float | None, site: str | None, to: Path,
-               note: Any) -> PointResult:
-    """One point run for real on the replica (its plan made a rehearsal), waited for, collected and judged."""
+               note: Any, reads: dict[str, str] | None = None) -> PointResult:
+    """One point run for real on the replica (its plan made a rehearsal), waited for, collected and judged;
+    ``reads``: the run folders of the points it reads (``after:``), rehearsed before it."""
     from testbed.run import plan as plan_mod
     from testbed.run import runner
     from testbed.run import state as rs
 
     rinfo = plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store)
     rinfo.context["spec_known"] = False  # faults were judged against the real testbed already
-    plan = plan_mod.build_plan(s, rinfo, p, overrides=overrides)
+    plan = plan_mod.build_plan(s, rinfo, p, overrides=overrides, reads=reads)
     lacking = interfaces_lacking(tb, plan)  # before a rank's command is replaced by a stand-in
     if lacking:
         note(f"point {shown}: not started: {lacking[0]}")
@@ -510,7 +515,7 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
     made = stand_in_environments(tb, plan, site)
     if made:
         result.setup.setdefault("stand_in_environment", sorted(set(made)))
-    note(f"run {plan.run_id}: {shown}")
+    note(f"run {plan.run_id}: {shown}" + "".join(f"; reads {n}: {d}" for n, d in (reads or {}).items()))
     run_id = runner.start_run(plan, store=tb.store)
     limit = timeout or plan.timeouts.prepare * 2 + plan.timeouts.run + plan.timeouts.post + 60
     try:
