@@ -142,6 +142,24 @@ def test_a_bad_per_point_key_is_one_message_at_its_line(cli, tb_home: Path, old:
         assert "Traceback" not in r.stderr and "fix:" in r.stderr
 
 
+def test_show_says_what_reads_what_and_a_table_check_applies_where_its_when_holds(cli, tb_home: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("show", "pipe")
+    assert r.returncode == 0 and "matrix: 4 points (testbed run pipe --matrix); phase=eval reads phase=train " \
+        "({{ reads.trained }})" in " ".join(r.stdout.split()), r.stdout
+    from testbed.report.declared import add_table_checks
+    from testbed.report.model import Report, Table
+
+    text = PIPE + "  - {name: loss, table: steps, column: loss, max: 1, when: \"phase == 'train'\"}\n"
+    s = load_suite(str(_suite(tb_home, "tabled", text)))
+    judged = {}
+    for phase in ("train", "eval"):
+        rep = Report(tb_home, "r")
+        rep.tables.append(Table("steps", ["loss"], [[0.5]]))
+        add_table_checks(rep, s, {"phase": phase, "gpus": 0})
+        judged[phase] = [name for name, _, _ in rep.checks]
+    assert judged == {"train": ["loss"], "eval": []}
+
+
 def test_a_need_rendered_per_point_that_is_no_need_is_refused_at_its_line(cli, tb_home: Path) -> None:  # type: ignore[no-untyped-def]
     text = PIPE.replace("'gpu' if gpus", "'gpux' if gpus")
     _suite(tb_home, "bad", text)

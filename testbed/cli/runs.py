@@ -325,6 +325,10 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
         raise typer.Exit(Exit.FAILED)
 
 
+def _kv(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
 def _show_order(order: list[dict[str, Any]]) -> None:
     """The campaign's order, where a point reads another's output (``after:``): each point, and what it reads."""
     if not any(o["reads"] for o in order):
@@ -634,7 +638,9 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
             c.print(f"  {k} ({p.type}) = {escape(value)}{extra}  {escape(p.help)}")
     if s.matrix:
         n = len(s.matrix) if isinstance(s.matrix, list) else len(suite_mod.expand_matrix(s, {}))
-        c.print(f"matrix: {plural(n, 'point')} (testbed run {s.name} --matrix)")
+        c.print(f"matrix: {plural(n, 'point')} (testbed run {s.name} --matrix)" + "".join(
+            f"; {escape(_kv(a.point) or 'every point')} reads {escape(_kv(a.reads))} ({{{{ reads.{a.name} }}}})"
+            for a in s.after))
     c.print(f"steps: prepare {len(s.steps.prepare)}, launch on {s.steps.launch.on} "
             f"({s.steps.launch.ranks_per_host}/host), recovery {len(s.steps.recovery)}, post {len(s.steps.post)}")
     whens = {fp.name: fp.when for fp in rendered.faults} if rendered is not None else {}
