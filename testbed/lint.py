@@ -59,6 +59,15 @@ def lint_suite(s: Suite, points: list[dict[str, Any]] | None = None, *, profile_
     """Every static finding of ``s``. ``points``: parameter points whose timing is checked besides the default
     point and the matrix's; ``profile_text``: the text of the suite's profile and roles (default: read from
     ``playbooks/``); ``specs``: the testbed specs it may run on, by name (default: the shipped ``inventories/``)."""
+    runs = _runs(s)
+    text = profile_text if profile_text is not None else set_up_text(s.profile)
+    out = branch_heads(s) + fault_timing(s, runs + list(points or [])) + unproducible_references(s, runs) \
+        + hardware_missing(s, specs, runs + list(points or [])) + login_path_only(s, text)
+    return list(dict.fromkeys(out))
+
+
+def _runs(s: Suite) -> list[dict[str, Any]]:
+    """The default point and every matrix point (those that resolve)."""
     from testbed.suite import expand_matrix, resolve_params
 
     runs: list[dict[str, Any]] = []
@@ -67,10 +76,7 @@ def lint_suite(s: Suite, points: list[dict[str, Any]] | None = None, *, profile_
     if s.matrix:
         with contextlib.suppress(TestbedError):
             runs += expand_matrix(s, {})
-    text = profile_text if profile_text is not None else set_up_text(s.profile)
-    out = branch_heads(s) + fault_timing(s, runs + list(points or [])) + unproducible_references(s, runs) \
-        + hardware_missing(s, specs) + login_path_only(s, text)
-    return list(dict.fromkeys(out))
+    return runs
 
 
 # --- sources ----------------------------------------------------------------------------------------------------
@@ -232,10 +238,15 @@ def unproducible_references(s: Suite, runs: list[dict[str, Any]]) -> list[Findin
 
 
 # --- hardware ---------------------------------------------------------------------------------------------------
-def needs_hardware(s: Suite) -> list[str]:
-    """What the suite's ranks need beyond a CPU host: gpu and/or tpu."""
-    need = set(s.steps.launch.needs if s.steps.launch.needs is not None else
-               [s.requires.accelerator] if s.requires.accelerator in ("gpu", "tpu") else [])
+def needs_hardware(s: Suite, runs: list[dict[str, Any]] | None = None) -> list[str]:
+    """What the suite's ranks need beyond a CPU host, at any of ``runs`` (default: the default point and every
+    matrix point; a point whose needs cannot be rendered counts for none): gpu and/or tpu."""
+    from testbed import points
+
+    need: set[str] = set()
+    for p in runs if runs is not None else _runs(s):
+        with contextlib.suppress(TestbedError):
+            need |= set(points.launch_needs(s, p))
     out = []
     if need & {"gpu", "cuda", "nvidia-driver"}:
         out.append("gpu")
@@ -276,10 +287,11 @@ def spec_hardware(path: Path) -> tuple[str, set[str]] | None:
     return kind, has
 
 
-def hardware_missing(s: Suite, specs: dict[str, Path] | None = None) -> list[Finding]:
-    """A suite that needs a GPU (TPU) when no testbed spec it may run on (of a provider kind it allows) declares
-    one, or when the testbed it names lacks it."""
-    need = needs_hardware(s)
+def hardware_missing(s: Suite, specs: dict[str, Path] | None = None,
+                     runs: list[dict[str, Any]] | None = None) -> list[Finding]:
+    """A suite that needs a GPU (TPU) at a point of ``runs`` when no testbed spec it may run on (of a provider kind
+    it allows) declares one, or when the testbed it names lacks it."""
+    need = needs_hardware(s, runs)
     if not need:
         return []
     loaded = {name: hw for name, path in (specs if specs is not None else paths.list_resources("inventories")).items()

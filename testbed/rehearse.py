@@ -236,7 +236,10 @@ def rehearsal_plan(plan: RunPlan, suite: Suite, like: str) -> RunPlan:
     probed = sorted({r.rank for r in plan.ranks if set(r.needs) & lacks})
     not_rehearsed: list[str] = []
     skipped_ranks: dict[int, str] = {}
-    compiled = [p for p in suite.steps.launch.probe if not p.endswith(".py")]
+    from testbed import points
+
+    programs = points.probes(suite, plan.params)  # per point: templates and {when, probe} entries
+    compiled = [p for p in programs if not p.endswith(".py")]
     for r in plan.ranks:  # the probe stands in for Python programs only: a compiled one the suite names is skipped
         found = [p for p in compiled if p in r.command]
         if r.rank in probed and found:
@@ -254,7 +257,7 @@ def rehearsal_plan(plan: RunPlan, suite: Suite, like: str) -> RunPlan:
             not_rehearsed.append(f"fault {f.name}: the ranks it targets are probed, not run")
         plan.faults, plan.recovery, plan.checkpoint = [], {}, None
         config = {"run_dir": plan.run_dir, "roots": [s.path for s in suite.sources],
-                  "programs": list(suite.steps.launch.probe)}
+                  "programs": programs}
         envs = {r.host: r.environment for r in plan.ranks}
         plan.files["testbed_probe.py"] = str(PROBE)
         arm = "python3 testbed_probe.py arm " + shlex.quote(json.dumps(config))
@@ -349,8 +352,9 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
         raise UsageError(f"no folder {site}", where="--site", fix="give the site-packages folder of a virtualenv")
     from testbed import sources as sources_mod
     from testbed.resolved import Resolved
+    from testbed.run import plan as plan_mod
     from testbed.spec import load_testbed
-    from testbed.suite import expand_matrix, load_suite, resolve_params
+    from testbed.suite import expand_matrix, load_suite, point_reads, resolve_params
 
     def note(msg: str) -> None:
         if say:
@@ -382,6 +386,7 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
     points, refused, needed = _pick_points(s, target, like, _draft_info(target, spec, subnet), points,
                                            overrides, shapes=shapes)
     tb = Resolved.open(str(spec_path))
+    edges = point_reads(s, points)  # in the order expand_matrix gives: a point after those it reads
     result = RehearsalResult(suite=s.name, like=like, replica=tb.name, setup={},
                              shape={"hosts": spec["provider"]["names"], "user": spec["user"],
                                     **target.hardware.context()}, kept=keep)
@@ -398,8 +403,10 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
                 result.points.append(PointResult(params=p, run_id="", status="skipped", reason=refused[i], steps=[],
                                                  ranks="not reached", probes=[], not_rehearsed=[]))
                 continue
+            reads = {n: f"{plan_mod.RUNS_ROOT}/{result.points[j].run_id}" for n, j in edges[i].items()
+                     if j is not None and result.points[j].run_id}  # after: the folder of the point it reads
             result.points.append(_run_point(tb, s, p, shown, like, overrides, result, timeout=timeout, site=site,
-                                            to=to, note=note))
+                                            to=to, note=note, reads=reads))
         return result
     finally:
         if not keep:
@@ -484,15 +491,16 @@ def _pick_points(s: Suite, target: TestbedSpec, like: str, info: TestbedInfo, po
 
 def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str, overrides: dict[str, Override],
                result: RehearsalResult, *, timeout: float | None, site: str | None, to: Path,
-               note: Any) -> PointResult:
-    """One point run for real on the replica (its plan made a rehearsal), waited for, collected and judged."""
+               note: Any, reads: dict[str, str] | None = None) -> PointResult:
+    """One point run for real on the replica (its plan made a rehearsal), waited for, collected and judged;
+    ``reads``: the run folders of the points it reads (``after:``), rehearsed before it."""
     from testbed.run import bookkeeping as rs
     from testbed.run import plan as plan_mod
     from testbed.run import runner
 
     rinfo = plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store)
     rinfo.context["spec_known"] = False  # faults were judged against the real testbed already
-    plan = plan_mod.build_plan(s, rinfo, p, overrides=overrides)
+    plan = plan_mod.build_plan(s, rinfo, p, overrides=overrides, reads=reads)
     lacking = interfaces_lacking(tb, plan)  # before a rank's command is replaced by a stand-in
     if lacking:
         note(f"point {shown}: not started: {lacking[0]}")
@@ -508,7 +516,7 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
     made = stand_in_environments(tb, plan, site)
     if made:
         result.setup.setdefault("stand_in_environment", sorted(set(made)))
-    note(f"run {plan.run_id}: {shown}")
+    note(f"run {plan.run_id}: {shown}" + "".join(f"; reads {n}: {d}" for n, d in (reads or {}).items()))
     run_id = runner.start_run(plan, store=tb.store)
     limit = timeout or plan.timeouts.prepare * 2 + plan.timeouts.run + plan.timeouts.post + 60
     try:

@@ -345,6 +345,27 @@ def start_campaign(tb: Resolved, suite: str | Suite, given: dict[str, Any] | Non
     return CampaignStarted(cid, s.name, tb.name, points, done, budget, limit.seconds if limit else None)
 
 
+def campaign_dry_run(s: Suite, on: str | None, points: list[dict[str, Any]], *, faults: list[str] | None = None,
+                     sources: dict[str, str] | None = None, store: Store | None = None
+                     ) -> tuple[list[RunPlan], list[dict[str, Any]]]:
+    """Every point of a campaign planned in its order (``points``, as expand_matrix orders them), a point that reads
+    another's output (``after:``) given that point's planned run folder; and the order: per point its label and
+    what it reads (``after:`` name -> {point: its number, 1 first; label; folder})."""
+    from testbed.run import runner
+    from testbed.suite import point_label, point_reads
+
+    plans: list[RunPlan] = []
+    order: list[dict[str, Any]] = []
+    for p, reads in zip(points, point_reads(s, points), strict=True):
+        folders = {n: plans[j].run_dir for n, j in reads.items() if j is not None}
+        plans.append(runner.plan_run(s, on, p, faults=faults, dry_run=True, sources=sources, store=store,
+                                     reads=folders))
+        order.append({"label": point_label(s, p), "reads": {
+            n: {"point": j + 1, "label": point_label(s, points[j]), "folder": plans[j].run_dir}
+            for n, j in reads.items() if j is not None}})
+    return plans, order
+
+
 def refuse_overrun(s: Suite, tb: Resolved, given: dict[str, Any], faults: list[str] | None,
                    budget_seconds: float | None) -> None:
     """Refuse, before any set-up or point, a campaign whose estimate is longer than the testbed has left (its

@@ -14,7 +14,7 @@ import math
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -42,7 +42,7 @@ BUILTINS = {
     "addresses": "the run's host addresses", "num_hosts": "the run's host count", "master": "rank 0's host",
     "master_addr": "rank 0's address", "world_size": "the rank count", "rank": "the rank",
     "local_rank": "the rank on its host", "host": "the host a command runs on", "address": "that host's address",
-    "host_hardware": "that host's hardware",
+    "host_hardware": "that host's hardware", "reads": "the run folders of the points this point reads",
     # Jinja2's own globals and names
     "range": "Jinja2's range()", "dict": "Jinja2's dict()", "lipsum": "Jinja2's lipsum()",
     "cycler": "Jinja2's cycler()", "joiner": "Jinja2's joiner()", "namespace": "Jinja2's namespace()",
@@ -123,6 +123,100 @@ hours, such as pytorch-meng); ``testbed rehearse`` replaces (launch) or skips (s
 lacks."""
 
 
+NEEDS: tuple[str, ...] = get_args(Need)
+NEEDS_FIX = f"a need is one of {', '.join(NEEDS)}"
+
+
+def template_syntax(text: str) -> str:
+    """``text`` when it parses as a Jinja2 template (checked when the suite loads, rendered per point)."""
+    import jinja2
+
+    try:
+        _env(False).parse(text)
+    except jinja2.TemplateSyntaxError as e:
+        raise Invalid(f"template error in {text!r}: {e.message}", fix="fix the Jinja2 syntax") from None
+    return text
+
+
+def condition_syntax(cond: str) -> str:
+    """``cond`` when it parses as a Jinja2 condition (an ``{% if %}`` test over the point's parameters)."""
+    import jinja2
+
+    try:
+        _env(False).parse("{% if " + cond + " %}1{% endif %}")
+    except jinja2.TemplateSyntaxError as e:
+        raise Invalid(f"'when: {cond}' is not a condition: {e.message}",
+                      fix="write a Jinja2 test over the point's parameters, e.g. when: \"gpus > 0\"") from None
+    return cond
+
+
+class NeedsWhen(Strict):
+    """Needs that apply only at the points where ``when`` holds."""
+
+    when: str = Field(description="a Jinja2 condition over the point's parameters (no braces)",
+                      json_schema_extra={"example": 'when: "gpus > 0"'})
+    needs: list[str] = Field(description="what those points need (gpu, tpu, cuda, nvidia-driver, network, "
+                             "torch-fork)", json_schema_extra={"example": "needs: [gpu, cuda]"})
+
+    _when = field_validator("when")(classmethod(lambda cls, v: condition_syntax(v)))
+
+    @field_validator("needs")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        return known_needs(v)
+
+
+class ProbeWhen(Strict):
+    """Programs a rehearsal probes only at the points where ``when`` holds."""
+
+    when: str = Field(description="a Jinja2 condition over the point's parameters (no braces)",
+                      json_schema_extra={"example": "when: \"model == 'bert'\""})
+    probe: list[str] = Field(description="the programs probed at those points (as steps.launch.probe)",
+                             json_schema_extra={"example": "probe: [bert/run.py]"})
+
+
+def known_needs(v: list[str]) -> list[str]:
+    """Each item a need; a template item is rendered per point, and checked then."""
+    for i, n in enumerate(v):
+        if is_template(n):
+            template_syntax(n)
+        elif n not in NEEDS:
+            raise Invalid(f"'{n}' is not a need", loc=(i,), fix=NEEDS_FIX)
+    return v
+
+
+def _per_point(v: Any, key: str) -> Any:
+    """A ``needs:`` or ``probe:`` value as written, checked before it is typed (one message at the culprit's line):
+    a list of items (``needs``: each a need or a template) and ``{when, <key>}`` entries, or (``needs``) one
+    template."""
+    if isinstance(v, str) and key == "needs":
+        return template_syntax(v)
+    for i, n in enumerate(v if isinstance(v, list) else []):
+        try:
+            if isinstance(n, str) and key == "needs":
+                known_needs([n])
+            elif isinstance(n, str) and is_template(n):
+                template_syntax(n)
+            elif isinstance(n, dict) and set(n) == {"when", key}:
+                condition_syntax(str(n["when"]))
+                if key == "needs" and isinstance(n[key], list):
+                    try:
+                        known_needs([str(x) for x in n[key]])
+                    except Invalid as e:
+                        raise Invalid(str(e), loc=(key, *e.loc), fix=e.fix) from None
+            elif isinstance(n, dict):
+                raise Invalid(f"an entry of {key} per point has the keys when and {key}, not "
+                              f"{', '.join(map(str, n)) or 'none'}", fix=f"write {{when: CONDITION, {key}: [...]}}")
+        except Invalid as e:
+            raise Invalid(str(e), loc=(i, *e.loc[1:]) if isinstance(n, str) else (i, *e.loc), fix=e.fix) from None
+    return v
+
+
+PointNeeds = str | list[str | NeedsWhen]
+"""``needs:`` per point: a list of needs (each item may be a template, or a ``{when, needs}`` entry), or one
+template rendered per point to needs (spaces or commas)."""
+
+
 class Step(Strict):
     """A command run on a set of hosts (in parallel) that must finish before the next step."""
 
@@ -143,10 +237,14 @@ class Step(Strict):
                             "~/ or absolute")
     per: Literal["host", "home"] = Field("host", description="home: the step writes only under ~/ and runs once per "
                                          "home folder (on the first of its hosts when the testbed's home is shared)")
-    needs: list[Need] = Field(default_factory=list, description="what the step needs beyond a CPU host (gpu, tpu, "
-                              "cuda, nvidia-driver); a rehearsal skips it, with the reason, on hosts that lack it")
+    needs: PointNeeds = Field(default_factory=list, description="what the step needs beyond a CPU host (gpu, tpu, "
+                              "cuda, nvidia-driver, network, torch-fork); a rehearsal skips it, with the reason, on "
+                              "hosts that lack it. Per point: an item may be a template, or {when: CONDITION, "
+                              "needs: [...]}; or the whole value one template rendered to needs",
+                              json_schema_extra={"example": "needs: [network, {when: \"gpus > 0\", needs: [gpu]}]"})
 
     _on = field_validator("on")(classmethod(lambda cls, v: _selector(v)))
+    _needs = field_validator("needs", mode="before")(classmethod(lambda cls, v: _per_point(v, "needs")))
 
     @model_validator(mode="after")
     def _one(self) -> Step:
@@ -193,14 +291,21 @@ class Launch(Strict):
                                 "templates rendered per rank (not shell-quoted: exported quoted)")
     cwd: str | None = Field(None, description="folder each rank starts in (a template), relative to the run "
                             "folder, ~/ or absolute")
-    needs: list[Need] | None = Field(None, description="what the ranks need beyond a CPU host; default: the suite's "
-                                     "requires.accelerator (gpu or tpu)")
-    probe: list[str] = Field(default_factory=list, description="the programs (Python scripts, relative to the "
-                             "launch folder) a rehearsal replaces by a probe when the ranks' needs are not met (a "
-                             "compiled program named here: its ranks are skipped, with the reason); "
-                             "default: every Python script the ranks start from a source checkout")
+    needs: PointNeeds | None = Field(None, description="what the ranks need beyond a CPU host; default: the "
+                                     "suite's requires.accelerator (gpu or tpu). Per point: an item may be a "
+                                     "template, or {when: CONDITION, needs: [...]}; or the whole value one template "
+                                     "rendered to needs (spaces or commas; empty: none)",
+                                     json_schema_extra={"example": "needs: \"{{ 'gpu cuda' if gpus > 0 else '' }}\""})
+    probe: list[str | ProbeWhen] = Field(default_factory=list, description="the programs (Python scripts, relative "
+                                         "to the launch folder) a rehearsal replaces by a probe when the ranks' needs "
+                                         "are not met (a compiled program named here: its ranks are skipped, with "
+                                         "the reason); default: every Python script the ranks start from a source "
+                                         "checkout. Per point: an item may be a template (empty: none), or {when: "
+                                         "CONDITION, probe: [...]}")
 
     _on = field_validator("on")(classmethod(lambda cls, v: _selector(v)))
+    _needs = field_validator("needs", mode="before")(classmethod(lambda cls, v: _per_point(v, "needs")))
+    _probe = field_validator("probe", mode="before")(classmethod(lambda cls, v: _per_point(v, "probe")))
     _env = field_validator("env")(classmethod(lambda cls, v: _env_names(v)))
 
 
@@ -332,8 +437,14 @@ class Check(Strict):
                               json_schema_extra={"example": "max: 100"})
     rows: int = Field(1, ge=0, description="table only: the fewest rows it must have (where they match)",
                       json_schema_extra={"example": "rows: 10"})
+    when: str | None = Field(None, description="a Jinja2 condition over the point's parameters (no braces): the "
+                             "check applies only at the points where it holds (file and contains may also be "
+                             "templates over them)", json_schema_extra={"example": "when: \"task == 'train'\""})
 
     _on = field_validator("on")(classmethod(lambda cls, v: _selector(v)))
+    _when = field_validator("when")(classmethod(lambda cls, v: v if v is None else condition_syntax(v)))
+    _tmpl = field_validator("file", "contains")(
+        classmethod(lambda cls, v: template_syntax(v) if v is not None and is_template(v) else v))
 
     @model_validator(mode="after")
     def _kind(self) -> Check:
@@ -356,6 +467,22 @@ class Check(Strict):
                 raise Invalid("min and max bound a column", loc=("min" if self.min is not None else "max",),
                               fix="add column: NAME")
         return self
+
+
+class After(Strict):
+    """Matrix points that read another point's output: each runs after the point it reads, in a campaign, and
+    finds its run folder as ``{{ reads.<name> }}``."""
+
+    name: str = Field(pattern=PARAM_RE, description="what the reading points call the output: {{ reads.<name> }} is "
+                      "the run folder of the point read, on the hosts (the reading point runs on that point's hosts)",
+                      json_schema_extra={"example": "name: trained"})
+    point: dict[str, bool | int | float | str] = Field(default_factory=dict, description="the points that read "
+                                                       "(parameter -> value); empty: every point",
+                                                       json_schema_extra={"example": "point: {phase: eval}"})
+    reads: dict[str, bool | int | float | str] = Field(min_length=1, description="the point each of them reads: "
+                                                       "its own parameters with these values in place (a matrix "
+                                                       "point; a cycle is refused)",
+                                                       json_schema_extra={"example": "reads: {phase: train}"})
 
 
 class EstimateBy(Strict):
@@ -389,6 +516,11 @@ class Suite(Strict):
     matrix: dict[str, list[Any]] | list[dict[str, Any]] | None = Field(
         None, description="the campaign of --matrix: per parameter, its values (every combination), or a list of "
         "points (each some parameters' values)")
+    after: list[After] = Field(default_factory=list, description="matrix points that read what other points "
+                               "made: a campaign runs each after the point it reads, on that point's hosts, and "
+                               "plan and --dry-run show the order",
+                               json_schema_extra={"example": "after:\n  - {name: trained, point: {phase: eval}, "
+                                                             "reads: {phase: train}}"})
     vars: dict[str, str] = Field(default_factory=dict, description="derived values (templates), in order")
     placement: Placement = Field(default_factory=Placement, description="which hosts the run uses and which one "
                                  "holds rank 0")
@@ -501,6 +633,7 @@ class Suite(Strict):
                     raise ValueError(f"matrix uses '{k}', which is not a parameter")
         self._check_matrix_values()
         self._check_estimate()
+        self._check_after()
         for k in self.vars:
             if k in self.parameters:
                 raise Invalid(f"'{k}' is both a parameter and a var (the var would silently replace -p {k})",
@@ -550,6 +683,34 @@ class Suite(Strict):
             if p.type not in ("int", "float"):
                 raise Invalid(f"parameter {name!r} is a {p.type}, not a number", loc=("estimate",),
                               fix="multiply only by int or float parameters (or write one estimate per run)")
+
+    def _check_after(self) -> None:
+        """``after:`` names parameters with their types' values, reads points of the matrix, and makes no cycle."""
+        if not self.after:
+            return
+        if not self.matrix:
+            raise Invalid("after: orders the points of a matrix, and the suite has none", loc=("after",),
+                          fix="add matrix:, or drop after:")
+        _distinct([a.name for a in self.after], ("after",), "after entry", "name")
+        for i, a in enumerate(self.after):
+            for key in ("point", "reads"):
+                for k, v in getattr(a, key).items():
+                    p = self.parameters.get(k)
+                    if p is None:
+                        raise Invalid(f"'{k}' is not a parameter", loc=("after", i, key, k),
+                                      fix=f"name one of this suite's parameters ({', '.join(self.parameters)})")
+                    try:
+                        getattr(a, key)[k] = typed(p, v)
+                    except ValueError as e:
+                        raise Invalid(f"{v!r} {e}", loc=("after", i, key, k),
+                                      fix=f"give {k} {_KIND[p.type]}" + _span(p)) from None
+        points = [{k: v for k, v in pt.items()} for pt in _raw_points(self)]
+        edges = point_reads(self, points, missing="refuse")
+        cycle = _cycle(edges)
+        if cycle:
+            shown = " -> ".join(point_label(self, points[j]) for j in cycle)
+            raise Invalid(f"the points read each other in a cycle: {shown}", loc=("after",),
+                          fix="a point may only read points that do not read it, directly or through others")
 
     def _check_matrix_values(self) -> None:
         """Every matrix value has its parameter's type and range, and no point is there twice."""
@@ -631,6 +792,107 @@ def _distinct(names: list[str], loc: tuple[Any, ...], what: str, key: str | None
                           loc=(*loc, i, *((key,) if key else ())),
                           fix=f"give each {what} its own name" if key else "list it once")
         seen[n] = i
+
+
+# --- points that read other points --------------------------------------------------------------------------
+def _raw_points(suite: Suite) -> list[dict[str, Any]]:
+    """Every matrix point as typed values over the parameters' defaults (checked as the suite loads)."""
+    m = suite.matrix or {}
+    defaults = {k: p.default for k, p in suite.parameters.items() if p.default is not None}
+    raw = [dict(zip(m, combo, strict=True)) for combo in itertools.product(*m.values())] if isinstance(m, dict) \
+        else [dict(x) for x in m]
+    return [{**defaults, **{k: typed(suite.parameters[k], v) for k, v in pt.items()}} for pt in raw]
+
+
+def _same_point(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two points (typed parameter values) are one: compared as text, as -p gives them."""
+    return all(str(a.get(k)) == str(b.get(k)) for k in {*a, *b} if not k.startswith("_"))
+
+
+def point_label(suite: Suite, point: dict[str, Any]) -> str:
+    """``phase=eval, model=bert``: the point's values of the matrix's parameters."""
+    m = suite.matrix or {}
+    keys = list(m) if isinstance(m, dict) else list(dict.fromkeys(k for pt in m for k in pt))
+    if not keys:
+        keys = [k for k, p in suite.parameters.items() if k in point and point[k] != p.default]
+    return ", ".join(f"{k}={point.get(k)}" for k in keys) or "the default point"
+
+
+def point_reads(suite: Suite, points: list[dict[str, Any]], *, missing: str = "none") -> list[dict[str, int | None]]:
+    """For each point, what it reads: ``after`` entry name -> the index of the point read in ``points`` (None:
+    not among them). ``missing="refuse"``: a point read that is not among ``points``, or an entry no point
+    matches, is refused (``Invalid`` at its line: the suite's whole matrix is checked so as it loads)."""
+    out: list[dict[str, int | None]] = [{} for _ in points]
+    for e, a in enumerate(suite.after):
+        matched = False
+        for i, pt in enumerate(points):
+            if not all(_same_point({k: pt.get(k)}, {k: v}) for k, v in a.point.items()):
+                continue
+            matched = True
+            want = {**pt, **a.reads}
+            j = next((j for j, q in enumerate(points) if _same_point(q, want)), None)
+            if j is None and missing == "refuse":
+                raise Invalid(f"point {point_label(suite, pt)} reads point {point_label(suite, want)}, which is no "
+                              "point of the matrix", loc=("after", e, "reads"),
+                              fix="name values of a matrix point, or add that point to the matrix")
+            out[i][a.name] = j
+        if not matched and missing == "refuse":
+            raise Invalid(f"after entry '{a.name}': no matrix point has {a.point}", loc=("after", e, "point"),
+                          fix="name values of matrix points (or leave point: out for every point)")
+    return out
+
+
+def reads_of(suite: Suite, params: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What the point ``params`` reads: ``after`` entry name -> the parameters of the point read."""
+    return {a.name: {**params, **a.reads} for a in suite.after
+            if all(_same_point({k: params.get(k)}, {k: v}) for k, v in a.point.items())}
+
+
+def _cycle(edges: list[dict[str, int | None]]) -> list[int] | None:
+    """The points of a cycle of reads (the first found, its first point again at the end), or None."""
+    state: dict[int, int] = {}  # 1: on the path, 2: done
+
+    def visit(i: int, path: list[int]) -> list[int] | None:
+        state[i] = 1
+        for j in edges[i].values():
+            if j is None or state.get(j) == 2:
+                continue
+            if state.get(j) == 1:
+                return [*path[path.index(j):], i, j] if j in path else [i, j]
+            found = visit(j, [*path, i])
+            if found:
+                return found
+        state[i] = 2
+        return None
+
+    for i in range(len(edges)):
+        if i not in state and (found := visit(i, [])):
+            return found
+    return None
+
+
+def order_points(suite: Suite, points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``points`` with every point after the points it reads (otherwise in matrix order); a point that reads one
+    ``points`` leaves out is refused."""
+    edges = point_reads(suite, points)
+    for i, reads in enumerate(edges):
+        for name, j in reads.items():
+            if j is None:
+                e = next(k for k, a in enumerate(suite.after) if a.name == name)
+                raise UsageError(f"point {point_label(suite, points[i])} reads another point's output "
+                                 f"(after: {name}), which is not among the points to run", where=suite.at("after", e),
+                                 fix="drop the -p values that leave the point it reads out of the campaign")
+    if not suite.after:
+        return points
+    cycle = _cycle(edges)
+    if cycle:
+        raise UsageError("the points read each other in a cycle: " + " -> ".join(point_label(suite, points[j])
+                         for j in cycle), where=suite.at("after"), fix="break the cycle in after:")
+    done: list[int] = []
+    while len(done) < len(points):
+        i = next(i for i in range(len(points)) if i not in done and all(j in done for j in edges[i].values()))
+        done.append(i)
+    return [points[i] for i in done]
 
 
 def matrix_size(matrix: dict[str, list[Any]] | list[dict[str, Any]]) -> int:
@@ -878,7 +1140,7 @@ def expand_matrix(suite: Suite, given: dict[str, Any]) -> list[dict[str, Any]]:
     if not points:
         raise UsageError("no matrix point matches the -p values given", where="command line",
                          fix="drop or change the -p values that fix matrix parameters")
-    return points
+    return order_points(suite, points)
 
 
 # --- templates -------------------------------------------------------------------------------------------------

@@ -273,12 +273,14 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
     if dry_run:
         refuse_unknown_tables(s)
         _lint_warnings(s, points)
-        plans = [services.plan(s, tb, p, faults=faults, dry_run=True, sources=src, store=st) for p in points]
+        plans, order = services.campaign_dry_run(s, tb, points, faults=faults, sources=src, store=st)
         if json_out:
             from testbed.run.plan import dry_run_lines
 
-            print_json([{"params": p.params, "commands": dry_run_lines(p), "refused": p.refused} for p in plans])
+            print_json([{"params": p.params, "reads": o["reads"], "commands": dry_run_lines(p), "refused": p.refused}
+                        for p, o in zip(plans, order, strict=True)])
         else:
+            _show_order(order)
             for p in plans:
                 _show_dry_run(p, False)
         return _warn_refused(next((p for p in plans if p.refused), plans[0])) if plans else None
@@ -322,6 +324,21 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
                     + (f" (testbed logs {pt.run_id})" if pt.run_id else ""))
     if ok != len(row.points):
         raise typer.Exit(Exit.FAILED)
+
+
+def _kv(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def _show_order(order: list[dict[str, Any]]) -> None:
+    """The campaign's order, where a point reads another's output (``after:``): each point, and what it reads."""
+    if not any(o["reads"] for o in order):
+        return
+    c = console()
+    c.print("[bold]order[/bold] (a point runs after the points it reads):")
+    for i, o in enumerate(order, 1):
+        reads = "; ".join(f"reads {n}: point {r['point']} ({r['label']})" for n, r in o["reads"].items())
+        c.print(f"  {i}. {escape(o['label'])}" + (f"  <- {escape(reads)}" if reads else ""))
 
 
 def plan_cmd(
@@ -368,12 +385,15 @@ def _show_forecast(fc: Any) -> None:
             f"{plural(fc.hosts, 'host')}; {escape(price)})"
             + (f"; resumes campaign {escape(fc.campaign)}" if fc.campaign else ""))
     t = Table(title_justify="left")
-    for col in ("point", "hosts", "estimate", "status", "from"):
+    after = any(p.reads for p in fc.points)  # the order matters: number the points, say what each reads
+    for col in ("#", "point", "reads", "hosts", "estimate", "status", "from"):
+        if col in ("#", "reads") and not after:
+            continue
         t.add_column(col, no_wrap=col in ("hosts", "estimate"), ratio=2 if col in ("point", "from") else None)
-    for p in fc.points:
+    for i, p in enumerate(fc.points, 1):
         status = p.status if p.status == "todo" else f"{p.status} ({span(p.spent or 0)})"
-        t.add_row(escape(p.label), str(p.hosts), span(p.seconds) if p.seconds is not None else "?", escape(status),
-                  escape(p.source))
+        t.add_row(*([str(i)] if after else []), escape(p.label), *([escape("; ".join(p.reads))] if after else []),
+                  str(p.hosts), span(p.seconds) if p.seconds is not None else "?", escape(status), escape(p.source))
     c.print(t)
     for note in fc.notes:
         c.print(f"[yellow]note[/yellow]: {escape(note)}")
@@ -621,7 +641,9 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
             c.print(f"  {k} ({p.type}) = {escape(value)}{extra}  {escape(p.help)}")
     if s.matrix:
         n = len(s.matrix) if isinstance(s.matrix, list) else len(suite_mod.expand_matrix(s, {}))
-        c.print(f"matrix: {plural(n, 'point')} (testbed run {s.name} --matrix)")
+        c.print(f"matrix: {plural(n, 'point')} (testbed run {s.name} --matrix)" + "".join(
+            f"; {escape(_kv(a.point) or 'every point')} reads {escape(_kv(a.reads))} ({{{{ reads.{a.name} }}}})"
+            for a in s.after))
     c.print(f"steps: prepare {len(s.steps.prepare)}, launch on {s.steps.launch.on} "
             f"({s.steps.launch.ranks_per_host}/host), recovery {len(s.steps.recovery)}, post {len(s.steps.post)}")
     whens = {fp.name: fp.when for fp in rendered.faults} if rendered is not None else {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.errors import UsageError
 from testbed.report import render, tidy_csv
@@ -15,6 +15,9 @@ from testbed.report.rundir import REPORT_DIR, RunDir
 from testbed.report.suites import get_reporter
 from testbed.report.summary import add_summary, generic
 from testbed.report.verdicts import Verdict, add_verdicts
+
+if TYPE_CHECKING:
+    from testbed.suite import Suite
 
 FORMATS = ("md", "html")
 
@@ -43,6 +46,19 @@ class ReportResult:
         return all(p is not False for _, p, _ in self.checks)
 
 
+def _point(run: RunDir, suite: Suite | None) -> dict[str, Any] | None:
+    """The run's parameter point as its suite reads it (None: not known, or it no longer resolves)."""
+    from testbed.errors import TestbedError
+    from testbed.suite import resolve_params
+
+    if suite is None:
+        return None
+    try:
+        return resolve_params(suite, {k: v for k, v in run.params.items() if k in suite.parameters})
+    except TestbedError:
+        return None
+
+
 def build_report(run_dir: Path, fmt: str = "md") -> ReportResult:
     """Write ``run_dir/report/report.<md|html>`` with figures and CSVs; return what was written."""
     if fmt not in FORMATS:
@@ -69,7 +85,7 @@ def build_report(run_dir: Path, fmt: str = "md") -> ReportResult:
     else:
         call_reporter(reporter, run, rep, f"{run.suite} reporter")
     add_own_tables(run, rep, suite, own)
-    add_table_checks(rep, suite)
+    add_table_checks(rep, suite, _point(run, suite))
     add_verdicts(rep, run.suite, run.host_records(), (suite, why))
     res = write_report(rep, out_dir, fmt, run.suite)
     res.run_id, res.status = run.run_id, rep.status

@@ -219,14 +219,18 @@ def add_own_tables(run: RunDir, rep: Report, suite: Suite | None, own: SuiteResu
 
 
 # --- table checks ---------------------------------------------------------------------------------------------
-def add_table_checks(rep: Report, suite: Suite | None) -> None:
-    """Each of the suite's checks that names a table, judged on the report's tables."""
+def add_table_checks(rep: Report, suite: Suite | None, params: dict[str, Any] | None = None) -> None:
+    """Each of the suite's checks that names a table and applies at the run's point (``params``: its ``when:``),
+    judged on the report's tables."""
+    from testbed import points
     from testbed.report.verdicts import _same, _value
 
     if suite is None:
         return
     by_name = {t.name: t for t in rep.tables}
-    for c in suite.checks:
+    applying = [c for _, c in points.checks(suite, params)] if params is not None else \
+        [c for c in suite.checks if c.when is None]
+    for c in applying:
         if c.table is None:
             continue
         table = by_name.get(c.table)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from testbed import estimate as est
@@ -136,7 +137,7 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
     limit = Limit.of(row, st)
     stopped_at: int | None = None
     from testbed import sources as sources_mod
-    from testbed.suite import load_suite
+    from testbed.suite import load_suite, point_reads
 
     # resolved once: every run of the campaign gets the same snapshot (and a URL is asked once, not per point)
     overrides = sources_mod.for_suite(load_suite(suite), testbed, row.info.sources or None)
@@ -144,35 +145,28 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
     needs = []
     for p in points:  # every point checked up front (bad templates, too few hosts) before anything starts
         needs.append(len(runner.plan_run(suite, testbed, p.params, faults=faults, overrides=overrides,
-                                         store=st).hosts))
+                                         store=st, reads={}).hosts))
+    reads = point_reads(load_suite(suite), [p.params for p in points])
     skipped = sum(1 for p in points if p.status in DONE)
     if skipped:
         progress(f"campaign {cid}: resuming; {skipped}/{plural(len(points), 'run')} already finished (not repeated)")
     deadline = time.monotonic() + timeout
     while True:
-        busy: set[str] = set()
-        changed = False
-        for p in points:
-            if p.run_id and p.status not in DONE:
-                run = st.run(p.run_id)
-                if run is None:  # interrupted between recording the id and starting the run
-                    p.run_id, p.status = None, "todo"
-                    changed = True
-                    continue
-                if run.status in ACTIVE:
-                    runner.ensure_supervisor(st, p.run_id)
-                    busy |= set(run.info.hosts)
-                if run.status != p.status:
-                    p.status = run.status
-                    changed = True
-                    if run.status in DONE:
-                        progress(f"{p.run_id}: {run.status}" + (f" ({run.reason})" if run.reason else ""))
+        busy, changed = _refresh(points, st, progress)
         for i, p in enumerate(points):
             if p.status != "todo" or stopped_at is not None:
                 continue
-            free = [h for h in all_hosts if h not in busy]
-            if len(free) < needs[i]:
-                break  # keep the matrix order: wait for hosts
+            read = _read(points, reads[i], st)
+            if read is None:
+                break  # keep the matrix order: wait for the points it reads
+            if read.failed:
+                p.status, changed = "failed", True
+                progress(f"campaign {cid}: point {_label(p)} not run: the point it reads ({read.failed}) did not "
+                         "succeed")
+                continue
+            free = read.where([h for h in all_hosts if h not in busy], needs[i])
+            if free is None:
+                break  # keep the matrix order: wait for hosts (those of the point it reads, where it runs there)
             if limit is not None and not limit.allows(i, points):  # judged when it could start, not before
                 stopped_at = i
                 progress(f"campaign {cid}: budget {limit.budget.given} reached; no new point is started "
@@ -180,13 +174,13 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
                          f"{limit.estimates[i]:.0f} s)")
                 break
             plan = runner.plan_run(suite, testbed, p.params, faults=faults, only_hosts=free, overrides=overrides,
-                                   store=st)
+                                   store=st, reads=read.folders)
             p.run_id, p.status = plan.run_id, "pending"
             st.save_campaign(cid, points)
             runner.start_run(plan, campaign=cid, store=st)
             busy |= set(plan.host_names)
-            progress(f"{plan.run_id}: started on {', '.join(plan.host_names)} "
-                     f"({', '.join(f'{k}={v}' for k, v in p.params.items())})")
+            progress(f"{plan.run_id}: started on {', '.join(plan.host_names)} ({_label(p)})"
+                     + "".join(f"; reads {n}: {d}" for n, d in read.folders.items()))
             changed = True
         if changed:
             st.save_campaign(cid, points)
@@ -201,6 +195,75 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
         if time.monotonic() > deadline:
             return st.campaign(cid) or row
         time.sleep(poll)
+
+
+def _refresh(points: list[CampaignPoint], st: Store, progress: Callable[[str], None]) -> tuple[set[str], bool]:
+    """Each started point's status from its run (a run never started is todo again): the hosts busy, and whether
+    a point changed."""
+    from testbed.run import runner
+
+    busy: set[str] = set()
+    changed = False
+    for p in points:
+        if p.run_id and p.status not in DONE:
+            run = st.run(p.run_id)
+            if run is None:  # interrupted between recording the id and starting the run
+                p.run_id, p.status = None, "todo"
+                changed = True
+                continue
+            if run.status in ACTIVE:
+                runner.ensure_supervisor(st, p.run_id)
+                busy |= set(run.info.hosts)
+            if run.status != p.status:
+                p.status = run.status
+                changed = True
+                if run.status in DONE:
+                    progress(f"{p.run_id}: {run.status}" + (f" ({run.reason})" if run.reason else ""))
+    return busy, changed
+
+
+def _label(p: CampaignPoint) -> str:
+    return ", ".join(f"{k}={v}" for k, v in p.params.items())
+
+
+@dataclass
+class _Reads:
+    """What a point reads, once every point it reads ended: their run folders by ``after:`` name, the hosts of
+    the first (where it runs), and the first that did not succeed (its label)."""
+
+    folders: dict[str, str] = field(default_factory=dict)
+    hosts: list[str] = field(default_factory=list)
+    failed: str | None = None
+
+    def where(self, free: list[str], need: int) -> list[str] | None:
+        """The hosts the point may start on now: the free ones; where it reads a point that ran on enough hosts,
+        those (all free). None: not enough yet."""
+        if self.hosts and len(self.hosts) >= need:
+            free = [h for h in free if h in self.hosts]
+            return free if len(free) == len(self.hosts) else None
+        return free if len(free) >= need else None
+
+
+def _read(points: list[CampaignPoint], reads: dict[str, int | None], st: Store) -> _Reads | None:
+    """The folders a point reads (``reads``: ``after:`` name -> index of the point read); None while one of those
+    points has not ended."""
+    from testbed.run.plan import run_dir
+
+    out = _Reads()
+    for name, j in reads.items():
+        q = points[j] if j is not None else None
+        if q is None:
+            continue
+        if q.status not in DONE:
+            return None
+        if q.status != "succeeded" or not q.run_id:
+            out.failed = out.failed or _label(q)
+            continue
+        out.folders[name] = run_dir(q.run_id)
+        run = st.run(q.run_id)
+        if not out.hosts and run is not None:
+            out.hosts = list(run.info.hosts)
+    return out
 
 
 def outcome(points: list[CampaignPoint]) -> str:

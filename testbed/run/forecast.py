@@ -46,6 +46,7 @@ class PointForecast:
     status: str = "todo"  # todo, running, or the status of its finished run
     run_id: str | None = None
     spent: float | None = None  # seconds its run took (or has taken so far)
+    reads: list[str] = field(default_factory=list)  # the points it reads (after:), 'name: N (label)', 1 first
 
 
 @dataclass
@@ -203,7 +204,7 @@ def forecast(suite: Suite | str, testbed: str | None, given: dict[str, Any], *, 
     from testbed.run.plan import build_plan, testbed_info
     from testbed.run.runner import refusals
     from testbed.spec import DEFAULT_TESTBED
-    from testbed.suite import expand_matrix, load_suite, resolve_params
+    from testbed.suite import expand_matrix, load_suite, point_reads, resolve_params
 
     now = now or time.time()
     s = load_suite(suite) if isinstance(suite, str) else suite
@@ -223,9 +224,12 @@ def forecast(suite: Suite | str, testbed: str | None, given: dict[str, Any], *, 
     left_d: list[float] = []
     left_n: list[int] = []
     unknown: list[str] = []
-    for p, n in zip(points, needs, strict=True):
+    edges = point_reads(s, points)
+    for p, n, reads in zip(points, needs, edges, strict=True):
         secs, source = estimator(p)
-        pf = PointForecast(params=p, label=_label(points, p), hosts=n, seconds=_r(secs), source=source)
+        pf = PointForecast(params=p, label=_label(points, p), hosts=n, seconds=_r(secs), source=source,
+                           reads=[f"{k}: {j + 1} ({_label(points, points[j])})" for k, j in reads.items()
+                                  if j is not None])
         cp = done.get(point_key(s, p))
         run = store.run(cp.run_id) if cp is not None and cp.run_id else None
         if cp is not None and run is not None and (cp.status in ENDED or run.status in ACTIVE):

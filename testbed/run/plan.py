@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from testbed import fault_kinds
+from testbed import fault_kinds, points
 from testbed.errors import TestbedError, UsageError, by_door, provision_fix
 from testbed.records import (
     Check,
@@ -346,20 +346,28 @@ def fault_refusals(suite: Suite, tb: TestbedInfo, chosen: list[str]) -> list[Usa
     return out
 
 
-def gpu_refusal(suite: Suite, tb: TestbedInfo) -> UsageError | None:
-    """The suite's ranks need a GPU (``steps.launch.needs``, else ``requires.accelerator``) and testbed ``tb``'s
-    spec declares none on any host (``hardware.gpu``): refused at the need's file:line. Not judged without a spec."""
+def gpu_refusal(suite: Suite, tb: TestbedInfo, params: list[dict[str, Any]] | None = None) -> UsageError | None:
+    """The suite's ranks need a GPU (``steps.launch.needs`` at a point of ``params``, default the default point;
+    else ``requires.accelerator``) and testbed ``tb``'s spec declares none on any host (``hardware.gpu``): refused
+    at the need's file:line. Not judged without a spec."""
+    from testbed.suite import point_label, resolve_params
+
     launch = suite.steps.launch
-    needs = launch.needs if launch.needs is not None else [suite.requires.accelerator or ""]
-    gpu = [n for n in needs if n in ("gpu", "cuda", "nvidia-driver")]
     hardware = tb.context.get("hardware")
-    if not gpu or not tb.context.get("spec_known") or not isinstance(hardware, dict):
+    if not tb.context.get("spec_known") or not isinstance(hardware, dict):
         return None
     per_host = tb.context.get("hardware_of") or {}
     if int(hardware.get("gpus") or 0) > 0 or any(int(h.get("gpus") or 0) > 0 for h in per_host.values()):
         return None
+    for p in params if params is not None else [resolve_params(suite, {})]:
+        gpu = [n for n in points.launch_needs(suite, p) if n in ("gpu", "cuda", "nvidia-driver")]
+        if gpu:
+            break
+    else:
+        return None
     key = ("steps", "launch", "needs") if launch.needs is not None else ("requires", "accelerator")
-    return UsageError(f"the ranks of suite '{suite.name}' need {', '.join(gpu)} ({'.'.join(key)}), which testbed "
+    at = f" at point {point_label(suite, p)}" if points.varies(launch.needs) else ""
+    return UsageError(f"the ranks of suite '{suite.name}' need {', '.join(gpu)} ({'.'.join(key)}){at}, which testbed "
                       f"'{tb.name}' ({tb.provider}) lacks: its spec declares no GPU on any host",
                       where=suite.at(*key),
                       fix="run it on a testbed whose spec declares its GPUs (hardware.gpu), or declare them in the "
@@ -445,6 +453,8 @@ TEMPLATE_VARIABLES: dict[str, str] = {
     "address": "that host's address",
     "host_hardware": "that host's hardware, as testbed.hardware but the spec's hardware.hosts.<host> over it "
                      "(a step's or rank's command)",
+    "reads": "per after: entry that applies to the point, the run folder on the hosts of the point it reads "
+             "(``{{ reads.trained }}/out/model.pt``; never quoted); empty for a point that reads none",
 }
 """Every name testbed gives a suite's templates beside its parameters and vars, and what it holds: the base
 context of :func:`_scope` (what parameter defaults and placement see, then hosts, vars and world size), and per
@@ -481,8 +491,7 @@ def _scope(suite: Suite, tb: TestbedInfo, params: dict[str, Any], rid: str, chos
                          fix="lower ranks_per_host or the number of hosts (placement.hosts, steps.launch.on)")
     rank_slots = [(h, i) for h in launch_hosts for i in range(launch.ranks_per_host)]
     base["world_size"] = len(rank_slots)
-    launch_needs = list(launch.needs if launch.needs is not None else
-                        [a for a in [suite.requires.accelerator] if a in ("gpu", "tpu")])
+    launch_needs = points.launch_needs(suite, params)
     return _Scope(suite, tb, base, params, hosts, rank_slots, launch_needs)
 
 
@@ -584,7 +593,7 @@ def _run_step(sc: _Scope, s: Step, name: str, attempt: int, loc: tuple[Any, ...]
                                                "host_hardware": sc.host_hardware(h)}, where=where,
                                        at=suite.at(*loc, i, "run")) for h in sel},
                    environments={h: sc.environment({**ctx, "host": h, "address": addr[h]}) for h in sel},
-                   needs=list(s.needs))
+                   needs=points.needs(suite, s.needs, sc.params, (*loc, i, "needs")))
 
 
 def _run_steps(sc: _Scope, items: list[Step], phase: str) -> list[RunStep]:
@@ -730,10 +739,11 @@ def _output_glob(sc: _Scope, glob: str, at: str) -> str:
 
 
 def _checks(sc: _Scope) -> list[Check]:
+    """The file checks that apply at this point (their ``when:``), ``file`` and ``contains`` rendered."""
     suite = sc.suite
     return [Check(name=c.name, file=c.file, contains=c.contains,
                   hosts=sc.select(c.on, f"{suite.name}: checks.{c.name}", suite.at("checks", i, "on")))
-            for i, c in enumerate(suite.checks) if c.file is not None]  # a table check is judged in the report
+            for i, c in points.checks(suite, sc.params) if c.file is not None]  # a table check: in the report
 
 
 def _sources(sc: _Scope, overrides: dict[str, Override]) -> _Sources:
@@ -804,15 +814,17 @@ def _suite_files(suite: Suite, files: dict[str, str]) -> None:
 
 def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id: str | None = None,
                faults: list[str] | None = None, only_hosts: list[str] | None = None,
-               overrides: dict[str, Override] | None = None) -> RunPlan:
+               overrides: dict[str, Override] | None = None, reads: dict[str, str] | None = None) -> RunPlan:
     """Render every command of one run. Raises UsageError (bad template, unknown fault) before any host.
 
-    ``overrides``: resolved source overrides (``testbed.sources.Override`` by name).
+    ``overrides``: resolved source overrides (``testbed.sources.Override`` by name); ``reads``: the run folder of
+    each point this point reads (``after:`` name -> folder; None: placeholders naming the point).
     """
     overrides = overrides or {}
     rid = run_id or new_run_id(suite.name)
     chosen = chosen_faults(suite, params, faults)
     sc = _scope(suite, tb, params, rid, chosen, only_hosts)
+    sc.base["reads"] = read_folders(suite, params, reads)
     _check_rank_commands(sc, chosen)
     env_lines = _env_lines(suite.env, suite.at("env"))
     launch = suite.steps.launch
@@ -842,6 +854,18 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
         timeouts=PlanTimeouts.model_validate({**suite.timeouts.model_dump(),
                                               "unreachable": max(suite.timeouts.unreachable, tb.lost_after or 0)}),
     )
+
+
+def read_folders(suite: Suite, params: dict[str, Any], given: dict[str, str] | None) -> dict[str, Raw]:
+    """``{{ reads }}``: the run folder on the hosts of each point the point reads (``given``), else a placeholder
+    naming that point."""
+    from testbed.suite import point_label, reads_of
+
+    out = {}
+    for name, point in reads_of(suite, params).items():
+        folder = (given or {}).get(name) or f"{RUNS_ROOT}/<the run of {point_label(suite, point)}>"
+        out[name] = Raw(folder)
+    return out
 
 
 def dry_run_lines(plan: RunPlan) -> list[dict[str, Any]]:

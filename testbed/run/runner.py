@@ -38,13 +38,16 @@ __all__ = ["RUNS_ROOT", "LogLine", "RankLine", "RunStatus", "logs", "plan_run", 
 def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *, faults: list[str] | None = None,
              dry_run: bool = False, only_hosts: list[str] | None = None, run_id: str | None = None,
              sources: dict[str, str] | None = None, overrides: dict[str, Override] | None = None,
-             store: Store | None = None) -> RunPlan:
+             store: Store | None = None, reads: dict[str, str] | None = None) -> RunPlan:
     """Check the suite against the testbed and render the whole run (nothing touches a host).
 
     ``sources``: --source overrides (name -> PATH|URL[@REF]), resolved with the testbed spec's ``sources:``;
-    ``overrides``: ones already resolved (a campaign resolves once for all its runs).
+    ``overrides``: ones already resolved (a campaign resolves once for all its runs); ``reads``: the run folder of
+    each point this one reads (``after:``; a campaign gives them; None: placeholders, for a dry run only).
     """
     s = load_suite(suite) if isinstance(suite, str) else suite
+    if reads is None and not dry_run:
+        _refuse_lone_reader(s, resolve_params(s, params))
     tb_name = testbed or s.testbed or (DEFAULT_TESTBED if not dry_run else None)
     if not dry_run:  # a testbed the suite cannot run on is refused before anything else is asked of it (renting)
         refuse_before_renting(s, tb_name, store=store, points=[resolve_params(s, params)], faults=faults)
@@ -59,7 +62,7 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
 
         overrides = sources_mod.for_suite(s, tb_name, sources)
     plan = build_plan(s, tb, resolve_params(s, params), run_id=run_id, faults=faults, only_hosts=only_hosts,
-                      overrides=overrides)
+                      overrides=overrides, reads=reads)
     plan.refused = [{"what": e.what, "where": e.where, "fix": e.fix} for e in refused]
     if s.source and Path(s.source).is_file() and not dry_run:  # what a collected run's manifest records
         plan.suite_file, plan.suite_sha256 = str(Path(s.source).resolve()), file_sha256(Path(s.source))
@@ -69,6 +72,19 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
     if gpu.get("gpu_model"):
         plan.hardware = {"gpu_model": gpu["gpu_model"], "gpus": gpu.get("gpus")}
     return plan
+
+
+def _refuse_lone_reader(s: Suite, params: dict[str, Any]) -> None:
+    """A point that reads another point's output (``after:``) runs in its campaign, after that point."""
+    from testbed.suite import point_label, reads_of
+
+    read = reads_of(s, params)
+    if read:
+        name, point = next(iter(read.items()))
+        e = next(i for i, a in enumerate(s.after) if a.name == name)
+        raise UsageError(f"point {point_label(s, params)} of suite '{s.name}' reads the output of point "
+                         f"{point_label(s, point)} (after: {name}): it runs in the suite's campaign, after that point",
+                         where=s.at("after", e), fix=f"testbed run {s.name} --matrix (it orders the points)")
 
 
 def file_sha256(path: Path) -> str:
@@ -104,10 +120,10 @@ def refusals(s: Suite, tb: TestbedInfo, points: list[dict[str, Any]] | None = No
     from testbed.run.plan import chosen_faults, fault_refusals, gpu_refusal
 
     out = _requires_refusals(s, tb)
-    gpu = gpu_refusal(s, tb)
+    pts = points if points is not None else [resolve_params(s, {})]
+    gpu = gpu_refusal(s, tb, pts)
     out += [gpu] if gpu is not None else []
-    chosen = [f for p in (points if points is not None else [resolve_params(s, {})])
-              for f in chosen_faults(s, p, faults)]
+    chosen = [f for p in pts for f in chosen_faults(s, p, faults)]
     return out + fault_refusals(s, tb, chosen)
 
 

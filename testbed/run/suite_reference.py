@@ -31,8 +31,11 @@ TEMPLATED: dict[str, set[str]] = {
     "Suite": {"vars", "outputs", "environment", "setup_roles"},
     "Param": {"default"},
     "Placement": {"hosts", "master"},
-    "Launch": {"command", "env", "cwd"},
-    "Step": {"run", "cwd", "relaunch"},
+    "Launch": {"command", "env", "cwd", "needs", "probe"},
+    "Step": {"run", "cwd", "relaunch", "needs"},
+    "Check": {"file", "contains", "when"},
+    "NeedsWhen": {"when", "needs"},
+    "ProbeWhen": {"when", "probe"},
     "Fault": {"rank", "host", "when", "command", "restore"},
 }
 """The keys whose text is a Jinja2 template rendered per point (testbed.run.plan): their type reads ``template``."""
@@ -49,6 +52,7 @@ FILTERS: dict[str, tuple[str, str]] = {
 EXAMPLES: dict[str, str] = {
     "params": "echo {{ params | tojson | quote }}",
     "run_id": "--tag {{ run_id }}",
+    "reads": "python3 eval.py --model {{ reads.trained }}/out/model.pt",
     "run_dir": "--out {{ run_dir }}/results",
     "hostfile": "mpirun --hostfile {{ hostfile }} -np {{ world_size }} ./a.out",
     "testbed_hosts": "{% if testbed_hosts > 1 %}--distributed{% endif %}",
