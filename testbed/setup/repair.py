@@ -45,6 +45,7 @@ def repair(tb: Resolved, host: str, *, setup: bool = True, profile: str | None =
     for the testbed (source builds, wheels) is installed from the controller's copy; other hosts that do not
     answer (lost too, repaired next) are left out. Raises TestbedError when the host cannot be repaired or set
     up."""
+    tb.record = tb.store.testbed(tb.name)  # what the last set-up applied, whoever applied it since tb was opened
     last = tb.info.get("setup") or {}
     roles = None if profile else last.get("roles")
     want = None if roles else profile or last.get("profile")
