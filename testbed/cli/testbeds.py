@@ -193,7 +193,7 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
         from testbed.cli import setup_view
 
         with setup_view.live([h.name for h in tb.hosts], f"setup {name}", console()) as on_event:
-            done = services.setup(tb, on_event=on_event, **kw)
+            done = services.setup(tb, on_event=on_event, progress=lambda m: console().print(m, markup=False), **kw)
         console().print(setup_view.render_summary(done.result))
     result = done.result
     if json_out:

@@ -134,8 +134,8 @@ def for_repair(tb: Resolved, p: Provider, profile: str | None) -> dict[str, Any]
     return match[-1] if match else None
 
 
-def offer(tb: Resolved, *, profile: str | None, suite: str | None,
-          extra_vars: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
+def offer(tb: Resolved, *, profile: str | None, suite: str | None, extra_vars: dict[str, Any] | None,
+          progress: Progress | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """After a set-up that passed everywhere, with no ``--bake`` either way: where this provider
     ``bakes_by_itself``, an image of it (none when one exists or the hosts boot from one); elsewhere, where it can
     bake, one line saying that a bake would make repairs faster and how. (image, note); a bake that fails is a
@@ -150,6 +150,9 @@ def offer(tb: Resolved, *, profile: str | None, suite: str | None,
     if any(r["provider"] == p.kind for r in tb.store.images(prep.image()[0])):
         return None, None
     if p.bakes_by_itself:
+        if progress is not None:
+            progress(f"baking an image of {prep.plan.name} from {tb.hosts[0].name} (kept for free here: new testbeds "
+                     "of this set-up and repaired hosts boot from it)")
         try:
             return bake(tb, profile=profile, suite=suite, extra_vars=extra_vars), None
         except TestbedError as e:
