@@ -80,7 +80,7 @@ def _figures(events: list[Any], fault_free: float) -> dict[str, Any]:
     res = next(e.detail for e in events if e.kind == "resumed" and e.detail.get("hosts_repaired"))
     rep = next(e.detail for e in events if e.kind == "repaired" and e.host)
     good = next(e.detail for e in events if e.kind == "goodput")
-    return {"downtime": res["downtime_seconds"], "detect": res.get("detect_seconds"),
+    return {"downtime": res["downtime_seconds"], "detect": res.get("detect_seconds"), "drain": res.get("drain_seconds"),
             "repair": res.get("repair_seconds"), "setup": res.get("setup_seconds"),
             "relaunch": res.get("relaunch_seconds"), "goodput (run's estimate)": good.get("ratio"),
             "goodput (measured)": round(fault_free / _span(events), 3), "image": rep.get("image"),
@@ -107,7 +107,8 @@ def _prepare(beds: dict[str, Bed]) -> dict[str, float]:
 
 
 def _report(rows: dict[str, list[dict[str, Any]]], seeds: int) -> None:
-    cols = ["downtime", "detect", "repair", "setup", "relaunch", "goodput (run's estimate)", "goodput (measured)"]
+    cols = ["downtime", "detect", "drain", "repair", "setup", "relaunch", "goodput (run's estimate)",
+            "goodput (measured)"]
     out = []
     for mode, rs in rows.items():
         for c in cols:

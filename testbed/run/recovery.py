@@ -191,7 +191,8 @@ def outage_lines(events: list[RunEvent]) -> list[str]:
     how = f" from image {rep['image']}" if rep.get("image") else " (no image of its set-up: a whole set-up)"
     roles = rep.get("setup_roles")
     ran = ("" if roles is None else f": {', '.join(roles)} only" if roles else ": nothing to run, recorded")
-    parts = [f"detected {res.get('detect_seconds')} s", f"repaired {res.get('repair_seconds')} s{how}",
+    parts = [f"detected {res.get('detect_seconds')} s", f"drained {res.get('drain_seconds')} s",
+             f"repaired {res.get('repair_seconds')} s{how}",
              f"set-up {res.get('setup_seconds')} s{ran}", f"relaunch {res.get('relaunch_seconds')} s"]
     out = [f"downtime of {', '.join(res['hosts_repaired'])}: {res.get('downtime_seconds')} s "
            f"({'; '.join(parts)})"]
