@@ -51,7 +51,7 @@ def _ready(name: str, *, image: bool) -> tuple[float, float, Any]:
         t_prov = timed(lambda: tb.provider().provision())
         tb = Testbed.open(name)
     res: list[Any] = []
-    t_setup = timed(lambda: res.append(tb.setup()))
+    t_setup = timed(lambda: res.append(tb.setup(bake=False)))  # the bake is timed on its own
     r = res[0]
     if not r.ok or bool(r.partial) != image:
         sys.exit(f"{name}: set-up not as expected (partial={r.partial}): {r.to_json()}")

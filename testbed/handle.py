@@ -149,14 +149,15 @@ class Testbed(Resolved):
 
     def setup(self, profile: str | None = None, *, suite: str | None = None, roles: list[str] | None = None,
               check: bool = False, limit: list[str] | None = None, extra_vars: dict[str, Any] | None = None,
-              verify: bool = False, warn: bool = False) -> SetupResult:
+              verify: bool = False, warn: bool = False, bake: bool | None = None) -> SetupResult:
         """Apply a profile (the spec's by default), a suite's profile or single roles (as ``testbed setup``):
         hosts whose recorded set-up matches are skipped unless ``verify``. A host that fails or does not answer
-        raises :class:`HostsFailed` (its ``results`` is the set-up's result) unless ``warn``."""
+        raises :class:`HostsFailed` (its ``results`` is the set-up's result) unless ``warn``. ``bake`` as
+        ``--bake``/``--no-bake`` (None: a testbed whose images cost nothing bakes one by itself)."""
         from testbed import services
 
         res = services.setup(self, profile=profile, suite=suite, roles=roles, check=check, limit=limit,
-                             extra_vars=extra_vars, verify=verify).result
+                             extra_vars=extra_vars, verify=verify, bake=bake).result
         if not res.ok and not warn:
             raise services.setup_failed(self.name, res, "warn=True returns the result instead of raising")
         return res

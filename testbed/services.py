@@ -190,16 +190,20 @@ class SetupDone:
 
     result: SetupResult
     image: dict[str, Any] | None = None
+    note: str | None = None  # one line on an image: what a bake would give, or why none was baked
 
 
 def setup(tb: Resolved, *, profile: str | None = None, suite: str | None = None,
           roles: list[str] | None = None, check: bool = False, verify: bool = False, limit: list[str] | None = None,
-          extra_vars: dict[str, Any] | None = None, sources: list[str] | None = None, bake: bool = False,
-          on_event: EventHandler | None = None, only: list[str] | None = None) -> SetupDone:
+          extra_vars: dict[str, Any] | None = None, sources: list[str] | None = None, bake: bool | None = None,
+          on_event: EventHandler | None = None, only: list[str] | None = None,
+          progress: Progress | None = None) -> SetupDone:
     """Apply a profile, a suite's profile or single roles (``only``: just these roles of the profile); hosts whose
     recorded set-up matches are skipped unless ``verify``. ``sources`` (``--source`` items) and the spec's
     ``sources:`` build the profile's sources from a checkout, fork or mirror. ``bake``: once it passed, an image of
-    a host keyed by its content address (a provider that cannot bake is refused before the set-up runs). The idle
+    a host keyed by its content address (a provider that cannot bake is refused before the set-up runs); None (by
+    default): a provider whose images cost nothing bakes one by itself, another's ``note`` says what a bake
+    would give (:func:`testbed.setup.images.offer`, saying so to ``progress`` first); False: neither. The idle
     clock restarts."""
     from testbed import setup as setup_mod
     from testbed import sources as sources_mod
@@ -222,10 +226,12 @@ def setup(tb: Resolved, *, profile: str | None = None, suite: str | None = None,
     deadman.touch(tb.name, tb.store)
     res = setup_mod.apply(tb, profile=profile, suite=suite, roles=roles, check=check, verify=verify, limit=limit,
                           extra_vars=extra or None, on_event=on_event, only=only)
-    image = None
+    image, note = None, None
     if bake and res.ok and not res.error:
         image = images.bake(tb, profile=profile, suite=suite, extra_vars=extra or None)
-    return SetupDone(res, image)
+    elif bake is None and res.ok and not res.error and not (roles or check or only or limit):
+        image, note = images.offer(tb, profile=profile, suite=suite, extra_vars=extra or None, progress=progress)
+    return SetupDone(res, image, note)
 
 
 def setup_failed(name: str, res: SetupResult, more: str) -> HostsFailed:

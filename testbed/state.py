@@ -548,12 +548,13 @@ class Store:
 
 
     def image_users(self) -> dict[str, list[str]]:
-        """Image key -> the testbeds recorded as booted from it."""
+        """Image key -> the testbeds recorded as booted from it (their hosts, or a host repaired from it)."""
         out: dict[str, list[str]] = {}
         for tb in self.testbeds():
-            img = (tb["info"] or {}).get("image")
-            if isinstance(img, dict) and img.get("key"):
-                out.setdefault(str(img["key"]), []).append(tb["name"])
+            for field in ("image", "repair_image"):
+                img = (tb["info"] or {}).get(field)
+                if isinstance(img, dict) and img.get("key") and tb["name"] not in out.get(str(img["key"]), []):
+                    out.setdefault(str(img["key"]), []).append(tb["name"])
         return out
 
     def expiring_images(self, testbed: str, provider: str) -> list[dict[str, Any]]:

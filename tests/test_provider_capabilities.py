@@ -51,6 +51,19 @@ def test_a_provider_is_its_package_registered_where_it_is_defined() -> None:
     assert COUNTS_HOURS == {"slurm"}
 
 
+def test_only_a_provider_whose_images_cost_nothing_bakes_by_itself() -> None:
+    """A provider bakes an image at the first set-up by itself only where it keeps images and nothing bills for
+    them; it repairs from one only where it repairs at all."""
+    for kind in PROVIDERS:
+        cls = provider_class(kind)
+        if cls.bakes_by_itself:
+            assert not cls.costs_money and not cls.images_why, kind
+        if cls.repairs_from_image:
+            assert Capability.REPAIR in cls.capabilities and not cls.images_why, kind
+    assert provider_class("local").bakes_by_itself and provider_class("local").repairs_from_image
+    assert not provider_class("chameleon").bakes_by_itself
+
+
 def test_capabilities_keep_the_words_of_state_and_suites() -> None:
     """A fault's action (``kill-host``) and what callers ask (``can("expire")``) are the enum's values."""
     assert {c.value for c in Capability} == {"extend", "repair", "expire", "kill-host", "cut-network"}

@@ -211,3 +211,40 @@ def test_two_hosts_lost_are_repaired_one_after_the_other(local_testbed) -> None:
     done = tb.repair("node2")
     assert done.setup_hosts == ["node0", "node1", "node2"] and done.setup_left_out == [], done
     assert _mesh_everywhere(bed) == dict.fromkeys(["node0", "node1", "node2"], "")
+
+
+def test_a_lost_host_is_repaired_from_the_image_the_first_set_up_baked(local_testbed) -> None:
+    """On the local testbed the first set-up bakes an image by itself (no --bake); a killed host then comes back on
+    a new disk from it (what set-up wrote there is gone, its SSH key and its runs' files stay) and the repair's
+    set-up runs only the roles that depend on the other hosts, on that host alone; destroy releases the layer."""
+    from tests.localbed import invoke
+
+    bed = local_testbed(hosts=2)
+    os.chdir(bed.cwd)
+    code, out, exc = invoke("setup", bed.name, "--json")
+    assert code == 0, (out, exc)
+    done = json.loads(out)
+    img = done["image"]
+    assert done["ok"] and img["new"] and img["plan"] == "base" and img["testbed"] == bed.name, done
+    assert "note" not in done
+    code, out, exc = invoke("setup", bed.name, "--json")  # unchanged: skipped, and the image is there already
+    assert code == 0 and "image" not in json.loads(out), (out, exc)
+    bed.ssh("node1", "mkdir -p ~/.testbed-runs/r1 && echo kept > ~/.testbed-runs/r1/out.txt && echo set-up > /root/x")
+    host_key = (bed.provider.slot("node1").root / "host_key.pub").read_text()
+    bed.provider.kill_host("node1")
+    tb = Testbed.open(bed.name, bed.store)
+    rep = tb.repair("node1")
+    assert rep.image == img["id"] and "from image" in rep.how, rep
+    assert rep.setup_roles in ([], ["ssh_mesh"]) and rep.setup_hosts == ["node1"], rep  # per-testbed roles only
+    assert (bed.provider.slot("node1").root / "host_key.pub").read_text() == host_key
+    assert bed.ssh("node1", "cat ~/.testbed-runs/r1/out.txt").stdout.strip() == "kept"
+    assert bed.ssh("node1", "test -e /root/x").returncode != 0  # a new disk
+    assert bed.ssh("node1", "cat ~/.cache/testbed/image.json").returncode == 0  # over the image's layer
+    assert {h.name: h.facts.get("image") for h in bed.store.hosts(bed.name)}["node1"] == img["key"]
+    assert _mesh_everywhere(bed) == {"node0": "", "node1": ""}
+    assert not tb.setup().ran  # recorded as set up
+    assert bed.store.image_users() == {img["key"]: [bed.name]}
+    layer = img["location"]
+    assert os.path.ismount(layer)
+    tb.destroy()
+    assert not os.path.ismount(layer)

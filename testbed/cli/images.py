@@ -21,7 +21,8 @@ def baked_line(img: dict[str, Any]) -> str:
     """One line for an image just baked (or found already baked)."""
     how = "baked" if img.get("new") else "already baked"
     return (f"image {img['id']} {how}: {img['plan']} from {img['testbed']}/{img['host']}, {size(img['size'])} at "
-            f"{img['location']} (key {img['key'][:12]}); new testbeds with this set-up boot from it")
+            f"{img['location']} (key {img['key'][:12]}); new testbeds with this set-up, and hosts repaired, boot "
+            "from it")
 
 
 def bake(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletion=complete.testbeds)],

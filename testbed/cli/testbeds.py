@@ -153,10 +153,11 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
           source: Annotated[list[str] | None, typer.Option("--source", help="NAME=PATH|URL[@REF]: build a profile's "
                                                                             "source from a local checkout, fork or "
                                                                             "mirror (repeatable).")] = None,
-          bake: Annotated[bool, typer.Option("--bake", help="Once the set-up passed, make an image of a host keyed by "
-                                                            "its content address (new testbeds of this set-up, and "
-                                                            "hosts repaired with a new disk, boot from it).")]
-          = False,
+          bake: Annotated[bool | None, typer.Option("--bake/--no-bake", help="Once the set-up passed, make an image "
+                                                    "of a host keyed by its content address (new testbeds of this "
+                                                    "set-up, and hosts repaired, boot from it). By default a testbed "
+                                                    "whose images cost nothing (local) bakes one by itself.",
+                                                    show_default=False)] = None,
           json_out: JsonOpt = False) -> None:
     """Apply Ansible roles to the testbed: a profile, a suite's profile, or single roles.
 
@@ -192,16 +193,19 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
         from testbed.cli import setup_view
 
         with setup_view.live([h.name for h in tb.hosts], f"setup {name}", console()) as on_event:
-            done = services.setup(tb, on_event=on_event, **kw)
+            done = services.setup(tb, on_event=on_event, progress=lambda m: console().print(m, markup=False), **kw)
         console().print(setup_view.render_summary(done.result))
     result = done.result
     if json_out:
-        sys.stdout.write(json.dumps({**result.to_dict(), **({"image": done.image} if bake else {})}, indent=2,
-                                    default=str) + "\n")
-    elif done.image is not None:
+        sys.stdout.write(json.dumps({**result.to_dict(), **({"image": done.image} if bake or done.image else {}),
+                                     **({"note": done.note} if done.note else {})}, indent=2, default=str) + "\n")
+    else:
         from testbed.cli.images import baked_line
 
-        console().print(baked_line(done.image))
+        if done.image is not None:
+            console().print(baked_line(done.image))
+        if done.note:
+            console().print(f"note: {done.note}", markup=False, highlight=False)
     if result.error:
         raise TestbedError(result.error, where=result.artifact_dir or f"testbed {name}",
                            fix="read the Ansible output above; fix the role or the host, then run setup again")

@@ -131,13 +131,12 @@ def demo(ctx: typer.Context,
             cmd.main(["destroy", tb, "--yes"], prog_name="testbed", standalone_mode=False)
     c.print(f"\n[bold green]demo done[/bold green] in {time.monotonic() - t0:.0f} s; results in {results}/ "
             f"({plural(len(reports), 'run')} with a manifest and a report)")
-    from testbed.run.runner import describe_event
+    from testbed.run.recovery import outage_lines
 
     st = store()
     for run_id in st.run_ids(newest_first=True, limit=1):  # the host-kill run: how its recovery went
-        for ev in st.events(run_id):
-            if ev.kind in ("resumed", "goodput"):
-                c.print(f"host kill in {run_id}: {escape(describe_event(ev))}")
+        for line in outage_lines(st.events(run_id)):
+            c.print(f"host kill in {run_id}: {escape(line)}")
 
 
 def register(app: typer.Typer) -> None:

@@ -82,6 +82,7 @@ class Repaired:
     seconds: float
     made_seconds: float
     how: str = ""
+    image: str | None = None  # the id of the image of the set-up the hosts came back from (a new disk over it)
 
 
 class Pacer:
@@ -172,6 +173,12 @@ class Provider(ABC):
     # images of a set-up (testbed.setup.images): why this provider keeps none ("" when it bakes them)
     images_why: ClassVar[str] = "this provider cannot bake images of a set-up"
     image: dict[str, Any] | None = None  # the image (a row of state's images) a new testbed boots from
+    # a repaired host comes back on a new disk from an image of the testbed's set-up (``repair(image=...)``)
+    repairs_from_image: ClassVar[bool] = False
+    # keeping an image costs nothing (no storage bill): the first set-up bakes one by itself, so that a lost host
+    # is repaired from it; elsewhere ``setup --bake`` stays explicit and the set-up's summary says what it would do
+    bakes_by_itself: ClassVar[bool] = False
+    repair_image: dict[str, Any] | None = None  # the image ``repair`` brings a host back from (None: as it was)
 
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -346,11 +353,14 @@ class Provider(ABC):
             raise self.unreachable(down)
         return hosts
 
-    def repair(self, host: str) -> Repaired:
+    def repair(self, host: str, image: dict[str, Any] | None = None) -> Repaired:
         """Bring one failed host back without touching the others: ``discard`` what serves it, ``create`` again
         (which reuses everything else), reach the new host (its new keys pinned: testbed rebuilt it) and record
-        it. Raises when the provider cannot repair, or the host does not come back."""
+        it. ``image`` (a row of state's images, where ``repairs_from_image``): the host comes back on a new disk
+        from it, recorded in the testbed's ``repair_image``. Raises when the provider cannot repair, or the host
+        does not come back."""
         t0 = time.monotonic()
+        self.repair_image = image if self.repairs_from_image else None
         with self.lock():
             recorded = self.store.hosts(self.name)  # a name that is no host is refused before any credentials
             h = next((x for x in recorded if x.name == host), None)
@@ -371,7 +381,11 @@ class Provider(ABC):
                                    where=f"testbed {self.name}", fix=self.repair_fix(h))
             public_key = ssh.ensure_keypair(self.name)[1] if self.wants_key() else None
             try:
-                self.progress(f"{host}: repairing")
+                self.progress(f"{host}: repairing" + (f" from image {self.repair_image['id']}"
+                                                      if self.repair_image else ""))
+                if self.repair_image:  # recorded first: destroy releases what the host boots from
+                    self.store.update_testbed_info(self.name, repair_image={k: self.repair_image[k]
+                                                                            for k in ("key", "id", "location")})
                 gone = set(self.discard(h))
                 made = self.create(public_key)
                 t_made = time.monotonic()
@@ -403,7 +417,8 @@ class Provider(ABC):
                 deadman.arm(self, [x for x in hosts if x.state != "unreachable"], expiry)
         return Repaired(host=host, hosts=[x.name for x in back.hosts], replaced=sorted(back.renewed),
                         seconds=round(time.monotonic() - t0, 2), made_seconds=round(t_made - t0, 2),
-                        how=self.repair_how)
+                        how=f"brought back on a new disk from image {self.repair_image['id']}" if self.repair_image
+                        else self.repair_how, image=str(self.repair_image["id"]) if self.repair_image else None)
 
     def repair_fix(self, h: Host) -> str:
         """What the user can do when ``h`` cannot be repaired by testbed."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import remote
 from testbed.errors import TestbedError
-from testbed.records import RunPlan, RunStep
+from testbed.records import RunEvent, RunPlan, RunStep
 from testbed.run import ranks as run_remote
 
 if TYPE_CHECKING:
@@ -177,4 +177,28 @@ def goodput(steps: int | None, launched: float, ended: float,
         fault_free = startup + steps / rate
         out.update(fault_free_seconds=round(fault_free, 2), fault_free_steps_per_second=round(steps / fault_free, 3),
                    ratio=round(fault_free / (ended - launched), 3))
+    return out
+
+
+def outage_lines(events: list[RunEvent]) -> list[str]:
+    """Two lines on a run's recovery, from its recorded events (none when it recovered from no lost host): the
+    lost host's downtime and its parts (the repair from an image, and what its set-up ran), then the goodput
+    against a fault-free run, estimated from the run itself (:func:`goodput`)."""
+    res = next((e.detail for e in events if e.kind == "resumed" and e.detail.get("hosts_repaired")), None)
+    if res is None:
+        return []
+    rep = next((e.detail for e in events if e.kind == "repaired" and e.host), {})
+    how = f" from image {rep['image']}" if rep.get("image") else " (no image of its set-up: a whole set-up)"
+    roles = rep.get("setup_roles")
+    ran = ("" if roles is None else f": {', '.join(roles)} only" if roles else ": nothing to run, recorded")
+    parts = [f"detected {res.get('detect_seconds')} s", f"drained {res.get('drain_seconds')} s",
+             f"repaired {res.get('repair_seconds')} s{how}",
+             f"set-up {res.get('setup_seconds')} s{ran}", f"relaunch {res.get('relaunch_seconds')} s"]
+    out = [f"downtime of {', '.join(res['hosts_repaired'])}: {res.get('downtime_seconds')} s "
+           f"({'; '.join(parts)})"]
+    good = next((e.detail for e in events if e.kind == "goodput"), {})
+    if good.get("ratio"):
+        out.append(f"goodput: {good['ratio']:.0%} of a fault-free run ({good.get('steps')} steps in "
+                   f"{good.get('seconds')} s; fault-free {good.get('fault_free_seconds')} s, estimated from this "
+                   "run: its start-up and its pace between faults)")
     return out

@@ -53,8 +53,8 @@ def bake(tb: Resolved, host: str | None = None, *, profile: str | None = None, s
     if host not in names:
         raise UsageError(f"testbed '{tb.name}' has no host '{host}'", where="--host", fix=f"hosts: {', '.join(names)}")
     p = refuse_bake(tb, profile=profile, suite=suite, progress=progress)  # before any host or API is asked
-    profile, suite = _profile(tb, profile, suite)
     prep = setup.prepare(tb, profile=profile, suite=suite, extra_vars=extra_vars)
+    profile = None if suite else prep.plan.name  # the set-up just applied (by default the spec's profile)
     why, parts, key = setup.applied(tb, prep, host)
     if why:
         raise TestbedError(f"{host} does not hold the set-up '{prep.plan.name}' as it is now ({why})",
@@ -116,6 +116,50 @@ def for_provision(p: Provider) -> dict[str, Any] | None:
     match = [r for r in rows if r["key"] == key]
     p.image = match[-1] if match else None
     return p.image
+
+
+def for_repair(tb: Resolved, p: Provider, profile: str | None) -> dict[str, Any] | None:
+    """The image a lost host of ``tb`` is repaired from: one recorded for its provider (where it
+    ``repairs_from_image``) whose key is that of ``profile`` as it is now (the set-up the repair applies); None
+    otherwise. Costs nothing when no image of this provider is recorded."""
+    if not profile or not p.repairs_from_image or p.images_why:
+        return None
+    rows = [r for r in tb.store.images() if r["provider"] == p.kind]
+    if not rows:
+        return None
+    from testbed import setup
+
+    key, _ = setup.prepare(tb, profile=profile).image()
+    match = [r for r in rows if r["key"] == key]
+    return match[-1] if match else None
+
+
+def offer(tb: Resolved, *, profile: str | None, suite: str | None, extra_vars: dict[str, Any] | None,
+          progress: Progress | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """After a set-up that passed everywhere, with no ``--bake`` either way: where this provider
+    ``bakes_by_itself``, an image of it (none when one exists or the hosts boot from one); elsewhere, where it can
+    bake, one line saying that a bake would make repairs faster and how. (image, note); a bake that fails is a
+    note, never a failed set-up."""
+    p = tb.provider()
+    if p.images_why or p.booted_image() is not None or p.bake_refusal(profile or suite) is not None:
+        return None, None
+    from testbed import setup
+
+    prep = setup.prepare(tb, profile=profile, suite=suite, extra_vars=extra_vars)
+    profile = None if suite else prep.plan.name  # the set-up just applied (by default the spec's profile)
+    if any(r["provider"] == p.kind for r in tb.store.images(prep.image()[0])):
+        return None, None
+    if p.bakes_by_itself:
+        if progress is not None:
+            progress(f"baking an image of {prep.plan.name} from {tb.hosts[0].name} (kept for free here: new testbeds "
+                     "of this set-up and repaired hosts boot from it)")
+        try:
+            return bake(tb, profile=profile, suite=suite, extra_vars=extra_vars), None
+        except TestbedError as e:
+            return None, f"no image of this set-up baked ({e.what}): a lost host is repaired by a whole set-up"
+    return None, (f"no image of this set-up yet: 'testbed setup {tb.name} --profile {prep.plan.name} --bake' makes "
+                  "one (stored, and billed, until 'testbed image prune'), and a lost host is then repaired from it in "
+                  "seconds instead of a whole set-up")
 
 
 def prune(st: Store, ids: list[str] | None = None, *, progress: Progress | None = None) -> list[dict[str, Any]]:

@@ -27,6 +27,8 @@ class Repair:
     setup: str | None = None  # the profile applied to them
     setup_hosts: list[str] = field(default_factory=list)  # where Ansible ran (the others were unchanged)
     setup_left_out: list[str] = field(default_factory=list)  # other hosts that did not answer: not set up
+    image: str | None = None  # the image of the set-up the hosts came back from (a new disk over it)
+    setup_roles: list[str] | None = None  # the roles the set-up ran (None: the whole profile; []: none, recorded)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -36,17 +38,24 @@ def repair(tb: Resolved, host: str, *, setup: bool = True, profile: str | None =
            progress: Progress | None = None) -> Repair:
     """Bring one failed host back without touching the others (as ``testbed provision NAME --repair HOST``),
     then apply set-up (``profile``, else the set-up last applied to this testbed; none when it was never set
-    up): verified on the hosts brought back, skipped as usual on the others unless their address changed (a
-    host rebuilt with new host keys changes every host's, so the peers learn its keys). What was built once
+    up). Where that set-up has an image and the provider ``repairs_from_image``, the host comes back on a new
+    disk from it, and only the per-testbed roles run there. The set-up is verified on the hosts brought back,
+    skipped as usual on the others unless their address changed (a host rebuilt with new host keys changes
+    every host's, so the peers learn its keys). What was built once
     for the testbed (source builds, wheels) is installed from the controller's copy; other hosts that do not
     answer (lost too, repaired next) are left out. Raises TestbedError when the host cannot be repaired or set
     up."""
-    done = tb.provider(progress).repair(host)
-    tb.record = tb.store.testbed(tb.name)
-    out = Repair(host=host, hosts=done.hosts, replaced=done.replaced, repair_seconds=done.seconds, how=done.how)
+    tb.record = tb.store.testbed(tb.name)  # what the last set-up applied, whoever applied it since tb was opened
     last = tb.info.get("setup") or {}
     roles = None if profile else last.get("roles")
     want = None if roles else profile or last.get("profile")
+    p = tb.provider(progress)
+    from testbed.setup import images
+
+    done = p.repair(host, image=images.for_repair(tb, p, want) if setup else None)
+    tb.record = tb.store.testbed(tb.name)
+    out = Repair(host=host, hosts=done.hosts, replaced=done.replaced, repair_seconds=done.seconds, how=done.how,
+                 image=done.image)
     if not setup or not (want or roles):
         return out
     t0 = time.monotonic()
@@ -65,6 +74,7 @@ def repair(tb: Resolved, host: str, *, setup: bool = True, profile: str | None =
                 limit=[n for n in [*done.hosts, *peers] if n not in out.setup_left_out])
     out.setup_seconds, out.setup = round(time.monotonic() - t0, 2), res.plan
     out.setup_hosts = sorted(n for n, h in res.hosts.items() if not h.unchanged)
+    out.setup_roles = list(res.partial_roles) if res.partial else None
     if not res.ok:
         bad = ", ".join(sorted(n for n, h in res.hosts.items() if h.failed or h.unreachable)) or host
         raise TestbedError(f"{host} was repaired but its set-up ({res.plan}) failed on {bad}"

@@ -43,6 +43,10 @@ IDENTITY = ("etc/ssh/ssh_host_*", "etc/ssh/testbed_authorized_keys", "etc/ssh/ss
             "usr/sbin/shutdown", "usr/sbin/reboot", "usr/sbin/halt", "usr/sbin/poweroff", "~/.ssh",
             "~/.cache/testbed/setup*.json", "~/.ansible", "~/.bash_history", "root/.ssh", "home/*/.ssh")
 """What makes a local host itself, left out of an image (relative to its root; ``~``: the login user's home)."""
+KEPT = ("etc/ssh/ssh_host_*", "etc/hosts", "etc/machine-id", "var/lib/dbus/machine-id", "~/.ssh", "root/.ssh",
+        "home/*/.ssh", "~/.testbed-runs")
+"""What a host repaired from an image keeps of its old disk: its identity (its SSH keys, so its peers' pins and
+meshes hold) and its runs' folders; the rest of :data:`IDENTITY` (logs, /tmp, the set-up record) goes."""
 REQUIRED_TOOLS = {"ip": "iproute2", "unshare": "util-linux", "nsenter": "util-linux", "setsid": "util-linux",
                   "mount": "mount",
                   "ssh": "openssh-client", "ssh-keygen": "openssh-client", "ssh-keyscan": "openssh-client"}
@@ -168,6 +172,11 @@ class HostSlot:
     def pidfile(self) -> Path:
         return self.root / "pid"
 
+    @property
+    def image(self) -> Path:
+        """The image this host's disk is over when it differs from the testbed's (a host repaired from one)."""
+        return self.root / "image.json"
+
 
 class LocalProvider(Provider):
     offline_hosts = True  # the hosts' only link is a bridge on this machine
@@ -178,6 +187,8 @@ class LocalProvider(Provider):
     repair_how = "restarted on its own disk"
     kind = "local"
     images_why = ""  # an image is the set-up's changes as a read-only layer under the hosts' copy-on-write roots
+    repairs_from_image = True  # a new disk (upper layer) over the image's layer: its SSH key and runs kept
+    bakes_by_itself = True  # an image is a file under the state home: nothing bills for it
 
     @property
     def settings(self) -> LocalSettings:
@@ -445,8 +456,9 @@ class LocalProvider(Provider):
                     "--gateway", self.gateway, "--interface", self.interface]
             if self.shared_home:
                 argv += ["--home", str(self.shared_home)]
-            if layer is not None:
-                argv += ["--lower", str(layer)]
+            lower = self._slot_layer(sl) or layer
+            if lower is not None:
+                argv += ["--lower", str(lower)]
             cg = own_cgroup(sl.netns) if self.settings.own_cgroups else None
             if cg is not None:  # the host's init in a cgroup of its own, then a cgroup namespace rooted there
                 at = argv.index("--fork")
@@ -468,7 +480,7 @@ class LocalProvider(Provider):
                     facts={"provider": "local", "netns": sl.netns, "cpus": os.cpu_count() or 1,
                            "memory_mb": _mem_mb(), "arch": os.uname().machine, "accelerator": "cpu",
                            **({"python": "/usr/bin/python3"} if os.access("/usr/bin/python3", os.X_OK) else {}),
-                           **({"image": img["key"]} if (img := self.booted_image()) else {})})
+                           **({"image": img["key"]} if (img := self._slot_image(sl) or self.booted_image()) else {})})
 
     @property
     def interface(self) -> str:
@@ -517,6 +529,43 @@ class LocalProvider(Provider):
                                where=f"testbed {self.name}", fix=f"'testbed destroy {self.name}' and provision again "
                                                                  "(it then boots from no image, or another one)")
         return self._mount_layer(layer.parent)
+
+    def _slot_image(self, sl: HostSlot) -> dict[str, Any] | None:
+        """The image ``sl``'s disk is over when it was repaired from one (None: the testbed's, or none)."""
+        try:
+            img = json.loads(sl.image.read_text())
+        except (OSError, ValueError):
+            return None
+        return img if isinstance(img, dict) and img.get("location") else None
+
+    def _slot_layer(self, sl: HostSlot) -> Path | None:
+        """The mounted layer of ``sl``'s own image (a host repaired from one); None when it has none."""
+        img = self._slot_image(sl)
+        if img is None:
+            return None
+        layer = Path(str(img["location"]))
+        if not (layer.parent / "layer.ext4").is_file():
+            raise TestbedError(f"the image {str(img['key'])[:12]} that {sl.name} was repaired from is gone ({layer})",
+                               where=f"testbed {self.name}: {sl.name}",
+                               fix=f"'testbed destroy {self.name}' and provision again")
+        return self._mount_layer(layer.parent)
+
+    def _new_disk(self, sl: HostSlot, image: dict[str, Any]) -> None:
+        """A new disk for ``sl`` over ``image``'s layer: what set-up wrote goes (the image holds it); what makes it
+        this host (its SSH keys, machine-id, /etc/hosts: :data:`KEPT`) and its runs' folders stay (a local host's
+        disk outlives a kill; its runs' files are no set-up)."""
+        old = sl.root / "upper.old"
+        shutil.rmtree(old, ignore_errors=True)
+        if sl.upper.exists():
+            sl.upper.rename(old)
+        home = "root" if self.spec.user == "root" else f"home/{self.spec.user}"
+        for rel in [str(p.relative_to(old)) for k in KEPT for p in old.glob(k.replace("~", home))]:
+            if (old / rel).exists() or (old / rel).is_symlink():
+                (sl.upper / rel).parent.mkdir(parents=True, exist_ok=True)
+                (old / rel).rename(sl.upper / rel)
+        shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(sl.work, ignore_errors=True)
+        sl.image.write_text(json.dumps({k: image[k] for k in ("key", "id", "location")}))
 
     def bake_image(self, host: str, key: str, record: str,
                    note: Callable[[str, str], None] | None = None) -> dict[str, object]:
@@ -589,7 +638,8 @@ class LocalProvider(Provider):
             return
         layer = Path(str(image["location"]))
         others = [t["name"] for t in self.store.testbeds() if t["name"] != self.name
-                  and isinstance(t["info"].get("image"), dict) and t["info"]["image"].get("location") == str(layer)]
+                  and any(isinstance(t["info"].get(f), dict) and t["info"][f].get("location") == str(layer)
+                          for f in ("image", "repair_image"))]
         if others or not os.path.ismount(layer):
             return
         run("umount", str(layer), check=False)
@@ -667,6 +717,9 @@ class LocalProvider(Provider):
         remote.close_connections(self.name, hosts, remove=True)
         self._teardown_hosts(list(known.values()), keep_disk=False)
         self._release_layer(self.booted_image())
+        repaired = (self.store.testbed(self.name) or {}).get("info", {}).get("repair_image")
+        if isinstance(repaired, dict):
+            self._release_layer(repaired)
         for sl in known.values():
             self.store.remove_resource(self.name, "netns", sl.netns)
         for r in self.store.resources(self.name, "bridge"):
@@ -679,8 +732,12 @@ class LocalProvider(Provider):
         shutil.rmtree(self.base, ignore_errors=True)
 
     def discard(self, host: Host) -> list[str]:
-        """A failed local host is restarted: its processes go (``create`` starts it again on its own disk)."""
-        self._kill_processes(self.slot(host.name))
+        """A failed local host is restarted: its processes go (``create`` starts it again on its own disk, or on a
+        new disk over ``repair_image``)."""
+        sl = self.slot(host.name)
+        self._kill_processes(sl)
+        if self.repair_image is not None:
+            self._new_disk(sl, self.repair_image)
         return [host.name]
 
     # the dead-man's switch: the hosts are this machine's kernel objects, so a watchdog here releases them
