@@ -135,8 +135,8 @@ def test_the_run_waits_for_a_slow_refusing_or_unroutable_host_not_for_one_that_t
     assert Probe("h", 0.0, 0.1, ssh, provider="up").waits is waits
 
 
-def _p(at: float, ssh: str = "no-route", host: str = "h") -> Probe:
-    return Probe(host, at, 0.05, ssh)
+def _p(at: float, ssh: str = "no-route", host: str = "h", provider: str | None = None) -> Probe:
+    return Probe(host, at, 0.05, ssh, provider=provider)
 
 
 def test_a_host_is_judged_lost_by_count_probes_in_a_row_spanning_the_bound() -> None:
@@ -156,6 +156,24 @@ def test_a_host_is_judged_lost_by_count_probes_in_a_row_spanning_the_bound() -> 
     j.add(_p(0.0))
     j.add(_p(10.0))  # two probes 10 s apart: too few
     assert not j.lost("h")
+
+
+def test_a_machine_the_provider_says_is_gone_twice_in_a_row_is_lost_before_the_bound() -> None:
+    """The provider's word (down, deleted, preempted, ...) at two probes in a row proves the loss the bound waits
+    for; once is not enough, and a provider that says nothing (or up) leaves the bound to decide."""
+    j = Judge(bound=8, count=4)
+    j.add(_p(0.0, provider="down"))
+    assert not j.lost("h")  # once
+    j.add(_p(0.3, provider="down"))
+    assert j.lost("h")  # twice, 0.3 s apart: lost without waiting 8 s
+    j = Judge(bound=8, count=4)
+    for at, said in ((0.0, "down"), (1.0, None), (2.0, "down")):  # the provider did not say so at the middle one
+        j.add(_p(at, provider=said))
+    assert not j.lost("h")
+    j = Judge(bound=8, count=4)
+    for at in (0.0, 1.0, 2.0):
+        j.add(_p(at, ssh="slow", provider="down"))  # slow, yet gone by the provider's word: a probe it proves lost
+    assert j.lost("h")
 
 
 def test_a_refusal_starts_the_count_again() -> None:

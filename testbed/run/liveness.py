@@ -20,7 +20,9 @@ Loss is proven, never inferred. A probe is *lost* when the provider says its mac
 preempted, terminated), or when it found no route to the host and the provider does not say the machine is up (a
 link that drops even its neighbour lookups is slow, not gone). A host is judged lost when ``count`` probes in a row
 were lost, the first and the last at least ``bound`` seconds apart (the suite's ``timeouts.unreachable``, raised by
-the testbed's ``lost_after``); any other probe starts the count again. A refusal, a slow or failed handshake and a
+the testbed's ``lost_after``), or sooner, when the provider said the machine is gone at two probes in a row (its
+word is the proof the bound waits for; a repair from an image then starts seconds after the loss); any other
+probe starts the count again. A refusal, a slow or failed handshake and a
 throttled link never make a host lost: the run waits, and fails at its own timeout.
 """
 
@@ -204,6 +206,8 @@ class Judge:
 
     def lost(self, host: str) -> bool:
         s = self.streak(host)
+        if len(s) >= 2 and all((p.provider or "") in GONE_STATES for p in s[-2:]):  # gone, by the provider, twice
+            return True
         return len(s) >= self.count and s[-1].at - s[0].at >= self.bound - 1e-6
 
     def evidence(self, host: str) -> dict[str, Any]:
