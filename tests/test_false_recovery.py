@@ -133,11 +133,12 @@ def test_a_host_whose_sshd_refuses_while_its_ranks_run_is_waited_for_never_rebui
 
 
 @pytest.mark.parametrize("how,result", [("kill", "refused"), ("netns", "no-route")])
-def test_a_gone_host_is_judged_lost_by_probes_over_the_bound_then_repaired(local_testbed, how: str,
-                                                                          result: str) -> None:
+def test_a_gone_host_is_judged_lost_on_the_providers_word_then_repaired(local_testbed, how: str,
+                                                                        result: str) -> None:
     """node1 really gone (every process killed: its kernel refuses connections; or its namespace and link taken
-    away: no route to it) is judged lost by 3 probes spaced over timeouts.unreachable (3 s), each lost, the provider
-    saying its machine is down; the run records them, repairs node1 and completes."""
+    away: no route to it) is judged lost by 2 probes in a row, each lost and the provider saying its machine is
+    down at both, without waiting for timeouts.unreachable (3 s: the bound a host the provider says nothing of, or
+    says is up, waits for); the run records them, repairs node1 and completes."""
     bed = local_testbed(hosts=2)
     at: list[float] = []
     status, evs = lose_a_host_mid_run(bed, bed.name, how=how, at=at)
@@ -149,14 +150,13 @@ def test_a_gone_host_is_judged_lost_by_probes_over_the_bound_then_repaired(local
     print(f"{how}: judged lost:", d["summary"])
     assert lost.host == "node1" and d["bound"] == 3 and d["count"] == 3
     probes = d["probes"]
-    assert len(probes) >= 3 and all(p["lost"] for p in probes)
-    assert probes[-1]["at"] - probes[0]["at"] >= 3.0
+    assert len(probes) >= 2 and all(p["lost"] for p in probes)
+    assert [p["provider"] for p in probes[-2:]] == ["down", "down"]
     assert all(p["ssh"] in ("refused", "no-route") for p in probes) and any(p["ssh"] == result for p in probes)
-    assert probes[-1]["provider"] == "down"
     kinds = [e.kind for e in evs]
     assert kinds.index("host-lost") < kinds.index("repairing") < kinds.index("resumed")
     repairing = next(e for e in evs if e.kind == "repairing").detail
-    assert repairing["hosts"] == ["node1"] and "3 probes" in repairing["why"]["node1"]
+    assert repairing["hosts"] == ["node1"] and "probes" in repairing["why"]["node1"]
     assert [e.host for e in evs if e.kind == "repaired" and e.host] == ["node1"]
     assert times["judged_lost"] is not None and times["judged_lost"] < 15
 

@@ -16,6 +16,7 @@ from testbed import remote
 from testbed.errors import TestbedError
 from testbed.records import RunEvent, RunPlan, RunStep
 from testbed.run import ranks as run_remote
+from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.setup.repair import Repair
@@ -198,7 +199,8 @@ def outage_lines(events: list[RunEvent]) -> list[str]:
            f"({'; '.join(parts)})"]
     good = next((e.detail for e in events if e.kind == "goodput"), {})
     if good.get("ratio"):
-        out.append(f"goodput: {good['ratio']:.0%} of a fault-free run ({good.get('steps')} steps in "
-                   f"{good.get('seconds')} s; fault-free {good.get('fault_free_seconds')} s, estimated from this "
-                   "run: its start-up and its pace between faults)")
+        steps = plural(int(good.get("steps") or 0), "step")
+        out.append(f"goodput: {good['ratio']:.0%} of a fault-free run ({steps} in {good.get('seconds')} s; "
+                   f"fault-free {good.get('fault_free_seconds')} s, estimated from this run: its start-up and its "
+                   "pace between faults)")
     return out
