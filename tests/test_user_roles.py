@@ -50,3 +50,18 @@ def test_a_broken_user_role_names_its_file_and_line(bed: Any) -> None:
     assert not res.ok
     said = (res.error or "") + " ".join(h.error or "" for h in res.hosts.values())
     assert "broken/tasks/main.yml" in said, res.to_json()
+
+
+def test_a_user_role_that_downloads_is_refused_on_offline_hosts_before_any_host(bed: Any) -> None:
+    from testbed.errors import UsageError
+
+    _role(Path(bed.cwd), "fetcher", "- name: Leave a mark\n  ansible.builtin.copy:\n    content: ran\n"
+                                    "    dest: /tmp/fetcher-mark\n    mode: '0644'\n"
+                                    "- name: Get curl\n  ansible.builtin.apt:\n    name: curl\n")
+    bed.ssh("node1", "rm -f /tmp/fetcher-mark")
+    with pytest.raises(UsageError) as e:
+        setup.apply(bed.name, roles=["ssh_mesh", "fetcher"])
+    said = str(e.value) + " " + (e.value.where or "")
+    assert "role 'fetcher' reaches the network in task 'Get curl'" in said
+    assert "fetcher/tasks/main.yml:6" in said and "testbed_offline" in (e.value.fix or "")
+    assert bed.ssh("node1", "test -e /tmp/fetcher-mark; echo $?").stdout.strip() == "1"  # nothing ran

@@ -39,7 +39,7 @@ from testbed.hosts import Host
 if TYPE_CHECKING:
     from testbed.resolved import Resolved
 
-from testbed.setup import address, direct
+from testbed.setup import address, direct, reach
 from testbed.setup.events import KEPT_EVENTS, EventAggregator, EventHandler, HostSetupResult, SetupResult
 from testbed.setup.profiles import (
     SetupPlan,
@@ -52,6 +52,7 @@ from testbed.setup.profiles import (
     load_profile,
     overridden_roles,
     resolve_plan,
+    role_folders,
     role_spec,
     role_variables,
     roles_dir,
@@ -270,6 +271,8 @@ def prepare(tb: Resolved, *, profile: str | None = None, suite: str | None = Non
         check_vars(spec)
     check_role_vars(extra_vars or {}, all_roles, "extra variables (--var)")
     check_plan(plan, extravars)  # every role's required variables are set by someone
+    if variables["testbed_offline"]:  # a user's role that downloads would wait on a mirror it cannot reach
+        reach.refuse_offline(plan.roles, role_folders(), tb.name)
     base_image = cls.base_image(spec) if cls is not None and spec is not None else provider
     return Prepared(plan, variables, extravars, base_image)
 
