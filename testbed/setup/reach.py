@@ -89,7 +89,8 @@ def network_tasks(role: Path) -> list[NetworkTask]:
     from testbed.errors import UsageError
 
     found: list[NetworkTask] = []
-    todo, seen = [role / "tasks" / "main.yml"], set()
+    todo: list[Path] = [role / "tasks" / "main.yml"]
+    seen: set[Path] = set()
     while todo and len(seen) < MAX_FILES:
         path = todo.pop(0)
         if path in seen or not path.is_file():
