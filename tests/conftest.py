@@ -6,7 +6,7 @@ import fcntl
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -90,6 +90,35 @@ def tb_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("TESTBED_HOME", str(tmp_path / ".testbed"))
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+UserCli = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture
+def user_cli(tb_home: Path) -> Callable[[dict[str, str]], UserCli]:
+    """A user's working folder: ``user_cli({"inventories/lab.yml": TEXT, ...})`` writes those files into
+    ``tb_home`` (its own state home) and gives ``run(*ARGS)``, the real ``testbed ARGS`` run there."""
+    root = Path(__file__).resolve().parents[1]
+
+    def make(files: dict[str, str]) -> UserCli:
+        for rel, text in files.items():
+            (tb_home / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tb_home / rel).write_text(text)
+        env = {**os.environ, "PYTHONPATH": str(root), "TESTBED_HOME": str(tb_home / ".testbed"), "COLUMNS": "400"}
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "testbed", *args], cwd=tb_home, capture_output=True,
+                                  text=True, env=env, timeout=120, check=False)
+
+        return run
+
+    return make
+
+
+def line_of(text: str, needle: str) -> int:
+    """The 1-based number of the first line of ``text`` holding ``needle``."""
+    return next(i for i, ln in enumerate(text.splitlines(), 1) if needle in ln)
 
 
 @pytest.fixture

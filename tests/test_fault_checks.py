@@ -5,16 +5,12 @@ refused, with the suite's file:line, at ``show --on``, ``plan``, ``run --dry-run
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import line_of
 
 from testbed.providers import provider_class
-
-ROOT = Path(__file__).resolve().parents[1]
 
 LAB3 = """\
 provider:
@@ -74,32 +70,17 @@ GPUBOX = LAB3 + "hardware: {gpu: {model: NVIDIA A100, count: 1}}\n"
 
 
 @pytest.fixture
-def cli(tb_home: Path):  # type: ignore[no-untyped-def]
-    """``testbed ARGS`` in ``tb_home`` (its own state home), with the suites and specs above written there."""
-    (tb_home / "inventories").mkdir()
-    (tb_home / "inventories" / "lab3.yml").write_text(LAB3)
-    (tb_home / "inventories" / "gpubox.yml").write_text(GPUBOX)
-    (tb_home / "experiments").mkdir()
-    for name, text in (("drill", DRILL), ("wide", WIDE), ("gpuish", GPUISH)):
-        (tb_home / "experiments" / f"{name}.yml").write_text(text)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TESTBED_HOME": str(tb_home / ".testbed"), "COLUMNS": "400"}
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "testbed", *args], cwd=tb_home, capture_output=True,
-                              text=True, env=env, timeout=120, check=False)
-
-    return run
-
-
-def _line(text: str, needle: str) -> int:
-    return next(i for i, ln in enumerate(text.splitlines(), 1) if needle in ln)
+def cli(user_cli):  # type: ignore[no-untyped-def]
+    """``testbed ARGS`` in a working folder holding the suites and specs above."""
+    return user_cli({"inventories/lab3.yml": LAB3, "inventories/gpubox.yml": GPUBOX,
+                     **{f"experiments/{n}.yml": t for n, t in (("drill", DRILL), ("wide", WIDE), ("gpuish", GPUISH))}})
 
 
 def test_a_fault_the_provider_cannot_fire_is_refused_before_anything_is_rented(cli, tb_home: Path) -> None:
     why = provider_class("lab").lacks("kill-host")
     assert why
     what = "fault 'kill-host' of suite 'drill' (kill-host) cannot fire on testbed 'lab3'"
-    where = f"drill.yml:{_line(DRILL, 'action: kill-host')}"
+    where = f"drill.yml:{line_of(DRILL, 'action: kill-host')}"
     for args in (("run", "drill", "--on", "lab3", "-p", "fault=kill-host", "--dry-run"),
                  ("run", "drill", "--on", "lab3", "--fault", "kill-host", "--dry-run"),
                  ("run", "drill", "--on", "lab3", "--matrix", "--dry-run"),  # the second point picks it
@@ -126,12 +107,12 @@ def test_show_on_a_testbed_refuses_a_default_fault_and_warns_of_the_others(cli, 
     r = cli("show", "drill", "--on", "lab3")
     flat = " ".join(r.stderr.split())
     assert r.returncode == 2 and "error: fault 'kill-host' of suite 'drill'" in flat, r.stderr
-    assert f"drill.yml:{_line(DRILL, 'action: kill-host')}" in flat
+    assert f"drill.yml:{line_of(DRILL, 'action: kill-host')}" in flat
     assert cli("show", "drill", "--on", "local").returncode == 0
 
 
 def test_a_fault_aimed_at_several_hosts_is_refused_never_cut_to_one(cli, tb_home: Path) -> None:
-    where = f"wide.yml:{_line(WIDE, 'host: workers')}"
+    where = f"wide.yml:{line_of(WIDE, 'host: workers')}"
     for args in (("run", "wide", "--on", "local", "--dry-run"), ("plan", "wide", "--on", "local")):
         r = cli(*args)
         flat = " ".join(r.stderr.split())
@@ -144,7 +125,7 @@ def test_a_fault_aimed_at_several_hosts_is_refused_never_cut_to_one(cli, tb_home
 
 def test_a_gpu_suite_on_a_spec_without_gpus_is_refused_at_show_plan_and_dry_run(cli) -> None:
     what = "the ranks of suite 'gpuish' need gpu (steps.launch.needs), which testbed 'lab3' (lab) lacks"
-    where = f"gpuish.yml:{_line(GPUISH, 'needs: [gpu]')}"
+    where = f"gpuish.yml:{line_of(GPUISH, 'needs: [gpu]')}"
     for args in (("show", "gpuish", "--on", "lab3"), ("plan", "gpuish", "--on", "lab3"),
                  ("run", "gpuish", "--on", "lab3", "--dry-run"), ("run", "gpuish", "--on", "lab3")):
         r = cli(*args)

@@ -7,20 +7,16 @@ real command line on spec-only testbeds (no host is made), and the campaign's dr
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from conftest import line_of
 
 from testbed import points
 from testbed.run import plan as plan_mod
 from testbed.suite import load_suite
-
-ROOT = Path(__file__).resolve().parents[1]
 
 LAB2 = """\
 provider:
@@ -54,25 +50,10 @@ checks:
 """
 
 
-def _line(text: str, needle: str) -> int:
-    return next(i for i, ln in enumerate(text.splitlines(), 1) if needle in ln)
-
-
 @pytest.fixture
-def cli(tb_home: Path):  # type: ignore[no-untyped-def]
-    """``testbed ARGS`` in ``tb_home`` (its own state home), with the specs and suites of this file there."""
-    (tb_home / "inventories").mkdir()
-    (tb_home / "inventories" / "lab2.yml").write_text(LAB2)
-    (tb_home / "inventories" / "gpubox.yml").write_text(GPUBOX)
-    (tb_home / "experiments").mkdir()
-    (tb_home / "experiments" / "pipe.yml").write_text(PIPE)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TESTBED_HOME": str(tb_home / ".testbed"), "COLUMNS": "400"}
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "testbed", *args], cwd=tb_home, capture_output=True,
-                              text=True, env=env, timeout=120, check=False)
-
-    return run
+def cli(user_cli):  # type: ignore[no-untyped-def]
+    """``testbed ARGS`` in a working folder holding the specs and suite of this file."""
+    return user_cli({"inventories/lab2.yml": LAB2, "inventories/gpubox.yml": GPUBOX, "experiments/pipe.yml": PIPE})
 
 
 def _suite(tb_home: Path, name: str, text: str) -> Path:
@@ -104,7 +85,7 @@ def test_needs_probes_and_checks_are_rendered_per_point(cli) -> None:  # type: i
 
 
 def test_a_point_needing_a_gpu_is_refused_on_a_cpu_spec_and_only_that_point(cli) -> None:  # type: ignore[no-untyped-def]
-    where = "pipe.yml:" + str(_line(PIPE, 'needs: "{{'))
+    where = "pipe.yml:" + str(line_of(PIPE, 'needs: "{{'))
     assert cli("run", "pipe", "--on", "lab2", "-p", "gpus=0", "-p", "phase=train", "--dry-run").returncode == 0
     assert cli("plan", "pipe", "--on", "lab2", "-p", "gpus=0", "--matrix").returncode == 0
     for args in (("run", "pipe", "--on", "lab2", "-p", "gpus=1", "-p", "phase=train", "--dry-run"),
@@ -138,7 +119,7 @@ def test_a_bad_per_point_key_is_one_message_at_its_line(cli, tb_home: Path, old:
     for args in (("show", "bad"), ("run", "bad", "--matrix", "--dry-run")):
         r = cli(*args)
         flat = " ".join(r.stderr.split())
-        assert r.returncode == 2 and what in flat and f"bad.yml:{_line(text, culprit)}" in flat, (args, flat)
+        assert r.returncode == 2 and what in flat and f"bad.yml:{line_of(text, culprit)}" in flat, (args, flat)
         assert "Traceback" not in r.stderr and "fix:" in r.stderr
 
 
@@ -167,7 +148,7 @@ def test_a_need_rendered_per_point_that_is_no_need_is_refused_at_its_line(cli, t
     r = cli("run", "bad", "-p", "gpus=1", "--dry-run")
     flat = " ".join(r.stderr.split())
     assert r.returncode == 2 and "steps.launch.needs: 'gpux' is not a need (rendered from" in flat, flat
-    assert f"bad.yml:{_line(text, 'gpux')}" in flat and "a need is one of gpu, tpu" in flat
+    assert f"bad.yml:{line_of(text, 'gpux')}" in flat and "a need is one of gpu, tpu" in flat
 
 
 def test_dry_run_and_plan_show_the_order_and_the_reader_finds_the_earlier_run(cli) -> None:  # type: ignore[no-untyped-def]
@@ -201,7 +182,7 @@ def test_a_cycle_or_a_point_not_in_the_matrix_is_refused_at_its_line(cli, tb_hom
         r = cli(*args)
         flat = " ".join(r.stderr.split())
         assert r.returncode == 2 and "after: the points read each other in a cycle: phase=eval, gpus=0 -> " \
-            "phase=train, gpus=0 -> phase=eval, gpus=0" in flat and f"cyc.yml:{_line(cyc, 'after:')}" in flat, \
+            "phase=train, gpus=0 -> phase=eval, gpus=0" in flat and f"cyc.yml:{line_of(cyc, 'after:')}" in flat, \
             (args, flat)
     missing = PIPE.replace("gpus: [0, 1]", "gpus: [0, 1]\n  - {phase: eval, gpus: 2}").replace(
         "matrix:\n  phase: [eval, train]\n  gpus: [0, 1]\n  - ", "matrix:\n  - {phase: train, gpus: 0}\n  - "
@@ -210,11 +191,11 @@ def test_a_cycle_or_a_point_not_in_the_matrix_is_refused_at_its_line(cli, tb_hom
     r = cli("show", "gap")
     flat = " ".join(r.stderr.split())
     assert r.returncode == 2 and "point phase=eval, gpus=2 reads point phase=train, gpus=2, which is no point of " \
-        "the matrix" in flat and f"gap.yml:{_line(missing, 'reads:')}" in flat, flat
+        "the matrix" in flat and f"gap.yml:{line_of(missing, 'reads:')}" in flat, flat
 
 
 def test_a_reading_point_alone_or_without_the_point_it_reads_is_refused(cli) -> None:  # type: ignore[no-untyped-def]
-    where = f"pipe.yml:{_line(PIPE, 'reads:')}"
+    where = f"pipe.yml:{line_of(PIPE, 'reads:')}"
     r = cli("run", "pipe", "--on", "gpubox", "-p", "phase=eval")
     flat = " ".join(r.stderr.split())
     assert r.returncode == 2 and "reads the output of point phase=train, gpus=0 (after: trained)" in flat \
