@@ -96,7 +96,8 @@ def test_fault_drill_host_killed_repaired_and_resumed(local_testbed) -> None:
     fault = next(e for e in evs if e.kind == "fault")
     assert fault.detail["action"] == "kill-host" and fault.host == "node2"
     repaired = next(e for e in evs if e.kind == "repaired")
-    assert repaired.host == "node2" and repaired.detail["setup_hosts"] == ["node2"]
+    assert repaired.host == "node2" and repaired.detail["setup_hosts"] == ["node2"], repaired.detail  # its reasons
+    assert repaired.detail["setup_reasons"]["node2"], repaired.detail
     resumed = next(e for e in evs if e.kind == "resumed").detail
     print("resumed:", resumed)
     assert resumed["hosts_repaired"] == ["node2"] and resumed["checkpoint"]["host"] == "node0"

@@ -26,6 +26,7 @@ class Repair:
     setup_seconds: float = 0.0
     setup: str | None = None  # the profile applied to them
     setup_hosts: list[str] = field(default_factory=list)  # where Ansible ran (the others were unchanged)
+    setup_reasons: dict[str, str] = field(default_factory=dict)  # why each of them ran (what of its address differs)
     setup_left_out: list[str] = field(default_factory=list)  # other hosts that did not answer: not set up
     image: str | None = None  # the image of the set-up the hosts came back from (a new disk over it)
     setup_roles: list[str] | None = None  # the roles the set-up ran (None: the whole profile; []: none, recorded)
@@ -74,6 +75,7 @@ def repair(tb: Resolved, host: str, *, setup: bool = True, profile: str | None =
                 limit=[n for n in [*done.hosts, *peers] if n not in out.setup_left_out])
     out.setup_seconds, out.setup = round(time.monotonic() - t0, 2), res.plan
     out.setup_hosts = sorted(n for n, h in res.hosts.items() if not h.unchanged)
+    out.setup_reasons = {n: res.reasons.get(n, "") for n in out.setup_hosts}
     out.setup_roles = list(res.partial_roles) if res.partial else None
     if not res.ok:
         bad = ", ".join(sorted(n for n, h in res.hosts.items() if h.failed or h.unreachable)) or host
