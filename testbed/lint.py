@@ -5,7 +5,8 @@ host. ``testbed rehearse`` fails on its findings before it makes a replica; ``te
 warnings. Each finding is one line naming ``file:line`` where the suite's file gives one:
 
 - **branch heads**: a source with no ``ref:``, or one that names a branch or tag rather than a commit, checks out
-  whatever the branch holds on the day of the run;
+  whatever the branch holds on the day of the run; so does a build of the suite's profile (``source_build``)
+  whose version is a branch;
 - **fault timing**: a suite with faults or recovery whose ``timeouts.grace`` (how long the other ranks get to end
   after one fails) does not exceed the artifact's own timeout (any parameter, var, environment variable or launch
   option whose name holds ``timeout``) plus a checkpoint interval: the others are stopped before the artifact's own
@@ -61,7 +62,8 @@ def lint_suite(s: Suite, points: list[dict[str, Any]] | None = None, *, profile_
     ``playbooks/``); ``specs``: the testbed specs it may run on, by name (default: the shipped ``inventories/``)."""
     runs = _runs(s)
     text = profile_text if profile_text is not None else set_up_text(s.profile)
-    out = branch_heads(s) + fault_timing(s, runs + list(points or [])) + unproducible_references(s, runs) \
+    out = branch_heads(s) + profile_branch_builds(s.profile) + fault_timing(s, runs + list(points or [])) \
+        + unproducible_references(s, runs) \
         + hardware_missing(s, specs, runs + list(points or [])) + login_path_only(s, text)
     return list(dict.fromkeys(out))
 
@@ -94,6 +96,40 @@ def branch_heads(s: Suite) -> list[Finding]:
                                s.at("sources", i, "ref")))
     return out
 
+
+
+_SIMPLE_VAR = re.compile(r"^\s*\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}\s*$")
+
+
+def profile_branch_builds(profile: str | None) -> list[Finding]:
+    """A ``source_build`` of the suite's profile whose version is a branch or tag (or none: the default branch's
+    head), not a commit: the set-up builds whatever the branch holds that day. A version given as ``{{ var }}`` is
+    read through the profile's vars; one computed per host (any other template) is not judged."""
+    from testbed.setup import profiles as prof
+
+    if not profile:
+        return []
+    try:
+        plan = prof.load_profile(profile)
+    except (TestbedError, OSError):
+        return []
+    out = []
+    for step in plan.steps:
+        if step.role != "source_build":
+            continue
+        version: Any = step.vars.get("source_build_version", plan.vars.get("source_build_version", "HEAD"))
+        for _ in range(4):  # {{ a }} -> {{ b }} -> value, bounded
+            m = _SIMPLE_VAR.match(str(version))
+            if not m or m.group(1) not in plan.vars:
+                break
+            version = plan.vars[m.group(1)]
+        version = str(version)
+        if "{{" in version or "{%" in version or COMMIT_RE.match(version):
+            continue
+        name = step.vars.get("source_build_name", step.vars.get("source_build_repo", "a build"))
+        out.append(Finding("branch-head", f"the profile builds {name} at {version!r}, a branch or tag that can move "
+                           "between set-ups, not a commit (pin one: source_build_version: <hash>)", step.where()))
+    return out
 
 # --- fault timing -----------------------------------------------------------------------------------------------
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|m|min|h)?\s*$")
