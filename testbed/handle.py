@@ -294,12 +294,12 @@ class Testbed(Resolved):
         return ThreadingGroup.from_connections([self.connection(n) for n in self._names(hosts)])
 
     def __repr__(self) -> str:
-        status = (self.record or {}).get("status", "not provisioned")
+        status = self.record["status"] if self.record is not None else "not provisioned"
         return f"<Testbed {self.name} ({self.kind}, {status}, {plural(len(self.hosts), 'host')})>"
 
     def _repr_html_(self) -> str:
         """A notebook's view: the testbed and a table of its hosts."""
-        status = (self.record or {}).get("status", "not provisioned")
+        status = self.record["status"] if self.record is not None else "not provisioned"
         rows = "".join(
             f"<tr><td>{html.escape(h.name)}</td><td>{html.escape(h.user)}@{html.escape(h.address)}:{h.port}</td>"
             f"<td>{html.escape(', '.join(h.groups))}</td><td>{html.escape(h.state)}</td></tr>" for h in self.hosts)

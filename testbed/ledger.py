@@ -21,10 +21,10 @@ from testbed.errors import TestbedError
 
 if TYPE_CHECKING:
     from testbed.providers.base import Provider
-    from testbed.state import Store
+    from testbed.state import Store, TestbedRow
 
 
-def _recorded_provider(st: Store, tb: dict[str, Any]) -> Provider:
+def _recorded_provider(st: Store, tb: TestbedRow) -> Provider:
     """The provider of a testbed of another folder, from the spec copy recorded at provision (a spec of the same
     name here may be another testbed altogether)."""
     from testbed.providers import provider_class
@@ -42,7 +42,7 @@ def _recorded_provider(st: Store, tb: dict[str, Any]) -> Provider:
     return provider_class(spec.kind)(spec, st)
 
 
-def entry(st: Store, tb: dict[str, Any], table: dict[str, Any], now: float | None = None, *,
+def entry(st: Store, tb: TestbedRow, table: dict[str, Any], now: float | None = None, *,
           recorded_spec: bool = False) -> dict[str, Any]:
     """The ledger row of one testbed (its state record ``tb``); ``recorded_spec``: its provider from the spec
     recorded at provision (another folder's testbed), not from the spec found here by name."""

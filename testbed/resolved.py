@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from testbed.hosts import Host
     from testbed.providers.base import Progress, Provider
     from testbed.spec import TestbedSpec
-    from testbed.state import Store
+    from testbed.state import Store, TestbedRow
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Resolved:
     name: str
     store: Store
     spec: TestbedSpec | None
-    record: dict[str, Any] | None  # the state row (None: never provisioned here)
+    record: TestbedRow | None  # the state row (None: never provisioned here)
     notes: list[str] = field(default_factory=list)  # what the resolution had to work around, for the user
 
     @classmethod
@@ -50,7 +50,7 @@ class Resolved:
         st = store or Store.open_default()
         key = Path(name).stem if name.endswith((".yml", ".yaml")) else name
         rec = st.testbed(key)
-        src = (rec or {}).get("spec_path")
+        src = rec["spec_path"] if rec is not None else None
         try:  # by name (as every command finds it), else the file it was provisioned from (another directory)
             try:
                 spec: TestbedSpec | None = load_testbed(name)
@@ -59,7 +59,7 @@ class Resolved:
                     raise
                 spec = load_testbed(src)
         except TestbedError as e:
-            copy = (rec or {}).get("info", {}).get("spec") if recorded_ok else None
+            copy = rec["info"].get("spec") if recorded_ok and rec is not None else None
             if copy:
                 try:
                     spec = TestbedSpec.model_validate(copy)
@@ -87,7 +87,7 @@ class Resolved:
     @property
     def info(self) -> dict[str, Any]:
         """What the provider recorded (bridge, subnet, zone, lease...)."""
-        return dict((self.record or {}).get("info") or {})
+        return dict(self.record["info"] or {}) if self.record is not None else {}
 
     @property
     def subnet(self) -> str | None:
@@ -112,7 +112,7 @@ class Resolved:
         return provider_class(self.spec.kind)(self.spec, self.store, progress)
 
 
-def _claim(store: Store, spec: TestbedSpec) -> dict[str, Any] | None:
+def _claim(store: Store, spec: TestbedSpec) -> TestbedRow | None:
     """The record of the testbed a spec names when its ``name:`` is not its file's (``inventories/a.yml`` saying
     ``name: b``); refused when another spec file is testbed ``b``'s own."""
     own = paths.find_resource("inventories", f"{spec.name}.yml")
@@ -123,7 +123,7 @@ def _claim(store: Store, spec: TestbedSpec) -> dict[str, Any] | None:
     return store.testbed(spec.name)
 
 
-def _check_claim(spec: TestbedSpec, rec: dict[str, Any] | None) -> None:
+def _check_claim(spec: TestbedSpec, rec: TestbedRow | None) -> None:
     """Refuse a spec that would take over the record of another testbed of its name: one of another provider, or
     one provisioned from another spec file that still exists (its lease, nodes and keys would be lost)."""
     if rec is None or not spec.source:

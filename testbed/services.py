@@ -10,6 +10,7 @@ testbed is armed at provision (by its provider), ``extend`` moves the expiry and
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,7 +56,7 @@ class Provisioned:
 
     hosts: list[Host]
     seconds: float
-    image: dict[str, Any] | None = None
+    image: Mapping[str, Any] | None = None
     release_at: float | None = None  # the dead-man's switch's next release (None: not armed)
     switch: str | None = None  # how it fires: agent (on the hosts), watchdog (on this machine), lease, ...
 

@@ -113,6 +113,43 @@ class RankColumns(TypedDict, total=False):
     ended: float | None
 
 
+class TestbedRow(TypedDict):
+    """A row of ``testbeds``: ``info`` is what provision, set-up and the provider recorded (JSON)."""
+
+    name: str
+    provider: str
+    spec_path: str | None
+    status: str
+    created: float
+    updated: float
+    info: dict[str, Any]
+
+
+class ResourceRow(TypedDict):
+    """A row of ``resources``: a cloud resource recorded the moment its API named it."""
+
+    testbed: str
+    kind: str
+    id: str
+    info: dict[str, Any]
+    created: float
+
+
+class ImageRow(TypedDict):
+    """A row of ``images``: an image of a set-up (``key``: its content address), recorded when named."""
+
+    provider: str
+    id: str
+    key: str
+    plan: str
+    testbed: str
+    host: str
+    location: str
+    size: int
+    created: float
+    info: dict[str, Any]
+
+
 class FileStamp(NamedTuple):
     """What a host's stat said of a file when its checksum was taken: the listing's quick check trusts that
     checksum again only while these three and the size are unchanged (the ctime moves on every write and every
@@ -137,6 +174,13 @@ class CollectedFile:
 
 
 _M = TypeVar("_M", bound="BaseModel")
+
+
+def _with_info(r: sqlite3.Row) -> dict[str, Any]:
+    """A row as a dict, its ``info`` column read from JSON."""
+    d = dict(r)
+    d["info"] = json.loads(d["info"])
+    return d
 
 
 def _row_to_host(r: sqlite3.Row) -> Host:
@@ -435,21 +479,17 @@ class Store:
             db.execute("UPDATE testbeds SET info=?, updated=? WHERE name=?",
                        (json.dumps(merged), time.time(), name))
 
-    def testbed(self, name: str) -> dict[str, Any] | None:
+    def testbed(self, name: str) -> TestbedRow | None:
         rows = self.query("SELECT * FROM testbeds WHERE name=?", (name,))
-        if not rows:
-            return None
-        d = dict(rows[0])
-        d["info"] = json.loads(d["info"])
-        return d
+        return cast(TestbedRow, _with_info(rows[0])) if rows else None
 
-    def testbeds(self) -> list[dict[str, Any]]:
-        out = []
-        for r in self.query("SELECT * FROM testbeds ORDER BY name"):
-            d = dict(r)
-            d["info"] = json.loads(d["info"])
-            out.append(d)
-        return out
+    def testbed_info(self, name: str) -> dict[str, Any]:
+        """The testbed's recorded ``info`` ({} when there is no such testbed)."""
+        row = self.testbed(name)
+        return row["info"] if row is not None else {}
+
+    def testbeds(self) -> list[TestbedRow]:
+        return [cast(TestbedRow, _with_info(r)) for r in self.query("SELECT * FROM testbeds ORDER BY name")]
 
     def delete_testbed(self, name: str) -> None:
         with self.tx() as db:
@@ -509,17 +549,12 @@ class Store:
                 (testbed, kind, rid, json.dumps(info), time.time()),
             )
 
-    def resources(self, testbed: str, kind: str | None = None) -> list[dict[str, Any]]:
+    def resources(self, testbed: str, kind: str | None = None) -> list[ResourceRow]:
         sql: str = "SELECT * FROM resources WHERE testbed=?"
         args: tuple[str, ...] = (testbed,)
         if kind:
             sql, args = sql + " AND kind=?", (testbed, kind)
-        out = []
-        for r in self.query(sql + " ORDER BY created", args):
-            d = dict(r)
-            d["info"] = json.loads(d["info"])
-            out.append(d)
-        return out
+        return [cast(ResourceRow, _with_info(r)) for r in self.query(sql + " ORDER BY created", args)]
 
     def remove_resource(self, testbed: str, kind: str, rid: str) -> None:
         with self.tx() as db:
@@ -534,17 +569,12 @@ class Store:
                        "size=excluded.size, info=excluded.info",
                        (provider, iid, key, plan, testbed, host, location, size, time.time(), json.dumps(info)))
 
-    def images(self, key: str | None = None) -> list[dict[str, Any]]:
+    def images(self, key: str | None = None) -> list[ImageRow]:
         """Every recorded image (those of ``key``), oldest first."""
         sql, args = "SELECT * FROM images", cast(tuple[str, ...], ())
         if key is not None:
             sql, args = sql + " WHERE key=?", (key,)
-        out = []
-        for r in self.query(sql + " ORDER BY created", args):
-            d = dict(r)
-            d["info"] = json.loads(d["info"])
-            out.append(d)
-        return out
+        return [cast(ImageRow, _with_info(r)) for r in self.query(sql + " ORDER BY created", args)]
 
 
     def image_users(self) -> dict[str, list[str]]:
@@ -557,7 +587,7 @@ class Store:
                     out.setdefault(str(img["key"]), []).append(tb["name"])
         return out
 
-    def expiring_images(self, testbed: str, provider: str) -> list[dict[str, Any]]:
+    def expiring_images(self, testbed: str, provider: str) -> list[ImageRow]:
         """The images the dead-man's switch of ``testbed`` deletes when its spec opts in (``expire_images``): those
         it baked with ``provider`` that no other testbed boots from. Without the opt-in the switch deletes none."""
         used = self.image_users()

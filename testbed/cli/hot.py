@@ -18,7 +18,7 @@ from testbed.textfmt import iso, plural
 if TYPE_CHECKING:
     from testbed.providers.base import Provider
     from testbed.resolved import Resolved
-    from testbed.state import Store
+    from testbed.state import Store, TestbedRow
 
 
 def resolve(name: str, st: Store | None = None, *, recorded_ok: bool = False) -> Resolved:
@@ -55,7 +55,7 @@ def _hosts_table(out: Plain, title: str, hosts: list[Any]) -> None:
               whole=("host", "address"))
 
 
-def _known_testbed(st: Store, name: str) -> dict[str, Any]:
+def _known_testbed(st: Store, name: str) -> TestbedRow:
     tb = st.testbed(name)
     if tb is None:
         from testbed.spec import load_testbed

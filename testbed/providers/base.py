@@ -14,7 +14,7 @@ import random
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -172,13 +172,13 @@ class Provider(ABC):
     expire: str | None = None  # --expire of this command (a duration from now), over the spec's expire
     # images of a set-up (testbed.setup.images): why this provider keeps none ("" when it bakes them)
     images_why: ClassVar[str] = "this provider cannot bake images of a set-up"
-    image: dict[str, Any] | None = None  # the image (a row of state's images) a new testbed boots from
+    image: Mapping[str, Any] | None = None  # the image (a row of state's images) a new testbed boots from
     # a repaired host comes back on a new disk from an image of the testbed's set-up (``repair(image=...)``)
     repairs_from_image: ClassVar[bool] = False
     # keeping an image costs nothing (no storage bill): the first set-up bakes one by itself, so that a lost host
     # is repaired from it; elsewhere ``setup --bake`` stays explicit and the set-up's summary says what it would do
     bakes_by_itself: ClassVar[bool] = False
-    repair_image: dict[str, Any] | None = None  # the image ``repair`` brings a host back from (None: as it was)
+    repair_image: Mapping[str, Any] | None = None  # the image ``repair`` brings a host back from (None: as it was)
 
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -308,15 +308,14 @@ class Provider(ABC):
         return TestbedError(f"the {self.kind} provider keeps no images: {self.images_why}",
                             where=f"testbed {self.name}", fix=f"testbed setup {self.name}")
 
-    def delete_image(self, image: dict[str, Any]) -> None:
+    def delete_image(self, image: Mapping[str, Any]) -> None:
         """Delete one recorded image (a row of state's images) where it lives."""
         raise TestbedError(f"the {self.kind} provider keeps no images", where=f"image {image.get('id')}",
                            fix="nothing to delete")
 
-    def booted_image(self) -> dict[str, Any] | None:
+    def booted_image(self) -> Mapping[str, Any] | None:
         """The image this testbed's hosts boot from: the one recorded at its provision, else ``image``."""
-        rec = self.store.testbed(self.name)
-        recorded = (rec or {}).get("info", {}).get("image")
+        recorded = self.store.testbed_info(self.name).get("image")
         return recorded if isinstance(recorded, dict) else self.image
 
     # the common work -----------------------------------------------------------------------------------
@@ -330,7 +329,7 @@ class Provider(ABC):
             self.preflight()
             public_key = ssh.ensure_keypair(self.name)[1] if self.wants_key() else None
             self.record_testbed("provisioning", self.info())
-            if self.image is not None and not (self.store.testbed(self.name) or {}).get("info", {}).get("image"):
+            if self.image is not None and not self.store.testbed_info(self.name).get("image"):
                 self.store.update_testbed_info(self.name, image={k: self.image[k] for k in ("key", "id", "location")})
             try:
                 made = self.create(public_key)
@@ -353,7 +352,7 @@ class Provider(ABC):
             raise self.unreachable(down)
         return hosts
 
-    def repair(self, host: str, image: dict[str, Any] | None = None) -> Repaired:
+    def repair(self, host: str, image: Mapping[str, Any] | None = None) -> Repaired:
         """Bring one failed host back without touching the others: ``discard`` what serves it, ``create`` again
         (which reuses everything else), reach the new host (its new keys pinned: testbed rebuilt it) and record
         it. ``image`` (a row of state's images, where ``repairs_from_image``): the host comes back on a new disk

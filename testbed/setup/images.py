@@ -17,6 +17,7 @@ says ``expire_images: true`` (only the images it baked that no other testbed boo
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError
@@ -24,7 +25,7 @@ from testbed.errors import TestbedError, UsageError
 if TYPE_CHECKING:
     from testbed.providers.base import Progress, Provider
     from testbed.resolved import Resolved
-    from testbed.state import Store
+    from testbed.state import ImageRow, Store
 
 
 def _profile(tb: Resolved, profile: str | None, suite: str | None) -> tuple[str | None, str | None]:
@@ -98,7 +99,7 @@ def refuse_bake(tb: Resolved, *, profile: str | None = None, suite: str | None =
     return p
 
 
-def for_provision(p: Provider) -> dict[str, Any] | None:
+def for_provision(p: Provider) -> Mapping[str, Any] | None:
     """The image a new testbed boots from (set as ``p.image``): one recorded for its provider whose key is that of
     the set-up its spec names (its ``profile:`` and ``vars:``); None when there is none, or when the testbed is
     already provisioned (its hosts keep what they booted from). Costs nothing when no image of this provider is
@@ -118,7 +119,7 @@ def for_provision(p: Provider) -> dict[str, Any] | None:
     return p.image
 
 
-def for_repair(tb: Resolved, p: Provider, profile: str | None) -> dict[str, Any] | None:
+def for_repair(tb: Resolved, p: Provider, profile: str | None) -> ImageRow | None:
     """The image a lost host of ``tb`` is repaired from: one recorded for its provider (where it
     ``repairs_from_image``) whose key is that of ``profile`` as it is now (the set-up the repair applies); None
     otherwise. Costs nothing when no image of this provider is recorded."""
@@ -162,7 +163,7 @@ def offer(tb: Resolved, *, profile: str | None, suite: str | None, extra_vars: d
                   "seconds instead of a whole set-up")
 
 
-def prune(st: Store, ids: list[str] | None = None, *, progress: Progress | None = None) -> list[dict[str, Any]]:
+def prune(st: Store, ids: list[str] | None = None, *, progress: Progress | None = None) -> list[ImageRow]:
     """Delete images where they live and forget them: those named (by id or a key's first characters), else every
     image no testbed uses. One a testbed uses is refused (its hosts boot from it). The images deleted."""
     rows = st.images()
@@ -190,7 +191,7 @@ def prune(st: Store, ids: list[str] | None = None, *, progress: Progress | None 
     return out
 
 
-def _provider_of(st: Store, row: dict[str, Any], progress: Progress | None) -> Provider:
+def _provider_of(st: Store, row: ImageRow, progress: Progress | None) -> Provider:
     """A provider that can delete ``row``: that of the testbed that baked it (its spec, else its recorded copy)."""
     from testbed.resolved import Resolved
 

@@ -168,8 +168,7 @@ def reservation(lease: dict[str, Any], resource_type: str) -> str | None:
 
 def describe(c: Cloud, now: datetime | None = None) -> dict[str, Any]:
     """Lease end from state (no network), with a warning when it is less than an hour away."""
-    tb = c.store.testbed(c.name) or {}
-    info = tb.get("info", {})
+    info = c.store.testbed_info(c.name)
     out: dict[str, Any] = {"site": info.get("site", c.settings.site), "lease": info.get("lease_id"),
                            "lease_name": info.get("lease_name", c.lease_name)}
     end = info.get("lease_end")

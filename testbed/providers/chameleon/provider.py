@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -414,7 +414,7 @@ class ChameleonProvider(Provider):
                 "info": {"status": status, "site": self.settings.site, "visibility": img.get("visibility"),
                          "node_type": self.settings.node_type}}
 
-    def delete_image(self, image: dict[str, Any]) -> None:
+    def delete_image(self, image: Mapping[str, Any]) -> None:
         api = self.cloud.connect()
         with self.cloud.step("deleting an image", f"image {image.get('location')} ({image['id']})"):
             api.image_delete(str(image["id"]))

@@ -104,7 +104,7 @@ def revoke(c: Cloud, api: Chi, failures: list[str]) -> None:
 
 
 def _lease_end(c: Cloud) -> float | None:
-    end = ((c.store.testbed(c.name) or {}).get("info") or {}).get("lease_end")
+    end = c.store.testbed_info(c.name).get("lease_end")
     if not end:
         return None
     return datetime.strptime(end, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
@@ -142,7 +142,7 @@ def lease_left(c: Cloud, now: float) -> tuple[float | None, str]:
     """Seconds to the lease's end (as recorded); not provisioned yet: the lease the spec asks for."""
     end = _lease_end(c)
     if end is not None:
-        info = (c.store.testbed(c.name) or {}).get("info") or {}
+        info = c.store.testbed_info(c.name)
         return end - now, f"its lease end at {info.get('lease_end')}"
     if c.store.testbed(c.name) is None and not c.settings.end:
         return c.settings.hours * 3600, f"its spec's lease of {c.settings.hours:g} h (not provisioned yet)"

@@ -261,8 +261,7 @@ class TpuProvider(Provider):
 
     # status -----------------------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
-        tb = self.store.testbed(self.name) or {"info": {}}
-        info = dict(tb["info"])
+        info = dict(self.store.testbed_info(self.name))
         info["nodes"] = [r["id"] for r in self.store.resources(self.name, NODE)]
         info["queued_resources"] = [r["id"] for r in self.store.resources(self.name, QUEUED_RESOURCE)]
         return info

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -550,7 +550,7 @@ class LocalProvider(Provider):
                                fix=f"'testbed destroy {self.name}' and provision again")
         return self._mount_layer(layer.parent)
 
-    def _new_disk(self, sl: HostSlot, image: dict[str, Any]) -> None:
+    def _new_disk(self, sl: HostSlot, image: Mapping[str, Any]) -> None:
         """A new disk for ``sl`` over ``image``'s layer: what set-up wrote goes (the image holds it); what makes it
         this host (its SSH keys, machine-id, /etc/hosts: :data:`KEPT`) and its runs' folders stay (a local host's
         disk outlives a kill; its runs' files are no set-up)."""
@@ -630,7 +630,7 @@ class LocalProvider(Provider):
                                        f"{dest.name[:12]}' deletes the image")
         return layer
 
-    def _release_layer(self, image: dict[str, Any] | None) -> None:
+    def _release_layer(self, image: Mapping[str, Any] | None) -> None:
         """Unmount ``image``'s layer (the one this testbed booted from) unless another testbed of this state still
         boots from it: no mount outlives the testbeds that use it (each host holds its own copy of the mount, made
         when it started, so this never pulls a layer from under a running host)."""
@@ -646,7 +646,7 @@ class LocalProvider(Provider):
         if os.path.ismount(layer):
             run("umount", "-l", str(layer), check=False)
 
-    def delete_image(self, image: dict[str, object]) -> None:
+    def delete_image(self, image: Mapping[str, object]) -> None:
         layer = Path(str(image["location"]))
         dest = layer.parent
         if layer.name == "layer" and dest.parent == paths.home() / "images" / "local":
@@ -717,7 +717,7 @@ class LocalProvider(Provider):
         remote.close_connections(self.name, hosts, remove=True)
         self._teardown_hosts(list(known.values()), keep_disk=False)
         self._release_layer(self.booted_image())
-        repaired = (self.store.testbed(self.name) or {}).get("info", {}).get("repair_image")
+        repaired = self.store.testbed_info(self.name).get("repair_image")
         if isinstance(repaired, dict):
             self._release_layer(repaired)
         for sl in known.values():
