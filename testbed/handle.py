@@ -15,7 +15,6 @@ from __future__ import annotations
 import html
 import shlex
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,8 +107,7 @@ class Testbed(Resolved):
         if not src.is_file():
             raise UsageError(f"no file {src}", where="put", fix="give the path of a local file")
         names = self._names(hosts)
-        with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
-            done = pool.map(lambda h: remote.put(self.name, h, [(src, remote_path)], idle=timeout), names)
+        done = remote.each(lambda h: remote.put(self.name, h, [(src, remote_path)], idle=timeout), names)
         out = HostResults(zip(names, done, strict=True))
         if not out.ok and not warn:
             raise self._failed(f"put {src} -> {remote_path}", out,
@@ -128,8 +126,7 @@ class Testbed(Resolved):
         files = {h: Path(local_dir) / h / Path(remote_path).name for h in names}
         for p in files.values():
             p.parent.mkdir(parents=True, exist_ok=True)
-        with ThreadPoolExecutor(max_workers=min(32, len(names))) as pool:
-            done = pool.map(lambda h: remote.get(self.name, h, [(remote_path, files[h])], idle=timeout), names)
+        done = remote.each(lambda h: remote.get(self.name, h, [(remote_path, files[h])], idle=timeout), names)
         results = HostResults(zip(names, done, strict=True))
         if not results.ok and not warn:
             raise self._failed(f"get {remote_path}", results,

@@ -228,3 +228,39 @@ def test_transport_against_a_real_host(local_testbed, tmp_path: Path) -> None:  
     bed.provider.kill_host(names[1])
     r = remote.run(bed.name, [names[1]], "true", timeout=20, mux="none")[0]
     assert not r.ok and r.error and names[1] in r.error
+
+
+def test_each_keeps_order_bounds_concurrency_and_stops_at_a_raise() -> None:
+    """testbed's one fan-out: results in the items' order, at most ``limit`` at once, and a raise (a bug, not a
+    host's failure) starts no further item, calls ``stop`` and is raised to the caller."""
+    import threading
+    import time
+
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def slow(x: int) -> int:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.02)
+        with lock:
+            running[0] -= 1
+        return x * x
+
+    assert remote.each(slow, list(range(12)), limit=3) == [x * x for x in range(12)]
+    assert 1 < peak[0] <= 3
+    assert remote.each(slow, []) == [] and remote.each(slow, [4]) == [16]
+
+    started: list[int] = []
+    stopped: list[bool] = []
+
+    def boom(x: int) -> int:
+        started.append(x)
+        if x == 2:
+            raise RuntimeError("a bug")
+        time.sleep(0.05)
+        return x
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        remote.each(boom, list(range(20)), limit=2, stop=lambda: stopped.append(True))
+    assert stopped == [True] and len(started) < 20

@@ -47,11 +47,11 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed import remote
 from testbed.collect import manifest as mf
 from testbed.collect import software as swcache
 from testbed.collect import suite_copy
@@ -331,8 +331,7 @@ def _fetch_hosts(ctx: Ctx, res: CollectResult, hosts: list[Host], old_facts: dic
 
     # one run folder on a shared home: the first host's files are fetched, the others' same files linked to them
     lead = [one(hosts[0])] if ctx.shared_home and len(hosts) > 1 else []
-    with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts))), thread_name_prefix="collect") as pool:
-        res.hosts = lead + list(pool.map(one, hosts[len(lead):]))
+    res.hosts = lead + remote.each(one, hosts[len(lead):], name="collect")
     sw.join()
     return gathered
 

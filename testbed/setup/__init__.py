@@ -644,12 +644,9 @@ def applied(tb: Resolved, prep: Prepared, host: str) -> tuple[str, dict[str, str
 def _close_masters(testbed: str, hosts: list[str]) -> None:
     """Stop testbed's multiplexed SSH masters to ``hosts``: sshd keeps a login's account data (its shell, its
     limits) for every session of one connection, so later sessions must log in anew to see the set-up's."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from testbed import remote
 
-    with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts)))) as pool:
-        list(pool.map(lambda h: remote.control(testbed, h, "exit", timeout=10), hosts))
+    remote.each(lambda h: remote.control(testbed, h, "exit", timeout=10), hosts)
 
 
 def _record(testbed: str, plan: str, probe: _Probe, hosts: list[str]) -> None:

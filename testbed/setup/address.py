@@ -168,8 +168,7 @@ def source_refs(plan_vars: dict[str, Any], steps: list[tuple[str, dict[str, Any]
 def source_commits(refs: dict[str, tuple[str, str]], timeout: float = 15) -> dict[str, str]:
     """Each moving ref resolved to its commit with ``git ls-remote`` from this machine, in parallel; one that
     cannot be resolved (no route, no credentials) is named by its ref ("unresolved"): ``--verify`` still runs."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    from testbed import remote
     from testbed.sources import _git
 
     def one(url: str, ref: str) -> str:
@@ -180,9 +179,8 @@ def source_commits(refs: dict[str, tuple[str, str]], timeout: float = 15) -> dic
 
     if not refs:
         return {}
-    with ThreadPoolExecutor(max_workers=min(8, len(refs))) as pool:
-        futures = {k: pool.submit(one, url, ref) for k, (url, ref) in refs.items()}
-        return {k: f.result() for k, f in futures.items()}
+    keys = list(refs)
+    return dict(zip(keys, remote.each(lambda k: one(*refs[k]), keys, limit=8, name="ls-remote"), strict=True))
 
 
 def host_address(common: dict[str, str], inventory: dict[str, Any], host: str) -> tuple[str, dict[str, str]]:
