@@ -471,7 +471,8 @@ def test_lab_and_tpu_keep_no_images_and_say_why(tb_home: Path) -> None:
     assert "keep their disks" in r.exception.what and r.exception.fix == "testbed setup lab1"
     from testbed.providers.gcp_tpu.provider import TpuProvider
 
-    assert "runtime version" in TpuProvider.images_why and "no field for a custom image" in TpuProvider.images_why
+    why = TpuProvider.lacks("images") or ""
+    assert "runtime version" in why and "no field for a custom image" in why
     tpu = Testbed.open("lab1", st).provider()
     assert images.for_provision(tpu) is None
 

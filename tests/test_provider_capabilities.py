@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from localbed import invoke
 
 from testbed.errors import UsageError
@@ -57,16 +58,27 @@ def test_only_a_provider_whose_images_cost_nothing_bakes_by_itself() -> None:
     for kind in PROVIDERS:
         cls = provider_class(kind)
         if cls.bakes_by_itself:
-            assert not cls.costs_money and not cls.images_why, kind
-        if cls.repairs_from_image:
-            assert Capability.REPAIR in cls.capabilities and not cls.images_why, kind
-    assert provider_class("local").bakes_by_itself and provider_class("local").repairs_from_image
+            assert not cls.costs_money and cls.can(Capability.IMAGES), kind
+        if cls.can(Capability.REPAIR_FROM_IMAGE):
+            assert Capability.REPAIR in cls.capabilities and cls.can(Capability.IMAGES), kind
+    assert provider_class("local").bakes_by_itself and provider_class("local").can("repair-from-image")
     assert not provider_class("chameleon").bakes_by_itself
+
+
+def test_an_inconsistent_image_capability_is_refused_when_the_class_is_made() -> None:
+    """Repair from an image needs images and repair; baking by itself needs images that cost nothing."""
+    from testbed.providers.base import Provider
+
+    with pytest.raises(TypeError, match="repair-from-image needs"):
+        type("Half", (Provider,), {"capabilities": frozenset({Capability.REPAIR, Capability.REPAIR_FROM_IMAGE})})
+    with pytest.raises(TypeError, match="bakes them by itself"):
+        type("Baker", (Provider,), {"bakes_by_itself": True, "capabilities": frozenset()})
 
 
 def test_capabilities_keep_the_words_of_state_and_suites() -> None:
     """A fault's action (``kill-host``) and what callers ask (``can("expire")``) are the enum's values."""
-    assert {c.value for c in Capability} == {"extend", "repair", "expire", "kill-host", "cut-network"}
+    assert {c.value for c in Capability} == {"extend", "repair", "expire", "kill-host", "cut-network", "images",
+                                             "repair-from-image"}
     local = provider_class("local")
     assert local.can("kill-host") and local.can(Capability.CUT_NETWORK) and not local.can("extend")
     assert "kill-host" in local.capabilities  # a StrEnum member is its string

@@ -49,6 +49,8 @@ class Capability(StrEnum):
     EXPIRE = "expire"  # a dead-man's switch releases the testbed at its expiry (testbed.deadman)
     KILL_HOST = "kill-host"  # power a host off abruptly (a fault: ``kill_host``)
     CUT_NETWORK = "cut-network"  # take a host off the network and back (a fault: ``cut_network``)
+    IMAGES = "images"  # bake an image of a host's set-up and boot new hosts from it (``bake_image``)
+    REPAIR_FROM_IMAGE = "repair-from-image"  # ``repair`` brings a host back on a new disk from such an image
 
 
 CANNOT = {
@@ -57,6 +59,8 @@ CANNOT = {
     Capability.EXPIRE: "testbed cannot release its hosts at a deadline",
     Capability.KILL_HOST: "it cannot power a host off",
     Capability.CUT_NETWORK: "it cannot take a host off the network",
+    Capability.IMAGES: "this provider cannot bake images of a set-up",
+    Capability.REPAIR_FROM_IMAGE: "it brings a lost host back as it was, not on a new disk from an image",
 }
 """Why a provider lacks a capability when its class gives no reason of its own (``Provider.lacking``)."""
 
@@ -170,11 +174,9 @@ class Provider(ABC):
     accelerator: ClassVar[str | None] = None  # what every host of the kind has built in (a TPU), beyond the spec
     repair_how: ClassVar[str] = "brought back"  # what ``repair`` does to a failed host, in a few words
     expire: str | None = None  # --expire of this command (a duration from now), over the spec's expire
-    # images of a set-up (testbed.setup.images): why this provider keeps none ("" when it bakes them)
-    images_why: ClassVar[str] = "this provider cannot bake images of a set-up"
+    # images of a set-up (testbed.setup.images): Capability.IMAGES, and REPAIR_FROM_IMAGE where a repaired host comes
+    # back on a new disk from one (``repair(image=...)``); each one way, as every optional operation
     image: Mapping[str, Any] | None = None  # the image (a row of state's images) a new testbed boots from
-    # a repaired host comes back on a new disk from an image of the testbed's set-up (``repair(image=...)``)
-    repairs_from_image: ClassVar[bool] = False
     # keeping an image costs nothing (no storage bill): the first set-up bakes one by itself, so that a lost host
     # is repaired from it; elsewhere ``setup --bake`` stays explicit and the set-up's summary says what it would do
     bakes_by_itself: ClassVar[bool] = False
@@ -189,6 +191,11 @@ class Provider(ABC):
         reg = REGISTRY.get(getattr(cls, "kind", ""))
         if reg is not None:
             cls.costs_money, cls.counts_hours, cls.keeps_hosts = reg.costs_money, reg.counts_hours, reg.keeps_hosts
+        if Capability.REPAIR_FROM_IMAGE in cls.capabilities and not {Capability.IMAGES, Capability.REPAIR} \
+                <= cls.capabilities:
+            raise TypeError(f"{cls.__name__}: repair-from-image needs the images and repair capabilities")
+        if cls.bakes_by_itself and (cls.costs_money or Capability.IMAGES not in cls.capabilities):
+            raise TypeError(f"{cls.__name__}: only a provider whose images cost nothing bakes them by itself")
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet):
         self.spec = spec
@@ -303,9 +310,10 @@ class Provider(ABC):
     def bake_refusal(self, profile: str | None = None) -> TestbedError | None:
         """Why an image of this testbed's hosts cannot be made (``profile``: the set-up it would hold), decided
         from the spec alone, before any host or API is asked; None when it can."""
-        if not self.images_why:
+        why = self.lacks(Capability.IMAGES)
+        if why is None:
             return None
-        return TestbedError(f"the {self.kind} provider keeps no images: {self.images_why}",
+        return TestbedError(f"the {self.kind} provider keeps no images: {why}",
                             where=f"testbed {self.name}", fix=f"testbed setup {self.name}")
 
     def delete_image(self, image: Mapping[str, Any]) -> None:
@@ -355,11 +363,11 @@ class Provider(ABC):
     def repair(self, host: str, image: Mapping[str, Any] | None = None) -> Repaired:
         """Bring one failed host back without touching the others: ``discard`` what serves it, ``create`` again
         (which reuses everything else), reach the new host (its new keys pinned: testbed rebuilt it) and record
-        it. ``image`` (a row of state's images, where ``repairs_from_image``): the host comes back on a new disk
+        it. ``image`` (a row of state's images, where it can repair from an image): the host comes back on a new disk
         from it, recorded in the testbed's ``repair_image``. Raises when the provider cannot repair, or the host
         does not come back."""
         t0 = time.monotonic()
-        self.repair_image = image if self.repairs_from_image else None
+        self.repair_image = image if self.can(Capability.REPAIR_FROM_IMAGE) else None
         with self.lock():
             recorded = self.store.hosts(self.name)  # a name that is no host is refused before any credentials
             h = next((x for x in recorded if x.name == host), None)

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError
+from testbed.providers.base import Capability
 
 if TYPE_CHECKING:
     from testbed.providers.base import Progress, Provider
@@ -106,7 +107,7 @@ def for_provision(p: Provider) -> Mapping[str, Any] | None:
     recorded."""
     from testbed.resolved import Resolved
 
-    if p.images_why or p.store.testbed(p.name) is not None:
+    if not p.can(Capability.IMAGES) or p.store.testbed(p.name) is not None:
         return None
     rows = [r for r in p.store.images() if r["provider"] == p.kind]
     if not rows:
@@ -120,10 +121,10 @@ def for_provision(p: Provider) -> Mapping[str, Any] | None:
 
 
 def for_repair(tb: Resolved, p: Provider, profile: str | None) -> ImageRow | None:
-    """The image a lost host of ``tb`` is repaired from: one recorded for its provider (where it
-    ``repairs_from_image``) whose key is that of ``profile`` as it is now (the set-up the repair applies); None
-    otherwise. Costs nothing when no image of this provider is recorded."""
-    if not profile or not p.repairs_from_image or p.images_why:
+    """The image a lost host of ``tb`` is repaired from: one recorded for its provider (where it can repair from an
+    image) whose key is that of ``profile`` as it is now (the set-up the repair applies); None otherwise. Costs
+    nothing when no image of this provider is recorded."""
+    if not profile or not p.can(Capability.REPAIR_FROM_IMAGE):
         return None
     rows = [r for r in tb.store.images() if r["provider"] == p.kind]
     if not rows:
@@ -142,7 +143,7 @@ def offer(tb: Resolved, *, profile: str | None, suite: str | None, extra_vars: d
     bake, one line saying that a bake would make repairs faster and how. (image, note); a bake that fails is a
     note, never a failed set-up."""
     p = tb.provider()
-    if p.images_why or p.booted_image() is not None or p.bake_refusal(profile or suite) is not None:
+    if not p.can(Capability.IMAGES) or p.booted_image() is not None or p.bake_refusal(profile or suite) is not None:
         return None, None
     from testbed import setup
 

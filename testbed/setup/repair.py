@@ -39,7 +39,7 @@ def repair(tb: Resolved, host: str, *, setup: bool = True, profile: str | None =
            progress: Progress | None = None) -> Repair:
     """Bring one failed host back without touching the others (as ``testbed provision NAME --repair HOST``),
     then apply set-up (``profile``, else the set-up last applied to this testbed; none when it was never set
-    up). Where that set-up has an image and the provider ``repairs_from_image``, the host comes back on a new
+    up). Where that set-up has an image and the provider can repair from an image, the host comes back on a new
     disk from it, and only the per-testbed roles run there. The set-up is verified on the hosts brought back,
     skipped as usual on the others unless their address changed (a host rebuilt with new host keys changes
     every host's, so the peers learn its keys). What was built once

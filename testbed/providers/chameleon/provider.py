@@ -65,13 +65,13 @@ def snapshots(site: str, flavor: str) -> bool:
 class ChameleonProvider(Provider):
     """Bare-metal nodes on a Chameleon lease."""
 
-    capabilities = frozenset({Capability.EXTEND, Capability.REPAIR, Capability.EXPIRE})
+    # images: a Glance image of a server, made by Nova's createImage where it snapshots (bake_refusal)
+    capabilities = frozenset({Capability.EXTEND, Capability.REPAIR, Capability.EXPIRE, Capability.IMAGES})
     lacking = {Capability.KILL_HOST: "testbed does not drive a bare-metal node's power (Ironic)",
                Capability.CUT_NETWORK: "testbed does not change a bare-metal node's ports (Neutron)"}
     repair_how = "replaced by a new server on the same lease"
     kind = "chameleon"
 
-    images_why = ""  # a Glance image of a server, made by Nova's createImage where it snapshots (bake_refusal)
     image_timeout: float = 3600.0  # a snapshot's upload (a bare-metal disk takes minutes)
 
     _renewed: set[str]  # hosts whose server was (re)created by this provision

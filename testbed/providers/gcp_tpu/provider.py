@@ -54,16 +54,16 @@ if TYPE_CHECKING:
 
 class TpuProvider(Provider):
     capabilities = frozenset({Capability.REPAIR, Capability.EXPIRE})
-    lacking = {Capability.EXTEND: "TPU VMs are held by no reservation: they run, and bill, until deleted",
+    lacking = {Capability.IMAGES: "TPU VMs boot a runtime version (a Google-managed image): the TPU API testbed uses "
+                                  "(v2) has no field for a custom image and no snapshot of a TPU VM's disk (custom OS "
+                                  "images exist only in the alpha API, built by hand for some TPU generations); an "
+                                  "unchanged set-up is skipped by its content address instead",
+               Capability.EXTEND: "TPU VMs are held by no reservation: they run, and bill, until deleted",
                Capability.KILL_HOST: "testbed does not stop TPU VMs (the TPU API stops a whole node, not one worker)",
                Capability.CUT_NETWORK: "testbed does not change a TPU VM's network (the VPC is the project's)"}
     accelerator = "tpu"
     repair_how = "its node deleted and created again"
     kind = "gcp-tpu"
-    images_why = ("TPU VMs boot a runtime version (a Google-managed image): the TPU API testbed uses (v2) has no field "
-                  "for a custom image and no snapshot of a TPU VM's disk (custom OS images exist only in the alpha "
-                  "API, built by hand for some TPU generations); an unchanged set-up is skipped by its content "
-                  "address instead")
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet, *,
                  polling: Polling | None = None):

@@ -21,10 +21,10 @@ from testbed.textfmt import plural
 
 class LabProvider(Provider):
     kind = "lab"
-    images_why = ("a lab's machines keep their disks (nothing to boot an image on); an unchanged set-up is skipped by "
-                  "its content address")
     capabilities = frozenset({Capability.REPAIR})
-    lacking = {Capability.EXTEND: "a lab's machines are held by no reservation of testbed's",
+    lacking = {Capability.IMAGES: "a lab's machines keep their disks (nothing to boot an image on); an unchanged "
+                                  "set-up is skipped by its content address",
+               Capability.EXTEND: "a lab's machines are held by no reservation of testbed's",
                Capability.EXPIRE: "a lab's hosts are not ours to end: expiry is not offered",
                Capability.KILL_HOST: "a lab's machines are shared, not testbed's to power off",
                Capability.CUT_NETWORK: "a lab's machines are shared, not testbed's to take off the network"}

@@ -181,13 +181,14 @@ class HostSlot:
 class LocalProvider(Provider):
     offline_hosts = True  # the hosts' only link is a bridge on this machine
     shares_controller_files = True  # their root is a copy-on-write overlay of this machine's /
-    capabilities = frozenset({Capability.KILL_HOST, Capability.CUT_NETWORK, Capability.REPAIR, Capability.EXPIRE})
+    # images: the set-up's changes as a read-only layer under the hosts' copy-on-write roots; a repair puts a new disk
+    # (upper layer) over the image's layer, its SSH key and runs kept
+    capabilities = frozenset({Capability.KILL_HOST, Capability.CUT_NETWORK, Capability.REPAIR, Capability.EXPIRE,
+                              Capability.IMAGES, Capability.REPAIR_FROM_IMAGE})
     lacking = {Capability.EXTEND: "its hosts are namespaces on this machine, held by no reservation: they stay "
                                   "until destroyed"}
     repair_how = "restarted on its own disk"
     kind = "local"
-    images_why = ""  # an image is the set-up's changes as a read-only layer under the hosts' copy-on-write roots
-    repairs_from_image = True  # a new disk (upper layer) over the image's layer: its SSH key and runs kept
     bakes_by_itself = True  # an image is a file under the state home: nothing bills for it
 
     @property
