@@ -13,6 +13,8 @@ warnings. Each finding is one line naming ``file:line`` where the suite's file g
   failure detection lets them checkpoint;
 - **unproducible references**: a reference whose ``where:`` asks for a parameter value (or a mode: a declared
   value of a parameter) that neither the default point nor any matrix point runs;
+- **unpinned GPU frameworks**: a GPU suite whose profile installs torch, deepspeed, tensorflow or jax without a
+  version: the newest release is built for the newest CUDA, which the testbed's driver may not run;
 - **hardware**: a suite that needs a GPU (or a TPU) when no shipped testbed spec it may run on declares one;
 - **login PATH**: a command that calls a program only a login shell's PATH has (conda, or what the profile installs
   in ``~/.local/bin``), where steps, ranks and faults run in a non-login shell.
@@ -63,7 +65,7 @@ def lint_suite(s: Suite, points: list[dict[str, Any]] | None = None, *, profile_
     runs = _runs(s)
     text = profile_text if profile_text is not None else set_up_text(s.profile)
     out = branch_heads(s) + profile_branch_builds(s.profile) + fault_timing(s, runs + list(points or [])) \
-        + unproducible_references(s, runs) \
+        + unproducible_references(s, runs) + unpinned_frameworks(s, runs + list(points or [])) \
         + hardware_missing(s, specs, runs + list(points or [])) + login_path_only(s, text)
     return list(dict.fromkeys(out))
 
@@ -129,6 +131,55 @@ def profile_branch_builds(profile: str | None) -> list[Finding]:
         name = step.vars.get("source_build_name", step.vars.get("source_build_repo", "a build"))
         out.append(Finding("branch-head", f"the profile builds {name} at {version!r}, a branch or tag that can move "
                            "between set-ups, not a commit (pin one: source_build_version: <hash>)", step.where()))
+    return out
+
+
+GPU_FRAMEWORKS = ("torch", "torchvision", "torchaudio", "deepspeed", "tensorflow", "jax", "jaxlib")
+"""Packages whose newest release is built for the newest CUDA: unpinned, a set-up months later installs one the
+testbed's NVIDIA driver cannot run (a CUDA 13 build needs driver 580 or later)."""
+_REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)$")
+
+
+def _resolved(value: Any, variables: dict[str, Any]) -> Any:
+    """``value`` read through ``{{ var }}`` in ``variables`` (bounded); any other template stays as it is."""
+    for _ in range(4):
+        m = _SIMPLE_VAR.match(value) if isinstance(value, str) else None
+        if not m or m.group(1) not in variables:
+            break
+        value = variables[m.group(1)]
+    return value
+
+
+def unpinned_frameworks(s: Suite, runs: list[dict[str, Any]] | None = None) -> list[Finding]:
+    """In a suite that needs a GPU, a GPU framework (torch, deepspeed, ...) its profile installs with pip without a
+    version (or with only a lower bound): the set-up takes the newest release, built for whatever CUDA is newest
+    then, whatever driver the testbed has. Lists given as ``{{ var }}`` are read through the profile's vars; a
+    list computed otherwise is not judged."""
+    from testbed.setup import profiles as prof
+
+    if not s.profile or not {"gpu", "cuda"} & set(needs_hardware(s, runs)):
+        return []
+    try:
+        plan = prof.load_profile(s.profile)
+    except (TestbedError, OSError):
+        return []
+    out, seen = [], set()
+    for step in plan.steps:
+        variables = {**plan.vars, **step.vars}
+        for key, value in step.vars.items():
+            if not (key.endswith("pip_packages") or key == "packages_pip"):
+                continue
+            items = _resolved(value, plan.vars)
+            for req in items if isinstance(items, list) else []:
+                m = _REQ.match(str(_resolved(req, variables)))
+                if not m or m.group(1).lower() not in GPU_FRAMEWORKS or re.search(r"==|~=|<", m.group(3)):
+                    continue
+                if m.group(1).lower() not in seen:
+                    seen.add(m.group(1).lower())
+                    out.append(Finding("unpinned", f"the profile installs {m.group(1)} without a version ({key}): pip "
+                                       "takes the newest release, built for the newest CUDA, which the testbed's "
+                                       f"NVIDIA driver may not run (pin it: {m.group(1)}==<version> built for the "
+                                       "driver)", step.where()))
     return out
 
 # --- fault timing -----------------------------------------------------------------------------------------------

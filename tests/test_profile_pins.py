@@ -55,3 +55,40 @@ def test_the_shipped_profiles_pin_every_build_they_can() -> None:
 
     for name in available_profiles():
         assert lint.profile_branch_builds(name) == [], name
+
+
+GPU_PROFILE = """\
+description: gpu
+vars:
+  my_packages: [numpy, "torch>=2.0", deepspeed==0.15.1]
+roles:
+  - role: python_env
+    vars: {python_env_path: ~/env, python_env_pip_packages: "{{ my_packages }}"}
+  - role: python_env
+    vars: {python_env_path: ~/env2, python_env_pip_packages: [torchvision, "tensorflow[and-cuda]", torchaudio==2.4.1]}
+"""
+SUITE = """\
+name: {name}
+profile: gpu
+steps:
+  launch:
+    command: python3 train.py
+    needs: [{needs}]
+"""
+
+
+def test_an_unpinned_gpu_framework_of_a_gpu_suite_is_named_and_a_pinned_one_is_not(tb_home: Path) -> None:
+    from testbed.suite import load_suite
+
+    (tb_home / "playbooks" / "profiles").mkdir(parents=True)
+    (tb_home / "playbooks" / "profiles" / "gpu.yml").write_text(GPU_PROFILE)
+    (tb_home / "experiments").mkdir()
+    (tb_home / "experiments" / "trains.yml").write_text(SUITE.format(name="trains", needs="gpu"))
+    (tb_home / "experiments" / "cpu.yml").write_text(SUITE.format(name="cpu", needs=""))
+    found = lint.unpinned_frameworks(load_suite("trains"))
+    named = sorted(f.what.split(" without")[0].removeprefix("the profile installs ") for f in found)
+    assert named == ["tensorflow", "torch", "torchvision"], [f.line() for f in found]  # a lower bound still moves
+    where = tb_home / "playbooks" / "profiles" / "gpu.yml"
+    assert {f.where for f in found} == {f"{where}:5", f"{where}:7"} and all(f.kind == "unpinned" for f in found)
+    assert lint.unpinned_frameworks(load_suite("cpu")) == []  # a CPU suite: no driver to outrun
+    assert any(f.kind == "unpinned" for f in lint.lint_suite(load_suite("trains")))
