@@ -15,6 +15,8 @@ warnings. Each finding is one line naming ``file:line`` where the suite's file g
   value of a parameter) that neither the default point nor any matrix point runs;
 - **unpinned GPU frameworks**: a GPU suite whose profile installs torch, deepspeed, tensorflow or jax without a
   version: the newest release is built for the newest CUDA, which the testbed's driver may not run;
+- **bootstrap refusals**: the current get-pip.py run with a Python older than it accepts (in a suite's command, or
+  set as a profile python_env's URL for such an interpreter);
 - **hardware**: a suite that needs a GPU (or a TPU) when no shipped testbed spec it may run on declares one;
 - **login PATH**: a command that calls a program only a login shell's PATH has (conda, or what the profile installs
   in ``~/.local/bin``), where steps, ranks and faults run in a non-login shell.
@@ -65,7 +67,7 @@ def lint_suite(s: Suite, points: list[dict[str, Any]] | None = None, *, profile_
     runs = _runs(s)
     text = profile_text if profile_text is not None else set_up_text(s.profile)
     out = branch_heads(s) + profile_branch_builds(s.profile) + fault_timing(s, runs + list(points or [])) \
-        + unproducible_references(s, runs) + unpinned_frameworks(s, runs + list(points or [])) \
+        + unproducible_references(s, runs) + unpinned_frameworks(s, runs + list(points or [])) + bootstrap_refusals(s) \
         + hardware_missing(s, specs, runs + list(points or [])) + login_path_only(s, text)
     return list(dict.fromkeys(out))
 
@@ -180,6 +182,46 @@ def unpinned_frameworks(s: Suite, runs: list[dict[str, Any]] | None = None) -> l
                                        "takes the newest release, built for the newest CUDA, which the testbed's "
                                        f"NVIDIA driver may not run (pin it: {m.group(1)}==<version> built for the "
                                        "driver)", step.where()))
+    return out
+
+
+GET_PIP = "https://bootstrap.pypa.io/get-pip.py"
+GET_PIP_MIN = (3, 10)
+"""The oldest Python the current get-pip.py accepts (pip 26.1, April 2026): an older one gets "This script does not
+work on Python 3.N" and must use ``https://bootstrap.pypa.io/pip/3.N/get-pip.py``."""
+_PYTHON = re.compile(r"python(3)\.(\d+)\b")
+
+
+def _old_pythons(text: str) -> list[str]:
+    return sorted({f"{a}.{b}" for a, b in _PYTHON.findall(text) if (int(a), int(b)) < GET_PIP_MIN})
+
+
+def bootstrap_refusals(s: Suite) -> list[Finding]:
+    """A bootstrap that refuses the Python it is given: the current get-pip.py (which accepts Python 3.10 and later
+    only) for a Python older than that, named in the same command of the suite, or as the interpreter of a profile
+    ``python_env`` whose ``python_env_get_pip_url`` is set to it (left empty, the role picks pypa's frozen copy
+    for that version itself)."""
+    from testbed.setup import profiles as prof
+
+    out = []
+    for what, text, loc in _commands(s):
+        old = _old_pythons(text) if GET_PIP in text else []
+        if old:
+            out.append(Finding("bootstrap", f"{what} runs {GET_PIP} with Python {', '.join(old)}, which it refuses "
+                               f"(it needs {'.'.join(map(str, GET_PIP_MIN))} or later): use "
+                               f"https://bootstrap.pypa.io/pip/{old[0]}/get-pip.py", s.at(*loc)))
+    try:
+        plan = prof.load_profile(s.profile) if s.profile else None
+    except (TestbedError, OSError):
+        plan = None
+    for step in plan.steps if plan is not None else []:
+        variables = {**plan.vars, **step.vars} if plan is not None else {}
+        url = _resolved(variables.get("python_env_get_pip_url", ""), variables)
+        old = _old_pythons(str(_resolved(variables.get("python_env_python", ""), variables)))
+        if step.role == "python_env" and url == GET_PIP and old:
+            out.append(Finding("bootstrap", f"the profile's python_env bootstraps pip with {GET_PIP} for Python "
+                               f"{', '.join(old)}, which it refuses: leave python_env_get_pip_url empty (the role "
+                               "then takes pypa's frozen copy for that Python, checked by its sha256)", step.where()))
     return out
 
 # --- fault timing -----------------------------------------------------------------------------------------------

@@ -92,3 +92,63 @@ def test_an_unpinned_gpu_framework_of_a_gpu_suite_is_named_and_a_pinned_one_is_n
     assert {f.where for f in found} == {f"{where}:5", f"{where}:7"} and all(f.kind == "unpinned" for f in found)
     assert lint.unpinned_frameworks(load_suite("cpu")) == []  # a CPU suite: no driver to outrun
     assert any(f.kind == "unpinned" for f in lint.lint_suite(load_suite("trains")))
+
+
+def _get_pip_choice(version: str, **given: str) -> dict[str, str]:
+    """The python_env role's pick of get-pip.py for a venv of Python ``version``, rendered by Ansible's own templar
+    from the role's task and defaults as shipped."""
+    import yaml
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    role = Path(__file__).resolve().parents[1] / "playbooks" / "roles" / "python_env"
+    tasks = yaml.safe_load((role / "tasks" / "venv.yml").read_text())
+    block = next(t for t in tasks if t.get("name") == "Bootstrap pip with get-pip.py")["block"]
+    expr = next(t for t in block if t["name"].startswith("Pick"))["ansible.builtin.set_fact"]["python_env_get_pip"]
+    variables = {**yaml.safe_load((role / "defaults" / "main.yml").read_text()), **given,
+                 "python_env_version": {"stdout": version}}
+    return dict(Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expr)))
+
+
+def test_the_role_bootstraps_an_old_python_from_pypas_frozen_checksummed_get_pip() -> None:
+    old = _get_pip_choice("3.8")
+    assert old["url"] == "https://bootstrap.pypa.io/pip/3.8/get-pip.py" and len(old["sha256"]) == 64
+    assert _get_pip_choice("3.9")["url"].endswith("/pip/3.9/get-pip.py")
+    assert _get_pip_choice("3.12") == {"url": lint.GET_PIP, "sha256": ""}
+    mine = _get_pip_choice("3.8", python_env_get_pip_url="https://mirror.example/get-pip.py",
+                           python_env_get_pip_sha256="ab" * 32)
+    assert mine == {"url": "https://mirror.example/get-pip.py", "sha256": "ab" * 32}
+
+
+BOOT_PROFILE = """\
+description: boot
+roles:
+  - role: python_env
+    vars: {python_env_python: [/usr/bin/python3.8, python3],
+           python_env_get_pip_url: https://bootstrap.pypa.io/get-pip.py}
+  - role: python_env
+    vars: {python_env_path: ~/e2, python_env_python: python3.8}
+"""
+BOOT_SUITE = """\
+name: boot
+profile: boot
+steps:
+  prepare:
+    - {name: pip, run: "curl -sSL https://bootstrap.pypa.io/get-pip.py | python3.7 - --user"}
+    - {name: fine, run: "curl -sSL https://bootstrap.pypa.io/pip/3.7/get-pip.py | python3.7 - --user"}
+  launch:
+    command: python3.8 train.py
+"""
+
+
+def test_a_bootstrap_that_refuses_the_python_it_is_given_is_named(tb_home: Path) -> None:
+    from testbed.suite import load_suite
+
+    (tb_home / "playbooks" / "profiles").mkdir(parents=True)
+    (tb_home / "playbooks" / "profiles" / "boot.yml").write_text(BOOT_PROFILE)
+    (tb_home / "experiments").mkdir()
+    (tb_home / "experiments" / "boot.yml").write_text(BOOT_SUITE)
+    found = lint.bootstrap_refusals(load_suite("boot"))
+    assert [f.where.rsplit("/", 1)[-1] for f in found] == ["boot.yml:5", "boot.yml:3"], [f.line() for f in found]
+    assert "Python 3.7, which it refuses" in found[0].what and "pip/3.7/get-pip.py" in found[0].what
+    assert "Python 3.8, which it refuses" in found[1].what and "leave python_env_get_pip_url empty" in found[1].what
