@@ -17,6 +17,8 @@ warnings. Each finding is one line naming ``file:line`` where the suite's file g
   version: the newest release is built for the newest CUDA, which the testbed's driver may not run;
 - **bootstrap refusals**: the current get-pip.py run with a Python older than it accepts (in a suite's command, or
   set as a profile python_env's URL for such an interpreter);
+- **estimates**: an estimate that gives one time to matrix points differing only in a parameter that scales the run
+  (epochs, steps, iterations, a data fraction...);
 - **hardware**: a suite that needs a GPU (or a TPU) when no shipped testbed spec it may run on declares one;
 - **login PATH**: a command that calls a program only a login shell's PATH has (conda, or what the profile installs
   in ``~/.local/bin``), where steps, ranks and faults run in a non-login shell.
@@ -68,6 +70,7 @@ def lint_suite(s: Suite, points: list[dict[str, Any]] | None = None, *, profile_
     text = profile_text if profile_text is not None else set_up_text(s.profile)
     out = branch_heads(s) + profile_branch_builds(s.profile) + fault_timing(s, runs + list(points or [])) \
         + unproducible_references(s, runs) + unpinned_frameworks(s, runs + list(points or [])) + bootstrap_refusals(s) \
+        + estimate_ignores_scale(s, runs) \
         + hardware_missing(s, specs, runs + list(points or [])) + login_path_only(s, text)
     return list(dict.fromkeys(out))
 
@@ -222,6 +225,40 @@ def bootstrap_refusals(s: Suite) -> list[Finding]:
             out.append(Finding("bootstrap", f"the profile's python_env bootstraps pip with {GET_PIP} for Python "
                                f"{', '.join(old)}, which it refuses: leave python_env_get_pip_url empty (the role "
                                "then takes pypa's frozen copy for that Python, checked by its sha256)", step.where()))
+    return out
+
+
+_SCALES = re.compile(r"epoch|step|iter|loop|sample|percent|fraction|batches|rounds|tokens|duration|seconds|minutes")
+"""Words of a parameter name that says how much work a run does (how long it runs)."""
+
+
+def estimate_ignores_scale(s: Suite, runs: list[dict[str, Any]]) -> list[Finding]:
+    """An estimate that gives one time to points that differ only in a parameter that scales the run (its name says
+    epochs, steps, iterations, a data fraction...): ``plan`` and budgets would be wrong for all but one of them."""
+    from testbed.estimate import declared
+
+    if s.estimate is None or not s.matrix:
+        return []
+    raw = s.estimate.model_dump() if hasattr(s.estimate, "model_dump") else s.estimate
+    try:
+        est = declared(raw)
+        timed = [(r, est.pick(r).seconds(r)) for r in runs]
+    except ValueError:  # a point the estimate cannot time is the forecast's to say
+        return []
+    out = []
+    for name, prm in s.parameters.items():
+        if prm.type not in ("int", "float") or not _SCALES.search(name.lower()):
+            continue
+        groups: dict[str, dict[Any, float]] = {}
+        for r, sec in timed:
+            key = repr(sorted((k, repr(v)) for k, v in r.items() if k != name))
+            groups.setdefault(key, {})[r.get(name)] = sec
+        flat = next((g for g in groups.values() if len(g) > 1 and len(set(g.values())) == 1), None)
+        if flat is not None:
+            values = ", ".join(str(v) for v in sorted(flat, key=str))
+            out.append(Finding("estimate", f"the estimate gives {next(iter(flat.values())):.0f} s to the points whose "
+                               f"{name} is {values}, though {name} scales the run: name it in the estimate "
+                               f"(for example '1m * {name}')", s.at("estimate")))
     return out
 
 # --- fault timing -----------------------------------------------------------------------------------------------
