@@ -19,6 +19,7 @@ warnings. Each finding is one line naming ``file:line`` where the suite's file g
   set as a profile python_env's URL for such an interpreter);
 - **estimates**: an estimate that gives one time to matrix points differing only in a parameter that scales the run
   (epochs, steps, iterations, a data fraction...);
+- **quantities**: a reference whose metric says one unit (%, a fraction, ms, s) and whose column another;
 - **hardware**: a suite that needs a GPU (or a TPU) when no shipped testbed spec it may run on declares one;
 - **login PATH**: a command that calls a program only a login shell's PATH has (conda, or what the profile installs
   in ``~/.local/bin``), where steps, ranks and faults run in a non-login shell.
@@ -70,7 +71,7 @@ def lint_suite(s: Suite, points: list[dict[str, Any]] | None = None, *, profile_
     text = profile_text if profile_text is not None else set_up_text(s.profile)
     out = branch_heads(s) + profile_branch_builds(s.profile) + fault_timing(s, runs + list(points or [])) \
         + unproducible_references(s, runs) + unpinned_frameworks(s, runs + list(points or [])) + bootstrap_refusals(s) \
-        + estimate_ignores_scale(s, runs) \
+        + estimate_ignores_scale(s, runs) + unit_mismatches(s) \
         + hardware_missing(s, specs, runs + list(points or [])) + login_path_only(s, text)
     return list(dict.fromkeys(out))
 
@@ -259,6 +260,34 @@ def estimate_ignores_scale(s: Suite, runs: list[dict[str, Any]]) -> list[Finding
             out.append(Finding("estimate", f"the estimate gives {next(iter(flat.values())):.0f} s to the points whose "
                                f"{name} is {values}, though {name} scales the run: name it in the estimate "
                                f"(for example '1m * {name}')", s.at("estimate")))
+    return out
+
+
+_UNITS: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = (  # (unit, as a metric says it, as a column does)
+    ("percent", re.compile(r"%|\bpercent"), re.compile(r"(_|^)(pct|percent(age)?)$")),
+    ("fraction", re.compile(r"\b(fraction|ratio|share)\b"), re.compile(r"(_|^)(fraction|frac|ratio|share)$")),
+    ("milliseconds", re.compile(r"\bms\b|millisecond"), re.compile(r"(_|^)(ms|millis(econds)?)$")),
+    ("seconds", re.compile(r"\b(s|sec|secs|seconds?)\b"), re.compile(r"(_|^)(s|sec|secs|seconds)$")),
+)
+
+
+def _unit(text: str, column: bool) -> str | None:
+    return next((unit for unit, said, named in _UNITS if (named if column else said).search(text.lower())), None)
+
+
+def unit_mismatches(s: Suite) -> list[Finding]:
+    """A reference whose metric says one unit (``%``, a fraction, ``ms``, ``s``) and whose column another: the verdict
+    would compare a different quantity than the paper's claim (a count, ``reduce: count``, has no unit)."""
+    out = []
+    for i, m in enumerate(s.references.metrics if s.references is not None else []):
+        if getattr(m, "reduce", None) == "count" or not m.column:
+            continue
+        said, read = _unit(m.metric, False), _unit(m.column, True)
+        if said and read and said != read:
+            out.append(Finding("quantity", f"reference {m.metric!r} is in {said} but compares column {m.column!r}, "
+                               f"which is in {read}: the verdict would compare a different quantity than the claim "
+                               "(name the column that holds the claim's quantity, or convert it in the parser)",
+                               s.at("references", "metrics", i)))
     return out
 
 # --- fault timing -----------------------------------------------------------------------------------------------
