@@ -20,6 +20,7 @@ warnings. Each finding is one line naming ``file:line`` where the suite's file g
 - **estimates**: an estimate that gives one time to matrix points differing only in a parameter that scales the run
   (epochs, steps, iterations, a data fraction...);
 - **quantities**: a reference whose metric says one unit (%, a fraction, ms, s) and whose column another;
+- **host labels**: a reference that picks its row by a host's name;
 - **hardware**: a suite that needs a GPU (or a TPU) when no shipped testbed spec it may run on declares one;
 - **login PATH**: a command that calls a program only a login shell's PATH has (conda, or what the profile installs
   in ``~/.local/bin``), where steps, ranks and faults run in a non-login shell.
@@ -71,7 +72,7 @@ def lint_suite(s: Suite, points: list[dict[str, Any]] | None = None, *, profile_
     text = profile_text if profile_text is not None else set_up_text(s.profile)
     out = branch_heads(s) + profile_branch_builds(s.profile) + fault_timing(s, runs + list(points or [])) \
         + unproducible_references(s, runs) + unpinned_frameworks(s, runs + list(points or [])) + bootstrap_refusals(s) \
-        + estimate_ignores_scale(s, runs) + unit_mismatches(s) \
+        + estimate_ignores_scale(s, runs) + unit_mismatches(s) + host_keyed_references(s) \
         + hardware_missing(s, specs, runs + list(points or [])) + login_path_only(s, text)
     return list(dict.fromkeys(out))
 
@@ -288,6 +289,21 @@ def unit_mismatches(s: Suite) -> list[Finding]:
                                f"which is in {read}: the verdict would compare a different quantity than the claim "
                                "(name the column that holds the claim's quantity, or convert it in the parser)",
                                s.at("references", "metrics", i)))
+    return out
+
+
+def host_keyed_references(s: Suite) -> list[Finding]:
+    """A reference that picks its row by a host's name (``where: {host: ...}``): the verdict holds only on a testbed
+    whose hosts are named so (a replica, another lab or a new lease names them otherwise); a rank or a parameter
+    says the same of every testbed."""
+    out = []
+    for i, m in enumerate(s.references.metrics if s.references is not None else []):
+        for key in ("host", "hostname", "node"):
+            if key in m.where and isinstance(m.where[key], str):
+                out.append(Finding("host-label", f"reference {m.metric!r} picks its row by the host name "
+                                   f"{m.where[key]!r} ({key}:): another testbed names its hosts otherwise, so the "
+                                   "verdict would say not measured there (key it by rank, or by a parameter)",
+                                   s.at("references", "metrics", i, "where", key)))
     return out
 
 # --- fault timing -----------------------------------------------------------------------------------------------

@@ -57,3 +57,14 @@ def test_a_mutant_of_datastalls_cached_percent_reading_the_stall_fraction_is_fou
     found = lint.unit_mismatches(load_suite(str(mutant)))
     assert found and "is in percent but compares column 'fetch_stall_fraction'" in found[0].what, found
     assert lint.unit_mismatches(load_suite("datastall-emulator")) == []
+
+
+def test_a_reference_keyed_by_a_host_name_is_named_and_one_keyed_by_rank_is_not(tb_home: Path) -> None:
+    (tb_home / "experiments").mkdir()
+    path = tb_home / "experiments" / "units.yml"
+    text = SUITE.replace("METRIC", "epoch s").replace("COLUMN", "epoch_s")
+    path.write_text(text.replace("      table: t\n", "      table: t\n      where: {host: ecetesla0}\n"))
+    found = lint.host_keyed_references(load_suite("units"))
+    assert len(found) == 1 and found[0].where == f"{path}:11" and "'ecetesla0'" in found[0].what, found
+    path.write_text(text.replace("      table: t\n", "      table: t\n      where: {rank: 0}\n"))
+    assert lint.host_keyed_references(load_suite("units")) == []
