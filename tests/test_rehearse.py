@@ -129,6 +129,68 @@ def test_the_probe_leaves_out_an_environment_read_its_argv_never_reaches(venv: d
         "train.py:7 reads $WORLD_SIZE, which is not set for this rank"], found
 
 
+ARGV_SCRIPT = """import argparse, os
+p = argparse.ArgumentParser()
+p.add_argument("--data_dir", default="./data")
+p.add_argument("--output_dir", required=True)
+p.add_argument("--log-file", default="logs/train.log")
+p.add_argument("--master", default="tcp://10.0.0.1:29500")
+p.add_argument("--model", default="vgg")
+p.add_argument("sets", nargs="*")
+args = p.parse_args()
+os.makedirs(args.output_dir, exist_ok=True)
+with open(os.path.join(os.getcwd(), "results", "r.csv"), "w") as f:
+    f.write("x")
+"""
+
+
+def test_the_probe_checks_the_files_and_folders_its_argv_names(venv: dict[str, Any]) -> None:
+    """An input the argv names must exist; an output folder the code makes is made by the probe where the program
+    would (the working folder), one it does not make must exist; a path built from os.getcwd() is a literal one."""
+    (venv["src"] / "train.py").write_text(ARGV_SCRIPT)
+    r = _py(venv, "train.py", "--output_dir", "out/run1", "a/b")
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert r.returncode == PROBLEM_EXIT, r.stdout + r.stderr
+    assert sorted(found["problems"]) == sorted([
+        f"train.py: --data_dir names ./data, an input that does not exist in {venv['src']}",
+        f"train.py: --log-file names logs/train.log, but logs/ does not exist in {venv['src']} and the code does not "
+        "make it",
+        f"train.py:11 writes results/r.csv, but results/ does not exist in {venv['src']} and the code does not make it",
+    ]), found["problems"]  # --master (a URL), --model (a word) and the positional list name no path
+    assert (venv["src"] / "out" / "run1").is_dir() and found["made"] == ["out/run1"]  # as main.py's makedirs would
+    assert {(a["dest"], a["kind"]) for a in found["argv_paths"]} == {
+        ("data_dir", "input"), ("output_dir", "output"), ("log_file", "output")}, found["argv_paths"]
+
+    for f in venv["run"].glob("probe-*.json"):
+        f.unlink()
+    for d in ("data", "logs", "results"):
+        (venv["src"] / d).mkdir()
+    r = _py(venv, "train.py", "--output_dir", "out/run2")
+    assert r.returncode == 0 and "testbed probe: ready" in r.stdout, r.stdout + r.stderr
+    assert json.loads(next(venv["run"].glob("probe-*.json")).read_text())["problems"] == []
+
+
+def test_a_probed_rank_stays_alive_until_its_bound_or_a_signal(venv: dict[str, Any]) -> None:
+    """The config's stay: the probe lives on after its checks (as the program would), and a signal ends it."""
+    import signal
+    import time
+
+    cfg = json.loads((Path(venv["env"]["HOME"]) / ".cache" / "testbed" / "probe.json").read_text())
+    (Path(venv["env"]["HOME"]) / ".cache" / "testbed" / "probe.json").write_text(json.dumps({**cfg, "stay": 3}))
+    (venv["src"] / "log").mkdir()
+    t0 = time.monotonic()
+    r = _py(venv, "train.py", env={"RANK": "0"})
+    assert r.returncode == 0 and 3 <= time.monotonic() - t0 < 60, r.stdout
+    assert "testbed probe: ready: alive 3 s or until signalled" in r.stdout
+    (Path(venv["env"]["HOME"]) / ".cache" / "testbed" / "probe.json").write_text(json.dumps({**cfg, "stay": 25}))
+    p = subprocess.Popen([venv["python"], "train.py"], cwd=venv["src"], env={**venv["env"], "RANK": "0"},
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and "ready" in p.stdout.readline() + p.stdout.readline()
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=20) == -signal.SIGTERM and time.monotonic() - t0 < 5
+
+
 def test_the_probe_runs_in_the_oldest_python_of_the_artifacts_envs() -> None:
     """The probe runs inside the rank's own interpreter: datastall's conda env is Python 3.9, ISCA's TPU image 3.8.
     ``isinstance(v, str | int)`` raised TypeError there (a union of types at run time needs 3.10)."""
@@ -151,10 +213,21 @@ def test_a_rehearsed_plan_skips_what_the_replica_lacks_and_probes_the_ranks(tb_h
         if s.name in needy:
             assert all(c.startswith("echo ") and "skipped: needs" in c for c in s.commands.values())
     assert plan.prepare[-1].name == "rehearse: arm the probe" and plan.post[0].name == "rehearse: disarm the probe"
-    assert "testbed_probe.py" in plan.files and plan.faults == []
+    assert "testbed_probe.py" in plan.files
     assert plan.rehearsal["probed_ranks"] == [r.rank for r in plan.ranks]
-    assert plan.rehearsal["not_rehearsed"] == ["fault kill-rank: the ranks it targets are probed, not run"]
+    # the fault is kept: it fires on the victim's probe (ready, staying alive) through the real supervisor
+    [f] = plan.faults
+    assert (f.name, f.when, f.watch_rank, f.at) == ("kill-rank", "testbed probe: ready", 1, None), f
+    assert plan.rehearsal["not_rehearsed"] == [
+        "fault kill-rank: fired when rank 1's probe was ready, not at /\\| Batch 5 \\|/ in rank 0's log (a probe "
+        "prints no progress)"]
+    assert f.recovery_steps(1), "the relaunch runs"
+    arm = next(c for c in plan.prepare[-1].commands.values())
+    assert json.loads(shlex.split(arm)[-1])["stay"] == rh.probe_stay(plan) == 5.0
     assert all("probe-*.json" in globs for globs in plan.outputs.values())
+    shred = rh.rehearsal_plan(runner.plan_run(suite, None, {"fault": "shred-libtorch"}, dry_run=True), suite, "c")
+    assert shred.faults == [] and shred.rehearsal is not None and \
+        shred.rehearsal["not_rehearsed"] == ["fault shred-libtorch: needs gpu, which the replica lacks"]
 
 
 def test_a_replica_has_the_real_testbeds_shape(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -294,13 +367,19 @@ def test_jitc_rehearsed_ranks_probed_through_their_real_launch(tmp_path: Path, n
     tracer = next(s for n, s in steps.items() if n.startswith("check the CUDA trace preload"))
     assert tracer["status"] == "skipped" and "needs cuda" in tracer["reason"], steps
     assert all(s["status"] == "ran" for n, s in steps.items() if s is not tracer), json.dumps(point, indent=1)
-    assert point["ranks"] == "probed" and len(point["probes"]) == 2, json.dumps(point, indent=1)
+    # both ranks probed, then both again after the relaunch (with --from_checkpoint, as the recovery starts them)
+    assert point["ranks"] == "probed" and len(point["probes"]) == 4, json.dumps(point, indent=1)
+    assert sorted("--from_checkpoint" in p["argv"] for p in point["probes"]) == [False, False, True, True]
     for p in point["probes"]:
         assert p["script"] == "main.py" and p["parsed_by"] == "its own parser", p
         assert p["cwd"].endswith("open-jitc/UserLevel"), p
     nr = point["not_rehearsed"]
-    assert nr[0] == "fault kill-rank: the ranks it targets are probed, not run", nr
+    assert nr[0].startswith("fault kill-rank: fired when rank 1's probe was ready"), nr
     assert all(x.startswith("output ") and "probed or skipped" in x for x in nr[1:]), nr  # what the probe stood for
+    # the fault fired on the probed victim through the real supervisor, was detected, and every rank relaunched
+    [line] = point["faults"]
+    assert line.startswith("fault kill-rank: fired (signal on ") and ", detected " in line and "SIGKILL" in line \
+        and line.endswith(", ranks relaunched (attempt 1)"), line
     assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)
 
 
