@@ -213,6 +213,11 @@ def plan_shape(plan: RunPlan) -> tuple[Any, ...]:
     return steps, ranks, tuple(f.name for f in plan.faults)
 
 
+def in_container(command: str) -> bool:
+    """Whether a shell command runs its program inside a container (``docker run``, ``podman run``)."""
+    return re.search(r"(?<![\w-])(docker|podman)(\s+-\S+(\s+[^\s;&|-]\S*)?)*\s+(run|exec)\b", command) is not None
+
+
 # --- the plan, rehearsed ----------------------------------------------------------------------------------------
 def lacks_here(needs: list[str], kind: str) -> list[str]:
     """The commands among ``needs`` that this machine (whose commands a replica's hosts of provider ``kind`` run)
@@ -242,7 +247,12 @@ def rehearsal_plan(plan: RunPlan, suite: Suite, like: str) -> RunPlan:
     compiled = [p for p in programs if not p.endswith(".py")]
     for r in plan.ranks:  # the probe stands in for Python programs only: a compiled one the suite names is skipped
         found = [p for p in compiled if p in r.command]
-        if r.rank in probed and found:
+        if in_container(r.command):
+            skipped_ranks[r.rank] = ("runs its program inside `docker run`, which the probe cannot reach (the "
+                                     "container's own interpreter never reads the replica's hook) and the replica "
+                                     "cannot run (no image, no route to a registry)")
+            r.command = "echo " + shlex.quote(f"testbed rehearse: rank {r.rank} skipped: {skipped_ranks[r.rank]}")
+        elif r.rank in probed and found:
             why = (f"needs {', '.join(sorted(set(r.needs) & lacks))}, which the replica lacks, and runs "
                    f"{', '.join(found)}, a compiled program the probe cannot stand in for")
             skipped_ranks[r.rank] = why

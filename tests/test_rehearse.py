@@ -170,6 +170,46 @@ def test_the_probe_checks_the_files_and_folders_its_argv_names(venv: dict[str, A
     assert json.loads(next(venv["run"].glob("probe-*.json")).read_text())["problems"] == []
 
 
+def test_a_module_run_with_python_m_is_probed_with_its_own_parser(venv: dict[str, Any]) -> None:
+    """``python -m pkg.train``: the hook finds the module's file under the source checkout (sys.argv has lost the
+    module's name by then) and runs its parser as -m would (its package's relative imports resolve)."""
+    pkg = venv["src"] / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "opts.py").write_text("EPOCHS = 3\n")
+    (pkg / "train.py").write_text("from .opts import EPOCHS\n" + SCRIPT.replace("default=1", "default=EPOCHS"))
+    r = _py(venv, "-u", "-m", "pkg.train", "--model", "vit", env={"RANK": "0"})
+    assert r.returncode == PROBLEM_EXIT and "TRAINED" not in r.stdout, r.stdout + r.stderr
+    assert "testbed probe: -m pkg.train --model vit (in " in r.stdout, r.stdout
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert found["module"] == "pkg.train" and found["script"].endswith("pkg/train.py"), found
+    assert found["parsed_by"] == "its own parser" and "invalid choice: 'vit'" in found["problems"][0], found
+    for f in venv["run"].glob("probe-*.json"):
+        f.unlink()
+    (venv["src"] / "log").mkdir()
+    r = _py(venv, "-m", "pkg.train", env={"RANK": "0"})
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert r.returncode == 0 and found["problems"] == [] and found["args"]["epochs"] == 3, found
+    assert _py(venv, "-m", "json.tool", "--help").returncode == 0  # a module outside the checkout runs as it is
+
+
+def test_a_rank_inside_docker_run_is_skipped_and_checks_on_its_output_are_not_rehearsed(tmp_path: Path) -> None:
+    (tmp_path / "c.yml").write_text(
+        "name: c\nrequires: {hosts: 2}\nsteps:\n  launch:\n    needs: [gpu]\n    command: >-\n"
+        "      {% if rank == 0 %}docker run --rm --gpus all -v $PWD:/w img:1 python3 /w/train.py{% else %}"
+        "python3 train.py{% endif %}\n"
+        "checks: [{name: trained, on: master, file: out/log.txt, contains: done}]\n")
+    suite = load_suite(str(tmp_path / "c.yml"))
+    plan = rh.rehearsal_plan(runner.plan_run(suite, None, {}, dry_run=True), suite, "lab")
+    assert plan.rehearsal is not None
+    assert plan.ranks[0].command.startswith("echo ") and "inside `docker run`" in plan.ranks[0].command
+    assert "docker" not in plan.ranks[1].command and plan.rehearsal["probed_ranks"] == [1]
+    assert plan.checks == [] and plan.rehearsal["not_rehearsed"] == [
+        "check trained: reads out/log.txt, which the probed or skipped ranks do not write"]
+    assert "inside `docker run`" in plan.rehearsal["skipped_ranks"]["0"]
+    assert rh.in_container("sudo docker -H x run img") and not rh.in_container("echo docker-run; python3 run.py")
+
+
 def test_a_probed_rank_stays_alive_until_its_bound_or_a_signal(venv: dict[str, Any]) -> None:
     """The config's stay: the probe lives on after its checks (as the program would), and a signal ends it."""
     import signal

@@ -43,16 +43,65 @@ def _config() -> dict | None:
         return None
 
 
+def _module_argv() -> list:
+    """The interpreter's own command line (``sys.orig_argv``, 3.10+; else /proc/self/cmdline): with ``-m``, the
+    module name is gone from ``sys.argv`` when the .pth hook runs."""
+    orig = getattr(sys, "orig_argv", None)
+    if orig:
+        return list(orig)
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _module() -> str | None:
+    """The module a ``python -m MODULE`` process runs, else None."""
+    if not sys.argv or sys.argv[0] != "-m":
+        return None
+    words = _module_argv()
+    for i, w in enumerate(words[1:], 1):
+        if w == "-m" and i + 1 < len(words):
+            return words[i + 1]
+        if w.startswith("-m") and len(w) > 2:
+            return w[2:]
+        if not w.startswith("-"):
+            return None  # a script, not a module
+    return None
+
+
+def _module_file(module: str) -> str | None:
+    """The source file ``python -m module`` runs (a package's ``__main__``), found from the working folder first as
+    ``-m`` does, without running it."""
+    import importlib.util
+
+    saved = list(sys.path)
+    sys.path.insert(0, os.getcwd())
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(module + ".__main__")
+        return spec.origin if spec is not None and spec.origin and spec.origin.endswith(".py") else None
+    except (ImportError, ValueError, AttributeError):
+        return None
+    finally:
+        sys.path[:] = saved
+
+
 def _target(cfg: dict) -> str | None:
-    """The main script when it is one the rehearsal probes."""
+    """The main script when it is one the rehearsal probes (for ``python -m``: the module's file)."""
     argv0 = sys.argv[0] if sys.argv else ""
+    module = _module()
+    if module is not None:
+        argv0 = _module_file(module) or ""
     if not argv0.endswith(".py"):
         return None
     script = os.path.realpath(argv0)
     roots = [os.path.realpath(os.path.expanduser(r)) for r in cfg.get("roots", [])]
     named = {os.path.realpath(os.path.expanduser(p)) for p in cfg.get("programs", [])}
     names = {os.path.basename(p) for p in cfg.get("programs", [])}
-    if script in named or os.path.basename(script) in names:
+    if script in named or os.path.basename(script) in names or (module is not None and module in names):
         return argv0
     if any(script == r or script.startswith(r.rstrip("/") + "/") for r in roots):
         return argv0
@@ -67,7 +116,7 @@ def hook() -> None:
     script = _target(cfg)
     if script is None:
         return
-    findings = probe(script, sys.argv[1:], cfg)
+    findings = probe(script, sys.argv[1:], cfg, module=_module())
     report(findings, cfg)
     sys.stdout.flush()
     if findings["problems"]:
@@ -97,9 +146,11 @@ def stay_alive(seconds: float) -> None:
 
 
 # --- the checks -----------------------------------------------------------------------------------------------
-def probe(script: str, argv: list[str], cfg: dict) -> dict:
+def probe(script: str, argv: list[str], cfg: dict, module: str | None = None) -> dict:
+    """The checks of ``script`` run with ``argv`` (``module``: run as ``python -m module``)."""
     cwd = os.getcwd()
     out: dict = {"host": os.uname().nodename, "pid": os.getpid(), "script": script, "argv": argv, "cwd": cwd,
+                 "module": module,
                  "python": sys.executable, "problems": [], "notes": [],
                  "rank_env": {k: v for k, v in os.environ.items() if k in RANK_ENV}}
     if not os.path.isfile(script):
@@ -111,7 +162,7 @@ def probe(script: str, argv: list[str], cfg: dict) -> dict:
     except SyntaxError as e:
         out["problems"].append(f"{script}:{e.lineno}: the script does not parse with {sys.version.split()[0]}: {e.msg}")
         return out
-    parsed = parse_args(script, argv, tree)
+    parsed = parse_args(script, argv, tree, module)
     out.update({k: v for k, v in parsed.items() if k != "problem"})
     if parsed.get("problem"):
         out["problems"].append(parsed["problem"])
@@ -134,8 +185,9 @@ class _Refused(BaseException):
     pass
 
 
-def parse_args(script: str, argv: list[str], tree: ast.Module) -> dict:
-    """argv through the script's own parser: run up to ``parse_args`` (nothing past it), or read with ``ast``."""
+def parse_args(script: str, argv: list[str], tree: ast.Module, module: str | None = None) -> dict:
+    """argv through the script's own parser: run up to ``parse_args`` (nothing past it; a ``module`` as ``-m``
+    runs it, its package imported), or read with ``ast``."""
     import argparse
     import runpy
     import signal
@@ -166,10 +218,13 @@ def parse_args(script: str, argv: list[str], tree: ast.Module) -> dict:
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(_Refused("no parse_args within 120 s")))
     signal.alarm(120)
     sys.argv = [script, *argv]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    sys.path.insert(0, os.getcwd() if module else os.path.dirname(os.path.abspath(script)))
     failed: str | None = None
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(script, run_name="__main__")
         return {"parsed_by": "none", "note": "the script ended without parsing arguments"}
     except _Parsed as p:
         args = p.args[0]
@@ -531,7 +586,8 @@ def report(findings: dict, cfg: dict) -> None:
             json.dump(findings, f, indent=1, default=str)
     except OSError as e:
         print(f"testbed probe: cannot write {path}: {e}", file=sys.stderr)
-    what = f"{findings['script']} {' '.join(findings['argv'])}".strip()
+    shown = f"-m {findings['module']}" if findings.get("module") else findings["script"]
+    what = f"{shown} {' '.join(findings['argv'])}".strip()
     print(f"testbed probe: {what} (in {findings['cwd']}) replaced by the probe on {findings['host']}; "
           f"argv checked by {findings.get('parsed_by', 'none')}", flush=True)
     for p in findings["problems"]:
