@@ -231,16 +231,19 @@ def rehearsal_plan(plan: RunPlan, suite: Suite, like: str) -> RunPlan:
     """``plan`` as the replica runs it: steps whose needs it lacks skipped, ranks that need them probed."""
     lacks = set(LACKS)
     skipped: dict[str, str] = {}
+    texts: dict[str, str] = {}  # what each skipped step would have run: a file a probe misses may be made there
     for steps in (plan.sources, plan.prepare, plan.post):
         for s in steps:
             miss = sorted(set(s.needs) & lacks)
             if miss:
                 why = f"needs {', '.join(miss)}, which the replica lacks"
                 skipped[s.name] = why
+                texts[s.name] = "\n".join(dict.fromkeys(s.commands.values()))
                 s.commands = {h: "echo " + shlex.quote(f"testbed rehearse: skipped: {why}") for h in s.hosts}
     probed = sorted({r.rank for r in plan.ranks if set(r.needs) & lacks})
     not_rehearsed: list[str] = []
     skipped_ranks: dict[int, str] = {}
+    stand_ins: dict[int, list[str]] = {}
     from testbed import points
 
     programs = points.probes(suite, plan.params)  # per point: templates and {when, probe} entries
@@ -252,9 +255,14 @@ def rehearsal_plan(plan: RunPlan, suite: Suite, like: str) -> RunPlan:
                                      "container's own interpreter never reads the replica's hook) and the replica "
                                      "cannot run (no image, no route to a registry)")
             r.command = "echo " + shlex.quote(f"testbed rehearse: rank {r.rank} skipped: {skipped_ranks[r.rank]}")
+        elif r.rank in probed and found and under_mpirun(r.command):
+            r.command = mpi_stand_in(r.command, found, f"{plan.run_dir}/{MPI_STAND_IN}")
+            stand_ins[r.rank] = found
+            not_rehearsed.append(f"rank {r.rank}: {', '.join(found)} stood in by an MPI program under the real "
+                                 "mpirun line (needs " + ", ".join(sorted(set(r.needs) & lacks)) + ")")
         elif r.rank in probed and found:
             why = (f"needs {', '.join(sorted(set(r.needs) & lacks))}, which the replica lacks, and runs "
-                   f"{', '.join(found)}, a compiled program the probe cannot stand in for")
+                   f"{', '.join(found)}, a compiled program the probe cannot stand in for (not under mpirun)")
             skipped_ranks[r.rank] = why
             r.command = "echo " + shlex.quote(f"testbed rehearse: rank {r.rank} skipped: {why}")
     stood_in = set(probed) | set(skipped_ranks)
@@ -268,12 +276,51 @@ def rehearsal_plan(plan: RunPlan, suite: Suite, like: str) -> RunPlan:
         not_rehearsed += [f"check {c.name}: reads {c.file}, which the probed or skipped ranks do not write"
                           for c in plan.checks]
         plan.checks = []
+    if stand_ins:
+        _compile_stand_in(plan)
     if probed:
         _arm_probe(plan, suite, programs)
     plan.rehearsal = {"like": like, "skipped": skipped, "probed_ranks": [r for r in probed if r not in skipped_ranks],
                       "skipped_ranks": {str(k): v for k, v in skipped_ranks.items()}, "not_rehearsed": not_rehearsed,
-                      "lacks": sorted(lacks)}
+                      "lacks": sorted(lacks), "skipped_texts": texts}
     return plan
+
+
+MPI_STAND_IN = "testbed_mpi_stand_in"
+MPI_SOURCE = Path(__file__).with_name("scripts") / "mpi_stand_in.c"
+
+
+def under_mpirun(command: str) -> bool:
+    """Whether a rank's shell command starts its program through ``mpirun`` (or ``mpiexec``)."""
+    return any(p in ("mpirun", "mpiexec") for p in programs(command))
+
+
+def mpi_stand_in(command: str, compiled: list[str], path: str) -> str:
+    """``command`` with each word that runs one of ``compiled`` (the program, or a path ending in it, with its
+    arguments kept) replaced by the stand-in at ``path``: the mpirun line and its options stay as written."""
+    names = {p.rsplit("/", 1)[-1] for p in compiled}
+
+    def swap(m: re.Match[str]) -> str:
+        word = m.group(0)
+        return path if word in compiled or (word.rsplit("/", 1)[-1] in names and not word.startswith("-")) else word
+
+    command = re.sub(r"[^\s'\";&|()=]+", swap, command)
+    return command
+
+
+def _compile_stand_in(plan: RunPlan) -> None:
+    """A prepare step that builds the MPI stand-in in the run folder of every host (``mpicc``; where mpicc is
+    missing, a script that runs ``hostname``), in each host's environment (its mpicc, as the ranks' mpirun)."""
+    from testbed.records import RunStep
+
+    plan.files[f"{MPI_STAND_IN}.c"] = str(MPI_SOURCE)
+    cmd = (f"if command -v mpicc >/dev/null 2>&1; then mpicc -O1 -o {MPI_STAND_IN} {MPI_STAND_IN}.c; else "
+           f"echo 'testbed rehearse: no mpicc here: the MPI stand-in is hostname under mpirun'; "
+           f"printf '#!/bin/sh\\nexec hostname\\n' > {MPI_STAND_IN} && chmod +x {MPI_STAND_IN}; fi")
+    envs = {r.host: r.environment for r in plan.ranks}
+    plan.prepare.append(RunStep(name="rehearse: build the MPI stand-in", hosts=plan.host_names,
+                                commands={h: cmd for h in plan.host_names},
+                                environments={h: envs.get(h) for h in plan.host_names}))
 
 
 PROBE_STAY_MIN = 5.0
@@ -619,15 +666,16 @@ def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Any,
             steps.append(StepOutcome(phase, st.name, status, list(st.hosts), skipped.get(st.name, "")))
     collected = collect_runs([plan.run_id], to, store=tb.store)[0]
     folder = (Path(to) / plan.suite / plan.run_id).absolute()
-    probes = []
+    probes, not_made = [], []
     for f in sorted(folder.glob("*/probe-*.json")):
         try:
             d = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
+        problems, made_there = excused(d, (plan.rehearsal or {}).get("skipped_texts") or {})
+        not_made += made_there
         probes.append(Probe(host=d.get("host", f.parent.name), script=d.get("script", ""), argv=d.get("argv", []),
-                            cwd=d.get("cwd", ""), parsed_by=str(d.get("parsed_by", "")),
-                            problems=list(d.get("problems", [])),
+                            cwd=d.get("cwd", ""), parsed_by=str(d.get("parsed_by", "")), problems=problems,
                             args=d["args"] if isinstance(d.get("args"), dict) else {}))
     launched = any(e.kind == "started" for e in events) or rec.info.launched_at
     skipped_ranks = (plan.rehearsal or {}).get("skipped_ranks") or {}
@@ -648,8 +696,25 @@ def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Any,
     told, unfired = fault_outcomes(plan, events)
     failures = unmade + edits_undeclared(tb, s, plan) + found + unfired + grace_against_probes(s, plan, probes)
     return PointResult(params=plan.params, run_id=plan.run_id, status=rec.status, reason=rec.reason, steps=steps,
-                       ranks=ranks, probes=probes, not_rehearsed=not_rehearsed + unjudged + absent,
+                       ranks=ranks, probes=probes, not_rehearsed=not_rehearsed + unjudged + absent + not_made,
                        folder=str(folder), failures=failures, produced=produced, faults=told)
+
+
+def excused(found: dict[str, Any], skipped_texts: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(a probe's problems, not-rehearsed lines): a file or folder its argv names that is missing, where a step the
+    replica skipped names it (its base name in the step's command: the step would have made it), is not a problem
+    but a note."""
+    missing: dict[str, Any] = found["missing"] if isinstance(found.get("missing"), dict) else {}
+    problems, notes = [], []
+    for prob in found.get("problems", []):
+        path = str(missing.get(prob) or "")
+        base = path.rstrip("/").rsplit("/", 1)[-1]
+        step = next((n for n, text in skipped_texts.items() if base and _names(base, text)), None)
+        if step is None:
+            problems.append(prob)
+        else:
+            notes.append(f"{prob}: not judged, the skipped step '{step}' names {base} (it would make it)")
+    return problems, notes
 
 
 # --- faults, fired through the supervisor -----------------------------------------------------------------------

@@ -650,18 +650,28 @@ def deeplight_folder() -> Path:
     return out
 
 
-def test_a_rank_that_runs_no_python_is_skipped_with_the_reason(tb_home: Path) -> None:
+def test_a_compiled_rank_under_mpirun_runs_a_stand_in_and_one_not_under_mpirun_is_skipped(tb_home: Path) -> None:
     """neuronabox's collectives: mpirun starts a CUDA binary (/tmp/ex, named in the launch's probe:) that the
-    skipped compile step makes: nothing the probe can stand in for, so the rank is skipped, said so, rather than
-    failing on a missing binary (found by rehearsing it)."""
+    skipped compile step makes: an MPI stand-in built on every host takes its place in the real mpirun line (its
+    -x, --prefix, -H and --mca options kept); the same binary started without mpirun is skipped, said so."""
     suite = load_suite("neuronabox")
     plan = rh.rehearsal_plan(runner.plan_run(suite, None, {"experiment": "coll"}, dry_run=True), suite, "x")
-    assert plan.rehearsal is not None and plan.rehearsal["probed_ranks"] == [0]  # `true`: nothing to probe
-    why = plan.rehearsal["skipped_ranks"]["1"]
-    assert why == "needs cuda, gpu, which the replica lacks, and runs /tmp/ex, a compiled program the probe " \
-        "cannot stand in for", why
-    assert set(plan.rehearsal["skipped_ranks"]) == {"1"}  # rank 0's command is `true` (the peer's mpirun starts it)
-    assert plan.ranks[1].command.startswith("echo ")
+    assert plan.rehearsal is not None and plan.rehearsal["skipped_ranks"] == {}
+    stand_in = f"{plan.run_dir}/{rh.MPI_STAND_IN}"
+    cmd = plan.ranks[1].command
+    assert f"sh -c '{stand_in} " in cmd and "/tmp/ex" not in cmd and "mpirun -x NCCL_PROTO" in cmd, cmd
+    assert "--prefix /tmp/neuronabox-env -np 2 -H" in cmd and "--mca btl tcp,self" in cmd, cmd
+    assert plan.files[f"{rh.MPI_STAND_IN}.c"].endswith("mpi_stand_in.c")
+    build = next(s for s in plan.prepare if s.name == "rehearse: build the MPI stand-in")
+    assert set(build.hosts) == set(plan.host_names) and "mpicc" in next(iter(build.commands.values()))
+    assert any(n.startswith("rank 1: /tmp/ex stood in by an MPI program") for n in plan.rehearsal["not_rehearsed"])
+    alone = runner.plan_run(suite, None, {"experiment": "coll"}, dry_run=True)
+    alone.ranks[1].command = "cd /tmp && /tmp/ex 256 10"
+    alone = rh.rehearsal_plan(alone, suite, "x")
+    assert alone.rehearsal is not None and alone.rehearsal["skipped_ranks"]["1"] == (
+        "needs cuda, gpu, which the replica lacks, and runs /tmp/ex, a compiled program the probe cannot stand in "
+        "for (not under mpirun)")
+    assert alone.ranks[1].command.startswith("echo ")
     tesla = load_suite("tesla")  # tesla's hello_mpi names no compiled program: its ranks run (mpirun, the binary)
     hello = rh.rehearsal_plan(runner.plan_run(tesla, None, {"task": "hello"}, dry_run=True), tesla, "tesla")
     assert hello.rehearsal is not None and hello.rehearsal["skipped_ranks"] == {}

@@ -492,6 +492,7 @@ def _literal_path(node: ast.AST) -> str | None:
     return s
 
 
+_IN_FIRST = re.compile(r"(^|_)(init|load|resume|pretrained|from|restore|input|in)(_|$)")
 _OUT_NAME = re.compile(r"(^|_)(out|output|outputs|save|saves|log|logs|result|results|ckpt|checkpoint|checkpoints|"
                        r"dump|export)(_|$)|outdir|savedir|logdir|outpath|outfile")
 _IN_NAME = re.compile(r"(^|_)(in|input|inputs|data|dataset|datasets|root|config|cfg|file|path|dir|folder|load|"
@@ -508,7 +509,7 @@ def path_kind(dest: str, option: str, value: object) -> str | None:
             value.startswith(("-", "[", "(", "<", "{")):  # an option, or the repr of a list or an object
         return None
     name = (option.lstrip("-") or dest).lower().replace("-", "_")
-    if _OUT_NAME.search(name):
+    if _OUT_NAME.search(name) and not _IN_FIRST.search(name):
         return "output"
     if _IN_NAME.search(name) and ("/" in value or _EXT.search(value) or value.startswith(".") or
                                   _DIR_NAME.search(name) or re.search(r"(path|file)$", name)):
@@ -561,10 +562,12 @@ def argv_paths(tree: ast.Module, script: str, out: dict) -> None:
         if kind == "input":
             if not os.path.exists(value) and not makes:
                 out["problems"].append(f"{name}: {option} names {value}, an input that does not exist in {cwd}")
+                out.setdefault("missing", {})[out["problems"][-1]] = value
         elif folder and not os.path.isdir(folder):
             if not makes:
                 out["problems"].append(f"{name}: {option} names {value}, but {folder.rstrip('/')}/ does not exist in "
                                        f"{cwd} and the code does not make it")
+                out.setdefault("missing", {})[out["problems"][-1]] = folder
                 continue
             try:
                 os.makedirs(folder, exist_ok=True)  # where the program makes it: collect sees the same tree
