@@ -5,8 +5,10 @@ spec says so, and the interface name and GPU model it declares (``hardware:``). 
 far as these hosts allow; every step then runs for real, in order. A step that needs what the replica lacks (a
 GPU, CUDA, a TPU, the network) is skipped with the reason; ranks that need it still start through their real
 launcher with their real argv, environment and folder, and only the program is replaced by the probe
-(``testbed/scripts/probe.py``), which checks what it needs from the host. Collect and report then run on what
-the rehearsal produced, marked as a rehearsal: never counted as results.
+(``testbed/scripts/probe.py``), which checks what it needs from the host and then stays alive a few seconds
+(``probe_stay``), so the point's faults fire on it through the real supervisor and its recovery relaunches; a
+compiled program under ``mpirun`` is replaced by an MPI stand-in (``scripts/mpi_stand_in.c``) in the real mpirun
+line. Collect and report then run on what the rehearsal produced, marked as a rehearsal: never counted as results.
 """
 
 from __future__ import annotations
@@ -227,8 +229,9 @@ def lacks_here(needs: list[str], kind: str) -> list[str]:
     return lacks([n for n in needs if n not in CAPABILITIES], {}, kind)
 
 
-def rehearsal_plan(plan: RunPlan, suite: Suite, like: str) -> RunPlan:
-    """``plan`` as the replica runs it: steps whose needs it lacks skipped, ranks that need them probed."""
+def rehearsal_plan(plan: RunPlan, suite: Suite, like: str, *, set_up: bool = True) -> RunPlan:
+    """``plan`` as the replica runs it: steps whose needs it lacks skipped, ranks that need them probed
+    (``set_up``: the replica was set up, so mpirun reaches its hosts over the set-up's ssh mesh)."""
     lacks = set(LACKS)
     skipped: dict[str, str] = {}
     texts: dict[str, str] = {}  # what each skipped step would have run: a file a probe misses may be made there
@@ -255,6 +258,11 @@ def rehearsal_plan(plan: RunPlan, suite: Suite, like: str) -> RunPlan:
                                      "container's own interpreter never reads the replica's hook) and the replica "
                                      "cannot run (no image, no route to a registry)")
             r.command = "echo " + shlex.quote(f"testbed rehearse: rank {r.rank} skipped: {skipped_ranks[r.rank]}")
+        elif r.rank in probed and found and under_mpirun(r.command) and not set_up and not own_ssh(r.command):
+            skipped_ranks[r.rank] = (f"runs {', '.join(found)} under mpirun, which reaches the other hosts over the "
+                                     "ssh mesh the profile's set-up makes, and the replica was not set up "
+                                     "(--no-setup): the MPI stand-in runs on a replica set up")
+            r.command = "echo " + shlex.quote(f"testbed rehearse: rank {r.rank} skipped: {skipped_ranks[r.rank]}")
         elif r.rank in probed and found and under_mpirun(r.command):
             r.command = mpi_stand_in(r.command, found, f"{plan.run_dir}/{MPI_STAND_IN}")
             stand_ins[r.rank] = found
@@ -279,10 +287,10 @@ def rehearsal_plan(plan: RunPlan, suite: Suite, like: str) -> RunPlan:
     if stand_ins:
         _compile_stand_in(plan)
     if probed:
-        _arm_probe(plan, suite, programs)
+        _arm_probe(plan, suite, programs, texts)
     plan.rehearsal = {"like": like, "skipped": skipped, "probed_ranks": [r for r in probed if r not in skipped_ranks],
                       "skipped_ranks": {str(k): v for k, v in skipped_ranks.items()}, "not_rehearsed": not_rehearsed,
-                      "lacks": sorted(lacks), "skipped_texts": texts}
+                      "lacks": sorted(lacks)}
     return plan
 
 
@@ -293,6 +301,12 @@ MPI_SOURCE = Path(__file__).with_name("scripts") / "mpi_stand_in.c"
 def under_mpirun(command: str) -> bool:
     """Whether a rank's shell command starts its program through ``mpirun`` (or ``mpiexec``)."""
     return any(p in ("mpirun", "mpiexec") for p in programs(command))
+
+
+def own_ssh(command: str) -> bool:
+    """Whether an mpirun line brings its own ssh options (``plm_rsh_args``/``plm_rsh_agent``: a config file), so it
+    needs no ssh mesh from the set-up."""
+    return re.search(r"plm_rsh_(args|agent)", command) is not None
 
 
 def mpi_stand_in(command: str, compiled: list[str], path: str) -> str:
@@ -364,12 +378,12 @@ def _rehearsed_faults(plan: RunPlan, lacks: set[str], probed: set[int], skipped_
     return lines
 
 
-def _arm_probe(plan: RunPlan, suite: Suite, programs: list[str]) -> None:
+def _arm_probe(plan: RunPlan, suite: Suite, programs: list[str], skipped: dict[str, str]) -> None:
     """Arm the probe on every host before the ranks start, disarm it after; its findings are collected."""
     from testbed.records import RunStep
 
     config = {"run_dir": plan.run_dir, "roots": [s.path for s in suite.sources], "programs": programs,
-              "stay": probe_stay(plan)}
+              "stay": probe_stay(plan), "skipped": skipped}
     envs = {r.host: r.environment for r in plan.ranks}
     plan.files["testbed_probe.py"] = str(PROBE)
     arm = "python3 testbed_probe.py arm " + shlex.quote(json.dumps(config))
@@ -611,7 +625,7 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
         note(f"point {shown}: not started: {absent[0]}")
         return PointResult(params=plan.params, run_id=plan.run_id, status="not started", reason=absent[0],
                            steps=[], ranks="not reached", probes=[], not_rehearsed=[], failures=absent)
-    plan = rehearsal_plan(plan, s, like)
+    plan = rehearsal_plan(plan, s, like, set_up=set_up or not s.profile)
     made = stand_in_environments(tb, plan, site)
     if made:
         result.setup.setdefault("stand_in_environment", sorted(set(made)))
@@ -672,10 +686,10 @@ def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Any,
             d = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
-        problems, made_there = excused(d, (plan.rehearsal or {}).get("skipped_texts") or {})
-        not_made += made_there
+        not_made += [str(n) for n in d.get("not_judged", []) if str(n) not in not_made]
         probes.append(Probe(host=d.get("host", f.parent.name), script=d.get("script", ""), argv=d.get("argv", []),
-                            cwd=d.get("cwd", ""), parsed_by=str(d.get("parsed_by", "")), problems=problems,
+                            cwd=d.get("cwd", ""), parsed_by=str(d.get("parsed_by", "")),
+                            problems=list(d.get("problems", [])),
                             args=d["args"] if isinstance(d.get("args"), dict) else {}))
     launched = any(e.kind == "started" for e in events) or rec.info.launched_at
     skipped_ranks = (plan.rehearsal or {}).get("skipped_ranks") or {}
@@ -698,23 +712,6 @@ def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Any,
     return PointResult(params=plan.params, run_id=plan.run_id, status=rec.status, reason=rec.reason, steps=steps,
                        ranks=ranks, probes=probes, not_rehearsed=not_rehearsed + unjudged + absent + not_made,
                        folder=str(folder), failures=failures, produced=produced, faults=told)
-
-
-def excused(found: dict[str, Any], skipped_texts: dict[str, str]) -> tuple[list[str], list[str]]:
-    """(a probe's problems, not-rehearsed lines): a file or folder its argv names that is missing, where a step the
-    replica skipped names it (its base name in the step's command: the step would have made it), is not a problem
-    but a note."""
-    missing: dict[str, Any] = found["missing"] if isinstance(found.get("missing"), dict) else {}
-    problems, notes = [], []
-    for prob in found.get("problems", []):
-        path = str(missing.get(prob) or "")
-        base = path.rstrip("/").rsplit("/", 1)[-1]
-        step = next((n for n, text in skipped_texts.items() if base and _names(base, text)), None)
-        if step is None:
-            problems.append(prob)
-        else:
-            notes.append(f"{prob}: not judged, the skipped step '{step}' names {base} (it would make it)")
-    return problems, notes
 
 
 # --- faults, fired through the supervisor -----------------------------------------------------------------------

@@ -169,6 +169,19 @@ def test_the_probe_checks_the_files_and_folders_its_argv_names(venv: dict[str, A
     assert r.returncode == 0 and "testbed probe: ready" in r.stdout, r.stdout + r.stderr
     assert json.loads(next(venv["run"].glob("probe-*.json")).read_text())["problems"] == []
 
+    # a missing input that a step the rehearsal skipped names (it would have fetched it) is not judged
+    cfg_file = Path(venv["env"]["HOME"]) / ".cache" / "testbed" / "probe.json"
+    cfg_file.write_text(json.dumps({**json.loads(cfg_file.read_text()),
+                                    "skipped": {"fetch": "mkdir -p sets && curl -o sets/train.csv https://x/y"}}))
+    for f in venv["run"].glob("probe-*.json"):
+        f.unlink()
+    r = _py(venv, "train.py", "--output_dir", "out/run2", "--data_dir", "sets/train.csv")
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert r.returncode == 0 and found["problems"] == [], found
+    assert found["not_judged"] == [f"train.py: --data_dir names sets/train.csv, an input that does not exist in "
+                                   f"{venv['src']}: not judged, the skipped step 'fetch' names train.csv (it would "
+                                   "make it)"], found
+
 
 def test_a_module_run_with_python_m_is_probed_with_its_own_parser(venv: dict[str, Any]) -> None:
     """``python -m pkg.train``: the hook finds the module's file under the source checkout (sys.argv has lost the
@@ -665,6 +678,10 @@ def test_a_compiled_rank_under_mpirun_runs_a_stand_in_and_one_not_under_mpirun_i
     build = next(s for s in plan.prepare if s.name == "rehearse: build the MPI stand-in")
     assert set(build.hosts) == set(plan.host_names) and "mpicc" in next(iter(build.commands.values()))
     assert any(n.startswith("rank 1: /tmp/ex stood in by an MPI program") for n in plan.rehearsal["not_rehearsed"])
+    bare = rh.rehearsal_plan(runner.plan_run(suite, None, {"experiment": "coll"}, dry_run=True), suite, "x",
+                             set_up=False)  # --no-setup: the hosts do not know each other (no ssh mesh)
+    assert bare.rehearsal is not None and "the replica was not set up (--no-setup)" in \
+        bare.rehearsal["skipped_ranks"]["1"] and bare.ranks[1].command.startswith("echo ")
     alone = runner.plan_run(suite, None, {"experiment": "coll"}, dry_run=True)
     alone.ranks[1].command = "cd /tmp && /tmp/ex 256 10"
     alone = rh.rehearsal_plan(alone, suite, "x")

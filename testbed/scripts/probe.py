@@ -17,7 +17,8 @@ signalled, then exits 0: so a fault fires on it through the real supervisor, as 
 - the folders it writes into by a literal relative path exist or are made by the code itself, and the files it
   reads by a literal relative path exist.
 
-``python3 probe.py disarm`` removes the hook again. The config: ``{"run_dir", "roots", "programs", "stay"}``.
+``python3 probe.py disarm`` removes the hook again. The config: ``{"run_dir", "roots", "programs", "stay",
+"skipped"}`` (``skipped``: the steps the rehearsal skipped, name -> what they would have run).
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def probe(script: str, argv: list[str], cfg: dict, module: str | None = None) ->
         out["problems"].append(parsed["problem"])
     env_reads(tree, script, out)
     file_uses(tree, script, out)
-    argv_paths(tree, script, out)
+    argv_paths(tree, script, out, cfg.get("skipped") or {})
     return out
 
 
@@ -541,7 +542,24 @@ def _made_by_code(tree: ast.Module, dest: str) -> bool:
     return False
 
 
-def argv_paths(tree: ast.Module, script: str, out: dict) -> None:
+def _skipped_step(path: str, skipped: dict) -> str | None:
+    """The step the rehearsal skipped (name -> what it would have run) whose command names ``path``'s base name."""
+    base = path.rstrip("/").rsplit("/", 1)[-1]
+    pattern = r"(?<![\w.-])" + re.escape(base) + r"(?![\w-])"
+    return next((n for n, text in skipped.items() if base and re.search(pattern, str(text))), None)
+
+
+def _missing(out: dict, problem: str, path: str, skipped: dict) -> None:
+    """A missing path: a problem, or not judged where a step the rehearsal skipped names it (it would make it)."""
+    step = _skipped_step(path, skipped)
+    if step is None:
+        out["problems"].append(problem)
+    else:
+        out.setdefault("not_judged", []).append(f"{problem}: not judged, the skipped step '{step}' names "
+                                                f"{path.rstrip('/').rsplit('/', 1)[-1]} (it would make it)")
+
+
+def argv_paths(tree: ast.Module, script: str, out: dict, skipped: dict) -> None:
     """The files and folders the argv names (``path_kind``), checked from the working folder: an input must exist;
     an output's folder must exist, or be made by the code, which the probe then makes as the program would (so
     collect and report see the same tree); a path only its value shows must have an existing folder, or one the code
@@ -561,13 +579,11 @@ def argv_paths(tree: ast.Module, script: str, out: dict) -> None:
             else os.path.dirname(os.path.normpath(value))
         if kind == "input":
             if not os.path.exists(value) and not makes:
-                out["problems"].append(f"{name}: {option} names {value}, an input that does not exist in {cwd}")
-                out.setdefault("missing", {})[out["problems"][-1]] = value
+                _missing(out, f"{name}: {option} names {value}, an input that does not exist in {cwd}", value, skipped)
         elif folder and not os.path.isdir(folder):
             if not makes:
-                out["problems"].append(f"{name}: {option} names {value}, but {folder.rstrip('/')}/ does not exist in "
-                                       f"{cwd} and the code does not make it")
-                out.setdefault("missing", {})[out["problems"][-1]] = folder
+                _missing(out, f"{name}: {option} names {value}, but {folder.rstrip('/')}/ does not exist in {cwd} and "
+                         "the code does not make it", folder, skipped)
                 continue
             try:
                 os.makedirs(folder, exist_ok=True)  # where the program makes it: collect sees the same tree
