@@ -283,6 +283,31 @@ def test_a_rehearsed_plan_skips_what_the_replica_lacks_and_probes_the_ranks(tb_h
         shred.rehearsal["not_rehearsed"] == ["fault shred-libtorch: needs gpu, which the replica lacks"]
 
 
+def test_a_fault_that_did_not_fire_or_relaunch_fails_the_point(tb_home: Path) -> None:
+    """Read from the run's events: fired, detected and relaunched is one line; a fault missed, failed to fire, or
+    fired without a relaunch is a failure naming why."""
+    from testbed.records import RunEvent
+
+    suite = load_suite("jitc")
+    plan = rh.rehearsal_plan(runner.plan_run(suite, None, {"fault": "kill-rank"}, dry_run=True), suite, "c")
+
+    def ev(seq: int, ts: float, kind: str, **detail: Any) -> RunEvent:
+        return RunEvent(seq=seq, run_id=plan.run_id, ts=ts, kind=kind, detail=detail)
+
+    fired = ev(1, 10.0, "fault", fault="kill-rank", action="signal")
+    failed = ev(2, 11.5, "failed", reason="node1 rank 1: signal 9 (SIGKILL)")
+    lines, failures = rh.fault_outcomes(plan, [fired, failed, ev(3, 14.0, "relaunched", attempt=1)])
+    assert failures == [] and lines == [f"fault kill-rank: fired (signal on {plan.faults[0].host} rank 1), detected "
+                                        "1.5 s later (node1 rank 1: signal 9 (SIGKILL)), ranks relaunched (attempt 1)"]
+    lines, failures = rh.fault_outcomes(plan, [fired, failed])
+    assert failures == ["fault kill-rank: fired, but its recovery did not relaunch the ranks"], failures
+    missed = ev(1, 10.0, "fault-missed", fault="kill-rank", reason="rank 1 never logged a line matching /x/")
+    assert rh.fault_outcomes(plan, [missed])[1] == [
+        "fault kill-rank did not fire: rank 1 never logged a line matching /x/"]
+    bad = ev(1, 10.0, "fault", fault="kill-rank", ok=False, error="no such rank")
+    assert rh.fault_outcomes(plan, [bad])[1] == ["fault kill-rank failed to fire: no such rank"]
+
+
 def test_a_replica_has_the_real_testbeds_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WATID", "h3trinh")
     target = load_testbed("tesla")
