@@ -451,6 +451,9 @@ def test_a_mutant_of_a_shipped_suite_fails_its_rehearsal_naming_the_defect(
     point = out["points"][0]
     found = point["failures"] + [p for pr in point["probes"] for p in pr["problems"]]  # a probe names its own
     assert not point["ok"] and any(named in f for f in found), json.dumps(point, indent=1)
+    if mutant == "grace-below-own-timeout":  # judged once the fault fired on the probed victim and the ranks relaunched
+        assert point["faults"][0].startswith("fault kill-rank: fired (signal on ") and \
+            point["faults"][0].endswith("ranks relaunched (attempt 1)"), point["faults"]
 
 
 @pytest.mark.parametrize(("mutant", "suite", "old", "new", "named"),
