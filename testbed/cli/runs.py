@@ -812,6 +812,8 @@ def _show_rehearsal(res: Any) -> None:
                       + ("ok" if not pr.problems else plural(len(pr.problems), "problem")))
             for prob in pr.problems:
                 out.print(f"      [red]{escape(prob)}[/red]")
+        for line in p.faults:
+            out.print(f"  {escape(line)}")
         for glob, hosts in p.produced.items():  # (one that matched nothing is a failure or not rehearsed)
             if hosts:
                 out.print(f"  output {escape(glob)}: made on {escape(', '.join(hosts))}")
