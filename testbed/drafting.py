@@ -196,7 +196,7 @@ def _commands(b: _Block) -> list[tuple[str, int]]:
             if not s or s.startswith("#"):
                 continue
         if s.endswith("\\"):
-            pending += s[:-1] + " "
+            pending += s[:-1].rstrip() + " "
             continue
         whole = pending + s
         pending = ""
@@ -371,7 +371,7 @@ def _placeholder(text: str) -> str | None:
 def _output(st: _State, path: str, line: int, cwd: str | None) -> None:
     glob = re.sub(r"\$\w+|\$\{[^}]*\}|\[[^\]]*\]|<[^>]*>|(?<![A-Za-z0-9])[A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9](?![a-z0-9])",
                   "*", clean(path, 300))
-    glob = re.sub(r"\*+", "*", glob)
+    glob = re.sub(r"\*{3,}", "**", glob)
     if not glob.startswith(("/", "~")):
         glob = f"{cwd}/{glob.removeprefix('./')}" if cwd else glob.removeprefix("./")
     if any(g.value == glob for g in st.d.outputs):
