@@ -143,10 +143,13 @@ def new(name: Annotated[str, typer.Argument(help="The suite's name: lower-case l
         print_json({"suite": str(folder / "suite.yml"), "todos": [{"line": n, "text": t} for n, t in todos],
                     "sources": len(d.sources), "launch_lines": len(d.launches), "outputs": len(d.outputs)})
         return
+    from testbed.textfmt import plural
+
     console().print(f"drafted {escape(str(folder / 'suite.yml'))} from {escape(came_from)}: "
-                    f"{len(d.sources)} source(s), {len(d.steps)} prepare step(s), {len(d.launches)} launch line(s), "
-                    f"{len(d.outputs)} output(s), {len(d.expected)} reference stub(s); {len(todos)} TODO(s) to fill "
-                    f"in (testbed show {escape(shown)})")
+                    f"{plural(len(d.sources), 'source')}, {plural(len(d.steps), 'prepare step')}, "
+                    f"{plural(len(d.launches), 'launch line')}, {plural(len(d.outputs), 'output')}, "
+                    f"{plural(len(d.expected), 'reference stub')}; {plural(len(todos), 'TODO')} to fill in "
+                    f"(testbed show {escape(shown)})", emoji=False)
 
 
 def register(app: typer.Typer) -> None:
