@@ -51,7 +51,7 @@ _IP = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b")
 _JINJA = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|#\}")
 _DOLLAR_BRACE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}(?=(\w)?)")
 _TODO = re.compile(r"^#+\s*(.*;\s*)?TODO\b")
-_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff]")  # \t and \n stay
 
 
 @dataclass
@@ -123,7 +123,7 @@ def clean(text: str, limit: int = 2000) -> str:
 
 
 def _blocks(text: str) -> list[_Block]:
-    lines = text.splitlines()
+    lines = text.split("\n")  # the lines an editor numbers (splitlines would also break at \x85, \u2028, ...)
     out, i = [], 0
     while i < len(lines):
         m = _FENCE.match(lines[i])
@@ -560,7 +560,7 @@ def _expect_comments(st: _State, b: _Block) -> None:
 def draft(text: str) -> Draft:
     """Read a README (untrusted text, at most :data:`MAX_README_BYTES`) into a :class:`Draft`."""
     d = Draft()
-    text = text[:MAX_README_BYTES]
+    text = text[:MAX_README_BYTES].replace("\r\n", "\n").replace("\r", "\n")
     head = re.search(r"^\s*#+\s*(.+?)\s*#*\s*$", text, re.M) or re.search(r"^\s*(\S.*?)\s*$", text, re.M)
     d.title = clean(head[1], 200) if head else ""
     st = _State(d)
@@ -740,16 +740,33 @@ def to_yaml(d: Draft, name: str, origin: str = "README.md", expected_files: list
         for i, g in enumerate(d.outputs):
             outs.yaml_add_eol_comment(_from(g.line, g.todo, origin), i)
         doc["outputs"] = outs
+    header = _header(name, re.sub(r"[^\w./:@+?=&%~-]", "_", came_from or origin)[:300])
+    trailer = _trailer(d, origin, expected_files or [])
+    for literal in (True, False):  # a block scalar the dumper cannot hold exactly: every value quoted instead
+        text = header + _dump(doc, literal) + trailer
+        if YAML(typ="safe").load(text) == _plain_data(doc):  # the dumper's quoting is the only way values reach
+            return text                                      # the file: prove it held
+    raise ValueError("the drafted YAML does not read back as written")
+
+
+def _dump(doc: Any, literal: bool) -> str:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarString
+
+    def quoted(node: Any) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+        for k, v in list(items):
+            if isinstance(v, LiteralScalarString):
+                node[k] = DoubleQuotedScalarString(str(v))
+            quoted(v)
+
+    if not literal:
+        quoted(doc)
     buf = io.StringIO()
     yaml = YAML(typ="rt")
     yaml.width = 4096
     yaml.dump(doc, buf)
-    header = _header(name, re.sub(r"[^\w./:@+?=&%~-]", "_", came_from or origin)[:300])
-    text = header + buf.getvalue() + _trailer(d, origin, expected_files or [])
-    check = YAML(typ="safe").load(text)
-    if check != _plain_data(doc):  # the dumper's quoting is the only way values reach the file: prove it held
-        raise ValueError("the drafted YAML does not read back as written")
-    return text
+    return buf.getvalue()
 
 
 def _header(name: str, origin: str) -> str:

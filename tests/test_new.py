@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from testbed import drafting
@@ -195,6 +197,25 @@ def test_a_hostile_readme_yields_safe_loadable_yaml(tb_home: Path) -> None:
     assert "--v $HOME" in command and "49" not in command
     assert any("endraw" in t for t, _ in d.todos)  # the line that could close the raw block is left to the user
     assert "out/{a,b}" not in str(s.outputs)  # braces are no glob collect honours: a TODO instead
+
+
+FRAGMENTS = ["```", "```bash\n", "```console\n", "\n```\n", "$ ", "git clone https://h/r", "git checkout ", "cd ",
+             "python ", "x.py", " -o ", " > ", "{{", "}}", "{%", "%}", "endraw", "${A}", "$B", ": ", "#", "# expect:",
+             "'", '"', "\\", "\n", "\r", "\t", "\x00", "\x1b", "\x85", "\u2028", "\ufeff", "!!python/object", "&a",
+             "*a", "- ", "? ", "|", ">", "mpirun -np 2 ", "conda create -n ", "pip install ", "make", "sudo reboot",
+             "TARGET_X", "[YOUR]", "~/", "/", "..", "**", "generates a `", "`", "docker run ", "-b ", "null", "é"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=3), max_size=60))
+def test_any_readme_drafts_to_yaml_that_reads_back(parts: list[str]) -> None:
+    """Whatever the README holds (Unicode line breaks, control characters, YAML and Jinja syntax), the draft is
+    written and reads back as written (to_yaml proves it), and its TODO comments are found."""
+    d = drafting.draft("".join(parts))
+    written = drafting.to_yaml(d, "fz", expected_files=[f"expected/README-{g.line}.txt" for g in d.expected])
+    data = yaml.safe_load(written)
+    assert data["name"] == "fz" and "command" in data["steps"]["launch"]
+    assert drafting.todo_comments(written)
 
 
 # --- the command ------------------------------------------------------------------------------------------------
