@@ -82,6 +82,7 @@ class LaunchLine:
     line: int
     cwd: str | None = None
     one_launcher: bool = False  # mpirun & co.: one command on the master starts every rank
+    hosts: int | None = None  # the host count it names (--num-nodes/--nnodes N, mpirun -np N)
     todo: str | None = None
 
 
@@ -387,11 +388,16 @@ def _output(st: _State, path: str, line: int, cwd: str | None) -> None:
                               if not glob.startswith(("/", "~")) else None))
 
 
+_HOSTS = re.compile(r"(?:--(?:num[-_]nodes|nnodes|world[-_]size)|(?:^|\s)-(?:np|n))[ =](\d{1,4})\b")
+
+
 def _launch(st: _State, w: list[str], cmd: str, line: int, program: str) -> None:
     folder = _folder(st)
     ph = _placeholder(cmd)
-    st.d.launches.append(LaunchLine(clean(cmd), program, line, folder, program.split()[0] in _LAUNCHERS,
-                                    f"replace {ph!r} (the README's placeholder)" if ph else None))
+    m = _HOSTS.search(cmd)
+    st.d.launches.append(LaunchLine(clean(cmd), program, line, folder, one_launcher=program.split()[0] in _LAUNCHERS,
+                                    todo=f"replace {ph!r} (the README's placeholder)" if ph else None,
+                                    hosts=int(m[1]) if m and 1 <= int(m[1]) <= 4096 else None))
     for o in _outputs_of(w):
         _output(st, o, line, folder)
 
@@ -719,8 +725,10 @@ def to_yaml(d: Draft, name: str, origin: str = "README.md", expected_files: list
     doc["name"] = name
     doc["description"] = (f"drafted from the README of {d.title}" if d.title else "drafted from a README")[:300]
     doc.yaml_add_eol_comment("TODO one line on what it runs", "description")
-    doc["requires"] = CommentedMap(hosts=1)
-    doc.yaml_add_eol_comment("TODO the hosts, providers and accelerator (gpu, tpu) it needs", "requires")
+    named = max((ln for ln in d.launches if ln.hosts and ln.hosts > 1), key=lambda ln: ln.hosts or 0, default=None)
+    doc["requires"] = CommentedMap(hosts=1)  # 1 whatever the README says, so that the draft plans on any testbed
+    doc.yaml_add_eol_comment("TODO the hosts, providers and accelerator (gpu, tpu) it needs" + (
+        f" ({origin}:{named.line} starts {named.hosts} ranks or nodes)" if named else ""), "requires")
     if d.environment is not None:
         doc["environment"] = d.environment.value
         doc.yaml_add_eol_comment(_from(d.environment.line, d.environment.todo, origin), "environment")

@@ -5,6 +5,7 @@ http.server on 127.0.0.1), ``show``'s "to fill in", and the five seed READMEs dr
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import re
 import subprocess
@@ -124,6 +125,16 @@ def test_prompts_comments_continuations_and_cd() -> None:
     assert ln.line == line_of(text, "python3 run.py")
 
 
+@pytest.mark.parametrize(("line", "hosts"), [("python3 main.py --num-nodes 2 --rank 0", 2),
+                                             ("mpirun -np 5 --hostfile h ./a.sh", 5), ("python x.py", 1)])
+def test_the_host_count_a_launch_line_names(line: str, hosts: int) -> None:
+    text = readme(line)
+    written = drafting.to_yaml(drafting.draft(text), "w")
+    assert yaml.safe_load(written)["requires"] == {"hosts": 1}  # the draft plans on any testbed; the TODO says
+    row = next(ln for ln in written.splitlines() if ln.startswith("requires:"))
+    assert (f"(README.md:{line_of(text, line)} starts {hosts} ranks or nodes)" in row) == (hosts > 1), row
+
+
 def test_addresses_ranks_and_world_size_become_templates() -> None:
     got = drafting.template("python3 main.py --master-ip 10.128.0.14 --num-nodes 2 --rank 0 --hostfile h.txt")
     assert got == ("python3 main.py --master-ip {{ master_addr }} --num-nodes {{ world_size }} --rank {{ rank }} "
@@ -229,6 +240,9 @@ def test_new_writes_the_folder_and_show_lists_its_todos(tb_home: Path) -> None:
     assert "README.md" in (folder / "README.md").read_text()
     shown = invoke("show", "mine")
     assert shown.exit_code == 0, shown.output
+    as_json = json.loads(invoke("show", "mine", "--json").stdout)
+    assert [t["todo"] for t in as_json["to_fill_in"]] == [t for _, t in
+                                                          drafting.todo_comments((folder / "suite.yml").read_text())]
     body = shown.output.split("to fill in: ", 1)[1]
     todos = drafting.todo_comments((folder / "suite.yml").read_text())
     assert body.startswith(f"{len(todos)} TODOs") and todos
@@ -259,7 +273,9 @@ def test_refusals_write_nothing(tb_home: Path) -> None:
     (tb_home / "big.md").write_bytes(b"x" * (drafting.MAX_README_BYTES + 1))
     (tb_home / "bin.md").write_bytes(b"\xff\xfe")
     (tb_home / "experiments" / "taken").mkdir(parents=True)
+    (tb_home / "experiments" / "single.yml").write_text("name: single\n")
     cases = [(("new", "Bad_Name"), "is not a suite name"), (("new", "taken"), "already exists"),
+             (("new", "single"), "single.yml already exists"),
              (("new", "x", "--from", "big.md"), "a README is read up to"),
              (("new", "x", "--from", "bin.md"), "not UTF-8"), (("new", "x", "--from", "nope.md"), "no such file"),
              (("new", "x", "--from", "file:///etc/passwd"), "only http:// and https://"),
@@ -267,7 +283,7 @@ def test_refusals_write_nothing(tb_home: Path) -> None:
     for argv, said in cases:
         r = cli(tb_home, *argv)
         assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, (argv, r.stderr)
-    assert sorted(p.name for p in (tb_home / "experiments").iterdir()) == ["taken"]
+    assert sorted(p.name for p in (tb_home / "experiments").iterdir()) == ["single.yml", "taken"]
 
 
 @pytest.fixture

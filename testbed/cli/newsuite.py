@@ -124,9 +124,10 @@ def new(name: Annotated[str, typer.Argument(help="The suite's name: lower-case l
         raise UsageError(f"'{name}' is not a suite name", where="command line",
                          fix="use lower-case letters, digits and '-', starting with a letter (at most 41)")
     folder = Path(to).expanduser() / name
-    if folder.exists() or folder.is_symlink():
-        raise UsageError(f"{folder} already exists: testbed new never writes over a folder", where=str(folder),
-                         fix=f"pick another name, or move {folder} away first")
+    for taken in (folder, folder.with_name(f"{name}.yml"), folder.with_name(f"{name}.yaml")):
+        if taken.exists() or taken.is_symlink():
+            raise UsageError(f"{taken} already exists: testbed new never writes over a suite", where=str(taken),
+                             fix=f"pick another name, or move {taken} away first")
     text, cited, came_from = _read(from_)
     d = drafting.draft(text)
     expected = [f"expected/README-{g.line}.txt" for g in d.expected]
