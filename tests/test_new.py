@@ -341,3 +341,13 @@ def test_the_seed_readmes_draft_show_and_dry_run(tb_home: Path) -> None:
         dry = invoke("run", name, "--dry-run", "--on", "local")
         assert dry.exit_code == 0, dry.output
         assert "left to fill in" in dry.output  # the warning points at what is left
+
+
+@pytest.mark.skipif(not SEED_FILES, reason="the seed READMEs (/work/shared/seeds) are not on this machine")
+def test_the_agreement_figures_in_the_docs_are_the_bench_output() -> None:
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "new_agreement.py"), str(SEEDS)], capture_output=True,
+                       text=True, timeout=300, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    table = r.stdout.strip()
+    assert table.count("\n") == 6 and "| **all** |" in table, table
+    for page in ("README.md", "docs/suites.md"):
+        assert table in (ROOT / page).read_text(), f"{page}: the agreement table is not bench/new_agreement.py's"
