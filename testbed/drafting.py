@@ -27,7 +27,7 @@ _EXPECT = re.compile(r"\b(expect(ed)?|should see|should get|sample output|exampl
                      r"|results?:|prints?:?\s*$)", re.I)
 _COMMENT_EXPECT = re.compile(r"^#\s*(expect(ed)?( output)?|output|result)s?\s*:?\s*(.*)$", re.I)
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+_PYTHON = re.compile(r"^(\S*/)?python(\d+(\.\d+)?)?$")  # python, python3.8, /usr/bin/python3
 _INSPECT = {"ls", "echo", "cat", "pwd", "which", "nvidia-smi", "nvcc", "lspci", "hostname", "ssh", "screen", "less",
             "head", "tail", "top", "htop", "watch", "true", "nano", "vim", "vi", "emacs", "touch", "mkdir", "cp",
             "mv", "rm", "tar", "unzip", "export", "unset", "set", "source", ".", "cd", "ssh-keygen", "ssh-keyscan",

@@ -76,6 +76,7 @@ def test_a_branch_or_no_commit_is_a_todo_and_ssh_urls_become_https() -> None:
     ("conda create -n emu python=3.10", "~/miniconda3/envs/emu"),
     ("conda create -p /opt/envs/x -y", "/opt/envs/x"),
     ("python3 -m venv vit_env", "~/vit_env"),
+    ("/usr/bin/python3.8 -m venv --without-pip vit_env", "~/vit_env"),
     ("source ~/venvs/a/bin/activate", "~/venvs/a"),
 ])
 def test_environment_lines(line: str, env: str) -> None:
