@@ -262,12 +262,15 @@ def test_show_lists_the_todos_of_any_suite_and_none_for_a_finished_one(tb_home: 
     assert "to fill in" not in invoke("show", "fault-drill").output
 
 
-def test_rehearse_refuses_a_draft_and_names_the_first_todo(tb_home: Path) -> None:
+def test_rehearse_lists_what_is_left_before_any_host(tb_home: Path) -> None:
     (tb_home / "README.md").write_text(readme("python x.py"))
     assert invoke("new", "d").exit_code == 0
+    todos = drafting.todo_comments((tb_home / "experiments" / "d" / "suite.yml").read_text())
     r = cli(tb_home, "rehearse", "d")
-    assert r.returncode == 2 and "left to fill in; the first: TODO" in r.stderr, r.stderr
-    assert "experiments/d/suite.yml:" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 1 and "would fail before any host" in r.stdout, (r.stdout, r.stderr)
+    for n, text in todos:
+        assert f"experiments/d/suite.yml:{n}: left to fill in: {text}" in r.stdout, r.stdout
+    assert "Traceback" not in r.stderr and not (tb_home / ".testbed").exists()  # no replica, no state
 
 
 def test_refusals_write_nothing(tb_home: Path) -> None:

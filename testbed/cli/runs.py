@@ -673,18 +673,6 @@ def _warn_todos(s: Any) -> Any:
     return s
 
 
-def refuse_todos(s: Any) -> None:
-    """Refuse (exit 2) a suite whose file still has TODO comments: name the first, and where the list is."""
-    from testbed.errors import UsageError
-
-    todos = to_fill_in(s)
-    if todos:
-        raise UsageError(f"suite {s.name} has {plural(len(todos), 'TODO')} left to fill in; the first: "
-                         f"{todos[0][1]}", where=todos[0][0],
-                         fix=f"fill each in and delete its TODO comment (testbed show {s.name} lists them), "
-                             f"then rehearse again")
-
-
 def to_fill_in(s: Any) -> list[tuple[str, str]]:
     """The TODO comments of the suite's file, as (file:line, comment): what a drafted suite still lacks."""
     from pathlib import Path
@@ -798,7 +786,6 @@ def rehearse(
     from testbed import suite as suite_mod
     from testbed.cli.output import waiting
 
-    refuse_todos(suite_mod.load_suite(suite))  # a draft: point at what is left before any replica is made
     c = console(stderr=True)
     with waiting(f"rehearsing {suite}"):
         res = rehearse_mod.rehearse(suite, suite_mod.parse_assignments(param or []), like=like, matrix=matrix,
