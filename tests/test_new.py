@@ -251,6 +251,16 @@ def test_new_writes_the_folder_and_show_lists_its_todos(tb_home: Path) -> None:
         assert f"experiments/mine/suite.yml:{n}: {text}" in body
 
 
+def test_a_skeleton_without_a_readme_and_a_folder_elsewhere(tb_home: Path) -> None:
+    r = invoke("new", "bare", "--to", "elsewhere")
+    assert r.exit_code == 0, r.output
+    suite = tb_home / "elsewhere" / "bare" / "suite.yml"
+    assert "with no README (a skeleton)" in (suite.parent / "README.md").read_text()
+    shown = invoke("show", str(suite))
+    assert shown.exit_code == 0 and "TODO the launch command" in shown.output, shown.output
+    assert not (tb_home / "experiments").exists()
+
+
 def test_show_lists_the_todos_of_any_suite_and_none_for_a_finished_one(tb_home: Path) -> None:
     (tb_home / "experiments").mkdir()
     (tb_home / "experiments" / "hand.yml").write_text(

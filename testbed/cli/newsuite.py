@@ -61,7 +61,7 @@ def _read(source: str | None) -> tuple[str, str, str]:
     if source is None:
         here = Path("README.md")
         if not here.is_file():
-            return "", "README.md", "no README (a skeleton)"
+            return "", "README.md", ""
         source = str(here)
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", source):
         text = fetch(source, drafting.MAX_README_BYTES)
@@ -92,10 +92,13 @@ def read_file(path: Path, limit: int) -> str:
 
 
 def _readme(name: str, came_from: str, todos: int) -> str:
-    return (f"# {name}\n\nA suite drafted by `testbed new {name}` from the README at `{came_from}` (the artifact's "
-            f"README, read as untrusted text:\nnothing in it was run). `suite.yml` holds its guesses, each with the "
-            f"README line it came from, and {todos} TODO comments\nfor what the README did not say.\n\n"
-            f"1. `testbed show {name}` lists the TODOs (\"to fill in\"), with their lines.\n"
+    from testbed.textfmt import plural
+
+    origin = ("with no README (a skeleton)" if not came_from else
+              f"from the README at `{came_from}` (the artifact's README, read as untrusted text: nothing in it was run)")
+    return (f"# {name}\n\nA suite drafted by `testbed new {name}` {origin}.\n`suite.yml` holds its guesses, each "
+            f"with the README line it came from, and {plural(todos, 'TODO comment')} for what the\nREADME did not "
+            f"say.\n\n1. `testbed show {name}` lists the TODOs (\"to fill in\"), with their lines.\n"
             f"2. Fill each in and delete its TODO comment; `expected/` holds the README's expected output, for the "
             f"reference stubs.\n3. `testbed rehearse {name}` rehearses it on local hosts once no TODO is left.\n")
 
@@ -131,7 +134,7 @@ def new(name: Annotated[str, typer.Argument(help="The suite's name: lower-case l
     text, cited, came_from = _read(from_)
     d = drafting.draft(text)
     expected = [f"expected/README-{g.line}.txt" for g in d.expected]
-    suite_text = drafting.to_yaml(d, name, cited, expected, came_from=came_from)
+    suite_text = drafting.to_yaml(d, name, cited, expected, came_from=came_from or "no README (a skeleton)")
     todos = drafting.todo_comments(suite_text)
     folder.mkdir(parents=True)
     (folder / "suite.yml").write_text(suite_text)
@@ -146,7 +149,7 @@ def new(name: Annotated[str, typer.Argument(help="The suite's name: lower-case l
         return
     from testbed.textfmt import plural
 
-    console().print(f"drafted {escape(str(folder / 'suite.yml'))} from {escape(came_from)}: "
+    console().print(f"drafted {escape(str(folder / 'suite.yml'))} from {escape(came_from or 'no README')}: "
                     f"{plural(len(d.sources), 'source')}, {plural(len(d.steps), 'prepare step')}, "
                     f"{plural(len(d.launches), 'launch line')}, {plural(len(d.outputs), 'output')}, "
                     f"{plural(len(d.expected), 'reference stub')}; {plural(len(todos), 'TODO')} to fill in "
