@@ -95,7 +95,8 @@ def _readme(name: str, came_from: str, todos: int) -> str:
     from testbed.textfmt import plural
 
     origin = ("with no README (a skeleton)" if not came_from else
-              f"from the README at `{came_from}` (the artifact's README, read as untrusted text: nothing in it was run)")
+              f"from the README at `{came_from}` (the artifact's README, read as untrusted text: nothing in it "
+              "was run)")
     return (f"# {name}\n\nA suite drafted by `testbed new {name}` {origin}.\n`suite.yml` holds its guesses, each "
             f"with the README line it came from, and {plural(todos, 'TODO comment')} for what the\nREADME did not "
             f"say.\n\n1. `testbed show {name}` lists the TODOs (\"to fill in\"), with their lines.\n"
