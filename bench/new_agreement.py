@@ -12,7 +12,8 @@ the shipped suite on three counts:
   draft output's file name matches, either way round as globs.
 
 Prints a Markdown table; the figures in README.md and docs/suites.md come from it. Usage:
-``python bench/new_agreement.py [SEEDS_DIR]``.
+``python bench/new_agreement.py [SEEDS_DIR]``; with ``--repositories [SEEDS_DIR ARTIFACTS_DIR]`` the draft is made
+from every README.md of the artifact's repository archive (../shared/artifacts), joined in path order.
 """
 
 from __future__ import annotations
@@ -101,18 +102,40 @@ def match(readme: str) -> str:
     return hits[0]
 
 
-def main(seeds: Path) -> None:
+ARCHIVES = {  # ../shared/artifacts/README.md: the archive of each suite's repository
+    "jitc": "open-jitc", "tesla": "Scalable_ViT_DT", "datastall-emulator": "OSRE_DELIVERABLE",
+    "isca-resnet18": "ISCA_AE", "neuronabox": "NeuronaBox",
+}
+
+
+def repository_readmes(archive: Path) -> str:
+    """Every README.md of an artifact's repository archive, in path order, as one text."""
+    import tarfile
+
+    parts = []
+    with tarfile.open(archive) as tar:
+        for m in sorted(tar.getmembers(), key=lambda m: m.name):
+            f = tar.extractfile(m) if m.isfile() and m.name.rsplit("/", 1)[-1].lower() == "readme.md" else None
+            if f is not None:
+                parts.append(f.read(drafting.MAX_README_BYTES).decode("utf-8", "replace"))
+    return "\n\n".join(parts)[:drafting.MAX_README_BYTES]
+
+
+def main(seeds: Path, artifacts: Path | None = None) -> None:
+    """The table over the seed READMEs; with ``artifacts``, over every README.md of each repository archive."""
     rows, total = [], {k: [0, 0] for k in ("launch", "sources", "commits", "outputs")}
-    for seed in sorted(seeds.glob("*.txt")):
-        text = seed.read_text()
-        name = match(text)
+    items = [(match(p.read_text()), p.name, p.read_text()) for p in sorted(seeds.glob("*.txt"))] if artifacts is None \
+        else [(n, f"{a}.tar.gz (every README.md)", repository_readmes(artifacts / f"{a}.tar.gz"))
+              for n, a in ARCHIVES.items()]
+    for name, label, text in items:
         got = compare(name, text)
         for k in total:
             total[k][0] += got[k][0]
             total[k][1] += got[k][1]
-        rows.append(f"| {name} | {seed.name} | " + " | ".join(f"{got[k][0]}/{got[k][1]}" for k in total)
+        rows.append(f"| {name} | {label} | " + " | ".join(f"{got[k][0]}/{got[k][1]}" for k in total)
                     + f" | {got['todos'][0]} |")
-    print("| suite | seed README | launch programs | source repos | source commits | outputs | TODOs |")
+    print(f"| suite | {'seed README' if artifacts is None else 'README'} | launch programs | source repos | "
+          "source commits | outputs | TODOs |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     share = " | ".join(f"**{a}/{b} ({100 * a / b:.0f}%)**" if b else "-" for a, b in total.values())
@@ -120,4 +143,7 @@ def main(seeds: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else REPO.parent / "shared" / "seeds")
+    args = [a for a in sys.argv[1:] if a != "--repositories"]
+    shared = REPO.parent / "shared"
+    main(Path(args[0]) if args else shared / "seeds",
+         (Path(args[1]) if len(args) > 1 else shared / "artifacts") if "--repositories" in sys.argv else None)

@@ -42,7 +42,8 @@ _OUT_FLAG = re.compile(r"^--?(o|out|output|outputs|output[-_]dir|out[-_]dir|outd
                        r"log[-_]file|logfile|save[-_]dir|save[-_]path|save|results?|results?[-_]dir|"
                        r"checkpoint[-_]dir|ckpt[-_]dir)$")
 _DIR_FLAG = re.compile(r"dir$|^--save$")
-_WRITES = re.compile(r"\b(generates?|writes?|creates?|produces?|saves?|records?)\s+(a|an|the)?\s*`([^`\s]+)`")
+_WRITES = re.compile(r"\b(generates?|writes?|creates?|produces?|saves?|outputs?)\b([^.`]{0,40}`[^`\n]+`)+")
+_FILE = re.compile(r"`([^`\s/]+\.(?!py`|sh`|md`|ipynb`)[A-Za-z0-9]{1,5})`")  # `name.ext`, not a script or doc
 _CAPS = r"(?<![A-Za-z0-9$\{])[A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9_=])"
 _PLACEHOLDER = re.compile(r"\[[^\]]*\]|<[^>]*>|\b(?:your|YOUR|Your)_?\w*|" + _CAPS
                           + r"|\babsolute_path\w*|\babosulte_path\w*")
@@ -136,8 +137,12 @@ def _blocks(text: str) -> list[_Block]:
         while j < len(lines) and not lines[j].strip().startswith(fence[:3]):
             j += 1
         before = " ".join(ln.strip() for ln in lines[max(0, start - 3):start] if ln.strip() and not _FENCE.match(ln))
-        after = " ".join(ln.strip() for ln in lines[j + 1:j + 4] if ln.strip())
-        out.append(_Block(lang, start + 2, lines[start + 1:j], before, after))
+        after = []  # the prose after it, to the next block or heading (at most 12 lines)
+        for ln in lines[j + 1:j + 13]:
+            if _FENCE.match(ln) or ln.lstrip().startswith("#"):
+                break
+            after.append(ln.strip())
+        out.append(_Block(lang, start + 2, lines[start + 1:j], before, " ".join(a for a in after if a)))
         i = j + 1
     return out
 
@@ -517,9 +522,9 @@ def _shell_block(st: _State, b: _Block) -> None:
             kept.append((cmd, line, kind))
     _step(st, kept, start)
     if launched:
-        for m in _WRITES.finditer(b.after):
-            folder = st.d.launches[-1].cwd
-            _output(st, m[3], st.d.launches[-1].line, folder)
+        for m in _WRITES.finditer(b.after):  # "generates a `x.txt` file", "generate two files: `a.txt` and `b.txt`"
+            for f in _FILE.findall(m[0]):
+                _output(st, f, st.d.launches[-1].line, st.d.launches[-1].cwd)
     _expect_comments(st, b)
 
 

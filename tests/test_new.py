@@ -155,6 +155,14 @@ def test_outputs_from_the_files_launch_lines_write(line: str, outs: list[str]) -
     assert any("cannot be collected" in t for t, _ in d.todos) == (not outs)
 
 
+def test_files_the_prose_after_a_launch_names() -> None:
+    text = ("# A\n\n```\npython3 detection.py --check\n```\n\nThese two commands generate two files: "
+            "`train_recorder_no_check.txt` and `train_recorder_check.txt`, with `detection.py` and the `logs` folder."
+            "\n\n## Next\n\nIt writes `other.txt`.\n")
+    d = drafting.draft(text)
+    assert [g.value for g in d.outputs] == ["train_recorder_no_check.txt", "train_recorder_check.txt"]
+
+
 def test_prose_naming_the_file_a_command_writes_is_an_output_with_placeholders_as_globs() -> None:
     text = "# A\n\n```\ncd fi\npython3 r.py --file x/TARGET_INJECTION\n```\n\nThis command generates a " \
            "`replay_inj_TARGET_INJECTION.txt` file.\n"
@@ -357,9 +365,16 @@ def test_the_seed_readmes_draft_show_and_dry_run(tb_home: Path) -> None:
         assert "left to fill in" in dry.output  # the warning points at what is left
 
 
+ARTIFACTS = Path("/work/shared/artifacts")
+
+
 @pytest.mark.skipif(not SEED_FILES, reason="the seed READMEs (/work/shared/seeds) are not on this machine")
-def test_the_agreement_figures_in_the_docs_are_the_bench_output() -> None:
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "new_agreement.py"), str(SEEDS)], capture_output=True,
+@pytest.mark.parametrize("repositories", [False, True])
+def test_the_agreement_figures_in_the_docs_are_the_bench_output(repositories: bool) -> None:
+    if repositories and not ARTIFACTS.is_dir():
+        pytest.skip("the artifacts' archives (/work/shared/artifacts) are not on this machine")
+    argv = [str(SEEDS)] + (["--repositories", str(ARTIFACTS)] if repositories else [])
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "new_agreement.py"), *argv], capture_output=True,
                        text=True, timeout=300, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     table = r.stdout.strip()
     assert table.count("\n") == 7 and "| **all** |" in table, table  # a header, a rule, 5 suites, all
