@@ -44,7 +44,7 @@ _OUT_FLAG = re.compile(r"^--?(o|out|output|outputs|output[-_]dir|out[-_]dir|outd
 _DIR_FLAG = re.compile(r"dir$|^--save$")
 _WRITES = re.compile(r"\b(generates?|writes?|creates?|produces?|saves?|outputs?)\b([^.`]{0,40}`[^`\n]+`)+")
 _FILE = re.compile(r"`([^`\s/]+\.(?!py`|sh`|md`|ipynb`)[A-Za-z0-9]{1,5})`")  # `name.ext`, not a script or doc
-_CAPS = r"(?<![A-Za-z0-9$\{])[A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9_=])"
+_CAPS = r"(?<![A-Za-z0-9$\{])(?<!-x )[A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9_=])"
 _PLACEHOLDER = re.compile(r"\[[^\]]*\]|<[^>]*>|\b(?:your|YOUR|Your)_?\w*|" + _CAPS
                           + r"|\babsolute_path\w*|\babosulte_path\w*")
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
@@ -398,11 +398,16 @@ _HOSTS = re.compile(r"(?:--(?:num[-_]nodes|nnodes|world[-_]size)|(?:^|\s)-(?:np|
 
 def _launch(st: _State, w: list[str], cmd: str, line: int, program: str) -> None:
     folder = _folder(st)
+    if any(ln.command == clean(cmd) and ln.cwd == folder for ln in st.d.launches):
+        return  # the same line again (a README repeats it per host or per step): one variant
     ph = _placeholder(cmd)
     m = _HOSTS.search(cmd)
+    guessed = st.repo is None and len(st.d.sources) > 1  # the folder: in the first of several sources, a guess
+    todo = "; ".join(t for t in (f"replace {ph!r} (the README's placeholder)" if ph else "",
+                                 f"check the folder ({folder}: the README does not cd into a source here)"
+                                 if guessed else "") if t)
     st.d.launches.append(LaunchLine(clean(cmd), program, line, folder, one_launcher=program.split()[0] in _LAUNCHERS,
-                                    todo=f"replace {ph!r} (the README's placeholder)" if ph else None,
-                                    hosts=int(m[1]) if m and 1 <= int(m[1]) <= 4096 else None))
+                                    todo=todo or None, hosts=int(m[1]) if m and 1 <= int(m[1]) <= 4096 else None))
     for o in _outputs_of(w):
         _output(st, o, line, folder)
 

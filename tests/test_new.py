@@ -113,6 +113,14 @@ def test_launch_lines(line: str, program: str, one: bool) -> None:
     assert (ln.program, ln.one_launcher) == (program, one)
 
 
+def test_a_repeated_launch_line_is_one_variant_and_a_guessed_folder_a_todo() -> None:
+    d = drafting.draft(readme("git clone https://h/dep\ngit clone https://h/art", "python a.py\npython a.py",
+                              "cd art\npython b.py -x NCCL_PROTO"))
+    a, b = d.launches
+    assert (a.cwd, b.cwd) == ("~/dep", "~/art")  # a block starts in the first source unless it cds into one
+    assert a.todo is not None and "check the folder" in a.todo and b.todo is None
+
+
 def test_not_launch_lines() -> None:
     d = drafting.draft(readme("python main.py -h\npython setup.py install\npython\nbash scripts/build_env.sh"))
     assert not d.launches and len(d.steps) == 1
