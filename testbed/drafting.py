@@ -730,6 +730,8 @@ def to_yaml(d: Draft, name: str, origin: str = "README.md", expected_files: list
     from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap
 
+    from testbed.textfmt import plural
+
     origin = re.sub(r"[^\w./:@+-]", "_", origin)[:200] or "README.md"
     doc = CommentedMap()
     doc["name"] = name
@@ -737,8 +739,8 @@ def to_yaml(d: Draft, name: str, origin: str = "README.md", expected_files: list
     doc.yaml_add_eol_comment("TODO one line on what it runs", "description")
     named = max((ln for ln in d.launches if ln.hosts and ln.hosts > 1), key=lambda ln: ln.hosts or 0, default=None)
     doc["requires"] = CommentedMap(hosts=1)  # 1 whatever the README says, so that the draft plans on any testbed
-    doc.yaml_add_eol_comment("TODO the hosts, providers and accelerator (gpu, tpu) it needs" + (
-        f" ({origin}:{named.line} starts {named.hosts} ranks or nodes)" if named else ""), "requires")
+    ranks = f" ({origin}:{named.line} starts {plural(named.hosts or 0, 'rank')}: a host each?)" if named else ""
+    doc.yaml_add_eol_comment(f"TODO the hosts, providers and accelerator (gpu, tpu) it needs{ranks}", "requires")
     if d.environment is not None:
         doc["environment"] = d.environment.value
         doc.yaml_add_eol_comment(_from(d.environment.line, d.environment.todo, origin), "environment")

@@ -141,7 +141,7 @@ def test_the_host_count_a_launch_line_names(line: str, hosts: int) -> None:
     written = drafting.to_yaml(drafting.draft(text), "w")
     assert yaml.safe_load(written)["requires"] == {"hosts": 1}  # the draft plans on any testbed; the TODO says
     row = next(ln for ln in written.splitlines() if ln.startswith("requires:"))
-    assert (f"(README.md:{line_of(text, line)} starts {hosts} ranks or nodes)" in row) == (hosts > 1), row
+    assert (f"(README.md:{line_of(text, line)} starts {hosts} ranks: a host each?)" in row) == (hosts > 1), row
 
 
 def test_addresses_ranks_and_world_size_become_templates() -> None:
