@@ -309,7 +309,8 @@ def test_refusals_write_nothing(tb_home: Path) -> None:
              (("new", "x", "--from", "big.md"), "a README is read up to"),
              (("new", "x", "--from", "bin.md"), "not UTF-8"), (("new", "x", "--from", "nope.md"), "no such file"),
              (("new", "x", "--from", "file:///etc/passwd"), "only http:// and https://"),
-             (("new", "x", "--from", "ftp://127.0.0.1/README.md"), "only http:// and https://")]
+             (("new", "x", "--from", "ftp://127.0.0.1/README.md"), "only http:// and https://"),
+             (("new", "x", "--to", "experiments/single.yml"), "cannot make experiments/single.yml/x")]
     for argv, said in cases:
         r = cli(tb_home, *argv)
         assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, (argv, r.stderr)

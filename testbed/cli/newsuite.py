@@ -137,7 +137,11 @@ def new(name: Annotated[str, typer.Argument(help="The suite's name: lower-case l
     expected = [f"expected/README-{g.line}.txt" for g in d.expected]
     suite_text = drafting.to_yaml(d, name, cited, expected, came_from=came_from or "no README (a skeleton)")
     todos = drafting.todo_comments(suite_text)
-    folder.mkdir(parents=True)
+    try:
+        folder.mkdir(parents=True)
+    except OSError as e:
+        raise UsageError(f"cannot make {folder}: {e.strerror}", where=str(folder),
+                         fix="give --to a folder you can write (it is made when missing)") from None
     (folder / "suite.yml").write_text(suite_text)
     (folder / "README.md").write_text(_readme(name, came_from, len(todos)))
     for g, rel in zip(d.expected, expected, strict=True):
