@@ -48,7 +48,6 @@ _CAPS = r"(?<![A-Za-z0-9$\{])(?<!-x )[A-Z][A-Z0-9]*_[A-Z0-9_]*[A-Z0-9](?![A-Za-z
 _PLACEHOLDER = re.compile(r"\[[^\]]*\]|<[^>]*>|\b(?:your|YOUR|Your)_?\w*|" + _CAPS
                           + r"|\babsolute_path\w*|\babosulte_path\w*")
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
-_IP = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b")
 _JINJA = re.compile(r"\{\{|\}\}|\{%|%\}|\{#|#\}")
 _DOLLAR_BRACE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}(?=(\w)?)")
 _TODO = re.compile(r"^#+\s*(.*;\s*)?TODO\b")
