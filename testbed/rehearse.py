@@ -481,6 +481,7 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
 
     found = [f.line() for f in lint.lint_suite(s, points)]
     found += [f"{e.where}: {e.what}" for e in unknown_tables(s)]  # a metric nothing would measure
+    found += _left_to_fill_in(s)  # a draft of testbed new: each TODO comment, with its line
     if found:  # what the files show already: no replica is made
         for f in found:
             note(f"static check: {f}")
@@ -527,6 +528,16 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
                 services.destroy(tb)
             except TestbedError as e:
                 note(f"could not destroy the replica {tb.name}: {e.what} ({e.fix})")
+
+
+def _left_to_fill_in(s: Any) -> list[str]:
+    """The TODO comments of the suite's file (what testbed new left to fill in), as static findings."""
+    from testbed.drafting import todo_comments
+    from testbed.yamlfile import read_text
+
+    if not s.source:
+        return []
+    return [f"{s.source}:{n}: left to fill in: {text}" for n, text in todo_comments(read_text(Path(s.source)))]
 
 
 def _free_subnet(name: str) -> str:

@@ -924,7 +924,8 @@ def suite_path(name: str) -> Path:
     if not re.match(SUITE_NAME_RE, name):
         raise UsageError(f"'{name}' is not a suite name", where="command line",
                          fix="use lower-case letters, digits and '-', or a path to a .yml file")
-    found = paths.find_resource("experiments", f"{name}.yml")
+    folder = Path("experiments") / name / "suite.yml"  # a suite folder here (testbed new drafts one)
+    found = folder if folder.is_file() else paths.find_resource("experiments", f"{name}.yml")
     if found is None:
         import difflib
 

@@ -106,6 +106,7 @@ def test_every_command_with_json_prints_json(tb_home: Path) -> None:
         ("collect",): [["collect", "--all", "--json"]],
         ("image", "list"): [["image", "list", "--json"]],
         ("image", "prune"): [["image", "prune", "--yes", "--json"]],
+        ("new",): [["new", "drafted", "--json"]],  # no README.md here: a skeleton
     }
     assert _with_json() == set(forms) | set(ON_HOSTS), "a command with --json is not checked here"
     for path, argvs in forms.items():

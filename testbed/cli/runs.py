@@ -74,7 +74,7 @@ def run(
     from testbed.spec import DEFAULT_TESTBED
 
     bud = _parse_budget(budget, matrix)
-    s = suite_mod.load_suite(suite)
+    s = _warn_todos(suite_mod.load_suite(suite))
     given = suite_mod.parse_assignments(param or [])
     src = sources_mod.parse(source or [])
     faults = _faults(fault, no_faults)
@@ -619,8 +619,10 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
     refuse_unknown_tables(s)
     _lint_warnings(s)
     _judge_on(s, on)
+    todos = to_fill_in(s)
     if json_out:
-        print_json({**s.model_dump(mode="json"), "source": s.source})
+        print_json({**s.model_dump(mode="json"), "source": s.source,
+                    "to_fill_in": [{"where": w, "todo": t} for w, t in todos]})
         return
     c = console()
     c.print(f"[bold]{s.name}[/bold]: {escape(s.description.strip())}")
@@ -654,6 +656,33 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
         trig = f"at {f.at:g} s" if f.at is not None else f"when /{when}/"
         dflt = " (default)" if name in s.default_faults else ""
         c.print(f"fault {name}{dflt}: {f.action} {trig}  {escape(f.description)}")
+    if todos:
+        c.print(f"to fill in: {plural(len(todos), 'TODO')}")
+        for where, text in todos:
+            c.print(f"  {escape(where)}: {escape(text)}", emoji=False)
+
+
+def _warn_todos(s: Any) -> Any:
+    """Say on stderr that suite ``s`` still has TODO comments (a draft of testbed new), and where the first is;
+    return ``s``."""
+    todos = to_fill_in(s)
+    if todos:
+        console(stderr=True).print(f"[yellow]warning[/yellow]: {plural(len(todos), 'TODO')} left to fill in, the "
+                                   f"first at {escape(todos[0][0])}: {escape(todos[0][1])} (testbed show "
+                                   f"{escape(s.name)} lists them)", emoji=False)
+    return s
+
+
+def to_fill_in(s: Any) -> list[tuple[str, str]]:
+    """The TODO comments of the suite's file, as (file:line, comment): what a drafted suite still lacks."""
+    from pathlib import Path
+
+    from testbed.drafting import todo_comments
+    from testbed.yamlfile import read_text
+
+    if not s.source:
+        return []
+    return [(f"{s.source}:{n}", text) for n, text in todo_comments(read_text(Path(s.source)))]
 
 
 def _judge_on(s: Any, on: str | None) -> None:
