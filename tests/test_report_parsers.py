@@ -16,7 +16,6 @@ from testbed.report.parsers.isca_injection import parse_injection
 from testbed.report.parsers.isca_replay import parse_replay
 from testbed.report.parsers.jitc import parse_jitc
 from testbed.report.parsers.matmul import parse_matmul
-from testbed.report.parsers.mpi_hello import parse_mpi_hello
 from testbed.report.parsers.neuronabox import parse_collective, parse_step_times
 from testbed.report.parsers.tesla_logs import parse_baseline, parse_vit_log
 from testbed.report.parsers.tesla_metrics import config_from_path, parse_metrics
@@ -24,6 +23,7 @@ from testbed.report.parsers.train_log import TrainRow, global_steps, parse_train
 from testbed.report.parsers.vmtouch import parse_vmtouch
 
 S = Path(__file__).parent / "samples"
+ROOT = Path(__file__).resolve().parents[1]
 DS = S / "datastall"
 
 
@@ -54,8 +54,26 @@ def test_global_steps_per_epoch_and_global():
 def test_matmul_and_mpi_hello():
     rows = parse_matmul(S / "matmul-baseline/node1/matmul_rank1.csv").rows
     assert len(rows) == 5 and rows[0].rank == 1 and rows[0].host == "node1" and rows[0].seconds == pytest.approx(0.2)
-    hello = parse_mpi_hello(S / "mpi-hello/stdout.log").rows
-    assert sorted(r.rank for r in hello) == [0, 1, 2] and {r.size for r in hello} == {3}
+
+
+def test_mpi_hello_report_py_loaded_as_testbed_loads_it(tmp_path):
+    """mpi-hello's reporter lives in its suite folder (experiments/mpi-hello/report.py), loaded by path through
+    the public API (testbed.results), as testbed loads it for a report."""
+    from testbed import results
+    from testbed.report.model import Report
+    from testbed.report.rundir import RunDir
+
+    own = results.load(ROOT / "experiments" / "mpi-hello" / "report.py")
+    assert own.reporter is not None and own.reporter.tables == ("hello",) and not own.parsers
+    run = tmp_path / "run"
+    (run / "node0").mkdir(parents=True)
+    (run / "manifest.json").write_text('{"suite": "mpi-hello", "run_id": "r1", "status": "succeeded"}')
+    (run / "node0" / "stdout.log").write_text((S / "mpi-hello/stdout.log").read_text())
+    rep = Report(tmp_path / "out", "t")
+    own.reporter.fn(RunDir.open(run), rep)
+    hello = next(t for t in rep.tables if t.name == "hello")
+    assert sorted(r[3] for r in hello.rows) == [0, 1, 2] and {r[4] for r in hello.rows} == {3}
+    assert ("all ranks answered", True, "3 of 3 ranks") in rep.checks
 
 
 # --- isca ---------------------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from testbed.report.suites import (  # noqa: F401
     isca_campaign,
     jitc,
     matmul_baseline,
-    mpi_hello,
     neuronabox,
     tesla,
     tesla_campaign,
