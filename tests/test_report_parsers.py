@@ -15,7 +15,6 @@ from testbed.report.parsers.elapsed import overhead_pct, parse_elapsed
 from testbed.report.parsers.isca_injection import parse_injection
 from testbed.report.parsers.isca_replay import parse_replay
 from testbed.report.parsers.jitc import parse_jitc
-from testbed.report.parsers.matmul import parse_matmul
 from testbed.report.parsers.neuronabox import parse_collective, parse_step_times
 from testbed.report.parsers.tesla_logs import parse_baseline, parse_vit_log
 from testbed.report.parsers.tesla_metrics import config_from_path, parse_metrics
@@ -51,19 +50,43 @@ def test_global_steps_per_epoch_and_global():
     assert global_steps(glob) == list(range(6))
 
 
-def test_matmul_and_mpi_hello():
-    rows = parse_matmul(S / "matmul-baseline/node1/matmul_rank1.csv").rows
-    assert len(rows) == 5 and rows[0].rank == 1 and rows[0].host == "node1" and rows[0].seconds == pytest.approx(0.2)
+def _report_py(suite: str):
+    """The suite folder's report.py, loaded as testbed loads it (by path, through testbed.results)."""
+    from testbed import results
+
+    return results.load(ROOT / "experiments" / suite / "report.py")
+
+
+def test_matmul_report_py_reads_each_ranks_csv_and_notes_bad_rows(tmp_path):
+    """matmul-baseline's reporter lives in its suite folder: per-rank rows, medians, a figure, and a row with a
+    bad value skipped with a note (testbed.results API 2: csv_rows, boxes)."""
+    from testbed.report.model import Report
+    from testbed.report.rundir import RunDir
+
+    own = _report_py("matmul-baseline")
+    assert own.reporter is not None and own.reporter.tables == ("matmul", "matmul_median")
+    run = tmp_path / "run"
+    (run / "node1").mkdir(parents=True)
+    (run / "manifest.json").write_text('{"suite": "matmul-baseline", "run_id": "r1", "status": "succeeded", '
+                                       '"params": {"ranks": 2}}')
+    text = (S / "matmul-baseline/node1/matmul_rank1.csv").read_text()
+    (run / "node1" / "matmul_rank1.csv").write_text(text + "1,node1,9,256,oops,1.0\n")
+    rep = Report(tmp_path / "out", "t")
+    own.reporter.fn(RunDir.open(run), rep)
+    rows = next(t for t in rep.tables if t.name == "matmul").rows
+    assert len(rows) == 5 and rows[0][:2] == [1, "node1"] and rows[0][4] == pytest.approx(0.2)
+    assert any("bad value" in s and "oops" in s for s in rep.skipped), rep.skipped
+    assert ("every rank reported", False, "1 of 2 ranks; missing [0]") in rep.checks
+    assert [f.name for f in rep.figures] == ["matmul_seconds"]
 
 
 def test_mpi_hello_report_py_loaded_as_testbed_loads_it(tmp_path):
     """mpi-hello's reporter lives in its suite folder (experiments/mpi-hello/report.py), loaded by path through
     the public API (testbed.results), as testbed loads it for a report."""
-    from testbed import results
     from testbed.report.model import Report
     from testbed.report.rundir import RunDir
 
-    own = results.load(ROOT / "experiments" / "mpi-hello" / "report.py")
+    own = _report_py("mpi-hello")
     assert own.reporter is not None and own.reporter.tables == ("hello",) and not own.parsers
     run = tmp_path / "run"
     (run / "node0").mkdir(parents=True)

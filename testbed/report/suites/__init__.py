@@ -10,7 +10,6 @@ from testbed.report.suites import (  # noqa: F401
     isca,
     isca_campaign,
     jitc,
-    matmul_baseline,
     neuronabox,
     tesla,
     tesla_campaign,
