@@ -21,7 +21,8 @@ Test parsers as plain functions, or load the file as testbed does: ``results.loa
 
 Versions: API 1 (``require(1)``): ``parser``, ``reporter``, ``RunDir``, ``Report``. API 2 adds, for reporters
 moved out of testbed into their suite folders: ``csv_rows(path, header)`` (a header-checked CSV read, with notes
-for the rows skipped) and ``boxes(data, ylabel=...)`` (a box-plot drawer for ``rep.figure``).
+for the rows skipped), ``boxes(data, ylabel=...)`` and ``lines(series, xlabel=..., ylabel=...)`` (figure drawers
+for ``rep.figure``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ __version__ = str(API_VERSION)
 FILE_NAME = "report.py"
 
 __all__ = ["API_VERSION", "FILE_NAME", "Parser", "Report", "RunDir", "RunReporter", "SuiteResults", "boxes",
-           "csv_rows", "load", "parser", "register_parser", "register_reporter", "reporter", "require"]
+           "csv_rows", "lines", "load", "parser", "register_parser", "register_reporter", "reporter", "require"]
 
 ParseFn = Callable[[str], Iterable[Mapping[str, Any]]]
 ReportFn = Callable[[RunDir, Report], None]
@@ -239,6 +240,15 @@ def boxes(data: Mapping[str, Sequence[float]], *, ylabel: str, title: str = "") 
     from testbed.report import plotting
 
     return plotting.boxes(data, ylabel=ylabel, title=title)
+
+
+def lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, xlabel: str, ylabel: str,
+          title: str = "") -> Callable[[Any], None]:
+    """A figure of labelled line series (label -> (xs, ys)), for ``rep.figure(name, lines(...), caption)``.
+    API 2."""
+    from testbed.report import plotting
+
+    return plotting.lines(series, xlabel=xlabel, ylabel=ylabel, title=title)
 
 
 def error_line(exc: BaseException, path: Path) -> int | str:

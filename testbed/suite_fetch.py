@@ -136,7 +136,12 @@ def fetch(gs: GitSuite, timeout: float = GIT_TIMEOUT) -> Path:
         try:
             _fetch_into(tmp, gs, timeout)
             shutil.rmtree(dest, ignore_errors=True)
-            tmp.rename(dest)
+            try:
+                tmp.rename(dest)
+            except OSError:  # another command fetched the same commit meanwhile: its checkout is as good
+                if _head(dest, gs, timeout) != gs.commit:
+                    raise UsageError(f"cannot put the checkout of {gs.commit[:12]} at {dest}", where=gs.shown(),
+                                     fix=f"remove {dest} and retry") from None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     record = dest.with_name(f"{gs.commit}.json")

@@ -9,7 +9,6 @@ from testbed.report.suites import (  # noqa: F401
     fault_drill,
     isca,
     isca_campaign,
-    jitc,
     neuronabox,
     tesla,
     tesla_campaign,
