@@ -535,7 +535,7 @@ def set_up_text(profile: str | None) -> str:
     try:
         plan = prof.load_profile(profile)
         parts = [prof.available_profiles()[profile].read_text(errors="replace")]
-        roots = [d / "roles" for d in paths.resource_dirs("playbooks")]
+        roots = prof.role_roots()
     except (TestbedError, OSError, KeyError):
         return ""
     for role in plan.roles:

@@ -2,7 +2,7 @@
 
 Unit level: failure signatures read from log text, interfaces read from launch lines and ``ip -o link``, tracked
 files read from ``git status --porcelain``, outputs judged from collect's per-host notes. Then mutants: one
-textual edit each to a copy of a shipped suite (experiments/*.yml), each rehearsed on a local replica, each
+textual edit each to a copy of a shipped suite (experiments/*/suite.yml), each rehearsed on a local replica, each
 ending non-zero with a reason naming its defect, beside the same suites unmutated, rehearsed green.
 """
 
@@ -212,7 +212,7 @@ def _mutant(tmp_path: Path, suite: str, old: str, new: str) -> Any:
     from testbed.suite import load_suite as load
 
     _copy_suite(tmp_path, suite, old, new)
-    return load(str(tmp_path / "experiments" / f"{suite}.yml"))
+    return load(str(tmp_path / "experiments" / suite / "suite.yml"))
 
 
 def test_the_shipped_suites_have_no_static_finding() -> None:
@@ -273,7 +273,7 @@ def test_a_dry_run_and_show_print_the_static_findings_as_warnings(tmp_path: Path
                        capture_output=True, text=True, timeout=120, check=False,
                        env={**os.environ, "TESTBED_HOME": str(tmp_path / ".testbed"), "COLUMNS": "400"})
     warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: ")]
-    assert len(warned) == 1 and "isca-resnet18.yml:10: source isca follows ref 'main'" in warned[0], r.stderr
+    assert len(warned) == 1 and "isca-resnet18/suite.yml:10: source isca follows ref 'main'" in warned[0], r.stderr
     assert r.returncode == 0, r.stderr  # a warning: the command itself goes on
 
 
@@ -298,23 +298,22 @@ hardware: {gpu: {model: NVIDIA GeForce RTX 3090, count: 1}}
 
 
 def _copy_suite(tmp_path: Path, suite: str, old: str | None, new: str) -> None:
-    """experiments/<suite>.yml (and the workloads it names) in ``tmp_path``, ``old`` replaced by ``new`` once
-    (``suite:variant``: the variant's edits first, ``VARIANTS``)."""
+    """experiments/<suite>/ (its suite.yml and the workloads it names) in ``tmp_path``, ``old`` replaced by ``new``
+    once in its suite.yml (``suite:variant``: the variant's edits first, ``VARIANTS``)."""
     suite, _, variant = suite.partition(":")
-    dest = tmp_path / "experiments"
-    dest.mkdir(exist_ok=True)
-    shutil.copytree(EXPERIMENTS / "workloads", dest / "workloads", dirs_exist_ok=True)
-    text = (EXPERIMENTS / f"{suite}.yml").read_text()
+    dest = tmp_path / "experiments" / suite
+    shutil.copytree(EXPERIMENTS / suite, dest, dirs_exist_ok=True)
+    text = (EXPERIMENTS / suite / "suite.yml").read_text()
     if variant == "compiled":
         (tmp_path / "inventories").mkdir(exist_ok=True)
         (tmp_path / "inventories" / "gpu-quad.yml").write_text(GPU_QUAD)
     for a, b in VARIANTS.get(variant, []):
-        assert text.count(a) == 1, f"the variant's text must occur once in {suite}.yml: {a!r}"
+        assert text.count(a) == 1, f"the variant's text must occur once in {suite}/suite.yml: {a!r}"
         text = text.replace(a, b)
     if old is not None:
-        assert text.count(old) == 1, f"the mutant's text must occur once in {suite}.yml: {old!r}"
+        assert text.count(old) == 1, f"the mutant's text must occur once in {suite}/suite.yml: {old!r}"
         text = text.replace(old, new)
-    (dest / f"{suite}.yml").write_text(text)
+    (dest / "suite.yml").write_text(text)
 
 
 def _rehearse(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -466,11 +465,11 @@ def test_a_static_mutant_is_found_with_its_file_and_line(tmp_path: Path, mutant:
     s = _mutant(tmp_path, suite, old, new)
     found = lint.lint_suite(s)
     assert len({f.kind for f in found}) == 1 and any(named in f.what for f in found), found
-    text = (tmp_path / "experiments" / f"{suite}.yml").read_text().splitlines()
+    text = (tmp_path / "experiments" / suite / "suite.yml").read_text().splitlines()
     edited = next(i for i, ln in enumerate(text, 1) if new.strip().splitlines()[0] in ln)
     for f in found:
         path, line = f.where.rsplit(":", 1)
-        assert path.endswith(f"{suite}.yml"), f
+        assert path.endswith(f"{suite}/suite.yml"), f
         if f.kind == "reference":  # at the reference that no point can produce
             assert "where:" in text[int(line) - 1], (f, text[int(line) - 1])
         elif f.kind == "login-path":  # at the step's command

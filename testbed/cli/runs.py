@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 # the suite and its parameters, as `run` and `rehearse` take them
-SuiteArg = Annotated[str, typer.Argument(help="Suite name (experiments/NAME.yml) or a .yml path.",
+SuiteArg = Annotated[str, typer.Argument(help="Suite name (experiments/NAME/suite.yml), a suite folder or a .yml path.",
                                          autocompletion=complete.suites)]
 ParamOpt = Annotated[list[str] | None, typer.Option("--param", "-p", help="key=value, repeatable.")]
 
@@ -718,20 +718,25 @@ def _rendered(s: Any, on: str | None = None) -> Any:
 
 
 def list_suites(ctx: typer.Context, json_out: JsonOpt = False) -> None:
-    """Suites found in experiments/ (cwd first, then the shipped ones). Example: testbed list suites"""
+    """Suites found in experiments/ (this folder's first, then the shipped ones) and those fetched from git into
+    the state home, each with where it comes from. Example: testbed list suites"""
     from testbed import suite as suite_mod
+    from testbed import suite_fetch
     from testbed.errors import TestbedError
 
     json_out = json_wanted(ctx, json_out)
-    rows = []
-    for name, path in suite_mod.list_suites().items():
+    rows: list[dict[str, Any]] = []
+    found = [*suite_mod.list_suites().items(), *((None, p) for p in suite_fetch.fetched_suites())]
+    for name, path in found:
+        origin = suite_fetch.origin(path)
         try:
             s = suite_mod.load_suite(str(path))
-            rows.append({"name": name, "description": s.description.strip().splitlines()[0] if s.description else "",
-                         "testbed": s.testbed or "", "matrix": bool(s.matrix), "path": str(path)})
+            rows.append({"name": s.name, "description": s.description.strip().splitlines()[0] if s.description
+                         else "", "testbed": s.testbed or "", "matrix": bool(s.matrix), "path": str(path),
+                         "origin": origin})
         except TestbedError as e:
-            rows.append({"name": name, "description": f"INVALID: {e.what}", "testbed": "", "matrix": False,
-                         "path": str(path)})
+            rows.append({"name": name or path.parent.name, "description": f"INVALID: {e.what}", "testbed": "",
+                         "matrix": False, "path": str(path), "origin": origin})
     if json_out:
         print_json(rows)
         return
@@ -739,10 +744,13 @@ def list_suites(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     from rich.table import Table
 
     t = Table(title="suites", title_justify="left")
-    for col in ("name", "testbed", "matrix", "description"):
+    for col in ("name", "from", "testbed", "matrix", "description"):
         t.add_column(col, no_wrap=col in ("name", "testbed"))  # names are never cut in two
     for r in rows:
-        t.add_row(str(r["name"]), str(r["testbed"]), "yes" if r["matrix"] else "", escape(str(r["description"])))
+        where = suite_fetch.origin_text(r["origin"])
+        where = r["path"] if where == "path" else where
+        t.add_row(str(r["name"]), escape(where), str(r["testbed"]), "yes" if r["matrix"] else "",
+                  escape(str(r["description"])))
     console().print(t)
 
 
