@@ -126,3 +126,34 @@ def test_a_rehearsal_on_a_shared_home_names_the_path_two_hosts_wrote_in_one_step
         "step 'make venv' wrote ~/race_env/bin/python from node0, node1 and node2 at once on the shared home: "
         "mark it `per: home`, or write per-host paths"], json.dumps(point, indent=1)
     assert not [n for n in point["not_rehearsed"] if "shared home" in n], point["not_rehearsed"]
+
+
+@pytest.mark.parametrize("with_strace", [True, False])
+def test_the_traced_command_keeps_its_exit_status_and_says_when_strace_is_missing(tmp_path: Path,
+                                                                                  with_strace: bool) -> None:
+    """Run for real by sh: under strace where it is on the PATH, else untraced with the header saying so (the
+    point then says the shared-home check was not made, never that it passed)."""
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "mkdir", "dirname", *(["strace"] if with_strace else [])):
+        found = shutil.which(tool)
+        if found is None:
+            pytest.skip(f"{tool} is not installed")
+        (bin_dir / tool).symlink_to(found)
+    home = tmp_path / "home"
+    (home / "run").mkdir(parents=True)
+    cmd = ht.traced_command("echo hi > 'out put.txt'; exit 3", "~/run/hometrace/prepare0-node1.trace")
+    r = subprocess.run(["sh", "-c", cmd], cwd=home / "run", env={"HOME": str(home), "PATH": str(bin_dir)},
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 3, r.stderr
+    assert (home / "run" / "out put.txt").read_text() == "hi\n"
+    text = (home / "run" / "hometrace" / "prepare0-node1.trace").read_text()
+    t, note = ht.judge("make venv", "node1", text)
+    if with_strace:
+        assert t.traced and note is None and t.writes == {str(home / "run" / "out put.txt"): "openat"}, text
+    else:
+        assert not t.traced and t.writes == {}, text
+        assert note == "shared home: not checked for step 'make venv' on node1: strace is missing (install strace " \
+                       "there to check it)"

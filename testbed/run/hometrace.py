@@ -62,10 +62,13 @@ def traced_command(command: str, trace: str) -> str:
     t = path_word(trace)
     q = shlex.quote(command)
     return (f'_tb_t={t}; mkdir -p "$(dirname "$_tb_t")" && printf \'#cwd %s\\n#home %s\\n\' "$PWD" "$HOME" > "$_tb_t"\n'
-            f"if command -v strace >/dev/null 2>&1 && {STRACE} -o /dev/null -- true 2>/dev/null; then\n"
+            f'if [ -f "$_tb_t" ] && command -v strace >/dev/null 2>&1 && \\\n'
+            f"   {STRACE} -o /dev/null -- sh -c : 2>/dev/null; then\n"
             f'  {STRACE} -A -o "$_tb_t" -- sh -c {q}\n'
             f"else\n"
-            f"  echo '{NO_STRACE}' \"$(command -v strace || echo 'strace is missing')\" >> \"$_tb_t\"\n"
+            f"  if command -v strace >/dev/null 2>&1; then _tb_w='strace cannot trace here (ptrace refused?)'; "
+            f"else _tb_w='strace is missing'; fi\n"
+            f'  echo "{NO_STRACE} $_tb_w" 2>/dev/null >> "$_tb_t"\n'
             f"  sh -c {q}\nfi")
 
 
@@ -109,7 +112,7 @@ def split_read(stdout: str) -> dict[str, tuple[str, int | None]]:
         if ln.startswith("@@ "):
             if key is not None:
                 out[key] = ("\n".join(lines), size)
-            _, key, sz = (ln.split(" ") + ["", ""])[:3]
+            _, key, sz = [*ln.split(" "), "", ""][:3]
             size, lines = (int(sz) if sz.isdigit() else None), []
         elif key is not None:
             lines.append(ln)
@@ -273,6 +276,19 @@ def collisions(step: str, traces: dict[str, Trace], run_dir: str) -> str | None:
             f"mark it `per: home`, or write per-host paths")
 
 
+def judge(step: str, host: str, text: str) -> tuple[Trace, str | None]:
+    """One host's read-back trace of ``step``: its writes, and a note where the check was not made (no strace) or
+    made on the first part of the trace only."""
+    tr = writes(text)
+    if not tr.traced:
+        return tr, (f"shared home: not checked for step {step!r} on {host}: {tr.why} (install strace there to "
+                    f"check it)")
+    if len(text.encode()) >= MAX_BYTES or text.count("\n") + 1 >= MAX_LINES:
+        return tr, (f"shared home: step {step!r} on {host}: only the first part of its trace ({MAX_BYTES} bytes, "
+                    f"{MAX_LINES} lines) was checked")
+    return tr, None
+
+
 def check(testbed: str, plan: RunPlan, timeout: float = 60) -> tuple[list[str], list[str]]:
     """(one failure per traced step that two hosts raced in, one note per host and step not checked): the traces
     of ``plan.rehearsal['hometrace']`` read back from each host of the replica ``testbed``."""
@@ -299,19 +315,13 @@ def check(testbed: str, plan: RunPlan, timeout: float = 60) -> tuple[list[str], 
         traces: dict[str, Trace] = {}
         for h in t["hosts"]:
             text, size = got.get(h, {}).get(str(t["key"]), ("", None))
-            if h not in got:
+            if h not in got or size is None:  # unread (said above), or the step did not reach the host
                 continue
-            if size is None:  # the step did not reach the host
-                continue
-            tr = writes(text)
-            if not tr.traced:
-                notes.append(f"shared home: not checked for step {t['step']!r} on {h}: {tr.why} "
-                             f"(install strace there to check it)")
-                continue
-            if len(text.encode()) >= MAX_BYTES or text.count("\n") + 1 >= MAX_LINES:
-                notes.append(f"shared home: step {t['step']!r} on {h}: only the first part of its trace "
-                             f"({MAX_BYTES} bytes, {MAX_LINES} lines) was checked")
-            traces[h] = tr
+            tr, note = judge(str(t["step"]), h, text)
+            if note:
+                notes.append(note)
+            if tr.traced:
+                traces[h] = tr
         line = collisions(str(t["step"]), traces, plan.run_dir)
         if line:
             failures.append(line)
