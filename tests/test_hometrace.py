@@ -52,6 +52,8 @@ def test_an_unfinished_call_is_joined_to_its_resumed_end_and_failures_are_not_wr
 def test_no_strace_says_why_and_the_read_back_splits_by_step() -> None:
     t = ht.writes("#cwd /h\n#home /h\n#nostrace strace is missing\n")
     assert not t.traced and t.why == "strace is missing"
+    # read back through any login shell: a csh (tesla's tcsh) expands "!" even inside single quotes
+    assert "!" not in ht.read_command("~/.testbed-runs/r1", ["prepare0", "post1"], "node1")
     got = ht.split_read("@@ prepare0 120\n#cwd /h\nline\n\n@@ post1 -\n")
     assert got == {"prepare0": ("#cwd /h\nline\n", 120), "post1": ("", None)}
 

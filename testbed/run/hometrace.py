@@ -90,14 +90,15 @@ def wrap(plan: RunPlan, shared_home: bool) -> list[dict[str, object]]:
 
 def read_command(run_dir: str, keys: list[str], host: str) -> str:
     """The host-side command printing, for each key, ``@@ KEY SIZE`` and the trace's lines that can be writes
-    (read-only opens dropped), at most MAX_LINES lines and MAX_BYTES bytes each."""
+    (read-only opens dropped), at most MAX_LINES lines and MAX_BYTES bytes each. No ``!`` in it: a csh login
+    shell (tesla's tcsh) expands it even inside single quotes."""
     from testbed.suite import path_word
 
     parts = []
     for k in keys:
         t = path_word(trace_path(run_dir, k, host))
         parts.append(f"if [ -f {t} ]; then echo \"@@ {k} $(wc -c < {t})\"; "
-                     f"awk '!/^[0-9]+ +(open|openat)\\(/ || /O_WRONLY|O_RDWR|O_CREAT|O_TRUNC/' {t} "
+                     f"awk '/O_WRONLY|O_RDWR|O_CREAT|O_TRUNC/ {{print; next}} /^[0-9]+ +(open|openat)\\(/ {{next}} {{print}}' {t} "
                      f"| head -n {MAX_LINES} | head -c {MAX_BYTES}; echo; else echo \"@@ {k} -\"; fi")
     return "; ".join(parts)
 
