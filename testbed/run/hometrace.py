@@ -34,6 +34,8 @@ _RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>(.*)$")
 _CALL = re.compile(r"^(\w+)\((.*)\)\s+=\s+(-?\d+)(.*)$")
 _FD = re.compile(r"^(?:AT_FDCWD|-?\d+)<(.*)>$")
 MAX_PIDS = 100_000
+_KEEP = "/O_WRONLY|O_RDWR|O_CREAT|O_TRUNC/ {print; next} /^[0-9]+ +(open|openat)\\(/ {next} {print}"
+"""awk: a trace's lines but its read-only opens (no '!': a csh login shell expands it even in single quotes)."""
 
 
 @dataclass
@@ -98,7 +100,7 @@ def read_command(run_dir: str, keys: list[str], host: str) -> str:
     for k in keys:
         t = path_word(trace_path(run_dir, k, host))
         parts.append(f"if [ -f {t} ]; then echo \"@@ {k} $(wc -c < {t})\"; "
-                     f"awk '/O_WRONLY|O_RDWR|O_CREAT|O_TRUNC/ {{print; next}} /^[0-9]+ +(open|openat)\\(/ {{next}} {{print}}' {t} "
+                     f"awk {shlex.quote(_KEEP)} {t} "
                      f"| head -n {MAX_LINES} | head -c {MAX_BYTES}; echo; else echo \"@@ {k} -\"; fi")
     return "; ".join(parts)
 
