@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from localbed import free_subnet
@@ -83,11 +84,15 @@ SUITE = """name: race
 description: three steps writing under a shared home
 testbed: nfs3
 requires: {hosts: 3}
+parameters:
+  per_host: {type: bool, default: false, help: "each host makes its own env (~/race_env_HOST)"}
 steps:
   prepare:
     - name: make venv
       on: all
-      run: mkdir -p ~/race_env/bin && echo python > ~/race_env/bin/python
+      run: >-
+        {% set d = '~/race_env_' ~ host if per_host else '~/race_env' %}
+        mkdir -p {{ d }}/bin && echo python > {{ d }}/bin/python
     - name: once per home
       on: all
       per: home
@@ -108,26 +113,33 @@ hardware: {shared_home: true}
 """
 
 
+def _rehearse(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    r = subprocess.run([sys.executable, "-m", "testbed", "rehearse", "race", *args, "--subnet", free_subnet(),
+                        "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+                       env={**os.environ, "TESTBED_HOME": str(tmp_path / ".testbed")})
+    assert r.stdout.strip(), r.stderr[-3000:]
+    return r.returncode, json.loads(r.stdout)
+
+
 @pytest.mark.slow
 def test_a_rehearsal_on_a_shared_home_names_the_path_two_hosts_wrote_in_one_step(tmp_path: Path,
                                                                                  need_local: None) -> None:
     """One point on a 3-host replica: the step every host writes ~/race_env/bin/python in fails naming it; the
-    step marked ``per: home`` and the step writing per-host paths pass."""
+    step marked ``per: home`` and the step writing per-host paths pass. Then the same suite with the env made per
+    host (``-p per_host=true``) rehearses green."""
     (tmp_path / "experiments").mkdir()
     (tmp_path / "experiments" / "race.yml").write_text(SUITE)
     (tmp_path / "inventories").mkdir()
     (tmp_path / "inventories" / "nfs3.yml").write_text(SPEC)
-    r = subprocess.run([sys.executable, "-m", "testbed", "rehearse", "race", "--subnet", free_subnet(), "--json"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
-                       env={**os.environ, "TESTBED_HOME": str(tmp_path / ".testbed")})
-    assert r.stdout.strip(), r.stderr[-3000:]
-    out = json.loads(r.stdout)
+    rc, out = _rehearse(tmp_path)
     (point,) = out["points"]
-    assert r.returncode != 0 and not out["ok"] and not point["ok"], json.dumps(out, indent=1)
+    assert rc != 0 and not out["ok"] and not point["ok"], json.dumps(out, indent=1)
     assert point["failures"] == [
         "step 'make venv' wrote ~/race_env/bin/python from node0, node1 and node2 at once on the shared home: "
         "mark it `per: home`, or write per-host paths"], json.dumps(point, indent=1)
     assert not [n for n in point["not_rehearsed"] if "shared home" in n], point["not_rehearsed"]
+    rc, out = _rehearse(tmp_path, "-p", "per_host=true")
+    assert rc == 0 and out["ok"] and out["points"][0]["failures"] == [], json.dumps(out, indent=1)
 
 
 @pytest.mark.parametrize("with_strace", [True, False])
