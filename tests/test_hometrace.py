@@ -76,6 +76,8 @@ def test_two_hosts_writing_one_path_under_the_home_is_named_with_the_hosts() -> 
                                          f"{h}/.testbed-runs/r1/hometrace/prepare0-{n}.trace")
                                for n in ("node1", "node10")}, "~/.testbed-runs/r1") is None
     many = ht.collisions("s", {n: _trace(h, f"{h}/a b", f"{h}/c/d", f"{h}/e") for n in ("n1", "n2")}, "~/r")
+    odd = ht.collisions("s", {n: _trace(h, f"{h}/x\ny; rm -rf ~") for n in ("n1", "n2")}, "~/r")
+    assert odd is not None and "\n" not in odd and odd.startswith("step 's' wrote ~/'x\\ny; rm -rf ~' from"), odd
     assert many is not None and many.startswith("step 's' wrote ~/'a b' from n1 and n2 at once on the shared home "
                                                 "(and 2 more such paths):"), many
 

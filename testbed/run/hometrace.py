@@ -47,7 +47,7 @@ class Trace:
     traced: bool = True  # false: strace was missing or refused on the host
     why: str = ""  # why not traced
     writes: dict[str, str] = field(default_factory=dict)  # absolute path -> the first syscall that wrote it
-    truncated: bool = False
+    truncated: bool = False  # only the first MAX_LINES lines or MAX_BYTES bytes were read back
 
 
 def trace_path(run_dir: str, key: str, host: str) -> str:
@@ -248,6 +248,8 @@ def shown(path: str, home: str) -> str:
     """``path`` as a line shows it: ``~/`` for the home, shell-quoted where needed, at most 160 characters."""
     rest = path[len(home) + 1:] if home and path.startswith(home.rstrip("/") + "/") else None
     text = "~/" + (shlex.quote(rest) if rest else "") if rest is not None else shlex.quote(path)
+    if not text.isprintable():  # a newline or control character in an untrusted path: escaped, one line
+        text = text.encode("unicode_escape").decode("ascii")
     return text if len(text) <= 160 else text[:157] + "..."
 
 
@@ -287,6 +289,7 @@ def judge(step: str, host: str, text: str) -> tuple[Trace, str | None]:
         return tr, (f"shared home: not checked for step {step!r} on {host}: {tr.why} (install strace there to "
                     f"check it)")
     if len(text.encode()) >= MAX_BYTES or text.count("\n") + 1 >= MAX_LINES:
+        tr.truncated = True
         return tr, (f"shared home: step {step!r} on {host}: only the first part of its trace ({MAX_BYTES} bytes, "
                     f"{MAX_LINES} lines) was checked")
     return tr, None
