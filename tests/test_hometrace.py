@@ -75,6 +75,10 @@ def test_two_hosts_writing_one_path_under_the_home_is_named_with_the_hosts() -> 
     assert ht.collisions("s", {n: _trace(h, "/tmp/x", f"{h}/out-{n}.log", f"{h}/{n}/x", f"{h}/m/__pycache__/a.pyc",
                                          f"{h}/.testbed-runs/r1/hometrace/prepare0-{n}.trace")
                                for n in ("node1", "node10")}, "~/.testbed-runs/r1") is None
+    ranks = {"node1": _trace(h, f"{h}/ckpt-1.pt", f"{h}/all.log"), "node2": _trace(h, f"{h}/ckpt-2.pt", f"{h}/all.log")}
+    assert ht.collisions("launch", ranks, "~/r", {"node1": [1], "node2": [2]}) == (
+        "the launch's ranks wrote ~/all.log from node1 and node2 at once on the shared home: write per-rank or "
+        "per-host paths, or write it from one rank")
     many = ht.collisions("s", {n: _trace(h, f"{h}/a b", f"{h}/c/d", f"{h}/e") for n in ("n1", "n2")}, "~/r")
     odd = ht.collisions("s", {n: _trace(h, f"{h}/x\ny; rm -rf ~") for n in ("n1", "n2")}, "~/r")
     assert odd is not None and "\n" not in odd and odd.startswith("step 's' wrote ~/'x\\ny; rm -rf ~' from"), odd
@@ -103,8 +107,8 @@ steps:
       on: all
       run: echo {{ host }} > ~/race_{{ host }}.txt
   launch:
-    on: master
-    command: echo done
+    on: all
+    command: "echo {{ rank }} > ~/race_{{ 'rank' ~ rank if per_host else 'ranks' }}.txt"
 estimate: 10s
 timeouts: {prepare: 120, run: 60, grace: 5, poll: 0.5}
 """
@@ -126,9 +130,10 @@ def _rehearse(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
 @pytest.mark.slow
 def test_a_rehearsal_on_a_shared_home_names_the_path_two_hosts_wrote_in_one_step(tmp_path: Path,
                                                                                  need_local: None) -> None:
-    """One point on a 3-host replica: the step every host writes ~/race_env/bin/python in fails naming it; the
-    step marked ``per: home`` and the step writing per-host paths pass. Then the same suite with the env made per
-    host (``-p per_host=true``) rehearses green."""
+    """One point on a 3-host replica: the step every host writes ~/race_env/bin/python in fails naming it, and so
+    do the ranks (one per host) that all write ~/race_ranks.txt; the step marked ``per: home`` and the step writing
+    per-host paths pass. Then the same suite with the env and the ranks' files made per host and rank (``-p
+    per_host=true``) rehearses green."""
     (tmp_path / "experiments").mkdir()
     (tmp_path / "experiments" / "race.yml").write_text(SUITE)
     (tmp_path / "inventories").mkdir()
@@ -138,7 +143,9 @@ def test_a_rehearsal_on_a_shared_home_names_the_path_two_hosts_wrote_in_one_step
     assert rc != 0 and not out["ok"] and not point["ok"], json.dumps(out, indent=1)
     assert point["failures"] == [
         "step 'make venv' wrote ~/race_env/bin/python from node0, node1 and node2 at once on the shared home: "
-        "mark it `per: home`, or write per-host paths"], json.dumps(point, indent=1)
+        "mark it `per: home`, or write per-host paths",
+        "the launch's ranks wrote ~/race_ranks.txt from node0, node1 and node2 at once on the shared home: write "
+        "per-rank or per-host paths, or write it from one rank"], json.dumps(point, indent=1)
     assert not [n for n in point["not_rehearsed"] if "shared home" in n], point["not_rehearsed"]
     rc, out = _rehearse(tmp_path, "-p", "per_host=true")
     assert rc == 0 and out["ok"] and out["points"][0]["failures"] == [], json.dumps(out, indent=1)

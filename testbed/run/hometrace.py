@@ -74,9 +74,13 @@ def traced_command(command: str, trace: str) -> str:
             f"  sh -c {q}\nfi")
 
 
+LAUNCH = "launch"  # the traced entry of the launch's ranks
+
+
 def wrap(plan: RunPlan, shared_home: bool) -> list[dict[str, object]]:
-    """On a testbed whose home is shared, every prepare and post step on two or more hosts run under strace on each
-    (the rehearsal's own steps, named ``rehearse: ...``, left alone); the traced steps (name, key, hosts)."""
+    """On a testbed whose home is shared, every prepare and post step on two or more hosts, and the launch's ranks
+    where they run on two or more hosts, run under strace on each (the rehearsal's own steps, named ``rehearse:
+    ...``, left alone); the traced entries: step name, hosts, each host's trace keys and ranks."""
     if not shared_home:
         return []
     traced: list[dict[str, object]] = []
@@ -86,7 +90,15 @@ def wrap(plan: RunPlan, shared_home: bool) -> list[dict[str, object]]:
                 continue
             key = f"{phase}{i}"
             s.commands = {h: traced_command(c, trace_path(plan.run_dir, key, h)) for h, c in s.commands.items()}
-            traced.append({"step": s.name, "key": key, "hosts": list(s.hosts)})
+            traced.append({"step": s.name, "hosts": list(s.hosts), "keys": {h: [key] for h in s.hosts}})
+    if len({r.host for r in plan.ranks}) >= 2:
+        keys: dict[str, list[str]] = {}
+        ranks: dict[str, list[int]] = {}
+        for r in plan.ranks:
+            r.command = traced_command(r.command, trace_path(plan.run_dir, f"{LAUNCH}{r.rank}", r.host))
+            keys.setdefault(r.host, []).append(f"{LAUNCH}{r.rank}")
+            ranks.setdefault(r.host, []).append(r.rank)
+        traced.append({"step": LAUNCH, "hosts": list(keys), "keys": keys, "ranks": ranks})
     return traced
 
 
@@ -253,21 +265,24 @@ def shown(path: str, home: str) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-def collisions(step: str, traces: dict[str, Trace], run_dir: str) -> str | None:
-    """One line when two or more hosts wrote one path under the shared home in this step, else None.
+def collisions(step: str, traces: dict[str, Trace], run_dir: str,
+               ranks: dict[str, list[int]] | None = None) -> str | None:
+    """One line when two or more hosts wrote one path under the shared home in this step (``launch``: the launch's
+    ranks, ``ranks`` on each host), else None.
 
-    Not collisions: a host's write to a path holding its own name; ``__pycache__`` (Python writes it atomically);
-    the traces themselves (under ``run_dir``'s ``hometrace/``)."""
+    Not collisions: a host's write to a path holding its own name or one of its ranks; ``__pycache__`` (Python
+    writes it atomically); the traces themselves (under ``run_dir``'s ``hometrace/``)."""
     by_path: dict[str, list[str]] = {}
     for host, t in sorted(traces.items()):
         if not t.home or t.home == "/":
             continue
         home = t.home.rstrip("/") + "/"
         rd = home + run_dir[2:].rstrip("/") if run_dir.startswith("~/") else run_dir.rstrip("/")
+        own = [host, *(str(k) for k in (ranks or {}).get(host, []))]
         for p in t.writes:
             if not p.startswith(home) or p.startswith(f"{rd}/{TRACE_DIR}/") or "/__pycache__/" in p + "/":
                 continue
-            if _holds(p[len(home):], host):
+            if any(_holds(p[len(home):], w) for w in own):
                 continue
             by_path.setdefault(p, []).append(host)
     shared = sorted((p for p, hs in by_path.items() if len(hs) > 1), key=lambda p: (p.count("/"), p))
@@ -277,6 +292,9 @@ def collisions(step: str, traces: dict[str, Trace], run_dir: str) -> str | None:
     who = ", ".join(hosts[:-1]) + f" and {hosts[-1]}"
     home = next(t.home for t in traces.values() if t.home)
     more = f" (and {len(shared) - 1} more such path{'s' if len(shared) > 2 else ''})" if len(shared) > 1 else ""
+    if ranks is not None:
+        return (f"the launch's ranks wrote {shown(shared[0], home)} from {who} at once on the shared home{more}: "
+                f"write per-rank or per-host paths, or write it from one rank")
     return (f"step {step!r} wrote {shown(shared[0], home)} from {who} at once on the shared home{more}: "
             f"mark it `per: home`, or write per-host paths")
 
@@ -305,8 +323,8 @@ def check(testbed: str, plan: RunPlan, timeout: float = 60) -> tuple[list[str], 
         return [], []
     keys: dict[str, list[str]] = {}
     for t in traced:
-        for h in t["hosts"]:
-            keys.setdefault(h, []).append(str(t["key"]))
+        for h, ks in t["keys"].items():
+            keys.setdefault(h, []).extend(ks)
     got: dict[str, dict[str, tuple[str, int | None]]] = {}
     notes: list[str] = []
     for res in remote.run_each(testbed, {h: remote.sh(read_command(plan.run_dir, ks, h)) for h, ks in keys.items()},
@@ -319,16 +337,17 @@ def check(testbed: str, plan: RunPlan, timeout: float = 60) -> tuple[list[str], 
     failures: list[str] = []
     for t in traced:
         traces: dict[str, Trace] = {}
-        for h in t["hosts"]:
-            text, size = got.get(h, {}).get(str(t["key"]), ("", None))
-            if h not in got or size is None:  # unread (said above), or the step did not reach the host
-                continue
-            tr, note = judge(str(t["step"]), h, text)
-            if note:
-                notes.append(note)
-            if tr.traced:
-                traces[h] = tr
-        line = collisions(str(t["step"]), traces, plan.run_dir)
+        for h, ks in t["keys"].items():
+            for k in ks:
+                text, size = got.get(h, {}).get(k, ("", None))
+                if size is None:  # unread (said above), or the step did not reach the host
+                    continue
+                tr, note = judge(str(t["step"]), h, text)
+                if note:
+                    notes.append(note)
+                if tr.traced:  # a host's ranks: one trace
+                    traces.setdefault(h, Trace(cwd=tr.cwd, home=tr.home)).writes.update(tr.writes)
+        line = collisions(str(t["step"]), traces, plan.run_dir, t.get("ranks"))
         if line:
             failures.append(line)
     return failures, notes
