@@ -35,7 +35,8 @@ def test_a_real_trace_gives_each_write_absolute_through_fork_chdir_and_rename() 
         '/home/tb/run/sp ace,"q".txt': "openat",  # quotes and a comma inside the string
     }
     # reads are not writes, and the parser is bounded by its input
-    assert ht.writes('#cwd /h\n#home /h\n7 openat(AT_FDCWD</h>, "x", O_RDONLY|O_CLOEXEC) = 3</h/x>\n').writes == {}
+    assert ht.writes('#cwd /h\n#home /h\n7 openat(AT_FDCWD</h>, "x", O_RDONLY|O_CLOEXEC) = 3</h/x>\n'
+                     '7 openat(AT_FDCWD</h>, "O_CREAT", O_RDONLY) = 3</h/O_CREAT>\n').writes == {}
 
 
 def test_an_unfinished_call_is_joined_to_its_resumed_end_and_failures_are_not_writes() -> None:

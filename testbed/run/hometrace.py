@@ -1,11 +1,12 @@
 """Shared-home write tracing for ``testbed rehearse``: which paths each host wrote in each step.
 
-On a replica whose home is shared (``hardware.shared_home``), every step that runs on two or more hosts has its
-command run under ``strace -f`` on each host (:func:`wrap`); each host's trace goes to a file of its own in the
-run folder. After the run the traces are read back bounded (:func:`read_back`), parsed by a pure function
-(:func:`writes`), and a path under the shared home that two hosts wrote in one step is a collision
-(:func:`collisions`): the step would race with itself on the real testbed's NFS home. Outside a rehearsal
-nothing here runs.
+On a replica whose home is shared (``hardware.shared_home``), every step that runs on two or more hosts, and the
+launch's ranks where they run on two or more hosts, have their command run by ``sh -c`` under ``strace -f`` on each
+host (:func:`wrap`; a shell variable the step script set without exporting it is not seen there); each host's trace
+goes to a file of its own in the run folder. After the run the traces are read back bounded (:func:`check`), parsed
+by a pure function (:func:`writes`), and a path under the shared home that two hosts wrote in one step is a
+collision (:func:`collisions`): the step would race with itself on the real testbed's NFS home. Outside a
+rehearsal nothing here runs.
 """
 
 from __future__ import annotations
@@ -242,7 +243,8 @@ def writes(text: str) -> Trace:
         elif name == "fchdir" and args:
             cwd[pid] = _dir(args[0], here)
         elif name in _WRITES:
-            if name in ("open", "openat") and not any(f in body for f in WRITE_FLAGS):
+            flags = args[1 if name == "open" else 2] if len(args) > (1 if name == "open" else 2) else ""
+            if name in ("open", "openat") and not any(f in flags for f in WRITE_FLAGS):
                 continue
             for d, i in _WRITES[name]:
                 if i < len(args):
