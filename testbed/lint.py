@@ -363,7 +363,7 @@ def _timeouts(s: Suite, p: dict[str, Any]) -> list[tuple[str, float]]:
     return found
 
 
-def _checkpoint_interval(s: Suite, p: dict[str, Any]) -> tuple[str, float] | None:
+def checkpoint_interval(s: Suite, p: dict[str, Any]) -> tuple[str, float] | None:
     """The largest checkpoint interval in seconds a parameter or var of ``p`` gives (a name holding ckpt or
     checkpoint and a unit of time: ``ckpt_interval``, ``checkpoint_seconds``), else None."""
     from testbed.suite import render
@@ -389,7 +389,7 @@ def fault_timing(s: Suite, points: list[dict[str, Any]]) -> list[Finding]:
     grace = s.timeouts.grace
     out = []
     for p in points:
-        ckpt = _checkpoint_interval(s, p)
+        ckpt = checkpoint_interval(s, p)
         allow = ckpt[1] if ckpt else 0.0
         for what, t in _timeouts(s, p):
             if grace <= t + allow:
@@ -535,7 +535,7 @@ def set_up_text(profile: str | None) -> str:
     try:
         plan = prof.load_profile(profile)
         parts = [prof.available_profiles()[profile].read_text(errors="replace")]
-        roots = [d / "roles" for d in paths.resource_dirs("playbooks")]
+        roots = prof.role_roots()
     except (TestbedError, OSError, KeyError):
         return ""
     for role in plan.roles:

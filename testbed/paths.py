@@ -125,14 +125,24 @@ def testbed_dir(name: str) -> Path:
     return p
 
 
+def resource_roots() -> list[Path]:
+    """The folders whose playbooks/, inventories/, templates/ and experiments/ testbed reads, highest priority
+    first: the working folder, the installed package's data, the source checkout."""
+    seen: list[Path] = []
+    for c in (Path.cwd(), PACKAGE_DIR / "_data", PACKAGE_DIR.parent):
+        c = c.resolve()
+        if c not in seen:
+            seen.append(c)
+    return seen
+
+
 def resource_dirs(kind: str) -> list[Path]:
     """Folders holding ``kind`` resources, highest priority first (cwd overrides the package)."""
     if kind not in RESOURCE_KINDS:
         raise ValueError(kind)
-    candidates = [Path.cwd() / kind, PACKAGE_DIR / "_data" / kind, PACKAGE_DIR.parent / kind]
     seen: list[Path] = []
-    for c in candidates:
-        c = c.resolve()
+    for root in resource_roots():
+        c = (root / kind).resolve()
         if c.is_dir() and c not in seen:
             seen.append(c)
     return seen
@@ -154,6 +164,52 @@ def list_resources(kind: str, pattern: str = "*.yml") -> dict[str, Path]:
         for p in sorted(d.glob(pattern)):
             found[p.stem] = p
     return dict(sorted(found.items()))
+
+
+SUITE_FILE = "suite.yml"
+"""A suite folder's YAML: ``experiments/<name>/suite.yml`` (beside it: profile.yml, roles/, report.py, workloads/)."""
+
+
+def suite_name_of(path: Path) -> str:
+    """The name a suite file goes by: its folder's for ``<name>/suite.yml``, else its stem (``<name>.yml``)."""
+    return path.parent.name if path.name == SUITE_FILE else path.stem
+
+
+def find_suite(name: str) -> Path | None:
+    """The YAML of the suite ``name``: ``experiments/<name>/suite.yml``, else the single file
+    ``experiments/<name>.yml``, in the working folder first, then the shipped ones."""
+    for d in resource_dirs("experiments"):
+        for p in (d / name / SUITE_FILE, d / f"{name}.yml"):
+            if p.is_file():
+                return p
+    return None
+
+
+def list_suite_files() -> dict[str, Path]:
+    """Name -> YAML of every suite (folders and single files), the working folder's overriding shipped ones."""
+    found: dict[str, Path] = {}
+    for d in reversed(resource_dirs("experiments")):
+        for p in sorted(d.glob("*.yml")):
+            found[p.stem] = p
+        for p in sorted(d.glob(f"*/{SUITE_FILE}")):
+            found[p.parent.name] = p
+    return dict(sorted(found.items()))
+
+
+_NAMED: list[Path] = []  # suite folders loaded by their path (or fetched from git) in this process
+
+
+def name_suite_folder(folder: Path) -> None:
+    """Count ``folder`` (a suite folder named by its path, or fetched from git) among :func:`named_suite_folders`: its
+    roles/ and profile.yml add to the shipped ones for the rest of this process (one command)."""
+    folder = folder.resolve()
+    if folder not in _NAMED:
+        _NAMED.append(folder)
+
+
+def named_suite_folders() -> list[Path]:
+    """The suite folders named by their path (or fetched from git) in this process, first named first."""
+    return [f for f in _NAMED if (f / SUITE_FILE).is_file()]
 
 
 IMAGE_RECORD = ".cache/testbed/image.json"

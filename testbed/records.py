@@ -62,7 +62,7 @@ class Manifest(TypedDict, total=False):
     ended: str | None
     events: list[dict[str, Any]]  # {ts, kind, host, detail}
     files: list[dict[str, Any]]  # {host, path, from, sha256, size}
-    suite_file: dict[str, Any] | None  # {path, sha256, files?}: what reproduce runs again
+    suite_file: dict[str, Any] | None  # {path, sha256, files?, git?: {url, commit, path}}: what reproduce runs again
     profile: str | None
     faults: list[str]
     reproduces: str
@@ -275,6 +275,7 @@ class RunPlan(_Model):
     suite_file: str | None = None  # the suite's YAML and its sha256: what `testbed reproduce` runs again
     suite_sha256: str | None = None
     suite_files: dict[str, str] = Field(default_factory=dict)  # its files: (relative to it) -> sha256
+    suite_git: dict[str, str] | None = None  # a suite fetched from git: {url, commit, path} (testbed.suite_fetch)
     hardware: dict[str, Any] = Field(default_factory=dict)  # the testbed spec's hardware.gpu: gpu_model, gpus
     shared_home: bool = False  # the testbed's hosts share one home (hardware.shared_home): one run folder for all
 
@@ -287,7 +288,7 @@ class RunPlan(_Model):
         out: dict[str, Any] = handler(self)
         # plan files without them keep the earlier shape
         for key in ("recovery", "checkpoint", "rehearsal", "progress", "refused", "suite_file", "suite_sha256",
-                    "suite_files", "hardware", "shared_home"):
+                    "suite_files", "suite_git", "hardware", "shared_home"):
             if not out.get(key):
                 out.pop(key, None)
         return out
@@ -357,6 +358,7 @@ class RunInfo(_Model):
     suite_file: str | None = None  # the suite's YAML (path) and its sha256 when the run was planned
     suite_sha256: str | None = None
     suite_files: dict[str, str] | None = None  # the suite's files: (relative to it) -> sha256; None: not recorded
+    suite_git: dict[str, str] | None = None  # a suite fetched from git: {url, commit, path}
     hardware: dict[str, Any] | None = None  # the testbed spec's hardware.gpu when the run was planned
     shared_home: bool | None = None  # its hosts share one home: a run folder there is one folder on every host
     profile: str | None = None  # the suite's set-up profile

@@ -5,8 +5,10 @@ spec says so, and the interface name and GPU model it declares (``hardware:``). 
 far as these hosts allow; every step then runs for real, in order. A step that needs what the replica lacks (a
 GPU, CUDA, a TPU, the network) is skipped with the reason; ranks that need it still start through their real
 launcher with their real argv, environment and folder, and only the program is replaced by the probe
-(``testbed/scripts/probe.py``), which checks what it needs from the host. Collect and report then run on what
-the rehearsal produced, marked as a rehearsal: never counted as results.
+(``testbed/scripts/probe.py``), which checks what it needs from the host and then stays alive a few seconds
+(``probe_stay``), so the point's faults fire on it through the real supervisor and its recovery relaunches; a
+compiled program under ``mpirun`` is replaced by an MPI stand-in (``scripts/mpi_stand_in.c``) in the real mpirun
+line. Collect and report then run on what the rehearsal produced, marked as a rehearsal: never counted as results.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Probe:
     cwd: str
     parsed_by: str
     problems: list[str]
+    args: dict[str, Any] = field(default_factory=dict)  # argv as its parser read it
 
 
 @dataclass
@@ -76,6 +79,7 @@ class PointResult:
     folder: str | None = None
     failures: list[str] = field(default_factory=list)  # what the point failed to prove, one line each
     produced: dict[str, list[str]] = field(default_factory=dict)  # each declared output -> the hosts it matched on
+    faults: list[str] = field(default_factory=list)  # each rehearsed fault: fired, detected, relaunched (or why not)
 
     @property
     def ok(self) -> bool:
@@ -212,6 +216,11 @@ def plan_shape(plan: RunPlan) -> tuple[Any, ...]:
     return steps, ranks, tuple(f.name for f in plan.faults)
 
 
+def in_container(command: str) -> bool:
+    """Whether a shell command runs its program inside a container (``docker run``, ``podman run``)."""
+    return re.search(r"(?<![\w-])(docker|podman)(\s+-\S+(\s+[^\s;&|-]\S*)?)*\s+(run|exec)\b", command) is not None
+
+
 # --- the plan, rehearsed ----------------------------------------------------------------------------------------
 def lacks_here(needs: list[str], kind: str) -> list[str]:
     """The commands among ``needs`` that this machine (whose commands a replica's hosts of provider ``kind`` run)
@@ -221,64 +230,65 @@ def lacks_here(needs: list[str], kind: str) -> list[str]:
     return lacks([n for n in needs if n not in CAPABILITIES], {}, kind)
 
 
-def rehearsal_plan(plan: RunPlan, suite: Suite, like: str) -> RunPlan:
-    """``plan`` as the replica runs it: steps whose needs it lacks skipped, ranks that need them probed."""
-    from testbed.records import RunStep
-
+def rehearsal_plan(plan: RunPlan, suite: Suite, like: str, *, set_up: bool = True) -> RunPlan:
+    """``plan`` as the replica runs it: steps whose needs it lacks skipped, ranks that need them probed
+    (``set_up``: the replica was set up, so mpirun reaches its hosts over the set-up's ssh mesh)."""
     lacks = set(LACKS)
     skipped: dict[str, str] = {}
+    texts: dict[str, str] = {}  # what each skipped step would have run: a file a probe misses may be made there
     for steps in (plan.sources, plan.prepare, plan.post):
         for s in steps:
             miss = sorted(set(s.needs) & lacks)
             if miss:
                 why = f"needs {', '.join(miss)}, which the replica lacks"
                 skipped[s.name] = why
+                texts[s.name] = "\n".join(dict.fromkeys(s.commands.values()))
                 s.commands = {h: "echo " + shlex.quote(f"testbed rehearse: skipped: {why}") for h in s.hosts}
     probed = sorted({r.rank for r in plan.ranks if set(r.needs) & lacks})
     not_rehearsed: list[str] = []
     skipped_ranks: dict[int, str] = {}
+    stand_ins: dict[int, list[str]] = {}
     from testbed import points
 
     programs = points.probes(suite, plan.params)  # per point: templates and {when, probe} entries
     compiled = [p for p in programs if not p.endswith(".py")]
     for r in plan.ranks:  # the probe stands in for Python programs only: a compiled one the suite names is skipped
         found = [p for p in compiled if p in r.command]
-        if r.rank in probed and found:
+        if in_container(r.command):
+            skipped_ranks[r.rank] = ("runs its program inside `docker run`, which the probe cannot reach (the "
+                                     "container's own interpreter never reads the replica's hook) and the replica "
+                                     "cannot run (no image, no route to a registry)")
+            r.command = "echo " + shlex.quote(f"testbed rehearse: rank {r.rank} skipped: {skipped_ranks[r.rank]}")
+        elif r.rank in probed and found and under_mpirun(r.command) and not set_up and not own_ssh(r.command):
+            skipped_ranks[r.rank] = (f"runs {', '.join(found)} under mpirun, which reaches the other hosts over the "
+                                     "ssh mesh the profile's set-up makes, and the replica was not set up "
+                                     "(--no-setup): the MPI stand-in runs on a replica set up")
+            r.command = "echo " + shlex.quote(f"testbed rehearse: rank {r.rank} skipped: {skipped_ranks[r.rank]}")
+        elif r.rank in probed and found and under_mpirun(r.command):
+            r.command = mpi_stand_in(r.command, found, f"{plan.run_dir}/{MPI_STAND_IN}")
+            stand_ins[r.rank] = found
+            not_rehearsed.append(f"rank {r.rank}: {', '.join(found)} stood in by an MPI program under the real "
+                                 "mpirun line (needs " + ", ".join(sorted(set(r.needs) & lacks)) + ")")
+        elif r.rank in probed and found:
             why = (f"needs {', '.join(sorted(set(r.needs) & lacks))}, which the replica lacks, and runs "
-                   f"{', '.join(found)}, a compiled program the probe cannot stand in for")
+                   f"{', '.join(found)}, a compiled program the probe cannot stand in for (not under mpirun)")
             skipped_ranks[r.rank] = why
             r.command = "echo " + shlex.quote(f"testbed rehearse: rank {r.rank} skipped: {why}")
-    if probed:  # post steps work on what the ranks made, and a probe makes none of it
+    stood_in = set(probed) | set(skipped_ranks)
+    not_rehearsed += _rehearsed_faults(plan, lacks, set(probed) - set(skipped_ranks), skipped_ranks)
+    if stood_in:  # post steps and checks work on what the ranks made, and a probe makes none of it
         for s in plan.post:
             if s.name not in skipped:
                 why = "works on the outputs of the probed ranks, which a probe does not make"
                 skipped[s.name] = why
                 s.commands = {h: "echo " + shlex.quote(f"testbed rehearse: skipped: {why}") for h in s.hosts}
-        for f in plan.faults:
-            not_rehearsed.append(f"fault {f.name}: the ranks it targets are probed, not run")
-        plan.faults, plan.recovery, plan.checkpoint = [], {}, None
-        config = {"run_dir": plan.run_dir, "roots": [s.path for s in suite.sources],
-                  "programs": programs}
-        envs = {r.host: r.environment for r in plan.ranks}
-        plan.files["testbed_probe.py"] = str(PROBE)
-        arm = "python3 testbed_probe.py arm " + shlex.quote(json.dumps(config))
-        plan.prepare.append(RunStep(name="rehearse: arm the probe", hosts=plan.host_names,
-                                    commands={h: arm for h in plan.host_names},
-                                    environments={h: envs.get(h) for h in plan.host_names}))
-        plan.post.insert(0, RunStep(name="rehearse: disarm the probe", hosts=plan.host_names,
-                                    commands={h: "python3 testbed_probe.py disarm" for h in plan.host_names},
-                                    environments={h: envs.get(h) for h in plan.host_names}))
-        for h in plan.outputs:
-            plan.outputs[h].append("probe-*.json")
-    else:  # ranks that run for real: a fault is fired unless it needs what the replica lacks
-        kept = []
-        for f in plan.faults:
-            miss = sorted(set(f.needs) & lacks) or lacks_here(f.needs, plan.provider)
-            if miss:
-                not_rehearsed.append(f"fault {f.name}: needs {', '.join(miss)}, which the replica lacks")
-            else:
-                kept.append(f)
-        plan.faults = kept
+        not_rehearsed += [f"check {c.name}: reads {c.file}, which the probed or skipped ranks do not write"
+                          for c in plan.checks]
+        plan.checks = []
+    if stand_ins:
+        _compile_stand_in(plan)
+    if probed:
+        _arm_probe(plan, suite, programs, texts)
     plan.rehearsal = {"like": like, "skipped": skipped, "probed_ranks": [r for r in probed if r not in skipped_ranks],
                       "skipped_ranks": {str(k): v for k, v in skipped_ranks.items()}, "not_rehearsed": not_rehearsed,
                       "lacks": sorted(lacks)}
@@ -291,6 +301,109 @@ def trace_shared_home(plan: RunPlan, shared_home: bool) -> None:
     traced = hometrace.wrap(plan, shared_home)
     if traced:
         plan.rehearsal = {**(plan.rehearsal or {}), "hometrace": traced}
+
+
+MPI_STAND_IN = "testbed_mpi_stand_in"
+MPI_SOURCE = Path(__file__).with_name("scripts") / "mpi_stand_in.c"
+
+
+def under_mpirun(command: str) -> bool:
+    """Whether a rank's shell command starts its program through ``mpirun`` (or ``mpiexec``)."""
+    return any(p in ("mpirun", "mpiexec") for p in programs(command))
+
+
+def own_ssh(command: str) -> bool:
+    """Whether an mpirun line brings its own ssh options (``plm_rsh_args``/``plm_rsh_agent``: a config file), so it
+    needs no ssh mesh from the set-up."""
+    return re.search(r"plm_rsh_(args|agent)", command) is not None
+
+
+def mpi_stand_in(command: str, compiled: list[str], path: str) -> str:
+    """``command`` with each word that runs one of ``compiled`` (the program, or a path ending in it, with its
+    arguments kept) replaced by the stand-in at ``path``: the mpirun line and its options stay as written."""
+    names = {p.rsplit("/", 1)[-1] for p in compiled}
+
+    def swap(m: re.Match[str]) -> str:
+        word = m.group(0)
+        return path if word in compiled or (word.rsplit("/", 1)[-1] in names and not word.startswith("-")) else word
+
+    command = re.sub(r"[^\s'\";&|()=]+", swap, command)
+    return command
+
+
+def _compile_stand_in(plan: RunPlan) -> None:
+    """A prepare step that builds the MPI stand-in in the run folder of every host (``mpicc``; where mpicc is
+    missing, a script that runs ``hostname``), in each host's environment (its mpicc, as the ranks' mpirun)."""
+    from testbed.records import RunStep
+
+    plan.files[f"{MPI_STAND_IN}.c"] = str(MPI_SOURCE)
+    cmd = (f"if command -v mpicc >/dev/null 2>&1; then mpicc -O1 -o {MPI_STAND_IN} {MPI_STAND_IN}.c; else "
+           f"echo 'testbed rehearse: no mpicc here: the MPI stand-in is hostname under mpirun'; "
+           f"printf '#!/bin/sh\\nexec hostname\\n' > {MPI_STAND_IN} && chmod +x {MPI_STAND_IN}; fi")
+    envs = {r.host: r.environment for r in plan.ranks}
+    plan.prepare.append(RunStep(name="rehearse: build the MPI stand-in", hosts=plan.host_names,
+                                commands={h: cmd for h in plan.host_names},
+                                environments={h: envs.get(h) for h in plan.host_names}))
+
+
+PROBE_STAY_MIN = 5.0
+"""Seconds a probed rank stays alive after its checks passed (or 4 polls of the supervisor when longer), at most
+the point's ``timeouts.run`` and the probe's own cap (``probe.STAY_MAX``), or until it is signalled."""
+
+
+def probe_stay(plan: RunPlan) -> float:
+    """How long a probed rank stays alive: ``PROBE_STAY_MIN``, or 4 polls when longer, within timeouts.run."""
+    return min(max(PROBE_STAY_MIN, 4 * plan.timeouts.poll), plan.timeouts.run)
+
+
+def _rehearsed_faults(plan: RunPlan, lacks: set[str], probed: set[int], skipped_ranks: dict[int, str]) -> list[str]:
+    """Keep the faults the replica can fire (through the real supervisor, probed ranks too); one not-rehearsed
+    line per fault dropped or retimed. A fault on a probed rank fires when that rank's probe is ready (its checks
+    passed, ``probe.READY``): a probe prints none of the program's lines that a ``when:`` waits for, and an ``at:``
+    may fall after its stay."""
+    from testbed.scripts.probe import READY
+
+    kept, lines = [], []
+    for f in plan.faults:
+        miss = sorted(set(f.needs) & lacks) or lacks_here(f.needs, plan.provider)
+        if miss:
+            lines.append(f"fault {f.name}: needs {', '.join(miss)}, which the replica lacks")
+            continue
+        on = f.rank if f.rank is not None else f.watch_rank
+        if on in skipped_ranks or (f.when is not None and f.watch_rank in skipped_ranks):
+            lines.append(f"fault {f.name}: rank {on} is skipped")
+            continue
+        if on in probed or (f.when is not None and f.watch_rank in probed):
+            trigger = f"/{f.when}/ in rank {f.watch_rank}'s log" if f.when is not None else f"{f.at:g} s"
+            target = plan.rank(on)
+            f.when, f.at, f.watch_rank, f.watch_host = READY, None, target.rank, target.host
+            lines.append(f"fault {f.name}: fired when rank {on}'s probe was ready, not at {trigger} (a probe "
+                         "prints no progress)")
+        kept.append(f)
+    plan.faults = kept
+    if probed and plan.checkpoint is not None:
+        lines.append(f"checkpoint {plan.checkpoint.file}: a probe writes none; the relaunch resumes from nothing")
+        plan.checkpoint = None
+    return lines
+
+
+def _arm_probe(plan: RunPlan, suite: Suite, programs: list[str], skipped: dict[str, str]) -> None:
+    """Arm the probe on every host before the ranks start, disarm it after; its findings are collected."""
+    from testbed.records import RunStep
+
+    config = {"run_dir": plan.run_dir, "roots": [s.path for s in suite.sources], "programs": programs,
+              "stay": probe_stay(plan), "skipped": skipped}
+    envs = {r.host: r.environment for r in plan.ranks}
+    plan.files["testbed_probe.py"] = str(PROBE)
+    arm = "python3 testbed_probe.py arm " + shlex.quote(json.dumps(config))
+    plan.prepare.append(RunStep(name="rehearse: arm the probe", hosts=plan.host_names,
+                                commands={h: arm for h in plan.host_names},
+                                environments={h: envs.get(h) for h in plan.host_names}))
+    plan.post.insert(0, RunStep(name="rehearse: disarm the probe", hosts=plan.host_names,
+                                commands={h: "python3 testbed_probe.py disarm" for h in plan.host_names},
+                                environments={h: envs.get(h) for h in plan.host_names}))
+    for h in plan.outputs:
+        plan.outputs[h].append("probe-*.json")
 
 
 def stand_in_environments(tb: Resolved, plan: RunPlan, site: str | None = None) -> list[str]:
@@ -377,6 +490,7 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
 
     found = [f.line() for f in lint.lint_suite(s, points)]
     found += [f"{e.where}: {e.what}" for e in unknown_tables(s)]  # a metric nothing would measure
+    found += _left_to_fill_in(s)  # a draft of testbed new: each TODO comment, with its line
     if found:  # what the files show already: no replica is made
         for f in found:
             note(f"static check: {f}")
@@ -423,6 +537,16 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
                 services.destroy(tb)
             except TestbedError as e:
                 note(f"could not destroy the replica {tb.name}: {e.what} ({e.fix})")
+
+
+def _left_to_fill_in(s: Any) -> list[str]:
+    """The TODO comments of the suite's file (what testbed new left to fill in), as static findings."""
+    from testbed.drafting import todo_comments
+    from testbed.yamlfile import read_text
+
+    if not s.source:
+        return []
+    return [f"{s.source}:{n}: left to fill in: {text}" for n, text in todo_comments(read_text(Path(s.source)))]
 
 
 def _free_subnet(name: str) -> str:
@@ -521,7 +645,7 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
         note(f"point {shown}: not started: {absent[0]}")
         return PointResult(params=plan.params, run_id=plan.run_id, status="not started", reason=absent[0],
                            steps=[], ranks="not reached", probes=[], not_rehearsed=[], failures=absent)
-    plan = rehearsal_plan(plan, s, like)
+    plan = rehearsal_plan(plan, s, like, set_up=set_up or not s.profile)
     trace_shared_home(plan, bool(rinfo.context.get("hardware", {}).get("shared_home")))
     made = stand_in_environments(tb, plan, site)
     if made:
@@ -577,15 +701,17 @@ def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Any,
             steps.append(StepOutcome(phase, st.name, status, list(st.hosts), skipped.get(st.name, "")))
     collected = collect_runs([plan.run_id], to, store=tb.store)[0]
     folder = (Path(to) / plan.suite / plan.run_id).absolute()
-    probes = []
+    probes, not_made = [], []
     for f in sorted(folder.glob("*/probe-*.json")):
         try:
             d = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
+        not_made += [str(n) for n in d.get("not_judged", []) if str(n) not in not_made]
         probes.append(Probe(host=d.get("host", f.parent.name), script=d.get("script", ""), argv=d.get("argv", []),
                             cwd=d.get("cwd", ""), parsed_by=str(d.get("parsed_by", "")),
-                            problems=list(d.get("problems", []))))
+                            problems=list(d.get("problems", [])),
+                            args=d["args"] if isinstance(d.get("args"), dict) else {}))
     launched = any(e.kind == "started" for e in events) or rec.info.launched_at
     skipped_ranks = (plan.rehearsal or {}).get("skipped_ranks") or {}
     ranks = "not reached" if not launched else "probed" if probes else \
@@ -602,11 +728,74 @@ def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Any,
     produced, unmade, unjudged = outputs_made(plan, collected.hosts)
     found, absent = log_signatures(plan, steps, folder, set_up=set_up,
                                    installs="" if set_up else set_up_names(s.profile))
+    told, unfired = fault_outcomes(plan, events)
     raced, unchecked = hometrace.check(tb.name, plan)
-    failures = unmade + edits_undeclared(tb, s, plan) + found + raced
+    failures = (unmade + edits_undeclared(tb, s, plan) + found + unfired + grace_against_probes(s, plan, probes)
+                + raced)
     return PointResult(params=plan.params, run_id=plan.run_id, status=rec.status, reason=rec.reason, steps=steps,
-                       ranks=ranks, probes=probes, not_rehearsed=not_rehearsed + unjudged + absent + unchecked,
-                       folder=str(folder), failures=failures, produced=produced)
+                       ranks=ranks, probes=probes,
+                       not_rehearsed=not_rehearsed + unjudged + absent + not_made + unchecked,
+                       folder=str(folder), failures=failures, produced=produced, faults=told)
+
+
+# --- faults, fired through the supervisor -----------------------------------------------------------------------
+def fault_outcomes(plan: RunPlan, events: list[Any]) -> tuple[list[str], list[str]]:
+    """(one line per rehearsed fault: fired, detected and relaunched, or the reason why not; one failure per fault
+    that did not fire or whose recovery did not relaunch), read from the run's events."""
+    lines, failures = [], []
+    by_kind: dict[str, list[Any]] = {}
+    for e in events:
+        by_kind.setdefault(e.kind, []).append(e)
+    for f in plan.faults:
+        fired = next((e for e in by_kind.get("fault", []) if e.detail.get("fault") == f.name), None)
+        if fired is None:
+            missed = next((e for e in by_kind.get("fault-missed", []) if e.detail.get("fault") == f.name), None)
+            why = missed.detail.get("reason") if missed is not None else "the run ended before it was due"
+            failures.append(f"fault {f.name} did not fire: {why}")
+            lines.append(f"fault {f.name}: not fired ({why})")
+            continue
+        info = fired.detail
+        if info.get("ok") is False:
+            failures.append(f"fault {f.name} failed to fire: {info.get('error', 'no reason given')}")
+            lines.append(f"fault {f.name}: failed to fire ({info.get('error', '')})")
+            continue
+        line = f"fault {f.name}: fired ({f.action} on {f.host}" + (f" rank {f.rank})" if f.rank is not None else ")")
+        failed = next((e for e in by_kind.get("failed", []) if e.ts >= fired.ts), None)
+        line += f", detected {failed.ts - fired.ts:.1f} s later ({failed.detail.get('reason', '')})" if failed \
+            else ", not detected (no rank failed after it)"
+        relaunched = next((e for e in by_kind.get("relaunched", []) if e.ts >= fired.ts), None)
+        if relaunched is not None:
+            line += f", ranks relaunched (attempt {relaunched.detail.get('attempt')})"
+        elif plan.recovery or f.recovery:
+            line += ", not relaunched"
+            failures.append(f"fault {f.name}: fired, but its recovery did not relaunch the ranks")
+        else:
+            line += ", no recovery declared"
+        lines.append(line)
+    return lines, failures
+
+
+def grace_against_probes(s: Suite, plan: RunPlan, probes: list[Probe]) -> list[str]:
+    """One failure per timeout a probed program keeps (an argument whose name holds ``timeout``, as its own parser
+    read this argv, defaults included) that the suite's grace cannot cover plus a checkpoint interval, where a
+    fault fires or a recovery runs: the static check (``lint.fault_timing``) reads only what the suite writes."""
+    if not (plan.faults or plan.recovery):
+        return []
+    ckpt = lint.checkpoint_interval(s, plan.params)
+    allow = ckpt[1] if ckpt else 0.0
+    grace = plan.timeouts.grace
+    out: dict[tuple[str, str], str] = {}
+    for pr in probes:
+        for k, v in pr.args.items():
+            t = lint.seconds(k, v) if "timeout" in k.lower() else None
+            if t is None or grace > t + allow or (pr.script, k) in out:
+                continue
+            plus = f" plus a checkpoint interval of {allow:g} s ({ckpt[0]})" if ckpt else " plus a checkpoint"
+            out[(pr.script, k)] = (
+                f"timeouts.grace {grace:g} s cannot cover {pr.script}'s own {k} {t:g} s (as its parser reads this "
+                f"argv, on {pr.host}){plus}: after one rank fails, the others are stopped before their own timeout "
+                f"lets them notice, checkpoint and end (raise grace above {t + allow:g} s)")
+    return list(out.values())
 
 
 # --- what a point proves it produced ----------------------------------------------------------------------------

@@ -131,8 +131,9 @@ def _replayed_suite(run_dir: Path, m: Manifest, named: Path | None) -> tuple[Sui
                          f"{m.get('testbed_version') or 'of an older version'}, or its suite changed before "
                          "collect): reproduce never runs a suite file the manifest names outside the run folder",
                          where=f"{where}: suite_copy",
-                         fix=f"name the suite to replay: testbed reproduce {run_dir} --suite experiments/{name}.yml "
-                             "(it is checked against the hashes the run recorded)")
+                         fix=f"name the suite to replay: testbed reproduce {run_dir} --suite {name} "
+                             "(its name here, or the path of its folder or .yml file; it is checked against the "
+                             "hashes the run recorded)")
     path, files = suite_copy.verified(run_dir, rec)
     suite = load_suite(str(path))
     if suite.name != name:
@@ -140,7 +141,7 @@ def _replayed_suite(run_dir: Path, m: Manifest, named: Path | None) -> tuple[Sui
                          f"{name!r}", where=f"{where}: suite_copy.path",
                          fix="collect the run again, or name the suite with --suite PATH")
     for rel in suite.files:  # every file the copy ships is one the manifest hashed
-        rel_path = f"{suite_copy.COPY_DIR}/{os.path.normpath(rel)}"
+        rel_path = f"{os.path.dirname(str(rec['path']))}/{os.path.normpath(rel)}"  # beside the copied YAML
         if rel_path not in files:
             raise UsageError(f"the copied suite ships {rel}, which suite_copy.files does not list",
                              where=f"{where}: suite_copy.files", fix="collect the run again, or use --suite PATH")

@@ -18,6 +18,11 @@ testbed.tables) then ``columns``; ``references:`` and ``checks:`` name it as the
 generic report is not made), and declares the tables it makes. An error while loading the file is one message
 naming its ``file:line``; a parser that raises on a file is a note and a failed "report complete" check.
 Test parsers as plain functions, or load the file as testbed does: ``results.load(path).parsers["steps"]``.
+
+Versions: API 1 (``require(1)``): ``parser``, ``reporter``, ``RunDir``, ``Report``. API 2 adds, for reporters
+moved out of testbed into their suite folders: ``csv_rows(path, header)`` (a header-checked CSV read, with notes
+for the rows skipped), ``boxes(data, ylabel=...)`` and ``lines(series, xlabel=..., ylabel=...)`` (figure drawers
+for ``rep.figure``).
 """
 
 from __future__ import annotations
@@ -37,13 +42,13 @@ from testbed.report.model import Report
 from testbed.report.rundir import RunDir
 from testbed.tables import CONTEXT_COLUMNS, GENERIC_TABLES, TABLE_NAME_RE
 
-API_VERSION = 1
+API_VERSION = 2
 """The version of this API: raised when it changes in a way a report.py written for the last one would notice."""
 __version__ = str(API_VERSION)
 FILE_NAME = "report.py"
 
-__all__ = ["API_VERSION", "FILE_NAME", "Parser", "Report", "RunDir", "RunReporter", "SuiteResults", "load", "parser",
-           "register_parser", "register_reporter", "reporter", "require"]
+__all__ = ["API_VERSION", "FILE_NAME", "Parser", "Report", "RunDir", "RunReporter", "SuiteResults", "boxes",
+           "csv_rows", "lines", "load", "parser", "register_parser", "register_reporter", "reporter", "require"]
 
 ParseFn = Callable[[str], Iterable[Mapping[str, Any]]]
 ReportFn = Callable[[RunDir, Report], None]
@@ -217,6 +222,33 @@ def load(path: str | Path) -> SuiteResults:
         _LOADING.reset(token)
     _LOADED[key] = res
     return res
+
+
+# --- helpers for reporters (API 2) ------------------------------------------------------------------------------
+def csv_rows(src: Path | str, header: Sequence[str]) -> tuple[list[dict[str, str]], list[str]]:
+    """(rows, notes) of the CSV file ``src`` (a Path; a str is the text itself) whose first line names at least
+    the columns ``header`` (in any order): each row a mapping of column -> cell (stripped), a short row skipped
+    with a note, a file lacking a column skipped whole with one. API 2."""
+    from testbed.report.parsers.csv_rows import parse_csv
+
+    parsed = parse_csv(src, header, dict)
+    return list(parsed.rows), list(parsed.skipped)
+
+
+def boxes(data: Mapping[str, Sequence[float]], *, ylabel: str, title: str = "") -> Callable[[Any], None]:
+    """A figure of one box per label, for ``rep.figure(name, boxes(...), caption)``. API 2."""
+    from testbed.report import plotting
+
+    return plotting.boxes(data, ylabel=ylabel, title=title)
+
+
+def lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, xlabel: str, ylabel: str,
+          title: str = "") -> Callable[[Any], None]:
+    """A figure of labelled line series (label -> (xs, ys)), for ``rep.figure(name, lines(...), caption)``.
+    API 2."""
+    from testbed.report import plotting
+
+    return plotting.lines(series, xlabel=xlabel, ylabel=ylabel, title=title)
 
 
 def error_line(exc: BaseException, path: Path) -> int | str:

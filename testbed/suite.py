@@ -1,4 +1,5 @@
-"""Suites: ``experiments/<name>.yml`` validated into typed models, parameters and matrices.
+"""Suites: ``experiments/<name>/suite.yml`` (or the single file ``experiments/<name>.yml``) validated into typed
+models, parameters and matrices.
 
 A suite says what to set up (``profile``), what sources and files a run needs, its parameters (typed, with
 defaults and allowed values) and matrix, where ranks run (``placement``), its steps (``prepare``, ``launch``,
@@ -495,10 +496,10 @@ class EstimateBy(Strict):
 
 
 class Suite(Strict):
-    """One suite: ``experiments/<name>.yml``."""
+    """One suite: ``experiments/<name>/suite.yml`` (or ``experiments/<name>.yml``)."""
 
     name: str = Field(pattern=SUITE_NAME_RE, description="the suite's name: lower-case letters, digits and -; "
-                      "default: the file's name")
+                      "default: its folder's name (or the file's)")
     description: str = Field("", description="one line on what it runs (testbed list suites, testbed show)")
     testbed: str | None = Field(None, description="default --on")
     requires: Requires = Field(default_factory=Requires, description="what a testbed must have for the suite: "
@@ -918,21 +919,35 @@ def check_matrix_size(matrix: dict[str, list[Any]] | list[dict[str, Any]]) -> No
 
 # --- loading --------------------------------------------------------------------------------------------------
 def suite_path(name: str) -> Path:
+    """The YAML of the suite ``name`` names: a path to a .yml file or to a suite folder (one holding a
+    ``suite.yml``), a suite's name (:func:`testbed.paths.find_suite`: this folder's ``experiments/`` first), or
+    ``git+URL@COMMIT#PATH`` (fetched into the state home: :mod:`testbed.suite_fetch`)."""
+    from testbed import suite_fetch
+
+    if suite_fetch.is_git_suite(name):
+        return suite_fetch.suite_file(name)
     p = Path(name)
-    if p.suffix in (".yml", ".yaml") and p.exists():
+    if p.suffix in (".yml", ".yaml") and p.is_file():
         return p
+    pathlike = "/" in name or name in (".", "..")
+    if pathlike and p.is_dir():
+        if (p / paths.SUITE_FILE).is_file():
+            return p / paths.SUITE_FILE
+        raise UsageError(f"the folder {name} holds no {paths.SUITE_FILE}", where=name,
+                         fix=f"a suite folder holds its YAML as {paths.SUITE_FILE}; name that folder, or the .yml")
     if not re.match(SUITE_NAME_RE, name):
         raise UsageError(f"'{name}' is not a suite name", where="command line",
-                         fix="use lower-case letters, digits and '-', or a path to a .yml file")
-    found = paths.find_resource("experiments", f"{name}.yml")
+                         fix="use lower-case letters, digits and '-', a path to a suite folder or a .yml file, or "
+                             f"{suite_fetch.FORM}")
+    found = paths.find_suite(name)
     if found is None:
         import difflib
 
-        known = list(paths.list_resources("experiments"))
+        known = list(paths.list_suite_files())
         close = difflib.get_close_matches(name, known, n=1)
         raise UsageError(f"no suite named '{name}'", where="experiments/",
                          fix=(f"did you mean '{close[0]}'? " if close else "")
-                         + f"known suites: {', '.join(known) or 'none'}; or write experiments/{name}.yml")
+                         + f"known suites: {', '.join(known) or 'none'}; or write experiments/{name}/suite.yml")
     return found
 
 
@@ -945,9 +960,11 @@ def load_suite(name_or_path: str) -> Suite:
     if not isinstance(data, dict):
         raise UsageError(f"{path.name}: the top level must be a mapping of keys", where=f"{path}:1",
                          fix="start the file with 'name: ...' and 'steps:'")
-    data.setdefault("name", path.stem)
+    data.setdefault("name", paths.suite_name_of(path))
     suite = yamlfile.validate(Suite, data, path, located)
     suite.source = str(path)
+    if path.name == paths.SUITE_FILE and path.parent.parent.resolve() not in paths.resource_dirs("experiments"):
+        paths.name_suite_folder(path.parent)  # a folder named by its path: its roles/ and profile.yml count too
     suite._located = located
     outs = suite.outputs.items() if isinstance(suite.outputs, dict) else [(None, suite.outputs)]
     for key, globs in outs:
@@ -999,7 +1016,8 @@ def _is_glob(part: str) -> bool:
 
 
 def list_suites() -> dict[str, Path]:
-    return paths.list_resources("experiments")
+    """Name -> YAML of every suite found (folders and single files; this folder's first)."""
+    return paths.list_suite_files()
 
 
 # --- parameters ------------------------------------------------------------------------------------------------

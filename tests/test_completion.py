@@ -87,7 +87,7 @@ def test_help_shows_flags_as_flags(shell_env: dict[str, str], tb_home: Path) -> 
 def test_fault_names_complete_from_the_suite_on_the_command_line(shell_env: dict[str, str], tb_home: Path) -> None:
     """`run SUITE --fault <TAB>` offers that suite's faults (and `plan` alike); a fault already given is not
     offered again; with no suite (or an unknown one) nothing is offered."""
-    every = ["kill-host", "kill-rank", "kill-rank-at"]  # experiments/fault-drill.yml's faults
+    every = ["kill-host", "kill-rank", "kill-rank-at"]  # experiments/fault-drill/suite.yml's faults
     assert _bash(shell_env, tb_home, "testbed", "run", "fault-drill", "--fault", "") == every
     assert _bash(shell_env, tb_home, "testbed", "run", "fault-drill", "--fault", "kill-h") == ["kill-host"]
     assert _bash(shell_env, tb_home, "testbed", "plan", "fault-drill", "--fault", "k") == every

@@ -243,7 +243,7 @@ def test_profile_and_suite_check_out_the_audited_commit_in_the_shared_folder() -
     assert commit
     (source,) = [s for s in load_suite(SUITE).sources if s.name == "gpufs"]
     assert (source.ref, source.path) == (commit[1], CHECKOUT)
-    profile = yaml.safe_load((Path(__file__).resolve().parents[1] / "playbooks/profiles" / f"{SUITE}.yml").read_text())
+    profile = yaml.safe_load((Path(__file__).resolve().parents[1] / "experiments" / SUITE / "profile.yml").read_text())
     builds = [r["vars"] for r in profile["roles"] if r["role"] == "source_build" and
               r["vars"]["source_build_name"] == "gpufs"]
     assert [b["source_build_version"] for b in builds] == [commit[1]]

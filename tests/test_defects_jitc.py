@@ -18,7 +18,7 @@ from testbed.spec import Hardware
 from testbed.suite import load_suite, resolve_params
 from tests.artifacts import artifact, plan_for, read_parser
 
-PROFILE = Path(__file__).resolve().parents[1] / "playbooks" / "profiles" / "jitc.yml"
+PROFILE = Path(__file__).resolve().parents[1] / "experiments" / "jitc" / "profile.yml"
 
 
 def _main() -> Path:

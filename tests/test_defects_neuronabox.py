@@ -21,7 +21,7 @@ from testbed.run.plan import HostInfo, TestbedInfo, build_plan
 from testbed.suite import load_suite, resolve_params
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILE = ROOT / "playbooks" / "profiles" / "neuronabox.yml"
+PROFILE = ROOT / "experiments" / "neuronabox" / "profile.yml"
 
 
 def plan(hardware: dict[str, Any] | None = None, subnet: str = "0.0.0.0/0", **given: Any) -> RunPlan:

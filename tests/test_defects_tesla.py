@@ -109,7 +109,7 @@ def test_shared_home_steps_write_once_and_outputs_come_from_one_tree() -> None:
 
 
 def profile() -> dict[str, Any]:
-    return yaml.safe_load((Path(__file__).resolve().parents[1] / "playbooks/profiles/tesla.yml").read_text())
+    return yaml.safe_load((Path(__file__).resolve().parents[1] / "experiments/tesla/profile.yml").read_text())
 
 
 def ansible_eval(expr: str, variables: dict[str, Any]) -> Any:

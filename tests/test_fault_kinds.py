@@ -28,7 +28,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("providers/base.py", "kill-host"): "Capability.KILL_HOST: the provider operation the kill-host kind needs is "
                                         "named by the same word (the kind's capability; checked below)",
     ("providers/base.py", "cut-network"): "Capability.CUT_NETWORK: likewise, the operation cut-network needs",
-    ("cli/tools.py", "kill-host"): "the name of a fault of experiments/fault-drill.yml (--fault NAME), not a kind",
+    ("cli/tools.py", "kill-host"): "the name of a fault of experiments/fault-drill/suite.yml (--fault NAME), not a "
+                                   "kind",
 }
 """(file under testbed/, kind name) -> why that file may write the name: each is a different thing by that word."""
 

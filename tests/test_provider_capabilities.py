@@ -75,6 +75,21 @@ def test_an_inconsistent_image_capability_is_refused_when_the_class_is_made() ->
         type("Baker", (Provider,), {"bakes_by_itself": True, "capabilities": frozenset()})
 
 
+
+def test_a_capability_is_the_one_signal_checked_against_the_methods_when_the_class_is_made() -> None:
+    """Offering a capability means implementing its methods; implementing them means offering it."""
+    from testbed.providers.base import IMPLEMENTS, Provider
+
+    with pytest.raises(TypeError, match="offers kill-host but does not implement kill_host"):
+        type("Boasts", (Provider,), {"capabilities": frozenset({Capability.KILL_HOST})})
+    with pytest.raises(TypeError, match="implements cut_network but does not offer cut-network"):
+        type("Quiet", (Provider,), {"cut_network": lambda self, host: None})
+    for kind in PROVIDERS:
+        cls = provider_class(kind)
+        for cap, methods in IMPLEMENTS.items():
+            assert all((getattr(cls, m) is not getattr(Provider, m)) == cls.can(cap) for m in methods), (kind, cap)
+
+
 def test_capabilities_keep_the_words_of_state_and_suites() -> None:
     """A fault's action (``kill-host``) and what callers ask (``can("expire")``) are the enum's values."""
     assert {c.value for c in Capability} == {"extend", "repair", "expire", "kill-host", "cut-network", "images",

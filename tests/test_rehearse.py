@@ -129,6 +129,121 @@ def test_the_probe_leaves_out_an_environment_read_its_argv_never_reaches(venv: d
         "train.py:7 reads $WORLD_SIZE, which is not set for this rank"], found
 
 
+ARGV_SCRIPT = """import argparse, os
+p = argparse.ArgumentParser()
+p.add_argument("--data_dir", default="./data")
+p.add_argument("--output_dir", required=True)
+p.add_argument("--log-file", default="logs/train.log")
+p.add_argument("--master", default="tcp://10.0.0.1:29500")
+p.add_argument("--model", default="vgg")
+p.add_argument("sets", nargs="*")
+args = p.parse_args()
+os.makedirs(args.output_dir, exist_ok=True)
+with open(os.path.join(os.getcwd(), "results", "r.csv"), "w") as f:
+    f.write("x")
+"""
+
+
+def test_the_probe_checks_the_files_and_folders_its_argv_names(venv: dict[str, Any]) -> None:
+    """An input the argv names must exist; an output folder the code makes is made by the probe where the program
+    would (the working folder), one it does not make must exist; a path built from os.getcwd() is a literal one."""
+    (venv["src"] / "train.py").write_text(ARGV_SCRIPT)
+    r = _py(venv, "train.py", "--output_dir", "out/run1", "a/b")
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert r.returncode == PROBLEM_EXIT, r.stdout + r.stderr
+    assert sorted(found["problems"]) == sorted([
+        f"train.py: --data_dir names ./data, an input that does not exist in {venv['src']}",
+        f"train.py: --log-file names logs/train.log, but logs/ does not exist in {venv['src']} and the code does not "
+        "make it",
+        f"train.py:11 writes results/r.csv, but results/ does not exist in {venv['src']} and the code does not make it",
+    ]), found["problems"]  # --master (a URL), --model (a word) and the positional list name no path
+    assert (venv["src"] / "out" / "run1").is_dir() and found["made"] == ["out/run1"]  # as main.py's makedirs would
+    assert {(a["dest"], a["kind"]) for a in found["argv_paths"]} == {
+        ("data_dir", "input"), ("output_dir", "output"), ("log_file", "output")}, found["argv_paths"]
+
+    for f in venv["run"].glob("probe-*.json"):
+        f.unlink()
+    for d in ("data", "logs", "results"):
+        (venv["src"] / d).mkdir()
+    r = _py(venv, "train.py", "--output_dir", "out/run2")
+    assert r.returncode == 0 and "testbed probe: ready" in r.stdout, r.stdout + r.stderr
+    assert json.loads(next(venv["run"].glob("probe-*.json")).read_text())["problems"] == []
+
+    # a missing input that a step the rehearsal skipped names (it would have fetched it) is not judged
+    cfg_file = Path(venv["env"]["HOME"]) / ".cache" / "testbed" / "probe.json"
+    cfg_file.write_text(json.dumps({**json.loads(cfg_file.read_text()),
+                                    "skipped": {"fetch": "mkdir -p sets && curl -o sets/train.csv https://x/y"}}))
+    for f in venv["run"].glob("probe-*.json"):
+        f.unlink()
+    r = _py(venv, "train.py", "--output_dir", "out/run2", "--data_dir", "sets/train.csv")
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert r.returncode == 0 and found["problems"] == [], found
+    assert found["not_judged"] == [f"train.py: --data_dir names sets/train.csv, an input that does not exist in "
+                                   f"{venv['src']}: not judged, the skipped step 'fetch' names train.csv (it would "
+                                   "make it)"], found
+
+
+def test_a_module_run_with_python_m_is_probed_with_its_own_parser(venv: dict[str, Any]) -> None:
+    """``python -m pkg.train``: the hook finds the module's file under the source checkout (sys.argv has lost the
+    module's name by then) and runs its parser as -m would (its package's relative imports resolve)."""
+    pkg = venv["src"] / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "opts.py").write_text("EPOCHS = 3\n")
+    (pkg / "train.py").write_text("from .opts import EPOCHS\n" + SCRIPT.replace("default=1", "default=EPOCHS"))
+    r = _py(venv, "-u", "-m", "pkg.train", "--model", "vit", env={"RANK": "0"})
+    assert r.returncode == PROBLEM_EXIT and "TRAINED" not in r.stdout, r.stdout + r.stderr
+    assert "testbed probe: -m pkg.train --model vit (in " in r.stdout, r.stdout
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert found["module"] == "pkg.train" and found["script"].endswith("pkg/train.py"), found
+    assert found["parsed_by"] == "its own parser" and "invalid choice: 'vit'" in found["problems"][0], found
+    for f in venv["run"].glob("probe-*.json"):
+        f.unlink()
+    (venv["src"] / "log").mkdir()
+    r = _py(venv, "-m", "pkg.train", env={"RANK": "0"})
+    found = json.loads(next(venv["run"].glob("probe-*.json")).read_text())
+    assert r.returncode == 0 and found["problems"] == [] and found["args"]["epochs"] == 3, found
+    assert _py(venv, "-m", "json.tool", "--help").returncode == 0  # a module outside the checkout runs as it is
+
+
+def test_a_rank_inside_docker_run_is_skipped_and_checks_on_its_output_are_not_rehearsed(tmp_path: Path) -> None:
+    (tmp_path / "c.yml").write_text(
+        "name: c\nrequires: {hosts: 2}\nsteps:\n  launch:\n    needs: [gpu]\n    command: >-\n"
+        "      {% if rank == 0 %}docker run --rm --gpus all -v $PWD:/w img:1 python3 /w/train.py{% else %}"
+        "python3 train.py{% endif %}\n"
+        "checks: [{name: trained, on: master, file: out/log.txt, contains: done}]\n")
+    suite = load_suite(str(tmp_path / "c.yml"))
+    plan = rh.rehearsal_plan(runner.plan_run(suite, None, {}, dry_run=True), suite, "lab")
+    assert plan.rehearsal is not None
+    assert plan.ranks[0].command.startswith("echo ") and "inside `docker run`" in plan.ranks[0].command
+    assert "docker" not in plan.ranks[1].command and plan.rehearsal["probed_ranks"] == [1]
+    assert plan.checks == [] and plan.rehearsal["not_rehearsed"] == [
+        "check trained: reads out/log.txt, which the probed or skipped ranks do not write"]
+    assert "inside `docker run`" in plan.rehearsal["skipped_ranks"]["0"]
+    assert rh.in_container("sudo docker -H x run img") and not rh.in_container("echo docker-run; python3 run.py")
+
+
+def test_a_probed_rank_stays_alive_until_its_bound_or_a_signal(venv: dict[str, Any]) -> None:
+    """The config's stay: the probe lives on after its checks (as the program would), and a signal ends it."""
+    import signal
+    import time
+
+    cfg = json.loads((Path(venv["env"]["HOME"]) / ".cache" / "testbed" / "probe.json").read_text())
+    (Path(venv["env"]["HOME"]) / ".cache" / "testbed" / "probe.json").write_text(json.dumps({**cfg, "stay": 3}))
+    (venv["src"] / "log").mkdir()
+    t0 = time.monotonic()
+    r = _py(venv, "train.py", env={"RANK": "0"})
+    assert r.returncode == 0 and 3 <= time.monotonic() - t0 < 60, r.stdout
+    assert "testbed probe: ready: alive 3 s or until signalled" in r.stdout
+    (Path(venv["env"]["HOME"]) / ".cache" / "testbed" / "probe.json").write_text(json.dumps({**cfg, "stay": 25}))
+    p = subprocess.Popen([venv["python"], "train.py"], cwd=venv["src"], env={**venv["env"], "RANK": "0"},
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and "ready" in p.stdout.readline() + p.stdout.readline()
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=20) == -signal.SIGTERM and time.monotonic() - t0 < 5
+
+
 def test_the_probe_runs_in_the_oldest_python_of_the_artifacts_envs() -> None:
     """The probe runs inside the rank's own interpreter: datastall's conda env is Python 3.9, ISCA's TPU image 3.8.
     ``isinstance(v, str | int)`` raised TypeError there (a union of types at run time needs 3.10)."""
@@ -151,10 +266,46 @@ def test_a_rehearsed_plan_skips_what_the_replica_lacks_and_probes_the_ranks(tb_h
         if s.name in needy:
             assert all(c.startswith("echo ") and "skipped: needs" in c for c in s.commands.values())
     assert plan.prepare[-1].name == "rehearse: arm the probe" and plan.post[0].name == "rehearse: disarm the probe"
-    assert "testbed_probe.py" in plan.files and plan.faults == []
+    assert "testbed_probe.py" in plan.files
     assert plan.rehearsal["probed_ranks"] == [r.rank for r in plan.ranks]
-    assert plan.rehearsal["not_rehearsed"] == ["fault kill-rank: the ranks it targets are probed, not run"]
+    # the fault is kept: it fires on the victim's probe (ready, staying alive) through the real supervisor
+    [f] = plan.faults
+    assert (f.name, f.when, f.watch_rank, f.at) == ("kill-rank", "testbed probe: ready", 1, None), f
+    assert plan.rehearsal["not_rehearsed"] == [
+        "fault kill-rank: fired when rank 1's probe was ready, not at /\\| Batch 5 \\|/ in rank 0's log (a probe "
+        "prints no progress)"]
+    assert f.recovery_steps(1), "the relaunch runs"
+    arm = next(c for c in plan.prepare[-1].commands.values())
+    assert json.loads(shlex.split(arm)[-1])["stay"] == rh.probe_stay(plan) == 5.0
     assert all("probe-*.json" in globs for globs in plan.outputs.values())
+    shred = rh.rehearsal_plan(runner.plan_run(suite, None, {"fault": "shred-libtorch"}, dry_run=True), suite, "c")
+    assert shred.faults == [] and shred.rehearsal is not None and \
+        shred.rehearsal["not_rehearsed"] == ["fault shred-libtorch: needs gpu, which the replica lacks"]
+
+
+def test_a_fault_that_did_not_fire_or_relaunch_fails_the_point(tb_home: Path) -> None:
+    """Read from the run's events: fired, detected and relaunched is one line; a fault missed, failed to fire, or
+    fired without a relaunch is a failure naming why."""
+    from testbed.records import RunEvent
+
+    suite = load_suite("jitc")
+    plan = rh.rehearsal_plan(runner.plan_run(suite, None, {"fault": "kill-rank"}, dry_run=True), suite, "c")
+
+    def ev(seq: int, ts: float, kind: str, **detail: Any) -> RunEvent:
+        return RunEvent(seq=seq, run_id=plan.run_id, ts=ts, kind=kind, detail=detail)
+
+    fired = ev(1, 10.0, "fault", fault="kill-rank", action="signal")
+    failed = ev(2, 11.5, "failed", reason="node1 rank 1: signal 9 (SIGKILL)")
+    lines, failures = rh.fault_outcomes(plan, [fired, failed, ev(3, 14.0, "relaunched", attempt=1)])
+    assert failures == [] and lines == [f"fault kill-rank: fired (signal on {plan.faults[0].host} rank 1), detected "
+                                        "1.5 s later (node1 rank 1: signal 9 (SIGKILL)), ranks relaunched (attempt 1)"]
+    lines, failures = rh.fault_outcomes(plan, [fired, failed])
+    assert failures == ["fault kill-rank: fired, but its recovery did not relaunch the ranks"], failures
+    missed = ev(1, 10.0, "fault-missed", fault="kill-rank", reason="rank 1 never logged a line matching /x/")
+    assert rh.fault_outcomes(plan, [missed])[1] == [
+        "fault kill-rank did not fire: rank 1 never logged a line matching /x/"]
+    bad = ev(1, 10.0, "fault", fault="kill-rank", ok=False, error="no such rank")
+    assert rh.fault_outcomes(plan, [bad])[1] == ["fault kill-rank failed to fire: no such rank"]
 
 
 def test_a_replica_has_the_real_testbeds_shape(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -294,13 +445,19 @@ def test_jitc_rehearsed_ranks_probed_through_their_real_launch(tmp_path: Path, n
     tracer = next(s for n, s in steps.items() if n.startswith("check the CUDA trace preload"))
     assert tracer["status"] == "skipped" and "needs cuda" in tracer["reason"], steps
     assert all(s["status"] == "ran" for n, s in steps.items() if s is not tracer), json.dumps(point, indent=1)
-    assert point["ranks"] == "probed" and len(point["probes"]) == 2, json.dumps(point, indent=1)
+    # both ranks probed, then both again after the relaunch (with --from_checkpoint, as the recovery starts them)
+    assert point["ranks"] == "probed" and len(point["probes"]) == 4, json.dumps(point, indent=1)
+    assert sorted("--from_checkpoint" in p["argv"] for p in point["probes"]) == [False, False, True, True]
     for p in point["probes"]:
         assert p["script"] == "main.py" and p["parsed_by"] == "its own parser", p
         assert p["cwd"].endswith("open-jitc/UserLevel"), p
     nr = point["not_rehearsed"]
-    assert nr[0] == "fault kill-rank: the ranks it targets are probed, not run", nr
+    assert nr[0].startswith("fault kill-rank: fired when rank 1's probe was ready"), nr
     assert all(x.startswith("output ") and "probed or skipped" in x for x in nr[1:]), nr  # what the probe stood for
+    # the fault fired on the probed victim through the real supervisor, was detected, and every rank relaunched
+    [line] = point["faults"]
+    assert line.startswith("fault kill-rank: fired (signal on ") and ", detected " in line and "SIGKILL" in line \
+        and line.endswith(", ranks relaunched (attempt 1)"), line
     assert out["ok"] and out["_rc"] == 0, json.dumps(out, indent=1)
 
 
@@ -531,18 +688,32 @@ def deeplight_folder() -> Path:
     return out
 
 
-def test_a_rank_that_runs_no_python_is_skipped_with_the_reason(tb_home: Path) -> None:
+def test_a_compiled_rank_under_mpirun_runs_a_stand_in_and_one_not_under_mpirun_is_skipped(tb_home: Path) -> None:
     """neuronabox's collectives: mpirun starts a CUDA binary (/tmp/ex, named in the launch's probe:) that the
-    skipped compile step makes: nothing the probe can stand in for, so the rank is skipped, said so, rather than
-    failing on a missing binary (found by rehearsing it)."""
+    skipped compile step makes: an MPI stand-in built on every host takes its place in the real mpirun line (its
+    -x, --prefix, -H and --mca options kept); the same binary started without mpirun is skipped, said so."""
     suite = load_suite("neuronabox")
     plan = rh.rehearsal_plan(runner.plan_run(suite, None, {"experiment": "coll"}, dry_run=True), suite, "x")
-    assert plan.rehearsal is not None and plan.rehearsal["probed_ranks"] == [0]  # `true`: nothing to probe
-    why = plan.rehearsal["skipped_ranks"]["1"]
-    assert why == "needs cuda, gpu, which the replica lacks, and runs /tmp/ex, a compiled program the probe " \
-        "cannot stand in for", why
-    assert set(plan.rehearsal["skipped_ranks"]) == {"1"}  # rank 0's command is `true` (the peer's mpirun starts it)
-    assert plan.ranks[1].command.startswith("echo ")
+    assert plan.rehearsal is not None and plan.rehearsal["skipped_ranks"] == {}
+    stand_in = f"{plan.run_dir}/{rh.MPI_STAND_IN}"
+    cmd = plan.ranks[1].command
+    assert f"sh -c '{stand_in} " in cmd and "/tmp/ex" not in cmd and "mpirun -x NCCL_PROTO" in cmd, cmd
+    assert "--prefix /tmp/neuronabox-env -np 2 -H" in cmd and "--mca btl tcp,self" in cmd, cmd
+    assert plan.files[f"{rh.MPI_STAND_IN}.c"].endswith("mpi_stand_in.c")
+    build = next(s for s in plan.prepare if s.name == "rehearse: build the MPI stand-in")
+    assert set(build.hosts) == set(plan.host_names) and "mpicc" in next(iter(build.commands.values()))
+    assert any(n.startswith("rank 1: /tmp/ex stood in by an MPI program") for n in plan.rehearsal["not_rehearsed"])
+    bare = rh.rehearsal_plan(runner.plan_run(suite, None, {"experiment": "coll"}, dry_run=True), suite, "x",
+                             set_up=False)  # --no-setup: the hosts do not know each other (no ssh mesh)
+    assert bare.rehearsal is not None and "the replica was not set up (--no-setup)" in \
+        bare.rehearsal["skipped_ranks"]["1"] and bare.ranks[1].command.startswith("echo ")
+    alone = runner.plan_run(suite, None, {"experiment": "coll"}, dry_run=True)
+    alone.ranks[1].command = "cd /tmp && /tmp/ex 256 10"
+    alone = rh.rehearsal_plan(alone, suite, "x")
+    assert alone.rehearsal is not None and alone.rehearsal["skipped_ranks"]["1"] == (
+        "needs cuda, gpu, which the replica lacks, and runs /tmp/ex, a compiled program the probe cannot stand in "
+        "for (not under mpirun)")
+    assert alone.ranks[1].command.startswith("echo ")
     tesla = load_suite("tesla")  # tesla's hello_mpi names no compiled program: its ranks run (mpirun, the binary)
     hello = rh.rehearsal_plan(runner.plan_run(tesla, None, {"task": "hello"}, dry_run=True), tesla, "tesla")
     assert hello.rehearsal is not None and hello.rehearsal["skipped_ranks"] == {}

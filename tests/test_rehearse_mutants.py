@@ -2,7 +2,7 @@
 
 Unit level: failure signatures read from log text, interfaces read from launch lines and ``ip -o link``, tracked
 files read from ``git status --porcelain``, outputs judged from collect's per-host notes. Then mutants: one
-textual edit each to a copy of a shipped suite (experiments/*.yml), each rehearsed on a local replica, each
+textual edit each to a copy of a shipped suite (experiments/*/suite.yml), each rehearsed on a local replica, each
 ending non-zero with a reason naming its defect, beside the same suites unmutated, rehearsed green.
 """
 
@@ -212,7 +212,7 @@ def _mutant(tmp_path: Path, suite: str, old: str, new: str) -> Any:
     from testbed.suite import load_suite as load
 
     _copy_suite(tmp_path, suite, old, new)
-    return load(str(tmp_path / "experiments" / f"{suite}.yml"))
+    return load(str(tmp_path / "experiments" / suite / "suite.yml"))
 
 
 def test_the_shipped_suites_have_no_static_finding() -> None:
@@ -273,21 +273,47 @@ def test_a_dry_run_and_show_print_the_static_findings_as_warnings(tmp_path: Path
                        capture_output=True, text=True, timeout=120, check=False,
                        env={**os.environ, "TESTBED_HOME": str(tmp_path / ".testbed"), "COLUMNS": "400"})
     warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: ")]
-    assert len(warned) == 1 and "isca-resnet18.yml:10: source isca follows ref 'main'" in warned[0], r.stderr
+    assert len(warned) == 1 and "isca-resnet18/suite.yml:10: source isca follows ref 'main'" in warned[0], r.stderr
     assert r.returncode == 0, r.stderr  # a warning: the command itself goes on
 
 
 # --- mutants of the shipped suites, rehearsed ------------------------------------------------------------------------
+VARIANTS = {  # a shipped suite as another testbed would run it, before its mutation: suite:variant
+    # mpi-hello's ranks as a GPU suite's compiled ranks (tesla's hello, neuronabox's collectives): their binary
+    # needs what the replica lacks, so a rehearsal stands in an MPI program under the real mpirun line
+    # (on a replica of GPU_QUAD, four GPU hosts as root, a testbed that declares GPUs as the hardware check asks)
+    "compiled": [("  launch:\n    on: master\n",
+                  "  launch:\n    on: master\n    needs: [gpu]\n    probe: [./hello_mpi]\n"),
+                 ("testbed: local\n", "testbed: gpu-quad\n")],
+    "kill-rank": [],  # jitc with its kill-rank fault (-p fault=kill-rank): fired on a probed rank
+}
+
+
+GPU_QUAD = """description: four one-GPU hosts of a lab, logged in as root (the local testbed's shape, with GPUs)
+provider: {kind: lab, hosts: [{name: node0, address: 10.0.0.2}, {name: node1, address: 10.0.0.3},
+                              {name: node2, address: 10.0.0.4}, {name: node3, address: 10.0.0.5}]}
+user: root
+hardware: {gpu: {model: NVIDIA GeForce RTX 3090, count: 1}}
+"""
+
+
 def _copy_suite(tmp_path: Path, suite: str, old: str | None, new: str) -> None:
-    """experiments/<suite>.yml (and the workloads it names) in ``tmp_path``, ``old`` replaced by ``new`` once."""
-    dest = tmp_path / "experiments"
-    dest.mkdir(exist_ok=True)
-    shutil.copytree(EXPERIMENTS / "workloads", dest / "workloads", dirs_exist_ok=True)
-    text = (EXPERIMENTS / f"{suite}.yml").read_text()
+    """experiments/<suite>/ (its suite.yml and the workloads it names) in ``tmp_path``, ``old`` replaced by ``new``
+    once in its suite.yml (``suite:variant``: the variant's edits first, ``VARIANTS``)."""
+    suite, _, variant = suite.partition(":")
+    dest = tmp_path / "experiments" / suite
+    shutil.copytree(EXPERIMENTS / suite, dest, dirs_exist_ok=True)
+    text = (EXPERIMENTS / suite / "suite.yml").read_text()
+    if variant == "compiled":
+        (tmp_path / "inventories").mkdir(exist_ok=True)
+        (tmp_path / "inventories" / "gpu-quad.yml").write_text(GPU_QUAD)
+    for a, b in VARIANTS.get(variant, []):
+        assert text.count(a) == 1, f"the variant's text must occur once in {suite}/suite.yml: {a!r}"
+        text = text.replace(a, b)
     if old is not None:
-        assert text.count(old) == 1, f"the mutant's text must occur once in {suite}.yml: {old!r}"
+        assert text.count(old) == 1, f"the mutant's text must occur once in {suite}/suite.yml: {old!r}"
         text = text.replace(old, new)
-    (dest / f"{suite}.yml").write_text(text)
+    (dest / "suite.yml").write_text(text)
 
 
 def _rehearse(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -335,6 +361,16 @@ MUTANTS = [  # (id, suite, text, its mutant, what the verdict must name)
     ("no-gpu-testbed", "jitc", "providers: [lab, chameleon]", "providers: [chameleon]",
      "suite jitc needs a GPU, and no shipped testbed spec it may run on (provider kinds: chameleon; specs: "
      "chameleon) declares one"),
+    # a probed rank still acts as its program would (issue 37 item 1)
+    ("argv-input-missing", "isca-resnet18", "--file injections/{{ experiment ~ '.csv' }}",
+     "--file injection/{{ experiment ~ '.csv' }}",
+     "reproduce_injections.py: --file names injection/inj_immediate_infs_nans.csv, an input that does not exist in "),
+    ("grace-below-own-timeout", "jitc:kill-rank", "--all_reduce_timeout {{ all_reduce_timeout }}",
+     "--all_reduce_timeout {{ all_reduce_timeout * 5 }}",
+     "timeouts.grace 420 s cannot cover main.py's own all_reduce_timeout 500 s (as its parser reads this argv"),
+    ("interface-missing-compiled", "mpi-hello:compiled", "--mca btl_tcp_if_include {{ testbed.subnet }}",
+     "--mca btl_tcp_if_include eth7",
+     "interface eth7 given by --mca btl_tcp_if_include: node0 has no interface eth7 (it has lo, eth0)"),
     # item 4: two hosts writing one path of a shared home in one step (tesla's lab: an NFS home)
     ("home-race", "tesla", "per: home   # one output file on a shared home: compiled once, not by five hosts at once",
      "per: host", "step 'compile hello_mpi' wrote ~/Scalable_ViT_DT/tesla/setup/hello_mpi from ecetesla0, "
@@ -348,7 +384,16 @@ STATIC = {"grace-below-timeout", "grace-below-timeout-local", "branch-head", "re
 """Mutants the static checks (testbed.lint) name before any host is made."""
 
 
-def _args(suite: str) -> tuple[list[str], dict[str, str]]:
+def _args(suite: str, request: pytest.FixtureRequest | None = None) -> tuple[list[str], dict[str, str]]:
+    if suite == "jitc:kill-rank":  # the ranks start: their dependency check imports torch (the stock pair)
+        assert request is not None
+        return (["jitc", "--like", "chameleon", "-p", "fault=kill-rank", "--source", f"jitc={artifact('open-jitc')}",
+                 "--no-setup", "--site", request.getfixturevalue("torch_pair")], {})
+    args, env = _args_of(suite.partition(":")[0])
+    return [suite.partition(":")[0], *args], env
+
+
+def _args_of(suite: str) -> tuple[list[str], dict[str, str]]:
     if suite in ("mpi-hello", "fault-drill"):
         return ["--no-setup"], {}
     if suite == "jitc":  # a fault that runs a command (shred-libtorch), on a replica of a GPU testbed that has it
@@ -367,7 +412,7 @@ def test_the_shipped_suite_unmutated_rehearses_green(tmp_path: Path, need_local:
     args, env = _args(suite)
     if suite == "jitc":  # its dependency check imports torch: a stand-in environment that sees the stock pair
         args += ["--site", request.getfixturevalue("torch_pair")]
-    out = _rehearse(tmp_path, suite, *args, env=env)
+    out = _rehearse(tmp_path, *args, env=env)
     point = out["points"][0]
     assert out["ok"] and out["_rc"] == 0 and point["failures"] == [] and out["findings"] == [], \
         json.dumps(out, indent=1)
@@ -376,19 +421,45 @@ def test_the_shipped_suite_unmutated_rehearses_green(tmp_path: Path, need_local:
 
 
 @pytest.mark.slow
+def test_a_compiled_rank_under_mpirun_runs_a_stand_in_through_the_real_launcher(tmp_path: Path,
+                                                                                need_local: None) -> None:
+    """mpi-hello's ranks as a GPU suite's compiled ranks: the binary is replaced by an MPI stand-in built with the
+    replica's mpicc, the mpirun line (hostfile, --mca ..._if_include, plm_rsh_args) runs for real across the four
+    hosts, and the check that reads the real binary's lines is not rehearsed (never "would fail")."""
+    _copy_suite(tmp_path, "mpi-hello:compiled", None, "")
+    args, env = _args("mpi-hello:compiled")
+    out = _rehearse(tmp_path, *args, env=env)
+    point = out["points"][0]
+    assert out["ok"] and out["_rc"] == 0 and point["failures"] == [], json.dumps(out, indent=1)
+    said = (Path(point["folder"]) / "node0" / "rank0.out").read_text()
+    hosts = sorted(ln.rsplit(" on ", 1)[1] for ln in said.splitlines() if "MPI stand-in rank" in ln)
+    assert hosts == ["node0", "node1", "node2", "node3"], said
+    assert "Hello world" not in said  # the real binary never ran
+    nr = point["not_rehearsed"]
+    assert any(n.startswith("rank 0: ./hello_mpi stood in by an MPI program under the real mpirun line") for n in nr)
+    assert any(n.startswith("check every rank said hello: reads rank0.out") for n in nr), nr
+    assert {s["name"]: s["status"] for s in point["steps"]}["rehearse: build the MPI stand-in"] == "ran"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(("mutant", "suite", "old", "new", "named"), MUTANTS, ids=[m[0] for m in MUTANTS])
 def test_a_mutant_of_a_shipped_suite_fails_its_rehearsal_naming_the_defect(
-        tmp_path: Path, need_local: None, mutant: str, suite: str, old: str, new: str, named: str) -> None:
+        tmp_path: Path, need_local: None, mutant: str, suite: str, old: str, new: str, named: str,
+        request: pytest.FixtureRequest) -> None:
     _copy_suite(tmp_path, suite, old, new)
-    args, env = _args(suite)
-    out = _rehearse(tmp_path, suite, *args, env=env)
+    args, env = _args(suite, request)
+    out = _rehearse(tmp_path, *args, env=env)
     assert out["_rc"] != 0 and not out["ok"], json.dumps(out, indent=1)
     if mutant in STATIC:  # found in the files: no replica was made, no point ran
         assert out["points"] == [] and out["replica"] == "", json.dumps(out, indent=1)
         assert any(named in f for f in out["findings"]), json.dumps(out["findings"], indent=1)
         return
     point = out["points"][0]
-    assert not point["ok"] and any(named in f for f in point["failures"]), json.dumps(point, indent=1)
+    found = point["failures"] + [p for pr in point["probes"] for p in pr["problems"]]  # a probe names its own
+    assert not point["ok"] and any(named in f for f in found), json.dumps(point, indent=1)
+    if mutant == "grace-below-own-timeout":  # judged once the fault fired on the probed victim and the ranks relaunched
+        assert point["faults"][0].startswith("fault kill-rank: fired (signal on ") and \
+            point["faults"][0].endswith("ranks relaunched (attempt 1)"), point["faults"]
 
 
 @pytest.mark.parametrize(("mutant", "suite", "old", "new", "named"),
@@ -401,11 +472,11 @@ def test_a_static_mutant_is_found_with_its_file_and_line(tmp_path: Path, mutant:
     s = _mutant(tmp_path, suite, old, new)
     found = lint.lint_suite(s)
     assert len({f.kind for f in found}) == 1 and any(named in f.what for f in found), found
-    text = (tmp_path / "experiments" / f"{suite}.yml").read_text().splitlines()
+    text = (tmp_path / "experiments" / suite / "suite.yml").read_text().splitlines()
     edited = next(i for i, ln in enumerate(text, 1) if new.strip().splitlines()[0] in ln)
     for f in found:
         path, line = f.where.rsplit(":", 1)
-        assert path.endswith(f"{suite}.yml"), f
+        assert path.endswith(f"{suite}/suite.yml"), f
         if f.kind == "reference":  # at the reference that no point can produce
             assert "where:" in text[int(line) - 1], (f, text[int(line) - 1])
         elif f.kind == "login-path":  # at the step's command

@@ -14,9 +14,6 @@ from testbed.report.parsers.datastall_profile import lookup, parse_profile
 from testbed.report.parsers.elapsed import overhead_pct, parse_elapsed
 from testbed.report.parsers.isca_injection import parse_injection
 from testbed.report.parsers.isca_replay import parse_replay
-from testbed.report.parsers.jitc import parse_jitc
-from testbed.report.parsers.matmul import parse_matmul
-from testbed.report.parsers.mpi_hello import parse_mpi_hello
 from testbed.report.parsers.neuronabox import parse_collective, parse_step_times
 from testbed.report.parsers.tesla_logs import parse_baseline, parse_vit_log
 from testbed.report.parsers.tesla_metrics import config_from_path, parse_metrics
@@ -24,6 +21,7 @@ from testbed.report.parsers.train_log import TrainRow, global_steps, parse_train
 from testbed.report.parsers.vmtouch import parse_vmtouch
 
 S = Path(__file__).parent / "samples"
+ROOT = Path(__file__).resolve().parents[1]
 DS = S / "datastall"
 
 
@@ -51,11 +49,53 @@ def test_global_steps_per_epoch_and_global():
     assert global_steps(glob) == list(range(6))
 
 
-def test_matmul_and_mpi_hello():
-    rows = parse_matmul(S / "matmul-baseline/node1/matmul_rank1.csv").rows
-    assert len(rows) == 5 and rows[0].rank == 1 and rows[0].host == "node1" and rows[0].seconds == pytest.approx(0.2)
-    hello = parse_mpi_hello(S / "mpi-hello/stdout.log").rows
-    assert sorted(r.rank for r in hello) == [0, 1, 2] and {r.size for r in hello} == {3}
+def _report_py(suite: str):
+    """The suite folder's report.py, loaded as testbed loads it (by path, through testbed.results)."""
+    from testbed import results
+
+    return results.load(ROOT / "experiments" / suite / "report.py")
+
+
+def test_matmul_report_py_reads_each_ranks_csv_and_notes_bad_rows(tmp_path):
+    """matmul-baseline's reporter lives in its suite folder: per-rank rows, medians, a figure, and a row with a
+    bad value skipped with a note (testbed.results API 2: csv_rows, boxes)."""
+    from testbed.report.model import Report
+    from testbed.report.rundir import RunDir
+
+    own = _report_py("matmul-baseline")
+    assert own.reporter is not None and own.reporter.tables == ("matmul", "matmul_median")
+    run = tmp_path / "run"
+    (run / "node1").mkdir(parents=True)
+    (run / "manifest.json").write_text('{"suite": "matmul-baseline", "run_id": "r1", "status": "succeeded", '
+                                       '"params": {"ranks": 2}}')
+    text = (S / "matmul-baseline/node1/matmul_rank1.csv").read_text()
+    (run / "node1" / "matmul_rank1.csv").write_text(text + "1,node1,9,256,oops,1.0\n")
+    rep = Report(tmp_path / "out", "t")
+    own.reporter.fn(RunDir.open(run), rep)
+    rows = next(t for t in rep.tables if t.name == "matmul").rows
+    assert len(rows) == 5 and rows[0][:2] == [1, "node1"] and rows[0][4] == pytest.approx(0.2)
+    assert any("bad value" in s and "oops" in s for s in rep.skipped), rep.skipped
+    assert ("every rank reported", False, "1 of 2 ranks; missing [0]") in rep.checks
+    assert [f.name for f in rep.figures] == ["matmul_seconds"]
+
+
+def test_mpi_hello_report_py_loaded_as_testbed_loads_it(tmp_path):
+    """mpi-hello's reporter lives in its suite folder (experiments/mpi-hello/report.py), loaded by path through
+    the public API (testbed.results), as testbed loads it for a report."""
+    from testbed.report.model import Report
+    from testbed.report.rundir import RunDir
+
+    own = _report_py("mpi-hello")
+    assert own.reporter is not None and own.reporter.tables == ("hello",) and not own.parsers
+    run = tmp_path / "run"
+    (run / "node0").mkdir(parents=True)
+    (run / "manifest.json").write_text('{"suite": "mpi-hello", "run_id": "r1", "status": "succeeded"}')
+    (run / "node0" / "stdout.log").write_text((S / "mpi-hello/stdout.log").read_text())
+    rep = Report(tmp_path / "out", "t")
+    own.reporter.fn(RunDir.open(run), rep)
+    hello = next(t for t in rep.tables if t.name == "hello")
+    assert sorted(r[3] for r in hello.rows) == [0, 1, 2] and {r[4] for r in hello.rows} == {3}
+    assert ("all ranks answered", True, "3 of 3 ranks") in rep.checks
 
 
 # --- isca ---------------------------------------------------------------------------------------------------
@@ -167,11 +207,17 @@ def test_tesla_logs():
     assert len(base.skipped) == 1
 
 
-def test_jitc_stdout():
-    log = parse_jitc(S / "jitc/rank0.out")
-    assert [(t.phase, t.seconds) for t in log.timings] == [("checkpointing", 1.5), ("consolidation", 0.75),
-                                                            ("recovering", 2.25)]
-    assert len(log.iterations) == 3 and log.iterations[1].loss == 2.2
+def test_jitc_stdout(tmp_path):
+    """jitc's reporter lives in its suite folder (experiments/jitc/report.py), loaded as testbed loads it; its
+    parser is read from the loaded reporter's module."""
+    import sys
+
+    own = _report_py("jitc")
+    assert own.reporter is not None and "jitc_summary" in own.reporter.tables
+    parse_jitc = sys.modules[own.reporter.fn.__module__].parse_jitc
+    log = parse_jitc((S / "jitc/rank0.out").read_text(), "rank0.out")
+    assert log.timings == [("checkpointing", 1.5), ("consolidation", 0.75), ("recovering", 2.25)]
+    assert len(log.iterations) == 3 and log.iterations[1][3] == 2.2
     assert log.test == (2.0, 1500, 10000) and log.model_size_gb == 0.5
     assert len(log.skipped) == 1 and "Checkpointing took 1." in log.skipped[0]
 

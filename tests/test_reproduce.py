@@ -191,7 +191,7 @@ def test_the_suite_replayed_is_the_copy_inside_the_run_folder(tmp_path: Path) ->
     r = cli(tmp_path, "reproduce", str(run))
     err = " ".join(r.stderr.split())
     assert r.returncode == 2 and "run echoes-1 holds no copy of its suite" in err and "Traceback" not in err, err
-    assert f"fix: name the suite to replay: testbed reproduce {run} --suite experiments/echoes.yml" in err
+    assert f"fix: name the suite to replay: testbed reproduce {run} --suite echoes (its name here" in err
     assert "owned" not in r.stdout + r.stderr and not Path("/tmp/owned").exists()
 
 
@@ -315,13 +315,13 @@ def test_replay_on_the_local_testbed_agrees_with_the_original(shared_local_testb
     original = results / "matmul-baseline" / first
     m = json.loads((original / "manifest.json").read_text())
     assert m["suite_file"]["sha256"] and m["profile"] == "local-suites" and m["faults"] == []
-    assert m["suite_copy"]["path"] == ".suite/matmul-baseline.yml" and m["suite_copy"]["sha256"] == \
-        m["suite_file"]["sha256"] and (original / ".suite" / "matmul-baseline.yml").is_file()
+    assert m["suite_copy"]["path"] == ".suite/matmul-baseline/suite.yml" and m["suite_copy"]["sha256"] == \
+        m["suite_file"]["sha256"] and (original / ".suite" / "matmul-baseline" / "suite.yml").is_file()
     r = cli(bed.cwd, "reproduce", str(original), "--no-setup", "--json", home=bed.home, timeout=400)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     out = json.loads(r.stdout)
     assert out["original"] == first and out["status"] == "succeeded" and out["differences"] == []
-    assert out["suite"] == f"the copy in the run folder, {original}/.suite/matmul-baseline.yml"
+    assert out["suite"] == f"the copy in the run folder, {original}/.suite/matmul-baseline/suite.yml"
     assert out["problem"] is None and "replaying suite matmul-baseline from the copy" in r.stderr
     assert [v["status"] for v in out["verdicts"]] == ["within tolerance"] * 2, out["verdicts"]
     assert [v["ours"] for v in out["verdicts"]] == [5, 4]
@@ -347,7 +347,7 @@ def test_fault_drill_replay_carries_its_fault_and_agrees(shared_local_testbed, t
     assert all(r.ok for r in collect.collect_runs([first], to=results))
     original = results / "fault-drill" / first
     m = json.loads((original / "manifest.json").read_text())
-    work = ROOT / "experiments" / "workloads" / "fault_drill.py"
+    work = ROOT / "experiments" / "fault-drill" / "workloads" / "fault_drill.py"
     assert m["faults"] == ["kill-rank"] and m["params"]["ranks"] == 2
     assert m["suite_file"]["files"] == {"workloads/fault_drill.py": hashlib.sha256(work.read_bytes()).hexdigest()}
     r = cli(bed.cwd, "reproduce", str(original), "--no-setup", "--json", home=bed.home, timeout=500)

@@ -188,7 +188,7 @@ def test_report_py_is_loaded_by_path_by_a_plain_testbed_report(tmp_path: Path) -
     from testbed import results
 
     loaded = results.load(run.parents[2] / "my-artifact/report.py")
-    assert results.API_VERSION == 1 and results.__version__ == "1"
+    assert results.API_VERSION == 2 and results.__version__ == "2"
     assert list(loaded.parsers) == ["epochs"] and loaded.parsers["epochs"].columns == ("step", "half_loss")
     assert list(loaded.parsers["epochs"].fn("step 4 loss 3")) == [{"step": 4, "half_loss": 1.5}]
     assert loaded.parsers["epochs"].where.endswith("report.py:8")
@@ -228,7 +228,7 @@ def test_a_parser_that_raises_is_a_note_and_a_failed_check(tmp_path: Path) -> No
 @pytest.mark.parametrize(("text", "line", "what"), [
     ("import re\nfrom testbed import results\n\nx = 1 / 0\n", 4, "ZeroDivisionError: division by zero"),
     ("def f(:\n    pass\n", 1, "syntax error"),
-    ("from testbed import results\n\nresults.require(2)\n", 3, "needs testbed.results API 2"),
+    ("from testbed import results\n\nresults.require(3)\n", 3, "needs testbed.results API 3"),
     ("from testbed import results\n\nresults.parser('t', files='*', columns=['host'])(print)\n", 3,
      "column 'host' would hide"),
     ("from testbed import results\n\n\n@results.parser('t', files='*', columns='ab')\ndef f(text):\n    return []\n",

@@ -106,7 +106,12 @@ def test_installed_wheel_runs_from_an_empty_folder(installed: Path, tmp_path: Pa
     assert r.returncode == 0 and "provision" in r.stdout, r.stdout + r.stderr
     r = _run([exe, "list", "profiles", "--json"], cwd=work, env=env)
     assert r.returncode == 0, r.stderr
-    assert {"base", "local-suites"} <= {p["name"] for p in json.loads(r.stdout)["profiles"]}
+    assert {"base", "local-suites", "tesla"} <= {p["name"] for p in json.loads(r.stdout)["profiles"]}
+    r = _run([exe, "list", "suites", "--json"], cwd=work, env=env)  # the suite folders, inside the wheel
+    assert r.returncode == 0, r.stderr
+    tesla = next(x for x in json.loads(r.stdout) if x["name"] == "tesla")
+    assert tesla["origin"] == {"from": "shipped"} and tesla["path"].startswith(str(venv)), tesla
+    assert tesla["path"].endswith("_data/experiments/tesla/suite.yml"), tesla
     r = _run([exe, "run", "fault-drill", "--on", "local", "--dry-run", "--json"], cwd=work, env=env)
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)

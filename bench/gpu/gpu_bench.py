@@ -320,7 +320,8 @@ def step_gpu_check(ctx: Ctx, required: bool = True) -> dict:
 
 # ---------------------------------------------------------------------------------------------- 2./3. tesla
 def tesla_prepare(ctx: Ctx, run_dir: Path, gpus: int = 1, micro_batch: int = 16) -> Path:
-    """experiments/tesla.yml steps.prepare: a valid deepspeed_config.json in the run, the MASTER_ADDR/PORT repair."""
+    """experiments/tesla/suite.yml steps.prepare: a valid deepspeed_config.json in the run, the MASTER_ADDR/PORT
+    repair."""
     tesla = ctx.work / "src" / "Scalable_ViT_DT" / "tesla"
     cfg = {"train_batch_size": micro_batch * gpus, "train_micro_batch_size_per_gpu": micro_batch,
            "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 0}, "wall_clock_breakdown": True}
@@ -344,7 +345,7 @@ def step_torch_gpu(ctx: Ctx) -> dict:
     ok = r["rc"] == 0 and "GPU 0:" in r["out"] and "No GPU found" not in r["out"]
     return result("pass" if ok else "fail", "" if ok else why(r["out"], "no 'GPU 0:' line"),
                   seconds=r["seconds"], output=r["out"].strip()[-1500:],
-                  command="cd tesla && python3 script/test_torch_gpu.py (experiments/tesla.yml task=gpu-check)")
+                  command="cd tesla && python3 script/test_torch_gpu.py (experiments/tesla/suite.yml task=gpu-check)")
 
 
 def step_tesla_train(ctx: Ctx) -> dict:
@@ -471,7 +472,7 @@ def jitc_run(ctx: Ctx, step: str, nodes: int) -> dict:
     if not tracer.is_file():
         return result("skipped", "no tracer.so (jitc_build failed or did not run)")
     ul = src / "UserLevel"
-    # experiments/jitc.yml steps.prepare: clear /tmp/jit_checkpoints, the connect-retry repair; data: the jitc
+    # experiments/jitc/suite.yml steps.prepare: clear /tmp/jit_checkpoints, the connect-retry repair; data: the jitc
     # profile's dataset role puts CIFAR-10 in UserLevel/data (main.py: CIFAR10('./data', download=True))
     shutil.rmtree("/tmp/jit_checkpoints", ignore_errors=True)
     rep = ctx.sh(step, [PY, "-c", JITC_REPAIR], 30, cwd=ul)
@@ -480,7 +481,7 @@ def jitc_run(ctx: Ctx, step: str, nodes: int) -> dict:
     if not (ul / "data" / make_cifar.BASE / make_cifar.MD5_FILE).is_file():
         make_cifar.make(ul / "data", per_batch=1000, test=1000)
     stop_iter = int(os.environ.get("BENCH_JITC_STOP_ITER", "10"))
-    # CUDA_VISIBLE_DEVICES stays unset, as experiments/jitc.yml leaves it: main.py:342-349 hands its entries to
+    # CUDA_VISIBLE_DEVICES stays unset, as experiments/jitc/suite.yml leaves it: main.py:342-349 hands its entries to
     # DDP as strings ('0'), which torch 2.11 refuses ("Invalid device string: '0'"; seen on an H100)
     env = {"LD_PRELOAD": str(tracer), "MASTER_ADDR": "127.0.0.1"}
     procs, logs = [], []

@@ -49,7 +49,7 @@ def testbeds(incomplete: str) -> list[str]:
 def suites(incomplete: str) -> list[str]:
     from testbed import paths
 
-    return _starting(paths.list_resources("experiments"), incomplete)
+    return _starting(paths.list_suite_files(), incomplete)
 
 
 @_safe
@@ -98,7 +98,7 @@ def faults(ctx: Any, incomplete: str) -> list[str]:
 
     # while an option's value is being completed, Click leaves the positional arguments unparsed in ctx.args
     name = (ctx.params or {}).get("suite") or next((a for a in ctx.args or () if not a.startswith("-")), None)
-    if not name:
+    if not name or str(name).startswith("git+"):  # completing never fetches from the network
         return []
     data = YAML(typ="safe").load(suite_path(str(name)).read_text(encoding="utf-8"))
     declared = data.get("faults") if isinstance(data, dict) else None

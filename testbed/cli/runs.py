@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 # the suite and its parameters, as `run` and `rehearse` take them
-SuiteArg = Annotated[str, typer.Argument(help="Suite name (experiments/NAME.yml) or a .yml path.",
+SuiteArg = Annotated[str, typer.Argument(help="Suite name (experiments/NAME/suite.yml), a suite folder or a .yml path.",
                                          autocompletion=complete.suites)]
 ParamOpt = Annotated[list[str] | None, typer.Option("--param", "-p", help="key=value, repeatable.")]
 
@@ -74,7 +74,7 @@ def run(
     from testbed.spec import DEFAULT_TESTBED
 
     bud = _parse_budget(budget, matrix)
-    s = suite_mod.load_suite(suite)
+    s = _warn_todos(suite_mod.load_suite(suite))
     given = suite_mod.parse_assignments(param or [])
     src = sources_mod.parse(source or [])
     faults = _faults(fault, no_faults)
@@ -619,8 +619,10 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
     refuse_unknown_tables(s)
     _lint_warnings(s)
     _judge_on(s, on)
+    todos = to_fill_in(s)
     if json_out:
-        print_json({**s.model_dump(mode="json"), "source": s.source})
+        print_json({**s.model_dump(mode="json"), "source": s.source,
+                    "to_fill_in": [{"where": w, "todo": t} for w, t in todos]})
         return
     c = console()
     c.print(f"[bold]{s.name}[/bold]: {escape(s.description.strip())}")
@@ -654,6 +656,33 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
         trig = f"at {f.at:g} s" if f.at is not None else f"when /{when}/"
         dflt = " (default)" if name in s.default_faults else ""
         c.print(f"fault {name}{dflt}: {f.action} {trig}  {escape(f.description)}")
+    if todos:
+        c.print(f"to fill in: {plural(len(todos), 'TODO')}")
+        for where, text in todos:
+            c.print(f"  {escape(where)}: {escape(text)}", emoji=False)
+
+
+def _warn_todos(s: Any) -> Any:
+    """Say on stderr that suite ``s`` still has TODO comments (a draft of testbed new), and where the first is;
+    return ``s``."""
+    todos = to_fill_in(s)
+    if todos:
+        console(stderr=True).print(f"[yellow]warning[/yellow]: {plural(len(todos), 'TODO')} left to fill in, the "
+                                   f"first at {escape(todos[0][0])}: {escape(todos[0][1])} (testbed show "
+                                   f"{escape(s.name)} lists them)", emoji=False)
+    return s
+
+
+def to_fill_in(s: Any) -> list[tuple[str, str]]:
+    """The TODO comments of the suite's file, as (file:line, comment): what a drafted suite still lacks."""
+    from pathlib import Path
+
+    from testbed.drafting import todo_comments
+    from testbed.yamlfile import read_text
+
+    if not s.source:
+        return []
+    return [(f"{s.source}:{n}", text) for n, text in todo_comments(read_text(Path(s.source)))]
 
 
 def _judge_on(s: Any, on: str | None) -> None:
@@ -689,20 +718,25 @@ def _rendered(s: Any, on: str | None = None) -> Any:
 
 
 def list_suites(ctx: typer.Context, json_out: JsonOpt = False) -> None:
-    """Suites found in experiments/ (cwd first, then the shipped ones). Example: testbed list suites"""
+    """Suites found in experiments/ (this folder's first, then the shipped ones) and those fetched from git into
+    the state home, each with where it comes from. Example: testbed list suites"""
     from testbed import suite as suite_mod
+    from testbed import suite_fetch
     from testbed.errors import TestbedError
 
     json_out = json_wanted(ctx, json_out)
-    rows = []
-    for name, path in suite_mod.list_suites().items():
+    rows: list[dict[str, Any]] = []
+    found = [*suite_mod.list_suites().items(), *((None, p) for p in suite_fetch.fetched_suites())]
+    for name, path in found:
+        origin = suite_fetch.origin(path)
         try:
             s = suite_mod.load_suite(str(path))
-            rows.append({"name": name, "description": s.description.strip().splitlines()[0] if s.description else "",
-                         "testbed": s.testbed or "", "matrix": bool(s.matrix), "path": str(path)})
+            rows.append({"name": s.name, "description": s.description.strip().splitlines()[0] if s.description
+                         else "", "testbed": s.testbed or "", "matrix": bool(s.matrix), "path": str(path),
+                         "origin": origin})
         except TestbedError as e:
-            rows.append({"name": name, "description": f"INVALID: {e.what}", "testbed": "", "matrix": False,
-                         "path": str(path)})
+            rows.append({"name": name or path.parent.name, "description": f"INVALID: {e.what}", "testbed": "",
+                         "matrix": False, "path": str(path), "origin": origin})
     if json_out:
         print_json(rows)
         return
@@ -710,10 +744,13 @@ def list_suites(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     from rich.table import Table
 
     t = Table(title="suites", title_justify="left")
-    for col in ("name", "testbed", "matrix", "description"):
+    for col in ("name", "from", "testbed", "matrix", "description"):
         t.add_column(col, no_wrap=col in ("name", "testbed"))  # names are never cut in two
     for r in rows:
-        t.add_row(str(r["name"]), str(r["testbed"]), "yes" if r["matrix"] else "", escape(str(r["description"])))
+        where = suite_fetch.origin_text(r["origin"])
+        where = r["path"] if where == "path" else where
+        t.add_row(str(r["name"]), escape(where), str(r["testbed"]), "yes" if r["matrix"] else "",
+                  escape(str(r["description"])))
     console().print(t)
 
 
@@ -812,6 +849,8 @@ def _show_rehearsal(res: Any) -> None:
                       + ("ok" if not pr.problems else plural(len(pr.problems), "problem")))
             for prob in pr.problems:
                 out.print(f"      [red]{escape(prob)}[/red]")
+        for line in p.faults:
+            out.print(f"  {escape(line)}")
         for glob, hosts in p.produced.items():  # (one that matched nothing is a failure or not rehearsed)
             if hosts:
                 out.print(f"  output {escape(glob)}: made on {escape(', '.join(hosts))}")

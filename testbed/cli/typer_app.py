@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("run", "rehearse", "plan", "logs", "stop", "show"), ("testbed.cli.runs",)),
     **dict.fromkeys(("collect", "report"), ("testbed.cli.collect",)),
     "reproduce": ("testbed.cli.reproduce",),
+    "new": ("testbed.cli.newsuite",),
     **dict.fromkeys(("check", "doctor", "demo"), ("testbed.cli.tools",)),
     "image": ("testbed.cli.images",),
     "list": ("testbed.cli.testbeds", "testbed.cli.runs"),

@@ -1,7 +1,8 @@
 """The suite a run ran, copied into its results folder at collect time (``<run>/.suite/``), so that
 ``testbed reproduce`` replays what is inside the run folder and nothing a manifest names outside it.
 
-Collect copies the suite's YAML and its ``files:`` (the workloads, by their path relative to the suite) when
+Collect copies the suite's YAML and its ``files:`` (the workloads, by their path relative to the suite; a suite
+folder's into ``.suite/<name>/``) when
 each still has the sha256 the run recorded when it was planned, and the run's profile as it is at collect time
 (``<run>/.profile/<name>.yml``; profiles are not hashed at plan time). The manifest's ``suite_copy`` records
 each copied file by its path inside the run folder and its sha256. A results folder is untrusted input:
@@ -17,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from testbed.errors import UsageError
-from testbed.paths import MANIFEST
+from testbed.paths import MANIFEST, SUITE_FILE
 
 COPY_DIR = ".suite"
 PROFILE_DIR = ".profile"
@@ -47,12 +48,13 @@ def copy_suite(info: dict[str, Any], folder: Path, old: Any) -> tuple[dict[str, 
     if not src_path.is_file() or sha256(src_path) != want:
         return None, (f"the suite {src_path} changed (or is gone) since the run: not copied into the run folder; "
                       "testbed reproduce will need --suite")
-    pairs = [(src_path, f"{COPY_DIR}/{src_path.name}")]
+    base = _copy_base(src_path, info.get("suite"))
+    pairs = [(src_path, f"{base}/{src_path.name}")]
     for rel, sha in sorted((info.get("suite_files") or {}).items()):
         p = src_path.parent / rel
         if not p.is_file() or sha256(p) != sha:
             return None, f"the suite's file {p} changed (or is gone) since the run: the suite was not copied"
-        pairs.append((p, f"{COPY_DIR}/{os.path.normpath(rel)}"))
+        pairs.append((p, f"{base}/{os.path.normpath(rel)}"))
     rec: dict[str, Any] = {"path": pairs[0][1], "sha256": want, "files": {}}
     for p, dest in pairs:
         target = folder / dest
@@ -66,6 +68,17 @@ def copy_suite(info: dict[str, Any], folder: Path, old: Any) -> tuple[dict[str, 
     return rec, None
 
 
+def _copy_base(src: Path, name: Any) -> str:
+    """Where a suite's copy lives in the run folder: ``.suite/`` for a single file, ``.suite/<name>/`` for a
+    folder's ``suite.yml`` (so the copy reads back under the suite's name, as the folder gave it)."""
+    from testbed.suite import SUITE_NAME_RE
+
+    if src.name != SUITE_FILE:
+        return COPY_DIR
+    own = name if isinstance(name, str) and re.match(SUITE_NAME_RE, name) else src.parent.name
+    return f"{COPY_DIR}/{own}" if re.match(SUITE_NAME_RE, own) else COPY_DIR
+
+
 def _copy_profile(name: Any, folder: Path) -> dict[str, Any] | None:
     """The run's profile file copied as it is now (profiles are not hashed when a run is planned)."""
     from testbed.setup.profiles import available_profiles
@@ -73,7 +86,7 @@ def _copy_profile(name: Any, folder: Path) -> dict[str, Any] | None:
     path = available_profiles().get(str(name)) if name else None
     if path is None or not path.is_file():
         return None
-    dest = f"{PROFILE_DIR}/{path.name}"
+    dest = f"{PROFILE_DIR}/{name}.yml"  # a suite folder's profile.yml goes by its profile's name
     (folder / PROFILE_DIR).mkdir(exist_ok=True)
     shutil.copyfile(path, folder / dest)
     return {"name": str(name), "path": dest, "sha256": sha256(folder / dest), "copied": "at collect"}

@@ -64,6 +64,17 @@ CANNOT = {
 }
 """Why a provider lacks a capability when its class gives no reason of its own (``Provider.lacking``)."""
 
+IMPLEMENTS = {
+    Capability.EXTEND: ("extend",),
+    Capability.REPAIR: ("discard",),
+    Capability.KILL_HOST: ("kill_host",),
+    Capability.CUT_NETWORK: ("cut_network", "restore_network"),
+    Capability.IMAGES: ("bake_image", "delete_image"),
+}
+"""The methods a provider that offers a capability implements itself, and one that lacks it leaves as they are: the
+capability set is the one signal, checked against the class when it is defined (EXPIRE and REPAIR_FROM_IMAGE use
+the shared work: the switch's agent, ``create`` over an image)."""
+
 
 @dataclass
 class Made:
@@ -196,6 +207,14 @@ class Provider(ABC):
             raise TypeError(f"{cls.__name__}: repair-from-image needs the images and repair capabilities")
         if cls.bakes_by_itself and (cls.costs_money or Capability.IMAGES not in cls.capabilities):
             raise TypeError(f"{cls.__name__}: only a provider whose images cost nothing bakes them by itself")
+        for cap, methods in IMPLEMENTS.items():
+            own = [m for m in methods if getattr(cls, m) is not getattr(Provider, m)]
+            if cap in cls.capabilities and len(own) < len(methods):
+                raise TypeError(f"{cls.__name__} offers {cap} but does not implement "
+                                f"{', '.join(m for m in methods if m not in own)}")
+            if cap not in cls.capabilities and own:
+                raise TypeError(f"{cls.__name__} implements {', '.join(own)} but does not offer {cap} (add it to "
+                                "capabilities, or say why it lacks it in lacking)")
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet):
         self.spec = spec

@@ -38,15 +38,16 @@ REPORT_SUMMARY_TABLES = ("run", "params", "hosts", "events", "timeline", "recove
 # --- the suite of a run ---------------------------------------------------------------------------------------
 def locate_suite(run: RunDir) -> tuple[Suite | None, str | None]:
     """(the suite ``run`` ran, as its file reads now, None) or (None, why it is not read; None when there is no
-    file to read): the file the manifest records, else ``experiments/<suite>.yml`` (this folder's, then the
-    shipped one), else the copy collect made in the run folder (``.suite/``: YAML only, never its report.py)."""
+    file to read): the file the manifest records, else ``experiments/<suite>/suite.yml`` or ``.yml`` (this
+    folder's, then the shipped one), else the copy collect made in the run folder (``.suite/``: YAML only, never
+    its report.py)."""
     from testbed.suite import SUITE_NAME_RE, load_suite
 
     rec = run.manifest.get("suite_file")
     recorded = Path(str(rec["path"])) if isinstance(rec, dict) and isinstance(rec.get("path"), str) else None
     path: Path | None = recorded if recorded is not None and recorded.is_absolute() and recorded.is_file() else None
     if path is None and re.match(SUITE_NAME_RE, run.suite):
-        path = paths.find_resource("experiments", f"{run.suite}.yml")
+        path = paths.find_suite(run.suite)
     if path is None:
         copy = run.manifest.get("suite_copy")
         rel = copy.get("path") if isinstance(copy, dict) else None

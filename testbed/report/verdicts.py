@@ -247,7 +247,7 @@ def suite_references(suite: str) -> tuple[References | None, str | None]:
     from testbed.errors import UsageError
     from testbed.suite import SUITE_NAME_RE, load_suite
 
-    if not re.match(SUITE_NAME_RE, suite) or paths.find_resource("experiments", f"{suite}.yml") is None:
+    if not re.match(SUITE_NAME_RE, suite) or paths.find_suite(suite) is None:
         return None, None  # a suite without a file here has no references
     try:
         s = load_suite(suite)

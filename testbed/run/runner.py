@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from testbed import suite_fetch
 from testbed.errors import TestbedError, UsageError, by_door
 from testbed.records import RankRecord, RunEvent, RunInfo, RunPlan, RunRecord, SupervisorInfo
 from testbed.run import bookkeeping as rs
@@ -67,6 +68,7 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
     if s.source and Path(s.source).is_file() and not dry_run:  # what a collected run's manifest records
         plan.suite_file, plan.suite_sha256 = str(Path(s.source).resolve()), file_sha256(Path(s.source))
         plan.suite_files = {rel: file_sha256(s.dir / rel) for rel in s.files}  # build_plan found each one
+        plan.suite_git = suite_fetch.git_origin(Path(s.source))  # fetched from git: the URL and commit
     gpu = tb.context.get("hardware") or {}
     plan.shared_home = bool(gpu.get("shared_home"))
     if gpu.get("gpu_model"):

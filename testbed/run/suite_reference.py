@@ -266,7 +266,7 @@ def _cell(text: str) -> str:
 
 
 def _model_section(name: str, m: type[BaseModel], at: list[str], examples: dict[tuple[str, str], Example]) -> list[str]:
-    where = ", ".join(f"`{a}`" for a in at if a) or "the top level of `experiments/<name>.yml`"
+    where = ", ".join(f"`{a}`" for a in at if a) or "the top level of `experiments/<name>/suite.yml`"
     doc = " ".join((m.__doc__ or "").split()).replace("``", "`")
     out = [f"### {name}", "", f"{doc} Written at {where}." if doc else f"Written at {where}.", "",
            "| key | type | default | what it is |", "|---|---|---|---|"]
@@ -375,7 +375,8 @@ def reference_markdown() -> str:
            f"Generated from the schema by `{COMMAND}`; do not edit it by hand "
            "(`tests/test_suite_reference.py` fails when it is stale). How to write a suite: "
            "[suites.md](suites.md).", "",
-           "A suite is `experiments/<name>.yml`. Its keys, then every name and filter its templates may use. Each "
+           "A suite is a folder, `experiments/<name>/suite.yml` (or the single file `experiments/<name>.yml`). Its "
+           "keys, then every name and filter its templates may use. Each "
            "key's example is the first shipped suite that writes it (smallest suite first), or one written for "
            "this reference.", "",
            "## Keys", "",

@@ -6,7 +6,9 @@ interpreters that may start the program), every Python process the real launcher
 torchrun, a plain ``python3 script.py``) imports this module first. When its main script is one the rehearsal
 probes (it lies under a source checkout, or is named in the config), the program does not run; instead the probe
 checks what the program needs from the host, writes ``probe-<host>-<pid>.json`` into the run folder, prints one
-line per finding and exits (0: nothing missing, 86: something the real run would trip on):
+line per finding. With a problem it exits at once (86: something the real run would trip on); otherwise it prints
+``testbed probe: ready`` and stays alive for ``stay`` seconds of the config (the rehearsal's bound), or until it is
+signalled, then exits 0: so a fault fires on it through the real supervisor, as on the running program.
 
 - its working folder and script exist;
 - its argv is accepted by its own argument parser (the script run up to ``parse_args``, its imports loaded; when
@@ -15,7 +17,8 @@ line per finding and exits (0: nothing missing, 86: something the real run would
 - the folders it writes into by a literal relative path exist or are made by the code itself, and the files it
   reads by a literal relative path exist.
 
-``python3 probe.py disarm`` removes the hook again. The config: ``{"run_dir", "roots", "programs"}``.
+``python3 probe.py disarm`` removes the hook again. The config: ``{"run_dir", "roots", "programs", "stay",
+"skipped"}`` (``skipped``: the steps the rehearsal skipped, name -> what they would have run).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import ast
 import contextlib
 import json
 import os
+import re
 import sys
 
 CONFIG = os.path.expanduser("~/.cache/testbed/probe.json")
@@ -40,16 +44,65 @@ def _config() -> dict | None:
         return None
 
 
+def _module_argv() -> list:
+    """The interpreter's own command line (``sys.orig_argv``, 3.10+; else /proc/self/cmdline): with ``-m``, the
+    module name is gone from ``sys.argv`` when the .pth hook runs."""
+    orig = getattr(sys, "orig_argv", None)
+    if orig:
+        return list(orig)
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _module() -> str | None:
+    """The module a ``python -m MODULE`` process runs, else None."""
+    if not sys.argv or sys.argv[0] != "-m":
+        return None
+    words = _module_argv()
+    for i, w in enumerate(words[1:], 1):
+        if w == "-m" and i + 1 < len(words):
+            return words[i + 1]
+        if w.startswith("-m") and len(w) > 2:
+            return w[2:]
+        if not w.startswith("-"):
+            return None  # a script, not a module
+    return None
+
+
+def _module_file(module: str) -> str | None:
+    """The source file ``python -m module`` runs (a package's ``__main__``), found from the working folder first as
+    ``-m`` does, without running it."""
+    import importlib.util
+
+    saved = list(sys.path)
+    sys.path.insert(0, os.getcwd())
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(module + ".__main__")
+        return spec.origin if spec is not None and spec.origin and spec.origin.endswith(".py") else None
+    except (ImportError, ValueError, AttributeError):
+        return None
+    finally:
+        sys.path[:] = saved
+
+
 def _target(cfg: dict) -> str | None:
-    """The main script when it is one the rehearsal probes."""
+    """The main script when it is one the rehearsal probes (for ``python -m``: the module's file)."""
     argv0 = sys.argv[0] if sys.argv else ""
+    module = _module()
+    if module is not None:
+        argv0 = _module_file(module) or ""
     if not argv0.endswith(".py"):
         return None
     script = os.path.realpath(argv0)
     roots = [os.path.realpath(os.path.expanduser(r)) for r in cfg.get("roots", [])]
     named = {os.path.realpath(os.path.expanduser(p)) for p in cfg.get("programs", [])}
     names = {os.path.basename(p) for p in cfg.get("programs", [])}
-    if script in named or os.path.basename(script) in names:
+    if script in named or os.path.basename(script) in names or (module is not None and module in names):
         return argv0
     if any(script == r or script.startswith(r.rstrip("/") + "/") for r in roots):
         return argv0
@@ -64,16 +117,41 @@ def hook() -> None:
     script = _target(cfg)
     if script is None:
         return
-    findings = probe(script, sys.argv[1:], cfg)
+    findings = probe(script, sys.argv[1:], cfg, module=_module())
     report(findings, cfg)
     sys.stdout.flush()
-    os._exit(PROBLEM_EXIT if findings["problems"] else 0)
+    if findings["problems"]:
+        os._exit(PROBLEM_EXIT)
+    stay_alive(float(cfg.get("stay") or 0))
+    os._exit(0)
+
+
+READY = "testbed probe: ready"
+"""The line a probe prints once its checks passed, before it stays alive: a rehearsal fires a fault on it."""
+STAY_MAX = 30.0
+
+
+def stay_alive(seconds: float) -> None:
+    """Stay alive ``seconds`` (at most STAY_MAX), as the program would while it runs; a signal ends it as it would
+    end the program (TERM and INT by their default action)."""
+    import signal
+    import time
+
+    seconds = max(0.0, min(seconds, STAY_MAX))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+    print(f"{READY}: alive {seconds:g} s or until signalled", flush=True)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:  # bounded: the stay is at most STAY_MAX
+        time.sleep(min(0.5, max(0.0, end - time.monotonic())))
 
 
 # --- the checks -----------------------------------------------------------------------------------------------
-def probe(script: str, argv: list[str], cfg: dict) -> dict:
+def probe(script: str, argv: list[str], cfg: dict, module: str | None = None) -> dict:
+    """The checks of ``script`` run with ``argv`` (``module``: run as ``python -m module``)."""
     cwd = os.getcwd()
     out: dict = {"host": os.uname().nodename, "pid": os.getpid(), "script": script, "argv": argv, "cwd": cwd,
+                 "module": module,
                  "python": sys.executable, "problems": [], "notes": [],
                  "rank_env": {k: v for k, v in os.environ.items() if k in RANK_ENV}}
     if not os.path.isfile(script):
@@ -85,12 +163,13 @@ def probe(script: str, argv: list[str], cfg: dict) -> dict:
     except SyntaxError as e:
         out["problems"].append(f"{script}:{e.lineno}: the script does not parse with {sys.version.split()[0]}: {e.msg}")
         return out
-    parsed = parse_args(script, argv, tree)
+    parsed = parse_args(script, argv, tree, module)
     out.update({k: v for k, v in parsed.items() if k != "problem"})
     if parsed.get("problem"):
         out["problems"].append(parsed["problem"])
     env_reads(tree, script, out)
     file_uses(tree, script, out)
+    argv_paths(tree, script, out, cfg.get("skipped") or {})
     return out
 
 
@@ -107,8 +186,9 @@ class _Refused(BaseException):
     pass
 
 
-def parse_args(script: str, argv: list[str], tree: ast.Module) -> dict:
-    """argv through the script's own parser: run up to ``parse_args`` (nothing past it), or read with ``ast``."""
+def parse_args(script: str, argv: list[str], tree: ast.Module, module: str | None = None) -> dict:
+    """argv through the script's own parser: run up to ``parse_args`` (nothing past it; a ``module`` as ``-m``
+    runs it, its package imported), or read with ``ast``."""
     import argparse
     import runpy
     import signal
@@ -118,11 +198,11 @@ def parse_args(script: str, argv: list[str], tree: ast.Module) -> dict:
     real_known = argparse.ArgumentParser.parse_known_args
 
     def parse_only(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
-        raise _Parsed(vars(real_parse(self, args, namespace)))
+        raise _Parsed(vars(real_parse(self, args, namespace)), _actions(self))
 
     def known_only(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
         ns, rest = real_known(self, args, namespace)
-        raise _Parsed({**vars(ns), "_unparsed": rest})
+        raise _Parsed({**vars(ns), "_unparsed": rest}, _actions(self))
 
     def refuse(self, message):  # type: ignore[no-untyped-def]
         raise _Refused(message)
@@ -139,17 +219,20 @@ def parse_args(script: str, argv: list[str], tree: ast.Module) -> dict:
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(_Refused("no parse_args within 120 s")))
     signal.alarm(120)
     sys.argv = [script, *argv]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    sys.path.insert(0, os.getcwd() if module else os.path.dirname(os.path.abspath(script)))
     failed: str | None = None
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(script, run_name="__main__")
         return {"parsed_by": "none", "note": "the script ended without parsing arguments"}
     except _Parsed as p:
         args = p.args[0]
         if args.get("_unparsed"):
-            return {"parsed_by": "its own parser", "args": _plain(args),
+            return {"parsed_by": "its own parser", "args": _plain(args), "actions": p.args[1],
                     "problem": f"its parser left {args['_unparsed']} unparsed"}
-        return {"parsed_by": "its own parser", "args": _plain(args)}
+        return {"parsed_by": "its own parser", "args": _plain(args), "actions": p.args[1]}
     except _Refused as r:
         return {"parsed_by": "its own parser", "problem": f"its own parser refuses {argv}: {r}"}
     except SystemExit as e:
@@ -165,6 +248,12 @@ def parse_args(script: str, argv: list[str], tree: ast.Module) -> dict:
     static = _static_parse(tree, argv)  # the real parser's methods are back in place
     static["import_error"] = failed
     return static
+
+
+def _actions(parser: object) -> list:
+    """(dest, its first option string or the dest) of each action of an argparse parser."""
+    return [(a.dest, (a.option_strings or [a.dest])[-1]) for a in getattr(parser, "_actions", [])
+            if a.dest not in ("help", "==SUPPRESS==")]
 
 
 def _plain(args: dict) -> dict:
@@ -222,7 +311,8 @@ def _static_parse(tree: ast.Module, argv: list[str]) -> dict:
     if not n:
         return {"parsed_by": "none (the script declares no arguments)"}
     try:
-        return {"parsed_by": "its parser, read from the source", "args": _plain(vars(parser.parse_args(argv)))}
+        return {"parsed_by": "its parser, read from the source", "args": _plain(vars(parser.parse_args(argv))),
+                "actions": _actions(parser)}
     except _Refused as r:
         return {"parsed_by": "its parser, read from the source", "problem": f"its own parser refuses {argv}: {r}"}
     except SystemExit:
@@ -361,8 +451,36 @@ def file_uses(tree: ast.Module, script: str, out: dict) -> None:
     out["reads"] = sorted({p for p, _ in reads})
 
 
+def _is_getcwd(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and not node.args and \
+        ((isinstance(node.func, ast.Attribute) and node.func.attr in ("getcwd", "cwd")) or
+         (isinstance(node.func, ast.Name) and node.func.id == "getcwd"))
+
+
+def _cwd_relative(node: ast.AST) -> str | None:
+    """The relative path of ``os.path.join(os.getcwd(), "a", "b")``, ``os.getcwd() + "/a"``, ``f"{os.getcwd()}/a"``
+    or ``Path.cwd() / "a"`` with literals (the working folder the probe checks from), else None."""
+    parts: list = []
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join" and \
+            node.args and _is_getcwd(node.args[0]):
+        parts = node.args[1:]
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Div)) and _is_getcwd(node.left):
+        parts = [node.right]
+    elif isinstance(node, ast.JoinedStr) and len(node.values) == 2 and isinstance(node.values[0], ast.FormattedValue) \
+            and _is_getcwd(node.values[0].value):
+        parts = [node.values[1]]
+    words = [p.value for p in parts if isinstance(p, ast.Constant) and isinstance(p.value, str)]
+    if not parts or len(words) != len(parts):
+        return None
+    return "/".join(w.strip("/") for w in words if w.strip("/")) or None
+
+
 def _literal_path(node: ast.AST) -> str | None:
-    """A relative path written literally (or an f-string's literal folder part), else None."""
+    """A relative path written literally (or an f-string's literal folder part, or one built from the working
+    folder with literals: ``_cwd_relative``), else None."""
+    cwd_rel = _cwd_relative(node)
+    if cwd_rel is not None:
+        return cwd_rel if ("/" in cwd_rel or "." in cwd_rel) else cwd_rel + "/."
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         s = node.value
     elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
@@ -375,6 +493,109 @@ def _literal_path(node: ast.AST) -> str | None:
     return s
 
 
+_IN_FIRST = re.compile(r"(^|_)(init|load|resume|pretrained|from|restore|input|in)(_|$)")
+_OUT_NAME = re.compile(r"(^|_)(out|output|outputs|save|saves|log|logs|result|results|ckpt|checkpoint|checkpoints|"
+                       r"dump|export)(_|$)|outdir|savedir|logdir|outpath|outfile")
+_IN_NAME = re.compile(r"(^|_)(in|input|inputs|data|dataset|datasets|root|config|cfg|file|path|dir|folder|load|"
+                      r"resume|pretrained|weights|vocab)(_|$)|datadir|datapath|infile")
+_DIR_NAME = re.compile(r"(dir|folder|root)$")
+_EXT = re.compile(r"\.(csv|tsv|json|jsonl|txt|ya?ml|pt|pth|ckpt|npy|npz|pkl|pickle|h5|hdf5|log|tar|gz|zip|bin|cfg|"
+                  r"ini)$")
+
+
+def path_kind(dest: str, option: str, value: object) -> str | None:
+    """How an argument names a path: 'output' or 'input' (by its dest or option name), 'path' (only its value looks
+    like one: a '/' or a data file's extension), or None (not a path: not a string, empty, a URL)."""
+    if not isinstance(value, str) or not value or "://" in value or "\n" in value or len(value) > 300 or \
+            value.startswith(("-", "[", "(", "<", "{")):  # an option, or the repr of a list or an object
+        return None
+    name = (option.lstrip("-") or dest).lower().replace("-", "_")
+    if _OUT_NAME.search(name) and not _IN_FIRST.search(name):
+        return "output"
+    if _IN_NAME.search(name) and ("/" in value or _EXT.search(value) or value.startswith(".") or
+                                  _DIR_NAME.search(name) or re.search(r"(path|file)$", name)):
+        return "input"
+    return "path" if ("/" in value or _EXT.search(value)) else None
+
+
+def _names_arg(node: ast.AST, dest: str, aliases: set) -> bool:
+    """Whether ``node`` reads ``args.<dest>`` (any object's attribute of that name) or a name assigned from it."""
+    return any((isinstance(n, ast.Attribute) and n.attr == dest) or (isinstance(n, ast.Name) and n.id in aliases)
+               for n in ast.walk(node))
+
+
+def _made_by_code(tree: ast.Module, dest: str) -> bool:
+    """Whether the code makes the folder an argument names: ``os.makedirs(args.x)``, ``Path(args.x).mkdir()``,
+    through a name assigned from it, or a call with ``download=True`` on it (a data set fetched into it)."""
+    aliases = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and _names_arg(n.value, dest, set())
+               for t in n.targets if isinstance(t, ast.Name)}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id \
+            if isinstance(node.func, ast.Name) else ""
+        if fn in ("makedirs", "mkdir") and _names_arg(node, dest, aliases):
+            return True
+        if any(k.arg == "download" and isinstance(k.value, ast.Constant) and k.value.value is True
+               for k in node.keywords) and _names_arg(node, dest, aliases):
+            return True
+    return False
+
+
+def _skipped_step(path: str, skipped: dict) -> str | None:
+    """The step the rehearsal skipped (name -> what it would have run) whose command names ``path``'s base name."""
+    base = path.rstrip("/").rsplit("/", 1)[-1]
+    pattern = r"(?<![\w.-])" + re.escape(base) + r"(?![\w-])"
+    return next((n for n, text in skipped.items() if base and re.search(pattern, str(text))), None)
+
+
+def _missing(out: dict, problem: str, path: str, skipped: dict) -> None:
+    """A missing path: a problem, or not judged where a step the rehearsal skipped names it (it would make it)."""
+    step = _skipped_step(path, skipped)
+    if step is None:
+        out["problems"].append(problem)
+    else:
+        out.setdefault("not_judged", []).append(f"{problem}: not judged, the skipped step '{step}' names "
+                                                f"{path.rstrip('/').rsplit('/', 1)[-1]} (it would make it)")
+
+
+def argv_paths(tree: ast.Module, script: str, out: dict, skipped: dict) -> None:
+    """The files and folders the argv names (``path_kind``), checked from the working folder: an input must exist;
+    an output's folder must exist, or be made by the code, which the probe then makes as the program would (so
+    collect and report see the same tree); a path only its value shows must have an existing folder, or one the code
+    makes."""
+    args, cwd, name = out.get("args"), os.getcwd(), os.path.basename(script)
+    if not isinstance(args, dict):
+        return
+    named: list = []
+    for dest, option in out.pop("actions", []) or []:
+        kind = path_kind(dest, option, args.get(dest))
+        if kind is None:
+            continue
+        value = os.path.expanduser(str(args[dest]))
+        named.append({"dest": dest, "option": option, "kind": kind, "value": value})
+        makes = _made_by_code(tree, dest)
+        folder = value if kind == "output" and (_DIR_NAME.search(dest.lower()) or not _EXT.search(value)) \
+            else os.path.dirname(os.path.normpath(value))
+        if kind == "input":
+            if not os.path.exists(value) and not makes:
+                _missing(out, f"{name}: {option} names {value}, an input that does not exist in {cwd}", value, skipped)
+        elif folder and not os.path.isdir(folder):
+            if not makes:
+                _missing(out, f"{name}: {option} names {value}, but {folder.rstrip('/')}/ does not exist in {cwd} and "
+                         "the code does not make it", folder, skipped)
+                continue
+            try:
+                os.makedirs(folder, exist_ok=True)  # where the program makes it: collect sees the same tree
+                out.setdefault("made", []).append(folder)
+            except OSError as e:
+                out["problems"].append(f"{name}: {option} names {value}, whose folder {folder} cannot be made in "
+                                       f"{cwd}: {e.strerror}")
+        elif folder and not os.access(folder, os.W_OK | os.X_OK) and kind == "output":
+            out["problems"].append(f"{name}: {option} names {value}, but {folder} is not writable in {cwd}")
+    out["argv_paths"] = named
+
+
 # --- reporting --------------------------------------------------------------------------------------------------
 def report(findings: dict, cfg: dict) -> None:
     run_dir = os.path.expanduser(cfg.get("run_dir", "."))
@@ -384,7 +605,8 @@ def report(findings: dict, cfg: dict) -> None:
             json.dump(findings, f, indent=1, default=str)
     except OSError as e:
         print(f"testbed probe: cannot write {path}: {e}", file=sys.stderr)
-    what = f"{findings['script']} {' '.join(findings['argv'])}".strip()
+    shown = f"-m {findings['module']}" if findings.get("module") else findings["script"]
+    what = f"{shown} {' '.join(findings['argv'])}".strip()
     print(f"testbed probe: {what} (in {findings['cwd']}) replaced by the probe on {findings['host']}; "
           f"argv checked by {findings.get('parsed_by', 'none')}", flush=True)
     for p in findings["problems"]:

@@ -65,25 +65,41 @@ class SetupPlan:
         return [s.role for s in self.steps]
 
 
+def role_roots() -> list[Path]:
+    """Every folder of roles, highest priority first: the ``roles/`` of a suite folder named by its path; then,
+    in the working folder, then in the shipped ones, each suite folder's ``roles/`` and ``playbooks/roles``."""
+    out: list[Path] = [f / "roles" for f in paths.named_suite_folders()]
+    for root in paths.resource_roots():
+        out += [p.parent / "roles" for p in sorted((root / "experiments").glob(f"*/{paths.SUITE_FILE}"))]
+        out.append(root / "playbooks" / "roles")
+    seen: list[Path] = []
+    for r in out:
+        if r.is_dir() and r.resolve() not in seen:
+            seen.append(r.resolve())
+    return seen
+
+
+def _role_candidates() -> list[tuple[str, Path]]:
+    """(role name, its folder) of every role (a folder with a ``tasks/main.yml``), highest priority first."""
+    return [(t.parent.parent.name, t.parent.parent) for r in role_roots() for t in sorted(r.glob("*/tasks/main.yml"))]
+
+
 def role_folders() -> dict[str, Path]:
-    """Role name -> its folder, from every ``playbooks/roles`` (a role with a ``tasks/main.yml``): the working
-    directory's first, so a user's role of a shipped role's name overrides it and every other shipped role stays."""
+    """Role name -> its folder, from every roles folder (:func:`role_roots`): the user's first, so a user's role of
+    a shipped role's name overrides it and every other shipped role stays."""
     out: dict[str, Path] = {}
-    for d in paths.resource_dirs("playbooks"):
-        for t in sorted((d / "roles").glob("*/tasks/main.yml")):
-            out.setdefault(t.parent.parent.name, t.parent.parent)
+    for name, folder in _role_candidates():
+        out.setdefault(name, folder)
     return out
 
 
 def overridden_roles() -> dict[str, tuple[Path, Path]]:
     """Each role a user's folder overrides: name -> (the folder used, the shipped one it hides)."""
     out: dict[str, tuple[Path, Path]] = {}
-    for name, used in role_folders().items():
-        for d in paths.resource_dirs("playbooks"):
-            other = d / "roles" / name
-            if other != used and (other / "tasks" / "main.yml").is_file():
-                out[name] = (used, other)
-                break
+    used = role_folders()
+    for name, folder in _role_candidates():
+        if folder != used[name] and name not in out:
+            out[name] = (used[name], folder)
     return out
 
 
@@ -121,9 +137,23 @@ def available_roles() -> list[str]:
     return sorted(role_folders())
 
 
+PROFILE_FILE = "profile.yml"
+"""A suite folder's own profile, named by the folder: ``experiments/<name>/profile.yml`` is profile ``<name>``."""
+
+
 def available_profiles() -> dict[str, Path]:
-    """Profile name -> file (working directory first)."""
-    return paths.list_resources("playbooks", "profiles/*.yml")
+    """Profile name -> file: ``playbooks/profiles/<name>.yml`` and each suite folder's ``profile.yml`` (named by
+    its folder); the working folder's (and a suite named by its path) override the shipped ones."""
+    found: dict[str, Path] = {}
+    for root in reversed(paths.resource_roots()):
+        for p in sorted((root / "experiments").glob(f"*/{PROFILE_FILE}")):
+            found[p.parent.name] = p
+        for p in sorted((root / "playbooks" / "profiles").glob("*.yml")):
+            found[p.stem] = p
+    for folder in reversed(paths.named_suite_folders()):
+        if (folder / PROFILE_FILE).is_file():
+            found[folder.name] = folder / PROFILE_FILE
+    return dict(sorted(found.items()))
 
 
 def closest(name: str, choices: list[str]) -> str:
@@ -155,11 +185,8 @@ CLOSE = 0.85  # how alike a name must be to a role's variable to be refused as i
 
 
 def _role_dir(role: str) -> Path | None:
-    """The folder of ``role`` that Ansible uses (the working directory's playbooks/roles first)."""
-    for d in paths.resource_dirs("playbooks"):
-        if (d / "roles" / role / "tasks" / "main.yml").is_file():
-            return d / "roles" / role
-    return None
+    """The folder of ``role`` that Ansible uses (the user's first: :func:`role_folders`)."""
+    return role_folders().get(role)
 
 
 @functools.cache
@@ -433,8 +460,8 @@ def load_profile(name: str, _seen: tuple[str, ...] = ()) -> SetupPlan:
 
 
 def suite_profile(suite: str) -> str:
-    """The profile a suite names (``profile:`` in experiments/<suite>.yml); the suite's own name otherwise."""
-    p = paths.find_resource("experiments", f"{suite}.yml")
+    """The profile a suite names (``profile:`` in its suite.yml); the suite's own name otherwise."""
+    p = paths.find_suite(suite)
     if p is None:
         return suite
     data = _load_yaml(p) or {}

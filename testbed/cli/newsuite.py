@@ -1,0 +1,166 @@
+"""``testbed new NAME [--from README.md|URL] [--to DIR]``: draft a suite folder from an artifact's README.
+
+The reading is :mod:`testbed.drafting` (pure); here the README is read (a bounded local file, or fetched over
+http(s) with a timeout and a size bound) and the folder written. Nothing the README says is executed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from testbed.cli.common import JsonOpt, console, escape, print_json
+
+FETCH_TIMEOUT = 20.0
+"""Seconds a README fetched by URL may take (connecting and reading)."""
+
+
+def fetch(url: str, limit: int, timeout: float = FETCH_TIMEOUT) -> str:
+    """The text at an http(s) ``url``, at most ``limit`` bytes of UTF-8; any failure is one UsageError."""
+    import urllib.error
+    import urllib.request
+
+    from testbed.errors import UsageError
+
+    fix = "check the address (an http:// or https:// URL of the README itself, e.g. GitHub's raw one), or " \
+          "download the README and pass its path to --from"
+    if not re.match(r"^https?://[^/\s]+", url, re.I):
+        raise UsageError(f"--from {url!r}: only http:// and https:// URLs are fetched", where="command line", fix=fix)
+    class HttpOnly(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
+            if not re.match(r"^https?://", newurl, re.I):
+                raise urllib.error.URLError(f"redirected to {newurl!r}, which is not http(s)")
+            return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+    opener = urllib.request.build_opener(HttpOnly)
+    try:
+        req = urllib.request.Request(url, headers={"User-Agent": "testbed-new"})  # noqa: S310 (http(s) only)
+        with opener.open(req, timeout=timeout) as resp:
+            body = resp.read(limit + 1)
+    except urllib.error.HTTPError as e:
+        raise UsageError(f"could not fetch the README: HTTP {e.code} {e.reason}", where=url, fix=fix) from None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise UsageError(f"could not fetch the README: {reason}", where=url, fix=fix) from None
+    if len(body) > limit:
+        raise UsageError(f"the README at this URL is larger than {limit // 1024} KiB", where=url,
+                         fix="pass the README itself, not an archive or a page of another kind") from None
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError("the README at this URL is not UTF-8 text", where=url, fix=fix) from None
+
+
+def _read(source: str | None) -> tuple[str, str, str]:
+    """(the README's text, the name its lines are cited by, where it came from) for ``--from``."""
+    from testbed import drafting
+
+    if source is None:
+        here = Path("README.md")
+        if not here.is_file():
+            return "", "README.md", ""
+        source = str(here)
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", source):
+        text = fetch(source, drafting.MAX_README_BYTES)
+        name = source.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1] or "README.md"
+        return text, name, source
+    path = Path(source).expanduser()
+    return read_file(path, drafting.MAX_README_BYTES), path.name, str(path)
+
+
+def read_file(path: Path, limit: int) -> str:
+    """A local README: a regular file of at most ``limit`` bytes of UTF-8 (anything else: one UsageError)."""
+    from testbed.errors import UsageError
+
+    fix = "pass the artifact's README (a Markdown file) to --from, or its http(s) URL"
+    if not path.is_file():
+        raise UsageError(f"--from {path}: no such file" if not path.exists() else f"--from {path}: not a regular "
+                         "file", where=str(path), fix=fix)
+    if path.stat().st_size > limit:
+        raise UsageError(f"--from {path}: it is {path.stat().st_size:,} bytes; a README is read up to {limit:,}",
+                         where=str(path), fix=fix)
+    try:
+        with path.open("rb") as f:
+            return f.read(limit + 1)[:limit].decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"--from {path}: it is not UTF-8 text", where=str(path), fix=fix) from None
+    except OSError as e:
+        raise UsageError(f"--from {path}: cannot read it: {e.strerror}", where=str(path), fix=fix) from None
+
+
+def _readme(name: str, came_from: str, todos: int) -> str:
+    from testbed.textfmt import plural
+
+    origin = ("with no README (a skeleton)" if not came_from else
+              f"from the README at `{came_from}` (the artifact's README, read as untrusted text: nothing in it "
+              "was run)")
+    return (f"# {name}\n\nA suite drafted by `testbed new {name}` {origin}.\n`suite.yml` holds its guesses, each "
+            f"with the README line it came from, and {plural(todos, 'TODO comment')} for what the\nREADME did not "
+            f"say.\n\n1. `testbed show {name}` lists the TODOs (\"to fill in\"), with their lines.\n"
+            f"2. Fill each in and delete its TODO comment; `expected/` holds the README's expected output, for the "
+            f"reference stubs.\n3. `testbed rehearse {name}` rehearses it on local hosts once no TODO is left.\n")
+
+
+def new(name: Annotated[str, typer.Argument(help="The suite's name: lower-case letters, digits and '-'.")],
+        from_: Annotated[str | None, typer.Option("--from", help="The artifact's README: a path, or an http(s) "
+                                                                 "URL (default: ./README.md when there is one, "
+                                                                 "else a skeleton).")] = None,
+        to: Annotated[str, typer.Option("--to", help="The folder that gets the suite's folder NAME/.")
+                      ] = "experiments",
+        json_out: JsonOpt = False) -> None:
+    """Draft a suite folder (TO/NAME/suite.yml, a README.md, expected/) from an artifact's README: its shell
+    blocks become sources, environment, prepare steps, the launch and outputs; its expected output reference
+    stubs. Each guess says the README line it came from; each gap is a TODO that testbed show lists.
+
+    Refused (exit 2), before anything is written: a NAME that is not a suite name, an existing folder, a README
+    over 1 MiB, not UTF-8 or not found, a URL that is not http(s) or cannot be fetched.
+
+    Example: testbed new myartifact --from https://raw.githubusercontent.com/OWNER/REPO/COMMIT/README.md
+    """
+    from testbed import drafting
+    from testbed.errors import UsageError
+    from testbed.suite import SUITE_NAME_RE
+
+    if not re.match(SUITE_NAME_RE, name):
+        raise UsageError(f"'{name}' is not a suite name", where="command line",
+                         fix="use lower-case letters, digits and '-', starting with a letter (at most 41)")
+    folder = Path(to).expanduser() / name
+    for taken in (folder, folder.with_name(f"{name}.yml"), folder.with_name(f"{name}.yaml")):
+        if taken.exists() or taken.is_symlink():
+            raise UsageError(f"{taken} already exists: testbed new never writes over a suite", where=str(taken),
+                             fix=f"pick another name, or move {taken} away first")
+    text, cited, came_from = _read(from_)
+    d = drafting.draft(text)
+    expected = [f"expected/README-{g.line}.txt" for g in d.expected]
+    suite_text = drafting.to_yaml(d, name, cited, expected, came_from=came_from or "no README (a skeleton)")
+    todos = drafting.todo_comments(suite_text)
+    try:
+        folder.mkdir(parents=True)
+    except OSError as e:
+        raise UsageError(f"cannot make {folder}: {e.strerror}", where=str(folder),
+                         fix="give --to a folder you can write (it is made when missing)") from None
+    (folder / "suite.yml").write_text(suite_text)
+    (folder / "README.md").write_text(_readme(name, came_from, len(todos)))
+    for g, rel in zip(d.expected, expected, strict=True):
+        (folder / rel).parent.mkdir(exist_ok=True)
+        (folder / rel).write_text(g.value + "\n")
+    shown = name if folder.resolve() == (Path("experiments") / name).resolve() else str(folder / "suite.yml")
+    if json_out:
+        print_json({"suite": str(folder / "suite.yml"), "todos": [{"line": n, "text": t} for n, t in todos],
+                    "sources": len(d.sources), "launch_lines": len(d.launches), "outputs": len(d.outputs)})
+        return
+    from testbed.textfmt import plural
+
+    console().print(f"drafted {escape(str(folder / 'suite.yml'))} from {escape(came_from or 'no README')}: "
+                    f"{plural(len(d.sources), 'source')}, {plural(len(d.steps), 'prepare step')}, "
+                    f"{plural(len(d.launches), 'launch line')}, {plural(len(d.outputs), 'output')}, "
+                    f"{plural(len(d.expected), 'reference stub')}; {plural(len(todos), 'TODO')} to fill in "
+                    f"(testbed show {escape(shown)})", emoji=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``new`` to ``app``."""
+    app.command("new")(new)
