@@ -10,7 +10,7 @@ VENV   ?= .venv
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 APT_PACKAGES = openssh-server openssh-client iproute2 rsync openmpi-bin libopenmpi-dev git make gcc \
                sudo zsh tcsh pssh procps psmisc curl ca-certificates cgroup-tools tmux build-essential \
-               shellcheck vmtouch slurmctld slurmd slurm-client munge
+               shellcheck vmtouch slurmctld slurmd slurm-client munge strace
 # where the distribution packages it: the headless Chromium that opens the HTML reports in a test
 APT_OPTIONAL = chromium-headless-shell
 STAMP  = $(VENV)/.installed

@@ -25,6 +25,7 @@ from testbed import fault_kinds, lint, paths, services
 from testbed.errors import TestbedError, UsageError
 from testbed.paths import RESULTS
 from testbed.providers.local.settings import local_replica
+from testbed.run import hometrace
 from testbed.run.plan import lacks
 from testbed.textfmt import plural
 
@@ -292,6 +293,14 @@ def rehearsal_plan(plan: RunPlan, suite: Suite, like: str, *, set_up: bool = Tru
                       "skipped_ranks": {str(k): v for k, v in skipped_ranks.items()}, "not_rehearsed": not_rehearsed,
                       "lacks": sorted(lacks)}
     return plan
+
+
+def trace_shared_home(plan: RunPlan, shared_home: bool) -> None:
+    """On a shared home, each step on two or more hosts runs under strace on each (testbed.run.hometrace); the
+    traced steps are kept in ``plan.rehearsal`` for the point's verdict."""
+    traced = hometrace.wrap(plan, shared_home)
+    if traced:
+        plan.rehearsal = {**(plan.rehearsal or {}), "hometrace": traced}
 
 
 MPI_STAND_IN = "testbed_mpi_stand_in"
@@ -637,6 +646,7 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
         return PointResult(params=plan.params, run_id=plan.run_id, status="not started", reason=absent[0],
                            steps=[], ranks="not reached", probes=[], not_rehearsed=[], failures=absent)
     plan = rehearsal_plan(plan, s, like, set_up=set_up or not s.profile)
+    trace_shared_home(plan, bool(rinfo.context.get("hardware", {}).get("shared_home")))
     made = stand_in_environments(tb, plan, site)
     if made:
         result.setup.setdefault("stand_in_environment", sorted(set(made)))
@@ -719,9 +729,12 @@ def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Any,
     found, absent = log_signatures(plan, steps, folder, set_up=set_up,
                                    installs="" if set_up else set_up_names(s.profile))
     told, unfired = fault_outcomes(plan, events)
-    failures = unmade + edits_undeclared(tb, s, plan) + found + unfired + grace_against_probes(s, plan, probes)
+    raced, unchecked = hometrace.check(tb.name, plan)
+    failures = (unmade + edits_undeclared(tb, s, plan) + found + unfired + grace_against_probes(s, plan, probes)
+                + raced)
     return PointResult(params=plan.params, run_id=plan.run_id, status=rec.status, reason=rec.reason, steps=steps,
-                       ranks=ranks, probes=probes, not_rehearsed=not_rehearsed + unjudged + absent + not_made,
+                       ranks=ranks, probes=probes,
+                       not_rehearsed=not_rehearsed + unjudged + absent + not_made + unchecked,
                        folder=str(folder), failures=failures, produced=produced, faults=told)
 
 

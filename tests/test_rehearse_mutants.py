@@ -371,6 +371,11 @@ MUTANTS = [  # (id, suite, text, its mutant, what the verdict must name)
     ("interface-missing-compiled", "mpi-hello:compiled", "--mca btl_tcp_if_include {{ testbed.subnet }}",
      "--mca btl_tcp_if_include eth7",
      "interface eth7 given by --mca btl_tcp_if_include: node0 has no interface eth7 (it has lo, eth0)"),
+    # item 4: two hosts writing one path of a shared home in one step (tesla's lab: an NFS home)
+    ("home-race", "tesla", "per: home   # one output file on a shared home: compiled once, not by five hosts at once",
+     "per: host", "step 'compile hello_mpi' wrote ~/Scalable_ViT_DT/tesla/setup/hello_mpi from ecetesla0, "
+     "ecetesla1, ecetesla2, ecetesla3 and ecetesla4 at once on the shared home: mark it `per: home`, or write "
+     "per-host paths"),
     ("login-path-only", "isca-resnet18", '|| PATH="$HOME/.local/bin:$PATH" gdown', "|| gdown",
      "calls gdown, which only a login shell's PATH has (the profile installs it in ~/.local/bin"),
 ]
@@ -394,6 +399,8 @@ def _args_of(suite: str) -> tuple[list[str], dict[str, str]]:
     if suite == "jitc":  # a fault that runs a command (shred-libtorch), on a replica of a GPU testbed that has it
         return (["--like", "tesla", "-p", "fault=shred-libtorch", "--source", f"jitc={artifact('open-jitc')}",
                  "--no-setup"], {"WATID": "h3trinh"})
+    if suite == "tesla":  # its hello on the five-host replica of the lab, whose home is shared
+        return ["-p", "task=hello", "--source", f"vit={artifact('Scalable_ViT_DT')}", "--no-setup"], {"WATID": "jdoe"}
     return ["--source", f"isca={artifact('ISCA_AE')}", "--no-setup"], {"GOOGLE_CLOUD_PROJECT": "rehearsal"}
 
 
