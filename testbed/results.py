@@ -22,7 +22,10 @@ Test parsers as plain functions, or load the file as testbed does: ``results.loa
 Versions: API 1 (``require(1)``): ``parser``, ``reporter``, ``RunDir``, ``Report``. API 2 adds, for reporters
 moved out of testbed into their suite folders: ``csv_rows(path, header)`` (a header-checked CSV read, with notes
 for the rows skipped), ``boxes(data, ylabel=...)`` and ``lines(series, xlabel=..., ylabel=...)`` (figure drawers
-for ``rep.figure``).
+for ``rep.figure``). API 3 adds, for the reporters of testbed's other shipped suites: ``csv_rows(..., make=fn)``
+(typed rows, a row whose cells ``fn`` cannot convert skipped with a note), the generic report helpers a reporter
+builds on (``plotting``: figure drawers; ``Timestamp``, ``Parsed``, ``event_time``, ``plural``, ``rank_of``,
+``mean_by``) and ``campaign_reporter`` (a cross-run report of a campaign's runs).
 """
 
 from __future__ import annotations
@@ -38,17 +41,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from testbed.errors import UsageError
-from testbed.report.model import Report
-from testbed.report.rundir import RunDir
+from testbed.report import plotting
+from testbed.report.model import Parsed, Report, Timestamp
+from testbed.report.rundir import RunDir, event_time
 from testbed.tables import CONTEXT_COLUMNS, GENERIC_TABLES, TABLE_NAME_RE
+from testbed.textfmt import plural
 
-API_VERSION = 2
+API_VERSION = 3
 """The version of this API: raised when it changes in a way a report.py written for the last one would notice."""
 __version__ = str(API_VERSION)
 FILE_NAME = "report.py"
 
-__all__ = ["API_VERSION", "FILE_NAME", "Parser", "Report", "RunDir", "RunReporter", "SuiteResults", "boxes",
-           "csv_rows", "lines", "load", "parser", "register_parser", "register_reporter", "reporter", "require"]
+__all__ = ["API_VERSION", "FILE_NAME", "Parsed", "Parser", "Report", "RunDir", "RunReporter", "SuiteResults",
+           "Timestamp", "boxes", "csv_rows", "event_time", "lines", "load", "mean_by", "parser", "plotting", "plural",
+           "rank_of", "register_parser", "register_reporter", "reporter", "require"]
 
 ParseFn = Callable[[str], Iterable[Mapping[str, Any]]]
 ReportFn = Callable[[RunDir, Report], None]
@@ -225,13 +231,15 @@ def load(path: str | Path) -> SuiteResults:
 
 
 # --- helpers for reporters (API 2) ------------------------------------------------------------------------------
-def csv_rows(src: Path | str, header: Sequence[str]) -> tuple[list[dict[str, str]], list[str]]:
+def csv_rows(src: Path | str, header: Sequence[str], make: Callable[[dict[str, str]], Any] = dict
+             ) -> tuple[list[Any], list[str]]:
     """(rows, notes) of the CSV file ``src`` (a Path; a str is the text itself) whose first line names at least
     the columns ``header`` (in any order): each row a mapping of column -> cell (stripped), a short row skipped
-    with a note, a file lacking a column skipped whole with one. API 2."""
+    with a note, a file lacking a column skipped whole with one. API 2; API 3: ``make(row)`` turns each mapping
+    into the row kept (a ValueError or KeyError from it skips the row with a note)."""
     from testbed.report.parsers.csv_rows import parse_csv
 
-    parsed = parse_csv(src, header, dict)
+    parsed = parse_csv(src, header, make)
     return list(parsed.rows), list(parsed.skipped)
 
 
@@ -249,6 +257,29 @@ def lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, xlab
     from testbed.report import plotting
 
     return plotting.lines(series, xlabel=xlabel, ylabel=ylabel, title=title)
+
+
+_RANK = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+
+
+def rank_of(path: Path, default: int) -> int:
+    """The rank named in a file or folder name (``rank3``, ``matmul_rank3.csv``), else ``default``. API 3."""
+    for part in reversed(path.parts):
+        m = _RANK.search(part)
+        if m:
+            return int(m[1])
+    return default
+
+
+def mean_by(pairs: Iterable[tuple[int, float]]) -> tuple[list[int], list[float]]:
+    """Group (x, y) pairs by x, average y; sorted by x. API 3."""
+    from statistics import fmean
+
+    groups: dict[int, list[float]] = {}
+    for x, y in pairs:
+        groups.setdefault(x, []).append(y)
+    xs = sorted(groups)
+    return xs, [fmean(groups[x]) for x in xs]
 
 
 def error_line(exc: BaseException, path: Path) -> int | str:

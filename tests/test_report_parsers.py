@@ -17,7 +17,6 @@ from testbed.report.parsers.isca_replay import parse_replay
 from testbed.report.parsers.neuronabox import parse_collective, parse_step_times
 from testbed.report.parsers.tesla_logs import parse_baseline, parse_vit_log
 from testbed.report.parsers.tesla_metrics import config_from_path, parse_metrics
-from testbed.report.parsers.train_log import TrainRow, global_steps, parse_train_log
 from testbed.report.parsers.vmtouch import parse_vmtouch
 
 S = Path(__file__).parent / "samples"
@@ -25,9 +24,26 @@ ROOT = Path(__file__).resolve().parents[1]
 DS = S / "datastall"
 
 
+def _report_py(suite: str):
+    """The suite folder's report.py, loaded as testbed loads it (by path, through testbed.results)."""
+    from testbed import results
+
+    return results.load(ROOT / "experiments" / suite / "report.py")
+
+
+def _own(suite: str):
+    """The module of the suite folder's report.py as testbed loaded it (its parsers and helpers)."""
+    import sys
+
+    own = _report_py(suite)
+    assert own.reporter is not None
+    return sys.modules[own.reporter.fn.__module__]
+
+
 # --- local suites -------------------------------------------------------------------------------------------
 
 def test_train_log_truncated_last_line_is_skipped():
+    parse_train_log = _own("fault-drill").parse_train_log
     full = parse_train_log(S / "fault-drill/node0/train_log.csv")
     cut = parse_train_log(S / "fault-drill/node1/train_log.csv")
     assert len(full.rows) == 11 and not full.skipped
@@ -37,23 +53,20 @@ def test_train_log_truncated_last_line_is_skipped():
 
 
 def test_train_log_from_text_and_header_in_any_order():
+    parse_train_log, TrainRow = _own("fault-drill").parse_train_log, _own("fault-drill").TrainRow
     parsed = parse_train_log("loss,step,epoch,attempt,time\n1.5,3,0,0,10.0\n")
     assert parsed.rows == [TrainRow(10.0, 0, 0, 3, 1.5)]
     assert "header lacks" in parse_train_log("a,b\n1,2\n").skipped[0]
 
 
 def test_global_steps_per_epoch_and_global():
+    TrainRow, global_steps = _own("fault-drill").TrainRow, _own("fault-drill").global_steps
     per_epoch = [TrainRow(i, 0, i // 3, i % 3, 1.0) for i in range(6)]
     assert global_steps(per_epoch) == [0, 1, 2, 3, 4, 5]
     glob = [TrainRow(i, 0, i // 3, i, 1.0) for i in range(6)]
     assert global_steps(glob) == list(range(6))
 
 
-def _report_py(suite: str):
-    """The suite folder's report.py, loaded as testbed loads it (by path, through testbed.results)."""
-    from testbed import results
-
-    return results.load(ROOT / "experiments" / suite / "report.py")
 
 
 def test_matmul_report_py_reads_each_ranks_csv_and_notes_bad_rows(tmp_path):

@@ -6,7 +6,6 @@ from testbed.report import registry
 from testbed.report.suites import (  # noqa: F401
     datastall,
     datastall_campaign,
-    fault_drill,
     isca,
     isca_campaign,
     neuronabox,
