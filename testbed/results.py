@@ -23,9 +23,9 @@ Versions: API 1 (``require(1)``): ``parser``, ``reporter``, ``RunDir``, ``Report
 moved out of testbed into their suite folders: ``csv_rows(path, header)`` (a header-checked CSV read, with notes
 for the rows skipped), ``boxes(data, ylabel=...)`` and ``lines(series, xlabel=..., ylabel=...)`` (figure drawers
 for ``rep.figure``). API 3 adds, for the reporters of testbed's other shipped suites: ``csv_rows(..., make=fn)``
-(typed rows, a row whose cells ``fn`` cannot convert skipped with a note), the generic report helpers a reporter
+(typed rows, a row whose cells ``fn`` cannot convert skipped with a note); the generic report helpers a reporter
 builds on (``plotting``: figure drawers; ``Timestamp``, ``Parsed``, ``event_time``, ``plural``, ``rank_of``,
-``mean_by``) and ``campaign_reporter`` (a cross-run report of a campaign's runs).
+``mean_by``; ``load_text``, ``skip_note``, ``summarise_skips``: reading a file and noting the lines skipped).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from testbed.errors import UsageError
 from testbed.report import plotting
 from testbed.report.model import Parsed, Report, Timestamp
 from testbed.report.rundir import RunDir, event_time
+from testbed.report.textio import load_text, skip_note, summarise_skips
 from testbed.tables import CONTEXT_COLUMNS, GENERIC_TABLES, TABLE_NAME_RE
 from testbed.textfmt import plural
 
@@ -53,8 +54,9 @@ __version__ = str(API_VERSION)
 FILE_NAME = "report.py"
 
 __all__ = ["API_VERSION", "FILE_NAME", "Parsed", "Parser", "Report", "RunDir", "RunReporter", "SuiteResults",
-           "Timestamp", "boxes", "csv_rows", "event_time", "lines", "load", "mean_by", "parser", "plotting", "plural",
-           "rank_of", "register_parser", "register_reporter", "reporter", "require"]
+           "Timestamp", "boxes", "csv_rows", "event_time", "lines", "load", "load_text", "mean_by", "parser",
+           "plotting", "plural", "rank_of", "register_parser", "register_reporter", "reporter", "require",
+           "skip_note", "summarise_skips"]
 
 ParseFn = Callable[[str], Iterable[Mapping[str, Any]]]
 ReportFn = Callable[[RunDir, Report], None]

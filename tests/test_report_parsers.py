@@ -14,7 +14,6 @@ from testbed.report.parsers.datastall_profile import lookup, parse_profile
 from testbed.report.parsers.elapsed import overhead_pct, parse_elapsed
 from testbed.report.parsers.isca_injection import parse_injection
 from testbed.report.parsers.isca_replay import parse_replay
-from testbed.report.parsers.neuronabox import parse_collective, parse_step_times
 from testbed.report.parsers.tesla_logs import parse_baseline, parse_vit_log
 from testbed.report.parsers.tesla_metrics import config_from_path, parse_metrics
 from testbed.report.parsers.vmtouch import parse_vmtouch
@@ -236,6 +235,7 @@ def test_jitc_stdout(tmp_path):
 
 
 def test_neuronabox_collective_and_steps():
+    parse_collective, parse_step_times = _own("neuronabox").parse_collective, _own("neuronabox").parse_step_times
     emu = parse_collective(S / "neuronabox/all_reduce_emu.out").rows
     assert [(r.size, r.loop, r.bypass, r.ns_per_op) for r in emu] == [(1024, 100, True, 1000.0),
                                                                        (1048576, 100, True, 1024000.0)]

@@ -8,7 +8,6 @@ from testbed.report.suites import (  # noqa: F401
     datastall_campaign,
     isca,
     isca_campaign,
-    neuronabox,
     tesla,
     tesla_campaign,
 )
