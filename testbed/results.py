@@ -25,7 +25,10 @@ for the rows skipped), ``boxes(data, ylabel=...)`` and ``lines(series, xlabel=..
 for ``rep.figure``). API 3 adds, for the reporters of testbed's other shipped suites: ``csv_rows(..., make=fn)``
 (typed rows, a row whose cells ``fn`` cannot convert skipped with a note); the generic report helpers a reporter
 builds on (``plotting``: figure drawers; ``Timestamp``, ``Parsed``, ``event_time``, ``plural``, ``rank_of``,
-``mean_by``; ``load_text``, ``skip_note``, ``summarise_skips``: reading a file and noting the lines skipped).
+``mean_by``; ``load_text``, ``skip_note``, ``summarise_skips``: reading a file and noting the lines skipped); and
+``campaign_reporter(tables=[...])``: ``fn(camp: Campaign, rep: Report)`` builds the cross-run part of a campaign's
+report (``testbed report results/<suite>/``, ``--campaign``) after its table of runs, as ``reporter`` builds a
+run's, and names the tables it makes.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from typing import Any, TypeVar
 from testbed.errors import UsageError
 from testbed.report import plotting
 from testbed.report.model import Parsed, Report, Timestamp
-from testbed.report.rundir import RunDir, event_time
+from testbed.report.rundir import Campaign, RunDir, event_time
 from testbed.report.textio import load_text, skip_note, summarise_skips
 from testbed.tables import CONTEXT_COLUMNS, GENERIC_TABLES, TABLE_NAME_RE
 from testbed.textfmt import plural
@@ -53,13 +56,14 @@ API_VERSION = 3
 __version__ = str(API_VERSION)
 FILE_NAME = "report.py"
 
-__all__ = ["API_VERSION", "FILE_NAME", "Parsed", "Parser", "Report", "RunDir", "RunReporter", "SuiteResults",
-           "Timestamp", "boxes", "csv_rows", "event_time", "lines", "load", "load_text", "mean_by", "parser",
-           "plotting", "plural", "rank_of", "register_parser", "register_reporter", "reporter", "require",
-           "skip_note", "summarise_skips"]
+__all__ = ["API_VERSION", "FILE_NAME", "Campaign", "Parsed", "Parser", "Report", "RunDir", "RunReporter",
+           "SuiteResults", "Timestamp", "boxes", "campaign_reporter", "csv_rows", "event_time", "lines", "load",
+           "load_text", "mean_by", "parser", "plotting", "plural", "rank_of", "register_campaign_reporter",
+           "register_parser", "register_reporter", "reporter", "require", "skip_note", "summarise_skips"]
 
 ParseFn = Callable[[str], Iterable[Mapping[str, Any]]]
 ReportFn = Callable[[RunDir, Report], None]
+CampaignFn = Callable[[Campaign, Report], None]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -83,6 +87,15 @@ class RunReporter:
     where: str
 
 
+@dataclass(frozen=True)
+class CampaignReporter:
+    """The cross-run part of a campaign report built by ``fn``, which makes the tables ``tables`` names. API 3."""
+
+    fn: CampaignFn
+    tables: tuple[str, ...]
+    where: str
+
+
 @dataclass
 class SuiteResults:
     """What one report.py registered."""
@@ -90,10 +103,12 @@ class SuiteResults:
     path: Path | None = None
     parsers: dict[str, Parser] = field(default_factory=dict)
     reporter: RunReporter | None = None
+    campaign: CampaignReporter | None = None
 
     def tables(self) -> set[str]:
-        """The tables it makes: its parsers' and its reporter's."""
-        return set(self.parsers) | set(self.reporter.tables if self.reporter else ())
+        """The tables it makes: its parsers', its reporter's and its campaign reporter's."""
+        return set(self.parsers) | set(self.reporter.tables if self.reporter else ()) | \
+            set(self.campaign.tables if self.campaign else ())
 
 
 class RegistrationError(Exception):
@@ -165,6 +180,28 @@ def register_reporter(fn: ReportFn, *, tables: Sequence[str]) -> None:
     if not callable(fn):
         raise RegistrationError("the reporter is not a function", "pass fn(run, rep)")
     res.reporter = RunReporter(fn, _names(tables, "the reporter's tables", context=False), where)
+
+
+def campaign_reporter(*, tables: Sequence[str]) -> Callable[[F], F]:
+    """Register the decorated ``fn(camp, rep)`` as the suite's campaign (cross-run) report; ``tables``: those it
+    makes. API 3."""
+
+    def deco(fn: F) -> F:
+        register_campaign_reporter(fn, tables=tables)
+        return fn
+
+    return deco
+
+
+def register_campaign_reporter(fn: CampaignFn, *, tables: Sequence[str]) -> None:
+    """``fn(camp: Campaign, rep: Report)`` builds the cross-run part of a campaign's report. API 3."""
+    res, where = _target()
+    if res.campaign is not None:
+        raise RegistrationError(f"a second campaign reporter (the first at {res.campaign.where})",
+                                "register one campaign reporter")
+    if not callable(fn):
+        raise RegistrationError("the campaign reporter is not a function", "pass fn(camp, rep)")
+    res.campaign = CampaignReporter(fn, _names(tables, "the campaign reporter's tables", context=False), where)
 
 
 def _names(columns: Any, what: str, context: bool = True) -> tuple[str, ...]:

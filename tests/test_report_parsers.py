@@ -11,9 +11,6 @@ from testbed.report.datastall_math import classify, fetch_stall_fraction, fig4a,
 from testbed.report.parsers.datastall_batches import parse_batch_csv
 from testbed.report.parsers.datastall_output import parse_emulator_output
 from testbed.report.parsers.datastall_profile import lookup, parse_profile
-from testbed.report.parsers.elapsed import overhead_pct, parse_elapsed
-from testbed.report.parsers.isca_injection import parse_injection
-from testbed.report.parsers.isca_replay import parse_replay
 from testbed.report.parsers.tesla_logs import parse_baseline, parse_vit_log
 from testbed.report.parsers.tesla_metrics import config_from_path, parse_metrics
 from testbed.report.parsers.vmtouch import parse_vmtouch
@@ -113,6 +110,7 @@ def test_mpi_hello_report_py_loaded_as_testbed_loads_it(tmp_path):
 # --- isca ---------------------------------------------------------------------------------------------------
 
 def test_isca_replay_nan_and_injection_facts():
+    parse_replay = _own("isca-resnet18").parse_replay
     log = parse_replay(S / "isca/replay_inj_tiny_infs_nans.txt")
     assert log.nan_terminated
     bad = log.first_nonfinite
@@ -122,12 +120,18 @@ def test_isca_replay_nan_and_injection_facts():
 
 
 def test_isca_replay_cut_off_line_is_skipped():
+    parse_replay = _own("isca-resnet18").parse_replay
     log = parse_replay(S / "isca/replay_inj_tiny_masked.txt")
     assert log.final is not None and log.final.train_accuracy == pytest.approx(0.79)
     assert len(log.skipped) == 1 and "loss: 0.5" in log.skipped[0]
 
 
 def test_isca_injection_and_elapsed():
+    loaded = _report_py("isca-resnet18")  # a run reporter and a campaign reporter (API 3), one file
+    assert loaded.campaign is not None and {"outcomes", "outcome_counts"} <= set(loaded.campaign.tables)
+    assert loaded.reporter is not None and "replay_outcomes" in loaded.reporter.tables
+    own = _own("isca-resnet18")
+    parse_injection, parse_elapsed, overhead_pct = own.parse_injection, own.parse_elapsed, own.overhead_pct
     spec = parse_injection(S / "isca/inj_tiny_infs_nans.csv")
     assert spec.meta["target_epoch"] == 2 and spec.meta["target_step"] == 1 and spec.meta["fmodel"] == "RD"
     assert len(spec.rows) == 11
