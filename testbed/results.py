@@ -25,7 +25,8 @@ for the rows skipped), ``boxes(data, ylabel=...)`` and ``lines(series, xlabel=..
 for ``rep.figure``). API 3 adds, for the reporters of testbed's other shipped suites: ``csv_rows(..., make=fn)``
 (typed rows, a row whose cells ``fn`` cannot convert skipped with a note); the generic report helpers a reporter
 builds on (``plotting``: figure drawers; ``Timestamp``, ``Parsed``, ``event_time``, ``plural``, ``rank_of``,
-``mean_by``; ``load_text``, ``skip_note``, ``summarise_skips``: reading a file and noting the lines skipped); and
+``mean_by``; ``load_text``, ``skip_note``, ``summarise_skips``, ``to_float``: reading a file, noting the lines
+skipped, a lenient number); and
 ``campaign_reporter(tables=[...])``: ``fn(camp: Campaign, rep: Report)`` builds the cross-run part of a campaign's
 report (``testbed report results/<suite>/``, ``--campaign``) after its table of runs, as ``reporter`` builds a
 run's, and names the tables it makes.
@@ -47,7 +48,7 @@ from testbed.errors import UsageError
 from testbed.report import plotting
 from testbed.report.model import Parsed, Report, Timestamp
 from testbed.report.rundir import Campaign, RunDir, event_time
-from testbed.report.textio import load_text, skip_note, summarise_skips
+from testbed.report.textio import load_text, skip_note, summarise_skips, to_float
 from testbed.tables import CONTEXT_COLUMNS, GENERIC_TABLES, TABLE_NAME_RE
 from testbed.textfmt import plural
 
@@ -59,7 +60,8 @@ FILE_NAME = "report.py"
 __all__ = ["API_VERSION", "FILE_NAME", "Campaign", "Parsed", "Parser", "Report", "RunDir", "RunReporter",
            "SuiteResults", "Timestamp", "boxes", "campaign_reporter", "csv_rows", "event_time", "lines", "load",
            "load_text", "mean_by", "parser", "plotting", "plural", "rank_of", "register_campaign_reporter",
-           "register_parser", "register_reporter", "reporter", "require", "skip_note", "summarise_skips"]
+           "register_parser", "register_reporter", "reporter", "require", "skip_note", "summarise_skips",
+           "to_float"]
 
 ParseFn = Callable[[str], Iterable[Mapping[str, Any]]]
 ReportFn = Callable[[RunDir, Report], None]

@@ -12,7 +12,6 @@ from testbed.report import build_report
 from testbed.report.datastall_math import fetch_stall_fraction, fig4a, images_per_second
 from testbed.report.parsers.datastall_output import parse_emulator_output, parse_totals_lines
 from testbed.report.parsers.datastall_profile import lookup, parse_profile
-from testbed.report.parsers.tesla_metrics import parse_metrics
 
 FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 if not FIX.is_dir():
@@ -81,9 +80,21 @@ def test_profile_scales_missing_batch_size():
 
 
 def test_tesla_metrics_header():
+    parse_metrics = _own("tesla").parse_metrics
     parsed = parse_metrics(need(FIX / "tesla/log/2_GPUs/p1_b16_e10/metrics.csv"))
     assert len(parsed.rows) == 20 and not parsed.skipped
     assert parsed.rows[0].gpu_load_pct == 80.0 and parsed.rows[0].computation_time == pytest.approx(912.3388719558716)
+
+
+def _own(suite: str):  # type: ignore[no-untyped-def]
+    """The module of the suite folder's report.py, loaded as testbed loads it."""
+    import sys
+
+    from testbed import results
+
+    own = results.load(Path(__file__).resolve().parents[1] / "experiments" / suite / "report.py")
+    assert own.reporter is not None
+    return sys.modules[own.reporter.fn.__module__]
 
 
 def _run_from(tmp_path: Path, src: Path, suite: str) -> Path:

@@ -11,8 +11,6 @@ from testbed.report.datastall_math import classify, fetch_stall_fraction, fig4a,
 from testbed.report.parsers.datastall_batches import parse_batch_csv
 from testbed.report.parsers.datastall_output import parse_emulator_output
 from testbed.report.parsers.datastall_profile import lookup, parse_profile
-from testbed.report.parsers.tesla_logs import parse_baseline, parse_vit_log
-from testbed.report.parsers.tesla_metrics import config_from_path, parse_metrics
 from testbed.report.parsers.vmtouch import parse_vmtouch
 
 S = Path(__file__).parent / "samples"
@@ -205,6 +203,9 @@ def test_vmtouch_profile_batches():
 # --- tesla, jitc, neuronabox ----------------------------------------------------------------------------------
 
 def test_tesla_metrics_header_and_truncation():
+    loaded = _report_py("tesla")  # a run reporter and a campaign reporter (API 3), one file
+    assert loaded.campaign is not None and "missing_points" in loaded.campaign.tables
+    parse_metrics, config_from_path = _own("tesla").parse_metrics, _own("tesla").config_from_path
     path = S / "tesla/log/2_GPUs/p1_b4_e2/metrics.csv"
     parsed = parse_metrics(path)
     assert len(parsed.rows) == 4 and parsed.rows[0].gpu_load_pct == 90.0 and parsed.rows[1].rank == 1
@@ -215,6 +216,7 @@ def test_tesla_metrics_header_and_truncation():
 
 
 def test_tesla_logs():
+    parse_vit_log, parse_baseline = _own("tesla").parse_vit_log, _own("tesla").parse_baseline
     vit = parse_vit_log(S / "tesla/log/2_GPUs/p1_b4_e2/vit_training_rank_0.log")
     assert [(e.epoch, e.loss, e.accuracy, e.seconds) for e in vit.rows] == [(1, 2.0, 0.2, 61.0), (2, 1.5, 0.35, 62.0)]
     base = parse_baseline(S / "tesla/metrics.txt")
