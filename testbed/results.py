@@ -22,14 +22,14 @@ Test parsers as plain functions, or load the file as testbed does: ``results.loa
 Versions: API 1 (``require(1)``): ``parser``, ``reporter``, ``RunDir``, ``Report``. API 2 adds, for reporters
 moved out of testbed into their suite folders: ``csv_rows(path, header)`` (a header-checked CSV read, with notes
 for the rows skipped), ``boxes(data, ylabel=...)`` and ``lines(series, xlabel=..., ylabel=...)`` (figure drawers
-for ``rep.figure``). API 3 adds, for the reporters of testbed's other shipped suites: ``csv_rows(..., make=fn)``
-(typed rows, a row whose cells ``fn`` cannot convert skipped with a note); the generic report helpers a reporter
-builds on (``plotting``: figure drawers; ``Timestamp``, ``Parsed``, ``event_time``, ``plural``, ``rank_of``,
-``mean_by``; ``load_text``, ``skip_note``, ``summarise_skips``, ``to_float``: reading a file, noting the lines
-skipped, a lenient number); and
-``campaign_reporter(tables=[...])``: ``fn(camp: Campaign, rep: Report)`` builds the cross-run part of a campaign's
-report (``testbed report results/<suite>/``, ``--campaign``) after its table of runs, as ``reporter`` builds a
-run's, and names the tables it makes.
+for ``rep.figure``). API 3 adds, for the reporters of testbed's other shipped suites: ``csv_rows(..., make=fn,
+delimiter=",")`` (typed rows, a row whose cells ``fn`` cannot convert skipped with a note; another separator);
+the generic report helpers a reporter builds on (``plotting``: figure drawers; ``Timestamp``, ``Parsed``,
+``event_time``, ``plural``, ``rank_of``, ``mean_by``; ``load_text``, ``skip_note``, ``summarise_skips``,
+``to_float``: reading a file, noting the lines skipped, a lenient number); and ``campaign_reporter(tables=[...])``:
+``fn(camp: Campaign, rep: Report)`` builds the cross-run part of a campaign's report (``testbed report
+results/<suite>/``, ``--campaign``) after its table of runs, as ``reporter`` builds a run's, and names the tables
+it makes.
 """
 
 from __future__ import annotations
@@ -272,15 +272,16 @@ def load(path: str | Path) -> SuiteResults:
 
 
 # --- helpers for reporters (API 2) ------------------------------------------------------------------------------
-def csv_rows(src: Path | str, header: Sequence[str], make: Callable[[dict[str, str]], Any] = dict
-             ) -> tuple[list[Any], list[str]]:
+def csv_rows(src: Path | str, header: Sequence[str], make: Callable[[dict[str, str]], Any] = dict,
+             delimiter: str = ",") -> tuple[list[Any], list[str]]:
     """(rows, notes) of the CSV file ``src`` (a Path; a str is the text itself) whose first line names at least
     the columns ``header`` (in any order): each row a mapping of column -> cell (stripped), a short row skipped
     with a note, a file lacking a column skipped whole with one. API 2; API 3: ``make(row)`` turns each mapping
-    into the row kept (a ValueError or KeyError from it skips the row with a note)."""
+    into the row kept (a ValueError or KeyError from it skips the row with a note); ``delimiter``: the cell
+    separator (a tab: ``"\\t"``)."""
     from testbed.report.parsers.csv_rows import parse_csv
 
-    parsed = parse_csv(src, header, make)
+    parsed = parse_csv(src, header, make, delimiter)
     return list(parsed.rows), list(parsed.skipped)
 
 

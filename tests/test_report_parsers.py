@@ -7,12 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from testbed.report.datastall_math import classify, fetch_stall_fraction, fig4a, images_per_second, prep_stall_pct
-from testbed.report.parsers.datastall_batches import parse_batch_csv
-from testbed.report.parsers.datastall_output import parse_emulator_output
-from testbed.report.parsers.datastall_profile import lookup, parse_profile
-from testbed.report.parsers.vmtouch import parse_vmtouch
-
 S = Path(__file__).parent / "samples"
 ROOT = Path(__file__).resolve().parents[1]
 DS = S / "datastall"
@@ -32,6 +26,14 @@ def _own(suite: str):
     own = _report_py(suite)
     assert own.reporter is not None
     return sys.modules[own.reporter.fn.__module__]
+
+
+# datastall-emulator's parsers and arithmetic, read from its suite folder's report.py as testbed loads it
+_DS = _own("datastall-emulator")
+classify, fetch_stall_fraction, fig4a = _DS.classify, _DS.fetch_stall_fraction, _DS.fig4a
+images_per_second, prep_stall_pct, parse_batch_csv = _DS.images_per_second, _DS.prep_stall_pct, _DS.parse_batch_csv
+parse_emulator_output, lookup, parse_profile = _DS.parse_emulator_output, _DS.lookup, _DS.parse_profile
+parse_vmtouch = _DS.parse_vmtouch
 
 
 # --- local suites -------------------------------------------------------------------------------------------
