@@ -22,7 +22,14 @@ Test parsers as plain functions, or load the file as testbed does: ``results.loa
 Versions: API 1 (``require(1)``): ``parser``, ``reporter``, ``RunDir``, ``Report``. API 2 adds, for reporters
 moved out of testbed into their suite folders: ``csv_rows(path, header)`` (a header-checked CSV read, with notes
 for the rows skipped), ``boxes(data, ylabel=...)`` and ``lines(series, xlabel=..., ylabel=...)`` (figure drawers
-for ``rep.figure``).
+for ``rep.figure``). API 3 adds, for the reporters of testbed's other shipped suites: ``csv_rows(..., make=fn,
+delimiter=",")`` (typed rows, a row whose cells ``fn`` cannot convert skipped with a note; another separator);
+the generic report helpers a reporter builds on (``plotting``: figure drawers; ``Timestamp``, ``Parsed``,
+``event_time``, ``plural``, ``rank_of``, ``mean_by``; ``load_text``, ``skip_note``, ``summarise_skips``,
+``to_float``: reading a file, noting the lines skipped, a lenient number); and ``campaign_reporter(tables=[...])``:
+``fn(camp: Campaign, rep: Report)`` builds the cross-run part of a campaign's report (``testbed report
+results/<suite>/``, ``--campaign``) after its table of runs, as ``reporter`` builds a run's, and names the tables
+it makes.
 """
 
 from __future__ import annotations
@@ -38,20 +45,27 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from testbed.errors import UsageError
-from testbed.report.model import Report
-from testbed.report.rundir import RunDir
+from testbed.report import plotting
+from testbed.report.model import Parsed, Report, Timestamp
+from testbed.report.rundir import Campaign, RunDir, event_time
+from testbed.report.textio import load_text, skip_note, summarise_skips, to_float
 from testbed.tables import CONTEXT_COLUMNS, GENERIC_TABLES, TABLE_NAME_RE
+from testbed.textfmt import plural
 
-API_VERSION = 2
+API_VERSION = 3
 """The version of this API: raised when it changes in a way a report.py written for the last one would notice."""
 __version__ = str(API_VERSION)
 FILE_NAME = "report.py"
 
-__all__ = ["API_VERSION", "FILE_NAME", "Parser", "Report", "RunDir", "RunReporter", "SuiteResults", "boxes",
-           "csv_rows", "lines", "load", "parser", "register_parser", "register_reporter", "reporter", "require"]
+__all__ = ["API_VERSION", "FILE_NAME", "Campaign", "Parsed", "Parser", "Report", "RunDir", "RunReporter",
+           "SuiteResults", "Timestamp", "boxes", "campaign_reporter", "csv_rows", "event_time", "lines", "load",
+           "load_text", "mean_by", "parser", "plotting", "plural", "rank_of", "register_campaign_reporter",
+           "register_parser", "register_reporter", "reporter", "require", "skip_note", "summarise_skips",
+           "to_float"]
 
 ParseFn = Callable[[str], Iterable[Mapping[str, Any]]]
 ReportFn = Callable[[RunDir, Report], None]
+CampaignFn = Callable[[Campaign, Report], None]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -75,6 +89,15 @@ class RunReporter:
     where: str
 
 
+@dataclass(frozen=True)
+class CampaignReporter:
+    """The cross-run part of a campaign report built by ``fn``, which makes the tables ``tables`` names. API 3."""
+
+    fn: CampaignFn
+    tables: tuple[str, ...]
+    where: str
+
+
 @dataclass
 class SuiteResults:
     """What one report.py registered."""
@@ -82,10 +105,12 @@ class SuiteResults:
     path: Path | None = None
     parsers: dict[str, Parser] = field(default_factory=dict)
     reporter: RunReporter | None = None
+    campaign: CampaignReporter | None = None
 
     def tables(self) -> set[str]:
-        """The tables it makes: its parsers' and its reporter's."""
-        return set(self.parsers) | set(self.reporter.tables if self.reporter else ())
+        """The tables it makes: its parsers', its reporter's and its campaign reporter's."""
+        return set(self.parsers) | set(self.reporter.tables if self.reporter else ()) | \
+            set(self.campaign.tables if self.campaign else ())
 
 
 class RegistrationError(Exception):
@@ -159,6 +184,28 @@ def register_reporter(fn: ReportFn, *, tables: Sequence[str]) -> None:
     res.reporter = RunReporter(fn, _names(tables, "the reporter's tables", context=False), where)
 
 
+def campaign_reporter(*, tables: Sequence[str]) -> Callable[[F], F]:
+    """Register the decorated ``fn(camp, rep)`` as the suite's campaign (cross-run) report; ``tables``: those it
+    makes. API 3."""
+
+    def deco(fn: F) -> F:
+        register_campaign_reporter(fn, tables=tables)
+        return fn
+
+    return deco
+
+
+def register_campaign_reporter(fn: CampaignFn, *, tables: Sequence[str]) -> None:
+    """``fn(camp: Campaign, rep: Report)`` builds the cross-run part of a campaign's report. API 3."""
+    res, where = _target()
+    if res.campaign is not None:
+        raise RegistrationError(f"a second campaign reporter (the first at {res.campaign.where})",
+                                "register one campaign reporter")
+    if not callable(fn):
+        raise RegistrationError("the campaign reporter is not a function", "pass fn(camp, rep)")
+    res.campaign = CampaignReporter(fn, _names(tables, "the campaign reporter's tables", context=False), where)
+
+
 def _names(columns: Any, what: str, context: bool = True) -> tuple[str, ...]:
     if isinstance(columns, str) or not isinstance(columns, Sequence) or \
             not all(isinstance(c, str) and c for c in columns):
@@ -225,13 +272,16 @@ def load(path: str | Path) -> SuiteResults:
 
 
 # --- helpers for reporters (API 2) ------------------------------------------------------------------------------
-def csv_rows(src: Path | str, header: Sequence[str]) -> tuple[list[dict[str, str]], list[str]]:
+def csv_rows(src: Path | str, header: Sequence[str], make: Callable[[dict[str, str]], Any] = dict,
+             delimiter: str = ",") -> tuple[list[Any], list[str]]:
     """(rows, notes) of the CSV file ``src`` (a Path; a str is the text itself) whose first line names at least
     the columns ``header`` (in any order): each row a mapping of column -> cell (stripped), a short row skipped
-    with a note, a file lacking a column skipped whole with one. API 2."""
+    with a note, a file lacking a column skipped whole with one. API 2; API 3: ``make(row)`` turns each mapping
+    into the row kept (a ValueError or KeyError from it skips the row with a note); ``delimiter``: the cell
+    separator (a tab: ``"\\t"``)."""
     from testbed.report.parsers.csv_rows import parse_csv
 
-    parsed = parse_csv(src, header, dict)
+    parsed = parse_csv(src, header, make, delimiter)
     return list(parsed.rows), list(parsed.skipped)
 
 
@@ -249,6 +299,29 @@ def lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, xlab
     from testbed.report import plotting
 
     return plotting.lines(series, xlabel=xlabel, ylabel=ylabel, title=title)
+
+
+_RANK = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+
+
+def rank_of(path: Path, default: int) -> int:
+    """The rank named in a file or folder name (``rank3``, ``matmul_rank3.csv``), else ``default``. API 3."""
+    for part in reversed(path.parts):
+        m = _RANK.search(part)
+        if m:
+            return int(m[1])
+    return default
+
+
+def mean_by(pairs: Iterable[tuple[int, float]]) -> tuple[list[int], list[float]]:
+    """Group (x, y) pairs by x, average y; sorted by x. API 3."""
+    from statistics import fmean
+
+    groups: dict[int, list[float]] = {}
+    for x, y in pairs:
+        groups.setdefault(x, []).append(y)
+    xs = sorted(groups)
+    return xs, [fmean(groups[x]) for x in xs]
 
 
 def error_line(exc: BaseException, path: Path) -> int | str:

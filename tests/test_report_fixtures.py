@@ -9,15 +9,29 @@ from pathlib import Path
 import pytest
 
 from testbed.report import build_report
-from testbed.report.datastall_math import fetch_stall_fraction, fig4a, images_per_second
-from testbed.report.parsers.datastall_output import parse_emulator_output, parse_totals_lines
-from testbed.report.parsers.datastall_profile import lookup, parse_profile
-from testbed.report.parsers.tesla_metrics import parse_metrics
 
 FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 if not FIX.is_dir():
     FIX = Path("/work/shared/fixtures")
 DS = FIX / "datastall"
+
+
+def _own(suite: str):  # type: ignore[no-untyped-def]
+    """The module of the suite folder's report.py, loaded as testbed loads it."""
+    import sys
+
+    from testbed import results
+
+    own = results.load(Path(__file__).resolve().parents[1] / "experiments" / suite / "report.py")
+    assert own.reporter is not None
+    return sys.modules[own.reporter.fn.__module__]
+
+
+# datastall-emulator's parsers and arithmetic, read from its suite folder's report.py as testbed loads it
+_DS = _own("datastall-emulator")
+fetch_stall_fraction, fig4a, images_per_second = _DS.fetch_stall_fraction, _DS.fig4a, _DS.images_per_second
+parse_emulator_output, parse_totals_lines = _DS.parse_emulator_output, _DS.parse_totals_lines
+lookup, parse_profile = _DS.lookup, _DS.parse_profile
 
 
 def need(path: Path) -> Path:
@@ -81,6 +95,7 @@ def test_profile_scales_missing_batch_size():
 
 
 def test_tesla_metrics_header():
+    parse_metrics = _own("tesla").parse_metrics
     parsed = parse_metrics(need(FIX / "tesla/log/2_GPUs/p1_b16_e10/metrics.csv"))
     assert len(parsed.rows) == 20 and not parsed.skipped
     assert parsed.rows[0].gpu_load_pct == 80.0 and parsed.rows[0].computation_time == pytest.approx(912.3388719558716)

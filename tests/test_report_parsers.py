@@ -7,27 +7,39 @@ from pathlib import Path
 
 import pytest
 
-from testbed.report.datastall_math import classify, fetch_stall_fraction, fig4a, images_per_second, prep_stall_pct
-from testbed.report.parsers.datastall_batches import parse_batch_csv
-from testbed.report.parsers.datastall_output import parse_emulator_output
-from testbed.report.parsers.datastall_profile import lookup, parse_profile
-from testbed.report.parsers.elapsed import overhead_pct, parse_elapsed
-from testbed.report.parsers.isca_injection import parse_injection
-from testbed.report.parsers.isca_replay import parse_replay
-from testbed.report.parsers.neuronabox import parse_collective, parse_step_times
-from testbed.report.parsers.tesla_logs import parse_baseline, parse_vit_log
-from testbed.report.parsers.tesla_metrics import config_from_path, parse_metrics
-from testbed.report.parsers.train_log import TrainRow, global_steps, parse_train_log
-from testbed.report.parsers.vmtouch import parse_vmtouch
-
 S = Path(__file__).parent / "samples"
 ROOT = Path(__file__).resolve().parents[1]
 DS = S / "datastall"
 
 
+def _report_py(suite: str):
+    """The suite folder's report.py, loaded as testbed loads it (by path, through testbed.results)."""
+    from testbed import results
+
+    return results.load(ROOT / "experiments" / suite / "report.py")
+
+
+def _own(suite: str):
+    """The module of the suite folder's report.py as testbed loaded it (its parsers and helpers)."""
+    import sys
+
+    own = _report_py(suite)
+    assert own.reporter is not None
+    return sys.modules[own.reporter.fn.__module__]
+
+
+# datastall-emulator's parsers and arithmetic, read from its suite folder's report.py as testbed loads it
+_DS = _own("datastall-emulator")
+classify, fetch_stall_fraction, fig4a = _DS.classify, _DS.fetch_stall_fraction, _DS.fig4a
+images_per_second, prep_stall_pct, parse_batch_csv = _DS.images_per_second, _DS.prep_stall_pct, _DS.parse_batch_csv
+parse_emulator_output, lookup, parse_profile = _DS.parse_emulator_output, _DS.lookup, _DS.parse_profile
+parse_vmtouch = _DS.parse_vmtouch
+
+
 # --- local suites -------------------------------------------------------------------------------------------
 
 def test_train_log_truncated_last_line_is_skipped():
+    parse_train_log = _own("fault-drill").parse_train_log
     full = parse_train_log(S / "fault-drill/node0/train_log.csv")
     cut = parse_train_log(S / "fault-drill/node1/train_log.csv")
     assert len(full.rows) == 11 and not full.skipped
@@ -37,23 +49,20 @@ def test_train_log_truncated_last_line_is_skipped():
 
 
 def test_train_log_from_text_and_header_in_any_order():
+    parse_train_log, TrainRow = _own("fault-drill").parse_train_log, _own("fault-drill").TrainRow
     parsed = parse_train_log("loss,step,epoch,attempt,time\n1.5,3,0,0,10.0\n")
     assert parsed.rows == [TrainRow(10.0, 0, 0, 3, 1.5)]
     assert "header lacks" in parse_train_log("a,b\n1,2\n").skipped[0]
 
 
 def test_global_steps_per_epoch_and_global():
+    TrainRow, global_steps = _own("fault-drill").TrainRow, _own("fault-drill").global_steps
     per_epoch = [TrainRow(i, 0, i // 3, i % 3, 1.0) for i in range(6)]
     assert global_steps(per_epoch) == [0, 1, 2, 3, 4, 5]
     glob = [TrainRow(i, 0, i // 3, i, 1.0) for i in range(6)]
     assert global_steps(glob) == list(range(6))
 
 
-def _report_py(suite: str):
-    """The suite folder's report.py, loaded as testbed loads it (by path, through testbed.results)."""
-    from testbed import results
-
-    return results.load(ROOT / "experiments" / suite / "report.py")
 
 
 def test_matmul_report_py_reads_each_ranks_csv_and_notes_bad_rows(tmp_path):
@@ -101,6 +110,7 @@ def test_mpi_hello_report_py_loaded_as_testbed_loads_it(tmp_path):
 # --- isca ---------------------------------------------------------------------------------------------------
 
 def test_isca_replay_nan_and_injection_facts():
+    parse_replay = _own("isca-resnet18").parse_replay
     log = parse_replay(S / "isca/replay_inj_tiny_infs_nans.txt")
     assert log.nan_terminated
     bad = log.first_nonfinite
@@ -110,12 +120,18 @@ def test_isca_replay_nan_and_injection_facts():
 
 
 def test_isca_replay_cut_off_line_is_skipped():
+    parse_replay = _own("isca-resnet18").parse_replay
     log = parse_replay(S / "isca/replay_inj_tiny_masked.txt")
     assert log.final is not None and log.final.train_accuracy == pytest.approx(0.79)
     assert len(log.skipped) == 1 and "loss: 0.5" in log.skipped[0]
 
 
 def test_isca_injection_and_elapsed():
+    loaded = _report_py("isca-resnet18")  # a run reporter and a campaign reporter (API 3), one file
+    assert loaded.campaign is not None and {"outcomes", "outcome_counts"} <= set(loaded.campaign.tables)
+    assert loaded.reporter is not None and "replay_outcomes" in loaded.reporter.tables
+    own = _own("isca-resnet18")
+    parse_injection, parse_elapsed, overhead_pct = own.parse_injection, own.parse_elapsed, own.overhead_pct
     spec = parse_injection(S / "isca/inj_tiny_infs_nans.csv")
     assert spec.meta["target_epoch"] == 2 and spec.meta["target_step"] == 1 and spec.meta["fmodel"] == "RD"
     assert len(spec.rows) == 11
@@ -189,6 +205,9 @@ def test_vmtouch_profile_batches():
 # --- tesla, jitc, neuronabox ----------------------------------------------------------------------------------
 
 def test_tesla_metrics_header_and_truncation():
+    loaded = _report_py("tesla")  # a run reporter and a campaign reporter (API 3), one file
+    assert loaded.campaign is not None and "missing_points" in loaded.campaign.tables
+    parse_metrics, config_from_path = _own("tesla").parse_metrics, _own("tesla").config_from_path
     path = S / "tesla/log/2_GPUs/p1_b4_e2/metrics.csv"
     parsed = parse_metrics(path)
     assert len(parsed.rows) == 4 and parsed.rows[0].gpu_load_pct == 90.0 and parsed.rows[1].rank == 1
@@ -199,6 +218,7 @@ def test_tesla_metrics_header_and_truncation():
 
 
 def test_tesla_logs():
+    parse_vit_log, parse_baseline = _own("tesla").parse_vit_log, _own("tesla").parse_baseline
     vit = parse_vit_log(S / "tesla/log/2_GPUs/p1_b4_e2/vit_training_rank_0.log")
     assert [(e.epoch, e.loss, e.accuracy, e.seconds) for e in vit.rows] == [(1, 2.0, 0.2, 61.0), (2, 1.5, 0.35, 62.0)]
     base = parse_baseline(S / "tesla/metrics.txt")
@@ -223,6 +243,7 @@ def test_jitc_stdout(tmp_path):
 
 
 def test_neuronabox_collective_and_steps():
+    parse_collective, parse_step_times = _own("neuronabox").parse_collective, _own("neuronabox").parse_step_times
     emu = parse_collective(S / "neuronabox/all_reduce_emu.out").rows
     assert [(r.size, r.loop, r.bypass, r.ns_per_op) for r in emu] == [(1024, 100, True, 1000.0),
                                                                        (1048576, 100, True, 1024000.0)]

@@ -275,13 +275,14 @@ def known_tables(suite: Suite, own: SuiteResults | None) -> set[str] | None:
     out = set(REPORT_SUMMARY_TABLES) | set(GENERIC_TABLES) | set(suite.tables)
     if own is not None:
         out |= own.tables()
-    if own is None or own.reporter is None:
-        for kind, fn in (("run", get_reporter(suite.name)), ("campaign", get_campaign_reporter(suite.name))):
-            if fn is not None:
-                made = registry.tables_of(kind, suite.name)
-                if made is None:
-                    return None
-                out |= made
+    builtin = (("run", own is not None and own.reporter is not None, get_reporter(suite.name)),
+               ("campaign", own is not None and own.campaign is not None, get_campaign_reporter(suite.name)))
+    for kind, has_own, fn in builtin:
+        if fn is not None and not has_own:
+            made = registry.tables_of(kind, suite.name)
+            if made is None:
+                return None
+            out |= made
     return out
 
 

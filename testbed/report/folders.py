@@ -5,7 +5,7 @@ or the run id). Everything else met while looking for runs (the ``report/`` fold
 artifact's committed ``log/`` folder copied next to the runs, stray folders) is skipped with its reason.
 
 - ``results/<suite>/`` -> ``results/<suite>/report/report.<fmt>``: the suite's campaign reporter over every run
-  (registered with ``@campaign_reporter``; a generic table of runs otherwise).
+  (its report.py's ``results.campaign_reporter``, or one built in; a generic table of runs otherwise).
 - ``results/ --campaign ID`` -> ``results/<suite>/campaign-<ID>/report.<fmt>``: the runs of one campaign, known
   from the manifest's ``campaign`` or from the state's record of the campaign.
 - ``results/`` -> ``results/index.md`` and ``index.html``: every run (its report built) and campaign.
@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from testbed.errors import UsageError, by_door
 from testbed.paths import MANIFEST
@@ -29,6 +29,7 @@ from testbed.report.build import ReportResult, build_report, call_reporter, writ
 from testbed.report.cause import failed, run_cause
 from testbed.report.declared import locate_suite
 from testbed.report.model import Link, Report
+from testbed.report.registry import CampaignReporter
 from testbed.report.rundir import REPORT_DIR, Campaign, RunDir
 from testbed.report.suites import get_campaign_reporter
 from testbed.report.summary import _scalar
@@ -36,6 +37,9 @@ from testbed.report.trust import duplicated, manifest_problems
 from testbed.report.verdicts import Verdict, across_runs, add_verdicts
 from testbed.report.verdicts import summary as verdict_summary
 from testbed.textfmt import plural
+
+if TYPE_CHECKING:
+    from testbed.suite import Suite
 
 CAMPAIGN_PREFIX = "campaign-"
 INDEX = "index"
@@ -264,19 +268,31 @@ def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", na
         f"{camp.suite}: {plural(len(runs), 'run')}"
     rep = Report(out_dir, title)
     bad = run_table(camp, rep, fmt, expected or [])
-    fn = get_campaign_reporter(camp.suite)
+    located = locate_suite(runs[0]) if runs else None
+    fn = campaign_fn(camp.suite, located[0] if located else None)
     if fn is None:
         rep.text(f"No campaign reporter is registered for suite {camp.suite!r}: the runs are listed above; "
                  "each run's own report has its results.")
     else:
         call_reporter(fn, camp, rep, f"{camp.suite} campaign reporter")
-    add_verdicts(rep, camp.suite, [h for r in runs for h in r.host_records()], locate_suite(runs[0]) if runs else None)
+    add_verdicts(rep, camp.suite, [h for r in runs for h in r.host_records()], located)
     if any(v.within is None for v in rep.verdicts):
         rep.verdicts = across_runs(rep.verdicts, _run_verdicts(runs, fmt, run_verdicts or {}))
     res = write_report(rep, out_dir, fmt, camp.suite)
     res.runs = [r.run_id for r in runs]
     res.failed_runs = bad
     return res
+
+
+def campaign_fn(suite_name: str, suite: Suite | None) -> CampaignReporter | None:
+    """The suite's campaign reporter: its report.py's (a broken one is one UsageError at its line), else one built
+    in (None: the table of runs alone)."""
+    from testbed.report.declared import own_results
+
+    own = own_results(suite)
+    if own is not None and own.campaign is not None:
+        return own.campaign.fn
+    return get_campaign_reporter(suite_name)
 
 
 def _run_verdicts(runs: list[RunDir], fmt: str, known: dict[str, list[Verdict]]) -> dict[str, list[Verdict]]:

@@ -1,18 +1,11 @@
-"""Built-in suite reporters (per run and per campaign), registered on import, and the look-up of any reporter."""
+"""The look-up of a suite's built-in reporter (per run and per campaign), registered with testbed.report.registry.
+
+testbed ships none now: every shipped suite's reporter is its folder's report.py (testbed.results); these
+look-ups stay for a reporter registered in the package by a plug-in."""
 
 from __future__ import annotations
 
 from testbed.report import registry
-from testbed.report.suites import (  # noqa: F401
-    datastall,
-    datastall_campaign,
-    fault_drill,
-    isca,
-    isca_campaign,
-    neuronabox,
-    tesla,
-    tesla_campaign,
-)
 
 
 def get_reporter(suite: str) -> registry.Reporter | None:
@@ -26,5 +19,5 @@ def get_campaign_reporter(suite: str) -> registry.CampaignReporter | None:
 
 
 def known_suites() -> list[str]:
-    """The suites with a run reporter."""
+    """The suites with a built-in run reporter."""
     return sorted(registry._REPORTERS)

@@ -1,18 +1,81 @@
-"""neuronabox: emulated (emu) vs original (ori) ns/op per collective and size; CNN step times."""
+"""neuronabox's report: emulated (emu) vs original (ori) ns/op per collective and size; CNN step times.
+
+Loaded by testbed from this folder (testbed.results, API 3) whenever it reports a run of this suite. The
+artifact's outputs: collective benchmarks (ns/op per size) and CNN ``results<rank>.txt`` step times."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from testbed.report import plotting
-from testbed.report.model import Report
-from testbed.report.parsers.neuronabox import parse_collective, parse_step_times
-from testbed.report.registry import reporter
-from testbed.report.rundir import RunDir
+from testbed import results
+
+results.require(3)
+
+_SIZE = re.compile(r"size = (\d+), loop = (\d+)")
+_AVG = re.compile(r"\[rk(\d+)\] average time for (\w+): ([\d.eE+-]+)")
+_BYPASS = re.compile(r"MOD_KERNEL_BYPASS = (\d+)")
+_HOST = re.compile(r"myrank (\d+) nranks (\d+) hostname (\S+)")
+_STEP = re.compile(r"^(\d+) Epoch (\d+) Step (\d+) Time (\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class CollRow:
+    size: int | None
+    loop: int | None
+    rank: int
+    metric: str
+    ns_per_op: float
+    bypass: bool | None
+
+
+def parse_collective(src: Path | str) -> results.Parsed[CollRow]:
+    """One row per ``[rkN] average time`` line, with the latest ``size = , loop =`` seen.
+
+    Both ranks print into the one mpirun output, interleaved, so a ``MOD_KERNEL_BYPASS = `` line says nothing
+    about the next row's rank: eval/coll/*.cu set MOD_KERNEL_BYPASS=1 on rank 0 (the emulated node) and 0 on the
+    others, so a row's bypass is its rank's. The printed values are kept in ``meta["bypass_printed"]``.
+    """
+    text, _ = results.load_text(src)
+    out: results.Parsed[CollRow] = results.Parsed()
+    size = loop = None
+    for line in text.splitlines():
+        if m := _SIZE.search(line):
+            size, loop = int(m[1]), int(m[2])
+        elif m := _BYPASS.search(line):
+            out.meta.setdefault("bypass_printed", []).append(m[1] == "1")
+        elif m := _HOST.search(line):
+            out.meta.setdefault("hosts", {})[int(m[1])] = m[3]
+        elif m := _AVG.search(line):
+            out.rows.append(CollRow(size, loop, int(m[1]), m[2], float(m[3]), int(m[1]) == 0))
+    return out
+
+
+@dataclass(frozen=True)
+class StepTime:
+    index: int
+    epoch: int
+    step: int
+    ns: int
+
+
+def parse_step_times(src: Path | str) -> results.Parsed[StepTime]:
+    """``<i> Epoch <e> Step <s> Time <ns>`` lines; a cut-off last line is skipped and noted."""
+    text, label = results.load_text(src)
+    out: results.Parsed[StepTime] = results.Parsed()
+    notes = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if m := _STEP.match(line.strip()):
+            out.rows.append(StepTime(int(m[1]), int(m[2]), int(m[3]), int(m[4])))
+        elif line.strip():
+            notes.append(results.skip_note(label, lineno, line))
+    out.skipped = results.summarise_skips(label, notes)
+    return out
+
 
 _COLL = re.compile(r"(all_?reduce|all_?gather|broadcast|reduce_?scatter)", re.IGNORECASE)
 _VARIANT = re.compile(r"(?<![a-z])(emu|ori)(?![a-z])", re.IGNORECASE)
@@ -25,9 +88,8 @@ def _name_hint(path: Path, rx: re.Pattern[str]) -> str | None:
     return None
 
 
-@reporter("neuronabox", "ddl-emulator", tables=("collectives", "collectives_emu_vs_ori", "cnn_steps",
-                                                   "cnn_emu_vs_ori"))
-def report(run: RunDir, rep: Report) -> None:
+@results.reporter(tables=["collectives", "collectives_emu_vs_ori", "cnn_steps", "cnn_emu_vs_ori"])
+def report(run: results.RunDir, rep: results.Report) -> None:
     rows: list[list[Any]] = []
     for host, path in run.files(r".*\.(out|log|txt)"):
         if re.fullmatch(r"results\d+\.txt", path.name):
@@ -43,7 +105,7 @@ def report(run: RunDir, rep: Report) -> None:
     _cnn(run, rep)
 
 
-def _collectives(rep: Report, rows: list[list[Any]]) -> None:
+def _collectives(rep: results.Report, rows: list[list[Any]]) -> None:
     rep.heading("Collectives: emu vs ori")
     rep.table("collectives", ["collective", "variant", "size", "loop", "host", "ns_per_op"], rows)
     pivot = []
@@ -65,7 +127,7 @@ def _collectives(rep: Report, rows: list[list[Any]]) -> None:
 
 
 def _log_lines(series: dict, title: str) -> Callable[[Any], None]:
-    base = plotting.lines(series, xlabel="elements", ylabel="ns/op", title=title, marker="o")
+    base = results.plotting.lines(series, xlabel="elements", ylabel="ns/op", title=title, marker="o")
 
     def draw(fig: Any) -> None:
         base(fig)
@@ -75,7 +137,7 @@ def _log_lines(series: dict, title: str) -> Callable[[Any], None]:
     return draw
 
 
-def _cnn(run: RunDir, rep: Report) -> None:
+def _cnn(run: results.RunDir, rep: results.Report) -> None:
     rows: list[list[Any]] = []
     for host, path in run.files(r"results\d+\.txt"):
         parsed = parse_step_times(path)
@@ -91,7 +153,7 @@ def _cnn(run: RunDir, rep: Report) -> None:
     for key in sorted({(r[1], r[2]) for r in rows}):
         pts = [(r[4], r[5] / 1e6) for r in rows if (r[1], r[2]) == key]
         series[f"rank {key[0]} {key[1]}".strip()] = ([p[0] for p in pts], [p[1] for p in pts])
-    rep.figure("cnn_steps", plotting.lines(series, xlabel="step", ylabel="ms per step"), "Step time per rank.")
+    rep.figure("cnn_steps", results.plotting.lines(series, xlabel="step", ylabel="ms per step"), "Step time per rank.")
     by = {v: [r[5] / 1e6 for r in rows if r[2] == v] for v in ("emu", "ori")}
     if by["emu"] and by["ori"]:
         emu, ori = fmean(by["emu"]), fmean(by["ori"])
