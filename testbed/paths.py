@@ -180,7 +180,7 @@ def find_suite(name: str) -> Path | None:
     ``experiments/<name>.yml``, in the working folder first, then the shipped ones."""
     for d in resource_dirs("experiments"):
         for p in (d / name / SUITE_FILE, d / f"{name}.yml"):
-            if p.is_file():
+            if p.exists():  # a FIFO or a device too: the loader refuses it, naming what it is
                 return p
     return None
 

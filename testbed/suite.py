@@ -927,7 +927,7 @@ def suite_path(name: str) -> Path:
     if suite_fetch.is_git_suite(name):
         return suite_fetch.suite_file(name)
     p = Path(name)
-    if p.suffix in (".yml", ".yaml") and p.is_file():
+    if p.suffix in (".yml", ".yaml") and p.exists():  # not only a regular file: the loader refuses the others
         return p
     pathlike = "/" in name or name in (".", "..")
     if pathlike and p.is_dir():

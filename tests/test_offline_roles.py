@@ -51,7 +51,9 @@ def test_what_stays_on_the_host_is_not_refused(tmp_path: Path, task: str) -> Non
     assert network_tasks(role) == []
 
 
-def test_a_guard_on_testbed_offline_excuses_a_task_or_a_block(tmp_path: Path) -> None:
+def test_a_condition_excuses_a_task_or_a_block(tmp_path: Path) -> None:
+    """``when: not testbed_offline`` is the guard to write; any condition may keep a task from running (the shipped
+    shell role installs its shell only when the host lacks it), so a conditional task is left to Ansible."""
     role = _role(tmp_path / "mine", {"main.yml": (
         "- name: Guarded\n  ansible.builtin.apt:\n    name: curl\n  when: not testbed_offline\n"
         "- name: A guarded block\n  when: [x is defined, not (testbed_offline | bool)]\n  block:\n"

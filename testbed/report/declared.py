@@ -68,6 +68,13 @@ def report_py(suite: Suite, run: RunDir | None = None) -> Path | None:
     if not suite.source:
         return None
     path = Path(suite.source).absolute().parent / FILE_NAME
+    from testbed.suite import SUITE_NAME_RE
+
+    if ".suite" in Path(suite.source).parts and re.match(SUITE_NAME_RE, suite.name):
+        # a copy collect made in a results folder (a replay runs from one): YAML only, so the suite's report.py is
+        # the one this folder or the installed package holds under its name, never one from a results folder
+        found = paths.find_suite(suite.name)
+        path = found.parent / FILE_NAME if found is not None and found.name == paths.SUITE_FILE else path
     if not path.is_file():
         return None
     if run is not None and path.resolve().is_relative_to(run.path.resolve()):

@@ -3,7 +3,8 @@
 A testbed whose hosts have no route out (``testbed_offline``) would leave such a task waiting on a mirror for
 minutes with no output. The shipped roles install from the controller there; a user's role is read here, and a
 task that downloads (a package manager, ``get_url``, ``git``, ``curl`` in a shell line...) is refused with its
-file and line unless its ``when:`` (or an enclosing block's) names ``testbed_offline``.
+file and line unless it has a ``when:`` (or an enclosing block has): ``when: not testbed_offline`` is the guard to
+write, and a task whose condition reads what the hosts answer may not run, so it is left to Ansible.
 """
 
 from __future__ import annotations
@@ -77,8 +78,11 @@ def _why(module: str, args: Any) -> str | None:
 
 
 def _guarded(when: Any) -> bool:
+    """Whether a ``when:`` may keep the task from running: whether it does cannot be read before the hosts answer
+    (``shell_found.rc != 0``), so a conditional task is left to Ansible; ``not testbed_offline`` is the guard to
+    write."""
     conds = when if isinstance(when, list) else [when]
-    return any("testbed_offline" in str(c) for c in conds if c is not None)
+    return any(c is not None and str(c).strip() for c in conds)
 
 
 def network_tasks(role: Path) -> list[NetworkTask]:
