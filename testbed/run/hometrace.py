@@ -310,8 +310,8 @@ def judge(step: str, host: str, text: str) -> tuple[Trace, str | None]:
                     f"check it)")
     if len(text.encode()) >= MAX_BYTES or text.count("\n") + 1 >= MAX_LINES:
         tr.truncated = True
-        return tr, (f"shared home: step {step!r} on {host}: only the first part of its trace ({MAX_BYTES} bytes, "
-                    f"{MAX_LINES} lines) was checked")
+        return tr, (f"shared home: step {step!r} on {host}: only the first part of its trace ({MAX_BYTES:,} bytes, "
+                    f"{MAX_LINES:,} lines) was checked")
     return tr, None
 
 
