@@ -21,6 +21,9 @@ warnings. Each finding is one line naming ``file:line`` where the suite's file g
   (epochs, steps, iterations, a data fraction...);
 - **quantities**: a reference whose metric says one unit (%, a fraction, ms, s) and whose column another;
 - **host labels**: a reference that picks its row by a host's name;
+- **verdicts that need another point's run**: a reference whose row one point makes and whose verdict compares
+  with another run (in its own words: the fault-free run, the baseline run) that the point's commands never
+  make nor read from another point (``after:``);
 - **hardware**: a suite that needs a GPU (or a TPU) when no shipped testbed spec it may run on declares one;
 - **login PATH**: a command that calls a program only a login shell's PATH has (conda, or what the profile installs
   in ``~/.local/bin``), where steps, ranks and faults run in a non-login shell.
@@ -55,7 +58,7 @@ CONDA_REACH = ("condabin", "conda.sh", "/bin/conda", "/bin/mamba", "conda shell"
 class Finding:
     """One static finding: its class, what is wrong (with the numbers and names that show it), and where."""
 
-    kind: str  # branch-head, fault-timing, reference, hardware, login-path
+    kind: str  # branch-head, fault-timing, reference, cross-point, hardware, login-path, ...
     what: str
     where: str
 
@@ -73,6 +76,7 @@ def lint_suite(s: Suite, points: list[dict[str, Any]] | None = None, *, profile_
     out = branch_heads(s) + profile_branch_builds(s.profile) + fault_timing(s, runs + list(points or [])) \
         + unproducible_references(s, runs) + unpinned_frameworks(s, runs + list(points or [])) + bootstrap_refusals(s) \
         + estimate_ignores_scale(s, runs) + unit_mismatches(s) + host_keyed_references(s) \
+        + cross_point_verdicts(s, runs) \
         + hardware_missing(s, specs, runs + list(points or [])) + login_path_only(s, text)
     return list(dict.fromkeys(out))
 
@@ -418,15 +422,7 @@ def unproducible_references(s: Suite, runs: list[dict[str, Any]]) -> list[Findin
     no point runs with."""
     if s.references is None or not runs:
         return []
-    declared: dict[str, list[Any]] = {}
-    for k, prm in s.parameters.items():
-        values = list(prm.choices or [])
-        if isinstance(s.matrix, dict):
-            values += s.matrix.get(k, [])
-        elif isinstance(s.matrix, list):
-            values += [pt[k] for pt in s.matrix if k in pt]
-        if prm.type == "str":
-            declared[k] = values
+    declared = _declared(s)
     out = []
     for i, m in enumerate(s.references.metrics):
         asked = {k: v for k, v in m.where.items() if k in s.parameters}
@@ -445,6 +441,79 @@ def unproducible_references(s: Suite, runs: list[dict[str, Any]]) -> list[Findin
                                    f"with {modes[0]}={v}, which neither the default point nor any matrix point "
                                    "enables (add it to the matrix, or drop the reference)",
                                    s.at("references", "metrics", i, "where")))
+    return out
+
+
+def _declared(s: Suite) -> dict[str, list[Any]]:
+    """Each str parameter's declared values (its choices, its matrix values): the modes a row may be named by."""
+    declared: dict[str, list[Any]] = {}
+    for k, prm in s.parameters.items():
+        values = list(prm.choices or [])
+        if isinstance(s.matrix, dict):
+            values += s.matrix.get(k, [])
+        elif isinstance(s.matrix, list):
+            values += [pt[k] for pt in s.matrix if k in pt]
+        if prm.type == "str":
+            declared[k] = values
+    return declared
+
+
+def _tied(where: dict[str, Any], runs: list[dict[str, Any]], s: Suite, declared: dict[str, list[Any]]) -> set[int]:
+    """The runs a reference's row comes from, as its ``where:`` names them (by a parameter, or by a mode: a declared
+    value of a parameter); every run when it names none."""
+    tied = set(range(len(runs)))
+    for k, v in where.items():
+        if k in s.parameters:
+            tied &= {j for j, r in enumerate(runs) if _same(r.get(k), v)}
+            continue
+        modes = [p for p, vals in declared.items() if isinstance(v, str) and any(_same(v, x) for x in vals)]
+        if modes:
+            tied &= {j for j, r in enumerate(runs) if any(_same(r.get(p), v) for p in modes)}
+    return tied
+
+
+OTHER_RUN_RE = re.compile(r"\b((?:fault|error|failure|injection|bug)[- _]?free|uninjected|baseline|vanilla|unmodified)"
+                          r"[- ](?:runs?|training)\b", re.IGNORECASE)
+"""A reference's words naming another run its verdict compares with (``within ~2% of the fault-free run``)."""
+OTHER_RUN_WORDS = {"free": ("fault_free", "fault-free", "faultfree", "error_free", "error-free", "failure_free",
+                            "failure-free", "injection_free", "no_fault", "nofault", "uninjected"),
+                   "base": ("baseline", "vanilla", "unmodified")}
+"""What a command says when it makes such a run, by its kind: any of these words (a file, a flag, a folder)."""
+
+
+def cross_point_verdicts(s: Suite, runs: list[dict[str, Any]]) -> list[Finding]:
+    """A reference whose row one point makes and whose verdict compares with another run (its words: the fault-free
+    run, the baseline run) that this point's commands never make, nor read from another point (``after:``): run
+    alone the point has nothing to compare with, and in a campaign it is judged against another point's run."""
+    from testbed import points
+    from testbed.suite import point_label, point_reads
+
+    runs = [dict(x) for x in {repr(sorted(r.items())): r for r in runs}.values()]
+    if s.references is None or len(runs) < 2:
+        return []
+    said = [points.sketch(s, r).lower() for r in runs]
+    edges = point_reads(s, runs)
+    declared = _declared(s)
+    out = []
+    for i, m in enumerate(s.references.metrics):
+        words = OTHER_RUN_RE.search(" ".join([m.metric, m.source, m.tolerance.why]))
+        tied = _tied(m.where, runs, s, declared)
+        if words is None or not tied or len(tied) == len(runs):
+            continue
+        kind = OTHER_RUN_WORDS["base" if words[1].lower() in OTHER_RUN_WORDS["base"] else "free"]
+        makes = [j for j, text in enumerate(said) if any(w in text for w in kind)]
+        for j in sorted(tied):
+            if j in makes or any(k in makes for k in edges[j].values() if k is not None):
+                continue
+            others = [point_label(s, runs[k]) for k in makes]
+            who = f"only {' and '.join(others)} {'makes' if len(others) == 1 else 'make'}" if others else \
+                "no point makes"
+            out.append(Finding("cross-point", f"reference {m.metric!r} is judged on the run of "
+                               f"{point_label(s, runs[j])} against {words[0].lower()!r}, which {who}: that point run "
+                               "alone has no such run to compare with, and a campaign judges it against another "
+                               "point's (make that run in this point too, or declare `after:` so it reads the point "
+                               "that makes it)",
+                               s.at("references", "metrics", i)))
     return out
 
 

@@ -106,3 +106,30 @@ def checks(suite: Suite, params: dict[str, Any]) -> list[tuple[int, Check]]:
                                     at=suite.at("checks", i, key))
         out.append((i, c.model_copy(update=texts) if texts else c))
     return out
+
+
+def sketch(suite: Suite, params: dict[str, Any]) -> str:
+    """What the point runs, for a static reading: its prepare steps, launch and recovery steps (not the post steps,
+    which copy what these made), each rendered with the point's parameters and every name only a run knows (hosts,
+    ``run_dir``, vars) left empty; a command that does not render even so is left out."""
+    import functools
+
+    import jinja2
+
+    from testbed import templating
+    from testbed.suite import _env
+
+    env = _env(False).overlay(undefined=jinja2.ChainableUndefined)
+    st = suite.steps
+    ctx = context(suite, params)
+
+    def one(text: str) -> str:
+        return str(env.from_string(text).render(**ctx))
+
+    out = []
+    for text in [*(x.run for x in st.prepare if x.run), st.launch.command, *(x.run for x in st.recovery if x.run)]:
+        try:
+            out.append(templating.bounded(functools.partial(one, text)))
+        except Exception:  # noqa: S112 - a static reading: what does not render says nothing here
+            continue
+    return "\n".join(out)

@@ -101,18 +101,21 @@ def test_injection_results_hold_no_committed_expected_result(tmp_path: Path, exp
     assert not theirs, f"the authors' committed results in the run's outputs: {theirs}"
 
 
-def test_masked_injection_is_judged_against_a_fault_free_run_of_its_own(tmp_path: Path) -> None:
-    """Class 4/6: the masked check (README Example 2: final train accuracy within ~2% of the fault-free run)
-    needs a fault-free run from the same checkpoint, seed and TPU; the run makes it with the artifact's own
-    reproduce_injections.py from inj_masked.csv with an injection step that never comes."""
+@pytest.mark.parametrize("experiment", ["inj_masked", "inj_slow_degrade"])
+def test_an_injection_judged_against_a_fault_free_run_makes_its_own(tmp_path: Path, experiment: str) -> None:
+    """Class 4/6: the masked check (README Example 2: final train accuracy within ~2% of the fault-free run) and
+    the slow-degrade one (Example 3: significantly lower than the error-free run's) each need a fault-free run from
+    the same checkpoint, seed and TPU, in the same point (a point run alone otherwise had no outcome to judge);
+    the run makes it with the artifact's own reproduce_injections.py from the injection's CSV with an injection
+    step that never comes."""
     repo = artifact("ISCA_AE")
-    rdir, home, calls = _run_launch_and_post(tmp_path, "inj_masked")
+    rdir, home, calls = _run_launch_and_post(tmp_path, experiment)
     ref = [p for p in rdir.iterdir() if p.stem in (FAULT_FREE, f"replay_{FAULT_FREE}") and p.suffix == ".txt"]
     assert len(ref) == 1 and ref[0].read_text() == "ours\n", \
         f"no fault-free reference made by this run in the run folder: {sorted(p.name for p in rdir.iterdir())}"
     fault_injection = home / "ISCA_AE" / "fault_injection"
     files = [c.split()[-1] for c in calls if c.split()[:2] == [str(fault_injection), "reproduce_injections.py"]]
-    assert len(files) == 2 and files[-1] == "injections/inj_masked.csv", calls
+    assert len(files) == 2 and files[-1] == f"injections/{experiment}.csv", calls
     ff_csv = Path(files[0].replace("~", str(home), 1))
     assert ff_csv.stem == FAULT_FREE and ff_csv.is_file()
 
@@ -122,7 +125,7 @@ def test_masked_injection_is_judged_against_a_fault_free_run_of_its_own(tmp_path
         config = _module(repo / "fault_injection" / "config.py", "isca_config")
     finally:
         sys.path.remove(str(repo / "fault_injection"))
-    masked = inj.read_injection(str(repo / "fault_injection" / "injections" / "inj_masked.csv"))
+    masked = inj.read_injection(str(repo / "fault_injection" / "injections" / f"{experiment}.csv"))
     masked_at = (masked.model, masked.stage, masked.target_epoch, masked.target_step, masked.learning_rate)
     ff = inj.read_injection(str(ff_csv))
     steps_per_epoch = math.ceil(CIFAR10_TRAIN_IMAGES / config.BATCH_SIZE)  # reproduce_injections.py:202

@@ -233,3 +233,23 @@ def test_isca_campaign_report_opens_with_its_verdicts(tmp_path: Path) -> None:
     assert all(v.hardware == "" for v in res.verdicts)  # the same TPU type: no difference to name
     text = res.path.read_text()
     assert text.index('id="verdicts"') < text.index('id="checks"') < text.index('id="details"')
+
+
+def test_an_outcome_that_needs_a_fault_free_run_is_not_measured_without_one(tmp_path: Path) -> None:
+    """One point's run folder (inj_slow_degrade's, as a point run alone made it before each point made its own
+    fault-free run): Degraded means "significantly lower than the error-free run's", so with no fault-free run the
+    outcome is unclassified and its verdict not measured, never "outside tolerance" on a class never compared."""
+    repo = extract("ISCA_AE", tmp_path)
+    fi = repo / "fault_injection"
+    point = tmp_path / "point"
+    point.mkdir()
+    shutil.copy(fi / "expected_results" / "replay_inj_slow_degrade.txt", point)
+    shutil.copy(fi / "injections" / "inj_slow_degrade.csv", point)
+    res = build_report(as_run(tmp_path, "isca-resnet18", point), "html")
+    v = {x.metric: x for x in res.verdicts}["slow-degrade outcome"]
+    assert v.status == NOT_MEASURED and v.ours is None, (v.ours, v.note)
+    assert any("inj_slow_degrade: outcome not classified: it needs a fault-free run" in s for s in res.skipped), \
+        res.skipped
+    shutil.copy(fi / "expected_results" / "fault_free.txt", point / "replay_fault_free.txt")  # its own, as now
+    rerun = build_report(as_run(tmp_path / "again", "isca-resnet18", point), "html")
+    assert {x.metric: x for x in rerun.verdicts}["slow-degrade outcome"].status == WITHIN

@@ -362,8 +362,8 @@ MUTANTS = [  # (id, suite, text, its mutant, what the verdict must name)
      "suite jitc needs a GPU, and no shipped testbed spec it may run on (provider kinds: chameleon; specs: "
      "chameleon) declares one"),
     # a probed rank still acts as its program would (issue 37 item 1)
-    ("argv-input-missing", "isca-resnet18", "--file injections/{{ experiment ~ '.csv' }}",
-     "--file injection/{{ experiment ~ '.csv' }}",
+    ("argv-input-missing", "isca-resnet18", "fault_injection && python3 reproduce_injections.py --file injections/",
+     "fault_injection && python3 reproduce_injections.py --file injection/",
      "reproduce_injections.py: --file names injection/inj_immediate_infs_nans.csv, an input that does not exist in "),
     ("grace-below-own-timeout", "jitc:kill-rank", "--all_reduce_timeout {{ all_reduce_timeout }}",
      "--all_reduce_timeout {{ all_reduce_timeout * 5 }}",
@@ -378,9 +378,15 @@ MUTANTS = [  # (id, suite, text, its mutant, what the verdict must name)
      "per-host paths"),
     ("login-path-only", "isca-resnet18", '|| PATH="$HOME/.local/bin:$PATH" gdown', "|| gdown",
      "calls gdown, which only a login shell's PATH has (the profile installs it in ~/.local/bin"),
+    # a verdict that needs another point's run: slow-degrade (README Example 3: lower than the error-free run's)
+    # without the fault-free run of its own, as inj_masked keeps it
+    ("cross-point-verdict", "isca-resnet18", "{% if experiment in ('inj_masked', 'inj_slow_degrade') %}cd ~",
+     "{% if experiment == 'inj_masked' %}cd ~",
+     "reference 'slow-degrade outcome' is judged on the run of experiment=inj_slow_degrade against 'error-free run', "
+     "which only experiment=inj_masked makes"),
 ]
 STATIC = {"grace-below-timeout", "grace-below-timeout-local", "branch-head", "reference-unproducible",
-          "no-gpu-testbed", "login-path-only"}
+          "no-gpu-testbed", "login-path-only", "cross-point-verdict"}
 """Mutants the static checks (testbed.lint) name before any host is made."""
 
 
@@ -479,6 +485,8 @@ def test_a_static_mutant_is_found_with_its_file_and_line(tmp_path: Path, mutant:
         assert path.endswith(f"{suite}/suite.yml"), f
         if f.kind == "reference":  # at the reference that no point can produce
             assert "where:" in text[int(line) - 1], (f, text[int(line) - 1])
+        elif f.kind == "cross-point":  # at the reference judged on the point that lacks the run
+            assert "metric: slow-degrade outcome" in text[int(line) - 1], (f, text[int(line) - 1])
         elif f.kind == "login-path":  # at the step's command
             assert "run:" in text[int(line) - 1] and 0 < edited - int(line) < 4, (f, edited)
         else:

@@ -194,18 +194,23 @@ def report(run: results.RunDir, rep: results.Report) -> None:
                for n, lg in sorted(logs.items()) for e in lg.epochs], "End-of-epoch metrics")
     for name, log in sorted(logs.items()):
         outcome_check(rep, name, log, ff, specs.get(name))
-    outcomes(rep, logs, ff, specs)
+    outcomes(rep, logs, dict.fromkeys(logs, ff), specs)
     _overheads(run, rep)
 
 
-def outcomes(rep: results.Report, logs: dict[str, ReplayLog], ff: ReplayLog | None,
+def outcomes(rep: results.Report, logs: dict[str, ReplayLog], ffs: Mapping[str, ReplayLog | None],
              specs: Mapping[str, object]) -> None:
-    """Each replay's outcome (the paper's classes), where it first went non-finite, and its final accuracies."""
+    """Each replay's outcome (the paper's classes), where it first went non-finite, and its final accuracies;
+    ``ffs``: each replay's fault-free run (None: none, and an outcome that needs one is left unclassified)."""
     rows = []
     for name, log in sorted(logs.items()):
         bad = log.first_nonfinite
         final = log.final
-        rows.append([name, "fault-free" if name == FAULT_FREE else outcome(log, ff, specs.get(name)),
+        got = "fault-free" if name == FAULT_FREE else outcome(log, ffs.get(name), specs.get(name))
+        if got is None:
+            rep.skip([f"{name}: outcome not classified: it needs a fault-free run from the same checkpoint, and "
+                      "none is in this run (its point makes one beside the injection)"])
+        rows.append([name, got,
                      bad.epoch if bad else None, bad.step if bad else None,
                      final.train_accuracy if final else None, final.valid_accuracy if final else None])
     if rows:
@@ -224,8 +229,9 @@ def _plot(rep: results.Report, name: str, log: ReplayLog, ff: ReplayLog | None) 
                    f"{name}: per-step training {metric} against the fault-free run.")
 
 
-def outcome(log: ReplayLog, ff: ReplayLog | None, spec: object = None) -> str:
-    """The paper's outcome of one injection: Immediate INFs/NaNs, INFs/NaNs later, Masked, Degraded, Incomplete.
+def outcome(log: ReplayLog, ff: ReplayLog | None, spec: object = None) -> str | None:
+    """The paper's outcome of one injection: Immediate INFs/NaNs, INFs/NaNs later, Masked, Degraded, Incomplete;
+    None where it needs a fault-free run and ``ff`` is none (unclassified: never a class it was not compared for).
 
     Masked: final train accuracy within 2% (relative) of the fault-free run's; Degraded: further below it.
     """
@@ -239,7 +245,7 @@ def outcome(log: ReplayLog, ff: ReplayLog | None, spec: object = None) -> str:
     if final is None:
         return "Incomplete"
     if ff_final is None:
-        return "No fault-free reference"
+        return None
     rel = (ff_final.train_accuracy - final.train_accuracy) / ff_final.train_accuracy
     return "Masked" if rel <= MASKED_TOLERANCE else "Degraded"
 
@@ -337,7 +343,60 @@ RECORDERS = {"detection": ("no_check", "check"), "replay": ("no_rerun", "rerun")
     "injections", "replay_steps", "replay_epochs", "replay_outcomes", "overheads", "outcomes", "outcome_counts",
     "missing_points"])
 def campaign(camp: results.Campaign, rep: results.Report) -> None:
+    logs, ffs, specs, recorders, launched = _campaign_files(camp, rep)
+    injections = sorted(logs)
+    # each injection against the fault-free run its own point made; else (a point from before each made its own)
+    # the campaign's one, named in the table
+    spare = next(iter(sorted(ffs.items())), None)
+    paired = {n: (rid, ffs[rid]) if rid in ffs else spare for n, (_, rid) in logs.items()}
+    rep.heading("Outcomes")
+    rows = []
+    for name in injections:
+        log, rid = logs[name]
+        ff_rid, ff = paired[name] or (None, None)
+        meta = specs[name].meta if name in specs else {}
+        got, want = outcome(log, ff, specs.get(name)), expected_outcome(name)
+        bad = log.first_nonfinite
+        rows.append([name, rid, meta.get("fmodel"), meta.get("target_layer"),
+                     f"{meta.get('target_epoch')}/{meta.get('target_step')}" if meta else None,
+                     f"{bad.epoch}/{bad.step}" if bad else None,
+                     log.final.train_accuracy if log.final else None,
+                     ff.final.train_accuracy if ff and ff.final else None, ff_rid,
+                     got or "unclassified (no fault-free run)", want, None if want is None else got == want])
+    rep.table("outcomes", ["injection", "run", "fault_model", "layer", "injected_at", "first_nonfinite_at",
+                           "final_train_acc", "fault_free_train_acc", "fault_free_run", "outcome", "expected",
+                           "matches"], rows,
+              "Masked: final train accuracy within 2% of the fault-free run's; Degraded: further below")
+    counts: dict[str, list[int]] = {}
+    for r in rows:
+        counts.setdefault(str(r[9]), [0, 0])[0] += 1
+        if r[10]:
+            counts.setdefault(str(r[10]), [0, 0])[1] += 1
+    rep.table("outcome_counts", ["outcome", "count", "expected_count"],
+              [[k, v[0], v[1]] for k, v in sorted(counts.items())], "Injections per outcome")
+    named = [r for r in rows if r[11] is not None]
+    if named:
+        wrong = [f"{r[0]}: {r[9]} (expected {r[10]})" for r in named if not r[11]]
+        rep.check("every injection has its expected outcome", not wrong,
+                  "; ".join(wrong) if wrong else f"{len(named)} of {len(named)} as expected")
+    for name in injections:
+        outcome_check(rep, name, logs[name][0], (paired[name] or (None, None))[1], specs.get(name))
+    every = {n: lg for n, (lg, _) in logs.items()}
+    if spare is not None:
+        every[FAULT_FREE] = spare[1]
+    outcomes(rep, every, {n: (paired.get(n) or (None, None))[1] for n in every}, specs)
+    _accuracy_figure(rep, {n: every[n] for n in [*injections, FAULT_FREE] if n in every})
+    overheads(rep, elapsed(list(recorders.values()), rep))
+    _missing(rep, set(injections), recorders, launched)
+
+
+def _campaign_files(camp: results.Campaign, rep: results.Report) -> tuple[
+        dict[str, tuple[ReplayLog, str]], dict[str, ReplayLog], dict[str, results.Parsed[InjectionRow]],
+        dict[str, Path], dict[str, list[str]]]:
+    """The campaign's result files: (injection -> its replay log and run id, run id -> the fault-free run it
+    made, injection -> its CSV, recorder variant -> its file, experiment -> the runs launched for it)."""
     logs: dict[str, tuple[ReplayLog, str]] = {}
+    ffs: dict[str, ReplayLog] = {}
     specs: dict[str, results.Parsed[InjectionRow]] = {}
     recorders: dict[str, Path] = {}
     owned: set[str] = set()
@@ -349,10 +408,13 @@ def campaign(camp: results.Campaign, rep: results.Report) -> None:
         for host, path in run.files(r"replay_.*\.txt|fault_free\.txt"):
             name = FAULT_FREE if path.stem == FAULT_FREE else path.stem.removeprefix("replay_")
             own = name == exp
-            if name in owned and not own:
+            if (name == FAULT_FREE and run.run_id in ffs) or (name in owned and not own):
                 continue  # another run's copy: the run launched for it wins
             log = parse_replay(path)
             rep.skip([f"{run.run_id}/{host}: {s}" for s in log.skipped])
+            if name == FAULT_FREE:
+                ffs[run.run_id] = log
+                continue
             logs[name] = (log, run.run_id)
             owned |= {name} if own else set()
         for _, path in run.files(r"inj_.*\.csv"):
@@ -364,42 +426,7 @@ def campaign(camp: results.Campaign, rep: results.Report) -> None:
                 recorders[variant] = path
     for spec in specs.values():
         rep.skip(spec.skipped)
-    ff = logs[FAULT_FREE][0] if FAULT_FREE in logs else None
-    injections = sorted(n for n in logs if n != FAULT_FREE)
-    rep.heading("Outcomes")
-    rows = []
-    for name in injections:
-        log, rid = logs[name]
-        meta = specs[name].meta if name in specs else {}
-        got, want = outcome(log, ff, specs.get(name)), expected_outcome(name)
-        bad = log.first_nonfinite
-        rows.append([name, rid, meta.get("fmodel"), meta.get("target_layer"),
-                     f"{meta.get('target_epoch')}/{meta.get('target_step')}" if meta else None,
-                     f"{bad.epoch}/{bad.step}" if bad else None,
-                     log.final.train_accuracy if log.final else None,
-                     ff.final.train_accuracy if ff and ff.final else None, got, want,
-                     None if want is None else got == want])
-    rep.table("outcomes", ["injection", "run", "fault_model", "layer", "injected_at", "first_nonfinite_at",
-                           "final_train_acc", "fault_free_train_acc", "outcome", "expected", "matches"], rows,
-              "Masked: final train accuracy within 2% of the fault-free run's; Degraded: further below")
-    counts: dict[str, list[int]] = {}
-    for r in rows:
-        counts.setdefault(str(r[8]), [0, 0])[0] += 1
-        if r[9]:
-            counts.setdefault(str(r[9]), [0, 0])[1] += 1
-    rep.table("outcome_counts", ["outcome", "count", "expected_count"],
-              [[k, v[0], v[1]] for k, v in sorted(counts.items())], "Injections per outcome")
-    named = [r for r in rows if r[10] is not None]
-    if named:
-        wrong = [f"{r[0]}: {r[8]} (expected {r[9]})" for r in named if not r[10]]
-        rep.check("every injection has its expected outcome", not wrong,
-                  "; ".join(wrong) if wrong else f"{len(named)} of {len(named)} as expected")
-    for name in injections:
-        outcome_check(rep, name, logs[name][0], ff, specs.get(name))
-    outcomes(rep, {n: lg for n, (lg, _) in logs.items()}, ff, specs)
-    _accuracy_figure(rep, {n: logs[n][0] for n in [*injections, FAULT_FREE] if n in logs})
-    overheads(rep, elapsed(list(recorders.values()), rep))
-    _missing(rep, set(injections), recorders, launched)
+    return logs, ffs, specs, recorders, launched
 
 
 def _accuracy_figure(rep: results.Report, logs: dict[str, ReplayLog]) -> None:
