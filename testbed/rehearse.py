@@ -461,14 +461,15 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
 def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None, matrix: bool = False,
               shapes: bool = False, sources: dict[str, str] | None = None, setup: bool = True,
               roles: list[str] | None = None, keep: bool = False, to: Path = Path(RESULTS),
-              subnet: str | None = None,
+              subnet: str | None = None, faults: list[str] | None = None,
               timeout: float | None = None, site: str | None = None, say: Any = None) -> RehearsalResult:
     """Rehearse ``suite_name`` (every point of its matrix with ``matrix``; with ``shapes`` too, the first point of
     each distinct step shape: ``plan_shape``) on a replica of ``like``.
 
     Everything is checked before a host is made (suite, parameters, testbed spec, offline sources); the replica is
     destroyed at the end unless ``keep``. ``subnet``: the replica's; by default the first free /24 from
-    10.219.0.0/24 (a kept replica keeps its own). ``site``: the site-packages a stand-in environment sees. ``say``: a
+    10.219.0.0/24 (a kept replica keeps its own). ``faults``: the faults each point fires, as ``run --fault`` names
+    them (None: the suite's defaults; []: none). ``site``: the site-packages a stand-in environment sees. ``say``: a
     callable taking one line of progress."""
     if site is not None and not Path(site).is_dir():
         raise UsageError(f"no folder {site}", where="--site", fix="give the site-packages folder of a virtualenv")
@@ -507,7 +508,7 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
     overrides = sources_mod.for_suite(s, like, sources)
     overrides = _offline_sources(s, overrides, like, note)
     points, refused, needed = _pick_points(s, target, like, _draft_info(target, spec, subnet), points,
-                                           overrides, shapes=shapes)
+                                           overrides, shapes=shapes, faults=faults)
     tb = Resolved.open(str(spec_path))
     edges = point_reads(s, points)  # in the order expand_matrix gives: a point after those it reads
     result = RehearsalResult(suite=s.name, like=like, replica=tb.name, setup={},
@@ -529,7 +530,7 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
             reads = {n: f"{plan_mod.RUNS_ROOT}/{result.points[j].run_id}" for n, j in edges[i].items()
                      if j is not None and result.points[j].run_id}  # after: the folder of the point it reads
             result.points.append(_run_point(tb, s, p, shown, like, overrides, result, timeout=timeout, site=site,
-                                            to=to, note=note, reads=reads))
+                                            to=to, note=note, reads=reads, faults=faults))
         return result
     finally:
         if not keep:
@@ -588,7 +589,7 @@ def _draft_info(target: TestbedSpec, spec: dict[str, Any], subnet: str) -> Testb
 
 
 def _pick_points(s: Suite, target: TestbedSpec, like: str, info: TestbedInfo, points: list[dict[str, Any]],
-                 overrides: dict[str, Override], *, shapes: bool
+                 overrides: dict[str, Override], *, shapes: bool, faults: list[str] | None = None
                  ) -> tuple[list[dict[str, Any]], dict[int, str], list[str] | None]:
     """The points to rehearse (with ``shapes``: the first of each step shape), each rendered before a host is
     made (a template, a fault, a host count), why a run on the real testbed would refuse some (by index), and the
@@ -600,7 +601,7 @@ def _pick_points(s: Suite, target: TestbedSpec, like: str, info: TestbedInfo, po
     picked: list[dict[str, Any]] = []
     drafts: list[RunPlan] = []
     for p in points:
-        draft = plan_mod.build_plan(s, info, p, overrides=overrides)
+        draft = plan_mod.build_plan(s, info, p, overrides=overrides, faults=faults)
         if shapes:
             shape = plan_shape(draft)
             if shape in seen:
@@ -624,7 +625,7 @@ def _pick_points(s: Suite, target: TestbedSpec, like: str, info: TestbedInfo, po
 
 def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str, overrides: dict[str, Override],
                result: RehearsalResult, *, timeout: float | None, site: str | None, to: Path,
-               note: Any, reads: dict[str, str] | None = None) -> PointResult:
+               note: Any, reads: dict[str, str] | None = None, faults: list[str] | None = None) -> PointResult:
     """One point run for real on the replica (its plan made a rehearsal), waited for, collected and judged;
     ``reads``: the run folders of the points it reads (``after:``), rehearsed before it."""
     from testbed.run import bookkeeping as rs
@@ -633,7 +634,7 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
 
     rinfo = plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store)
     rinfo.context["spec_known"] = False  # faults were judged against the real testbed already
-    plan = plan_mod.build_plan(s, rinfo, p, overrides=overrides, reads=reads)
+    plan = plan_mod.build_plan(s, rinfo, p, overrides=overrides, reads=reads, faults=faults)
     lacking = interfaces_lacking(tb, plan)  # before a rank's command is replaced by a stand-in
     if lacking:
         note(f"point {shown}: not started: {lacking[0]}")

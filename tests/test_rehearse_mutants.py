@@ -286,6 +286,10 @@ VARIANTS = {  # a shipped suite as another testbed would run it, before its muta
                   "  launch:\n    on: master\n    needs: [gpu]\n    probe: [./hello_mpi]\n"),
                  ("testbed: local\n", "testbed: gpu-quad\n")],
     "kill-rank": [],  # jitc with its kill-rank fault (-p fault=kill-rank): fired on a probed rank
+    # fault-drill's ranks probed (a launch that needs the network, which a replica lacks), as a suite on a testbed
+    # that can power a host off: its kill-host fault fires on the probed rank's host
+    "probed": [("  launch:\n    command: >-\n",
+                "  launch:\n    needs: [network]\n    probe: [fault_drill.py]\n    command: >-\n")],
 }
 
 
@@ -445,6 +449,29 @@ def test_a_compiled_rank_under_mpirun_runs_a_stand_in_through_the_real_launcher(
     assert any(n.startswith("rank 0: ./hello_mpi stood in by an MPI program under the real mpirun line") for n in nr)
     assert any(n.startswith("check every rank said hello: reads rank0.out") for n in nr), nr
     assert {s["name"]: s["status"] for s in point["steps"]}["rehearse: build the MPI stand-in"] == "ran"
+
+
+@pytest.mark.slow
+def test_a_kill_host_fault_fires_on_a_probed_rank_and_the_lost_host_is_repaired_and_relaunched(
+        tmp_path: Path, need_local: None) -> None:
+    """Item 3: a host fault on a probed rank fires through the real supervisor (``rehearse --fault``, as run takes
+    it): the probed rank's host is powered off, judged lost, repaired by the suite's recovery, and the ranks
+    relaunched; what the probe cannot stand in for (the checkpoint, the training log) is named, never failed."""
+    _copy_suite(tmp_path, "fault-drill:probed", None, "")
+    out = _rehearse(tmp_path, "fault-drill", "--fault", "kill-host", "--no-setup", "-p", "python=python3")
+    point = out["points"][0]
+    assert out["ok"] and out["_rc"] == 0 and point["failures"] == [], json.dumps(out, indent=1)
+    told = point["faults"][0]
+    assert told.startswith("fault kill-host: fired (kill-host on node2 rank 2), detected ") and \
+        "node2 rank 2: host unreachable" in told and told.endswith("ranks relaunched (attempt 1)"), told
+    nr = point["not_rehearsed"]
+    assert any(n.startswith("fault kill-host: fired when rank 2's probe was ready") for n in nr), nr
+    assert any(n.startswith("checkpoint ckpt.pt: a probe writes none") for n in nr), nr
+    unknown = subprocess.run([sys.executable, "-m", "testbed", "rehearse", "fault-drill", "--fault", "kill-hots"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+                             env={**os.environ, "TESTBED_HOME": str(tmp_path / ".testbed")})
+    assert unknown.returncode == 2 and "kill-hots" in unknown.stderr and "Traceback" not in unknown.stderr, \
+        unknown.stderr
 
 
 @pytest.mark.slow

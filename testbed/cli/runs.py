@@ -765,6 +765,10 @@ def rehearse(
                       ] = False,
     source: Annotated[list[str] | None, typer.Option("--source", help="NAME=PATH: a local checkout of a suite "
                                                                       "source (the replica has no network).")] = None,
+    fault: Annotated[list[str] | None, typer.Option("--fault", help="Fault to fire on each point, as run takes it "
+                                                    "(repeatable); default: the suite's default_faults.",
+                                                    autocompletion=complete.faults)] = None,
+    no_faults: Annotated[bool, typer.Option("--no-faults", help="Fire no fault at all.")] = False,
     no_setup: Annotated[bool, typer.Option("--no-setup", help="Do not apply the suite's profile.")] = False,
     role: Annotated[list[str] | None, typer.Option("--role", help="Apply only these roles of the profile "
                                                                   "(repeatable).")] = None,
@@ -799,7 +803,7 @@ def rehearse(
         res = rehearse_mod.rehearse(suite, suite_mod.parse_assignments(param or []), like=like, matrix=matrix,
                                     shapes=shapes, sources=sources_mod.parse(source or []), setup=not no_setup,
                                     roles=role, keep=keep, to=Path(to), subnet=subnet, site=site,
-                                    say=lambda m: c.print(escape(m)))
+                                    faults=_faults(fault, no_faults), say=lambda m: c.print(escape(m)))
     if json_out:
         print_json(res.to_json())
     else:
