@@ -25,6 +25,8 @@ warnings. Each finding is one line naming ``file:line`` where the suite's file g
   with another run (in its own words: the fault-free run, the baseline run) that the point's commands never
   make nor read from another point (``after:``);
 - **hardware**: a suite that needs a GPU (or a TPU) when no shipped testbed spec it may run on declares one;
+- **the testbed's length**: a matrix whose estimates add up to more than its own testbed's spec gives (a
+  lease's hours, an ``expire:``);
 - **login PATH**: a command that calls a program only a login shell's PATH has (conda, or what the profile installs
   in ``~/.local/bin``), where steps, ranks and faults run in a non-login shell.
 """
@@ -76,7 +78,7 @@ def lint_suite(s: Suite, points: list[dict[str, Any]] | None = None, *, profile_
     out = branch_heads(s) + profile_branch_builds(s.profile) + fault_timing(s, runs + list(points or [])) \
         + unproducible_references(s, runs) + unpinned_frameworks(s, runs + list(points or [])) + bootstrap_refusals(s) \
         + estimate_ignores_scale(s, runs) + unit_mismatches(s) + host_keyed_references(s) \
-        + cross_point_verdicts(s, runs) \
+        + cross_point_verdicts(s, runs) + campaign_outlives_testbed(s) \
         + hardware_missing(s, specs, runs + list(points or [])) + login_path_only(s, text)
     return list(dict.fromkeys(out))
 
@@ -515,6 +517,30 @@ def cross_point_verdicts(s: Suite, runs: list[dict[str, Any]]) -> list[Finding]:
                                "that makes it)",
                                s.at("references", "metrics", i)))
     return out
+
+
+# --- the testbed's length -----------------------------------------------------------------------------------------
+def campaign_outlives_testbed(s: Suite) -> list[Finding]:
+    """A matrix whose campaign, as its estimates add up on the suite's own testbed, is longer than that testbed's spec
+    gives (a lease's hours, an ``expire:``): rented as shipped, the campaign is refused, or the lease ends under it."""
+    from testbed.expiry import span
+    from testbed.run import forecast
+    from testbed.state import Store
+
+    if not s.matrix or not s.testbed:
+        return []
+    try:
+        fc = forecast.forecast(s, s.testbed, {}, matrix=True, store=Store.empty(paths.state_home() / "lint"))
+    except TestbedError:
+        return []  # a suite its testbed refuses, or no spec: other findings and refusals name it
+    left, total = fc.fit.get("left_seconds"), fc.total_seconds
+    if left is None or total is None or total <= left:
+        return []
+    spec = paths.find_resource("inventories", f"{s.testbed}.yml")
+    return [Finding("testbed-length", f"the campaign of {s.name} is estimated at {span(total)} on testbed "
+                    f"{s.testbed!r}, whose spec gives {span(left)} ({fc.fit.get('basis')}"
+                    + (f", {spec}" if spec else "") + "): rented as shipped, it is refused or its lease ends under "
+                    "it (give the spec a longer lease or expiry, or split the matrix)", s.at("testbed"))]
 
 
 # --- hardware ---------------------------------------------------------------------------------------------------

@@ -226,7 +226,7 @@ def test_plan_cli_json_and_text_and_bad_budgets_refused_before_anything(tb_home:
     r = cli("plan", "datastall-emulator", "--matrix")
     assert r.returncode == 0, r.stderr
     assert re.search(r"total: 14h 42m of wall time left, cost 14\.7 SU", r.stdout), r.stdout
-    assert "fits: no, short by 8h 42m: 6h 00m left (its spec's lease of 6 h (not provisioned yet))" in r.stdout
+    assert "fits: yes, 20h 00m left (its spec's lease of 20 h (not provisioned yet))" in r.stdout
     for budget, what in (("40", "'40' is not a budget"), ("5 hours", "is not a budget")):
         r = cli("run", "matmul-baseline", "--matrix", "--on", "local", "--budget", budget)
         assert r.returncode == 2 and what in r.stderr and "where: --budget" in r.stderr, r.stderr
