@@ -541,6 +541,10 @@ class Suite(Strict):
                                      "(--fault NAME, or a 'fault' parameter)")
     default_faults: list[str] = Field(default_factory=list, description="the faults fired when neither --fault "
                                       "nor a 'fault' parameter picks")
+    demo: list[list[str]] = Field(default_factory=list, description="the runs 'testbed demo' makes of the suite, "
+                                  "in order: each the options added to 'testbed run SUITE --on TESTBED --no-setup' "
+                                  "([]: a plain run); {seed} in an option becomes a number that changes from one "
+                                  "demo to the next. The demo runs every suite that has some, by name")
     checkpoint: Checkpoint | None = Field(None, description="where checkpoints live (what a recovery resumes from)")
     estimate: str | EstimateBy | None = Field(
         None, description="wall time of one run, for 'testbed plan' and 'run --budget' when no earlier run of the "
