@@ -99,12 +99,12 @@ def demo(ctx: typer.Context,
     from testbed.spec import DEFAULT_TESTBED as tb
 
     c = console()
-    profiles, runs = demo_runs(tb)
+    profiles, run_lines = demo_runs(tb)
     steps: list[list[str]] = [
         ["provision", tb],
         ["exec", tb, "--", "echo $(hostname) $(hostname -I) boot $(cut -c1-8 /proc/sys/kernel/random/boot_id)"],
         *(["setup", tb, "--profile", p] for p in profiles),
-        *runs,
+        *run_lines,
         ["collect", "--all", "--to", results],
     ]
     t0 = time.monotonic()
@@ -133,7 +133,7 @@ def demo(ctx: typer.Context,
     from testbed.run.recovery import outage_lines
 
     st = store()
-    for run_id in st.run_ids(newest_first=True, limit=len(runs))[::-1]:  # a run that lost a host: its recovery
+    for run_id in st.run_ids(newest_first=True, limit=len(run_lines))[::-1]:  # a run that lost a host: its recovery
         for line in outage_lines(st.events(run_id)):
             c.print(f"host kill in {run_id}: {escape(line)}")
 
