@@ -2,7 +2,8 @@
 (code, docstrings, help text, shipped scripts and data alike). The names are derived from what the repository
 ships, never hand-listed, so a new suite or inventory is covered the day it lands:
 
-- every suite folder's name (``experiments/<name>/``) and the stems of the files it ships (``files:``);
+- every suite's name (``experiments/<name>/`` or ``experiments/<name>.yml``) and the stems of the files it
+  ships (``files:``);
 - each suite's ``sources:`` (the source's name, its repo's and its checkout path's last part) and the
   ``owner/repo`` its leading comment names the artifact by;
 - each suite profile's source builds (``source_build_name``) and every git repository URL it names (the last
@@ -47,9 +48,11 @@ def _last(text: str) -> str:
     return re.sub(r"\.git$", "", str(text).rstrip("/").rsplit("/", 1)[-1])
 
 
-def _suite_names(folder: Path) -> Iterator[str]:
-    suite, profile = folder / "suite.yml", folder / "profile.yml"
-    yield folder.name
+def _suite_names(suite: Path) -> Iterator[str]:
+    """A suite's names: ``suite`` is a folder's ``suite.yml`` (its ``profile.yml`` beside it) or a single file."""
+    folder = suite.name == "suite.yml"
+    profile = suite.parent / "profile.yml" if folder else suite.with_suffix(".none")
+    yield suite.parent.name if folder else suite.stem
     data = _load(suite)
     for f in data.get("files") or []:
         yield Path(str(f)).stem
@@ -80,9 +83,9 @@ def _inventory_names(path: Path, suites: set[str]) -> Iterator[str]:
 
 def artifact_names(root: Path = ROOT) -> set[str]:
     """Every suite and artifact name the repository under ``root`` ships, less the generic words."""
-    folders = sorted(p for p in (root / "experiments").iterdir() if (p / "suite.yml").is_file())
-    names = {n for f in folders for n in _suite_names(f)}
-    suites = {f.name for f in folders if (f / "profile.yml").is_file()}
+    exp = root / "experiments"
+    names = {n for s in sorted([*exp.glob("*/suite.yml"), *exp.glob("*.yml")]) for n in _suite_names(s)}
+    suites = {p.parent.name for p in exp.glob("*/profile.yml") if (p.parent / "suite.yml").is_file()}
     for inv in sorted((root / "inventories").glob("*.yml")):
         names |= set(_inventory_names(inv, suites))
     return {n for n in names if n and "{" not in n and n.lower() not in GENERIC}
