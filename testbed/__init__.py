@@ -3,9 +3,9 @@
 From Python (a script, a notebook), the CLI's verbs as methods (docs/api.md)::
 
     import testbed
-    tb = testbed.open("tesla").provision()
+    tb = testbed.open("my-lab").provision()
     tb.exec("hostname")                 # raises HostsFailed when a host fails; warn=True returns the results
-    run = tb.run_suite("mpi-hello")     # waits; raises RunFailed when the run does not succeed
+    run = tb.run_suite("my-suite")      # waits; raises RunFailed when the run does not succeed
     run.report("results")
 
 Everything is imported on first use: ``import testbed`` loads nothing else.

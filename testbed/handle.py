@@ -2,7 +2,7 @@
 
 A command resolves the testbed it names once, where it starts (the CLI, a script, a notebook), and passes this
 handle down to the stages; nothing below the edge looks the testbed up again or opens the state store on its
-own. The same object is what ``testbed.open("tesla")`` gives a script or a notebook: the CLI's verbs as methods
+own. The same object is what ``testbed.open("my-lab")`` gives a script or a notebook: the CLI's verbs as methods
 of the same names (``provision``, ``setup``, ``exec``, ``put``/``get``, ``run_suite``, ``collect``, ``report``,
 ``destroy``), each host as a Fabric ``Connection`` with the testbed's pinned host keys, and the CLI's errors as
 exceptions (``TestbedError``, printing what, where and fix). As in Fabric and Invoke, a verb that fails on a host
@@ -222,7 +222,7 @@ class Testbed(Resolved):
             ids = [r["id"] for r in self.store.run_rows(-1, testbed=self.name) if r["status"] in ENDED][::-1]
             if not ids:
                 raise UsageError(f"testbed '{self.name}' has no ended run to collect", where="state",
-                                 fix="run a suite first: tb.run_suite('mpi-hello')")
+                                 fix="run a suite first: tb.run_suite('my-suite')")
         else:
             ids = [r.id if isinstance(r, Run) else r for r in ([runs] if isinstance(runs, Run | str) else runs)]
         out = services.collect(ids, to, store=self.store)

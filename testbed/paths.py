@@ -220,7 +220,7 @@ it read it there; see testbed.setup.images)."""
 def own_copy(path: str | Path) -> tuple[str, str] | None:
     """For a spec or suite that testbed ships (found in the installed package or its checkout, not in this
     folder): the shell command that copies it into this folder, where the user may edit it, and the path of the
-    copy (``inventories/tesla.yml``; a suite's whole folder: ``experiments/tesla/suite.yml``). None for a file
+    copy (``inventories/my-lab.yml``; a suite's whole folder: ``experiments/my-suite/suite.yml``). None for a file
     of the user's own (this folder's, or given by its path elsewhere)."""
     from shlex import quote
 

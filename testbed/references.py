@@ -4,7 +4,7 @@ A reference names a value in the suite's report: a table (the tidy CSV's stem), 
 cells equal ``where``. The report compares it with ``value`` (see :mod:`testbed.report.verdicts`)::
 
     references:
-      hardware: {gpu: Tesla P100}            # what the published numbers were measured on
+      hardware: {gpu: V100}                 # what the published numbers were measured on
       metrics:
         - metric: fig3 fetch stall, resnet18
           table: fig3_fetch_stall
@@ -12,7 +12,7 @@ cells equal ``where``. The report compares it with ``value`` (see :mod:`testbed.
           column: fetch_stall_fraction
           value: 0.0078
           tolerance: {abs: 0.02, why: "a fraction of epoch time; the page cache varies between runs"}
-          source: "make_figures/make_graph_fig3/time3.dat line 3 (OSRE_DELIVERABLE 5559445)"
+          source: "make_figures/make_graph_fig3/time3.dat line 3 (the artifact at 5559445)"
 
 ``compare: at-most`` (``at-least``) makes the value a bound (a paper's target): ours passes when it is at most
 (at least) the value, widened by the tolerance. Several rows matching ``where`` are reduced to one number

@@ -442,8 +442,9 @@ def stand_in_environments(tb: Resolved, plan: RunPlan, site: str | None = None) 
 # --- the whole rehearsal ----------------------------------------------------------------------------------------
 def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None, say: Any = None,
              **options: Any) -> RehearsalResult:
-    """``_rehearse`` with the real testbed's declared variables that are not set (its ``env:``, such as tesla's
-    WATID) standing in with their examples: a replica needs a value of the right shape, not yours. Each is said."""
+    """``_rehearse`` with the real testbed's declared variables that are not set (its ``env:``, such as a lab's
+    account name) standing in with their examples: a replica needs a value of the right shape, not yours. Each is
+    said."""
     from testbed.spec import stand_ins
     from testbed.suite import load_suite
 

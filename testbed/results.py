@@ -305,7 +305,7 @@ _RANK = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
 def rank_of(path: Path, default: int) -> int:
-    """The rank named in a file or folder name (``rank3``, ``matmul_rank3.csv``), else ``default``. API 3."""
+    """The rank named in a file or folder name (``rank3``, ``timing_rank3.csv``), else ``default``. API 3."""
     for part in reversed(path.parts):
         m = _RANK.search(part)
         if m:

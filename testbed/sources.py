@@ -48,9 +48,9 @@ def parse(items: list[str], where: str = "--source") -> dict[str, str]:
         name = name.strip()
         if not sep or not NAME_RE.match(name) or not spec.strip():
             raise UsageError(f"'{where} {it}' is not NAME=PATH|URL[@REF]", where=where,
-                             fix=by_door("e.g. --source jitc=~/src/open-jitc or --source "
-                                         "vit=https://github.com/me/fork@main",
-                                         "e.g. sources={'jitc': '~/src/open-jitc'}"))
+                             fix=by_door("e.g. --source app=~/src/my-app or --source "
+                                         "app=https://github.com/me/fork@main",
+                                         "e.g. sources={'app': '~/src/my-app'}"))
         if name in out:
             raise UsageError(f"{where} {name} is given twice ({out[name]!r} and {spec.strip()!r})", where=where,
                              fix="give each source once")
@@ -274,7 +274,7 @@ def profile_builds(profile: str | None) -> dict[str, str]:
 
 def profile_build_refs(profile: str | None) -> dict[str, tuple[str, str | None]]:
     """{source_build_name: (repo, version)} of a profile's source_build roles (includes too), their templates
-    (``source_build_repo: "{{ tesla_repo }}"``) rendered with the profile's vars and the step's own; a build whose
+    (``source_build_repo: "{{ app_repo }}"``) rendered with the profile's vars and the step's own; a build whose
     name or repo needs what only a host knows (its facts) is left out."""
     if not profile:
         return {}

@@ -110,7 +110,7 @@ class Source(Strict):
                       "call it, and the manifest records it by")
     repo: str = Field(description="the git URL cloned on the hosts")
     ref: str | None = Field(None, description="the branch, tag or commit checked out; default: the remote's HEAD")
-    path: str = Field(description="where it lives on the host, e.g. ~/open-jitc")
+    path: str = Field(description="where it lives on the host, e.g. ~/my-app")
     submodules: bool = Field(False, description="also check out its submodules, recursively (GitHub's ssh URLs "
                              "fetched over https)")
     edits: list[str] = Field(default_factory=list, description="tracked files of the checkout (globs relative to "
@@ -120,8 +120,7 @@ class Source(Strict):
 
 Need = Literal["gpu", "tpu", "cuda", "nvidia-driver", "network", "torch-fork"]
 """What a step or rank needs beyond a CPU host (torch-fork: a fork of PyTorch the profile builds from source for
-hours, such as pytorch-meng); ``testbed rehearse`` replaces (launch) or skips (steps) what the local replica
-lacks."""
+hours); ``testbed rehearse`` replaces (launch) or skips (steps) what the local replica lacks."""
 
 
 NEEDS: tuple[str, ...] = get_args(Need)
@@ -534,7 +533,7 @@ class Suite(Strict):
         default_factory=list, description="globs of files to collect: relative to the run folder, '~/'-relative "
         "or absolute; a list for every host, or a mapping of host selections (all, master, ...) to lists; a "
         "template is rendered per point (empty: none for that point)")
-    environment: str | None = Field(None, description="the venv or conda env (its prefix, e.g. ~/vit_env) every "
+    environment: str | None = Field(None, description="the venv or conda env (its prefix, e.g. ~/app_env) every "
                                     "step and rank runs in; a template (per host and rank)")
     checks: list[Check] = Field(default_factory=list, description="after the post steps: files that must exist on "
                                 "the hosts, and lines they must hold; a failed check fails the run")
@@ -542,6 +541,10 @@ class Suite(Strict):
                                      "(--fault NAME, or a 'fault' parameter)")
     default_faults: list[str] = Field(default_factory=list, description="the faults fired when neither --fault "
                                       "nor a 'fault' parameter picks")
+    demo: list[list[str]] = Field(default_factory=list, description="the runs 'testbed demo' makes of the suite, "
+                                  "in order: each the options added to 'testbed run SUITE --on TESTBED --no-setup' "
+                                  "([]: a plain run); {seed} in an option becomes a number that changes from one "
+                                  "demo to the next. The demo runs every suite that has some, by name")
     checkpoint: Checkpoint | None = Field(None, description="where checkpoints live (what a recovery resumes from)")
     estimate: str | EstimateBy | None = Field(
         None, description="wall time of one run, for 'testbed plan' and 'run --budget' when no earlier run of the "

@@ -32,3 +32,21 @@ def test_a_repair_with_no_image_says_so_and_a_run_without_a_lost_host_has_no_lin
     (down,) = outage_lines(evs)
     assert "30.04 s" in down and "no image of its set-up: a whole set-up" in down
     assert outage_lines([_ev(1, "resumed", hosts_repaired=[], downtime_seconds=2.0)]) == []
+
+
+def test_the_demo_runs_what_the_suites_declare_and_names_none_itself() -> None:
+    """testbed demo's runs come from the suites' ``demo:`` lists (by name, in order), {seed} filled in; its set-up
+    profiles from those suites."""
+    import re
+
+    from testbed.cli.tools import demo_runs
+    from testbed.suite import list_suites, load_suite
+
+    profiles, runs = demo_runs("bed1")
+    declared = {n: load_suite(n) for n, p in list_suites().items() if re.search(r"^demo:", p.read_text(), re.M)}
+    assert declared and [r[1] for r in runs] == [n for n, s in declared.items() for _ in s.demo]
+    assert all(r[2:5] == ["--on", "bed1", "--no-setup"] for r in runs)
+    assert profiles == list(dict.fromkeys(s.profile for s in declared.values() if s.profile))
+    assert not any("{seed}" in o for r in runs for o in r)
+    seeded = [o for r in runs for o in r if o.startswith("seed=")]
+    assert seeded and all(re.fullmatch(r"seed=\d+", o) for o in seeded)

@@ -190,7 +190,7 @@ def test_a_misspelt_variable_is_refused_even_without_the_role_prefix(home: Path)
 
 
 def test_wrong_type_bad_choice_and_derived_name_are_refused_with_their_line(home: Path) -> None:
-    path = _profile(home, "types", "roles:\n  - role: mpi\n    vars:\n      mpi_hello: true\n      mpi_slots: many\n")
+    path = _profile(home, "types", "roles:\n  - role: mpi\n    vars:\n      mpi_check: true\n      mpi_slots: many\n")
     e = _refused("types")
     assert e.what == "role 'mpi': mpi_slots must be a whole number, not a string ('many')"
     assert e.where == f"{path}:5" and "Slots per host" in (e.fix or "")

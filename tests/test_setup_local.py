@@ -69,7 +69,7 @@ def served(bed: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[
     root = tmp_path_factory.mktemp("served")
     _bare_repo(root, "tbhello", {"hello.c": HELLO_C, "Makefile": MAKEFILE})
     bad_json = '{"train_batch_size": 80,\n "fp16": {"enabled": false},\n}\n'  # the artifact's trailing comma
-    hello = (Path(setup.roles_dir()) / "mpi/files/hello_mpi.c").read_text()
+    hello = (Path(setup.roles_dir()) / "mpi/files/mpi_check.c").read_text()
     _bare_repo(root, "vit", {"tesla/deepspeed_config.json": bad_json, "tesla/setup/hello_mpi.c": hello})
     (root / "wheels").mkdir()
     probe_wheel(root / "wheels")
@@ -146,7 +146,7 @@ def test_tesla_profile_then_noop(bed: Any, served: dict[str, Any]) -> None:
     r = bed.ssh(bed.hosts[0].name, "cat ~/testbed-mpi/hosts.txt ~/testbed-mpi/1_host.txt ~/testbed-mpi/4_hosts.txt")
     assert "node3 slots=1" in r.stdout and "node0 slots=1" in r.stdout
     r = bed.ssh(bed.hosts[0].name, f"mpirun --allow-run-as-root -np 4 --hostfile ~/testbed-mpi/hosts.txt "
-                                   f"--mca btl_tcp_if_include {bed.spec.provider.subnet} ~/testbed-mpi/hello_mpi",
+                                   f"--mca btl_tcp_if_include {bed.spec.provider.subnet} ~/testbed-mpi/mpi_check",
                 timeout=120)
     assert sorted(ln for ln in r.stdout.splitlines() if ln.startswith("hello from rank")) == \
         [f"hello from rank {i} of 4 on node{i}" for i in range(4)], r.stderr

@@ -446,7 +446,7 @@ def test_mpi_role_without_root_uses_the_path_or_says_what_to_do(slurm_cluster, t
     _spec(c, tb_home)
     spec = json.loads((tb_home / "inventories" / "hpc.yml").read_text())
     # a package the distribution lacks (no sudo to install it), and no hello across the nodes (no mesh here)
-    spec["vars"] = {"mpi_packages_debian": ["openmpi-bin", "testbed-no-such-mpi-package"], "mpi_hello": False}
+    spec["vars"] = {"mpi_packages_debian": ["openmpi-bin", "testbed-no-such-mpi-package"], "mpi_check": False}
     (tb_home / "inventories" / "hpc.yml").write_text(json.dumps(spec))
     assert cli("provision", "hpc").returncode == 0
     st = Store(tb_home / ".testbed" / "state.db")

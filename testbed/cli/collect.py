@@ -122,7 +122,7 @@ def report_cmd(
     when a run of the report failed, timed out or was stopped, or a run of its campaign is missing (the report
     is written all the same); 0 otherwise.
 
-    Example: testbed report results/mpi-hello/mpi-hello-20240501-120000-ab12 --format html
+    Example: testbed report results/my-suite/my-suite-20240501-120000-ab12 --format html
     """
     from testbed.cli.output import waiting
     from testbed.report.folders import IndexResult, report_path

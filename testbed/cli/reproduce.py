@@ -36,7 +36,7 @@ def reproduce_cmd(
     when every metric is within tolerance, 1 when one is outside or the runs could not be compared (the replay
     failed or timed out, could not be collected, a metric is missing), with the reason.
 
-    Example: testbed reproduce results/fault-drill/fault-drill-20240501-120000-ab12 --on local
+    Example: testbed reproduce results/my-suite/my-suite-20240501-120000-ab12 --on local
     """
     from testbed import reproduce as rp
 

@@ -64,7 +64,7 @@ def run(
 
     Ctrl-C detaches (the run goes on); testbed status RUN and testbed logs RUN -f reattach.
 
-    Example: testbed run fault-drill --on local
+    Example: testbed run my-suite --on local
     """
     from testbed import services
     from testbed import sources as sources_mod
@@ -359,7 +359,7 @@ def plan_cmd(
     whether it fits in the testbed's lease or expiry. Points a campaign already finished are not counted again.
     Touches no host (the commands themselves: run --dry-run).
 
-    Example: testbed plan matmul-baseline --matrix --on local
+    Example: testbed plan my-suite --matrix --on local
     """
     from testbed import suite as suite_mod
     from testbed.run import forecast
@@ -437,7 +437,7 @@ def logs(
 ) -> None:
     """Print the ranks' stdout and stderr from the hosts' run dirs (prefixed host:rank).
 
-    Example: testbed logs fault-drill-20250101-120000-ab12 -f
+    Example: testbed logs my-suite-20250101-120000-ab12 -f
     """
     import sys
 
@@ -466,7 +466,7 @@ def logs(
 def stop(run_id: Annotated[str, typer.Argument(help="Run id.", autocompletion=complete.runs)]) -> None:
     """Stop a running run: every rank's processes get TERM, then KILL; status becomes stopped.
 
-    Example: testbed stop mpi-hello-20250101-120000-ab12
+    Example: testbed stop my-suite-20250101-120000-ab12
     """
     from testbed import services
 
@@ -609,7 +609,7 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
     """Describe a suite: requirements, profile, parameters, matrix, steps and faults; its static findings
     (what would break on the rented machine, read from the files) as warnings on stderr.
 
-    Example: testbed show fault-drill --on local
+    Example: testbed show my-suite --on local
     """
     from rich.markup import escape
 
@@ -789,7 +789,7 @@ def rehearse(
     that checks its folder, files, argv (against its own parser) and environment. Outputs are collected and
     reported, marked as a rehearsal. Exit 0 when the rehearsal found nothing the real run would trip on.
 
-    Example: testbed rehearse tesla -p task=train -p gpus=2 --source vit=~/src/Scalable_ViT_DT
+    Example: testbed rehearse my-suite -p gpus=2 --source app=~/src/my-app
     """
     from pathlib import Path
 

@@ -42,7 +42,7 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
               json_out: JsonOpt = False) -> None:
     """Create (or repair) the testbed's hosts and record them in state. Idempotent.
 
-    Example: testbed provision local --expire 8h  |  testbed provision chameleon --for isca-resnet18
+    Example: testbed provision local --expire 8h  |  testbed provision my-cloud --for my-suite
     """
     from testbed import expiry, services
 
@@ -319,7 +319,7 @@ def forget_host(name: Annotated[str, typer.Argument(help="Testbed name.", autoco
                                                     autocompletion=complete.hosts)]) -> None:
     """Forget a host's pinned SSH key (after it was really rebuilt); the next connection pins the new one.
 
-    Example: testbed forget-host tesla ecetesla3
+    Example: testbed forget-host my-lab node3
     """
     from testbed import ssh
 

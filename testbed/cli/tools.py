@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Annotated, Any
 
@@ -98,14 +99,12 @@ def demo(ctx: typer.Context,
     from testbed.spec import DEFAULT_TESTBED as tb
 
     c = console()
+    profiles, run_lines = demo_runs(tb)
     steps: list[list[str]] = [
         ["provision", tb],
         ["exec", tb, "--", "echo $(hostname) $(hostname -I) boot $(cut -c1-8 /proc/sys/kernel/random/boot_id)"],
-        ["setup", tb, "--profile", "local-suites"],
-        ["run", "mpi-hello", "--on", tb, "--no-setup"],
-        ["run", "fault-drill", "--on", tb, "--no-setup"],
-        # a whole host dies mid-training: it is restarted, set up again, and the run resumes from its checkpoint
-        ["run", "fault-drill", "--on", tb, "--no-setup", "--fault", "kill-host", "-p", f"seed={int(time.time()) % 97}"],
+        *(["setup", tb, "--profile", p] for p in profiles),
+        *run_lines,
         ["collect", "--all", "--to", results],
     ]
     t0 = time.monotonic()
@@ -134,9 +133,32 @@ def demo(ctx: typer.Context,
     from testbed.run.recovery import outage_lines
 
     st = store()
-    for run_id in st.run_ids(newest_first=True, limit=1):  # the host-kill run: how its recovery went
+    for run_id in st.run_ids(newest_first=True, limit=len(run_lines))[::-1]:  # a run that lost a host: its recovery
         for line in outage_lines(st.events(run_id)):
             c.print(f"host kill in {run_id}: {escape(line)}")
+
+
+def demo_runs(tb: str) -> tuple[list[str], list[list[str]]]:
+    """What ``testbed demo`` sets up and runs on ``tb``: the profiles of the suites that declare ``demo:`` runs
+    (first named first), and each of those runs as a ``testbed run`` command line, the suites by name. The suites
+    name themselves: the package names none."""
+    from testbed.suite import list_suites, load_suite
+
+    seed = str(int(time.time()) % 97)  # {seed}: another host-kill step from one demo to the next
+    profiles: list[str] = []
+    runs: list[list[str]] = []
+    for name, path in list_suites().items():
+        if not re.search(r"^demo:", path.read_text(), re.M):  # only those suites are loaded (and checked)
+            continue
+        suite = load_suite(name)
+        if suite.profile and suite.profile not in profiles:
+            profiles.append(suite.profile)
+        runs += [["run", name, "--on", tb, "--no-setup", *(o.replace("{seed}", seed) for o in opts)]
+                 for opts in suite.demo]
+    if not runs:
+        raise TestbedError("no suite declares a demo run", where="demo",
+                           fix="add 'demo: [[]]' to a suite that runs on the default testbed (docs/suite-reference.md)")
+    return profiles, runs
 
 
 def register(app: typer.Typer) -> None:

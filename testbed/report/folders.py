@@ -373,7 +373,7 @@ def report_campaign(root: Path, cid: str, fmt: str = "md") -> ReportResult:
     """The runs of campaign ``cid`` found under ``root`` -> ``<suite folder>/campaign-<cid>/``."""
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", cid):
         raise UsageError(f"not a campaign id: {cid!r}", where=by_door("--campaign", "campaign="),
-                         fix="use an id a campaign's run printed, like mpi-hello-1a2b3c4d")
+                         fix="use an id a campaign's run printed, like my-suite-1a2b3c4d")
     found = scan(root)
     _refuse_bad(found)
     recorded = recorded_campaigns()

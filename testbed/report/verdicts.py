@@ -216,7 +216,7 @@ def host_hardware(hosts: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
 
 
 def hardware_difference(ref_hw: dict[str, Any], hosts: Sequence[dict[str, Any]]) -> str:
-    """The reference's hardware against ours, named (``reference: Tesla P100 GPU; ours: no GPU``); empty when
+    """The reference's hardware against ours, named (``reference: V100 GPU; ours: no GPU``); empty when
     they match or the reference names none."""
     if not ref_hw:
         return ""

@@ -106,7 +106,7 @@ def wrap(plan: RunPlan, shared_home: bool) -> list[dict[str, object]]:
 def read_command(run_dir: str, keys: list[str], host: str) -> str:
     """The host-side command printing, for each key, ``@@ KEY SIZE`` and the trace's lines that can be writes
     (read-only opens dropped), at most MAX_LINES lines and MAX_BYTES bytes each. No ``!`` in it: a csh login
-    shell (tesla's tcsh) expands it even inside single quotes."""
+    shell (tcsh, as on some lab machines) expands it even inside single quotes."""
     from testbed.suite import path_word
 
     parts = []

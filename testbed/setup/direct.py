@@ -8,9 +8,9 @@ its start-up (~12 s on 4 local hosts); here it is three parallel round trips, on
    sshd offers on its mesh address, and whether OpenMPI's packages are installed;
 2. write: the role's templates (``known_hosts.j2``, ``ssh_config.j2``, ``etc_hosts.j2``, ``hostfile.j2``) rendered
    here with the role's defaults, written as the role writes them (the same ``blockinfile`` markers, modes and
-   hostfiles); ``hello_mpi.c`` from the role's files, compiled when it changed or is missing;
+   hostfiles); ``mpi_check.c`` from the role's files, compiled when it changed or is missing;
 3. verify: the role's own check (``ssh_mesh_check``'s code, run on each host: every peer by content, a login to
-   the next host by name and by address), then ``hello_mpi`` across every host from the first.
+   the next host by name and by address), then the MPI check across every host from the first.
 
 The roles stay the one description: their templates, defaults, files and check are read from the role folders.
 Used only where that is exact (:func:`why_not`): the roles with their defaults (no variable of theirs set by a
@@ -248,10 +248,10 @@ if spec.get("hello"):
         r = subprocess.run(spec["hello"], capture_output=True, text=True, timeout=spec["hello_timeout"])
         lines = [x for x in r.stdout.splitlines() if x.startswith("hello from rank")]
         if r.returncode != 0 or len(lines) != spec["ranks"]:
-            out["hello"] = "hello_mpi: exit %d, %d of %d ranks answered: %s" % (
+            out["hello"] = "mpi_check: exit %d, %d of %d ranks answered: %s" % (
                 r.returncode, len(lines), spec["ranks"], (r.stderr.strip() or r.stdout.strip())[-400:])
     except subprocess.TimeoutExpired:
-        out["hello"] = "hello_mpi did not finish in %d s" % spec["hello_timeout"]
+        out["hello"] = "mpi_check did not finish in %d s" % spec["hello_timeout"]
 print(json.dumps(out))
 """
 
@@ -423,16 +423,16 @@ def _host_files(n: str, names: list[str], ctx: dict[str, Any], roles: list[str],
         for fname, hosts in subsets.items():
             files.append({"path": f"{d}/{fname}", "mode": "0644",
                           "text": render(roles_dir, "mpi", "hostfile.j2", {**ctx, "mpi_hostfile_hosts": hosts})})
-        files.append({"path": f"{d}/hello_mpi.c", "mode": "0644",
-                      "text": (roles_dir / "mpi" / "files" / "hello_mpi.c").read_text()})
-        compile_.append({"src": f"{d}/hello_mpi.c", "out": f"{d}/hello_mpi",
-                         "argv": [f"{bin_}mpicc", "-O2", "-o", f"{d}/hello_mpi", f"{d}/hello_mpi.c"]})
+        files.append({"path": f"{d}/mpi_check.c", "mode": "0644",
+                      "text": (roles_dir / "mpi" / "files" / "mpi_check.c").read_text()})
+        compile_.append({"src": f"{d}/mpi_check.c", "out": f"{d}/mpi_check",
+                         "argv": [f"{bin_}mpicc", "-O2", "-o", f"{d}/mpi_check", f"{d}/mpi_check.c"]})
         inc = str(ctx.get("mpi_tcp_include") or "")
-        if b(ctx["mpi_hello"]) and n == names[0] and everyone:
+        if b(ctx["mpi_check"]) and n == names[0] and everyone:
             hello = [f"{bin_}mpirun", "-np", str(len(names)), "--hostfile", f"{d}/hosts.txt", "--map-by", "node",
                      *(["--allow-run-as-root"] if ctx["ansible_facts"]["user_id"] == "root" else []),
                      *(["--mca", "btl_tcp_if_include", inc, "--mca", "oob_tcp_if_include", inc] if inc else []),
-                     f"{d}/hello_mpi"]
+                     f"{d}/mpi_check"]
     others = [h for h in names if h != n]
     i = names.index(n)
     nxt = names[(i + 1) % len(names)]
@@ -447,5 +447,5 @@ def _host_files(n: str, names: list[str], ctx: dict[str, Any], roles: list[str],
              "timeout": int(ctx.get("ssh_mesh_verify_timeout") or 10),
              "authorized_keys": f"{ssh_dir}/authorized_keys",
              "known_hosts": [f"{ssh_dir}/known_hosts", "/etc/ssh/ssh_known_hosts"],
-             "hello": hello, "hello_timeout": int(ctx.get("mpi_hello_timeout") or 120), "ranks": len(names)}
+             "hello": hello, "hello_timeout": int(ctx.get("mpi_check_timeout") or 120), "ranks": len(names)}
     return {"files": files, "compile": compile_}, check
