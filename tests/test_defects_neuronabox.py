@@ -170,12 +170,13 @@ def test_steps_declare_what_they_need() -> None:
 
 
 # --- the profile: build environment, set-up vs the suite's checkout, shared home ------------------------------
-def _profile_roles(shared_home: bool, flavor: str) -> list[dict[str, Any]]:
+def _profile_roles(shared_home: bool, flavor: str, facts: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     prof = yaml.safe_load(PROFILE.read_text())
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     ctx: dict[str, Any] = {"ansible_facts": {"user_dir": "/home/u", "distribution": "Ubuntu",
                                              "distribution_version": "22.04", "architecture": "x86_64"},
-                           "testbed_hardware": {"shared_home": shared_home}, "neuronabox_flavor": flavor}
+                           "testbed_hardware": {"shared_home": shared_home}, "neuronabox_flavor": flavor,
+                           **(facts or {})}
 
     def r(v: Any) -> Any:
         if isinstance(v, str):
@@ -226,3 +227,23 @@ def test_profile_shared_home_keeps_hosts_apart_and_installs_as_the_user() -> Non
     assert alone.get("python_env_conda_root", "/home/u/miniforge3") == "/home/u/miniforge3"
     nccl = next(x for x in _profile_roles(True, "emu") if x.get("source_build_name") == "nccl-emu")
     assert nccl["source_build_install_become"] is False  # a stage under ~ on root_squash NFS
+
+
+def test_the_torch_check_expects_the_commit_each_flavor_built_never_the_authors_hash() -> None:
+    """Class: a set-up check that a build cannot pass. torch names the commit it was built from (+git<7 of HEAD>);
+    the emu and ori branches are two commits, so the README's one hash (the authors' build) failed at least one
+    host at the last role, after hours of builds. The check now expects the commit source_build resolved there."""
+    readme = (artifact("NeuronaBox") / "README.md").read_text()
+    authors = re.search(r"torch.__version__ # expect (\S+)", readme)
+    assert authors, "the README's expected torch version"
+    sb = (ROOT / "playbooks/roles/source_build/tasks/main.yml").read_text()
+    assert "source_build_commits:" in sb and "combine({source_build_name: source_build_commit})" in sb
+    commits = {"pytorch-emu": "1234567" + "0" * 33, "pytorch-ori": "89abcde" + "f" * 33}
+    for flavor in ("emu", "ori"):
+        check = next(x for x in _profile_roles(False, flavor, {"source_build_commits": commits})
+                     if x["role"] == "gpu_check")
+        assert check["gpu_check_expect_torch"] == "2.2.0a0+git" + commits[f"pytorch-{flavor}"][:7]
+        assert check["gpu_check_expect_torch"] != authors[1]
+        assert check["gpu_check_expect_nccl"] == "2.19.4"
+    unbuilt = next(x for x in _profile_roles(False, "emu") if x["role"] == "gpu_check")
+    assert unbuilt["gpu_check_expect_torch"] == ""  # a host that built nothing here: reported, not judged
