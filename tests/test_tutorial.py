@@ -2,10 +2,11 @@
 
 The page is read in order. A ``<!-- file: PATH -->`` line before a fenced block writes that block to PATH in the
 working folder; ``<!-- drafted: PATH -->`` checks that ``testbed new`` wrote exactly that block (``quoted``: the
-artifact's text, only shown); a ```console block holds one ``$ COMMAND`` line and the output it printed. Each command runs with bash in a fresh working folder (its
-own state home, ``testbed`` being this checkout's), on real local hosts; its exit status must be 0 and every line
-of the output the page shows must be among the lines it prints, both sides normalised as the page says (run ids,
-times, decimal numbers, addresses, byte counts, the working folder, the width of table rules and spaces).
+artifact's text, only shown); a ```console block holds one ``$ COMMAND`` line and the output it printed. Each
+command runs with bash in a fresh working folder (its own state home, ``testbed`` being this checkout's), on real
+local hosts; its exit status must be 0 and every line of the output the page shows must be among the lines it
+prints, both sides normalised as the page says (run ids, times, decimal numbers, addresses, byte counts, the
+working folder, the width of table rules and spaces).
 
 What the page shows but this test cannot run: ``git clone`` (no network here): the same commit comes from
 ``../shared/artifacts/minio.tar.gz`` (skipped when absent); its SOURCE file's URL and commit must be the page's and
@@ -83,7 +84,7 @@ _NORMALISE = [
     (_RUN, "minio-RUN"),
     (re.compile(r"\b\d+\.\d+\.\d+\.\d+(?:/\d+)?\b"), "ADDRESS"),
     (re.compile(r"\b\d\d:\d\d:\d\d(?:\.\d+)?Z"), "TIME"),
-    (re.compile(r"\d+\.\d+"), "N"),
+    (re.compile(r"[+-]?\d+\.\d+"), "N"),  # signed too: a difference from a reference changes sign
     (re.compile(r"\b\d+ B\b"), "N B"),
     (re.compile(r"[━─]+"), "─"),
     (re.compile(r"\s+"), " "),
