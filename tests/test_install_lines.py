@@ -21,12 +21,20 @@ COMMAND = re.compile(r"(?<![\w-])%?(?:pip3?|pipx|python3? -m pip) (install|injec
 VALUED = {"-r", "--requirement", "-c", "--constraint", "-t", "--target", "-i", "--index-url", "--extra-index-url",
           "-f", "--find-links", "--python", "--suffix"}
 RELEASED = re.compile(r"once released", re.I)
+# a fenced block a page marks as an artifact's own text (its README quoted, the draft testbed new made of it): its
+# pip lines install that artifact, not this project (docs/your-artifact.md)
+QUOTED = re.compile(r"^<!-- (?:quoted|drafted): \S+ -->\n```\w*\n.*?^```$", re.S | re.M)
+
+
+def without_quoted(text: str) -> str:
+    """``text`` with each block marked as an artifact's own blanked (its lines kept, empty, so numbers hold)."""
+    return QUOTED.sub(lambda m: "\n" * m.group(0).count("\n"), text)
 
 
 def pages() -> dict[str, str]:
     """Each page a user reads install lines from, as one text (a notebook: its cells, each a paragraph)."""
     out = {"README.md": (ROOT / "README.md").read_text()}
-    out |= {str(p.relative_to(ROOT)): p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
+    out |= {str(p.relative_to(ROOT)): without_quoted(p.read_text()) for p in sorted((ROOT / "docs").glob("*.md"))}
     for nb in sorted((ROOT / "examples").glob("*.ipynb")):
         cells = json.loads(nb.read_text())["cells"]
         out[str(nb.relative_to(ROOT))] = "\n\n".join("".join(c["source"]) for c in cells)

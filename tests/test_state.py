@@ -402,3 +402,24 @@ def test_active_statuses_match_the_run_models() -> None:
     from testbed import records, state
 
     assert state.ACTIVE == records.ACTIVE
+
+
+def test_a_watcher_waits_for_the_ended_event_a_finishing_supervisor_records_last(tmp_path: Path) -> None:
+    """The supervisor marks the run ended, then records its "ended" event: a watcher that sees the run ended in
+    between still yields that event (``testbed run`` once printed no "ended" line then; tests/test_tutorial.py
+    found it under load)."""
+    from testbed.records import RunInfo, RunRecord
+    from testbed.run import bookkeeping as rs
+    from testbed.run import runner
+
+    st = Store(tmp_path / "state.db")
+    st.add_run(RunRecord(id="r1", suite="s", testbed="tb", status="running", created=1.0,
+                         info=RunInfo(hosts=["a"])), [("a", 0)])
+    rs.event(st, "r1", "started", "a")
+    assert st.update_run("r1", status="succeeded", ended=2.0, only_active=True)
+    late = threading.Timer(0.3, lambda: rs.event(Store(tmp_path / "state.db"), "r1", "ended", None,
+                                                 status="succeeded"))
+    late.start()
+    kinds = [ev.kind for ev in runner.watch("r1", store=st)]
+    late.join()
+    assert kinds == ["started", "ended"], kinds

@@ -288,21 +288,31 @@ def describe_event(ev: RunEvent) -> str:
     return f"{k}{host} {json.dumps(d)}"
 
 
+ENDED_SETTLE = 5.0  # seconds a watcher waits, once a run is no longer active, for its "ended" event
+
+
 def watch(run_id: str, *, store: Store | None = None, timeout: float = 24 * 3600,
           interval: float = 0.5) -> Iterator[RunEvent]:
     """The run's events as they are recorded, until it ends (or ``timeout``); supervisors restarted as needed."""
     st = _store(store)
     seq = 0
+    ended = False
     deadline = time.monotonic() + timeout
     while True:
         for ev in rs.events(st, run_id, seq):
-            seq = ev.seq
+            seq, ended = ev.seq, ended or ev.kind == "ended"
             yield ev
         if not rs.require(st, run_id).active:
-            for ev in rs.events(st, run_id, seq):  # what the run recorded while ending
-                seq = ev.seq
-                yield ev
-            return
+            # what the run recorded while ending: the supervisor marks the run ended, then records its "ended"
+            # event, so a watcher between the two waits a moment for that event (at most ENDED_SETTLE)
+            settle = time.monotonic() + ENDED_SETTLE
+            while True:
+                for ev in rs.events(st, run_id, seq):
+                    seq, ended = ev.seq, ended or ev.kind == "ended"
+                    yield ev
+                if ended or time.monotonic() > settle:
+                    return
+                time.sleep(0.05)
         if time.monotonic() > deadline:
             return
         ensure_supervisor(st, run_id)
