@@ -13,6 +13,8 @@ warnings. Each finding is one line naming ``file:line`` where the suite's file g
   failure detection lets them checkpoint;
 - **unproducible references**: a reference whose ``where:`` asks for a parameter value (or a mode: a declared
   value of a parameter) that neither the default point nor any matrix point runs;
+- **built versions**: a set-up check expecting a torch built from one commit (``+git<hash>``) where the profile
+  builds torch from another ref, or builds none;
 - **unpinned GPU frameworks**: a GPU suite whose profile installs torch, deepspeed, tensorflow or jax without a
   version: the newest release is built for the newest CUDA, which the testbed's driver may not run;
 - **bootstrap refusals**: the current get-pip.py run with a Python older than it accepts (in a suite's command, or
@@ -75,7 +77,8 @@ def lint_suite(s: Suite, points: list[dict[str, Any]] | None = None, *, profile_
     ``playbooks/``); ``specs``: the testbed specs it may run on, by name (default: the shipped ``inventories/``)."""
     runs = _runs(s)
     text = profile_text if profile_text is not None else set_up_text(s.profile)
-    out = branch_heads(s) + profile_branch_builds(s.profile) + fault_timing(s, runs + list(points or [])) \
+    out = branch_heads(s) + profile_branch_builds(s.profile) + built_version_checks(s.profile) \
+        + fault_timing(s, runs + list(points or [])) \
         + unproducible_references(s, runs) + unpinned_frameworks(s, runs + list(points or [])) + bootstrap_refusals(s) \
         + estimate_ignores_scale(s, runs) + unit_mismatches(s) + host_keyed_references(s) \
         + cross_point_verdicts(s, runs) + campaign_outlives_testbed(s) \
@@ -144,6 +147,43 @@ def profile_branch_builds(profile: str | None) -> list[Finding]:
         name = step.vars.get("source_build_name", step.vars.get("source_build_repo", "a build"))
         out.append(Finding("branch-head", f"the profile builds {name} at {version!r}, a branch or tag that can move "
                            "between set-ups, not a commit (pin one: source_build_version: <hash>)", step.where()))
+    return out
+
+
+_BUILT_AT = re.compile(r"\+git([0-9a-f]{7,40})\b")
+
+
+def built_version_checks(profile: str | None) -> list[Finding]:
+    """A set-up check (``gpu_check_expect_torch``) that expects a source build's version naming one commit
+    (``2.2.0a0+git8ac9b20``: torch names the commit it was built from) where the profile builds torch from another
+    ref, or builds none (a wheel from pip never says ``+git``): the check fails after the builds, every time."""
+    from testbed.setup import profiles as prof
+
+    if not profile:
+        return []
+    try:
+        plan = prof.load_profile(profile)
+    except (TestbedError, OSError):
+        return []
+    builds = [(str(_resolved(st.vars.get("source_build_name", ""), plan.vars)),
+               str(_resolved(st.vars.get("source_build_version", "HEAD"), plan.vars)))
+              for st in plan.steps if st.role == "source_build"
+              and "torch" in f"{st.vars.get('source_build_name', '')} {st.vars.get('source_build_repo', '')}".lower()]
+    out = []
+    for st in plan.steps:
+        want = str(_resolved(st.vars.get("gpu_check_expect_torch", ""), plan.vars))
+        m = _BUILT_AT.search(want) if st.role == "gpu_check" and "{{" not in want else None
+        if m is None:
+            continue
+        other = [(n, v) for n, v in builds if not (COMMIT_RE.match(v) and (v.startswith(m[1]) or m[1].startswith(v)))]
+        if builds and not other:
+            continue
+        built = "; ".join(f"{n} at {v!r}" for n, v in other) if builds else "no torch from source (a pip wheel " \
+            "never names a commit)"
+        out.append(Finding("built-version", f"gpu_check expects torch {want}, the build of commit {m[1]}, and the "
+                           f"profile builds {built}: torch names the commit it is built from, so the check fails "
+                           "after the builds (expect the commit built: '+git' ~ source_build_commits[NAME][:7])",
+                           st.where()))
     return out
 
 

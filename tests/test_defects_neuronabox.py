@@ -247,3 +247,24 @@ def test_the_torch_check_expects_the_commit_each_flavor_built_never_the_authors_
         assert check["gpu_check_expect_nccl"] == "2.19.4"
     unbuilt = next(x for x in _profile_roles(False, "emu") if x["role"] == "gpu_check")
     assert unbuilt["gpu_check_expect_torch"] == ""  # a host that built nothing here: reported, not judged
+
+
+def test_a_fixed_built_torch_hash_against_a_branch_build_is_a_static_finding(tb_home: Path) -> None:
+    """The class as testbed.lint reads it before any host: a mutant of the profile expecting the authors' hash."""
+    from testbed import lint
+
+    text = PROFILE.read_text()
+    start = text.index("      gpu_check_expect_torch: >-\n")
+    end = text.index("\n", text.index("source_build_commits | default({})", start)) + 1
+    dest = tb_home / "experiments" / "neuronabox"
+    dest.mkdir(parents=True)
+    (dest / "suite.yml").write_text((PROFILE.parent / "suite.yml").read_text())
+    (dest / "profile.yml").write_text(text[:start] + "      gpu_check_expect_torch: 2.2.0a0+git8ac9b20\n" + text[end:])
+    found = lint.built_version_checks("neuronabox")
+    assert len(found) == 1, found
+    assert found[0].kind == "built-version" and found[0].what.startswith(
+        "gpu_check expects torch 2.2.0a0+git8ac9b20, the build of commit 8ac9b20, and the profile builds "
+        "pytorch-{{ neuronabox_flavor }} at \"{{ 'emu' if "), found[0].what
+    assert found[0].where.startswith(str(dest / "profile.yml") + ":")
+    (dest / "profile.yml").write_text(text)
+    assert lint.built_version_checks("neuronabox") == []
