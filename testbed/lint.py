@@ -45,6 +45,7 @@ from testbed import paths, proof
 from testbed.errors import TestbedError
 
 if TYPE_CHECKING:
+    from testbed.setup.profiles import SetupPlan
     from testbed.suite import Step, Suite
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{7,40}$")
@@ -119,17 +120,24 @@ def branch_heads(s: Suite) -> list[Finding]:
 _SIMPLE_VAR = re.compile(r"^\s*\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}\s*$")
 
 
+def _profile_plan(profile: str | None) -> SetupPlan | None:
+    """The suite's profile read into its plan (None: no profile, or one that does not load: set-up names that)."""
+    from testbed.setup import profiles as prof
+
+    if not profile:
+        return None
+    try:
+        return prof.load_profile(profile)
+    except (TestbedError, OSError):
+        return None
+
+
 def profile_branch_builds(profile: str | None) -> list[Finding]:
     """A ``source_build`` of the suite's profile whose version is a branch or tag (or none: the default branch's
     head), not a commit: the set-up builds whatever the branch holds that day. A version given as ``{{ var }}`` is
     read through the profile's vars; one computed per host (any other template) is not judged."""
-    from testbed.setup import profiles as prof
-
-    if not profile:
-        return []
-    try:
-        plan = prof.load_profile(profile)
-    except (TestbedError, OSError):
+    plan = _profile_plan(profile)
+    if plan is None:
         return []
     out = []
     for step in plan.steps:
@@ -157,13 +165,8 @@ def built_version_checks(profile: str | None) -> list[Finding]:
     """A set-up check (``gpu_check_expect_torch``) that expects a source build's version naming one commit
     (``2.2.0a0+git8ac9b20``: torch names the commit it was built from) where the profile builds torch from another
     ref, or builds none (a wheel from pip never says ``+git``): the check fails after the builds, every time."""
-    from testbed.setup import profiles as prof
-
-    if not profile:
-        return []
-    try:
-        plan = prof.load_profile(profile)
-    except (TestbedError, OSError):
+    plan = _profile_plan(profile)
+    if plan is None:
         return []
     builds = [(str(_resolved(st.vars.get("source_build_name", ""), plan.vars)),
                str(_resolved(st.vars.get("source_build_version", "HEAD"), plan.vars)))
