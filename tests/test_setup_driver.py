@@ -56,7 +56,7 @@ def test_artifact_profiles_start_with_base(home: Path) -> None:
 
 def test_included_profile_vars_are_overridden(home: Path) -> None:
     plan = setup.load_profile("tesla")
-    assert plan.vars["shell_name"] == "zsh"
+    assert plan.vars["shell_name"] == "tcsh"
 
 
 def test_unknown_profile_is_refused_with_the_closest_name(home: Path) -> None:
@@ -81,7 +81,7 @@ def test_role_takes_its_vars_from_the_default_profile(home: Path) -> None:
     plan = setup.resolve_plan(roles=["python_env"], default_profile="tesla")
     assert plan.roles == ["python_env"]
     assert plan.steps[0].vars["python_env_dotenv_path"] == "~/.deepspeed_env"
-    assert plan.vars["shell_name"] == "zsh"
+    assert plan.vars["shell_name"] == "tcsh"
     plain = setup.resolve_plan(roles=["memlock"], default_profile="base")
     assert plain.steps[0].vars == {}
 

@@ -113,9 +113,10 @@ def _apply_twice(bed: Any, label: str, **kw: Any) -> setup.SetupResult:
 
 
 def test_tesla_profile_then_noop(bed: Any, served: dict[str, Any]) -> None:
-    """base + tesla: ssh mesh, zsh, packages, mpi hello on 4 hosts, venv (wheelhouse), repo fix, GPU report."""
+    """base + tesla: ssh mesh, zsh, packages, mpi hello on 4 hosts, venv (wheelhouse), repo fix, GPU report (zsh:
+    the shell role changing the login shell as root may; the lab profile itself keeps the lab's tcsh)."""
     url = served["url"]
-    offline = {"tesla_pip_packages": ["tbprobe==1.0"], "tesla_verify_imports": ["tbprobe"],
+    offline = {"shell_name": "zsh", "tesla_pip_packages": ["tbprobe==1.0"], "tesla_verify_imports": ["tbprobe"],
                "python_env_pip_extra_index_urls": [], "python_env_pip_no_index": True,
                "python_env_pip_find_links": [f"{url}/wheels/"],
                "python_env_pip_extra_args": f"--trusted-host {served['host']}",

@@ -222,7 +222,7 @@ def test_a_point_sets_up_only_the_roles_it_needs() -> None:
     assert hello.setup_roles == ["ssh_mesh", "shell", "packages", "mpi"] and train.setup_roles is None
     assert services.needed_roles([hello]) == hello.setup_roles and services.needed_roles([hello, train]) is None
     plan = resolve_plan(profile="tesla", only=hello.setup_roles)
-    assert plan.roles == ["ssh_mesh", "shell", "packages", "mpi"] and plan.vars["shell_name"] == "zsh"
+    assert plan.roles == ["ssh_mesh", "shell", "packages", "mpi"] and plan.vars["shell_name"] == "tcsh"
     assert "python_env" not in plan.roles and "(roles ssh_mesh, shell, packages, mpi)" in plan.name
     with pytest.raises(UsageError, match="not a role of profile"):
         resolve_plan(profile="tesla", only=["nope"])
