@@ -196,20 +196,38 @@ def list_suite_files() -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
-_NAMED: list[Path] = []  # suite folders loaded by their path (or fetched from git) in this process
+# the suite folders named by their path (or fetched from git) in the command under way (None: no command)
+_NAMED: ContextVar[list[Path] | None] = ContextVar("testbed_named_suites", default=None)
+
+
+@contextmanager
+def one_command() -> Iterator[None]:
+    """Within the block, one command: the suite folders it names by path (:func:`name_suite_folder`) count until
+    it ends, and no other command sees them. The front doors enter it (the CLI for each command line, the
+    services for each verb a script calls); one inside another is part of the outer command."""
+    if _NAMED.get() is not None:
+        yield
+        return
+    token = _NAMED.set([])
+    try:
+        yield
+    finally:
+        _NAMED.reset(token)
 
 
 def name_suite_folder(folder: Path) -> None:
-    """Count ``folder`` (a suite folder named by its path, or fetched from git) among :func:`named_suite_folders`: its
-    roles/ and profile.yml add to the shipped ones for the rest of this process (one command)."""
+    """Count ``folder`` (a suite folder named by its path, or fetched from git) among :func:`named_suite_folders`:
+    its roles/ and profile.yml add to the shipped ones for the rest of this command (:func:`one_command`);
+    outside a command, for nothing after this call."""
+    named = _NAMED.get()
     folder = folder.resolve()
-    if folder not in _NAMED:
-        _NAMED.append(folder)
+    if named is not None and folder not in named:
+        named.append(folder)
 
 
 def named_suite_folders() -> list[Path]:
-    """The suite folders named by their path (or fetched from git) in this process, first named first."""
-    return [f for f in _NAMED if (f / SUITE_FILE).is_file()]
+    """The suite folders named by their path (or fetched from git) in this command, first named first."""
+    return [f for f in _NAMED.get() or [] if (f / SUITE_FILE).is_file()]
 
 
 IMAGE_RECORD = ".cache/testbed/image.json"

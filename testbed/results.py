@@ -29,7 +29,8 @@ the generic report helpers a reporter builds on (``plotting``: figure drawers; `
 ``to_float``: reading a file, noting the lines skipped, a lenient number); and ``campaign_reporter(tables=[...])``:
 ``fn(camp: Campaign, rep: Report)`` builds the cross-run part of a campaign's report (``testbed report
 results/<suite>/``, ``--campaign``) after its table of runs, as ``reporter`` builds a run's, and names the tables
-it makes.
+it makes; later, ``why_missing(launched, point, what)``: the ``problem`` cell of a campaign's ``missing_points``
+table (``no output from run A, B`` or ``no run``).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ __all__ = ["API_VERSION", "FILE_NAME", "Campaign", "Parsed", "Parser", "Report",
            "SuiteResults", "Timestamp", "boxes", "campaign_reporter", "csv_rows", "event_time", "lines", "load",
            "load_text", "mean_by", "parser", "plotting", "plural", "rank_of", "register_campaign_reporter",
            "register_parser", "register_reporter", "reporter", "require", "skip_note", "summarise_skips",
-           "to_float"]
+           "to_float", "why_missing"]
 
 ParseFn = Callable[[str], Iterable[Mapping[str, Any]]]
 ReportFn = Callable[[RunDir, Report], None]
@@ -322,6 +323,14 @@ def mean_by(pairs: Iterable[tuple[int, float]]) -> tuple[list[int], list[float]]
         groups.setdefault(x, []).append(y)
     xs = sorted(groups)
     return xs, [fmean(groups[x]) for x in xs]
+
+
+def why_missing(launched: Mapping[Any, Sequence[str]], point: Any, what: str = "output") -> str:
+    """The ``problem`` cell of a campaign's ``missing_points`` row for a ``point`` it lacks: ``no <what> from run
+    A, B`` when ``launched`` (point -> the ids of the runs launched for it) names runs for it, else ``no run``.
+    Added in API 3 (an addition: a report.py that does not call it is unchanged)."""
+    runs = launched.get(point, [])
+    return f"no {what} from run {', '.join(runs)}" if runs else "no run"
 
 
 def error_line(exc: BaseException, path: Path) -> int | str:

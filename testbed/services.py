@@ -4,7 +4,9 @@ these.
 Each verb takes a resolved testbed (:class:`testbed.resolved.Resolved`) or a run id, calls the stages in order and
 returns data. What guards the bill lives here, so that a script gets it as the CLI does: a command on the hosts
 restarts the testbed's idle clock (the dead-man's switch, :mod:`testbed.deadman`), a run refreshes it, a new
-testbed is armed at provision (by its provider), ``extend`` moves the expiry and the lease together.
+testbed is armed at provision (by its provider), ``extend`` moves the expiry and the lease together. Each verb is
+one command (:func:`testbed.paths.one_command`): a suite folder a script's call names by its path counts for that
+call, and within a CLI command for the whole command.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import deadman, remote
 from testbed.errors import HostsFailed, TestbedError, UsageError, by_door, provision_fix
-from testbed.paths import RESULTS
+from testbed.paths import RESULTS, one_command
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -61,6 +63,7 @@ class Provisioned:
     switch: str | None = None  # how it fires: agent (on the hosts), watchdog (on this machine), lease, ...
 
 
+@one_command()
 def provision(tb: Resolved, *, expire: str | None = None, progress: Progress | None = None,
               for_suite: str | None = None) -> Provisioned:
     """Create (or find) the hosts and record them; idempotent. A new testbed whose set-up has an image boots from
@@ -94,6 +97,7 @@ def provision(tb: Resolved, *, expire: str | None = None, progress: Progress | N
                        e.switch if e and armed else None)
 
 
+@one_command()
 def repair(tb: Resolved, host: str, *, setup: bool = True, profile: str | None = None,
            progress: Progress | None = None) -> Repair:
     """Bring one failed host back without touching the others and set it up again (:mod:`testbed.setup.repair`);
@@ -107,6 +111,7 @@ def repair(tb: Resolved, host: str, *, setup: bool = True, profile: str | None =
     return repair_host(tb, host, setup=setup, profile=profile, progress=progress)
 
 
+@one_command()
 def destroy(tb: Resolved, progress: Progress | None = None) -> float:
     """Release every resource of the testbed and forget it (safe to repeat); the seconds it took."""
     t0 = time.monotonic()
@@ -128,6 +133,7 @@ class Extended:
     missed: list[str] = field(default_factory=list)  # hosts whose agent kept its old deadline
 
 
+@one_command()
 def extend(tb: Resolved, *, hours: float | None = None, expire: str | None = None) -> Extended:
     """Move the testbed's expiry by ``hours`` or to ``expire`` from now, and its lease (Chameleon) with it."""
     from testbed import expiry
@@ -168,6 +174,7 @@ def extend(tb: Resolved, *, hours: float | None = None, expire: str | None = Non
     return out
 
 
+@one_command()
 def disarm(tb: Resolved) -> None:
     """Turn the dead-man's switch off: no expiry, no idle limit (a lease still ends at its end)."""
     _require_record(tb)
@@ -194,6 +201,7 @@ class SetupDone:
     note: str | None = None  # one line on an image: what a bake would give, or why none was baked
 
 
+@one_command()
 def setup(tb: Resolved, *, profile: str | None = None, suite: str | None = None,
           roles: list[str] | None = None, check: bool = False, verify: bool = False, limit: list[str] | None = None,
           extra_vars: dict[str, Any] | None = None, sources: list[str] | None = None, bake: bool | None = None,
@@ -249,6 +257,7 @@ def setup_failed(name: str, res: SetupResult, more: str) -> HostsFailed:
                        fix=f"fix the failing task and run it again (testbed setup {name} shows it live); {more}")
 
 
+@one_command()
 def exec_(st: Store, name: str, command: str, hosts: str | Sequence[str] | None = None, *,
           timeout: float | None = None) -> list[HostResult]:
     """Run a shell command on testbed ``name``'s recorded hosts (names, groups, globs; all by default) in parallel;
@@ -288,6 +297,7 @@ class Started:
         return self.plan.run_id
 
 
+@one_command()
 def plan(suite: str | Suite, on: str | None, params: dict[str, Any] | None = None, *,
          faults: list[str] | None = None, sources: list[str] | dict[str, str] | None = None,
          dry_run: bool = False, store: Store | None = None) -> RunPlan:
@@ -299,6 +309,7 @@ def plan(suite: str | Suite, on: str | None, params: dict[str, Any] | None = Non
     return runner.plan_run(suite, on, dict(params or {}), faults=faults, dry_run=dry_run, sources=src, store=store)
 
 
+@one_command()
 def start(tb: Resolved, suite: str | Suite, params: dict[str, Any] | None = None, *,
           faults: list[str] | None = None, with_setup: bool = True,
           sources: list[str] | dict[str, str] | None = None, on_event: EventHandler | None = None) -> Started:
@@ -328,6 +339,7 @@ class CampaignStarted:
     budget_seconds: float | None = None
 
 
+@one_command()
 def start_campaign(tb: Resolved, suite: str | Suite, given: dict[str, Any] | None = None, *,
                    faults: list[str] | None = None, sources: dict[str, str] | None = None,
                    budget: Budget | None = None, with_setup: bool = True,
@@ -352,6 +364,7 @@ def start_campaign(tb: Resolved, suite: str | Suite, given: dict[str, Any] | Non
     return CampaignStarted(cid, s.name, tb.name, points, done, budget, limit.seconds if limit else None)
 
 
+@one_command()
 def campaign_dry_run(s: Suite, on: str | None, points: list[dict[str, Any]], *, faults: list[str] | None = None,
                      sources: dict[str, str] | None = None, store: Store | None = None
                      ) -> tuple[list[RunPlan], list[dict[str, Any]]]:
@@ -396,6 +409,7 @@ def refuse_overrun(s: Suite, tb: Resolved, given: dict[str, Any], faults: list[s
         code=Exit.USAGE)
 
 
+@one_command()
 def drive_campaign(campaign_id: str, *, progress: Callable[[str], None] | None = None,
                    store: Store | None = None) -> CampaignRecord:
     """Run the campaign's points one after the other until each ended or its budget is spent (then it is left
@@ -405,6 +419,7 @@ def drive_campaign(campaign_id: str, *, progress: Callable[[str], None] | None =
     return campaign.drive(campaign_id, progress=progress or (lambda _: None), store=store)
 
 
+@one_command()
 def detach_campaign(campaign_id: str) -> Path:
     """Drive the campaign in a process of its own that outlives this one; the file its output goes to."""
     import subprocess
@@ -441,6 +456,7 @@ def needed_roles(plans: Sequence[RunPlan]) -> list[str] | None:
     return list(dict.fromkeys(r for p in plans for r in p.setup_roles or []))
 
 
+@one_command()
 def wait(run_id: str, timeout: float = 3600, *, store: Store | None = None) -> RunRecord:
     """The run's record once it ended (or when ``timeout`` passed)."""
     from testbed.run import runner
@@ -448,6 +464,7 @@ def wait(run_id: str, timeout: float = 3600, *, store: Store | None = None) -> R
     return runner.wait(run_id, timeout, store=store)
 
 
+@one_command()
 def stop(run_id: str, *, store: Store | None = None) -> RunRecord:
     """Stop an active run: every rank's process group TERM then KILL; its record."""
     from testbed.run import runner
@@ -455,6 +472,7 @@ def stop(run_id: str, *, store: Store | None = None) -> RunRecord:
     return runner.stop_run(run_id, store=store)
 
 
+@one_command()
 def collect(run_ids: list[str] | None, to: str | Path = RESULTS, *, all_runs: bool = False,
             store: Store | None = None, progress: Any = None) -> list[CollectResult]:
     """Fetch runs' outputs into ``to/<suite>/<run id>/`` with checksums and a manifest."""
@@ -463,6 +481,7 @@ def collect(run_ids: list[str] | None, to: str | Path = RESULTS, *, all_runs: bo
     return collect_runs(run_ids, Path(to), all_runs=all_runs, progress=progress, store=store)
 
 
+@one_command()
 def report(target: str | Path, fmt: str = "md", *, campaign: str | None = None) -> ReportResult | IndexResult:
     """Reports of a results path: a run folder, a suite folder or ``results/`` (an index of everything)."""
     from testbed.report.folders import report_path

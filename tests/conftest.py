@@ -43,15 +43,6 @@ def _user_index_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
 
 
 @pytest.fixture(autouse=True)
-def _named_suite_folders() -> Iterator[None]:
-    """Suite folders named by path (or fetched from git) count for one command: here, for one test."""
-    from testbed import paths
-
-    yield
-    paths._NAMED.clear()
-
-
-@pytest.fixture(autouse=True)
 def _user_index(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Each test its own per-user index of state homes (other tests' folders are not its testbeds)."""
     d = tmp_path_factory.mktemp("xdg-state")

@@ -364,3 +364,15 @@ def test_a_table_reads_only_files_inside_the_run(tmp_path: Path) -> None:
     (run / "manifest.json").write_text(json.dumps(manifest))
     found = [(h, rel) for h, rel, _ in host_files(RunDir.open(run), "**/rank*.out")]
     assert found == [("node0", "rank0.out"), ("node1", "rank1.out")]
+
+
+def test_why_missing_words_a_missing_points_problem() -> None:
+    """The problem cell the shipped campaign reporters (datastall-emulator, isca-resnet18, tesla) give a point
+    they lack: the runs launched for it, else 'no run'."""
+    from testbed import results
+
+    launched = {("3", "resnet18"): ["r1", "r2"], "inj_a": ["r3"]}
+    assert results.why_missing(launched, ("3", "resnet18")) == "no output from run r1, r2"
+    assert results.why_missing(launched, "inj_a", "metrics.csv") == "no metrics.csv from run r3"
+    assert results.why_missing(launched, "inj_b") == "no run"
+    assert results.why_missing({}, "x", "metrics.csv") == "no run"

@@ -110,6 +110,69 @@ def test_a_suite_folders_profile_is_the_profile_of_its_name(tb_home: Path) -> No
     assert profiles.suite_profile("ckpt") == "ckpt"
 
 
+def _elsewhere(base: Path) -> Path:
+    """A suite folder outside experiments/ (named by its path) with its own profile ckpt and role checkfreq."""
+    d = base / "else" / "ckpt"
+    (d / "roles" / "checkfreq" / "tasks").mkdir(parents=True)
+    (d / "roles" / "checkfreq" / "tasks" / "main.yml").write_text("- ansible.builtin.debug: {msg: hi}\n")
+    (d / "suite.yml").write_text(SUITE + "profile: ckpt\n")
+    (d / "profile.yml").write_text("include: [base]\nroles: [checkfreq]\n")
+    return d
+
+
+def test_a_suite_folder_named_by_its_path_counts_for_its_command_only(tb_home: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two commands in one process (CliRunner, as the tests run them): the first names a suite folder by its
+    path and finds its profile and roles by name for the rest of that command; the next command does not."""
+    from typer.testing import CliRunner
+
+    from testbed import suite as suite_mod
+    from testbed.cli.typer_app import app
+    from testbed.setup import profiles
+
+    d = _elsewhere(tb_home)
+    seen: list[bool] = []
+    real = suite_mod.load_suite
+
+    def spy(name_or_path: str) -> suite_mod.Suite:
+        s = real(name_or_path)
+        seen.append(profiles.available_profiles().get("ckpt") == d / "profile.yml"
+                    and profiles.role_folders().get("checkfreq") == (d / "roles" / "checkfreq").resolve())
+        return s
+
+    monkeypatch.setattr(suite_mod, "load_suite", spy)
+    runner = CliRunner()
+    r = runner.invoke(app, ["plan", str(d)])
+    assert r.exit_code == 0, r.output
+    assert seen == [True]  # within the command: found by name after the path named it
+    r = runner.invoke(app, ["list", "profiles", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert "ckpt" not in {p["name"] for p in out["profiles"]} and "checkfreq" not in out["roles"]
+    assert "ckpt" not in profiles.available_profiles() and paths.named_suite_folders() == []
+
+
+def test_a_verb_of_the_python_api_is_one_command(tb_home: Path) -> None:
+    """services' verbs (what testbed.open()'s methods call) each are one command; one_command blocks nest (a
+    verb the CLI calls is part of the CLI's command); outside any command, naming a folder keeps nothing."""
+    from testbed import services
+    from testbed.setup import profiles
+
+    d = _elsewhere(tb_home)
+    services.plan(str(d), None, dry_run=True)
+    assert "ckpt" not in profiles.available_profiles()
+    with paths.one_command():
+        load_suite(str(d))
+        with paths.one_command():
+            assert paths.named_suite_folders() == [d.resolve()]
+            services.plan(str(d), None, dry_run=True)
+        assert profiles.available_profiles()["ckpt"] == d / "profile.yml"
+        assert profiles.load_profile("ckpt").roles[-1] == "checkfreq"
+    assert paths.named_suite_folders() == []
+    load_suite(str(d))
+    assert "ckpt" not in profiles.available_profiles()
+
+
 def test_collect_copies_a_folder_suite_under_its_name(tb_home: Path) -> None:
     """A folder suite is copied into the run folder as .suite/<name>/ with its workloads, and reads back under
     its name although its suite.yml does not say it."""
@@ -209,11 +272,12 @@ def test_a_suite_at_a_git_url_and_commit_is_fetched_into_the_state_home(tb_home:
 
     upstream, commit = repo
     arg = f"git+file://{upstream}@{commit}#suites/ckpt"
-    s = load_suite(arg)
-    top = tb_home / ".testbed" / "suites" / commit
+    with paths.one_command():  # its roles count for the command that fetched it
+        s = load_suite(arg)
+        top = tb_home / ".testbed" / "suites" / commit
+        assert profiles.role_folders()["checkfreq"] == (top / "suites/ckpt/roles/checkfreq").resolve()
     assert s.name == "ckpt" and s.description == "from git" and Path(s.source) == top / "suites/ckpt/suite.yml"
     assert _git(top, "rev-parse", "HEAD") == commit and (top / "suites/ckpt/workloads/job.py").is_file()
-    assert profiles.role_folders()["checkfreq"] == (top / "suites/ckpt/roles/checkfreq").resolve()
     assert suite_fetch.git_origin(Path(s.source)) == {"url": f"file://{upstream}", "commit": commit,
                                                       "path": "suites/ckpt/suite.yml"}
     shutil.rmtree(upstream)

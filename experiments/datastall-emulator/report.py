@@ -677,9 +677,8 @@ def missing(rep: results.Report, outs: Outputs, launched: dict[tuple[str, object
         if FIGURE_OF[fig] not in present:
             continue
         for key in sorted(expected[fig], key=str):
-            runs = launched.get((fig, key), [])
             if key not in outs[fig]:
-                why = f"no output from run {', '.join(runs)}" if runs else "no run"
+                why = results.why_missing(launched, (fig, key))
             else:
                 path, out = outs[fig][key]
                 done = out.epoch_totals(FIG4_EPOCH) if fig == "4" else out.final

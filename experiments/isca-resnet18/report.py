@@ -444,7 +444,6 @@ def _missing(rep: results.Report, injections: set[str], recorders: dict[str, Any
     for exp in sorted(set(EXPERIMENTS) | set(launched), key=lambda e: (e not in EXPERIMENTS, e)):
         have = exp in injections if exp.startswith("inj_") else all(v in recorders for v in RECORDERS.get(exp, ()))
         if not have:
-            runs = launched.get(exp, [])
-            rows.append([exp, f"no output from run {', '.join(runs)}" if runs else "no run"])
+            rows.append([exp, results.why_missing(launched, exp)])
     rep.heading("Missing experiments")
     rep.table("missing_points", ["experiment", "problem"], rows, "the artifact's three injections and two techniques")

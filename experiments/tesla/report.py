@@ -333,8 +333,7 @@ def _missing(rep: results.Report, have: dict[RunConfig, list[MetricRow]], launch
             frac = 1.0 if kind == "strong" else round(WEAK_STEP * n, 6)
             cfg = RunConfig(n, frac, *setting)
             if not any(c.gpus == n and abs(c.fraction - frac) < 1e-9 for c in have):
-                runs = launched.get(cfg, [])
-                rows.append([kind, n, frac, f"no metrics.csv from run {', '.join(runs)}" if runs else "no run"])
+                rows.append([kind, n, frac, results.why_missing(launched, cfg, "metrics.csv")])
     rep.heading("Missing points")
     rep.table("missing_points", ["kind", "gpus", "fraction", "problem"], rows,
               "strong: the full data set on 1-5 GPUs; weak: 10% of the data per GPU")

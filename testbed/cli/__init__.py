@@ -174,9 +174,11 @@ def _run_refusing_cleanly(fresh: bool) -> Any:
     that had no state, the state it created with nothing recorded is removed again (``provision nosuch`` or
     ``run … --on nosuch`` leave no ``.testbed/`` behind)."""
     from testbed.errors import front_door
+    from testbed.paths import one_command
 
     try:
-        with front_door("cli"):  # fixes name commands and flags (the API's name methods and arguments)
+        # fixes name commands and flags (the API's name methods and arguments); suites named by path: this command's
+        with front_door("cli"), one_command():
             rc = grammar.run(sys.argv[1:])
             if rc is None:
                 from testbed.cli import typer_app

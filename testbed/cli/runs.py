@@ -895,9 +895,10 @@ def main() -> None:
     import sys
 
     from testbed.errors import TestbedError, front_door
+    from testbed.paths import one_command
 
     try:
-        with front_door("cli"):  # a command line: fixes name its commands and flags
+        with front_door("cli"), one_command():  # a command line: fixes name its commands and flags
             standalone()()
     except TestbedError as e:
         sys.stderr.write("error: " + e.render() + "\n")

@@ -262,11 +262,17 @@ def _root(ctx: typer.Context,
                                                 callback=_version, is_eager=True)] = False) -> None:
     global tracebacks
     tracebacks = debug or bool(os.environ.get("TESTBED_DEBUG"))
-    from testbed.errors import front_door
+    from contextlib import ExitStack
 
-    door = front_door("cli")  # also when the app is called in-process (tests): fixes name commands and flags
-    door.__enter__()
-    ctx.call_on_close(lambda: door.__exit__(None, None, None))
+    from testbed.errors import front_door
+    from testbed.paths import one_command
+
+    # also when the app is called in-process (tests): fixes name commands and flags, and the suite folders named
+    # by path are this command's (a command line before it in this process named its own)
+    doors = ExitStack()
+    doors.enter_context(front_door("cli"))
+    doors.enter_context(one_command())
+    ctx.call_on_close(doors.close)
 
 
 _RST = re.compile(r"``(.+?)``")

@@ -274,7 +274,10 @@ def outcome(points: list[CampaignPoint]) -> str:
 
 def main(argv: list[str]) -> int:
     """``python -m testbed.run.campaign CID``: drive a campaign detached (``testbed run --matrix --detach``)."""
-    row = drive(argv[0], progress=lambda s: print(s, flush=True))
+    from testbed.paths import one_command
+
+    with one_command():
+        row = drive(argv[0], progress=lambda s: print(s, flush=True))
     if row.status == "paused":
         return Exit.STOPPED
     return 0 if all(p.status == "succeeded" for p in row.points) else 1
