@@ -2,8 +2,8 @@
 
 Five local hosts stand in for ecetesla0-4: a lab-provider testbed whose hosts carry the real names, a
 non-root lab account whose login shell is tcsh (the lab machines' default, which the artifact's
-``change_cn_shell.sh`` replaces with zsh; the profile keeps it). The tesla profile's ssh_mesh, shell and mpi roles set them up
-(real Ansible through that tcsh), then ``testbed run tesla -p task=hello`` runs the repository's code, given
+``change_cn_shell.sh`` replaces with zsh; the profile keeps it). The tesla profile's ssh_mesh, shell and mpi roles
+set them up (real Ansible through that tcsh), then ``testbed run tesla -p task=hello`` runs the repository's code, given
 with ``--source vit=<the unpacked artifact>``, across all five, and the results are collected.
 """
 
