@@ -429,6 +429,7 @@ class CampaignInfo(_Model):
     sources: dict[str, str] = Field(default_factory=dict)
     budget: dict[str, Any] | None = None  # --budget of the last session: amount, unit, given (testbed.estimate)
     stopped: dict[str, Any] | None = None  # why launching stopped short (the budget): spent, limit, points left
+    suite_file: str | None = None  # the suite's file, where its name does not find it (a folder named by its path)
 
 
 class CampaignRecord(_Model):

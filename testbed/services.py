@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed import deadman, remote
+from testbed import deadman, paths, remote
 from testbed.errors import HostsFailed, TestbedError, UsageError, by_door, provision_fix
 from testbed.paths import RESULTS, one_command
 
@@ -353,14 +353,17 @@ def start_campaign(tb: Resolved, suite: str | Suite, given: dict[str, Any] | Non
 
     s = load_suite(suite) if isinstance(suite, str) else suite
     points = expand_matrix(s, dict(given or {}))
-    limit = campaign.Limit(s.name, tb.name, points, budget, tb.store) if budget else None  # every estimate
+    limit = campaign.Limit(s, tb.name, points, budget, tb.store) if budget else None  # every estimate
     refuse_overrun(s, tb, dict(given or {}), faults, limit.seconds if limit else None)
     first = plan(s, tb.name, points[0], faults=faults, sources=sources, store=tb.store)
     # a suite whose points need different roles of its profile (setup_roles): the roles any point needs
     more = [plan(s, tb.name, p, faults=faults, dry_run=True, sources=sources, store=tb.store) for p in points[1:]] \
         if s.setup_roles else []
     done = suite_setup(tb, s, first, on_event, more) if with_setup and s.profile else None
-    cid = campaign.create_or_resume(s.name, tb.name, points, faults, sources, store=tb.store, budget=budget)
+    found = paths.find_suite(s.name)
+    own = found is not None and s.source is not None and found.resolve() == Path(s.source).resolve()
+    cid = campaign.create_or_resume(s.name, tb.name, points, faults, sources, store=tb.store, budget=budget,
+                                    suite_file=None if own or not s.source else str(Path(s.source).resolve()))
     return CampaignStarted(cid, s.name, tb.name, points, done, budget, limit.seconds if limit else None)
 
 

@@ -405,3 +405,19 @@ def test_run_on_a_terminal_shows_the_ranks_lines_live(bed) -> None:  # type: ign
     assert "r0  rank 0 step " in text and "r1  rank 1 step " in text, text[-3000:]
     assert "Ctrl-C detaches" in text
     assert "noise" not in text  # the suite's progress pattern picks the lines
+
+
+def test_a_campaign_of_a_suite_folder_named_by_its_path(bed, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``run ./folder --matrix``: a suite folder outside experiments/ (its name finds nothing) is recorded by its file,
+    so the campaign, driven after the command that named it, loads it; before, every point stopped at "no suite
+    named 'twice'"."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "suite.yml").write_text(SLEEPY.replace("name: sleepy", "name: twice").replace("n: [1, 2, 3]", "n: [1, 2]"))
+    r = cli(bed, "run", str(folder), "--on", bed.name, "--matrix", "-p", "seconds=0.5", "-p", "host_count=1")
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 0, r.stderr
+    assert "no suite named" not in err and "succeeded: 2/2 runs succeeded" in err, err
+    cid = err.split("campaign ", 1)[1].split(":", 1)[0]
+    camp = Store.open_default().campaign(cid)
+    assert camp is not None and camp.suite == "twice" and camp.info.suite_file == str((folder / "suite.yml").resolve())

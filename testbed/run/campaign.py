@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed import estimate as est
 from testbed.errors import UsageError
@@ -31,16 +31,21 @@ from testbed.run import bookkeeping as rs
 from testbed.state import Store
 from testbed.textfmt import plural
 
+if TYPE_CHECKING:
+    from testbed.suite import Suite
+
 DONE = rs.ENDED
 
 
 def create_or_resume(suite: str, testbed: str, points: list[dict[str, Any]], faults: list[str] | None,
                      sources: dict[str, str] | None = None, *, store: Store | None = None,
-                     budget: est.Budget | None = None) -> str:
+                     budget: est.Budget | None = None, suite_file: str | None = None) -> str:
     """The campaign for these points: a new one, or the unfinished one with the same id (resumed).
 
     ``sources``: --source overrides, applied to every run (a different override is a different campaign).
     ``budget``: this session's limit (None: none; a resumed campaign's earlier budget is not kept).
+    ``suite_file``: the suite's file where its name does not find it (a suite folder named by its path): the
+    campaign, driven later or in a process of its own, loads the suite from there.
     """
     cid = rs.campaign_id(suite, testbed, points, faults) if not sources else \
         rs.campaign_id(suite, testbed, [*points, {"__sources__": sources}], faults)
@@ -50,28 +55,28 @@ def create_or_resume(suite: str, testbed: str, points: list[dict[str, Any]], fau
         st.add_campaign(CampaignRecord(id=cid, suite=suite, testbed=testbed,
                                        points=[CampaignPoint(params=p) for p in points], status="running",
                                        created=time.time(), info=CampaignInfo(
-                                           faults=faults, sources=sources or {},
+                                           faults=faults, sources=sources or {}, suite_file=suite_file,
                                            budget=budget.to_json() if budget else None)))
         return cid
     if row.status != "running":
         st.save_campaign(cid, row.points, "running")
     st.set_campaign_info(cid, row.info.model_copy(update={"budget": budget.to_json() if budget else None,
-                                                          "stopped": None}))
+                                                          "stopped": None, "suite_file": suite_file}))
     return cid
 
 
 class Limit:
     """A campaign's budget as testbed seconds, with the estimates that decide whether the next point fits."""
 
-    def __init__(self, suite: str, testbed: str, points: list[dict[str, Any]], budget: est.Budget, st: Store,
-                 cid: str = "") -> None:
+    def __init__(self, suite: str | Suite, testbed: str, points: list[dict[str, Any]], budget: est.Budget,
+                 st: Store, cid: str = "") -> None:
         """Refuses (UsageError, before any host) a budget in a unit the testbed is not priced in, and a point
         with no estimate."""
         from testbed.run import forecast
         from testbed.suite import load_suite
 
         self.budget, self.cid, self.st = budget, cid, st
-        self.suite = load_suite(suite)
+        self.suite = load_suite(suite) if isinstance(suite, str) else suite
         self.rate = forecast.testbed_rate(testbed, len(st.hosts(testbed)), st)[1]
         self.seconds = est.budget_hours(budget, self.rate) * 3600
         estimator = forecast.Estimator(self.suite, testbed, st)
@@ -79,8 +84,9 @@ class Limit:
         for p in points:
             secs, _ = estimator(p)
             if secs is None:
-                raise UsageError(f"--budget needs an estimate for every point; {suite} has none for "
-                                 + ", ".join(f"{k}={v}" for k, v in p.items()), where=self.suite.source or suite,
+                raise UsageError(f"--budget needs an estimate for every point; {self.suite.name} has none for "
+                                 + ", ".join(f"{k}={v}" for k, v in p.items()),
+                                 where=self.suite.source or self.suite.name,
                                  fix="add 'estimate:' to the suite (e.g. estimate: 10m), or run the point once "
                                      "without --budget: later estimates use its recorded time")
             self.estimates.append(secs)
@@ -91,7 +97,7 @@ class Limit:
         b = row.info.budget
         if not b:
             return None
-        return cls(row.suite, row.testbed, [p.params for p in row.points],
+        return cls(row.info.suite_file or row.suite, row.testbed, [p.params for p in row.points],
                    est.Budget(float(b["amount"]), str(b["unit"]), str(b["given"])), st, row.id)
 
     def spent(self, now: float | None = None) -> float:
@@ -140,13 +146,14 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
     from testbed.suite import load_suite, point_reads
 
     # resolved once: every run of the campaign gets the same snapshot (and a URL is asked once, not per point)
-    overrides = sources_mod.for_suite(load_suite(suite), testbed, row.info.sources or None)
+    s = load_suite(row.info.suite_file or suite)  # its file where its name does not find it
+    overrides = sources_mod.for_suite(s, testbed, row.info.sources or None)
     all_hosts = [h.name for h in st.hosts(testbed)]
     needs = []
     for p in points:  # every point checked up front (bad templates, too few hosts) before anything starts
-        needs.append(len(runner.plan_run(suite, testbed, p.params, faults=faults, overrides=overrides,
+        needs.append(len(runner.plan_run(s, testbed, p.params, faults=faults, overrides=overrides,
                                          store=st, reads={}).hosts))
-    reads = point_reads(load_suite(suite), [p.params for p in points])
+    reads = point_reads(s, [p.params for p in points])
     skipped = sum(1 for p in points if p.status in DONE)
     if skipped:
         progress(f"campaign {cid}: resuming; {skipped}/{plural(len(points), 'run')} already finished (not repeated)")
@@ -173,7 +180,7 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
                          f"(the next, {', '.join(f'{k}={v}' for k, v in p.params.items())}, is estimated at "
                          f"{limit.estimates[i]:.0f} s)")
                 break
-            plan = runner.plan_run(suite, testbed, p.params, faults=faults, only_hosts=free, overrides=overrides,
+            plan = runner.plan_run(s, testbed, p.params, faults=faults, only_hosts=free, overrides=overrides,
                                    store=st, reads=read.folders)
             p.run_id, p.status = plan.run_id, "pending"
             st.save_campaign(cid, points)
