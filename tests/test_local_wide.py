@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from localbed import local_bed
+from localbed import free_subnet, local_bed
 from pydantic import ValidationError
 
 from testbed.providers.local.settings import LocalSettings, prefix_for, room
@@ -131,3 +131,24 @@ def test_hosts_on_several_bridges_and_both_sides_of_a_24(tmp_path: Path, need_lo
     assert _left(tag) == [], _left(tag)
     assert not (bed.home / "testbeds" / "wide").exists()
     print(f"{hosts} hosts on {len(bridges)} bridges up in {up_s:.1f} s (load {Path('/proc/loadavg').read_text()})")
+
+
+def test_more_hosts_than_the_arp_table_refused_before_anything(tmp_path: Path, need_local: None) -> None:
+    """1,000 hosts where this machine keeps 1,024 ARP entries (the default): one message naming the sysctl to
+    raise, and no namespace, link or host folder made."""
+    most = int(Path("/proc/sys/net/ipv4/neigh/default/gc_thresh3").read_text())
+    if most >= 1000 + 64:
+        pytest.skip(f"this machine keeps {most} ARP entries: 1,000 hosts would really be made")
+    (tmp_path / "inventories").mkdir()
+    spec = f"provider: {{kind: local, hosts: 1000, subnet: {free_subnet(22)}}}\nuser: root\n"
+    (tmp_path / "inventories" / "arp.yml").write_text(spec)
+    home = tmp_path / "h"
+    r = subprocess.run([sys.executable, "-m", "testbed", "provision", "arp"], cwd=tmp_path, capture_output=True,
+                       text=True, env={**os.environ, "TESTBED_HOME": str(home), "COLUMNS": "400"}, timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and "Traceback" not in out, out
+    assert "1000 local hosts need more ARP entries" in out and "net.ipv4.neigh.default.gc_thresh3=" in out, out
+    assert not list(home.glob("testbeds/arp/local/hosts/*"))
+    import hashlib
+
+    assert _left(hashlib.sha256(str(home / "testbeds" / "arp").encode()).hexdigest()[:6]) == []  # the provider's tag

@@ -47,6 +47,8 @@ KEPT = ("etc/ssh/ssh_host_*", "etc/hosts", "etc/machine-id", "var/lib/dbus/machi
         "home/*/.ssh", "~/.testbed-runs")
 """What a host repaired from an image keeps of its old disk: its identity (its SSH keys, so its peers' pins and
 meshes hold) and its runs' folders; the rest of :data:`IDENTITY` (logs, /tmp, the set-up record) goes."""
+NEIGH_SPARE = 64
+"""ARP entries left for this machine's own neighbours when the hosts' count is checked against ``gc_thresh3``."""
 REQUIRED_TOOLS = {"ip": "iproute2", "unshare": "util-linux", "nsenter": "util-linux", "setsid": "util-linux",
                   "mount": "mount",
                   "ssh": "openssh-client", "ssh-keygen": "openssh-client", "ssh-keyscan": "openssh-client"}
@@ -318,6 +320,22 @@ class LocalProvider(Provider):
                                else "the working folder", fix="set TESTBED_HOME to a folder without them",
                                code=Exit.USAGE)
         self._check_subnet()
+        self._check_neighbours()
+
+    def _check_neighbours(self) -> None:
+        """Refuse more hosts than this machine's ARP table holds (``gc_thresh3``: 1,024 by default, less what
+        the machine's own neighbours take): past it the controller cannot reach the last hosts."""
+        path = Path("/proc/sys/net/ipv4/neigh/default/gc_thresh3")
+        try:
+            most = int(path.read_text())
+        except (OSError, ValueError):
+            return
+        if self.settings.hosts + NEIGH_SPARE > most:
+            raise TestbedError(
+                f"{self.settings.hosts} local hosts need more ARP entries than this machine keeps ({most}, with "
+                f"{NEIGH_SPARE} left for its own neighbours)", where=str(path),
+                fix=f"sysctl -w net.ipv4.neigh.default.gc_thresh3={4 * most} "
+                    f"net.ipv4.neigh.default.gc_thresh2={2 * most}, then provision again", code=Exit.USAGE)
 
     def lock(self) -> contextlib.AbstractContextManager[None]:
         return self._lock()
