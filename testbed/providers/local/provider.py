@@ -297,8 +297,9 @@ class LocalProvider(Provider):
 
     @property
     def ssh_timeout(self) -> float:
-        """30 s, and half a second more per host: hundreds of hosts start on a few cores one after another."""
-        return 30.0 + 0.5 * self.settings.hosts
+        """30 s, and a second more per host: hundreds of hosts start on a few cores one after another (512 on 2
+        loaded cores: 244 s from the first wait to the last login)."""
+        return 30.0 + 1.0 * self.settings.hosts
 
     def preflight(self) -> None:
         problems = check_requirements(self.settings.sshd)
