@@ -37,14 +37,18 @@ def tool(name: str) -> str:
 
 
 @contextlib.contextmanager
-def bed(hosts: int, name: str = "bench") -> Iterator[LocalBed]:
-    """A provisioned local testbed of ``hosts`` hosts in a temporary directory (destroyed on exit)."""
+def bed(hosts: int, name: str = "bench", bridge_ports: int | None = None) -> Iterator[LocalBed]:
+    """A provisioned local testbed of ``hosts`` hosts in a temporary directory (destroyed on exit), on a subnet that
+    holds them (wider than a /24 past 252) and ``bridge_ports`` hosts a bridge (default: the provider's)."""
+    from testbed.providers.local.settings import prefix_for
+
     reason = local_available()
     if reason:
         sys.exit(f"local testbed unavailable: {reason}")
     tmp = Path(tempfile.mkdtemp(prefix="tb-bench-"))
     try:
-        with local_bed(tmp, name=name, hosts_n=hosts) as b:
+        with local_bed(tmp, name=name, hosts_n=hosts, prefix=min(24, prefix_for(hosts)),
+                       bridge_ports=bridge_ports) as b:
             yield b
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,7 +1,8 @@
 """Scale: bring up N local hosts, say where the time goes and what a host costs in memory; then (optionally) a
 set-up of the base profile and a collect on all of them.
 
-Run by hand as root:  .venv/bin/python bench/scale.py [--hosts 128] [--setup] [--collect] [--keep-going]
+Run by hand as root:  .venv/bin/python bench/scale.py [--hosts 128] [--bridge-ports N] [--setup] [--collect]
+[--keep-going] (past 252 hosts the subnet is wider than a /24)
 
 Prints the provision time split into its phases (bridge and links, disks, host start, SSH reach, user), the
 target (128 hosts within 15 s) and whether it is met, and the memory of one host: the proportional set size
@@ -71,6 +72,7 @@ def host_memory_mb(prov: LocalProvider) -> tuple[float, float, int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hosts", type=int, default=128)
+    ap.add_argument("--bridge-ports", type=int, default=None, help="hosts per bridge (default: the provider's)")
     ap.add_argument("--target", type=float, default=15.0, help="seconds allowed for the provision")
     ap.add_argument("--setup", action="store_true", help="also apply the base profile to every host")
     ap.add_argument("--collect", action="store_true", help="also run a suite's collect on every host")
@@ -84,7 +86,7 @@ def main() -> None:
             _timed_method(LocalProvider, name, label)
     print(f"load before: {loadavg()}", flush=True)
     t0 = time.perf_counter()
-    with bed(a.hosts, name="scale") as b:
+    with bed(a.hosts, name="scale", bridge_ports=a.bridge_ports) as b:
         total = time.perf_counter() - t0
         assert b.provider is not None
         rows: list[list[object]] = [[k, v] for k, v in PHASES.items()]

@@ -504,7 +504,7 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
         raise UsageError(f"suite '{s.name}' names no testbed to rehearse on a replica of", where="--like",
                          fix="give --like TESTBED (a spec in inventories/)")
     target = load_testbed(like)
-    subnet = subnet or _free_subnet(replica_name(target.name))
+    subnet = subnet or _free_subnet(replica_name(target.name), len(target.provider.planned_hosts() or []))
     spec, spec_path = _write_replica_spec(target, s, points, subnet)
     overrides = sources_mod.for_suite(s, like, sources)
     overrides = _offline_sources(s, overrides, like, note)
@@ -551,15 +551,16 @@ def _left_to_fill_in(s: Any) -> list[str]:
     return [f"{s.source}:{n}: left to fill in: {text}" for n, text in todo_comments(read_text(Path(s.source)))]
 
 
-def _free_subnet(name: str) -> str:
-    """A subnet no route of this machine uses; the one a kept replica of this name was made with, while it is."""
+def _free_subnet(name: str, hosts: int = 0) -> str:
+    """A subnet that holds ``hosts`` and no route of this machine uses; the one a kept replica of this name was made
+    with, while it is."""
     from testbed.providers.local.provider import free_subnet
 
     try:
         prev = json.loads((paths.home() / "rehearse" / f"{name}.yml").read_text())["provider"]["subnet"]
     except (OSError, ValueError, KeyError, TypeError):
         prev = None
-    return free_subnet(DEFAULT_SUBNET, prefer=prev if isinstance(prev, str) else None)
+    return free_subnet(DEFAULT_SUBNET, prefer=prev if isinstance(prev, str) else None, hosts=hosts)
 
 
 def _write_replica_spec(target: TestbedSpec, s: Suite, points: list[dict[str, Any]],

@@ -54,14 +54,19 @@ def _used_subnets() -> set[str]:
     return {r.get("dst", "") for r in json.loads(out or "[]")}
 
 
-def free_subnet() -> str:
-    used = _used_subnets()
+def free_subnet(prefix: int = 24) -> str:
+    """A random 10.213.x.0/``prefix`` (24 or wider) that no route of this machine overlaps."""
+    import ipaddress
+
+    used = [ipaddress.IPv4Network(d if "/" in d else f"{d}/32", strict=False)
+            for d in _used_subnets() if d and d[0].isdigit()]
+    step = 1 << (24 - prefix)
     for _ in range(200):
-        n = random.randint(1, 254)
-        net = f"10.213.{n}.0/24"
-        if net not in used:
-            return net
-    raise RuntimeError("no free 10.213.x.0/24 subnet")
+        n = random.randrange(step, 255 - step + 1, step)
+        net = ipaddress.IPv4Network(f"10.213.{n}.0/{prefix}")
+        if not any(net.overlaps(u) for u in used):
+            return str(net)
+    raise RuntimeError(f"no free 10.213.x.0/{prefix} subnet")
 
 
 @dataclass
@@ -81,6 +86,8 @@ class LocalBed:
     bridge: str | None = None  # provider.bridge (default: one testbed makes)
     hardware: dict[str, object] = field(default_factory=dict)  # the spec's hardware: (shared_home ...)
     own_cgroups: bool = False  # provider.own_cgroups: each host its cgroup namespace (a Slurm node's proctrack)
+    prefix: int = 24  # the subnet's size (a /23 for more than 252 hosts)
+    bridge_ports: int | None = None  # provider.bridge_ports: hosts per bridge (default: the provider's)
 
     @property
     def home(self) -> Path:
@@ -104,16 +111,15 @@ class LocalBed:
         os.environ["TESTBED_HOME"] = str(self.home)
         last: Exception | None = None
         for _ in range(5):
-            subnet = free_subnet()
-            self.spec = TestbedSpec(name=self.name, provider=LocalSettings(hosts=self.hosts_n, subnet=subnet,
-                                                                           bridge=self.bridge,
-                                                                           own_cgroups=self.own_cgroups),
+            subnet = free_subnet(self.prefix)
+            prov = {"kind": "local", "hosts": self.hosts_n, "subnet": subnet,
+                    **({"bridge": self.bridge} if self.bridge else {}),
+                    **({"own_cgroups": True} if self.own_cgroups else {}),
+                    **({"bridge_ports": self.bridge_ports} if self.bridge_ports else {})}
+            self.spec = TestbedSpec(name=self.name, provider=LocalSettings(**prov),  # type: ignore[arg-type]
                                     user=self.user, groups=self.groups, vars=self.vars,
                                     hardware=self.hardware)
             spec_file = self.cwd / "inventories" / f"{self.name}.yml"
-            prov = {"kind": "local", "hosts": self.hosts_n, "subnet": subnet,
-                    **({"bridge": self.bridge} if self.bridge else {}),
-                    **({"own_cgroups": True} if self.own_cgroups else {})}
             spec_file.write_text(json.dumps({"provider": prov, "user": self.user, "groups": self.groups,
                                              "vars": self.vars, "hardware": self.hardware}))
             self.spec.source = str(spec_file)

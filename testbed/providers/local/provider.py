@@ -32,7 +32,7 @@ from testbed.errors import TestbedError, provision_fix
 from testbed.exitcodes import Exit
 from testbed.hosts import Host
 from testbed.providers.base import Capability, Made, Provider
-from testbed.providers.local.settings import LocalSettings
+from testbed.providers.local.settings import LocalSettings, prefix_for, room
 
 if TYPE_CHECKING:
     from testbed.expiry import Expiry
@@ -47,6 +47,8 @@ KEPT = ("etc/ssh/ssh_host_*", "etc/hosts", "etc/machine-id", "var/lib/dbus/machi
         "home/*/.ssh", "~/.testbed-runs")
 """What a host repaired from an image keeps of its old disk: its identity (its SSH keys, so its peers' pins and
 meshes hold) and its runs' folders; the rest of :data:`IDENTITY` (logs, /tmp, the set-up record) goes."""
+NEIGH_SPARE = 64
+"""ARP entries left for this machine's own neighbours when the hosts' count is checked against ``gc_thresh3``."""
 REQUIRED_TOOLS = {"ip": "iproute2", "unshare": "util-linux", "nsenter": "util-linux", "setsid": "util-linux",
                   "mount": "mount",
                   "ssh": "openssh-client", "ssh-keygen": "openssh-client", "ssh-keyscan": "openssh-client"}
@@ -123,22 +125,24 @@ def _routes() -> Iterator[tuple[str, str, ipaddress.IPv4Network]]:
             continue
 
 
-def free_subnet(first: str = "10.219.0.0/24", tries: int = 256, *, prefer: str | None = None) -> str:
-    """The first /24 from ``first`` upwards (at most ``tries`` of them) that no route of this machine overlaps.
+def free_subnet(first: str = "10.219.0.0/24", tries: int = 256, *, prefer: str | None = None, hosts: int = 0) -> str:
+    """The first block of ``first``'s size (widened to hold ``hosts`` hosts) from ``first`` upwards (at most ``tries``
+    of them) that no route of this machine overlaps.
 
-    ``prefer``: a subnet to keep when it is free or routed exactly (a kept testbed's own bridge)."""
+    ``prefer``: a subnet to keep when it is free or routed exactly (a kept testbed's own bridge) and holds ``hosts``."""
     taken = [net for _, _, net in _routes()]
-    if prefer and all(p == ipaddress.IPv4Network(prefer) or not p.overlaps(ipaddress.IPv4Network(prefer))
-                      for p in taken):
+    if prefer and room(ipaddress.IPv4Network(prefer)) >= hosts and all(
+            p == ipaddress.IPv4Network(prefer) or not p.overlaps(ipaddress.IPv4Network(prefer)) for p in taken):
         return prefer
     net = ipaddress.IPv4Network(first)
+    net = ipaddress.IPv4Network(f"{net.network_address}/{min(net.prefixlen, prefix_for(hosts))}", strict=False)
     for _ in range(tries):
         if not any(net.overlaps(t) for t in taken):
             return str(net)
         net = ipaddress.IPv4Network((int(net.network_address) + net.num_addresses, net.prefixlen))
-    raise TestbedError(f"no free /24 among the {tries} from {first}: every one clashes with a route of this machine",
-                       where="ip route", fix="give one with --subnet, or destroy local testbeds you no longer use",
-                       code=Exit.USAGE)
+    raise TestbedError(f"no free /{net.prefixlen} among the {tries} from {first}: every one clashes with a route of "
+                       "this machine", where="ip route",
+                       fix="give one with --subnet, or destroy local testbeds you no longer use", code=Exit.USAGE)
 
 
 @dataclass
@@ -151,6 +155,7 @@ class HostSlot:
     netns: str
     veth: str
     root: Path  # <testbed>/local/hosts/<name>
+    bridge: str = ""  # the bridge its link is on (one of several past ``bridge_ports`` hosts)
 
     @property
     def upper(self) -> Path:
@@ -211,6 +216,16 @@ class LocalProvider(Provider):
         return self.settings.bridge or f"tb{self.tag}br"
 
     @property
+    def bridges(self) -> list[str]:
+        """The bridges, first the one with the gateway's address; each further one (``bridge_ports`` hosts past the
+        first's) is testbed's own, linked to the first by a veth pair: one segment, one subnet."""
+        return [self.bridge] + [f"tb{self.tag}b{k}" for k in range(1, self.settings.bridges())]
+
+    def bridge_link(self, k: int) -> tuple[str, str]:
+        """The veth pair that joins bridge ``k`` (k >= 1) to the first: (its end on the first, its end on k)."""
+        return f"tb{self.tag}l{k}", f"tb{self.tag}m{k}"
+
+    @property
     def network(self) -> ipaddress.IPv4Network:
         return ipaddress.IPv4Network(self.settings.subnet)
 
@@ -221,8 +236,10 @@ class LocalProvider(Provider):
     def slots(self) -> list[HostSlot]:
         s = self.settings
         net = self.network
+        bridges = self.bridges
         return [HostSlot(i, name, str(net.network_address + 2 + i), f"tb{self.tag}-{name}", f"tb{self.tag}v{i}",
-                         self.base / "hosts" / name) for i, name in enumerate(s.planned_hosts())]
+                         self.base / "hosts" / name, bridges[i // s.bridge_ports])
+                for i, name in enumerate(s.planned_hosts())]
 
     @property
     def shared_home(self) -> Path | None:
@@ -252,7 +269,8 @@ class LocalProvider(Provider):
                     f"the local testbed's subnet {net} clashes with route {dst} on {dev}",
                     where=f"{self.spec.source or 'inventories/' + self.name + '.yml'}: provider.subnet",
                     fix=paths.edit_hint(self.spec.source or f"inventories/{self.name}.yml",
-                                        "set provider.subnet to a free private subnet (e.g. 10.214.0.0/24)"),
+                                        "set provider.subnet to a free private subnet (e.g. "
+                                        f"10.214.0.0/{min(24, prefix_for(self.settings.hosts))})"),
                     code=Exit.USAGE)
 
     def _alive(self, sl: HostSlot) -> bool:
@@ -279,7 +297,9 @@ class LocalProvider(Provider):
 
     @property
     def ssh_timeout(self) -> float:
-        return 30.0
+        """30 s, and a second more per host: hundreds of hosts start on a few cores one after another (512 on 2
+        loaded cores: 244 s from the first wait to the last login)."""
+        return 30.0 + 1.0 * self.settings.hosts
 
     def preflight(self) -> None:
         problems = check_requirements(self.settings.sshd)
@@ -301,12 +321,29 @@ class LocalProvider(Provider):
                                else "the working folder", fix="set TESTBED_HOME to a folder without them",
                                code=Exit.USAGE)
         self._check_subnet()
+        self._check_neighbours()
+
+    def _check_neighbours(self) -> None:
+        """Refuse more hosts than this machine's ARP table holds (``gc_thresh3``: 1,024 by default, less what
+        the machine's own neighbours take): past it the controller cannot reach the last hosts."""
+        path = Path("/proc/sys/net/ipv4/neigh/default/gc_thresh3")
+        try:
+            most = int(path.read_text())
+        except (OSError, ValueError):
+            return
+        if self.settings.hosts + NEIGH_SPARE > most:
+            raise TestbedError(
+                f"{self.settings.hosts} local hosts need more ARP entries than this machine keeps ({most}, with "
+                f"{NEIGH_SPARE} left for its own neighbours)", where=str(path),
+                fix=f"sysctl -w net.ipv4.neigh.default.gc_thresh3={4 * most} "
+                    f"net.ipv4.neigh.default.gc_thresh2={2 * most}, then provision again", code=Exit.USAGE)
 
     def lock(self) -> contextlib.AbstractContextManager[None]:
         return self._lock()
 
     def info(self) -> dict[str, object]:
-        return {"bridge": self.bridge, "subnet": str(self.network), "tag": self.tag}
+        more = {"bridges": self.bridges} if len(self.bridges) > 1 else {}
+        return {"bridge": self.bridge, **more, "subnet": str(self.network), "tag": self.tag}
 
     def create(self, public_key: str | None) -> Made:
         """The bridge, then every host that is not running: its disk (kept across restarts) and its init.
@@ -381,6 +418,20 @@ class LocalProvider(Provider):
             info = {r["id"]: r["info"] for r in self.store.resources(self.name, "bridge")}.get(br) or {}
             self.store.add_resource(self.name, "bridge", br, **{**info, "address": gw})
         run("ip", "link", "set", br, "up")
+        for k, more in enumerate(self.bridges[1:], start=1):
+            self._ensure_more_bridge(k, more)
+
+    def _ensure_more_bridge(self, k: int, br: str) -> None:
+        """Bridge ``k`` (testbed's own, no address) and its link to the first, recorded before they are made."""
+        near, far = self.bridge_link(k)
+        self.store.add_resource(self.name, "bridge", br, created=True, link=near)
+        lines = []
+        if not Path(f"/sys/class/net/{br}").exists():
+            lines.append(f"link add {br} type bridge")
+        if not Path(f"/sys/class/net/{near}").exists():
+            lines.append(f"link add {near} type veth peer name {far}")
+        ip_batch([*lines, f"link set {near} master {self.bridge} up", f"link set {far} master {br} up",
+                  f"link set {br} up"])
 
     def _prepare_disks(self, todo: list[HostSlot], slots: list[HostSlot], pub: str) -> None:
         """Every disk of ``todo``."""
@@ -435,7 +486,7 @@ class LocalProvider(Provider):
             mac = f"02:{self.tag[0:2]}:{self.tag[2:4]}:{self.tag[4:6]}:{sl.index // 256:02x}:{sl.index % 256:02x}"
             lines += [f"netns add {sl.netns}",
                       f"link add {sl.veth} type veth peer name {self.interface} address {mac} netns {sl.netns}",
-                      f"link set {sl.veth} master {self.bridge} up"]
+                      f"link set {sl.veth} master {sl.bridge or self.bridge} up"]
         if self.shared_home:
             self.shared_home.mkdir(mode=0o755, parents=True, exist_ok=True)
             if self.spec.user == "root" and not (self.shared_home / "root").exists():
@@ -467,7 +518,8 @@ class LocalProvider(Provider):
                         *argv[:at], "--cgroup", *argv[at:], "--own-cgroups"]
             console = shlex.quote(str(sl.root / "console.log"))
             script.append(f"{shlex.join(argv)} </dev/null >>{console} 2>&1 &\necho $!")
-        r = subprocess.run(["sh", "-c", "\n".join(script)], capture_output=True, text=True, check=False)
+        # on its standard input: one argument holds at most 128 KiB (MAX_ARG_STRLEN), ~200 hosts' lines
+        r = subprocess.run(["sh", "-s"], input="\n".join(script) + "\n", capture_output=True, text=True, check=False)
         pids = r.stdout.split()
         if r.returncode != 0 or len(pids) != len(todo):
             raise TestbedError(f"could not start the local hosts: {(r.stderr or r.stdout).strip()[-500:]}",
@@ -725,6 +777,8 @@ class LocalProvider(Provider):
             self.store.remove_resource(self.name, "netns", sl.netns)
         for r in self.store.resources(self.name, "bridge"):
             br, info = r["id"], r["info"]
+            if info.get("link"):  # a further bridge's link to the first (both ends go with one)
+                run("ip", "link", "del", str(info["link"]), check=False)
             if info.get("created", True):  # records from before 'created' was kept were always testbed's
                 run("ip", "link", "del", br, check=False)
             elif info.get("address"):  # someone else's bridge: take back only the address testbed added
@@ -779,7 +833,8 @@ class LocalProvider(Provider):
         run(*args)
 
     def describe(self) -> dict[str, object]:
-        return {"bridge": self.bridge, "subnet": str(self.network)}
+        more = {"bridges": self.bridges} if len(self.bridges) > 1 else {}
+        return {"bridge": self.bridge, **more, "subnet": str(self.network)}
 
     def reported_states(self) -> dict[str, str] | None:
         """Up, cut (its link down) or down (its init not running), per host."""

@@ -14,15 +14,39 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from testbed.providers.base_settings import HOSTNAME_RE, Settings
 from testbed.textfmt import plural
 
+MAX_HOSTS = 1024
+"""The most hosts one local testbed holds (each a namespace, an sshd and an init on this machine)."""
+BR_MAX_PORTS = 1024
+"""The most ports a Linux bridge takes (the kernel's BR_MAX_PORTS): past it the hosts need a second bridge."""
+
+
+def room(net: ipaddress.IPv4Network) -> int:
+    """How many hosts ``net`` holds: its addresses less the network, the bridge's (.1), one spare and broadcast."""
+    return max(0, net.num_addresses - 4)
+
+
+def prefix_for(hosts: int) -> int:
+    """The longest prefix (the smallest subnet) that holds ``hosts`` hosts: 24 for 252, 23 for 253..508, ..."""
+    p = 28
+    while (1 << (32 - p)) - 4 < hosts:
+        p -= 1
+    return p
+
 
 class LocalSettings(Settings):
     """Hosts in network namespaces on this machine (needs root, sshd, iproute2)."""
 
     kind: Literal["local"] = "local"
-    hosts: int = Field(4, ge=1, le=252, description="number of hosts (a /24 holds up to 252)")
+    hosts: int = Field(4, ge=1, le=MAX_HOSTS, description="number of hosts, at most 1,024 (each is a namespace "
+                       "with its own sshd on this machine); the subnet must hold them: a /24 holds 252, a /23 508, "
+                       "a /22 1,020, a /21 1,024")
     name_prefix: str = Field("node", pattern=r"^[a-z][a-z0-9-]{0,15}$")
-    subnet: str = Field("10.213.0.0/24", description="IPv4 subnet of the bridge; must not clash with routes")
-    bridge: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,15}$", description="default: tb-<testbed>")
+    subnet: str = Field("10.213.0.0/24", description="IPv4 subnet of the bridge(s); must not clash with routes; "
+                        "larger than a /24 for more than 252 hosts")
+    bridge: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,15}$", description="default: tb<tag>br")
+    bridge_ports: int = Field(1000, ge=2, le=BR_MAX_PORTS - 24,
+                              description="hosts per bridge (a Linux bridge takes at most 1,024 ports): the hosts "
+                                          "past it go on further bridges, each linked to the first, all one subnet")
     sshd: str = "/usr/sbin/sshd"
     own_cgroups: bool = Field(False, description="each host gets a cgroup namespace and a freezer subtree of its "
                               "own (/sys/fs/cgroup/freezer/testbed/<host>): what a Slurm node's proctrack/cgroup "
@@ -58,10 +82,17 @@ class LocalSettings(Settings):
     @model_validator(mode="after")
     def _fits(self) -> LocalSettings:
         net = ipaddress.IPv4Network(self.subnet)
-        if self.hosts + 2 > net.num_addresses - 2:
+        if self.hosts > room(net):
             verb = "does" if self.hosts == 1 else "do"
-            raise ValueError(f"{plural(self.hosts, 'host')} {verb} not fit in {self.subnet}")
+            p = prefix_for(self.hosts)
+            wider = ipaddress.IPv4Network(f"{net.network_address}/{p}", strict=False)
+            raise ValueError(f"{plural(self.hosts, 'host')} {verb} not fit in {self.subnet} (provider.subnet: "
+                             f"room for {room(net)}): give a /{p} or larger, such as {wider}, or fewer hosts")
         return self
+
+    def bridges(self) -> int:
+        """How many bridges the hosts need (``bridge_ports`` hosts on each)."""
+        return -(-self.hosts // self.bridge_ports)
 
     def planned_hosts(self) -> list[str]:
         return list(self.names) if self.names else [f"{self.name_prefix}{i}" for i in range(self.hosts)]
