@@ -413,7 +413,8 @@ def test_a_campaign_of_a_suite_folder_named_by_its_path(bed, tmp_path) -> None: 
     named 'twice'"."""
     folder = tmp_path / "mine"
     folder.mkdir()
-    (folder / "suite.yml").write_text(SLEEPY.replace("name: sleepy", "name: twice").replace("n: [1, 2, 3]", "n: [1, 2]"))
+    text = SLEEPY.replace("name: sleepy", "name: twice").replace("n: [1, 2, 3]", "n: [1, 2]")
+    (folder / "suite.yml").write_text(text)
     r = cli(bed, "run", str(folder), "--on", bed.name, "--matrix", "-p", "seconds=0.5", "-p", "host_count=1")
     err = " ".join(r.stderr.split())
     assert r.returncode == 0, r.stderr
