@@ -464,6 +464,9 @@ def test_a_kill_host_fault_fires_on_a_probed_rank_and_the_lost_host_is_repaired_
     told = point["faults"][0]
     assert told.startswith("fault kill-host: fired (kill-host on node2 rank 2), detected ") and \
         "node2 rank 2: host unreachable" in told and told.endswith("ranks relaunched (attempt 1)"), told
+    kinds = {e["kind"]: e for e in json.loads((Path(point["folder"]) / "manifest.json").read_text())["events"]}
+    assert kinds["repaired"]["host"] == "node2" and kinds["repaired"]["detail"]["replaced"] == ["node2"], kinds
+    assert kinds["resumed"]["detail"]["hosts_repaired"] == ["node2"]  # repaired, then every rank relaunched
     nr = point["not_rehearsed"]
     assert any(n.startswith("fault kill-host: fired when rank 2's probe was ready") for n in nr), nr
     assert any(n.startswith("checkpoint ckpt.pt: a probe writes none") for n in nr), nr

@@ -33,6 +33,7 @@ from testbed.exitcodes import Exit
 from testbed.hosts import Host
 from testbed.providers.base import Capability, Made, Provider
 from testbed.providers.local.settings import LocalSettings, prefix_for, room
+from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.expiry import Expiry
@@ -333,8 +334,8 @@ class LocalProvider(Provider):
             return
         if self.settings.hosts + NEIGH_SPARE > most:
             raise TestbedError(
-                f"{self.settings.hosts} local hosts need more ARP entries than this machine keeps ({most}, with "
-                f"{NEIGH_SPARE} left for its own neighbours)", where=str(path),
+                f"{plural(self.settings.hosts, 'local host')} need more ARP entries than this machine keeps "
+                f"({most}, with {NEIGH_SPARE} left for its own neighbours)", where=str(path),
                 fix=f"sysctl -w net.ipv4.neigh.default.gc_thresh3={4 * most} "
                     f"net.ipv4.neigh.default.gc_thresh2={2 * most}, then provision again", code=Exit.USAGE)
 
