@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,7 +125,9 @@ def test_the_tutorial_runs_as_shown(need_local: None, tmp_path: Path) -> None:
         assert any(b.path.endswith("suite.yml") and f"ref: {commit.group(1)}" in b.body
                    for b in page if b.kind == "file"), "the suite's source is not pinned to the archive's commit"
 
-    work = tmp_path / "work"
+    # a working folder whose path has one length wherever the test runs (xdist's popen-gwN folders are longer):
+    # the commands' output wraps at the same places as on the page
+    work = Path(tempfile.mkdtemp(prefix="tbtut-", dir="/tmp")) / "work"
     work.mkdir()
     shutil.copytree(artifact("minio"), work / "minio")  # what the page's git clone and checkout make (skips if absent)
     _shim(tmp_path / "bin")
@@ -176,6 +179,7 @@ def test_the_tutorial_runs_as_shown(need_local: None, tmp_path: Path) -> None:
         for name in ("box", "rehearse-box"):
             subprocess.run(["bash", "-c", f"testbed destroy {name} --yes"], cwd=work, env=env, capture_output=True,
                            timeout=300, check=False)
+        shutil.rmtree(work.parent, ignore_errors=True)
     if write:
         lines = text.split("\n")
         for b, new in reversed(edits):
