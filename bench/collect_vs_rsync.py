@@ -32,7 +32,8 @@ from testbed.collect import collect_runs, software
 from testbed.collect.transfer import HostCollect
 
 
-def plain_rsync(bed: object, run_dir: str, dest: Path) -> float:
+def plain_rsync(bed: object, run_dir: str, dest: Path, workers: int = 8) -> float:
+    """``rsync -a`` of ``run_dir`` from every host into ``dest/HOST``, ``workers`` hosts at a time: its seconds."""
     cfg = str(bed.ssh_config)  # type: ignore[attr-defined]
 
     def one(host: str) -> None:
@@ -41,7 +42,7 @@ def plain_rsync(bed: object, run_dir: str, dest: Path) -> float:
                         f"{dest / host}/"], check=True, capture_output=True)
 
     t0 = time.monotonic()
-    with ThreadPoolExecutor(8) as pool:
+    with ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, [h.name for h in bed.hosts]))  # type: ignore[attr-defined]
     return time.monotonic() - t0
 

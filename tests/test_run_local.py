@@ -144,6 +144,10 @@ def test_mpi_hello_end_to_end(bed) -> None:  # type: ignore[no-untyped-def]
     out = bed.ssh("node0", f"cat ~/.testbed-runs/{run_id}/rank0.out").stdout
     hellos = sorted(ln for ln in out.splitlines() if ln.startswith("Hello world"))
     assert hellos == [f"Hello world from processor node{i}, rank {i} out of 4 processors" for i in range(4)]
+    # the supervisor says how long its polls took against the pause between them
+    log = (rs.run_home(run_id) / "supervisor.log").read_text()
+    assert re.search(r"polls: \d+ polls? of up to \d+ hosts?: median [\d.]+ s, slowest [\d.]+ s; \d+ of [\d,]+ "
+                     r"longer than the [\d.]+ s between polls \(timeouts.poll\)", log), log
     print(f"mpi-hello end to end: {time.monotonic() - t0:.1f} s")
 
 

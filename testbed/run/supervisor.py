@@ -91,6 +91,7 @@ class Supervisor:
         self.judged: dict[str, dict[str, Any]] = {}  # host -> why it was judged lost (until it is repaired)
         self._provider: Any = None
         self._provider_lock = threading.Lock()
+        self.poll_times: list[tuple[int, float]] = []  # (hosts, seconds) of each poll: logged when the run ends
 
     # helpers -------------------------------------------------------------------------------------------
     def status(self) -> str:
@@ -169,8 +170,11 @@ class Supervisor:
             for host in self.suspect:  # probed in the background until one answers: a hung poll holds nothing up
                 want.pop(host, None)
                 tails.pop(host, None)
+            t_poll = time.monotonic()
             polls = run_remote.poll(self.plan, want, patterns, timeout=self.probe_timeout,
                                     tails=tails) if want else {}
+            if want:
+                self.poll_times.append((len(want), time.monotonic() - t_poll))
             for host, hp in polls.items():
                 if hp.ok:
                     self.answers(host, self.judge.answered(host))
@@ -628,6 +632,8 @@ class Supervisor:
         self.prober.stop()
         self.prober.wait(self.probe_timeout + 2)  # no probe outlives the run
         now = time.time()
+        if self.poll_times:
+            log.info("%s", poll_summary(self.poll_times, self.t.poll))
         row = self.st.run(self.run_id)
         if row is not None and row.status in ACTIVE:
             self.missed()
@@ -635,6 +641,16 @@ class Supervisor:
             self.st.end_active_ranks(self.run_id, "stopped", now, "run ended", keep_reason=True)
             rs.event(self.st, self.run_id, "ended", host, ts=now, status=status, reason=reason)
         return status
+
+
+def poll_summary(times: list[tuple[int, float]], interval: float) -> str:
+    """One line on how long the polls of a run took (``times``: hosts and seconds per poll) against the pause
+    between them (``timeouts.poll``): a poll longer than that pause is what slows the detection of an ended rank."""
+    secs = sorted(t for _, t in times)
+    over = sum(t > interval for t in secs)
+    return (f"polls: {plural(len(secs), 'poll')} of up to {plural(max(h for h, _ in times), 'host')}: median "
+            f"{secs[len(secs) // 2]:.3f} s, slowest {secs[-1]:.3f} s; {over} of {len(secs):,} longer than the "
+            f"{interval:g} s between polls (timeouts.poll)")
 
 
 def main(argv: list[str]) -> int:
