@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -192,10 +193,50 @@ def stage_run(b: Any, seconds: int, tmp: Path) -> None:
     print(f"run of {n} ranks x {seconds} s: exit {r.returncode} in {wall:.1f} s (prepare "
           f"{started.detail.get('prepare_seconds')} s; launched to ended {ended.ts - started.ts:.1f} s); "
           f"supervisor: {line}", flush=True)
+    with environ({"TESTBED_HOME": str(b.home)}):
+        poll_profile(m.group(0), 3)
     pm = re.search(r"median ([\d.]+) s, slowest ([\d.]+) s", line)
     med = float(pm.group(1)) if pm else float("inf")
     verdict(f"supervisor poll of {n} hosts", f"median {med:.2f} s (slowest {pm.group(2) if pm else '?'} s)",
             "<= 1 s, the pause between polls", med <= 1.0)
+
+
+def _busy() -> tuple[float, float]:
+    """(this machine's busy CPU seconds since boot, this process's and its children's CPU seconds)."""
+    f = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (sum(f) - f[3] - f[4]) / os.sysconf("SC_CLK_TCK"), me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def poll_profile(run_id: str, rounds: int) -> None:
+    """Where one supervisor poll's time goes: ``rounds`` polls of the ended run's ranks as the supervisor makes them
+    (``ranks.poll``, over the open masters), their wall time and CPU, the controller's part and the rest (the hosts'
+    sshd and poll script)."""
+    from testbed.run import bookkeeping as rs
+    from testbed.run import ranks
+
+    plan = rs.load_plan(run_id)
+    want: dict[str, list[int]] = {}
+    for r in plan.ranks:
+        want.setdefault(r.host, []).append(r.rank)
+    ranks.poll(plan, want, {}, timeout=600)  # masters up, as during the run
+    walls, ctl, rest = [], [], []
+    for _ in range(rounds):
+        (m0, c0), t0 = _busy(), time.perf_counter()
+        polls = ranks.poll(plan, want, {}, timeout=600)
+        (m1, c1), t1 = _busy(), time.perf_counter()
+        walls.append(t1 - t0)
+        ctl.append(c1 - c0)
+        rest.append(max(0.0, (m1 - m0) - (c1 - c0)))
+        bad = [h for h, hp in polls.items() if not hp.ok]
+        if bad:
+            print(f"  poll: {len(bad)} hosts did not answer, first {bad[0]}: {polls[bad[0]].error}")
+    n, cores = len(want), os.cpu_count() or 1
+    per_host = (median(ctl) + median(rest)) / n
+    print(f"one poll of {n} hosts ({rounds} rounds, medians): {median(walls):.2f} s wall; CPU {median(ctl):.2f} s in "
+          f"the controller (this process and its ssh clients), {median(rest):.2f} s elsewhere (the masters, the hosts' "
+          f"sshd and poll script): {per_host * 1000:.1f} ms per host, so at least {n * per_host / cores:.2f} s on "
+          f"{cores} cores", flush=True)
 
 
 def stage_collect(b: Any, rounds: int, work: Path) -> None:

@@ -169,6 +169,10 @@ def test_run_scripts_upload_launch_poll_and_signal_here(tmp_path: Path) -> None:
     assert hp.log_tail == "TAIL\nR 9 0 1 - -\nstep 2\n" and list(hp.ranks) == [0]  # its last 24 bytes, as they are
     hp = run_remote.parse_poll(_on_host(run_remote.poll_command(plan.run_dir, [], {}, tail=(7, 20)), home=home))
     assert hp.ok and hp.log_tail == "" and not hp.ranks  # no such log: an empty end
+    (rd / "rank0.exit").write_text("7")  # the shell's read takes a last line with no newline too
+    (rd / "rank0.end").write_text("")  # and an empty file is not known yet
+    hp = run_remote.parse_poll(_on_host(run_remote.poll_command(plan.run_dir, [0], {}), home=home))
+    assert hp.ranks[0].exit_code == 7 and hp.ranks[0].ended is None, hp
 
 
 # against a real host -----------------------------------------------------------------------------

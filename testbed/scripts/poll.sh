@@ -16,18 +16,26 @@ dir=$1
 shift
 case $dir in \~) dir=$HOME ;; \~/*) dir=$HOME/${dir#\~/} ;; esac
 cd -- "$dir" 2> /dev/null || { echo NODIR; exit 0; }
+# each file holds one line: read by the shell itself, not by a cat per file (a poll reaches every host each second)
+first() {
+  v=
+  { IFS= read -r v < "$1"; } 2> /dev/null || :
+}
 while [ $# -gt 0 ] && [ "$1" != -- ]; do
   k=$1
   shift
-  e=-
-  [ -f "rank$k.exit" ] && e=$(cat "rank$k.exit")
-  p=$(cat "rank$k.pid" 2> /dev/null)
+  first "rank$k.exit"
+  e=$v
+  first "rank$k.pid"
+  p=$v
   a=-
   if [ -n "$p" ]; then
     if kill -0 "$p" 2> /dev/null; then a=1; else a=0; fi
   fi
-  s=$(cat "rank$k.start" 2> /dev/null)
-  n=$(cat "rank$k.end" 2> /dev/null)
+  first "rank$k.start"
+  s=$v
+  first "rank$k.end"
+  n=$v
   echo "R $k ${e:--} $a ${s:--} ${n:--}"
 done
 [ $# -gt 0 ] && shift
