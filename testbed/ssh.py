@@ -16,6 +16,8 @@ import os
 import re
 import shlex
 import subprocess
+import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from testbed.errors import TestbedError
 from testbed.hosts import Host
 
 KEY_NAME = "id_ed25519"
+_KNOWN_HOSTS_LOCK = threading.Lock()  # known_hosts is read, changed and written whole
 
 
 def key_path(testbed: str) -> Path:
@@ -107,25 +110,42 @@ def control_dirs() -> list[tuple[Path, Path | None]]:
 
 def pin_host_keys(testbed: str, host: str, key_lines: list[str]) -> None:
     """Record ``host``'s public keys (``type base64`` lines) as trusted, replacing older entries."""
+    pin_many(testbed, {host: key_lines})
+
+
+def pin_many(testbed: str, keys: Mapping[str, list[str]]) -> None:
+    """Record each host's public keys as trusted, replacing its older entries, in one rewrite of the file; under
+    one lock, since a provision pins its hosts from many threads at once (each rewrite reads what the others
+    wrote)."""
+    with _KNOWN_HOSTS_LOCK:
+        kh = known_hosts_path(testbed)
+        lines = [ln for ln in (kh.read_text().splitlines() if kh.exists() else []) if ln.split(" ", 1)[0] not in keys]
+        for host, key_lines in keys.items():
+            for k in key_lines:
+                parts = k.split()
+                lines.append(f"{host} {parts[0]} {parts[1]}")
+        kh.write_text("\n".join(lines) + "\n")
+        kh.chmod(0o600)
+
+
+def pinned_keys(testbed: str, host: str) -> set[str]:
+    """``host``'s pinned keys, as ``type base64``."""
     kh = known_hosts_path(testbed)
-    lines = [ln for ln in (kh.read_text().splitlines() if kh.exists() else [])
-             if ln.split(" ", 1)[0] != host]
-    for k in key_lines:
-        parts = k.split()
-        lines.append(f"{host} {parts[0]} {parts[1]}")
-    kh.write_text("\n".join(lines) + "\n")
-    kh.chmod(0o600)
+    with _KNOWN_HOSTS_LOCK:
+        text = kh.read_text() if kh.exists() else ""
+    return {" ".join(ln.split()[1:3]) for ln in text.splitlines() if ln.split(" ", 1)[0] == host}
 
 
 def forget_host_keys(testbed: str, hosts: list[str] | None = None) -> None:
-    kh = known_hosts_path(testbed)
-    if not kh.exists():
-        return
-    if hosts is None:
-        kh.unlink()
-        return
-    keep = [ln for ln in kh.read_text().splitlines() if ln.split(" ", 1)[0] not in hosts]
-    kh.write_text("\n".join(keep) + ("\n" if keep else ""))
+    with _KNOWN_HOSTS_LOCK:
+        kh = known_hosts_path(testbed)
+        if not kh.exists():
+            return
+        if hosts is None:
+            kh.unlink()
+            return
+        keep = [ln for ln in kh.read_text().splitlines() if ln.split(" ", 1)[0] not in hosts]
+        kh.write_text("\n".join(keep) + ("\n" if keep else ""))
 
 
 def _key_for(testbed: str, h: Host) -> str:

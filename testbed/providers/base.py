@@ -487,8 +487,8 @@ class Provider(ABC):
         stale = [h.name for h in hosts if h.name in made.renewed or before.get(h.name, h.address) != h.address]
         remote.close_connections(self.name, stale)
         ssh.write_ssh_config(self.name, everyone or hosts, connect_timeout=self.connect_timeout)
-        for name, keys in made.host_keys.items():
-            self.pin(name, keys, renewed=True)
+        if made.host_keys:
+            ssh.pin_many(self.name, made.host_keys)  # known before any handshake: pinned in one write
         deadline = time.monotonic() + self.ssh_timeout
 
         def one(h: Host) -> None:
@@ -502,9 +502,9 @@ class Provider(ABC):
     def pin(self, host: str, keys: list[str], *, renewed: bool) -> None:
         """The host-key policy: pin a new host's keys; replace the pin only of a host testbed itself (re)made;
         otherwise refuse keys that differ from the pin (someone else's machine may sit at that address now)."""
-        kh = ssh.known_hosts_path(self.name)
-        pinned = {" ".join(ln.split()[1:3]) for ln in (kh.read_text().splitlines() if kh.exists() else [])
-                  if ln.split(" ", 1)[0] == host}
+        pinned = ssh.pinned_keys(self.name, host)
+        if pinned and pinned == {" ".join(k.split()[:2]) for k in keys}:
+            return  # pinned already, as it is
         if not pinned or renewed:
             ssh.pin_host_keys(self.name, host, keys)
             return

@@ -146,7 +146,7 @@ def free_subnet(first: str = "10.219.0.0/24", tries: int = 256, *, prefer: str |
                        fix="give one with --subnet, or destroy local testbeds you no longer use", code=Exit.USAGE)
 
 
-@dataclass
+@dataclass(frozen=True)
 class HostSlot:
     """Names and paths of one local host."""
 
@@ -196,6 +196,7 @@ class LocalProvider(Provider):
     repair_how = "restarted on its own disk"
     kind = "local"
     bakes_by_itself = True  # an image is a file under the state home: nothing bills for it
+    _slots: tuple[tuple[object, ...], list[HostSlot], dict[str, HostSlot]] | None = None  # slots(): key, list, by name
 
     @property
     def settings(self) -> LocalSettings:
@@ -235,12 +236,18 @@ class LocalProvider(Provider):
         return str(self.network.network_address + 1)
 
     def slots(self) -> list[HostSlot]:
+        """Every host's names and paths, made once per spec and state home: a provision of n hosts looks a host up
+        n times or more (each wait for its sshd), and making them all each time was n² work (minutes at 1,024)."""
         s = self.settings
-        net = self.network
-        bridges = self.bridges
-        return [HostSlot(i, name, str(net.network_address + 2 + i), f"tb{self.tag}-{name}", f"tb{self.tag}v{i}",
-                         self.base / "hosts" / name, bridges[i // s.bridge_ports])
-                for i, name in enumerate(s.planned_hosts())]
+        key = (str(paths.home()), self.name, s.subnet, s.hosts, s.bridge_ports, s.bridge, s.name_prefix,
+               tuple(s.names or ()))
+        if self._slots is None or self._slots[0] != key:
+            net, bridges, tag = self.network, self.bridges, self.tag
+            made = [HostSlot(i, name, str(net.network_address + 2 + i), f"tb{tag}-{name}", f"tb{tag}v{i}",
+                             self.base / "hosts" / name, bridges[i // s.bridge_ports])
+                    for i, name in enumerate(s.planned_hosts())]
+            self._slots = (key, made, {sl.name: sl for sl in made})
+        return list(self._slots[1])
 
     @property
     def shared_home(self) -> Path | None:
@@ -248,9 +255,10 @@ class LocalProvider(Provider):
         return self.base / "home" if self.spec.hardware.shared_home else None
 
     def slot(self, host: str) -> HostSlot:
-        for sl in self.slots():
-            if sl.name == host:
-                return sl
+        self.slots()
+        assert self._slots is not None
+        if host in self._slots[2]:
+            return self._slots[2][host]
         raise TestbedError(f"no host '{host}' in testbed '{self.name}'", where=f"testbed {self.name}",
                            fix=f"hosts: {', '.join(x.name for x in self.slots())}", code=Exit.USAGE)
 
