@@ -148,3 +148,19 @@ def test_a_proxycommand_in_the_users_config_is_honoured(tb_home: Path) -> None:
     _, cfg = _generated(tb_home)
     one = _g(cfg, "g1")
     assert one["proxyjump"] == ["gw.example.org"] and "proxycommand" not in one
+
+
+def test_host_keys_pinned_from_many_threads_at_once_are_all_kept(tb_home: Path) -> None:
+    """A provision pins its hosts from many threads: each pin rewrites known_hosts, and none is lost."""
+    import threading
+
+    hosts = [f"node{i}" for i in range(64)]
+    threads = [threading.Thread(target=ssh.pin_host_keys, args=("many", h, [f"ssh-ed25519 KEY{h} c"])) for h in hosts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert all(ssh.pinned_keys("many", h) == {f"ssh-ed25519 KEY{h}"} for h in hosts)
+    ssh.pin_many("many", {"node1": ["ssh-ed25519 NEW"], "node2": []})  # replaced, and dropped
+    assert ssh.pinned_keys("many", "node1") == {"ssh-ed25519 NEW"} and not ssh.pinned_keys("many", "node2")
+    assert len(ssh.known_hosts_path("many").read_text().splitlines()) == 63
