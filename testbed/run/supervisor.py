@@ -645,12 +645,14 @@ class Supervisor:
 
 def poll_summary(times: list[tuple[int, float]], interval: float) -> str:
     """One line on how long the polls of a run took (``times``: hosts and seconds per poll) against the pause
-    between them (``timeouts.poll``): a poll longer than that pause is what slows the detection of an ended rank."""
-    secs = sorted(t for _, t in times)
-    over = sum(t > interval for t in secs)
-    return (f"polls: {plural(len(secs), 'poll')} of up to {plural(max(h for h, _ in times), 'host')}: median "
-            f"{secs[len(secs) // 2]:.3f} s, slowest {secs[-1]:.3f} s; {over} of {len(secs):,} longer than the "
-            f"{interval:g} s between polls (timeouts.poll)")
+    between them (``timeouts.poll``): a poll longer than that pause is what slows the detection of an ended rank.
+    The median is of the polls that reached every host polled at once (the last polls reach only the ranks left)."""
+    most = max(h for h, _ in times)
+    full = sorted(t for h, t in times if h == most)
+    over = sum(t > interval for _, t in times)
+    return (f"polls: {plural(len(times), 'poll')} of up to {plural(most, 'host')}: median {full[len(full) // 2]:.3f} s "
+            f"over the {plural(len(full), 'poll')} of {most:,}, slowest {max(t for _, t in times):.3f} s; {over} of "
+            f"{len(times):,} longer than the {interval:g} s between polls (timeouts.poll)")
 
 
 def main(argv: list[str]) -> int:

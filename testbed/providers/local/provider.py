@@ -487,8 +487,7 @@ class LocalProvider(Provider):
         each host's init, which sets up its addresses itself."""
         if not todo:
             return
-        for sl in todo:
-            self.store.add_resource(self.name, "netns", sl.netns, veth=sl.veth, host=sl.name)
+        self.store.add_resources(self.name, "netns", {sl.netns: {"veth": sl.veth, "host": sl.name} for sl in todo})
         lines = []
         for sl in todo:
             # a stable MAC per host: a host restarted after a kill keeps it, so no stale ARP entry on the bridge
@@ -782,8 +781,7 @@ class LocalProvider(Provider):
         repaired = self.store.testbed_info(self.name).get("repair_image")
         if isinstance(repaired, dict):
             self._release_layer(repaired)
-        for sl in known.values():
-            self.store.remove_resource(self.name, "netns", sl.netns)
+        self.store.remove_resources(self.name, "netns", [sl.netns for sl in known.values()])
         for r in self.store.resources(self.name, "bridge"):
             br, info = r["id"], r["info"]
             if info.get("link"):  # a further bridge's link to the first (both ends go with one)
