@@ -239,7 +239,7 @@ class LocalProvider(Provider):
         """Every host's names and paths, made once per spec and state home: a provision of n hosts looks a host up
         n times or more (each wait for its sshd), and making them all each time was n² work (minutes at 1,024)."""
         s = self.settings
-        key = (str(paths.home()), self.name, s.subnet, s.hosts, s.bridge_ports, s.bridge, s.name_prefix,
+        key = (str(paths.state_home()), self.name, s.subnet, s.hosts, s.bridge_ports, s.bridge, s.name_prefix,
                tuple(s.names or ()))
         if self._slots is None or self._slots[0] != key:
             net, bridges, tag = self.network, self.bridges, self.tag
