@@ -258,9 +258,18 @@ def test_a_step_on_a_group_with_no_host_in_the_run_runs_nowhere_and_never_widens
 
 def test_poll_summary_counts_the_polls_longer_than_the_pause() -> None:
     """The supervisor's last log line on its polls: median and slowest, and how many outran ``timeouts.poll``."""
-    from testbed.run.supervisor import poll_summary
+    from testbed.run.supervisor import PollTimes
+
+    def poll_summary(times: list[tuple[int, float]], interval: float) -> str:
+        pt = PollTimes()
+        for hosts, seconds in times:
+            pt.add(hosts, seconds)
+        return pt.summary(interval)
 
     line = poll_summary([(1024, 0.8), (1024, 1.6), (1024, 2.5), (3, 0.1), (1, 0.05)], 1.0)
     assert line == ("polls: 5 polls of up to 1024 hosts: median 1.600 s over the 3 polls of 1,024, slowest 2.500 s; "
                     "2 of 5 longer than the 1 s between polls (timeouts.poll)")
     assert poll_summary([(1, 0.2)], 0.5).startswith("polls: 1 poll of up to 1 host: median 0.200 s over the 1 poll")
+    many = poll_summary([(2, 2.0)] * (PollTimes.KEEP + 5), 1.0)  # a long run: bounded, and says so
+    assert many.endswith(f"{PollTimes.KEEP:,} of the last {PollTimes.KEEP:,} longer than the 1 s between polls "
+                         "(timeouts.poll)"), many

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,7 +92,7 @@ class Supervisor:
         self.judged: dict[str, dict[str, Any]] = {}  # host -> why it was judged lost (until it is repaired)
         self._provider: Any = None
         self._provider_lock = threading.Lock()
-        self.poll_times: list[tuple[int, float]] = []  # (hosts, seconds) of each poll: logged when the run ends
+        self.polls = PollTimes()  # logged when the run ends
 
     # helpers -------------------------------------------------------------------------------------------
     def status(self) -> str:
@@ -174,7 +175,7 @@ class Supervisor:
             polls = run_remote.poll(self.plan, want, patterns, timeout=self.probe_timeout,
                                     tails=tails) if want else {}
             if want:
-                self.poll_times.append((len(want), time.monotonic() - t_poll))
+                self.polls.add(len(want), time.monotonic() - t_poll)
             for host, hp in polls.items():
                 if hp.ok:
                     self.answers(host, self.judge.answered(host))
@@ -632,8 +633,8 @@ class Supervisor:
         self.prober.stop()
         self.prober.wait(self.probe_timeout + 2)  # no probe outlives the run
         now = time.time()
-        if self.poll_times:
-            log.info("%s", poll_summary(self.poll_times, self.t.poll))
+        if self.polls.count:
+            log.info("%s", self.polls.summary(self.t.poll))
         row = self.st.run(self.run_id)
         if row is not None and row.status in ACTIVE:
             self.missed()
@@ -643,16 +644,38 @@ class Supervisor:
         return status
 
 
-def poll_summary(times: list[tuple[int, float]], interval: float) -> str:
-    """One line on how long the polls of a run took (``times``: hosts and seconds per poll) against the pause
-    between them (``timeouts.poll``): a poll longer than that pause is what slows the detection of an ended rank.
-    The median is of the polls that reached every host polled at once (the last polls reach only the ranks left)."""
-    most = max(h for h, _ in times)
-    full = sorted(t for h, t in times if h == most)
-    over = sum(t > interval for _, t in times)
-    return (f"polls: {plural(len(times), 'poll')} of up to {plural(most, 'host')}: median {full[len(full) // 2]:.3f} s "
-            f"over the {plural(len(full), 'poll')} of {most:,}, slowest {max(t for _, t in times):.3f} s; {over} of "
-            f"{len(times):,} longer than the {interval:g} s between polls (timeouts.poll)")
+class PollTimes:
+    """How long a run's polls took, in bounded memory (a run may poll every second for weeks): the count, the
+    slowest, how many outran the pause between polls, and the last 10,000 durations of the polls that reached the
+    most hosts (the last polls of a run reach only the ranks left)."""
+
+    KEEP = 10_000
+
+    def __init__(self) -> None:
+        self.count = self.most = 0
+        self.slowest = 0.0
+        self.full: deque[float] = deque(maxlen=self.KEEP)
+        self.durations: deque[float] = deque(maxlen=self.KEEP)  # every poll's, to count those over the pause
+
+    def add(self, hosts: int, seconds: float) -> None:
+        self.count += 1
+        self.slowest = max(self.slowest, seconds)
+        self.durations.append(seconds)
+        if hosts > self.most:
+            self.most = hosts
+            self.full.clear()
+        if hosts == self.most:
+            self.full.append(seconds)
+
+    def summary(self, interval: float) -> str:
+        """One line against the pause between polls (``timeouts.poll``): a poll longer than that pause is what slows
+        the detection of an ended rank."""
+        full = sorted(self.full)
+        over = sum(t > interval for t in self.durations)
+        of = f"{self.count:,}" if self.count <= self.KEEP else f"the last {self.KEEP:,}"
+        return (f"polls: {plural(self.count, 'poll')} of up to {plural(self.most, 'host')}: median "
+                f"{full[len(full) // 2]:.3f} s over the {plural(len(full), 'poll')} of {self.most:,}, slowest "
+                f"{self.slowest:.3f} s; {over:,} of {of} longer than the {interval:g} s between polls (timeouts.poll)")
 
 
 def main(argv: list[str]) -> int:

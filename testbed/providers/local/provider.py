@@ -196,7 +196,7 @@ class LocalProvider(Provider):
     repair_how = "restarted on its own disk"
     kind = "local"
     bakes_by_itself = True  # an image is a file under the state home: nothing bills for it
-    _slots: tuple[tuple[object, ...], list[HostSlot], dict[str, HostSlot]] | None = None  # slots(): key, list, by name
+    _slots: tuple[tuple[object, ...], list[HostSlot], dict[str, HostSlot]] | None = None  # key, list, by name
 
     @property
     def settings(self) -> LocalSettings:
@@ -236,8 +236,12 @@ class LocalProvider(Provider):
         return str(self.network.network_address + 1)
 
     def slots(self) -> list[HostSlot]:
-        """Every host's names and paths, made once per spec and state home: a provision of n hosts looks a host up
-        n times or more (each wait for its sshd), and making them all each time was n² work (minutes at 1,024)."""
+        """Every host's names and paths."""
+        return list(self._slot_table()[0])
+
+    def _slot_table(self) -> tuple[list[HostSlot], dict[str, HostSlot]]:
+        """The slots and the same by name, made once per spec and state home: a provision of n hosts looks a host
+        up n times or more (each wait for its sshd), and making them all each time was n² work (minutes at 1,024)."""
         s = self.settings
         key = (str(paths.state_home()), self.name, s.subnet, s.hosts, s.bridge_ports, s.bridge, s.name_prefix,
                tuple(s.names or ()))
@@ -247,7 +251,7 @@ class LocalProvider(Provider):
                              self.base / "hosts" / name, bridges[i // s.bridge_ports])
                     for i, name in enumerate(s.planned_hosts())]
             self._slots = (key, made, {sl.name: sl for sl in made})
-        return list(self._slots[1])
+        return self._slots[1], self._slots[2]
 
     @property
     def shared_home(self) -> Path | None:
@@ -255,12 +259,11 @@ class LocalProvider(Provider):
         return self.base / "home" if self.spec.hardware.shared_home else None
 
     def slot(self, host: str) -> HostSlot:
-        self.slots()
-        assert self._slots is not None
-        if host in self._slots[2]:
-            return self._slots[2][host]
+        every, by_name = self._slot_table()
+        if host in by_name:
+            return by_name[host]
         raise TestbedError(f"no host '{host}' in testbed '{self.name}'", where=f"testbed {self.name}",
-                           fix=f"hosts: {', '.join(x.name for x in self.slots())}", code=Exit.USAGE)
+                           fix=f"hosts: {', '.join(x.name for x in every)}", code=Exit.USAGE)
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
