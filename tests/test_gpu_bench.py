@@ -91,3 +91,31 @@ def test_gpu_check_role_runs_with_ansible(tmp_path):
     if not any(os.access(os.path.join(d, "nvidia-smi"), os.X_OK) for d in os.environ["PATH"].split(":")):
         assert r["status"] == "pass", (r, log[-2000:])
         assert "has no usable NVIDIA GPU" in log
+
+
+@pytest.mark.parametrize("summary", sorted((GPU / "ran").glob("*.json")), ids=lambda p: p.stem)
+def test_real_gpu_metrics_go_through_teslas_reporter(tmp_path, summary):
+    """Each GPU run's metrics.csv (real, in the recorded summary), laid out as a rank leaves it, reported by
+    tesla's report.py as testbed loads it: one row per epoch, the GPU that ran it named, the 1-GPU scaling point."""
+    from testbed import results
+    from testbed.report.model import Report
+    from testbed.report.rundir import RunDir
+
+    step = json.loads(summary.read_text())["steps"]["tesla_train"]
+    assert step["status"] == "pass", step["reason"]
+    run = tmp_path / "run"
+    log = run / "node0" / "out" / "rank0" / Path(step["log_dir"].split("/out/rank0/", 1)[1])
+    log.mkdir(parents=True)
+    (log / "metrics.csv").write_text(step["metrics_csv"])
+    (run / "manifest.json").write_text('{"suite": "tesla", "run_id": "r1", "status": "succeeded"}')
+    own = results.load(REPO / "experiments" / "tesla" / "report.py")
+    assert own.reporter is not None
+    rep = Report(tmp_path / "out", "t")
+    own.reporter.fn(RunDir.open(run), rep)
+    assert not rep.skipped
+    metrics = next(t for t in rep.tables if t.name == "metrics")
+    assert [r[4] for r in metrics.rows] == list(range(1, step["epochs"] + 1))
+    assert {r[7] for r in metrics.rows} == {step["gpu_in_metrics"]}
+    assert [r[5] for r in metrics.rows] == pytest.approx(step["epoch_seconds"], abs=1e-3)
+    scaling = next(t for t in rep.tables if t.name == "scaling")
+    assert [r[:5] for r in scaling.rows] == [["weak", 16, 10, 1, 0.1]]
