@@ -101,7 +101,7 @@ def shipped_prices() -> dict[str, Any]:
 
 def prices(home: Path) -> dict[str, Any]:
     """The shipped table with the user's overrides (``<state home>/prices.json``, same shape) laid over it."""
-    table = json.loads(json.dumps(shipped_prices()))
+    table: dict[str, Any] = json.loads(json.dumps(shipped_prices()))  # a deep copy
     user = home / PRICES_FILE
     if user.exists():
         from testbed.errors import TestbedError

@@ -222,7 +222,8 @@ def _kind_written(path: Any) -> str:
     """provider.kind as a spec file writes it ('' when unreadable): what a spec that does not load is about."""
     if path is None:
         return ""
-    from ruamel.yaml import YAML, YAMLError
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
 
     try:
         data = YAML(typ="safe").load(path.read_text())

@@ -32,10 +32,9 @@ from testbed.textfmt import plural
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from testbed.records import RunPlan
+    from testbed.records import Override, RunPlan
     from testbed.resolved import Resolved
     from testbed.run.plan import TestbedInfo
-    from testbed.sources import Override
     from testbed.spec import TestbedSpec
     from testbed.suite import Suite
 

@@ -789,7 +789,7 @@ class _LazyStore(Store):
     exists (the first write here creates it; another ``Store`` of this folder may create it first, and reads then
     see what that one wrote)."""
 
-    @property  # type: ignore[override]
+    @property
     def _db(self) -> sqlite3.Connection:
         if self._lazy and self.path.is_file():
             self._materialize()

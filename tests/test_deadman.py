@@ -593,3 +593,17 @@ def test_a_repaired_host_gets_the_switch_and_its_credential_names_the_new_server
         code, out, exc = invoke("destroy", "chameleon", "--yes")
         assert code == 0, (out, exc)
         assert fake.leaked() == {"leases": 0, "servers": 0, "fips": 0} and fake.app_creds == {}
+
+
+@pytest.mark.parametrize("name", ["deadman_agent.py", "deadman_ctl.py"])
+def test_host_side_scripts_stay_python_36(name: str) -> None:
+    """The agent and its control run in the host's own python3 (3.6 on the oldest images): their types are
+    type comments (mypy checks them strictly), never annotations a 3.6 interpreter would evaluate."""
+    import ast
+
+    src = (Path(__file__).resolve().parents[1] / "testbed" / "scripts" / name).read_text()
+    tree = ast.parse(src, feature_version=(3, 6), type_comments=True)
+    funcs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    assert funcs and all(f.type_comment for f in funcs), [f.name for f in funcs if not f.type_comment]
+    annotated = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.AnnAssign | ast.arg) and n.annotation]
+    assert annotated == [] and "from __future__ import annotations" not in src

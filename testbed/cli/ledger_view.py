@@ -16,7 +16,10 @@ def _cost(c: dict[str, Any] | None) -> tuple[str, str]:
     if c.get("per_hour") is None:
         return "?", str(c.get("basis", ""))
     unit = c["unit"]
-    fmt = (lambda v: f"${v:,.2f}") if unit == "USD" else (lambda v: f"{v:,.2f} {unit}")
+
+    def fmt(v: float) -> str:
+        return f"${v:,.2f}" if unit == "USD" else f"{v:,.2f} {unit}"
+
     return fmt(c["per_hour"]) + "/h", fmt(c.get("so_far") or 0.0)
 
 

@@ -39,7 +39,7 @@ def fetch(url: str, limit: int, timeout: float = FETCH_TIMEOUT) -> str:
     try:
         req = urllib.request.Request(url, headers={"User-Agent": "testbed-new"})  # noqa: S310 (http(s) only)
         with opener.open(req, timeout=timeout) as resp:
-            body = resp.read(limit + 1)
+            body: bytes = resp.read(limit + 1)
     except urllib.error.HTTPError as e:
         raise UsageError(f"could not fetch the README: HTTP {e.code} {e.reason}", where=url, fix=fix) from None
     except (urllib.error.URLError, OSError, ValueError) as e:

@@ -422,7 +422,10 @@ def _show_forecast(fc: Any) -> None:
 def _paused(c: Any, cid: str, stopped: dict[str, Any]) -> None:
     """A campaign its budget stopped: what it spent (actual run times), what is left, how to resume."""
     unit = stopped["unit"]
-    amt = (lambda x: f"{x:.4g} h") if unit == "hours" else (lambda x: f"{x:.4g} {unit}" if x is not None else "?")
+
+    def amt(x: float | None) -> str:
+        return "?" if x is None else f"{x:.4g} h" if unit == "hours" else f"{x:.4g} {unit}"
+
     c.print(f"campaign {cid} [yellow]paused[/yellow] by its budget ({escape(stopped['budget']['given'])}): spent "
             f"{amt(stopped['spent'])} ({stopped['spent_seconds']:.0f} s of runs), {amt(stopped['left'])} left; "
             f"{plural(stopped['not_started'], 'point')} not started (the next estimated at "

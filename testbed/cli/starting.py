@@ -42,7 +42,7 @@ class Starting:
         # kept here as well as in sys: print() holds sys.stdout without a reference of its own while it writes, and
         # the first write hands the real stream back (the stand-in must outlive that write)
         self.streams = (_Stream(self.out, self), _Stream(self.err, self))
-        sys.stdout, sys.stderr = self.streams  # type: ignore[assignment]
+        sys.stdout, sys.stderr = self.streams
         threading.Thread(target=self._tick, name="starting-line", daemon=True).start()
 
     @classmethod

@@ -81,7 +81,7 @@ from testbed.collect.transfer import (
 )
 from testbed.errors import TestbedError, UsageError
 from testbed.hosts import Host
-from testbed.paths import PARTIAL_DIR, run_folder
+from testbed.paths import MANIFEST, PARTIAL_DIR, run_folder
 from testbed.records import Manifest, RunRecord
 from testbed.state import Store
 from testbed.textfmt import plural
@@ -370,9 +370,9 @@ def _manifest_files(ctx: Ctx, hosts: list[Host], rdir: str) -> list[dict[str, An
 def _write_manifest(res: CollectResult, man: Manifest, old: Manifest) -> None:
     folder = res.path
     try:  # the same manifest as the one read at the start (an unchanged re-collect): nothing to write
-        res.manifest = folder / mf.MANIFEST if man == old else mf.write(folder, man)
+        res.manifest = folder / MANIFEST if man == old else mf.write(folder, man)
     except OSError as e:  # a full disk, a read-only folder: the files stay, the manifest is written next time
-        res.error = (f"cannot write {folder / mf.MANIFEST}: {e.strerror}; the files collected so far are kept: "
+        res.error = (f"cannot write {folder / MANIFEST}: {e.strerror}; the files collected so far are kept: "
                      "free some space (or choose another --to) and collect again")
 
 
@@ -384,7 +384,7 @@ def _kept_or_lost(res: CollectResult, run: RunRecord, gone: str) -> None:
     if not files:
         res.lost = gone
         return
-    res.manifest = res.path / mf.MANIFEST
+    res.manifest = res.path / MANIFEST
     have = {str(f.get("host")) for f in files}
     missing = [h for h in run.info.hosts if h not in have]
     res.notes.append(f"{gone}; kept the {plural(len(files), 'file')} collected before"

@@ -45,7 +45,7 @@ from testbed.suite import (
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
-    from testbed.sources import Override
+    from testbed.records import Override
     from testbed.state import Store
 
 RUNS_ROOT = "~/.testbed-runs"

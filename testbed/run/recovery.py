@@ -97,7 +97,7 @@ def log_steps(plan: RunPlan) -> Steps:
     if ck is None or not (ck.progress or ck.saved):
         return Steps()
     r = plan.rank(ck.rank)
-    cmd = run_remote.sh(f"{run_remote.cd_run(plan.run_dir)} && tail -c {LOG_TAIL} rank{ck.rank}.out")
+    cmd = remote.sh(f"{run_remote.cd_run(plan.run_dir)} && tail -c {LOG_TAIL} rank{ck.rank}.out")
     res = remote.run(plan.testbed, [r.host], cmd, timeout=30)[0]
     if not res.ok:
         return Steps()
@@ -132,7 +132,7 @@ def checkpoint_file(plan: RunPlan) -> dict[str, Any] | None:
     from testbed.suite import path_word
 
     path = ck.file if ck.file.startswith(("/", "~/")) else f"{plan.run_dir}/{ck.file}"
-    res = remote.run(plan.testbed, ck.hosts, run_remote.sh(f"stat -L -c '%s %Y' -- {path_word(path)}"), timeout=30)
+    res = remote.run(plan.testbed, ck.hosts, remote.sh(f"stat -L -c '%s %Y' -- {path_word(path)}"), timeout=30)
     for r in res:
         parts = r.stdout.split()
         if r.ok and len(parts) == 2 and all(p.isdigit() for p in parts):

@@ -29,8 +29,8 @@ from testbed.suite import Suite, load_suite, resolve_params
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
+    from testbed.records import Override
     from testbed.run.plan import TestbedInfo
-    from testbed.sources import Override
 
 __all__ = ["RUNS_ROOT", "LogLine", "RankLine", "RunStatus", "logs", "plan_run", "rank_lines", "run_status",
            "start_run", "stop_run", "wait", "watch"]
@@ -393,7 +393,7 @@ def logs(run_id: str, *, host: str | None = None, rank: int | None = None, follo
                          fix=(f"did you mean '{close[0]}'? " if close else "") + f"hosts: {', '.join(names)}")
     if not follow:
         for r in ranks:
-            res = remote.run(plan.testbed, [r.host], run_remote.sh(
+            res = remote.run(plan.testbed, [r.host], remote.sh(
                 f"{run_remote.cd_run(plan.run_dir)} && cat rank{r.rank}.out; "
                 f"cat rank{r.rank}.err >&2"), timeout=30)[0]
             if res.error:
@@ -403,7 +403,7 @@ def logs(run_id: str, *, host: str | None = None, rank: int | None = None, follo
                 for ln in text.splitlines():
                     yield LogLine(r.host, r.rank, stream, ln)
             if res.truncated:  # only then is the size asked for: the usual call costs no second round trip
-                sizes = remote.run(plan.testbed, [r.host], run_remote.sh(
+                sizes = remote.run(plan.testbed, [r.host], remote.sh(
                     f"{run_remote.cd_run(plan.run_dir)} && wc -c rank{r.rank}.out rank{r.rank}.err"), timeout=30)[0]
                 yield from truncation_notes(r.host, r.rank, sizes.stdout, plan.run_dir, run_id, remote.MAX_OUTPUT)
         return
@@ -414,7 +414,7 @@ def logs(run_id: str, *, host: str | None = None, rank: int | None = None, follo
         for r in ranks:
             k = r.rank
             o, e = offsets[(k, "out")], offsets[(k, "err")]
-            res = remote.run(plan.testbed, [r.host], run_remote.sh(
+            res = remote.run(plan.testbed, [r.host], remote.sh(
                 f"{run_remote.cd_run(plan.run_dir)} 2>/dev/null || exit 0; "
                 f"tail -c +{o + 1} rank{k}.out 2>/dev/null; tail -c +{e + 1} rank{k}.err 2>/dev/null >&2"),
                 timeout=20)[0]
@@ -482,12 +482,11 @@ def rank_lines(plan: RunPlan, timeout: float = 10) -> list[RankLine]:
     """Each rank's last line worth showing (the plan's ``progress`` pattern, else its last line): one SSH call per
     host over the open connections; a host that does not answer is left out."""
     from testbed import remote, scripts
-    from testbed.run import ranks as run_remote
 
     by_host: dict[str, list[int]] = {}
     for r in plan.ranks:
         by_host.setdefault(r.host, []).append(r.rank)
-    commands = {h: run_remote.sh(scripts.program("tails.sh", plan.run_dir, TAIL_BYTES, *ks))
+    commands = {h: remote.sh(scripts.program("tails.sh", plan.run_dir, TAIL_BYTES, *ks))
                 for h, ks in by_host.items()}
     found: list[RankLine] = []
     for res in remote.run_each(plan.testbed, commands, timeout=timeout):

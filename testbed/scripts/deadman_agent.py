@@ -23,11 +23,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from typing import Any, Callable, Dict, List, Optional, Tuple  # noqa: F401, UP035 (type comments: 3.6 has no PEP 563)
 
 MAX_TRIES = 120
 
 
 def _read(path, default=None):
+    # type: (str, Any) -> Any
     try:
         with open(path) as f:
             return json.load(f)
@@ -36,6 +38,7 @@ def _read(path, default=None):
 
 
 def _write(path, data):
+    # type: (str, Any) -> None
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(data, f)
@@ -46,6 +49,7 @@ SETUP_GRACE = 600  # a run folder with no rank started yet counts as a run being
 
 
 def run_active(now=None, homes=None):
+    # type: (Optional[float], Optional[List[str]]) -> bool
     """True while a testbed run on this host is alive: a rank with a live process and no exit file, or a run
     folder still being set up (uploaded, no rank started yet) for at most SETUP_GRACE seconds."""
     now = now or time.time()
@@ -72,6 +76,7 @@ def run_active(now=None, homes=None):
 
 
 def _http(method, url, body=None, headers=None):
+    # type: (str, str, Any, Optional[Dict[str, str]]) -> Tuple[int, Any, bytes]
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))  # noqa: S310
     if data is not None:
@@ -86,6 +91,7 @@ def _http(method, url, body=None, headers=None):
 
 
 def token(auth):
+    # type: (Dict[str, Any]) -> Dict[str, str]
     """The header that authorizes the release requests."""
     kind = auth.get("type")
     if kind == "keystone":
@@ -104,6 +110,7 @@ def token(auth):
 
 
 def release(cfg, log):
+    # type: (Dict[str, Any], Callable[[str], None]) -> bool
     """Send every release request; True when each is done (2xx) or already gone (404)."""
     headers = token(cfg.get("auth") or {})
     ok = True
@@ -118,12 +125,14 @@ def release(cfg, log):
 
 
 def main(argv):
+    # type: (List[str]) -> int
     d = argv[1]
     cfg = _read(os.path.join(d, "config.json"), {})
     interval = float(cfg.get("interval", 30))
     logf = open(os.path.join(d, "agent.log"), "a")  # noqa: SIM115 (open for the agent's life)
 
     def log(msg):
+        # type: (str) -> None
         logf.write(time.strftime("%Y-%m-%dT%H:%M:%SZ ", time.gmtime()) + msg + "\n")
         logf.flush()
 

@@ -17,11 +17,13 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any, Dict, Optional  # noqa: F401, UP035 (type comments: 3.6 has no PEP 563)
 
 UNIT = "/etc/systemd/system/testbed-deadman.service"
 
 
 def _write(path, data, mode=0o600):
+    # type: (str, str, int) -> None
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "w") as f:
@@ -30,6 +32,7 @@ def _write(path, data, mode=0o600):
 
 
 def _systemd():
+    # type: () -> bool
     try:
         with open("/proc/1/comm") as f:
             return f.read().strip() == "systemd" and os.path.isdir("/run/systemd/system")
@@ -38,6 +41,7 @@ def _systemd():
 
 
 def _pid(d):
+    # type: (str) -> Optional[int]
     try:
         with open(os.path.join(d, "agent.pid")) as f:
             pid = int(f.read().strip())
@@ -48,6 +52,7 @@ def _pid(d):
 
 
 def _stop(d):
+    # type: (str) -> None
     if os.path.exists(UNIT):
         subprocess.call(["systemctl", "disable", "--now", "testbed-deadman.service"],
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -64,6 +69,7 @@ def _stop(d):
 
 
 def _start(d):
+    # type: (str) -> None
     agent = os.path.join(d, "agent.py")
     py = sys.executable or "/usr/bin/python3"
     if _systemd():
@@ -92,6 +98,7 @@ def _start(d):
 
 
 def main(d, mode):
+    # type: (str, str) -> None
     doc = json.loads(sys.stdin.read() or "{}")
     if mode == "install":
         _stop(d)
@@ -114,7 +121,7 @@ def main(d, mode):
             _stop(d)
             shutil.rmtree(d, ignore_errors=True)
     elif mode == "status":
-        out = {"alive": _pid(d) is not None or os.path.exists(UNIT)}
+        out = {"alive": _pid(d) is not None or os.path.exists(UNIT)}  # type: Dict[str, Any]
         for name in ("status", "released"):
             try:
                 with open(os.path.join(d, name + ".json")) as f:

@@ -30,21 +30,27 @@ import os
 import re
 import sys
 
+TYPE_CHECKING = False  # typing is not imported at run time: this module loads in every Python process of a run
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 CONFIG = os.path.expanduser("~/.cache/testbed/probe.json")
 HOOK = "testbed_probe"
 PROBLEM_EXIT = 86
 
 
 # --- when the interpreter starts (the .pth hook) --------------------------------------------------------------
-def _config() -> dict | None:
+def _config() -> dict[str, Any] | None:
     try:
         with open(CONFIG) as f:
-            return json.load(f)
+            doc = json.load(f)
+        return doc if isinstance(doc, dict) else None
     except (OSError, ValueError):
         return None
 
 
-def _module_argv() -> list:
+def _module_argv() -> list[str]:
     """The interpreter's own command line (``sys.orig_argv``, 3.10+; else /proc/self/cmdline): with ``-m``, the
     module name is gone from ``sys.argv`` when the .pth hook runs."""
     orig = getattr(sys, "orig_argv", None)
@@ -90,7 +96,7 @@ def _module_file(module: str) -> str | None:
         sys.path[:] = saved
 
 
-def _target(cfg: dict) -> str | None:
+def _target(cfg: dict[str, Any]) -> str | None:
     """The main script when it is one the rehearsal probes (for ``python -m``: the module's file)."""
     argv0 = sys.argv[0] if sys.argv else ""
     module = _module()
@@ -147,10 +153,10 @@ def stay_alive(seconds: float) -> None:
 
 
 # --- the checks -----------------------------------------------------------------------------------------------
-def probe(script: str, argv: list[str], cfg: dict, module: str | None = None) -> dict:
+def probe(script: str, argv: list[str], cfg: dict[str, Any], module: str | None = None) -> dict[str, Any]:
     """The checks of ``script`` run with ``argv`` (``module``: run as ``python -m module``)."""
     cwd = os.getcwd()
-    out: dict = {"host": os.uname().nodename, "pid": os.getpid(), "script": script, "argv": argv, "cwd": cwd,
+    out: dict[str, Any] = {"host": os.uname().nodename, "pid": os.getpid(), "script": script, "argv": argv, "cwd": cwd,
                  "module": module,
                  "python": sys.executable, "problems": [], "notes": [],
                  "rank_env": {k: v for k, v in os.environ.items() if k in RANK_ENV}}
@@ -186,7 +192,7 @@ class _Refused(BaseException):
     pass
 
 
-def parse_args(script: str, argv: list[str], tree: ast.Module, module: str | None = None) -> dict:
+def parse_args(script: str, argv: list[str], tree: ast.Module, module: str | None = None) -> dict[str, Any]:
     """argv through the script's own parser: run up to ``parse_args`` (nothing past it; a ``module`` as ``-m``
     runs it, its package imported), or read with ``ast``."""
     import argparse
@@ -250,13 +256,13 @@ def parse_args(script: str, argv: list[str], tree: ast.Module, module: str | Non
     return static
 
 
-def _actions(parser: object) -> list:
+def _actions(parser: object) -> list[Any]:
     """(dest, its first option string or the dest) of each action of an argparse parser."""
     return [(a.dest, (a.option_strings or [a.dest])[-1]) for a in getattr(parser, "_actions", [])
             if a.dest not in ("help", "==SUPPRESS==")]
 
 
-def _plain(args: dict) -> dict:
+def _plain(args: dict[str, Any]) -> dict[str, Any]:
     return {k: v if isinstance(v, (str, int, float, bool, type(None))) else repr(v) for k, v in args.items()}
 
 
@@ -264,7 +270,7 @@ _TYPES = {"int": int, "float": float, "str": str}
 _ACTIONS = ("store", "store_true", "store_false", "store_const", "append", "append_const", "count", "extend")
 
 
-def _static_parse(tree: ast.Module, argv: list[str]) -> dict:
+def _static_parse(tree: ast.Module, argv: list[str]) -> dict[str, Any]:
     """argv through a parser rebuilt from the script's ``add_argument`` calls (literal names, types, choices)."""
     import argparse
 
@@ -291,7 +297,7 @@ def _static_parse(tree: ast.Module, argv: list[str]) -> dict:
         names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         if not names:
             continue
-        kwargs: dict = {}
+        kwargs: dict[str, Any] = {}
         for kw in node.keywords:
             try:
                 v = ast.literal_eval(kw.value)
@@ -319,7 +325,7 @@ def _static_parse(tree: ast.Module, argv: list[str]) -> dict:
         return {"parsed_by": "its parser, read from the source", "problem": f"its own parser refuses {argv}"}
 
 
-def env_reads(tree: ast.Module, script: str, out: dict) -> None:
+def env_reads(tree: ast.Module, script: str, out: dict[str, Any]) -> None:
     """``os.environ["X"]`` read with no default must be set; ``.get``/``getenv`` reads are listed."""
     required, optional = set(), set()
     guarded = {id(n) for t in ast.walk(tree) if isinstance(t, ast.Try) and _catches_key_error(t)
@@ -351,13 +357,14 @@ class _Unknown(Exception):
     pass
 
 
-def _value(node: ast.AST, args: dict) -> object:
+def _value(node: ast.AST, args: dict[str, Any]) -> object:
     """``node`` evaluated from the parsed arguments alone (``args.x``, constants, comparisons, and/or/not)."""
     import operator
 
-    ops = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-           ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
-           ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+    ops: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
+        ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+        ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+        ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
@@ -415,7 +422,7 @@ def _is_environ(node: ast.AST) -> bool:
 _WRITERS = {"to_csv", "savefig", "save", "dump", "to_json", "savetxt", "FileHandler", "SummaryWriter"}
 
 
-def file_uses(tree: ast.Module, script: str, out: dict) -> None:
+def file_uses(tree: ast.Module, script: str, out: dict[str, Any]) -> None:
     """Folders written into and files read by a literal relative path (from the working folder)."""
     made: set[str] = set()
     writes: list[tuple[str, int]] = []
@@ -460,7 +467,7 @@ def _is_getcwd(node: ast.AST) -> bool:
 def _cwd_relative(node: ast.AST) -> str | None:
     """The relative path of ``os.path.join(os.getcwd(), "a", "b")``, ``os.getcwd() + "/a"``, ``f"{os.getcwd()}/a"``
     or ``Path.cwd() / "a"`` with literals (the working folder the probe checks from), else None."""
-    parts: list = []
+    parts: list[ast.expr] = []
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join" and \
             node.args and _is_getcwd(node.args[0]):
         parts = node.args[1:]
@@ -518,7 +525,7 @@ def path_kind(dest: str, option: str, value: object) -> str | None:
     return "path" if ("/" in value or _EXT.search(value)) else None
 
 
-def _names_arg(node: ast.AST, dest: str, aliases: set) -> bool:
+def _names_arg(node: ast.AST, dest: str, aliases: set[str]) -> bool:
     """Whether ``node`` reads ``args.<dest>`` (any object's attribute of that name) or a name assigned from it."""
     return any((isinstance(n, ast.Attribute) and n.attr == dest) or (isinstance(n, ast.Name) and n.id in aliases)
                for n in ast.walk(node))
@@ -542,14 +549,14 @@ def _made_by_code(tree: ast.Module, dest: str) -> bool:
     return False
 
 
-def _skipped_step(path: str, skipped: dict) -> str | None:
+def _skipped_step(path: str, skipped: dict[str, str]) -> str | None:
     """The step the rehearsal skipped (name -> what it would have run) whose command names ``path``'s base name."""
     base = path.rstrip("/").rsplit("/", 1)[-1]
     pattern = r"(?<![\w.-])" + re.escape(base) + r"(?![\w-])"
     return next((n for n, text in skipped.items() if base and re.search(pattern, str(text))), None)
 
 
-def _missing(out: dict, problem: str, path: str, skipped: dict) -> None:
+def _missing(out: dict[str, Any], problem: str, path: str, skipped: dict[str, str]) -> None:
     """A missing path: a problem, or not judged where a step the rehearsal skipped names it (it would make it)."""
     step = _skipped_step(path, skipped)
     if step is None:
@@ -559,7 +566,7 @@ def _missing(out: dict, problem: str, path: str, skipped: dict) -> None:
                                                 f"{path.rstrip('/').rsplit('/', 1)[-1]} (it would make it)")
 
 
-def argv_paths(tree: ast.Module, script: str, out: dict, skipped: dict) -> None:
+def argv_paths(tree: ast.Module, script: str, out: dict[str, Any], skipped: dict[str, str]) -> None:
     """The files and folders the argv names (``path_kind``), checked from the working folder: an input must exist;
     an output's folder must exist, or be made by the code, which the probe then makes as the program would (so
     collect and report see the same tree); a path only its value shows must have an existing folder, or one the code
@@ -567,7 +574,7 @@ def argv_paths(tree: ast.Module, script: str, out: dict, skipped: dict) -> None:
     args, cwd, name = out.get("args"), os.getcwd(), os.path.basename(script)
     if not isinstance(args, dict):
         return
-    named: list = []
+    named: list[dict[str, Any]] = []
     for dest, option in out.pop("actions", []) or []:
         kind = path_kind(dest, option, args.get(dest))
         if kind is None:
@@ -597,7 +604,7 @@ def argv_paths(tree: ast.Module, script: str, out: dict, skipped: dict) -> None:
 
 
 # --- reporting --------------------------------------------------------------------------------------------------
-def report(findings: dict, cfg: dict) -> None:
+def report(findings: dict[str, Any], cfg: dict[str, Any]) -> None:
     run_dir = os.path.expanduser(cfg.get("run_dir", "."))
     path = os.path.join(run_dir, f"probe-{findings['host']}-{findings['pid']}.json")
     try:

@@ -30,11 +30,11 @@ class Halt(Exception):
     pass
 
 
-def _on_usr1(signum, frame):
+def _on_usr1(signum: int, frame: object) -> None:
     raise Reboot
 
 
-def _on_term(signum, frame):
+def _on_term(signum: int, frame: object) -> None:
     raise Halt
 
 
@@ -128,7 +128,7 @@ def fresh_run() -> None:
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
 
 
-def start_sshd() -> subprocess.Popen:
+def start_sshd() -> subprocess.Popen[bytes]:
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     log = open("/var/log/sshd-testbed.log", "ab")  # noqa: SIM115
     return subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", SSHD_CONFIG], stdout=log, stderr=log,
