@@ -141,6 +141,9 @@ def test_a_suite_folder_named_by_its_path_counts_for_its_command_only(tb_home: P
         return s
 
     monkeypatch.setattr(suite_mod, "load_suite", spy)
+    for mod in [m for n, m in sys.modules.items() if n.startswith("testbed.")]:  # the modules that bound it at
+        if getattr(mod, "load_suite", None) is real:  # their import, the command's stages among them
+            monkeypatch.setattr(mod, "load_suite", spy)
     runner = CliRunner()
     r = runner.invoke(app, ["plan", str(d)])
     assert r.exit_code == 0, r.output
