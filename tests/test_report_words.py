@@ -10,8 +10,7 @@ from pathlib import Path
 
 from test_report_first_screen import fault_drill_run
 
-from testbed.report import plotting
-from testbed.report.build import build_report
+from testbed.report import build_report, plotting
 
 
 def _timeline(md: str) -> list[list[str]]:

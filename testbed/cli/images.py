@@ -37,7 +37,6 @@ def bake(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletio
 
     Example: testbed image bake local --profile local-suites
     """
-    # lazy: testbed --help and completion load every command module
     from testbed.resolved import Resolved
     from testbed.setup import images
 
@@ -54,7 +53,6 @@ def list_images(json_out: JsonOpt = False) -> None:
 
     Example: testbed image list --json
     """
-    # lazy: testbed --help and completion load every command module
     from testbed import expiry, paths
 
     st = existing_store()
@@ -88,7 +86,6 @@ def prune(ids: Annotated[list[str] | None, typer.Argument(help="Images to delete
 
     Example: testbed image prune
     """
-    # lazy: testbed --help and completion load every command module
     from testbed.setup import images
 
     st = existing_store(readonly=False)
