@@ -394,6 +394,14 @@ def lose_a_host_mid_run(bed, testbed: str, rank_host: int = 1, *, how: str = "ki
     return disturb_mid_run(bed, testbed, lose, rank_host, at=at)
 
 
+def assert_succeeded(status: str, evs: list[Any], kinds: tuple[str, ...] = ("failed", "ended")) -> None:
+    """The run succeeded; else the test fails with each event of ``kinds`` in full (an assertion's repr is cut to
+    a line, and the reason of a failed repair is at its end)."""
+    if status != "succeeded":
+        pytest.fail(f"the run {status}:\n" + "\n".join(f"{e.kind} {e.host or ''}: {json.dumps(e.detail)}"
+                                                      for e in evs if e.kind in kinds), pytrace=False)
+
+
 def disturb_mid_run(bed, testbed: str, act: Callable[[str], None], rank_host: int = 1, *,  # type: ignore[no-untyped-def]
                     suite: str = SURVIVOR, delay: float = 1.5, at: list[float] | None = None) -> tuple[str, list]:
     """Run ``suite`` (named 'survivor') with its supervisor in this process; ``act(host)`` runs on the local host

@@ -138,6 +138,50 @@ def test_import_does_not_load_chi() -> None:
     assert r.returncode == 0, r.stderr
 
 
+def test_two_clients_in_one_process_keep_their_own_site_while_threads_use_them(clean_env: pytest.MonkeyPatch) -> None:
+    """python-chi holds one configuration per process: a run's supervisor queries the provider while its repair
+    makes servers, each with its own client, and a client made (or used) in one thread must not move another's
+    requests to its own site or credentials mid-call, nor leave the terminal's stdout swapped."""
+    import threading
+
+    from testbed.providers.chameleon import chi as chameleon_chi
+
+    pytest.importorskip("chi")
+    fakes = [FakeChameleon(fip_pool=[f"10.9.{i}.1"]).start() for i in range(2)]
+    stdout = sys.stdout
+    try:
+        clients = [chameleon_chi.Chi(chameleon_chi.credentials_from_env(f.env(auth), site="CHI@UC"), site="CHI@UC")
+                   for f, auth in zip(fakes, ("appcred", "password"), strict=True)]
+        for i, c in enumerate(clients):
+            assert c.fip_allocate(f"mine {i}")["floating_ip_address"] == f"10.9.{i}.1"
+        wrong: list[str] = []
+
+        def use(i: int) -> None:
+            try:
+                for _ in range(25):
+                    if i == 2:  # a new client for the first site each time, as a provider query makes one
+                        chameleon_chi.Chi(chameleon_chi.credentials_from_env(fakes[0].env(), site="CHI@UC"),
+                                          site="CHI@UC").fips()
+                        continue
+                    got = [f["floating_ip_address"] for f in clients[i].fips()]
+                    if got != [f"10.9.{i}.1"]:
+                        wrong.append(f"client {i} saw {got}")
+            except Exception as e:  # every failure is the finding
+                wrong.append(f"client {i}: {e}")
+
+        threads = [threading.Thread(target=use, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads)
+        assert wrong == []
+        assert sys.stdout is stdout
+    finally:
+        for f in fakes:
+            f.stop()
+
+
 def test_missing_credentials_refused_before_any_request(fake: FakeChameleon, clean_env: pytest.MonkeyPatch,
                                                         make: Callable[..., Made]) -> None:
     for k in list(os.environ):

@@ -182,8 +182,8 @@ def test_copies_to_the_hosts_are_read_from_rsync_as_bytes_of_size(tmp_path) -> N
             with out.open("a") as f:
                 subprocess.run(["rsync", "-rts", "--itemize-changes", "--info=progress2", f"{src}/",
                                 f"{tmp_path / host}/"], stdout=f, check=True, timeout=60)
-        deadline = time.monotonic() + 10
-        while "to 2 hosts" not in (view.agg.download_line() or "") and time.monotonic() < deadline:
+        deadline = time.monotonic() + 10  # until the watch has read both copies to their end (it reads every 0.05 s)
+        while "to 2 hosts: 8.0 MB of 8.0 MB" not in (view.agg.download_line() or "") and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
         watch.stop()

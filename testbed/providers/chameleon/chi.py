@@ -40,6 +40,14 @@ HUB_FIX = ("retry in a minute; if it repeats, restart your notebook server so th
            "(File > Hub Control Panel > Stop My Server, then Start My Server); or export a fresh OS_ACCESS_TOKEN, "
            "or source an application credential's openrc instead")
 
+# python-chi keeps one configuration per process (oslo.config's CONF, its cached keystone session, the Hub's
+# settings), ``quiet`` swaps sys.stdout and ``_no_os_env`` os.environ: every configuration and every call holds
+# this lock, and a Chi whose settings are not the ones in place puts its own back first. Two Chi in one process (a
+# run's supervisor queries the provider while its repair creates servers) otherwise reset each other's
+# credentials mid-request.
+_LOCK = threading.RLock()
+_IN_PLACE: list[tuple[object, ...] | None] = [None]  # the settings python-chi holds now
+
 QUIET_LOGGERS = ("chi", "neutronclient", "neutronclient.v2_0.client", "keystoneauth", "keystoneauth1",
                  "openstack", "blazarclient", "novaclient", "glanceclient", "keystoneclient", "stevedore",
                  "oslo_config", "urllib3")
@@ -133,7 +141,9 @@ def _from_clouds_yaml(name: str, env: Mapping[str, str]) -> tuple[dict[str, str]
 def credentials_from_env(env: Mapping[str, str] | None = None, *, site: str | None = None) -> Credentials:
     """Read credentials from OS_* variables (or OS_CLOUD's clouds.yaml entry); a clear TestbedError, before any
     network call, when they are missing or of a kind testbed cannot use."""
-    env = os.environ if env is None else env
+    if env is None:
+        with _LOCK:  # not while a configuration hides the OS_* variables
+            env = dict(os.environ)
     source = "environment (OS_* variables)"
     hub = {k: (env.get(k) or "").strip() for k in HUB_VARS}
     hub = hub if all(hub.values()) else {}  # inside Chameleon's JupyterHub: the Hub renews the access token
@@ -350,60 +360,71 @@ class Chi:
 
     def __init__(self, creds: Credentials, *, site: str, project: str | None = None, http_timeout: float = 60):
         require_extra("chi", EXTRA, "the chameleon provider (python-chi)")
-        _silence_loggers()
-        with quiet():
-            import chi  # lazy: ~1.3 s, and it reads OS_* at import
-            import chi.context
-            import chi.jupyterhub
-            import chi.lease
-            import chi.network
-            import chi.server
-
-            with _no_os_env():  # forget what it read at import time: only ``creds`` below, no stray OS_* value
-                chi.context.reset()  # (an OS_PROJECT_ID beside an application credential makes keystone refuse)
-            chi.set("auth_type", creds.auth_type)
-            chi.set("auth_url", creds.auth_url)
-            chi.set("region_name", creds.region or site)
-            chi.set("interface", "public")
-            chi.set("timeout", int(max(1, http_timeout)))
-            # python-chi renews a v3oidcaccesstoken from JupyterHub when it knows the Hub (read at its import)
-            chi.jupyterhub.hub_api_url = creds.hub.get("JUPYTERHUB_API_URL") or None
-            chi.jupyterhub.hub_token = creds.hub.get("JUPYTERHUB_API_TOKEN") or None
-            # its renewal, with a timeout and a failure that is not lost (always replaced: python-chi patches the
-            # access-token plugin's class, so an earlier Chi's renewal would otherwise live on)
-            chi.jupyterhub.refresh_access_token = hub_refresher(creds.hub)
-            fields = dict(creds.fields)
-            if project and creds.auth_type in SCOPED:  # provider.project names the project to work in
-                for k in ("project_id", "project_domain_id"):
-                    fields.pop(k, None)
-                fields["project_name"] = project
-                fields.setdefault("project_domain_name", "chameleon")
-            for k, v in fields.items():
-                chi.set(k, v)
-        _silence_loggers()  # importing the clients may have reset levels
-        self.chi = chi
+        fields = dict(creds.fields)
+        if project and creds.auth_type in SCOPED:  # provider.project names the project to work in
+            for k in ("project_id", "project_domain_id"):
+                fields.pop(k, None)
+            fields["project_name"] = project
+            fields.setdefault("project_domain_name", "chameleon")
+        self._options: list[tuple[str, Any]] = [
+            ("auth_type", creds.auth_type), ("auth_url", creds.auth_url), ("region_name", creds.region or site),
+            ("interface", "public"), ("timeout", int(max(1, http_timeout))), *fields.items()]
+        self._hub = dict(creds.hub)
+        self._settings = (*self._options, *sorted(self._hub.items()))
+        self._refresh = hub_refresher(creds.hub)
+        with _LOCK:
+            _silence_loggers()
+            with quiet():
+                import chi  # lazy: ~1.3 s, and it reads OS_* at import
+                import chi.context
+                import chi.jupyterhub
+                import chi.lease
+                import chi.network
+                import chi.server
+            self.chi = chi
+            self._configure()
         self.site = site
         self.region = creds.region or site
         self.auth_url = creds.auth_url
+
+    def _configure(self) -> None:
+        """Put this Chi's settings in python-chi's global context (the caller holds ``_LOCK``)."""
+        chi = self.chi
+        with quiet():
+            with _no_os_env():  # forget what it read at import time: only ``creds`` below, no stray OS_* value
+                chi.context.reset()  # (an OS_PROJECT_ID beside an application credential makes keystone refuse)
+            for k, v in self._options:
+                chi.set(k, v)
+            # python-chi renews a v3oidcaccesstoken from JupyterHub when it knows the Hub (read at its import)
+            chi.jupyterhub.hub_api_url = self._hub.get("JUPYTERHUB_API_URL") or None
+            chi.jupyterhub.hub_token = self._hub.get("JUPYTERHUB_API_TOKEN") or None
+            # its renewal, with a timeout and a failure that is not lost (always replaced: python-chi patches the
+            # access-token plugin's class, so an earlier Chi's renewal would otherwise live on)
+            chi.jupyterhub.refresh_access_token = self._refresh
+        _silence_loggers()  # importing the clients may have reset levels
+        _IN_PLACE[0] = self._settings
 
     @contextlib.contextmanager
     def call(self, service: str) -> Iterator[None]:
         """Run chi code quietly; any failure leaves as ApiError tagged with ``service`` (or as the Hub's failure,
         when the access token could not be renewed during the call)."""
-        hub_failures = HUB_FAILURES.count
-        try:
-            with quiet():
-                yield
-        except KeyboardInterrupt:
-            raise
-        except Exception as e:
-            if HUB_FAILURES.count != hub_failures:  # the real cause: keystone only saw no token
-                raise ApiError(None, HUB_FAILURES.last, service="JupyterHub", kind="hub") from None
-            if isinstance(e, ApiError):
+        with _LOCK:
+            if _IN_PLACE[0] != self._settings:
+                self._configure()
+            hub_failures = HUB_FAILURES.count
+            try:
+                with quiet():
+                    yield
+            except KeyboardInterrupt:
                 raise
-            err = _explain(e)
-            err.service = service
-            raise err from None
+            except Exception as e:
+                if HUB_FAILURES.count != hub_failures:  # the real cause: keystone only saw no token
+                    raise ApiError(None, HUB_FAILURES.last, service="JupyterHub", kind="hub") from None
+                if isinstance(e, ApiError):
+                    raise
+                err = _explain(e)
+                err.service = service
+                raise err from None
 
     # leases (blazar) ------------------------------------------------------------------------------
     def lease_get(self, lease_id: str) -> dict[str, Any] | None:
