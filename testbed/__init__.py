@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 def open(name: str, store: Store | None = None) -> Testbed:
     """The testbed ``name`` (``inventories/<name>.yml``, or a spec path) as this state home knows it. A folder
     without state stays without one until a verb records something (``provision``, ``run_suite``...)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.handle import Testbed
     from testbed.state import Store
 
@@ -34,14 +35,17 @@ def open(name: str, store: Store | None = None) -> Testbed:
 
 def __getattr__(name: str) -> Any:
     if name in ("Testbed", "Run"):
+        # lazy: start-up (testbed status and exec load this module)
         from testbed import handle
 
         return getattr(handle, name)
     if name == "__version__":
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.distribution import SOURCE_VERSION
 
         return SOURCE_VERSION
     if name in ("TestbedError", "UsageError", "HostsFailed", "RunFailed"):
+        # lazy: start-up (testbed status and exec load this module)
         from testbed import errors
 
         return getattr(errors, name)

@@ -15,6 +15,7 @@ from typing import Any
 from testbed.distribution import install_command
 from testbed.errors import UsageError
 from testbed.providers.usable import KINDS, Report, check
+from testbed.spec import load_testbed
 
 
 def machine() -> Report:
@@ -35,8 +36,6 @@ def machine() -> Report:
 
 def resolve(targets: list[str]) -> list[tuple[str, Any]]:
     """(kind, spec or None) for each target; an unknown one is refused (with the closest names) before any check."""
-    from testbed.spec import load_testbed
-
     out: list[tuple[str, Any]] = []
     for t in targets or list(KINDS):
         if t in KINDS:

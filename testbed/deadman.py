@@ -84,6 +84,7 @@ def _ctl(mode: str) -> str:
     (which may hold a credential) travels on stdin, never on a command line."""
     import base64
 
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import scripts
     from testbed.remote import sh
 
@@ -99,6 +100,7 @@ def deadline_doc(e: Expiry) -> dict[str, Any]:
 
 def install_agent(p: Provider, hosts: list[Host], e: Expiry, release: dict[str, Any]) -> list[str]:
     """Put the agent on every host with its release plan and deadline, and start it; the hosts armed."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import remote, scripts
 
     bundle = {"agent": scripts.text("deadman_agent.py"),
@@ -119,6 +121,7 @@ def install_agent(p: Provider, hosts: list[Host], e: Expiry, release: dict[str, 
 
 def push_deadline(p_name: str, hosts: list[str], e: Expiry) -> list[str]:
     """Rewrite the deadline file on ``hosts`` (its time is the last action); the hosts that did not take it."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import remote
 
     if not hosts:
@@ -129,6 +132,7 @@ def push_deadline(p_name: str, hosts: list[str], e: Expiry) -> list[str]:
 
 def disarm_agents(p_name: str, hosts: list[str]) -> None:
     """Stop the agents (before a destroy; best effort: a host may already be gone)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import remote
 
     if hosts:
@@ -137,6 +141,7 @@ def disarm_agents(p_name: str, hosts: list[str]) -> None:
 
 def agent_status(p_name: str, hosts: list[str]) -> dict[str, dict[str, Any]]:
     """What each host's agent reports (status.json, released.json), over SSH."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import remote
 
     out: dict[str, dict[str, Any]] = {}
@@ -190,6 +195,7 @@ def refresh(store: Store, name: str, *, moved: Expiry | None = None) -> list[str
 def touch(name: str, store: Store | None = None) -> None:
     """``refresh`` for a command that acted on testbed ``name`` (never fails the command); ``store``: the command's
     own open store (else the default one is opened and closed here)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.state import Store
 
     try:
@@ -205,6 +211,7 @@ def touch(name: str, store: Store | None = None) -> None:
 
 # the local provider's watchdog -----------------------------------------------------------------------------
 def watchdog_pidfile(name: str) -> Path:
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import paths
 
     return paths.testbed_dir(name) / "deadman.pid"
@@ -213,6 +220,7 @@ def watchdog_pidfile(name: str) -> Path:
 def start_watchdog(name: str) -> int:
     """A process in a session of its own (no terminal, not a child that dies with the CLI) that destroys
     testbed ``name`` at its deadline; its pid (recorded next to the testbed's files)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import paths
 
     stop_watchdog(name)
@@ -248,6 +256,7 @@ def watch(name: str) -> int:
     """The watchdog's loop: sleep until the testbed's release time (re-read from state each round, so commands
     and ``extend`` move it; an active run holds the idle limit), then destroy it. Bounded: it ends when the
     testbed is gone or released, or after 3 failed destroys."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.records import ACTIVE
     from testbed.resolved import Resolved
     from testbed.state import Store

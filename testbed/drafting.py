@@ -17,6 +17,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from testbed.suite import output_pattern_problem
+from testbed.textfmt import plural
+
 MAX_README_BYTES = 1 << 20
 """The largest README drafted from (a fetched one is cut off there and refused)."""
 
@@ -381,8 +384,6 @@ def _output(st: _State, path: str, line: int, cwd: str | None) -> None:
         glob = f"{cwd}/{glob.removeprefix('./')}" if cwd else glob.removeprefix("./")
     if any(g.value == glob for g in st.d.outputs):
         return
-    from testbed.suite import output_pattern_problem
-
     problem = output_pattern_problem(glob)
     if problem:
         st.d.todos.append((f"the output {glob!r} cannot be collected as written ({problem}): add it to outputs "
@@ -728,8 +729,6 @@ def to_yaml(d: Draft, name: str, origin: str = "README.md", expected_files: list
     expected-output block (the reference stubs point at them); ``came_from``: the path or URL the header names."""
     from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap
-
-    from testbed.textfmt import plural
 
     origin = re.sub(r"[^\w./:@+-]", "_", origin)[:200] or "README.md"
     doc = CommentedMap()

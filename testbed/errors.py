@@ -86,6 +86,7 @@ def has_module(module: str) -> bool:
 def require_extra(module: str, extra: str, what: str) -> None:
     """Refuse, with the install command, when an optional extra's module is missing (never ModuleNotFoundError)."""
     if not has_module(module):
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.distribution import install_command
 
         raise UsageError(f"{what} needs the '{extra}' extra, which is not installed (no module {module})",

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from testbed.errors import UsageError
 from testbed.expiry import MAX_SECONDS, UNITS
 
 # --- a suite's estimate ------------------------------------------------------------------------------------------
@@ -229,8 +230,6 @@ class Rate:
 
 def budget_hours(b: Budget, r: Rate) -> float:
     """The budget as hours of this testbed; UsageError when its unit is not the testbed's."""
-    from testbed.errors import UsageError
-
     if b.unit == "hours":
         return b.amount
     if r.unit != b.unit or not r.per_hour:

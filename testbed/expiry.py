@@ -104,6 +104,7 @@ def prices(home: Path) -> dict[str, Any]:
     table: dict[str, Any] = json.loads(json.dumps(shipped_prices()))  # a deep copy
     user = home / PRICES_FILE
     if user.exists():
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.errors import TestbedError
 
         try:

@@ -19,9 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from testbed import estimate, remote, services, ssh
+from testbed.collect import format_problems
 from testbed.errors import HostsFailed, RunFailed, UsageError
 from testbed.paths import MANIFEST, RESULTS
+from testbed.records import ENDED, OUTCOMES
+from testbed.report.build import build_report
 from testbed.resolved import Resolved
+from testbed.run import bookkeeping as state
+from testbed.run import runner
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -50,8 +56,6 @@ class Testbed(Resolved):
     def provision(self, progress: Progress | None = None, *, expire: str | None = None) -> Testbed:
         """Create (or find) the hosts and record them (idempotent, as ``testbed provision``); this testbed.
         ``expire`` (8h, 2d): its dead-man's switch releases it then."""
-        from testbed import services
-
         services.provision(self, expire=expire, progress=progress)
         return self
 
@@ -59,28 +63,20 @@ class Testbed(Resolved):
                progress: Progress | None = None) -> Repair:
         """Bring one failed host back without touching the others (as ``testbed provision NAME --repair HOST``),
         then set it up again (:func:`testbed.services.repair`). Raises TestbedError when it cannot."""
-        from testbed import services
-
         return services.repair(self, host, setup=setup, profile=profile, progress=progress)
 
     def destroy(self, progress: Progress | None = None) -> None:
         """Release every resource and forget the testbed (as ``testbed destroy``; it does not ask)."""
-        from testbed import services
-
         services.destroy(self, progress)
 
     def extend(self, hours: float | None = None, *, expire: str | None = None) -> Extended:
         """Move the expiry by ``hours`` or to ``expire`` from now (8h), and a Chameleon lease with it (as
         ``testbed extend``); what moved."""
-        from testbed import services
-
         return services.extend(self, hours=hours, expire=expire)
 
     def _names(self, hosts: str | Sequence[str] | None) -> list[str]:
         """Host names from a pattern (names, groups, globs: ``"workers"``, ``"node[12]"``) or a list; all by
         default. An unknown name is refused."""
-        from testbed import services
-
         return services.select(self.name, self.hosts, hosts)
 
     def exec(self, command: str, hosts: str | Sequence[str] | None = None, *, timeout: float | None = None,
@@ -89,8 +85,6 @@ class Testbed(Resolved):
         exec``); host -> result (``ok``, ``exit_code``, ``stdout``, ``stderr``, ``error``). A host where it fails
         (a non-zero exit, no answer, a timeout) raises :class:`HostsFailed` with every host's result, unless
         ``warn`` (then look at the results' ``ok``/``failed``), as Fabric's ``run`` and ``Group.run`` do."""
-        from testbed import services
-
         out = HostResults((r.host, r) for r in services.exec_(self.store, self.name, command, hosts, timeout=timeout))
         if not out.ok and not warn:
             raise self._failed(f"exec {command!r}", out, "each host's exit_code, stdout and stderr are in the "
@@ -101,8 +95,6 @@ class Testbed(Resolved):
             timeout: float = 300, warn: bool = False) -> HostResults:
         """Copy a local file to ``remote_path`` on each host (sftp, in parallel); host -> result. A host that fails
         raises :class:`HostsFailed` unless ``warn``."""
-        from testbed import remote
-
         src = Path(local)
         if not src.is_file():
             raise UsageError(f"no file {src}", where="put", fix="give the path of a local file")
@@ -120,8 +112,6 @@ class Testbed(Resolved):
         """Copy ``remote_path`` from each host to ``local_dir/<host>/<its name>`` (sftp, in parallel); host -> the
         local file. A host that fails raises :class:`HostsFailed` unless ``warn`` (then it is left out of the
         mapping and its result is in ``failed``)."""
-        from testbed import remote
-
         names = self._names(hosts)
         files = {h: Path(local_dir) / h / Path(remote_path).name for h in names}
         for p in files.values():
@@ -151,8 +141,6 @@ class Testbed(Resolved):
         hosts whose recorded set-up matches are skipped unless ``verify``. A host that fails or does not answer
         raises :class:`HostsFailed` (its ``results`` is the set-up's result) unless ``warn``. ``bake`` as
         ``--bake``/``--no-bake`` (None: a testbed whose images cost nothing bakes one by itself)."""
-        from testbed import services
-
         res = services.setup(self, profile=profile, suite=suite, roles=roles, check=check, limit=limit,
                              extra_vars=extra_vars, verify=verify, bake=bake).result
         if not res.ok and not warn:
@@ -177,9 +165,6 @@ class Testbed(Resolved):
         estimate would pass it, leaving the campaign ``paused`` (the same call resumes it, nothing repeated). A
         point that does not succeed raises :class:`RunFailed` (its ``run``) unless ``warn``; ``detach=True``
         returns once it is started, driven by a process of its own. The campaign's record either way."""
-        from testbed import estimate, services
-        from testbed.records import ENDED
-
         bud = None
         if budget is not None:
             try:
@@ -205,8 +190,6 @@ class Testbed(Resolved):
 
     def _start(self, suite: str, params: dict[str, Any] | None, *, faults: list[str] | None, setup: bool,
                sources: dict[str, str] | None) -> Run:
-        from testbed import services
-
         started = services.start(self, suite, params, faults=faults, with_setup=setup, sources=sources)
         return Run(started.run_id, self.store)
 
@@ -215,9 +198,6 @@ class Testbed(Resolved):
         """Fetch runs' outputs into ``to/<suite>/<run id>/`` with checksums and a manifest (as ``testbed
         collect``): the runs given, else every ended run of this testbed. A host or run that could not be
         collected raises :class:`HostsFailed` (its ``results``: every run's result) unless ``warn``."""
-        from testbed import services
-        from testbed.records import ENDED
-
         if runs is None:
             ids = [r["id"] for r in self.store.run_rows(-1, testbed=self.name) if r["status"] in ENDED][::-1]
             if not ids:
@@ -235,8 +215,6 @@ class Testbed(Resolved):
         """Write reports (as ``testbed report``): of a run (a :class:`Run` or a run id: its folder under ``to``,
         collected first when it is not), else of a results path: a run folder, a suite folder or ``results/``
         (an index of everything). Failed checks are in the result's ``checks``/``passed``, as the CLI shows them."""
-        from testbed import services
-
         if isinstance(target, Run) or (isinstance(target, str) and self.store.run(target) is not None):
             return (target if isinstance(target, Run) else Run(target, self.store)).report(to, fmt)
         return services.report(target, fmt, campaign=campaign)
@@ -263,8 +241,6 @@ class Testbed(Resolved):
         from fabric import Config, Connection
         from paramiko import RejectPolicy
         from paramiko.hostkeys import HostKeyEntry
-
-        from testbed import ssh
 
         names = [h.name for h in self.hosts]
         if host not in names:
@@ -315,8 +291,6 @@ class Run:
 
     @property
     def record(self) -> RunRecord:
-        from testbed.run import bookkeeping as state
-
         return state.require(self.store, self.id)
 
     @property
@@ -326,9 +300,6 @@ class Run:
     def wait(self, timeout: float = 3600, *, warn: bool | None = None) -> Run:
         """Block until the run ends; a run that does not succeed raises :class:`RunFailed` unless ``warn`` (then
         look at ``status`` and ``record.reason``)."""
-        from testbed import services
-        from testbed.records import OUTCOMES
-
         rec = services.wait(self.id, timeout, store=self.store)
         if rec.status != "succeeded" and not (self.warn if warn is None else warn):
             raise RunFailed(f"run {self.id} {rec.status}: {rec.reason or 'no reason recorded'}", run=self,
@@ -340,20 +311,14 @@ class Run:
 
     def events(self) -> Iterator[RunEvent]:
         """Its events as they are recorded, until it ends."""
-        from testbed.run import runner
-
         return runner.watch(self.id, store=self.store)
 
     def logs(self, host: str | None = None) -> list[LogLine]:
         """Each rank's output lines so far."""
-        from testbed.run import runner
-
         return list(runner.logs(self.id, host=host, store=self.store))
 
     def stop(self) -> Run:
         """Stop it (every rank's process group TERM, then KILL), as ``testbed stop``."""
-        from testbed import services
-
         services.stop(self.id, store=self.store)
         return self
 
@@ -361,8 +326,6 @@ class Run:
         """Fetch its outputs into ``to/<suite>/<run id>/`` with checksums and a manifest (as ``testbed
         collect``); a host that could not be collected raises :class:`HostsFailed` unless ``warn`` (then it is in
         the result's ``problems()``)."""
-        from testbed import services
-
         out = services.collect([self.id], to, store=self.store)
         if not (self.warn if warn is None else warn):
             _raise_collect(out)
@@ -370,8 +333,6 @@ class Run:
 
     def report(self, to: str | Path = RESULTS, fmt: str = "md") -> ReportResult:
         """Write its report into the collected folder (collected first if it is not)."""
-        from testbed.report.build import build_report
-
         folder = Path(to) / self.record.suite / self.id
         if not (folder / MANIFEST).exists():
             self.collect(to)
@@ -431,8 +392,6 @@ def _why(r: HostResult) -> str:
 
 def _raise_collect(results: list[CollectResult]) -> None:
     """The collect's problems (a host that failed, a run that could not be read) as :class:`HostsFailed`."""
-    from testbed.collect import format_problems
-
     problem = format_problems(results)
     if problem is not None:
         failed = {f"{r.run_id} on {h.host}": h for r in results for h in r.hosts if h.error}

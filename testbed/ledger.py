@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 def _recorded_provider(st: Store, tb: TestbedRow) -> Provider:
     """The provider of a testbed of another folder, from the spec copy recorded at provision (a spec of the same
     name here may be another testbed altogether)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.providers import provider_class
     from testbed.spec import TestbedSpec
 
@@ -46,6 +47,7 @@ def entry(st: Store, tb: TestbedRow, table: dict[str, Any], now: float | None = 
           recorded_spec: bool = False) -> dict[str, Any]:
     """The ledger row of one testbed (its state record ``tb``); ``recorded_spec``: its provider from the spec
     recorded at provision (another folder's testbed), not from the spec found here by name."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.providers import COSTS_MONEY, COUNTS_HOURS
     from testbed.state import ACTIVE
 
@@ -63,6 +65,7 @@ def entry(st: Store, tb: TestbedRow, table: dict[str, Any], now: float | None = 
                            "active_runs": active}
     cost: dict[str, Any] | None = None
     if tb["provider"] in COSTS_MONEY | COUNTS_HOURS:  # the others hold nothing that bills, counts or ends
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.resolved import Resolved
 
         try:
@@ -128,6 +131,7 @@ def elsewhere(current: Path) -> dict[str, Any]:
     """The testbeds recorded in this user's other state homes (from the index), each row with its ``home`` and
     ``folder``; the homes whose state no longer exists are removed from the index and named in ``pruned``;
     ``notes``: what could not be read. Other homes are opened read-only."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import homes
     from testbed.state import Store
 
@@ -180,6 +184,7 @@ def orphans(st: Store) -> dict[str, list[dict[str, Any]]]:
     ``found``, or False with ``why`` (the extra missing, no credentials, credentials refused, the listing
     failed) and ``fix``: a provider that could not be asked is never reported as holding nothing.
     """
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import paths
     from testbed.providers import COSTS_MONEY
     from testbed.providers.usable import check

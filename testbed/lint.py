@@ -41,8 +41,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed import paths, proof
+from testbed import paths, points, proof
 from testbed.errors import TestbedError
+from testbed.estimate import declared
+from testbed.expiry import span
+from testbed.providers import PROVIDERS, provider_class
+from testbed.run import forecast
+from testbed.setup import profiles as prof
+from testbed.state import Store
+from testbed.suite import expand_matrix, point_label, point_reads, render, resolve_params
 
 if TYPE_CHECKING:
     from testbed.setup.profiles import SetupPlan
@@ -89,8 +96,6 @@ def lint_suite(s: Suite, points: list[dict[str, Any]] | None = None, *, profile_
 
 def _runs(s: Suite) -> list[dict[str, Any]]:
     """The default point and every matrix point (those that resolve)."""
-    from testbed.suite import expand_matrix, resolve_params
-
     runs: list[dict[str, Any]] = []
     with contextlib.suppress(TestbedError):
         runs.append(resolve_params(s, {}))
@@ -122,8 +127,6 @@ _SIMPLE_VAR = re.compile(r"^\s*\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}\s*$")
 
 def _profile_plan(profile: str | None) -> SetupPlan | None:
     """The suite's profile read into its plan (None: no profile, or one that does not load: set-up names that)."""
-    from testbed.setup import profiles as prof
-
     if not profile:
         return None
     try:
@@ -211,8 +214,6 @@ def unpinned_frameworks(s: Suite, runs: list[dict[str, Any]] | None = None) -> l
     version (or with only a lower bound): the set-up takes the newest release, built for whatever CUDA is newest
     then, whatever driver the testbed has. Lists given as ``{{ var }}`` are read through the profile's vars; a
     list computed otherwise is not judged."""
-    from testbed.setup import profiles as prof
-
     if not s.profile or not {"gpu", "cuda"} & set(needs_hardware(s, runs)):
         return []
     try:
@@ -255,8 +256,6 @@ def bootstrap_refusals(s: Suite) -> list[Finding]:
     only) for a Python older than that, named in the same command of the suite, or as the interpreter of a profile
     ``python_env`` whose ``python_env_get_pip_url`` is set to it (left empty, the role picks pypa's frozen copy
     for that version itself)."""
-    from testbed.setup import profiles as prof
-
     out = []
     for what, text, loc in _commands(s):
         old = _old_pythons(text) if GET_PIP in text else []
@@ -286,8 +285,6 @@ _SCALES = re.compile(r"epoch|step|iter|loop|sample|percent|fraction|batches|roun
 def estimate_ignores_scale(s: Suite, runs: list[dict[str, Any]]) -> list[Finding]:
     """An estimate that gives one time to points that differ only in a parameter that scales the run (its name says
     epochs, steps, iterations, a data fraction...): ``plan`` and budgets would be wrong for all but one of them."""
-    from testbed.estimate import declared
-
     if s.estimate is None or not s.matrix:
         return []
     raw = s.estimate.model_dump() if hasattr(s.estimate, "model_dump") else s.estimate
@@ -382,8 +379,6 @@ def _timeouts(s: Suite, p: dict[str, Any]) -> list[tuple[str, float]]:
     """(what it is, seconds) of every timeout the artifact itself keeps at point ``p``: parameters, vars and
     environment variables whose name holds 'timeout', and ``--...timeout... N`` or ``X_TIMEOUT=N`` written in the
     launch command."""
-    from testbed.suite import render
-
     found: list[tuple[str, float]] = []
     for k in s.parameters:
         if "timeout" in k.lower() and (v := seconds(k, p.get(k))) is not None:
@@ -415,8 +410,6 @@ def _timeouts(s: Suite, p: dict[str, Any]) -> list[tuple[str, float]]:
 def checkpoint_interval(s: Suite, p: dict[str, Any]) -> tuple[str, float] | None:
     """The largest checkpoint interval in seconds a parameter or var of ``p`` gives (a name holding ckpt or
     checkpoint and a unit of time: ``ckpt_interval``, ``checkpoint_seconds``), else None."""
-    from testbed.suite import render
-
     best: tuple[str, float] | None = None
     items: list[tuple[str, Any]] = [(k, p.get(k)) for k in s.parameters]
     for k, raw in s.vars.items():
@@ -530,9 +523,6 @@ def cross_point_verdicts(s: Suite, runs: list[dict[str, Any]]) -> list[Finding]:
     """A reference whose row one point makes and whose verdict compares with another run (its words: the fault-free
     run, the baseline run) that this point's commands never make, nor read from another point (``after:``): run
     alone the point has nothing to compare with, and in a campaign it is judged against another point's run."""
-    from testbed import points
-    from testbed.suite import point_label, point_reads
-
     runs = [dict(x) for x in {repr(sorted(r.items())): r for r in runs}.values()]
     if s.references is None or len(runs) < 2:
         return []
@@ -566,10 +556,6 @@ def cross_point_verdicts(s: Suite, runs: list[dict[str, Any]]) -> list[Finding]:
 def campaign_outlives_testbed(s: Suite) -> list[Finding]:
     """A matrix whose campaign, as its estimates add up on the suite's own testbed, is longer than that testbed's spec
     gives (a lease's hours, an ``expire:``): rented as shipped, the campaign is refused, or the lease ends under it."""
-    from testbed.expiry import span
-    from testbed.run import forecast
-    from testbed.state import Store
-
     if not s.matrix or not s.testbed:
         return []
     try:
@@ -590,8 +576,6 @@ def campaign_outlives_testbed(s: Suite) -> list[Finding]:
 def needs_hardware(s: Suite, runs: list[dict[str, Any]] | None = None) -> list[str]:
     """What the suite's ranks need beyond a CPU host, at any of ``runs`` (default: the default point and every
     matrix point; a point whose needs cannot be rendered counts for none): gpu and/or tpu."""
-    from testbed import points
-
     need: set[str] = set()
     for p in runs if runs is not None else _runs(s):
         with contextlib.suppress(TestbedError):
@@ -615,8 +599,6 @@ def spec_hardware(path: Path) -> tuple[str, set[str]] | None:
     """(provider kind, what its hosts have of gpu and tpu) as a testbed spec file declares them, read as written
     (a spec whose ``${VAR}`` is unset here still declares its hardware); None when it cannot be read."""
     import yaml
-
-    from testbed.providers import PROVIDERS, provider_class
 
     try:
         data = yaml.safe_load(path.read_text())
@@ -666,8 +648,6 @@ def hardware_missing(s: Suite, specs: dict[str, Path] | None = None,
 def set_up_text(profile: str | None) -> str:
     """The text of what the profile's set-up would do (its file, and its roles' tasks, defaults, vars and
     templates): a command it names is one it may install. Bounded: role files of up to 256 KiB each."""
-    from testbed.setup import profiles as prof
-
     if not profile:
         return ""
     try:

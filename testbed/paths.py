@@ -50,11 +50,13 @@ def state_home() -> Path:
 
 def _usable(p: Path, what: str, where: str, fix: str) -> Path:
     """``p`` when the testbed's generated files can hold it (else one UsageError naming ``what``)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import quoting
 
     why = quoting.path_problem(str(p))
     if why is None:
         return p
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.errors import UsageError
 
     raise UsageError(f"{what} {quoting.shown(str(p))} {why}: testbed writes that path into ssh_config, Ansible "
@@ -68,6 +70,7 @@ def _usable(p: Path, what: str, where: str, fix: str) -> Path:
 def check_state_home() -> None:
     """Refuse (TestbedError) a state home that exists and is not a folder (a file, a link to nothing): it
     would otherwise read as a home without testbeds."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.errors import TestbedError
 
     p = state_home()

@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from testbed import templating
 from testbed.errors import UsageError
-from testbed.suite import NEEDS, NEEDS_FIX, Check, NeedsWhen, ProbeWhen, Suite, is_template, render
+from testbed.suite import NEEDS, NEEDS_FIX, Check, NeedsWhen, ProbeWhen, Suite, _env, is_template, render
 
 
 def context(suite: Suite, params: dict[str, Any]) -> dict[str, Any]:
@@ -115,9 +116,6 @@ def sketch(suite: Suite, params: dict[str, Any]) -> str:
     import functools
 
     import jinja2
-
-    from testbed import templating
-    from testbed.suite import _env
 
     env = _env(False).overlay(undefined=jinja2.ChainableUndefined)
     st = suite.steps

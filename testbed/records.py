@@ -22,6 +22,7 @@ from pydantic import (
     model_serializer,
 )
 
+from testbed.errors import TestbedError
 from testbed.exitcodes import Exit
 from testbed.fault_kinds import FaultAction
 
@@ -310,8 +311,6 @@ class RunPlan(_Model):
     @classmethod
     def load(cls, path: Path) -> RunPlan:
         """Read a plan file; one TestbedError naming it when it is no plan (hand-edited, truncated)."""
-        from testbed.errors import TestbedError
-
         try:
             return cls.model_validate_json(path.read_bytes())
         except ValidationError as e:

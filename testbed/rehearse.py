@@ -21,13 +21,30 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed import fault_kinds, lint, paths, services
+from testbed import fault_kinds, lint, paths, points, proof, remote, services
+from testbed import sources as sources_mod
+from testbed.collect import collect_runs
+from testbed.collect.listing import LOG_PATTERNS
+from testbed.drafting import todo_comments
 from testbed.errors import TestbedError, UsageError
 from testbed.paths import RESULTS
+from testbed.providers.local.provider import free_subnet
 from testbed.providers.local.settings import local_replica
-from testbed.run import hometrace
+from testbed.records import RunStep
+from testbed.report.build import build_report
+from testbed.report.declared import unknown_tables
+from testbed.resolved import Resolved
+from testbed.run import bookkeeping as rs
+from testbed.run import hometrace, runner
+from testbed.run import plan as plan_mod
 from testbed.run.plan import lacks
+from testbed.run.supervisor import step_log_name
+from testbed.scripts.probe import READY
+from testbed.setup import _controller_site_packages
+from testbed.spec import CAPABILITIES, load_testbed, stand_ins
+from testbed.suite import expand_matrix, load_suite, path_word, point_reads, render, resolve_params
 from testbed.textfmt import plural
+from testbed.yamlfile import read_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -113,8 +130,6 @@ def replica_name(like: str) -> str:
 
 
 def _hosts_needed(suite: Suite, points: list[dict[str, Any]]) -> int:
-    from testbed.suite import render
-
     need = suite.requires.hosts
     for p in points:
         raw = suite.placement.hosts
@@ -145,8 +160,6 @@ def _offline_sources(suite: Suite, overrides: dict[str, Override], like: str,
                      note: Callable[[str], None]) -> dict[str, Override]:
     """A replica has no route out: every source must come from this machine. One that --source and the spec's
     mirrors leave out comes from the user's mirror cache, fetched on this machine first when it lacks the ref."""
-    from testbed import sources as sources_mod
-
     out = dict(overrides)
     why: dict[str, str] = {}
     for s in suite.sources:
@@ -224,8 +237,6 @@ def in_container(command: str) -> bool:
 def lacks_here(needs: list[str], kind: str) -> list[str]:
     """The commands among ``needs`` that this machine (whose commands a replica's hosts of provider ``kind`` run)
     does not have."""
-    from testbed.spec import CAPABILITIES
-
     return lacks([n for n in needs if n not in CAPABILITIES], {}, kind)
 
 
@@ -247,8 +258,6 @@ def rehearsal_plan(plan: RunPlan, suite: Suite, like: str, *, set_up: bool = Tru
     not_rehearsed: list[str] = []
     skipped_ranks: dict[int, str] = {}
     stand_ins: dict[int, list[str]] = {}
-    from testbed import points
-
     programs = points.probes(suite, plan.params)  # per point: templates and {when, probe} entries
     compiled = [p for p in programs if not p.endswith(".py")]
     for r in plan.ranks:  # the probe stands in for Python programs only: a compiled one the suite names is skipped
@@ -333,8 +342,6 @@ def mpi_stand_in(command: str, compiled: list[str], path: str) -> str:
 def _compile_stand_in(plan: RunPlan) -> None:
     """A prepare step that builds the MPI stand-in in the run folder of every host (``mpicc``; where mpicc is
     missing, a script that runs ``hostname``), in each host's environment (its mpicc, as the ranks' mpirun)."""
-    from testbed.records import RunStep
-
     plan.files[f"{MPI_STAND_IN}.c"] = str(MPI_SOURCE)
     cmd = (f"if command -v mpicc >/dev/null 2>&1; then mpicc -O1 -o {MPI_STAND_IN} {MPI_STAND_IN}.c; else "
            f"echo 'testbed rehearse: no mpicc here: the MPI stand-in is hostname under mpirun'; "
@@ -360,8 +367,6 @@ def _rehearsed_faults(plan: RunPlan, lacks: set[str], probed: set[int], skipped_
     line per fault dropped or retimed. A fault on a probed rank fires when that rank's probe is ready (its checks
     passed, ``probe.READY``): a probe prints none of the program's lines that a ``when:`` waits for, and an ``at:``
     may fall after its stay."""
-    from testbed.scripts.probe import READY
-
     kept, lines = [], []
     for f in plan.faults:
         miss = sorted(set(f.needs) & lacks) or lacks_here(f.needs, plan.provider)
@@ -388,8 +393,6 @@ def _rehearsed_faults(plan: RunPlan, lacks: set[str], probed: set[int], skipped_
 
 def _arm_probe(plan: RunPlan, suite: Suite, programs: list[str], skipped: dict[str, str]) -> None:
     """Arm the probe on every host before the ranks start, disarm it after; its findings are collected."""
-    from testbed.records import RunStep
-
     config = {"run_dir": plan.run_dir, "roots": [s.path for s in suite.sources], "programs": programs,
               "stay": probe_stay(plan), "skipped": skipped}
     envs = {r.host: r.environment for r in plan.ranks}
@@ -409,10 +412,6 @@ def stand_in_environments(tb: Resolved, plan: RunPlan, site: str | None = None) 
     """Where the suite's environment is missing on a host (its profile did not make it here), a stand-in venv
     that sees ``site`` (default: the controller's packages; local hosts share its files); the hosts it was made
     on."""
-    from testbed import remote
-    from testbed.setup import _controller_site_packages
-    from testbed.suite import path_word
-
     by_host: dict[str, str] = {}
     for r in plan.ranks:
         if r.environment:
@@ -444,9 +443,6 @@ def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
     """``_rehearse`` with the real testbed's declared variables that are not set (its ``env:``, such as a lab's
     account name) standing in with their examples: a replica needs a value of the right shape, not yours. Each is
     said."""
-    from testbed.spec import stand_ins
-    from testbed.suite import load_suite
-
     like = like or load_suite(suite_name).testbed
     if not like:
         return _rehearse(suite_name, given, like=like, say=say, **options)
@@ -473,12 +469,6 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
     callable taking one line of progress."""
     if site is not None and not Path(site).is_dir():
         raise UsageError(f"no folder {site}", where="--site", fix="give the site-packages folder of a virtualenv")
-    from testbed import sources as sources_mod
-    from testbed.resolved import Resolved
-    from testbed.run import plan as plan_mod
-    from testbed.spec import load_testbed
-    from testbed.suite import expand_matrix, load_suite, point_reads, resolve_params
-
     def note(msg: str) -> None:
         if say:
             say(msg)
@@ -487,8 +477,6 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
         raise UsageError("--shapes picks points of the matrix", where="--shapes", fix="add --matrix")
     s = load_suite(suite_name)
     points = expand_matrix(s, given) if matrix else [resolve_params(s, given)]
-    from testbed.report.declared import unknown_tables
-
     found = [f.line() for f in lint.lint_suite(s, points)]
     found += [f"{e.where}: {e.what}" for e in unknown_tables(s)]  # a metric nothing would measure
     found += _left_to_fill_in(s)  # a draft of testbed new: each TODO comment, with its line
@@ -542,9 +530,6 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
 
 def _left_to_fill_in(s: Any) -> list[str]:
     """The TODO comments of the suite's file (what testbed new left to fill in), as static findings."""
-    from testbed.drafting import todo_comments
-    from testbed.yamlfile import read_text
-
     if not s.source:
         return []
     return [f"{s.source}:{n}: left to fill in: {text}" for n, text in todo_comments(read_text(Path(s.source)))]
@@ -553,8 +538,6 @@ def _left_to_fill_in(s: Any) -> list[str]:
 def _free_subnet(name: str, hosts: int = 0) -> str:
     """A subnet that holds ``hosts`` and no route of this machine uses; the one a kept replica of this name was made
     with, while it is."""
-    from testbed.providers.local.provider import free_subnet
-
     try:
         prev = json.loads((paths.home() / "rehearse" / f"{name}.yml").read_text())["provider"]["subnet"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -565,8 +548,6 @@ def _free_subnet(name: str, hosts: int = 0) -> str:
 def _write_replica_spec(target: TestbedSpec, s: Suite, points: list[dict[str, Any]],
                         subnet: str) -> tuple[dict[str, Any], Path]:
     """The replica's spec, written under the state home and checked before anything is made."""
-    from testbed.spec import load_testbed
-
     spec = replica_spec(target, s, points, subnet)
     folder = paths.home() / "rehearse"
     folder.mkdir(parents=True, exist_ok=True)
@@ -578,8 +559,6 @@ def _write_replica_spec(target: TestbedSpec, s: Suite, points: list[dict[str, An
 
 def _draft_info(target: TestbedSpec, spec: dict[str, Any], subnet: str) -> TestbedInfo:
     """The replica as a plan sees it before it exists: its hosts, and the real testbed's hardware and vars."""
-    from testbed.run import plan as plan_mod
-
     kind, names = str(spec["provider"]["kind"]), spec["provider"]["names"]
     per_host = {"hardware_of": {h: target.hardware.context(h) for h in names},
                 "gpu_declared": [h for h in target.hardware.hosts if target.hardware.gpu_declared(h)]} \
@@ -595,8 +574,6 @@ def _pick_points(s: Suite, target: TestbedSpec, like: str, info: TestbedInfo, po
     """The points to rehearse (with ``shapes``: the first of each step shape), each rendered before a host is
     made (a template, a fault, a host count), why a run on the real testbed would refuse some (by index), and the
     profile's roles the others need (None: all of them)."""
-    from testbed.run import plan as plan_mod
-
     refused: dict[int, str] = {}
     seen: set[tuple[Any, ...]] = set()
     picked: list[dict[str, Any]] = []
@@ -629,10 +606,6 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
                note: Any, reads: dict[str, str] | None = None, faults: list[str] | None = None) -> PointResult:
     """One point run for real on the replica (its plan made a rehearsal), waited for, collected and judged;
     ``reads``: the run folders of the points it reads (``after:``), rehearsed before it."""
-    from testbed.run import bookkeeping as rs
-    from testbed.run import plan as plan_mod
-    from testbed.run import runner
-
     rinfo = plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store)
     rinfo.context["spec_known"] = False  # faults were judged against the real testbed already
     plan = plan_mod.build_plan(s, rinfo, p, overrides=overrides, reads=reads, faults=faults)
@@ -667,8 +640,6 @@ def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, 
            note: Any, *, only: list[str] | None = None) -> dict[str, Any]:
     """Apply the suite's profile to the replica: ``roles`` (--role) alone, else the roles its points need
     (``only``; None: all)."""
-    from testbed import sources as sources_mod
-
     if not setup or not s.profile:
         return {"applied": None, "ok": True, "why": "--no-setup" if s.profile else "the suite has no profile"}
     extra = sources_mod.setup_vars(overrides, s)
@@ -689,8 +660,6 @@ def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, 
 
 def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Any, *, set_up: bool = True
            ) -> PointResult:
-    from testbed.collect import collect_runs
-
     events = tb.store.events(plan.run_id)
     seen = {(e.detail.get("phase"), e.detail.get("step")): e for e in events if e.kind == "step"}
     skipped = (plan.rehearsal or {}).get("skipped", {})
@@ -720,8 +689,6 @@ def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Any,
         "skipped" if len(skipped_ranks) == len(plan.ranks) else "ran"
     if collected.ok:
         try:
-            from testbed.report.build import build_report
-
             build_report(folder)
         except TestbedError as e:
             note(f"report of {plan.run_id}: {e.what}")
@@ -804,8 +771,6 @@ def grace_against_probes(s: Suite, plan: RunPlan, probes: list[Probe]) -> list[s
 def interfaces_lacking(tb: Resolved, plan: RunPlan) -> list[str]:
     """One line per interface a rank's launcher or environment names that a replica host lacks (``ip -o link``
     on each host of the run), judged before anything starts."""
-    from testbed import proof, remote
-
     given = [g for r in plan.ranks for g in proof.interfaces_given(r.command, r.env)]
     given += [g for line in plan.env for g in proof.interfaces_given(line)]
     given = list(dict.fromkeys(given))
@@ -826,8 +791,6 @@ def outputs_made(plan: RunPlan, hosts: list[Any]) -> tuple[dict[str, list[str]],
 
     Read from collect's per-host notes (``no file matches 'GLOB'``: the listing's @NOMATCH)."""
     import ast
-
-    from testbed.collect.listing import LOG_PATTERNS
 
     missed: dict[str, set[str]] = {}
     for hc in hosts:
@@ -858,9 +821,6 @@ def outputs_made(plan: RunPlan, hosts: list[Any]) -> tuple[dict[str, list[str]],
 def edits_undeclared(tb: Resolved, s: Suite, plan: RunPlan) -> list[str]:
     """One line per source checkout whose tracked files the run changed beyond the suite's ``edits:``
     (``git status --porcelain --untracked-files=no`` on each host of the run)."""
-    from testbed import proof, remote
-    from testbed.suite import path_word
-
     out = []
     for src in s.sources:
         w = path_word(src.path.rstrip("/"))
@@ -910,8 +870,6 @@ def fault_commands_missing(tb: Resolved, plan: RunPlan, *, installs: str = "") -
     (``command -v`` over ssh on the replica), unless the fault's needs: or the profile's set-up account for it.
     Only a kind that ``runs_command`` runs the suite's commands there (a signal fault runs testbed's own script,
     the shell's kill; host faults act from the provider)."""
-    from testbed import proof, remote
-
     wanted: dict[str, list[tuple[str, str]]] = {}
     for f in plan.faults:
         if not fault_kinds.get(f.action).runs_command:
@@ -963,10 +921,6 @@ def log_signatures(plan: RunPlan, steps: list[StepOutcome], folder: Path, *, set
     logs and the output of each step that ran, quoting the line. On a replica that was not set up, a command not
     found that the profile's set-up names (``installs``: its text) is a note, not a failure: what set-up installs is
     absent there; any other (a misspelt command) is a failure all the same."""
-    from testbed import proof
-    from testbed.run import bookkeeping as rs
-    from testbed.run.supervisor import step_log_name
-
     found: list[tuple[str, proof.Finding]] = []
     for f in sorted(folder.glob("*/rank*.out")) + sorted(folder.glob("*/rank*.err")):
         found += [(f"{f.parent.name}/{f.name}", x) for x in proof.scan(_read(f))]

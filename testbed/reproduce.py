@@ -15,10 +15,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.errors import UsageError
+from testbed import collect
+from testbed.collect import suite_copy
+from testbed.collect.manifest import load
+from testbed.collect.suite_copy import sha256
+from testbed.errors import TestbedError, UsageError
 from testbed.paths import MANIFEST
 from testbed.records import Manifest
-from testbed.report.verdicts import Verdict
+from testbed.references import References
+from testbed.report.build import build_report
+from testbed.report.rundir import RunDir
+from testbed.report.verdicts import Verdict, evaluate
+from testbed.run.plan import testbed_info
+from testbed.run.runner import file_sha256
+from testbed.setup.profiles import available_profiles
+from testbed.spec import DEFAULT_TESTBED
+from testbed.suite import SUITE_NAME_RE, load_suite
+from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.references import Reference
@@ -61,10 +74,6 @@ def prepare(run_dir: Path, on: str | None = None, allow: list[str] | None = None
     """Read the run's manifest and list what cannot be matched now; refuse (UsageError, exit 2) unless
     ``allow`` names every kind of difference. The suite replayed is the copy inside the run folder, or
     ``suite_path`` when the user names one; never a path the manifest names outside the folder. Touches no host."""
-    from testbed.collect.manifest import load
-    from testbed.run.runner import file_sha256
-    from testbed.spec import DEFAULT_TESTBED
-
     allow = list(allow or [])
     for a in allow:
         if a not in KINDS:
@@ -113,9 +122,6 @@ def prepare(run_dir: Path, on: str | None = None, allow: list[str] | None = None
 
 def _replayed_suite(run_dir: Path, m: Manifest, named: Path | None) -> tuple[Suite, str, list[Difference]]:
     """The suite to replay, where it comes from (one line), and the differences known from the copy alone."""
-    from testbed.collect import suite_copy
-    from testbed.suite import SUITE_NAME_RE, load_suite
-
     where = str(run_dir / MANIFEST)
     name = m["suite"]
     if not isinstance(name, str) or not re.match(SUITE_NAME_RE, name):
@@ -150,9 +156,6 @@ def _replayed_suite(run_dir: Path, m: Manifest, named: Path | None) -> tuple[Sui
 
 def _profile_diff(rec: dict[str, Any]) -> list[Difference]:
     """The run's profile (copied at collect) against the profile file of that name now."""
-    from testbed.collect.suite_copy import sha256
-    from testbed.setup.profiles import available_profiles
-
     prof = rec.get("profile")
     if not isinstance(prof, dict):
         return []
@@ -179,8 +182,6 @@ def _refuse(rep: Replay, allow: list[str]) -> None:
 
 def _suite_files(rec: dict[str, Any], suite: Suite, older: str) -> list[Difference]:
     """The suite's ``files:`` (its workloads) against the hashes the run recorded: changed, gone, added, dropped."""
-    from testbed.run.runner import file_sha256
-
     files = rec.get("files")
     if not isinstance(files, dict):
         return [Difference("suite", f"{older}, before testbed recorded the hashes of a suite's files: "
@@ -220,9 +221,6 @@ def _sources(m: Manifest, suite: Suite) -> tuple[list[str], list[Difference]]:
 
 def _hardware(m: Manifest, tb_rec: dict[str, Any], testbed: str, store: Any) -> list[Difference]:
     """Another testbed, fewer hosts, other core counts or GPUs than the run recorded (state only)."""
-    from testbed.run.plan import testbed_info
-    from testbed.textfmt import plural
-
     diffs = []
     if tb_rec.get("name") and testbed != tb_rec["name"]:
         diffs.append(Difference("testbed", f"recorded on {tb_rec['name']} ({tb_rec.get('provider')}), now on "
@@ -323,8 +321,6 @@ def references(suite: Suite) -> Any:
 
 def conclude(replay: Replay, run_id: str, status: str, reason: str | None = None) -> Outcome:
     """Collect the replay beside the original, then :func:`judge` it (never an exception: the replay ran)."""
-    from testbed import collect
-
     root = results_root(replay.run_dir)
     problem = collect.format_problems(collect.collect_runs([run_id], to=root))
     if problem is not None:
@@ -335,8 +331,6 @@ def conclude(replay: Replay, run_id: str, status: str, reason: str | None = None
 def judge(replay: Replay, replay_dir: Path, status: str, reason: str | None = None) -> Outcome:
     """The collected replay at ``replay_dir`` compared with the original: a replay that did not succeed, or
     whose metrics could not all be compared, is an Outcome with its ``problem``."""
-    from testbed.errors import TestbedError
-
     out = Outcome(replay_dir.name, status)
     if status != "succeeded":
         out.problem = f"the replay {status}" + (f" ({reason})" if reason else "") + ": nothing to compare"
@@ -356,11 +350,6 @@ def compare(original: Path, replay: Path, refs: Any) -> list[Verdict]:
     """Each of ``refs`` (the replayed suite's references) read from both runs' reports (both rebuilt): the
     original's value is the reference, the replay's is ours, within the reference's tolerance; a bound (at most,
     at least) is checked on the replay. A metric the original lacks is not measured."""
-    from testbed.references import References
-    from testbed.report.build import build_report
-    from testbed.report.rundir import RunDir
-    from testbed.report.verdicts import evaluate
-
     a, b = build_report(original), build_report(replay)
     first = {v.metric: v for v in evaluate(refs, a.tables, RunDir.open(original).host_records())}
     pairs: list[Reference] = []

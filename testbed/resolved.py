@@ -44,6 +44,7 @@ class Resolved:
         must work from state alone), saying so in ``notes``. ``need_spec=False``: a recorded testbed may have
         no spec at all (set-up and runs work from the recorded hosts).
         """
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.spec import TestbedSpec, load_testbed
         from testbed.state import Store
 
@@ -102,6 +103,7 @@ class Resolved:
 
     def provider(self, progress: Progress | None = None) -> Provider:
         """Its provider (the cloud SDK is imported only when a method needs it)."""
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.providers import provider_class
 
         if self.spec is None:
@@ -140,6 +142,7 @@ def _check_claim(spec: TestbedSpec, rec: TestbedRow | None) -> None:
 
 def _name_at(spec: TestbedSpec) -> str:
     """``file:line`` of the spec's ``name:`` (of its provider when it has none)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import yamlfile
 
     located = yamlfile.load(Path(str(spec.source)))[1]

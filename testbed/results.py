@@ -45,9 +45,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from testbed.distribution import install_command
 from testbed.errors import UsageError
 from testbed.report import plotting
 from testbed.report.model import Parsed, Report, Timestamp
+from testbed.report.parsers.csv_rows import parse_csv
 from testbed.report.rundir import Campaign, RunDir, event_time
 from testbed.report.textio import load_text, skip_note, summarise_skips, to_float
 from testbed.tables import CONTEXT_COLUMNS, GENERIC_TABLES, TABLE_NAME_RE
@@ -129,8 +131,6 @@ _LOADED: dict[tuple[str, int, int], SuiteResults] = {}
 def require(version: int) -> None:
     """Refuse to load (one clear error) when this testbed's API is older than ``version``."""
     if not isinstance(version, int) or version > API_VERSION:
-        from testbed.distribution import install_command
-
         raise RegistrationError(f"this report.py needs testbed.results API {version}; this testbed has "
                                 f"{API_VERSION}", f"upgrade testbed ({install_command(reinstall=True)}), or write the "
                                 f"file for API {API_VERSION}")
@@ -280,16 +280,12 @@ def csv_rows(src: Path | str, header: Sequence[str], make: Callable[[dict[str, s
     with a note, a file lacking a column skipped whole with one. API 2; API 3: ``make(row)`` turns each mapping
     into the row kept (a ValueError or KeyError from it skips the row with a note); ``delimiter``: the cell
     separator (a tab: ``"\\t"``)."""
-    from testbed.report.parsers.csv_rows import parse_csv
-
     parsed = parse_csv(src, header, make, delimiter)
     return list(parsed.rows), list(parsed.skipped)
 
 
 def boxes(data: Mapping[str, Sequence[float]], *, ylabel: str, title: str = "") -> Callable[[Any], None]:
     """A figure of one box per label, for ``rep.figure(name, boxes(...), caption)``. API 2."""
-    from testbed.report import plotting
-
     return plotting.boxes(data, ylabel=ylabel, title=title)
 
 
@@ -297,8 +293,6 @@ def lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, xlab
           title: str = "") -> Callable[[Any], None]:
     """A figure of labelled line series (label -> (xs, ys)), for ``rep.figure(name, lines(...), caption)``.
     API 2."""
-    from testbed.report import plotting
-
     return plotting.lines(series, xlabel=xlabel, ylabel=ylabel, title=title)
 
 

@@ -46,6 +46,7 @@ __all__ = ["CampaignStarted", "Extended", "Provisioned", "Repair", "SetupDone", 
 def __getattr__(name: str) -> Any:
     """``Repair`` (what :func:`repair` returns), imported on first use: ``exec`` and ``status`` need no set-up."""
     if name == "Repair":
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.setup.repair import Repair
 
         return Repair
@@ -69,10 +70,12 @@ def provision(tb: Resolved, *, expire: str | None = None, progress: Progress | N
     """Create (or find) the hosts and record them; idempotent. A new testbed whose set-up has an image boots from
     it; ``expire`` (8h, 2d) arms the dead-man's switch to release it then, even with no controller running;
     ``for_suite``: refused, before anything is created, when that suite cannot run on this testbed."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.setup import images
     from testbed.setup.profiles import check_vars
 
     if for_suite is not None:
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.run.runner import refuse_before_renting
         from testbed.suite import load_suite
 
@@ -102,6 +105,7 @@ def repair(tb: Resolved, host: str, *, setup: bool = True, profile: str | None =
            progress: Progress | None = None) -> Repair:
     """Bring one failed host back without touching the others and set it up again (:mod:`testbed.setup.repair`);
     the idle clock restarts."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.setup.repair import repair as repair_host
 
     if tb.record is None:
@@ -136,6 +140,7 @@ class Extended:
 @one_command()
 def extend(tb: Resolved, *, hours: float | None = None, expire: str | None = None) -> Extended:
     """Move the testbed's expiry by ``hours`` or to ``expire`` from now, and its lease (Chameleon) with it."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import expiry
     from testbed.providers.base import Capability
 
@@ -184,6 +189,7 @@ def disarm(tb: Resolved) -> None:
 
 def check_duration(value: str, option: str) -> None:
     """Refuse a duration that does not read as one (8h, 90m, 2d), naming the option."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.expiry import parse_duration
 
     try:
@@ -214,6 +220,7 @@ def setup(tb: Resolved, *, profile: str | None = None, suite: str | None = None,
     default): a provider whose images cost nothing bakes one by itself, another's ``note`` says what a bake
     would give (:func:`testbed.setup.images.offer`, saying so to ``progress`` first); False: neither. The idle
     clock restarts."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import setup as setup_mod
     from testbed import sources as sources_mod
     from testbed.setup import images
@@ -302,6 +309,7 @@ def plan(suite: str | Suite, on: str | None, params: dict[str, Any] | None = Non
          faults: list[str] | None = None, sources: list[str] | dict[str, str] | None = None,
          dry_run: bool = False, store: Store | None = None) -> RunPlan:
     """The whole run rendered, checked against the testbed (nothing touches a host)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import sources as sources_mod
     from testbed.run import runner
 
@@ -315,6 +323,7 @@ def start(tb: Resolved, suite: str | Suite, params: dict[str, Any] | None = None
           sources: list[str] | dict[str, str] | None = None, on_event: EventHandler | None = None) -> Started:
     """Plan the run, apply the suite's profile (with the run's source overrides) unless ``with_setup`` is False,
     then start it detached on the hosts (its supervisor survives this process). A failed set-up raises."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.run import runner
     from testbed.suite import load_suite
 
@@ -348,6 +357,7 @@ def start_campaign(tb: Resolved, suite: str | Suite, given: dict[str, Any] | Non
     planned (checking its overrides before any host), the budget read against every estimate, the suite's profile
     applied with the roles any point needs (unless ``with_setup`` is False), then the campaign recorded (one of the
     same points found unfinished is resumed). :func:`drive_campaign` runs it."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.run import campaign
     from testbed.suite import expand_matrix, load_suite
 
@@ -374,6 +384,7 @@ def campaign_dry_run(s: Suite, on: str | None, points: list[dict[str, Any]], *, 
     """Every point of a campaign planned in its order (``points``, as expand_matrix orders them), a point that reads
     another's output (``after:``) given that point's planned run folder; and the order: per point its label and
     what it reads (``after:`` name -> {point: its number, 1 first; label; folder})."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.run import runner
     from testbed.suite import point_label, point_reads
 
@@ -393,6 +404,7 @@ def refuse_overrun(s: Suite, tb: Resolved, given: dict[str, Any], faults: list[s
                    budget_seconds: float | None) -> None:
     """Refuse, before any set-up or point, a campaign whose estimate is longer than the testbed has left (its
     expiry, its lease, or its spec's length when not provisioned yet), unless a budget keeps it within."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.exitcodes import Exit
     from testbed.expiry import span
     from testbed.run import forecast
@@ -417,6 +429,7 @@ def drive_campaign(campaign_id: str, *, progress: Callable[[str], None] | None =
                    store: Store | None = None) -> CampaignRecord:
     """Run the campaign's points one after the other until each ended or its budget is spent (then it is left
     ``paused``: start it again to resume); its record at the end. ``progress``: one line per step."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.run import campaign
 
     return campaign.drive(campaign_id, progress=progress or (lambda _: None), store=store)
@@ -428,6 +441,7 @@ def detach_campaign(campaign_id: str) -> Path:
     import subprocess
     import sys
 
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.run import bookkeeping as run_state
 
     out = run_state.run_home(campaign_id) / "campaign.out"
@@ -442,6 +456,7 @@ def suite_setup(tb: Resolved, s: Suite, p: RunPlan, on_event: EventHandler | Non
     """Apply the suite's profile with the run's (or campaign's first run's) source overrides, just the roles the
     run's point needs (with ``more``, the other points of its campaign: the roles any of them needs); raises when
     it fails on a host."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import sources as sources_mod
 
     extra = sources_mod.setup_vars(p.source_overrides, s)
@@ -462,6 +477,7 @@ def needed_roles(plans: Sequence[RunPlan]) -> list[str] | None:
 @one_command()
 def wait(run_id: str, timeout: float = 3600, *, store: Store | None = None) -> RunRecord:
     """The run's record once it ended (or when ``timeout`` passed)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.run import runner
 
     return runner.wait(run_id, timeout, store=store)
@@ -470,6 +486,7 @@ def wait(run_id: str, timeout: float = 3600, *, store: Store | None = None) -> R
 @one_command()
 def stop(run_id: str, *, store: Store | None = None) -> RunRecord:
     """Stop an active run: every rank's process group TERM then KILL; its record."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.run import runner
 
     return runner.stop_run(run_id, store=store)
@@ -479,6 +496,7 @@ def stop(run_id: str, *, store: Store | None = None) -> RunRecord:
 def collect(run_ids: list[str] | None, to: str | Path = RESULTS, *, all_runs: bool = False,
             store: Store | None = None, progress: Any = None) -> list[CollectResult]:
     """Fetch runs' outputs into ``to/<suite>/<run id>/`` with checksums and a manifest."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.collect import collect_runs
 
     return collect_runs(run_ids, Path(to), all_runs=all_runs, progress=progress, store=store)
@@ -487,6 +505,7 @@ def collect(run_ids: list[str] | None, to: str | Path = RESULTS, *, all_runs: bo
 @one_command()
 def report(target: str | Path, fmt: str = "md", *, campaign: str | None = None) -> ReportResult | IndexResult:
     """Reports of a results path: a run folder, a suite folder or ``results/`` (an index of everything)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.report.folders import report_path
 
     return report_path(Path(target), fmt, campaign)

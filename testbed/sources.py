@@ -25,9 +25,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed import paths
-from testbed.errors import UsageError, by_door
+from testbed import git, paths, quoting
+from testbed.errors import TestbedError, UsageError, by_door
 from testbed.records import Override
+from testbed.setup.profiles import load_profile
+from testbed.spec import load_testbed
+from testbed.suite import render
 
 if TYPE_CHECKING:
     from testbed.suite import Suite
@@ -35,7 +38,6 @@ if TYPE_CHECKING:
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 HEX_RE = re.compile(r"^[0-9a-f]{7,40}$")
 BUNDLE_REF = "refs/heads/testbed-source"
-GIT_TIMEOUT = 60
 _FIXED_DATES = {"GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
 """Snapshot commits carry fixed dates, so the same files always give the same commit (and one bundle)."""
 
@@ -73,19 +75,6 @@ def _is_url(s: str) -> bool:
     return "://" in s or bool(re.match(r"^[\w.-]+@[\w.-]+:", s))
 
 
-def _git(args: list[str], cwd: str | Path | None = None, *, env_extra: dict[str, str] | None = None,
-         timeout: float = GIT_TIMEOUT) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", **(env_extra or {})}
-    try:
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(["git", *args], 124, "", f"git {args[0]} timed out after {timeout:g} s")
-    except FileNotFoundError:
-        raise UsageError("git is not installed on this machine", where="controller",
-                         fix="apt-get install git (source overrides need it)") from None
-
-
 def resolve(name: str, spec: str, where: str = "--source") -> Override:
     """Check one override and, for a local path, make its bundle. Raises UsageError before any host."""
     loc, ref = _split_ref(spec)
@@ -101,7 +90,7 @@ def resolve(name: str, spec: str, where: str = "--source") -> Override:
 
 
 def _resolve_url(name: str, spec: str, url: str, ref: str | None, where: str) -> Override:
-    r = _git(["ls-remote", url])
+    r = git.run(["ls-remote", url])
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
         raise UsageError(f"source override {name}={spec}: cannot reach the repository ({last})", where=where,
@@ -117,28 +106,28 @@ def _resolve_url(name: str, spec: str, url: str, ref: str | None, where: str) ->
 
 
 def _resolve_path(name: str, spec: str, path: Path, ref: str | None, where: str) -> Override:
-    top = _git(["rev-parse", "--show-toplevel"], cwd=path)
-    bare = _git(["rev-parse", "--is-bare-repository"], cwd=path)
+    top = git.run(["rev-parse", "--show-toplevel"], cwd=path)
+    bare = git.run(["rev-parse", "--is-bare-repository"], cwd=path)
     is_repo = (top.returncode == 0 and Path(top.stdout.strip()).resolve() == path) or \
-        (bare.returncode == 0 and bare.stdout.strip() == "true" and _git(["rev-parse", "--git-dir"], cwd=path)
+        (bare.returncode == 0 and bare.stdout.strip() == "true" and git.run(["rev-parse", "--git-dir"], cwd=path)
          .stdout.strip() in (".", str(path)))
     cache = paths.user_cache() / "bundles"  # keyed by commit: one per user, shared by every state home
     cache.mkdir(parents=True, exist_ok=True)
     dirty = False
     if is_repo:
         if ref:
-            r = _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=path)
+            r = git.run(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=path)
             if r.returncode != 0:
                 raise UsageError(f"source override {name}={spec}: {path} has no commit, branch or tag '{ref}'",
                                  where=where, fix=f"git -C {shlex.quote(str(path))} log --oneline shows what it has")
             commit = r.stdout.strip()
         else:
-            head = _git(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=path)
+            head = git.run(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=path)
             if head.returncode != 0:
                 raise UsageError(f"source override {name}={spec}: {path} has no commit yet", where=where,
                                  fix="commit something first, or give a plain folder")
             commit = head.stdout.strip()
-            stash = _git(["stash", "create"], cwd=path, env_extra=_FIXED_DATES) \
+            stash = git.run(["stash", "create"], cwd=path, env_extra=_FIXED_DATES) \
                 if bare.stdout.strip() != "true" else None
             if stash is not None and stash.returncode == 0 and stash.stdout.strip():
                 commit, dirty = stash.stdout.strip(), True
@@ -158,20 +147,18 @@ def _bundle_from_repo(repo: Path, commit: str, bundle: Path, name: str, spec: st
     (a scratch repository borrows its objects through ``objects/info/alternates``)."""
     import tempfile
 
-    from testbed import quoting
-
-    git_dir = _git(["rev-parse", "--absolute-git-dir"], cwd=repo).stdout.rstrip("\n")
+    git_dir = git.run(["rev-parse", "--absolute-git-dir"], cwd=repo).stdout.rstrip("\n")
     objects = str(Path(git_dir) / "objects")
     if (c := quoting.control_char(objects)) is not None:  # the alternates file holds one path a line
         raise UsageError(f"source override {name}={spec}: the repository's path {quoting.shown(objects)} holds {c}",
                          where=where, fix="move the repository to a path without it, or give a plain folder")
     with tempfile.TemporaryDirectory(prefix="testbed-src-") as tmp:
-        _git(["init", "-q", "--bare", tmp])
+        git.run(["init", "-q", "--bare", tmp])
         (Path(tmp) / "objects" / "info").mkdir(parents=True, exist_ok=True)
         (Path(tmp) / "objects" / "info" / "alternates").write_bytes(os.fsencode(objects) + b"\n")
         part = f"{bundle}.{os.getpid()}.tmp"  # one per process: two state homes may bundle one commit at once
         for args in (["update-ref", BUNDLE_REF, commit], ["bundle", "create", part, BUNDLE_REF]):
-            r = _git(args, cwd=tmp, timeout=600)
+            r = git.run(args, cwd=tmp, timeout=600)
             if r.returncode != 0:
                 raise UsageError(f"source override {name}={spec}: cannot bundle {repo} at {commit[:12]} "
                                  f"({(r.stderr.strip().splitlines() or ['?'])[-1]})", where=where,
@@ -184,23 +171,23 @@ def _bundle_from_folder(folder: Path, cache: Path, name: str, spec: str, where: 
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="testbed-src-") as tmp:
-        _git(["init", "-q", tmp])
+        git.run(["init", "-q", tmp])
         env = {"GIT_DIR": str(Path(tmp) / ".git"), "GIT_WORK_TREE": str(folder), "GIT_AUTHOR_NAME": "testbed",
                "GIT_AUTHOR_EMAIL": "testbed@localhost", "GIT_COMMITTER_NAME": "testbed",
                "GIT_COMMITTER_EMAIL": "testbed@localhost", **_FIXED_DATES}
         for args in (["add", "-A", "-f", "."],
                      ["commit", "-q", "--no-verify", "--no-gpg-sign", "-m", f"snapshot of {folder}"]):
-            r = _git(args, cwd=folder, env_extra=env, timeout=600)
+            r = git.run(args, cwd=folder, env_extra=env, timeout=600)
             if r.returncode != 0:
                 raise UsageError(f"source override {name}={spec}: cannot snapshot {folder} "
                                  f"({(r.stderr.strip().splitlines() or ['?'])[-1]})", where=where,
                                  fix="check that every file in the folder is readable")
-        commit = _git(["rev-parse", "HEAD"], cwd=folder, env_extra=env).stdout.strip()
+        commit = git.run(["rev-parse", "HEAD"], cwd=folder, env_extra=env).stdout.strip()
         bundle = cache / f"{name}-{commit[:16]}.bundle"
         if not bundle.is_file():
-            _git(["update-ref", BUNDLE_REF, commit], cwd=folder, env_extra=env)
+            git.run(["update-ref", BUNDLE_REF, commit], cwd=folder, env_extra=env)
             part = f"{bundle}.{os.getpid()}.tmp"
-            r = _git(["bundle", "create", part, BUNDLE_REF], cwd=folder, env_extra=env, timeout=600)
+            r = git.run(["bundle", "create", part, BUNDLE_REF], cwd=folder, env_extra=env, timeout=600)
             if r.returncode != 0:
                 raise UsageError(f"source override {name}={spec}: cannot bundle {folder} ({r.stderr.strip()})",
                                  where=where, fix="check free space under the state home")
@@ -235,7 +222,7 @@ def from_mirror(name: str, url: str, ref: str | None, *, fetch: bool,
     want = f"{ref}^{{commit}}" if ref else "HEAD^{commit}"
 
     def has_ref() -> bool:
-        return dest.is_dir() and _git(["rev-parse", "--verify", "--quiet", want], cwd=dest).returncode == 0
+        return dest.is_dir() and git.run(["rev-parse", "--verify", "--quiet", want], cwd=dest).returncode == 0
 
     if not has_ref():
         if not fetch:
@@ -243,7 +230,7 @@ def from_mirror(name: str, url: str, ref: str | None, *, fetch: bool,
         if say:
             say(f"source '{name}': fetching {url} on this machine into {dest} (once per user)")
         dest.parent.mkdir(parents=True, exist_ok=True)
-        r = _git(["fetch", "--quiet", "origin", "+refs/*:refs/*"], cwd=dest, timeout=MIRROR_TIMEOUT) \
+        r = git.run(["fetch", "--quiet", "origin", "+refs/*:refs/*"], cwd=dest, timeout=MIRROR_TIMEOUT) \
             if dest.is_dir() else _clone_mirror(url, dest)
         if r.returncode != 0:
             return f"fetching {url} here failed ({(r.stderr.strip().splitlines() or [f'exit {r.returncode}'])[-1]})"
@@ -259,7 +246,7 @@ def _clone_mirror(url: str, dest: Path) -> subprocess.CompletedProcess[str]:
 
     tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=dest.parent))
     try:
-        r = _git(["clone", "--quiet", "--mirror", url, str(tmp / "m.git")], timeout=MIRROR_TIMEOUT)
+        r = git.run(["clone", "--quiet", "--mirror", url, str(tmp / "m.git")], timeout=MIRROR_TIMEOUT)
         if r.returncode == 0:
             (tmp / "m.git").replace(dest)
         return r
@@ -278,8 +265,6 @@ def profile_build_refs(profile: str | None) -> dict[str, tuple[str, str | None]]
     name or repo needs what only a host knows (its facts) is left out."""
     if not profile:
         return {}
-    from testbed.setup.profiles import load_profile
-
     plan = load_profile(profile)
     out: dict[str, tuple[str, str | None]] = {}
     for step in plan.steps:
@@ -296,8 +281,6 @@ def profile_build_refs(profile: str | None) -> dict[str, tuple[str, str | None]]
 def _rendered(value: object, context: dict[str, Any], depth: int = 4) -> str | None:
     """``value`` with its ``{{ }}`` rendered from ``context`` (vars naming vars: ``depth`` rounds); None when it is
     not a string or names what the context lacks."""
-    from testbed.suite import render
-
     if not isinstance(value, str | int | float) or isinstance(value, bool):
         return None
     text = str(value)
@@ -341,9 +324,6 @@ def spec_sources(testbed: str | None) -> dict[str, str]:
     if not testbed:
         return {}
     import contextlib
-
-    from testbed.errors import TestbedError
-    from testbed.spec import load_testbed
 
     with contextlib.suppress(TestbedError):
         return dict(load_testbed(testbed).sources)

@@ -139,6 +139,7 @@ class TestbedSpec(Strict):
     @classmethod
     def _duration(cls, v: str | None) -> str | None:
         if v is not None:
+            # lazy: start-up (testbed status and exec load this module)
             from testbed.expiry import parse_duration
 
             parse_duration(v)
@@ -188,6 +189,7 @@ class TestbedSpec(Strict):
     def _group_members(self) -> TestbedSpec:
         import difflib
 
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.yamlfile import Invalid
 
         names = self.host_names()
@@ -216,6 +218,7 @@ class TestbedSpec(Strict):
     def _hardware_hosts(self) -> TestbedSpec:
         import difflib
 
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.yamlfile import Invalid
 
         names = self.host_names()
@@ -256,6 +259,7 @@ def inventory_path(name: str) -> Path:
 def stand_ins(name_or_path: str) -> Iterator[dict[str, str]]:
     """While inside: each variable the spec's ``env:`` declares with an ``example`` and the environment lacks is
     set to that example (a rehearsal's replica only needs a value of the right shape); yields those it set."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import yamlfile
 
     p = Path(name_or_path)
@@ -279,6 +283,7 @@ def stand_ins(name_or_path: str) -> Iterator[dict[str, str]]:
 
 def load_testbed(name_or_path: str) -> TestbedSpec:
     """Load and validate a testbed spec by name (``local``) or by path (``./my.yml``)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import yamlfile
 
     p = Path(name_or_path)

@@ -264,6 +264,7 @@ def write_ssh_config(testbed: str, hosts: list[Host], *, connect_timeout: int = 
     kh.touch(mode=0o600, exist_ok=True)
     tmpl_path = paths.find_resource("templates", "ssh_config.j2")
     if tmpl_path is None:
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.distribution import install_command
 
         raise TestbedError("the ssh_config template is missing", where="templates/ssh_config.j2",

@@ -316,6 +316,7 @@ class Store:
             raise sqlite3.DatabaseError(f"truncated: {self.path.stat().st_size} of {pages * size} bytes")
 
     def _damaged(self, why: str) -> Exception:
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.errors import TestbedError
 
         return TestbedError(f"the state database is damaged ({why}); testbed left it as it is", where=str(self.path),
@@ -347,6 +348,7 @@ class Store:
     def _check_version(self, version: int) -> None:
         """Refuse a file written by a newer testbed."""
         if version > SCHEMA_VERSION:
+            # lazy: start-up (testbed status and exec load this module)
             from testbed.distribution import install_command
             from testbed.errors import TestbedError
 
@@ -362,6 +364,7 @@ class Store:
     @classmethod
     def open_default(cls) -> Store:
         """This folder's state, created when it has none (for the commands that record something)."""
+        # lazy: start-up (testbed status and exec load this module)
         from testbed import paths
 
         return cls(paths.home() / "state.db")
@@ -371,6 +374,7 @@ class Store:
         """The state of ``home`` (default: this folder's) when it has one, else ``Store.empty``: never creates
         anything. ``readonly=False``: writes allowed to an existing file (``status --probe`` records what it
         found)."""
+        # lazy: start-up (testbed status and exec load this module)
         from testbed import paths
 
         if home is None:
@@ -383,6 +387,7 @@ class Store:
         """This folder's state for the Python API (``testbed.open``): the file when there is one; else a stand-in
         with nothing recorded that creates the file on the first write, so that looking at a testbed from an
         empty folder leaves the folder as it was."""
+        # lazy: start-up (testbed status and exec load this module)
         from testbed import paths
 
         paths.check_state_home()
@@ -443,6 +448,7 @@ class Store:
                 d[col] = json.loads(d[col]) if d.get(col) else default
             return model.model_validate(d)
         except (ValueError, ValidationError) as e:
+            # lazy: start-up (testbed status and exec load this module)
             from testbed.errors import TestbedError
 
             why = str(e).splitlines()[0] if not isinstance(e, ValidationError) else \
@@ -625,6 +631,7 @@ class Store:
         return self._run(rows[0]) if rows else None
 
     def _run(self, row: sqlite3.Row) -> RunRecord:
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.records import RunRecord
 
         return self._record(RunRecord, row, f"run '{row['id']}'", params={}, info={})
@@ -700,6 +707,7 @@ class Store:
 
     def run_ranks(self, run_id: str) -> list[RankRecord]:
         """The run's ranks in rank order."""
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.records import RankRecord
 
         return [self._record(RankRecord, r, f"rank {r['rank']} of run '{run_id}'")
@@ -712,6 +720,7 @@ class Store:
 
     def events(self, run_id: str, after: int = 0) -> list[RunEvent]:
         """The run's events after sequence number ``after``, in order."""
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.records import RunEvent
 
         return [self._record(RunEvent, r, f"event {r['seq']} of run '{run_id}'", detail={})
@@ -725,6 +734,7 @@ class Store:
                                            c.status, c.created, json.dumps(c.info.model_dump())))
 
     def campaign(self, cid: str) -> CampaignRecord | None:
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.records import CampaignRecord
 
         rows = self.query("SELECT * FROM campaigns WHERE id=?", (cid,))

@@ -19,9 +19,11 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from testbed import fault_kinds, paths
+from testbed import fault_kinds, paths, suite_fetch, templating, yamlfile
 from testbed.errors import UsageError
+from testbed.estimate import ESTIMATE_RULE, declared
 from testbed.references import References
+from testbed.spec import TOOL_RE
 from testbed.tables import DeclaredTable, table_names
 from testbed.yamlfile import Invalid
 
@@ -380,8 +382,6 @@ class Fault(Strict):
     @field_validator("needs")
     @classmethod
     def _needs(cls, v: list[str]) -> list[str]:
-        from testbed.spec import TOOL_RE
-
         for n in v:
             if not re.match(TOOL_RE, n):
                 raise ValueError(f"'{n}' is neither a capability (gpu, tpu, cuda, nvidia-driver, network) nor a "
@@ -661,8 +661,6 @@ class Suite(Strict):
         """``estimate`` reads as an estimate and names only int or float parameters."""
         if self.estimate is None:
             return
-        from testbed.estimate import ESTIMATE_RULE, declared
-
         raw = self.estimate.model_dump() if isinstance(self.estimate, EstimateBy) else self.estimate
         try:
             est = declared(raw)
@@ -925,8 +923,6 @@ def suite_path(name: str) -> Path:
     """The YAML of the suite ``name`` names: a path to a .yml file or to a suite folder (one holding a
     ``suite.yml``), a suite's name (:func:`testbed.paths.find_suite`: this folder's ``experiments/`` first), or
     ``git+URL@COMMIT#PATH`` (fetched into the state home: :mod:`testbed.suite_fetch`)."""
-    from testbed import suite_fetch
-
     if suite_fetch.is_git_suite(name):
         return suite_fetch.suite_file(name)
     p = Path(name)
@@ -956,8 +952,6 @@ def suite_path(name: str) -> Path:
 
 def load_suite(name_or_path: str) -> Suite:
     """Load and validate a suite by name or path; errors carry file:line and a hint."""
-    from testbed import yamlfile
-
     path = suite_path(name_or_path)
     data, located = yamlfile.load(path)
     if not isinstance(data, dict):
@@ -1219,8 +1213,6 @@ def _env(shell: bool) -> Any:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
         from jinja2.utils import _PassArg
 
-        from testbed import templating
-
         class Bounded(ImmutableSandboxedEnvironment):
             """Sandboxed, and bounded (testbed.templating): every loop iteration, call, filter and operator is a
             step of the render's budget, values too large to make are refused, all output is weighed."""
@@ -1275,8 +1267,6 @@ def render(template: str, context: dict[str, Any], *, shell: bool = True, where:
     evaluated (a missing name, a division by zero, a wrong type) is one UsageError naming ``where`` (what) and
     ``at`` (``file:line``; default: ``where``)."""
     import jinja2
-
-    from testbed import templating
 
     known = f"known names: {', '.join(sorted(k for k in context if not k.startswith('_')))}"
     place = at or where

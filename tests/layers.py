@@ -8,6 +8,7 @@ modules import each other, directly or round a ring, except the type-only ring o
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -25,10 +26,13 @@ FLOORS: list[tuple[str, list[str]]] = [  # bottom first: a module's floor is the
     ("front doors", ["testbed.cli", "testbed.__main__", "testbed.handle"]),
 ]
 FRONT = "testbed"  # the package itself is the Python API's front door (testbed.open)
-CORE_DATA = ("testbed.providers.kinds", "testbed.providers.base_settings")  # pure data the spec reads
+CORE_DATA = ("testbed.providers.kinds", "testbed.providers.base_settings",  # pure data the spec reads:
+             "testbed.providers", "testbed.providers.registration")  # the registry, and each provider's
+REGISTRATION_DEPTH = 3  # package __init__ (testbed.providers.<kind>: its Registration), which loading a spec runs
 SETTINGS_SUFFIX = ".settings"  # testbed.providers.<kind>.settings: pure data too
 
 
+@functools.cache
 def modules(root: Path = ROOT) -> dict[str, Path]:
     out = {}
     for p in (root / "testbed").rglob("*.py"):
@@ -43,7 +47,9 @@ def floor(mod: str) -> int:
     """The floor of ``mod`` (0: core)."""
     if mod == FRONT:
         return len(FLOORS) - 1
-    if mod in CORE_DATA or (mod.startswith("testbed.providers.") and mod.endswith(SETTINGS_SUFFIX)):
+    registration = mod.startswith("testbed.providers.") and mod.count(".") + 1 == REGISTRATION_DEPTH and \
+        modules().get(mod, Path()).name == "__init__.py"
+    if mod in CORE_DATA or registration or (mod.startswith("testbed.providers.") and mod.endswith(SETTINGS_SUFFIX)):
         return 0
     found = 0
     for i, (_, prefixes) in enumerate(FLOORS):
@@ -85,7 +91,17 @@ def edges(root: Path = ROOT) -> dict[str, dict[str, int]]:
                 r = resolve(t) if t.startswith("testbed") else None
                 if r and r != m:
                     out[m].setdefault(r, node.lineno)
+                for pkg_of in _packages_run(r, m, mods) if r else []:
+                    out[m].setdefault(pkg_of, node.lineno)
     return out
+
+
+def _packages_run(target: str, importer: str, mods: dict[str, Path]) -> list[str]:
+    """The packages whose ``__init__`` importing ``target`` runs first (``testbed.setup`` for
+    ``testbed.setup.profiles``), but for the importer's own packages, which are loaded already."""
+    parts = target.split(".")
+    up = [".".join(parts[:i]) for i in range(2, len(parts))]
+    return [p for p in up if p in mods and not (importer == p or importer.startswith(p + "."))]
 
 
 def rings(graph: dict[str, dict[str, int]]) -> list[list[str]]:

@@ -358,7 +358,7 @@ def test_isca_campaign_outcomes_and_calc_overhead(tmp_path):
     assert res.passed and read_csv(out / "missing_points.csv") == []
     assert any(p.name == "train_accuracy.png" for p in res.figures)
     # the per-run report of the detection run prints the same number
-    from testbed.report import build_report
+    from testbed.report.build import build_report
 
     one = build_report(folder / "isca-detection")
     assert any("0.0157%" in d for n, _, d in one.checks if n.startswith("detection"))

@@ -249,7 +249,7 @@ def test_times_are_iso_8601_utc(tb_home: Path) -> None:
     out = cli(tb_home, "status", ids[0], columns=200).stdout
     assert "started 2026-11-30T00:53:20Z" in out, out
     # a report's time columns (fault-drill's train log and event steps, unix seconds in the data)
-    from testbed.report import build_report
+    from testbed.report.build import build_report
 
     run = tb_home / "results" / "fault-drill" / "run-1"
     shutil.copytree(ROOT / "tests" / "samples" / "fault-drill", run)

@@ -14,7 +14,7 @@ import pytest
 
 from testbed.errors import UsageError
 from testbed.references import References
-from testbed.report import build_report
+from testbed.report.build import build_report
 from testbed.report.model import Table
 from testbed.report.verdicts import NOT_MEASURED, OUTSIDE, WITHIN, evaluate, hardware_difference
 from testbed.suite import list_suites, load_suite

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import UsageError
-from testbed.report import build_report, known_suites
+from testbed.report.build import build_report
+from testbed.report.suites import known_suites
 
 S = Path(__file__).parent / "samples"
 

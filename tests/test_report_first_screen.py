@@ -12,7 +12,7 @@ from pathlib import Path
 
 from test_report_browser import _browser
 
-from testbed.report import build_report
+from testbed.report.build import build_report
 
 HARNESS = """<!doctype html><html><head><meta charset="utf-8"><style>body{margin:0}</style></head><body>
 <iframe id="f" src="%s" style="width:1280px;height:800px;border:0"></iframe><pre id="result">pending</pre>

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.report import build_report
+from testbed.report.build import build_report
 
 FIX = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 if not FIX.is_dir():

@@ -11,7 +11,7 @@ from pathlib import Path
 from localbed import invoke
 from test_report_first_screen import fault_drill_run
 
-from testbed.report import build_report
+from testbed.report.build import build_report
 from testbed.report.folders import build_index, report_suite_folder
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from testbed.report import build_report
+from testbed.report.build import build_report
 from testbed.report.folders import build_index, report_path
 
 SECRET = "s3cr3t-Value-8842"

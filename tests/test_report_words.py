@@ -10,7 +10,8 @@ from pathlib import Path
 
 from test_report_first_screen import fault_drill_run
 
-from testbed.report import build_report, plotting
+from testbed.report import plotting
+from testbed.report.build import build_report
 
 
 def _timeline(md: str) -> list[list[str]]:

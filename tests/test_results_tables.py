@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import UsageError
-from testbed.report import build_report
+from testbed.report.build import build_report
 from testbed.report.declared import glob_rx, unknown_tables
 from testbed.report.parsers.declared import csv_rows, json_rows, regex_rows, typed_columns
 from testbed.suite import list_suites, load_suite

@@ -23,6 +23,7 @@ from testbed.exitcodes import Exit
 def __getattr__(name: str) -> Any:
     """``app``: the Typer app (``testbed.cli.typer_app.app``), imported on first use."""
     if name == "app":
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.cli import typer_app
 
         return typer_app.app
@@ -42,6 +43,7 @@ def main() -> None:
         fresh = not _state_home().exists()  # a refused command leaves a folder with no state as it found it
     except TestbedError:
         fresh = False  # a state home testbed refuses: the command that needs it says so (--help still works)
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.cli.starting import Starting
 
     starting = Starting.maybe(sys.argv)  # on a terminal: no silent start, however slow the imports
@@ -158,6 +160,7 @@ def _lazy_stdlib(names: tuple[str, ...] = ("inspect",)) -> None:
 
 
 def _state_home() -> Any:
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import paths
 
     return paths.state_home()
@@ -173,6 +176,7 @@ def _run_refusing_cleanly(fresh: bool) -> Any:
     """The command (a hot one by :mod:`testbed.cli.grammar`, else by the Typer app); when it fails in a folder
     that had no state, the state it created with nothing recorded is removed again (``provision nosuch`` or
     ``run … --on nosuch`` leave no ``.testbed/`` behind)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.errors import front_door
     from testbed.paths import one_command
 
@@ -181,16 +185,19 @@ def _run_refusing_cleanly(fresh: bool) -> Any:
         with front_door("cli"), one_command():
             rc = grammar.run(sys.argv[1:])
             if rc is None:
+                # lazy: start-up (testbed status and exec load this module)
                 from testbed.cli import typer_app
 
                 rc = typer_app.app(standalone_mode=False, prog_name="testbed")
     except BaseException:
         if fresh:
+            # lazy: start-up (testbed status and exec load this module)
             from testbed.state import discard_if_unused
 
             discard_if_unused(_state_home())
         raise
     if fresh and isinstance(rc, int) and rc != 0:
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.state import discard_if_unused
 
         discard_if_unused(_state_home())

@@ -12,7 +12,7 @@ import typer
 
 if TYPE_CHECKING:
     from testbed.collect import CollectResult
-    from testbed.report import ReportResult
+    from testbed.report.build import ReportResult
     from testbed.report.folders import IndexResult
 
 from testbed.cli import complete
@@ -43,6 +43,7 @@ def collect_cmd(
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
+    # lazy: testbed --help and completion load every command module
     from testbed import services
     from testbed.collect import format_problems
 
@@ -78,6 +79,7 @@ def _print_collect(results: list[CollectResult]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    # lazy: testbed --help and completion load every command module
     from testbed.collect import lost_line
 
     c = Console(highlight=False, soft_wrap=True)
@@ -124,6 +126,7 @@ def report_cmd(
 
     Example: testbed report results/my-suite/my-suite-20240501-120000-ab12 --format html
     """
+    # lazy: testbed --help and completion load every command module
     from testbed.cli.output import waiting
     from testbed.report.folders import IndexResult, report_path
 
@@ -158,6 +161,7 @@ def _print_report(rr: ReportResult) -> None:
 
     c = Console(highlight=False, soft_wrap=True)
     if rr.run_id is not None:  # the run's status and its verdicts in one line: neither reads alone
+        # lazy: testbed --help and completion load every command module
         from testbed.report.verdicts import headline, headline_tone
 
         colour = {"good": "green", "bad": "red", "unsure": "yellow"}[headline_tone(rr.status, rr.verdicts)]
@@ -165,6 +169,7 @@ def _print_report(rr: ReportResult) -> None:
         c.print(f"[{colour}]run {escape(rr.run_id)} {escape(str(said))}[/{colour}]")
     c.print(f"report: {escape(str(rr.path))}" + (f" ({plural(len(rr.runs), 'run')})" if rr.runs else ""))
     if rr.verdicts:
+        # lazy: testbed --help and completion load every command module
         from testbed.cli.verdict_view import print_verdicts
 
         print_verdicts(c, rr.verdicts)
@@ -209,6 +214,7 @@ def _print_index(res: IndexResult) -> None:
         c.print(f"run {escape(str(r.get('status') or '?'))} ({mark}) {escape(r['run_id'])}: "
                 f"{escape(str(r['report'] or r['error']))}{why}")
     for rr in res.campaigns:  # as a run's line: the checks' mark and the verdicts' count side by side
+        # lazy: testbed --help and completion load every command module
         from testbed.report.verdicts import summary
 
         mark = "[green]checks pass[/green]" if rr.passed else "[red]checks FAIL[/red]"

@@ -27,6 +27,7 @@ def _starting(names: Any, incomplete: str) -> list[str]:
 
 def _state() -> Any:
     """This state home's store, read-only, when it exists (completing never creates or migrates one)."""
+    # lazy: testbed --help and completion load every command module
     from testbed.state import Store
 
     st = Store.open_existing()
@@ -36,6 +37,7 @@ def _state() -> Any:
 @_safe
 def testbeds(incomplete: str) -> list[str]:
     """Testbeds with a spec here or in the package, and those in state."""
+    # lazy: testbed --help and completion load every command module
     from testbed import paths
 
     names = set(paths.list_resources("inventories"))
@@ -47,6 +49,7 @@ def testbeds(incomplete: str) -> list[str]:
 
 @_safe
 def suites(incomplete: str) -> list[str]:
+    # lazy: testbed --help and completion load every command module
     from testbed import paths
 
     return _starting(paths.list_suite_files(), incomplete)
@@ -54,6 +57,7 @@ def suites(incomplete: str) -> list[str]:
 
 @_safe
 def profiles(incomplete: str) -> list[str]:
+    # lazy: testbed --help and completion load every command module
     from testbed import paths
 
     return _starting(paths.list_resources("playbooks", "profiles/*.yml"), incomplete)
@@ -83,6 +87,7 @@ def hosts(ctx: Any, incomplete: str) -> list[str]:
 @_safe
 def providers_or_testbeds(incomplete: str) -> list[str]:
     """Provider kinds (``testbed check``) and testbed names."""
+    # lazy: testbed --help and completion load every command module
     from testbed.providers import PROVIDERS
 
     return sorted({*_starting(PROVIDERS, incomplete), *testbeds(incomplete)})
@@ -94,6 +99,7 @@ def faults(ctx: Any, incomplete: str) -> list[str]:
     read from the file as it is (a suite that needs an unset variable still completes)."""
     from ruamel.yaml import YAML
 
+    # lazy: testbed --help and completion load every command module
     from testbed.suite import suite_path
 
     # while an option's value is being completed, Click leaves the positional arguments unparsed in ctx.args

@@ -46,6 +46,7 @@ def generate() -> dict[str, Any]:
     """The table, read from the Typer app's Click commands (imports Typer)."""
     import typer.main
 
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.cli import typer_app
 
     group: Any = typer.main.get_command(typer_app.app)
@@ -163,6 +164,7 @@ def run(argv: list[str], load: Callable[[], dict[str, Any] | None] | None = None
     global tracebacks
     name, values, debug = got
     tracebacks = debug or bool(os.environ.get("TESTBED_DEBUG"))
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.cli import hot
 
     rc = getattr(hot, BODIES[name])(**values)

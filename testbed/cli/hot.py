@@ -25,6 +25,7 @@ def resolve(name: str, st: Store | None = None, *, recorded_ok: bool = False) ->
     """Testbed ``name`` resolved against this state home (its spec validated before anything is touched), what
     the resolution had to work around printed as notes. ``recorded_ok``: when the spec no longer loads (edited,
     deleted, an unset variable), use the copy recorded at provision (destroy must work from state alone)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.resolved import Resolved
 
     tb = Resolved.open(name, st or store(), recorded_ok=recorded_ok)
@@ -58,6 +59,7 @@ def _hosts_table(out: Plain, title: str, hosts: list[Any]) -> None:
 def _known_testbed(st: Store, name: str) -> TestbedRow:
     tb = st.testbed(name)
     if tb is None:
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.spec import load_testbed
 
         hint = _elsewhere_hint(st, name)
@@ -71,6 +73,7 @@ def _known_testbed(st: Store, name: str) -> TestbedRow:
 
 def _elsewhere_hint(st: Store, name: str) -> str:
     """Where else (other folders' state, from the index) a testbed of that name is recorded, as a hint."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import homes, ledger
     from testbed.state import Store
 
@@ -98,6 +101,7 @@ def status(target: str | None, probe: bool, json_out: bool, orphans: bool = Fals
     (``orphans``: also what the clouds hold that state does not record). Creates no state: a folder without
     one reads as empty."""
     if target is None:
+        # lazy: start-up (testbed status and exec load this module)
         from testbed import homes, ledger
         from testbed.cli import ledger_view
 
@@ -126,6 +130,7 @@ def status(target: str | None, probe: bool, json_out: bool, orphans: bool = Fals
     tb = _known_testbed(st, target)
     hosts = st.hosts(target)
     extra: dict[str, Any] = {}
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import deadman, expiry
 
     e = deadman.recorded(st, target)
@@ -140,6 +145,7 @@ def status(target: str | None, probe: bool, json_out: bool, orphans: bool = Fals
     except TestbedError:
         pass
     if probe:
+        # lazy: start-up (testbed status and exec load this module)
         from testbed import remote
 
         up = [h for h in hosts if h.state not in ("down", "preempted", "gone")]
@@ -166,6 +172,7 @@ def status(target: str | None, probe: bool, json_out: bool, orphans: bool = Fals
 
 def exec_(name: str, command: list[str], hosts: str | None, timeout: float | None, json_out: bool) -> int:
     """``testbed exec``: run ``command`` on the selected hosts in parallel; the exit code (1: a host failed)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import remote
 
     cmd = " ".join(command)  # the options first: a bad one is refused whatever state holds
@@ -178,6 +185,7 @@ def exec_(name: str, command: list[str], hosts: str | None, timeout: float | Non
         remote.selection(hosts)
     st = existing_store(readonly=False)  # a testbed not provisioned here: no state is created to say so
     _known_testbed(st, name)
+    # lazy: start-up (testbed status and exec load this module)
     from testbed import services
 
     results = services.exec_(st, name, cmd, hosts, timeout=timeout)
@@ -212,6 +220,7 @@ def _print_runs(runs: list[dict[str, Any]]) -> None:
 
 
 def _run_status(run_id: str, json_out: bool) -> None:
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.cli.runs import show_run_status
 
     show_run_status(run_id, json_out)

@@ -37,6 +37,7 @@ def bake(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletio
 
     Example: testbed image bake local --profile local-suites
     """
+    # lazy: testbed --help and completion load every command module
     from testbed.resolved import Resolved
     from testbed.setup import images
 
@@ -53,6 +54,7 @@ def list_images(json_out: JsonOpt = False) -> None:
 
     Example: testbed image list --json
     """
+    # lazy: testbed --help and completion load every command module
     from testbed import expiry, paths
 
     st = existing_store()
@@ -86,6 +88,7 @@ def prune(ids: Annotated[list[str] | None, typer.Argument(help="Images to delete
 
     Example: testbed image prune
     """
+    # lazy: testbed --help and completion load every command module
     from testbed.setup import images
 
     st = existing_store(readonly=False)

@@ -75,6 +75,7 @@ def render(out: Plain, data: dict[str, Any]) -> None:
         _totals(out, data.get("totals", {}), "total")
     imgs = data.get("images") or []
     if imgs:
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.textfmt import size
 
         monthly: dict[str, float] = {}
@@ -93,6 +94,7 @@ def render(out: Plain, data: dict[str, Any]) -> None:
                             "<state home>/prices.json)", "dim"))
     pruned = other.get("pruned", [])
     if pruned:  # other folders' deleted states: one short line at the end (--json names each)
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.textfmt import home_relative
 
         names = [home_relative(p["folder"]) for p in pruned]

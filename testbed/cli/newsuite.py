@@ -23,6 +23,7 @@ def fetch(url: str, limit: int, timeout: float = FETCH_TIMEOUT) -> str:
     import urllib.error
     import urllib.request
 
+    # lazy: testbed --help and completion load every command module
     from testbed.errors import UsageError
 
     fix = "check the address (an http:// or https:// URL of the README itself, e.g. GitHub's raw one), or " \
@@ -56,6 +57,7 @@ def fetch(url: str, limit: int, timeout: float = FETCH_TIMEOUT) -> str:
 
 def _read(source: str | None) -> tuple[str, str, str]:
     """(the README's text, the name its lines are cited by, where it came from) for ``--from``."""
+    # lazy: testbed --help and completion load every command module
     from testbed import drafting
 
     if source is None:
@@ -73,6 +75,7 @@ def _read(source: str | None) -> tuple[str, str, str]:
 
 def read_file(path: Path, limit: int) -> str:
     """A local README: a regular file of at most ``limit`` bytes of UTF-8 (anything else: one UsageError)."""
+    # lazy: testbed --help and completion load every command module
     from testbed.errors import UsageError
 
     fix = "pass the artifact's README (a Markdown file) to --from, or its http(s) URL"
@@ -92,6 +95,7 @@ def read_file(path: Path, limit: int) -> str:
 
 
 def _readme(name: str, came_from: str, todos: int) -> str:
+    # lazy: testbed --help and completion load every command module
     from testbed.textfmt import plural
 
     origin = ("with no README (a skeleton)" if not came_from else
@@ -120,6 +124,7 @@ def new(name: Annotated[str, typer.Argument(help="The suite's name: lower-case l
 
     Example: testbed new myartifact --from https://raw.githubusercontent.com/OWNER/REPO/COMMIT/README.md
     """
+    # lazy: testbed --help and completion load every command module
     from testbed import drafting
     from testbed.errors import UsageError
     from testbed.suite import SUITE_NAME_RE
@@ -152,6 +157,7 @@ def new(name: Annotated[str, typer.Argument(help="The suite's name: lower-case l
         print_json({"suite": str(folder / "suite.yml"), "todos": [{"line": n, "text": t} for n, t in todos],
                     "sources": len(d.sources), "launch_lines": len(d.launches), "outputs": len(d.outputs)})
         return
+    # lazy: testbed --help and completion load every command module
     from testbed.textfmt import plural
 
     console().print(f"drafted {escape(str(folder / 'suite.yml'))} from {escape(came_from or 'no README')}: "

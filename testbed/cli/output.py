@@ -30,6 +30,7 @@ def print_json(obj: Any) -> None:
 
 def store() -> Store:
     """This folder's state, created when it has none (the commands that record something)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.state import Store
 
     return Store.open_default()
@@ -37,6 +38,7 @@ def store() -> Store:
 
 def existing_store(*, readonly: bool = True) -> Store:
     """This folder's state for a command that only reads it: never created (``Store.empty`` when none)."""
+    # lazy: start-up (testbed status and exec load this module)
     from testbed.state import Store
 
     return Store.open_existing(readonly=readonly)
@@ -107,6 +109,7 @@ class Plain:
         than the terminal rather than cut an id in two. The columns named in ``paths`` hold paths: each is
         written ``~``-relative and, where it does not fit, shortened by an ellipsis in its middle (never wrapped
         over several lines)."""
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.textfmt import home_relative
 
         cells = [[[home_relative(ln) for ln in str(c).split("\n")] if columns[i] in paths else str(c).split("\n")
@@ -129,6 +132,7 @@ class Plain:
             return left + mid.join(fill * (w + 2) for w in widths) + right
 
         def block(row: list[list[str]], edge: str, style: str | None = None) -> list[str]:
+            # lazy: start-up (testbed status and exec load this module)
             from testbed.textfmt import middle
 
             wrapped = [[middle(ln, w) for ln in lines_] if style is None and columns[i] in paths else _wrap(lines_, w)

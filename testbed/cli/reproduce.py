@@ -38,6 +38,7 @@ def reproduce_cmd(
 
     Example: testbed reproduce results/my-suite/my-suite-20240501-120000-ab12 --on local
     """
+    # lazy: testbed --help and completion load every command module
     from testbed import reproduce as rp
 
     st = store()
@@ -55,6 +56,7 @@ def reproduce_cmd(
     elif out.verdicts:
         from rich.console import Console
 
+        # lazy: testbed --help and completion load every command module
         from testbed.cli.verdict_view import print_verdicts
 
         print_verdicts(Console(highlight=False, soft_wrap=True), out.verdicts,
@@ -66,6 +68,7 @@ def reproduce_cmd(
 
 def _replay(replay: Any, no_setup: bool, st: Any, c: Any) -> tuple[str, Any]:
     """Start the replay (its set-up first unless ``no_setup``) and follow it to its end: (run id, its row)."""
+    # lazy: testbed --help and completion load every command module
     from testbed import services
     from testbed import sources as sources_mod
     from testbed.cli.runs import _with_setup_view, follow

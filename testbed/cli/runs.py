@@ -14,6 +14,7 @@ import typer
 
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, console, escape, existing_store, json_wanted, print_json, store
+from testbed.errors import TestbedError
 from testbed.exitcodes import Exit
 from testbed.paths import RESULTS
 from testbed.resolved import Resolved
@@ -66,10 +67,10 @@ def run(
 
     Example: testbed run my-suite --on local
     """
+    # lazy: testbed --help and completion load every command module
     from testbed import services
     from testbed import sources as sources_mod
     from testbed import suite as suite_mod
-    from testbed.errors import TestbedError
     from testbed.records import OUTCOMES
     from testbed.spec import DEFAULT_TESTBED
 
@@ -124,8 +125,9 @@ def run_line(run_id: str, folder: Any, c: Any, pending: str | None = None) -> st
         return f"[green]run {run_id} succeeded[/green]" + (
             f"; verdicts not judged yet: testbed collect {run_id} && testbed report results/{escape(pending)}"
             if pending else "")
+    # lazy: testbed --help and completion load every command module
     from testbed.errors import UsageError
-    from testbed.report import build_report
+    from testbed.report.build import build_report
     from testbed.report.verdicts import headline, headline_tone
 
     c.print(f"[dim]…[/dim] reporting {escape(run_id)} (its verdicts)")
@@ -140,6 +142,7 @@ def run_line(run_id: str, folder: Any, c: Any, pending: str | None = None) -> st
 
 def _faults(given: list[str] | None, none: bool) -> list[str] | None:
     """--fault and --no-faults as the plan takes them: [] for none, None for the suite's defaults."""
+    # lazy: testbed --help and completion load every command module
     from testbed.errors import UsageError
 
     twice = next((f for i, f in enumerate(given or []) if f in (given or [])[:i]), None)
@@ -152,6 +155,7 @@ def _parse_budget(text: str | None, matrix: bool) -> Any:
     """``--budget`` read strictly (a testbed.estimate.Budget), before anything else; None when not given."""
     if text is None:
         return None
+    # lazy: testbed --help and completion load every command module
     from testbed import estimate
     from testbed.errors import UsageError
 
@@ -169,6 +173,7 @@ def _with_setup_view(tb: Resolved, s: Any, no_setup: bool, work: Callable[[Event
     printed after, a failed one's too."""
     if no_setup or not s.profile:
         return work(None)
+    # lazy: testbed --help and completion load every command module
     from testbed.cli import setup_view
     from testbed.errors import HostsFailed
     from testbed.setup.events import SetupResult
@@ -192,6 +197,7 @@ def _collect(run_ids: list[str]) -> list[Any]:
     run's collect did (its folder in ``path``)."""
     from pathlib import Path
 
+    # lazy: testbed --help and completion load every command module
     from testbed import collect, services
 
     results = services.collect(run_ids, Path(RESULTS))
@@ -208,6 +214,7 @@ def _warn_refused(plan: RunPlan) -> None:
     refusal as one error, exit 2, as the real run would end (before touching a host)."""
     if not plan.refused:
         return
+    # lazy: testbed --help and completion load every command module
     from testbed.errors import UsageError
 
     r = plan.refused[0]
@@ -219,6 +226,7 @@ def _warn_refused(plan: RunPlan) -> None:
 def refuse_unknown_tables(s: Any) -> None:
     """A reference or check naming a table that no parser, declared table or report.py makes (or a broken
     report.py) is one error naming the suite's file:line (testbed.report.declared.unknown_tables)."""
+    # lazy: testbed --help and completion load every command module
     from testbed.errors import UsageError
     from testbed.report.declared import unknown_tables
 
@@ -232,6 +240,7 @@ def refuse_unknown_tables(s: Any) -> None:
 def _lint_warnings(s: Any, points: list[dict[str, Any]] | None = None) -> None:
     """The suite's static findings (testbed.lint), one warning line each on stderr: what would break on the
     rented machine and can be read from the files already."""
+    # lazy: testbed --help and completion load every command module
     from testbed import lint
 
     c = console(stderr=True)
@@ -242,6 +251,7 @@ def _lint_warnings(s: Any, points: list[dict[str, Any]] | None = None) -> None:
 def _show_dry_run(plan: RunPlan, json_out: bool) -> None:
     from rich.markup import escape
 
+    # lazy: testbed --help and completion load every command module
     from testbed.run.plan import dry_run_lines
 
     lines = dry_run_lines(plan)
@@ -264,6 +274,7 @@ def _show_dry_run(plan: RunPlan, json_out: bool) -> None:
 def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, detach: bool, dry_run: bool,
               no_setup: bool, collect: bool, json_out: bool, src: dict[str, str] | None = None,
               budget: Any = None) -> None:
+    # lazy: testbed --help and completion load every command module
     from testbed import services
     from testbed import suite as suite_mod
     from testbed.expiry import span
@@ -275,6 +286,7 @@ def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, 
         _lint_warnings(s, points)
         plans, order = services.campaign_dry_run(s, tb, points, faults=faults, sources=src, store=st)
         if json_out:
+            # lazy: testbed --help and completion load every command module
             from testbed.run.plan import dry_run_lines
 
             print_json([{"params": p.params, "reads": o["reads"], "commands": dry_run_lines(p), "refused": p.refused}
@@ -361,6 +373,7 @@ def plan_cmd(
 
     Example: testbed plan my-suite --matrix --on local
     """
+    # lazy: testbed --help and completion load every command module
     from testbed import suite as suite_mod
     from testbed.run import forecast
 
@@ -376,6 +389,7 @@ def plan_cmd(
 def _show_forecast(fc: Any) -> None:
     from rich.table import Table
 
+    # lazy: testbed --help and completion load every command module
     from testbed.expiry import span
 
     c = console()
@@ -444,6 +458,7 @@ def logs(
     """
     import sys
 
+    # lazy: testbed --help and completion load every command module
     from testbed.run import bookkeeping as state
     from testbed.run import runner
 
@@ -471,6 +486,7 @@ def stop(run_id: Annotated[str, typer.Argument(help="Run id.", autocompletion=co
 
     Example: testbed stop my-suite-20250101-120000-ab12
     """
+    # lazy: testbed --help and completion load every command module
     from testbed import services
 
     row = services.stop(run_id, store=existing_store(readonly=False))  # an unknown run: refused, nothing created
@@ -482,6 +498,7 @@ def follow(run_id: str, c: Any, st: Store) -> RunRecord:
 
     On a terminal, a live status line sits under the events: the run's state and time so far, and what each rank
     last printed (the suite's ``progress`` lines, else each rank's last line), read every few seconds."""
+    # lazy: testbed --help and completion load every command module
     from testbed.run import bookkeeping as state
     from testbed.run import runner
 
@@ -541,6 +558,7 @@ class _LiveRun:
 
         from rich.live import Live
 
+        # lazy: testbed --help and completion load every command module
         from testbed.errors import TestbedError
         from testbed.run import runner
 
@@ -569,6 +587,7 @@ def show_run_status(run_id: str, json_out: bool) -> None:
 
     from rich.table import Table
 
+    # lazy: testbed --help and completion load every command module
     from testbed.run import runner
 
     rs = runner.run_status(run_id, store=existing_store(readonly=False))
@@ -616,6 +635,7 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
     """
     from rich.markup import escape
 
+    # lazy: testbed --help and completion load every command module
     from testbed import suite as suite_mod
 
     s = suite_mod.load_suite(suite)
@@ -680,6 +700,7 @@ def to_fill_in(s: Any) -> list[tuple[str, str]]:
     """The TODO comments of the suite's file, as (file:line, comment): what a drafted suite still lacks."""
     from pathlib import Path
 
+    # lazy: testbed --help and completion load every command module
     from testbed.drafting import todo_comments
     from testbed.yamlfile import read_text
 
@@ -691,6 +712,7 @@ def to_fill_in(s: Any) -> list[tuple[str, str]]:
 def _judge_on(s: Any, on: str | None) -> None:
     """Judge the suite against testbed ``on`` (else its own ``testbed:``): each fault that could not fire there is
     a warning; with ``on``, what refuses a default run there is an error (exit 2), else a warning too."""
+    # lazy: testbed --help and completion load every command module
     from testbed.errors import UsageError
     from testbed.run.runner import testbed_refusals
 
@@ -709,6 +731,7 @@ def _judge_on(s: Any, on: str | None) -> None:
 def _rendered(s: Any, on: str | None = None) -> Any:
     """The suite's dry-run plan on its default testbed with every fault, whose values ``show`` prints for the
     templates; None when it cannot be planned there (the templates are then said to be rendered per testbed)."""
+    # lazy: testbed --help and completion load every command module
     from testbed import services
     from testbed.errors import TestbedError
     from testbed.run.plan import NO_TESTBED
@@ -723,6 +746,7 @@ def _rendered(s: Any, on: str | None = None) -> Any:
 def list_suites(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """Suites found in experiments/ (this folder's first, then the shipped ones) and those fetched from git into
     the state home, each with where it comes from. Example: testbed list suites"""
+    # lazy: testbed --help and completion load every command module
     from testbed import suite as suite_mod
     from testbed import suite_fetch
     from testbed.errors import TestbedError
@@ -796,6 +820,7 @@ def rehearse(
     """
     from pathlib import Path
 
+    # lazy: testbed --help and completion load every command module
     from testbed import rehearse as rehearse_mod
     from testbed import sources as sources_mod
     from testbed import suite as suite_mod
@@ -897,6 +922,7 @@ def standalone() -> typer.Typer:
 def main() -> None:
     import sys
 
+    # lazy: testbed --help and completion load every command module
     from testbed.errors import TestbedError, front_door
     from testbed.paths import one_command
 

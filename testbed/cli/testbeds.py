@@ -44,6 +44,7 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
 
     Example: testbed provision local --expire 8h  |  testbed provision my-cloud --for my-suite
     """
+    # lazy: testbed --help and completion load every command module
     from testbed import expiry, services
 
     if expire is not None:
@@ -78,6 +79,7 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
                 f"(testbed extend {tb.name} --expire 8h)")
     from shlex import quote
 
+    # lazy: testbed --help and completion load every command module
     from testbed import ssh
     from testbed.cli.output import escape
 
@@ -87,6 +89,7 @@ def provision(name: Annotated[str, typer.Argument(help="Testbed name (inventorie
 
 
 def _repair(tb: Resolved, host: str, setup: bool, json_out: bool) -> None:
+    # lazy: testbed --help and completion load every command module
     from testbed import services
 
     c = console()
@@ -119,6 +122,7 @@ def destroy(name: Annotated[str, typer.Argument(help="Testbed name.", autocomple
 
     Example: testbed destroy local
     """
+    # lazy: testbed --help and completion load every command module
     from testbed import services
 
     st = existing_store(readonly=False)
@@ -128,6 +132,7 @@ def destroy(name: Annotated[str, typer.Argument(help="Testbed name.", autocomple
     tb = resolve(name, st, recorded_ok=True)
     if not yes and sys.stdin.isatty() and tb.provider().costs_money:
         typer.confirm(f"destroy every cloud resource of testbed '{name}'?", abort=True)
+    # lazy: testbed --help and completion load every command module
     from testbed.cli.output import waiting
 
     with waiting(f"destroying testbed {name}"):
@@ -165,6 +170,7 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
     set-up matches what would be applied are skipped; --verify runs Ansible on them too and reports drift.
     Example: testbed setup local --profile local-suites
     """
+    # lazy: testbed --help and completion load every command module
     from testbed import services
 
     given = [x for x in (profile, suite, role) if x]
@@ -172,6 +178,7 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
         raise UsageError("give only one of --profile, --suite, --role", where="command line",
                          fix="testbed setup local --profile local-suites")
     if limit is not None:  # the options first: a bad one is refused whatever state holds
+        # lazy: testbed --help and completion load every command module
         from testbed.remote import selection
 
         selection(limit, "--limit")
@@ -190,6 +197,7 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
     if json_out:
         done = services.setup(tb, **kw)
     else:
+        # lazy: testbed --help and completion load every command module
         from testbed.cli import setup_view
 
         with setup_view.live([h.name for h in tb.hosts], f"setup {name}", console()) as on_event:
@@ -200,6 +208,7 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
         sys.stdout.write(json.dumps({**result.to_dict(), **({"image": done.image} if bake or done.image else {}),
                                      **({"note": done.note} if done.note else {})}, indent=2, default=str) + "\n")
     else:
+        # lazy: testbed --help and completion load every command module
         from testbed.cli.images import baked_line
 
         if done.image is not None:
@@ -215,6 +224,7 @@ def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompleti
 
 def _extra_vars(items: list[str]) -> dict[str, Any]:
     """``--var key=value`` items as a mapping: a key that is no variable name, or one given twice, is refused."""
+    # lazy: testbed --help and completion load every command module
     from testbed.setup.profiles import VAR_RE
 
     extra: dict[str, Any] = {}
@@ -255,6 +265,7 @@ def ssh_(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletio
 
     Example: testbed ssh local node1
     """
+    # lazy: testbed --help and completion load every command module
     from testbed import remote
 
     if host is not None and not host.strip():
@@ -267,10 +278,12 @@ def ssh_(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletio
     host = host if host is not None else next((h.name for h in hosts if "master" in h.groups),
                                               names[0] if names else None)
     if host is None or host not in names:
+        # lazy: testbed --help and completion load every command module
         from testbed.setup.profiles import closest
 
         raise UsageError(f"no host '{host}' in testbed '{name}'", where="command line",
                          fix=f"{closest(host or '', names)}hosts: {', '.join(names) or 'none'}")
+    # lazy: testbed --help and completion load every command module
     from testbed import deadman
 
     deadman.touch(name)
@@ -289,6 +302,7 @@ def extend(name: Annotated[str, typer.Argument(help="Testbed name.", autocomplet
 
     Example: testbed extend chameleon --hours 4
     """
+    # lazy: testbed --help and completion load every command module
     from testbed import expiry, services
 
     if off:
@@ -321,12 +335,14 @@ def forget_host(name: Annotated[str, typer.Argument(help="Testbed name.", autoco
 
     Example: testbed forget-host my-lab node3
     """
+    # lazy: testbed --help and completion load every command module
     from testbed import ssh
 
     st = existing_store(readonly=False)
     _known_testbed(st, name)
     names = [h.name for h in st.hosts(name)]
     if host not in names:
+        # lazy: testbed --help and completion load every command module
         from testbed.setup.profiles import closest
 
         raise UsageError(f"no host '{host}' in testbed '{name}'", where="command line",
@@ -343,6 +359,7 @@ def list_default(ctx: typer.Context, json_out: JsonOpt = False) -> None:
 
 def list_testbeds(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """Testbed specs found in inventories/ (cwd first, then the shipped ones). Example: testbed list testbeds"""
+    # lazy: testbed --help and completion load every command module
     from testbed import paths
 
     json_out = json_wanted(ctx, json_out)
@@ -379,6 +396,7 @@ def list_testbeds(ctx: typer.Context, json_out: JsonOpt = False) -> None:
 
 def _spec_problem(path: Path) -> str | None:
     """Why the spec at ``path`` would be refused (its first problem, with file:line), or None when it loads."""
+    # lazy: testbed --help and completion load every command module
     from testbed.spec import load_testbed
 
     try:
@@ -390,6 +408,7 @@ def _spec_problem(path: Path) -> str | None:
 
 def list_profiles(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """Set-up profiles (playbooks/profiles/) with their roles. Example: testbed list profiles"""
+    # lazy: testbed --help and completion load every command module
     from testbed import setup as setup_mod
 
     json_out = json_wanted(ctx, json_out)

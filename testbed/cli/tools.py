@@ -30,6 +30,7 @@ def check(targets: Targets = None, json_out: JsonOpt = False) -> None:
 
     Example: testbed check chameleon
     """
+    # lazy: testbed --help and completion load every command module
     from testbed import check as checks
 
     data = checks.run(targets)
@@ -59,6 +60,7 @@ def doctor(targets: Targets = None, json_out: JsonOpt = False) -> None:
 def render_check(data: dict[str, Any]) -> None:
     """The check as one table (a row per thing checked), then per provider whether it is usable and, under it,
     how to fix each row that is not ok."""
+    # lazy: testbed --help and completion load every command module
     from testbed.cli.output import Plain
 
     out = Plain()
@@ -96,6 +98,7 @@ def demo(ctx: typer.Context,
 
     from rich.rule import Rule
 
+    # lazy: testbed --help and completion load every command module
     from testbed.spec import DEFAULT_TESTBED as tb
 
     c = console()
@@ -116,6 +119,7 @@ def demo(ctx: typer.Context,
             if isinstance(rc, int) and rc != 0:
                 raise TestbedError(f"demo step 'testbed {' '.join(args)}' failed (exit {rc})", where="demo",
                                    fix="run that command by hand to see why (testbed doctor checks the machine)")
+        # lazy: testbed --help and completion load every command module
         from testbed.report.folders import scan
 
         reports = []
@@ -130,6 +134,7 @@ def demo(ctx: typer.Context,
             cmd.main(["destroy", tb, "--yes"], prog_name="testbed", standalone_mode=False)
     c.print(f"\n[bold green]demo done[/bold green] in {time.monotonic() - t0:.0f} s; results in {results}/ "
             f"({plural(len(reports), 'run')} with a manifest and a report)")
+    # lazy: testbed --help and completion load every command module
     from testbed.run.recovery import outage_lines
 
     st = store()
@@ -142,6 +147,7 @@ def demo_runs(tb: str) -> tuple[list[str], list[list[str]]]:
     """What ``testbed demo`` sets up and runs on ``tb``: the profiles of the suites that declare ``demo:`` runs
     (first named first), and each of those runs as a ``testbed run`` command line, the suites by name. The suites
     name themselves: the package names none."""
+    # lazy: testbed --help and completion load every command module
     from testbed.suite import list_suites, load_suite
 
     seed = str(int(time.time()) % 97)  # {seed}: another host-kill step from one demo to the next

@@ -244,6 +244,7 @@ def version_line() -> str:
         if any(ep.group == "console_scripts" and ep.value.replace(" ", "") == "testbed.cli:main" for ep in eps):
             name = dist.metadata["Name"] or "testbed"
             return f"testbed {dist.version}" + (f" (distribution {name})" if name != "testbed" else "")
+    # lazy: testbed --help and completion load every command module
     from testbed.distribution import SOURCE_VERSION as __version__
 
     return f"testbed {__version__} (not installed: running from {Path(__file__).resolve().parents[2]})"
@@ -264,6 +265,7 @@ def _root(ctx: typer.Context,
     tracebacks = debug or bool(os.environ.get("TESTBED_DEBUG"))
     from contextlib import ExitStack
 
+    # lazy: testbed --help and completion load every command module
     from testbed.errors import front_door
     from testbed.paths import one_command
 

@@ -13,6 +13,7 @@ def print_verdicts(c: Console, verdicts: Sequence[Any], title: str = "verdicts")
     """One line of summary, then a table: metric, reference, ours, difference, verdict, tolerance, hardware."""
     from rich.table import Table
 
+    # lazy: testbed --help and completion load every command module
     from testbed.report.render import _difference, fmt_cell
     from testbed.report.verdicts import summary
 

@@ -82,6 +82,7 @@ from testbed.collect.transfer import (
 from testbed.errors import TestbedError, UsageError
 from testbed.hosts import Host
 from testbed.paths import MANIFEST, PARTIAL_DIR, run_folder
+from testbed.providers import KEEPS_HOSTS
 from testbed.records import Manifest, RunRecord
 from testbed.state import Store
 from testbed.textfmt import plural
@@ -167,8 +168,6 @@ def hosts_gone(st: Store, run: RunRecord) -> str | None:
     is newer than the run (destroyed and provisioned again: new hosts, new disks), unless its provider's destroy
     leaves the hosts as they were (``Provider.keeps_hosts``: lab machines).
     """
-    from testbed.providers import KEEPS_HOSTS
-
     tb = st.testbed(run.testbed)
     if tb is None:
         return (f"testbed '{run.testbed}' was destroyed after this run and its hosts with it (had they been lab "

@@ -16,6 +16,7 @@ from typing import Any
 from testbed import scripts
 from testbed.collect import manifest as mf
 from testbed.state import FileStamp
+from testbed.suite import output_pattern_problem
 
 LOG_PATTERNS = ("rank*.out", "rank*.err", "rank*.exit", "rank*.start", "rank*.end")
 RUNS_DIR = "~/.testbed-runs"
@@ -56,8 +57,6 @@ def output_patterns(info: dict[str, Any], host: str) -> tuple[list[str], list[st
     Outputs may be relative to the run folder, ``~/``-relative or absolute; suites are checked when they load
     (``suite.output_pattern_problem``), so a pattern refused here comes from a hand-edited state only.
     """
-    from testbed.suite import output_pattern_problem
-
     outputs = info.get("outputs") or {}
     declared: list[str] = []
     if isinstance(outputs, list):

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from testbed import scripts
+from testbed.distribution import SOURCE_VERSION
+from testbed.errors import UsageError
 from testbed.paths import MANIFEST
 from testbed.records import Manifest, ManifestHost
 
@@ -194,9 +196,6 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
           software: dict[str, Any], files: list[dict[str, Any]], provider: str | None,
           secrets: list[str] | None = None) -> Manifest:
     """The manifest of ``run_id`` from state, the gathered facts/software and the verified files."""
-    from testbed.distribution import SOURCE_VERSION
-    from testbed.errors import UsageError
-
     run = store.run(run_id)
     if run is None:
         raise UsageError(f"no run '{run_id}'", where="state", fix="see `testbed list runs` for the recorded run ids")

@@ -19,6 +19,8 @@ from typing import Any
 
 from testbed.errors import UsageError
 from testbed.paths import MANIFEST, SUITE_FILE
+from testbed.setup.profiles import available_profiles
+from testbed.suite import SUITE_NAME_RE
 
 COPY_DIR = ".suite"
 PROFILE_DIR = ".profile"
@@ -71,8 +73,6 @@ def copy_suite(info: dict[str, Any], folder: Path, old: Any) -> tuple[dict[str, 
 def _copy_base(src: Path, name: Any) -> str:
     """Where a suite's copy lives in the run folder: ``.suite/`` for a single file, ``.suite/<name>/`` for a
     folder's ``suite.yml`` (so the copy reads back under the suite's name, as the folder gave it)."""
-    from testbed.suite import SUITE_NAME_RE
-
     if src.name != SUITE_FILE:
         return COPY_DIR
     own = name if isinstance(name, str) and re.match(SUITE_NAME_RE, name) else src.parent.name
@@ -81,8 +81,6 @@ def _copy_base(src: Path, name: Any) -> str:
 
 def _copy_profile(name: Any, folder: Path) -> dict[str, Any] | None:
     """The run's profile file copied as it is now (profiles are not hashed when a run is planned)."""
-    from testbed.setup.profiles import available_profiles
-
     path = available_profiles().get(str(name)) if name else None
     if path is None or not path.is_file():
         return None

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from testbed import remote, ssh
+from testbed import deadman, homes, paths, remote, ssh
 from testbed.errors import TestbedError, UsageError
 from testbed.exitcodes import Exit
 from testbed.hosts import Host
+from testbed.providers import REGISTRY
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -197,8 +198,6 @@ class Provider(ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """What the kind registered (``costs_money``, ``counts_hours``, ``keeps_hosts``) becomes the class's."""
         super().__init_subclass__(**kwargs)
-        from testbed.providers import REGISTRY
-
         reg = REGISTRY.get(getattr(cls, "kind", ""))
         if reg is not None:
             cls.costs_money, cls.counts_hours, cls.keeps_hosts = reg.costs_money, reg.counts_hours, reg.keeps_hosts
@@ -348,8 +347,6 @@ class Provider(ABC):
     # the common work -----------------------------------------------------------------------------------
     def provision(self) -> list[Host]:
         """Create (or find) the hosts, reach them over SSH, record them in state, return them; idempotent."""
-        from testbed import deadman
-
         with self.lock():
             expiry = deadman.planned(self.spec, self.expire, deadman.recorded(self.store, self.name))
             deadman.check(self, expiry)
@@ -393,8 +390,6 @@ class Provider(ABC):
             if h is None:
                 import difflib
 
-                from testbed.errors import UsageError
-
                 names = [x.name for x in recorded]
                 close = difflib.get_close_matches(host, names, n=1, cutoff=0.5)
                 raise UsageError(f"testbed '{self.name}' has no host '{host}'", where="--repair",
@@ -435,8 +430,6 @@ class Provider(ABC):
             self.store.set_hosts(self.name, hosts)
             ssh.write_inventory(self.name, hosts, self.inventory_vars())
             self.record_testbed("up", self.info())
-            from testbed import deadman
-
             expiry = deadman.recorded(self.store, self.name)
             if expiry is not None and expiry.active and expiry.switch == "agent":
                 # a new server or node has no agent, and the switch's credential names the old one: armed again
@@ -464,8 +457,6 @@ class Provider(ABC):
     def forget(self) -> None:
         """This machine's side of a testbed once nothing is left in the cloud: SSH masters, state, files."""
         import shutil
-
-        from testbed import paths
 
         remote.close_connections(self.name, [h.name for h in self.store.hosts(self.name)], remove=True)
         self.store.delete_testbed(self.name)
@@ -533,8 +524,6 @@ class Provider(ABC):
 
     def _login(self, h: Host, deadline: float, user: str | None) -> None:
         """Log in with the testbed key until it works, the host key is refused, or the deadline passes."""
-        from testbed import remote
-
         while True:
             r = remote.run(self.name, [h.name], "true", timeout=30, mux="none", user=user)[0]
             if r.ok:
@@ -550,8 +539,6 @@ class Provider(ABC):
         spec file is later edited, deleted or needs an unset variable."""
         # what destroy needs (provider settings, user, groups); not vars or sources, which may carry tokens
         spec = self.spec.model_dump(mode="json", exclude={"source", "vars", "sources"})
-        from testbed import homes
-
         # listed in the user's index before anything is made, so that `testbed status` anywhere shows it
         problem = homes.register(self.store.home)
         if problem:
@@ -599,16 +586,12 @@ class Provider(ABC):
 
     def arm_switch(self, hosts: list[Host], expiry: Expiry) -> Expiry:
         """Put the switch in place for ``expiry`` (default: the agent on every host); the expiry as armed."""
-        from testbed import deadman
-
         expiry.armed = deadman.install_agent(self, hosts, expiry, self.switch_release(expiry))
         expiry.switch = "agent"
         return expiry
 
     def disarm_switch(self) -> None:
         """Before a destroy: stop the switch (best effort; the hosts may be gone already)."""
-        from testbed import deadman
-
         e = deadman.recorded(self.store, self.name)
         if e is not None and e.switch == "agent" and e.armed:
             deadman.disarm_agents(self.name, e.armed)

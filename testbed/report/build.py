@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.errors import UsageError
+from testbed.errors import TestbedError, UsageError
 from testbed.report import render, tidy_csv
 from testbed.report.declared import add_own_tables, add_table_checks, locate_suite, own_results
 from testbed.report.model import Check, Report, Table
@@ -15,6 +15,7 @@ from testbed.report.rundir import REPORT_DIR, RunDir
 from testbed.report.suites import get_reporter
 from testbed.report.summary import add_summary, generic
 from testbed.report.verdicts import Verdict, add_verdicts
+from testbed.suite import resolve_params
 
 if TYPE_CHECKING:
     from testbed.suite import Suite
@@ -48,9 +49,6 @@ class ReportResult:
 
 def _point(run: RunDir, suite: Suite | None) -> dict[str, Any] | None:
     """The run's parameter point as its suite reads it (None: not known, or it no longer resolves)."""
-    from testbed.errors import TestbedError
-    from testbed.suite import resolve_params
-
     if suite is None:
         return None
     try:

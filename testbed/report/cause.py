@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from testbed.collect.manifest import MASK, SECRET_NAME, redact, secret_values
 from testbed.report.rundir import RunDir
 
 TAIL_LINES = 5
@@ -136,8 +137,6 @@ def _tail(path: Any, lines: int) -> list[str]:
 
 def redact_line(line: str, secrets: list[str]) -> str:
     """``line`` with secret values, URL credentials and secret-looking assignments masked."""
-    from testbed.collect.manifest import MASK, SECRET_NAME, redact
-
     line = str(redact(line, secrets))
 
     def mask(m: re.Match[str]) -> str:
@@ -147,8 +146,6 @@ def redact_line(line: str, secrets: list[str]) -> str:
 
 
 def _scrub(cause: Cause, secrets: list[str] | None) -> Cause:
-    from testbed.collect.manifest import secret_values
-
     found = secret_values() if secrets is None else secrets
     cause.tail = [redact_line(ln, found) for ln in cause.tail]
     if cause.reason:

@@ -13,13 +13,18 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed import paths
+from testbed import paths, points
 from testbed.errors import UsageError
 from testbed.paths import PARTIAL_DIR
+from testbed.report import registry
 from testbed.report.model import Report, Table
 from testbed.report.parsers.declared import Row, csv_rows, json_rows, keep, regex_rows, typed_columns
 from testbed.report.rundir import REPORT_DIR, RunDir
+from testbed.report.suites import get_campaign_reporter, get_reporter
 from testbed.report.textio import summarise_skips
+from testbed.report.verdicts import _same, _value
+from testbed.results import FILE_NAME, error_line, load
+from testbed.suite import SUITE_NAME_RE, load_suite
 from testbed.tables import CONTEXT_COLUMNS, GENERIC_TABLES, DeclaredTable
 
 if TYPE_CHECKING:
@@ -41,8 +46,6 @@ def locate_suite(run: RunDir) -> tuple[Suite | None, str | None]:
     file to read): the file the manifest records, else ``experiments/<suite>/suite.yml`` or ``.yml`` (this
     folder's, then the shipped one), else the copy collect made in the run folder (``.suite/``: YAML only, never
     its report.py)."""
-    from testbed.suite import SUITE_NAME_RE, load_suite
-
     rec = run.manifest.get("suite_file")
     recorded = Path(str(rec["path"])) if isinstance(rec, dict) and isinstance(rec.get("path"), str) else None
     path: Path | None = recorded if recorded is not None and recorded.is_absolute() and recorded.is_file() else None
@@ -63,13 +66,9 @@ def locate_suite(run: RunDir) -> tuple[Suite | None, str | None]:
 
 def report_py(suite: Suite, run: RunDir | None = None) -> Path | None:
     """The suite's report.py (beside its YAML), or None; never one inside ``run``'s results folder."""
-    from testbed.results import FILE_NAME
-
     if not suite.source:
         return None
     path = Path(suite.source).absolute().parent / FILE_NAME
-    from testbed.suite import SUITE_NAME_RE
-
     if ".suite" in Path(suite.source).parts and re.match(SUITE_NAME_RE, suite.name):
         # a copy collect made in a results folder (a replay runs from one): YAML only, so the suite's report.py is
         # the one this folder or the installed package holds under its name, never one from a results folder
@@ -84,8 +83,6 @@ def report_py(suite: Suite, run: RunDir | None = None) -> Path | None:
 
 def own_results(suite: Suite | None, run: RunDir | None = None) -> SuiteResults | None:
     """What the suite's report.py registers (None without one); a broken one is a UsageError at its line."""
-    from testbed.results import load
-
     path = report_py(suite, run) if suite is not None else None
     return load(path) if path is not None else None
 
@@ -184,8 +181,6 @@ def _table(name: str, names: list[str], rows: list[Row], types: Mapping[str, str
 
 def parser_table(run: RunDir, p: Parser) -> tuple[Table, list[str], str | None]:
     """The table of a report.py parser, notes, and the error that stopped it (None: none)."""
-    from testbed.results import error_line
-
     rows: list[Row] = []
     notes: list[str] = []
     for host, rel, path in host_files(run, p.files):
@@ -230,9 +225,6 @@ def add_own_tables(run: RunDir, rep: Report, suite: Suite | None, own: SuiteResu
 def add_table_checks(rep: Report, suite: Suite | None, params: dict[str, Any] | None = None) -> None:
     """Each of the suite's checks that names a table and applies at the run's point (``params``: its ``when:``),
     judged on the report's tables."""
-    from testbed import points
-    from testbed.report.verdicts import _same, _value
-
     if suite is None:
         return
     by_name = {t.name: t for t in rep.tables}
@@ -276,9 +268,6 @@ def _bounded(values: list[Any], column: str, lo: float | None, hi: float | None,
 # --- the static check -----------------------------------------------------------------------------------------
 def known_tables(suite: Suite, own: SuiteResults | None) -> set[str] | None:
     """Every table the suite's reports can hold (None: not known, a built-in reporter declares none)."""
-    from testbed.report import registry
-    from testbed.report.suites import get_campaign_reporter, get_reporter
-
     out = set(REPORT_SUMMARY_TABLES) | set(GENERIC_TABLES) | set(suite.tables)
     if own is not None:
         out |= own.tables()

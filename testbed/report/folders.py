@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from testbed import paths
 from testbed.errors import UsageError, by_door
 from testbed.paths import MANIFEST
 from testbed.records import Manifest
 from testbed.report import render
 from testbed.report.build import ReportResult, build_report, call_reporter, write_report
 from testbed.report.cause import failed, run_cause
-from testbed.report.declared import locate_suite
+from testbed.report.declared import locate_suite, own_results
 from testbed.report.model import Link, Report
 from testbed.report.registry import CampaignReporter
 from testbed.report.rundir import REPORT_DIR, Campaign, RunDir
@@ -36,6 +37,7 @@ from testbed.report.summary import _scalar
 from testbed.report.trust import duplicated, manifest_problems
 from testbed.report.verdicts import Verdict, across_runs, add_verdicts
 from testbed.report.verdicts import summary as verdict_summary
+from testbed.state import Store
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -197,8 +199,6 @@ def campaign_of(run: RunDir, recorded: dict[str, str]) -> str | None:
 
 def recorded_campaigns() -> dict[str, str]:
     """run id -> campaign id from this machine's state (empty when there is no state)."""
-    from testbed.state import Store
-
     try:
         st = Store.open_existing()  # read-only; a folder without state stays without
     except Exception:  # a state this version cannot open: campaigns are then only known from manifests
@@ -211,14 +211,10 @@ def recorded_campaigns() -> dict[str, str]:
 
 def recorded_points(cids: Iterable[str]) -> list[Expected]:
     """Every point of these campaigns as this machine's state records it (none without a state: read only)."""
-    from testbed import paths
-
     wanted = sorted(set(cids))
     db = paths.home() / "state.db"
     if not wanted or not db.is_file():
         return []
-    from testbed.state import Store
-
     try:
         st = Store(db)
     except Exception:  # a state this version cannot open: the campaigns' points are then unknown
@@ -287,8 +283,6 @@ def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", na
 def campaign_fn(suite_name: str, suite: Suite | None) -> CampaignReporter | None:
     """The suite's campaign reporter: its report.py's (a broken one is one UsageError at its line), else one built
     in (None: the table of runs alone)."""
-    from testbed.report.declared import own_results
-
     own = own_results(suite)
     if own is not None and own.campaign is not None:
         return own.campaign.fn

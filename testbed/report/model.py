@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from testbed.report.plotting import save_figure
+from testbed.textfmt import iso
+
 T = TypeVar("T")
 
 
@@ -80,8 +83,6 @@ class Timestamp:
     epoch: float
 
     def __str__(self) -> str:
-        from testbed.textfmt import iso
-
         return iso(self.epoch, ms=self.epoch % 1 != 0) or ""
 
 
@@ -126,8 +127,6 @@ class Report:
     ) -> Figure:
         """Draw with ``draw(fig)`` on a fresh matplotlib Figure and save it as ``<name>.png``; ``key``: the
         report's key figure, shown on its first screen (the first one marked wins; the others stay in place)."""
-        from testbed.report.plotting import save_figure
-
         path = self.out_dir / f"{_safe_name(name)}.png"
         save_figure(path, draw, size)
         fig = Figure(_safe_name(name), path, caption)

@@ -8,6 +8,7 @@ from typing import Any
 
 from testbed.report.model import Cell, Code, Figure, Heading, Link, Report, Table, Text, Timestamp
 from testbed.report.tidy_csv import _verdict
+from testbed.report.verdicts import headline, headline_tone, summary
 from testbed.textfmt import plural
 
 
@@ -53,8 +54,6 @@ def _md_text(text: str) -> str:
 def _status_text(report: Report) -> str | None:
     """``failed: rank 1 exited 3`` (the status, its reason and, for a failed run, its cause) with the verdicts
     beside it (``succeeded, but 1 of 4 verdicts outside tolerance``); None without a status."""
-    from testbed.report.verdicts import headline
-
     if report.status is None:
         return None
     return headline(report.status, report.verdicts,
@@ -83,8 +82,6 @@ def _lead(report: Report) -> list[Any]:
 
 def to_markdown(report: Report) -> str:
     """The first screen (status, verdicts, checks, key figure, timeline), then every block in order."""
-    from testbed.report.verdicts import summary
-
     out: list[str] = [f"# {_md_text(report.title)}", ""]
     status = _status_text(report)
     if status:
@@ -149,15 +146,11 @@ SHOWN_VERDICTS = 8
 def to_html(report: Report) -> str:
     """The first screen (1280x800): status, verdicts, checks, key figure and timeline; then the details, every
     table and log folded (``<details>``)."""
-    from testbed.report.verdicts import summary
-
     e = html.escape
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f"<title>{e(report.title)}</title><style>{_CSS}</style></head><body>", f"<h1>{e(report.title)}</h1>"]
     status = _status_text(report)
     if status:
-        from testbed.report.verdicts import headline_tone
-
         cls = {"good": "st-succeeded", "bad": "st-bad", "unsure": "st-unsure"}[
             headline_tone(report.status, report.verdicts)]
         out.append(f'<p id="status" class="status {cls}"><b>{e(report.status or "")}</b>'

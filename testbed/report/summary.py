@@ -7,7 +7,7 @@ from typing import Any
 
 from testbed.report.cause import Cause, run_cause
 from testbed.report.model import Report
-from testbed.report.rundir import REPORT_DIR, RunDir
+from testbed.report.rundir import REPORT_DIR, RunDir, event_time
 from testbed.textfmt import clip, plural, words
 
 
@@ -74,8 +74,6 @@ TIMELINE_KINDS = ("started", "fault", "fault-missed", "failed", "host-lost", "ho
 
 def add_timeline(run: RunDir, rep: Report) -> None:
     """The fault and recovery timeline (seconds from the first event) for the report's first screen."""
-    from testbed.report.rundir import event_time
-
     rows: list[list[Any]] = []
     t0: float | None = None
     for e in run.events:

@@ -12,7 +12,10 @@ from dataclasses import asdict, dataclass, replace
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
+from testbed import paths
+from testbed.errors import UsageError
 from testbed.report.model import Link, Table
+from testbed.suite import SUITE_NAME_RE, load_suite
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -242,10 +245,6 @@ def _hw_text(hw: dict[str, Any]) -> str:
 def suite_references(suite: str) -> tuple[References | None, str | None]:
     """(the references of ``suite`` as ``experiments/`` holds it now, None) or (None, why they are not read)."""
     import re
-
-    from testbed import paths
-    from testbed.errors import UsageError
-    from testbed.suite import SUITE_NAME_RE, load_suite
 
     if not re.match(SUITE_NAME_RE, suite) or paths.find_suite(suite) is None:
         return None, None  # a suite without a file here has no references

@@ -24,11 +24,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from testbed import estimate as est
+from testbed import sources as sources_mod
 from testbed.errors import UsageError
 from testbed.exitcodes import Exit
+from testbed.paths import one_command
 from testbed.records import ACTIVE, CampaignInfo, CampaignPoint, CampaignRecord
 from testbed.run import bookkeeping as rs
+from testbed.run import forecast, runner
+from testbed.run.plan import run_dir
 from testbed.state import Store
+from testbed.suite import load_suite, point_reads
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -72,9 +77,6 @@ class Limit:
                  st: Store, cid: str = "") -> None:
         """Refuses (UsageError, before any host) a budget in a unit the testbed is not priced in, and a point
         with no estimate."""
-        from testbed.run import forecast
-        from testbed.suite import load_suite
-
         self.budget, self.cid, self.st = budget, cid, st
         self.suite = load_suite(suite) if isinstance(suite, str) else suite
         self.rate = forecast.testbed_rate(testbed, len(st.hosts(testbed)), st)[1]
@@ -101,8 +103,6 @@ class Limit:
                    est.Budget(float(b["amount"]), str(b["unit"]), str(b["given"])), st, row.id)
 
     def spent(self, now: float | None = None) -> float:
-        from testbed.run import forecast
-
         return forecast.spent_seconds(self.st, self.cid, now)
 
     def allows(self, i: int, points: list[CampaignPoint]) -> bool:
@@ -132,8 +132,6 @@ class Limit:
 def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: float = 1.0,
           timeout: float = 7 * 24 * 3600, *, store: Store | None = None) -> CampaignRecord:
     """Dispatch the campaign's remaining points as hosts free up; wait for all; returns the campaign row."""
-    from testbed.run import runner
-
     st = store or Store.open_default()
     row = st.campaign(cid)
     if row is None:
@@ -142,9 +140,6 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
     faults = row.info.faults
     limit = Limit.of(row, st)
     stopped_at: int | None = None
-    from testbed import sources as sources_mod
-    from testbed.suite import load_suite, point_reads
-
     # resolved once: every run of the campaign gets the same snapshot (and a URL is asked once, not per point)
     s = load_suite(row.info.suite_file or suite)  # its file where its name does not find it
     overrides = sources_mod.for_suite(s, testbed, row.info.sources or None)
@@ -207,8 +202,6 @@ def drive(cid: str, progress: Callable[[str], None] = lambda s: None, poll: floa
 def _refresh(points: list[CampaignPoint], st: Store, progress: Callable[[str], None]) -> tuple[set[str], bool]:
     """Each started point's status from its run (a run never started is todo again): the hosts busy, and whether
     a point changed."""
-    from testbed.run import runner
-
     busy: set[str] = set()
     changed = False
     for p in points:
@@ -254,8 +247,6 @@ class _Reads:
 def _read(points: list[CampaignPoint], reads: dict[str, int | None], st: Store) -> _Reads | None:
     """The folders a point reads (``reads``: ``after:`` name -> index of the point read); None while one of those
     points has not ended."""
-    from testbed.run.plan import run_dir
-
     out = _Reads()
     for name, j in reads.items():
         q = points[j] if j is not None else None
@@ -281,8 +272,6 @@ def outcome(points: list[CampaignPoint]) -> str:
 
 def main(argv: list[str]) -> int:
     """``python -m testbed.run.campaign CID``: drive a campaign detached (``testbed run --matrix --detach``)."""
-    from testbed.paths import one_command
-
     with one_command():
         row = drive(argv[0], progress=lambda s: print(s, flush=True))
     if row.status == "paused":

@@ -14,6 +14,7 @@ from testbed import fault_kinds
 from testbed.errors import TestbedError
 from testbed.records import FaultPlan, RunPlan, RunStep
 from testbed.run import ranks as run_remote
+from testbed.run.plan import able_kinds
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -51,8 +52,6 @@ def fire(plan: RunPlan, fault: FaultPlan, provider: Callable[[], Provider]) -> d
     """Fire ``fault`` (its kind's ``fire``, after checking the provider has the capability the kind needs);
     returns the event detail (what was done, where, and the outcome). ``provider``: the testbed's, as the caller
     resolved it (see :class:`_Firing`)."""
-    from testbed.run.plan import able_kinds
-
     kind = fault_kinds.get(fault.action)
     detail: dict[str, Any] = {"fault": fault.name, "action": fault.action, "host": fault.host, "rank": fault.rank}
     t0 = time.time()

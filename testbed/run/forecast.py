@@ -22,8 +22,15 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from testbed import estimate as est
-from testbed.errors import UsageError
+from testbed import expiry, paths
+from testbed.errors import TestbedError, UsageError
 from testbed.records import ACTIVE, ENDED
+from testbed.resolved import Resolved
+from testbed.run import bookkeeping as rs
+from testbed.run.plan import build_plan, testbed_info
+from testbed.run.runner import refusals
+from testbed.spec import DEFAULT_TESTBED
+from testbed.suite import expand_matrix, load_suite, point_reads, resolve_params
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -156,10 +163,6 @@ def _label(points: list[dict[str, Any]], p: dict[str, Any]) -> str:
 # --- the testbed: price and time left ----------------------------------------------------------------------------
 def testbed_rate(name: str, hosts: int, store: Store) -> tuple[str, est.Rate]:
     """(provider kind, price per hour of the whole testbed) from its spec and state and the price table."""
-    from testbed import expiry, paths
-    from testbed.errors import TestbedError
-    from testbed.resolved import Resolved
-
     try:
         tb = Resolved.open(name, store, recorded_ok=True)
     except TestbedError:
@@ -173,10 +176,6 @@ def testbed_rate(name: str, hosts: int, store: Store) -> tuple[str, est.Rate]:
 def time_left(name: str, store: Store, now: float) -> tuple[float | None, str]:
     """Seconds until the testbed goes (its expiry, or its provider's lease end), and what says so; None: no end
     known. A testbed not provisioned yet: the length its spec asks for."""
-    from testbed import expiry
-    from testbed.errors import TestbedError
-    from testbed.resolved import Resolved
-
     try:
         tb = Resolved.open(name, store, recorded_ok=True)
     except TestbedError:
@@ -199,13 +198,6 @@ def time_left(name: str, store: Store, now: float) -> tuple[float | None, str]:
 def forecast(suite: Suite | str, testbed: str | None, given: dict[str, Any], *, matrix: bool,
              faults: list[str] | None = None, store: Store, now: float | None = None) -> Forecast:
     """Estimate every point of ``suite`` (its matrix, or the one run ``given`` names) on ``testbed``."""
-    from testbed.errors import UsageError
-    from testbed.run import bookkeeping as rs
-    from testbed.run.plan import build_plan, testbed_info
-    from testbed.run.runner import refusals
-    from testbed.spec import DEFAULT_TESTBED
-    from testbed.suite import expand_matrix, load_suite, point_reads, resolve_params
-
     now = now or time.time()
     s = load_suite(suite) if isinstance(suite, str) else suite
     name = testbed or s.testbed or DEFAULT_TESTBED

@@ -17,6 +17,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from testbed import remote
+from testbed.suite import path_word
+
 if TYPE_CHECKING:
     from testbed.records import RunPlan
 
@@ -60,8 +63,6 @@ def traced_command(command: str, trace: str) -> str:
     """``command`` run by ``sh -c`` under ``strace -f`` writing ``trace`` (a host path, ``~/`` for the home),
     after a header with the folder and home it starts in. Where strace is missing or cannot trace here, the
     command runs untraced and the header says so. The exit status is the command's."""
-    from testbed.suite import path_word
-
     t = path_word(trace)
     q = shlex.quote(command)
     return (f'_tb_t={t}; mkdir -p "$(dirname "$_tb_t")" && printf \'#cwd %s\\n#home %s\\n\' "$PWD" "$HOME" > "$_tb_t"\n'
@@ -107,8 +108,6 @@ def read_command(run_dir: str, keys: list[str], host: str) -> str:
     """The host-side command printing, for each key, ``@@ KEY SIZE`` and the trace's lines that can be writes
     (read-only opens dropped), at most MAX_LINES lines and MAX_BYTES bytes each. No ``!`` in it: a csh login
     shell (tcsh, as on some lab machines) expands it even inside single quotes."""
-    from testbed.suite import path_word
-
     parts = []
     for k in keys:
         t = path_word(trace_path(run_dir, k, host))
@@ -318,8 +317,6 @@ def judge(step: str, host: str, text: str) -> tuple[Trace, str | None]:
 def check(testbed: str, plan: RunPlan, timeout: float = 60) -> tuple[list[str], list[str]]:
     """(one failure per traced step that two hosts raced in, one note per host and step not checked): the traces
     of ``plan.rehearsal['hometrace']`` read back from each host of the replica ``testbed``."""
-    from testbed import remote
-
     traced = list((plan.rehearsal or {}).get("hometrace") or [])
     if not traced:
         return [], []

@@ -37,6 +37,7 @@ from typing import Any
 
 from testbed import remote, scripts
 from testbed.errors import TestbedError
+from testbed.remote import sh
 
 WAIT_SSH = frozenset({"slow", "refused", "no-route"})
 """What SSH found of a host that may still answer: the run waits for it (``rejected``/``other`` do not change)."""
@@ -115,8 +116,6 @@ def classify(res: remote.HostResult) -> tuple[str, str]:
 
 def probe_command(run_dir: str | None) -> str:
     """The command of a probe: testbed/scripts/alive.sh with the run folder (its rank logs' age)."""
-    from testbed.remote import sh
-
     return sh(scripts.program("alive.sh", run_dir or ""))
 
 

@@ -14,8 +14,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from testbed import fault_kinds, points
+from testbed import fault_kinds, points, ssh
+from testbed import sources as sources_mod
 from testbed.errors import TestbedError, UsageError, by_door, provision_fix
+from testbed.providers import PROVIDERS, provider_class
 from testbed.records import (
     Check,
     CheckpointPlan,
@@ -29,6 +31,8 @@ from testbed.records import (
     RunPlan,
     RunStep,
 )
+from testbed.resolved import Resolved
+from testbed.setup.profiles import load_profile
 from testbed.spec import CAPABILITIES, Hardware
 from testbed.suite import (
     ENV_RE,
@@ -38,7 +42,10 @@ from testbed.suite import (
     Suite,
     is_template,
     output_pattern_problem,
+    point_label,
+    reads_of,
     render,
+    resolve_params,
     selector_parts,
     shell_quote,
 )
@@ -109,9 +116,6 @@ names)."""
 
 def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: Store | None = None) -> TestbedInfo:
     """Hosts and template context of testbed ``name`` (state first; spec or placeholders for a dry run)."""
-    from testbed import ssh
-    from testbed.resolved import Resolved
-
     tb = None
     if name is not None:
         try:
@@ -270,8 +274,6 @@ def lacks(needs: list[str], hardware: dict[str, Any], provider: str) -> list[str
     from ``hardware.tools`` (or this machine's, where the kind's hosts run this machine's files)."""
     import shutil
 
-    from testbed.providers import PROVIDERS, provider_class
-
     cls = provider_class(provider) if provider in PROVIDERS else None
     gpus = int(hardware.get("gpus") or 0)
     tools = set(hardware.get("tools") or [])
@@ -315,8 +317,6 @@ def check_fault_needs(suite: Suite, fname: str, tb: TestbedInfo, host: str | Non
 
 def able_kinds(capability: str) -> list[str]:
     """The provider kinds that implement ``capability`` (read from their classes, never listed here)."""
-    from testbed.providers import PROVIDERS, provider_class
-
     return [k for k in PROVIDERS if provider_class(k).can(capability)]
 
 
@@ -324,8 +324,6 @@ def fault_refusals(suite: Suite, tb: TestbedInfo, chosen: list[str]) -> list[Usa
     """Why testbed ``tb``'s provider cannot fire the ``chosen`` faults of ``suite`` (a kind that needs a provider
     ``Capability`` it lacks), one error each at the fault's ``action:`` file:line; none for a testbed of no known
     provider kind (a dry run with no spec). Names not among the suite's faults are left to the plan to refuse."""
-    from testbed.providers import PROVIDERS, provider_class
-
     if tb.provider not in PROVIDERS:
         return []
     cls, out = provider_class(tb.provider), []
@@ -350,8 +348,6 @@ def gpu_refusal(suite: Suite, tb: TestbedInfo, params: list[dict[str, Any]] | No
     """The suite's ranks need a GPU (``steps.launch.needs`` at a point of ``params``, default the default point;
     else ``requires.accelerator``) and testbed ``tb``'s spec declares none on any host (``hardware.gpu``): refused
     at the need's file:line. Not judged without a spec."""
-    from testbed.suite import point_label, resolve_params
-
     launch = suite.steps.launch
     hardware = tb.context.get("hardware")
     if not tb.context.get("spec_known") or not isinstance(hardware, dict):
@@ -715,8 +711,6 @@ def _setup_roles(sc: _Scope) -> list[str] | None:
     names = [n for n in re.split(r"[\s,]+", text) if n]
     if not names:
         return None
-    from testbed.setup.profiles import load_profile
-
     known = load_profile(suite.profile).roles
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -748,8 +742,6 @@ def _checks(sc: _Scope) -> list[Check]:
 
 def _sources(sc: _Scope, overrides: dict[str, Override]) -> _Sources:
     """A checkout step per suite source: the override's bundle, or a clone of its (or the override's) repo."""
-    from testbed import sources as sources_mod
-
     out = _Sources([], {}, {})
     for s in sc.suite.sources:
         path = shell_quote(s.path)
@@ -859,8 +851,6 @@ def build_plan(suite: Suite, tb: TestbedInfo, params: dict[str, Any], *, run_id:
 def read_folders(suite: Suite, params: dict[str, Any], given: dict[str, str] | None) -> dict[str, Raw]:
     """``{{ reads }}``: the run folder on the hosts of each point the point reads (``given``), else a placeholder
     naming that point."""
-    from testbed.suite import point_label, reads_of
-
     out = {}
     for name, point in reads_of(suite, params).items():
         folder = (given or {}).get(name) or f"{RUNS_ROOT}/<the run of {point_label(suite, point)}>"

@@ -18,14 +18,13 @@ from typing import TYPE_CHECKING
 
 from testbed import remote, scripts
 from testbed.remote import sh
+from testbed.suite import path_word, shell_quote
 
 if TYPE_CHECKING:
     from testbed.records import Rank, RunPlan, RunStep
 
 
 def cd_run(run_dir: str) -> str:
-    from testbed.suite import path_word
-
     return f"cd {path_word(run_dir)}"
 
 
@@ -38,8 +37,6 @@ def activate(prefix: str | None) -> list[str]:
     (testbed/scripts/activate.sh, its path given as ``tb_env``)."""
     if not prefix:
         return []
-    from testbed.suite import path_word
-
     return [f"tb_env={path_word(prefix.rstrip('/') or '/')}", scripts.text("activate.sh").rstrip("\n")]
 
 
@@ -52,8 +49,6 @@ def step_script(plan: RunPlan, command: str, cwd: str | None = None, environment
 
 
 def rank_script(plan: RunPlan, r: Rank) -> str:
-    from testbed.suite import shell_quote
-
     env = [f"export {k}={shell_quote(v)}" for k, v in r.env.items()]
     body = [cd_run(plan.run_dir) + " || exit 97", "export PYTHONUNBUFFERED=1", *activate(r.environment),
             *plan.env, *env]

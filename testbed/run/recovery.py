@@ -15,7 +15,11 @@ from typing import TYPE_CHECKING, Any
 from testbed import remote
 from testbed.errors import TestbedError
 from testbed.records import RunEvent, RunPlan, RunStep
+from testbed.resolved import Resolved
 from testbed.run import ranks as run_remote
+from testbed.run.runner import plan_run
+from testbed.setup.repair import repair as repair_host
+from testbed.suite import path_word
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -32,9 +36,6 @@ def repair(plan: RunPlan, store: Store, host: str, *, setup: bool, timeout: floa
            progress: Any = None) -> Repair:
     """Repair ``host`` and set it up again as the testbed was last set up, within ``timeout`` seconds (the
     provider's own waits are bounded too; past the deadline the run stops waiting and fails, naming the host)."""
-    from testbed.resolved import Resolved
-    from testbed.setup.repair import repair as repair_host
-
     tb = Resolved.open(plan.testbed, store, recorded_ok=True)
     out: list[Any] = []
 
@@ -65,8 +66,6 @@ def moved(plan: RunPlan, store: Store) -> bool:
 
 def replan(plan: RunPlan, store: Store) -> RunPlan:
     """The same run rendered again on the hosts as they are now (addresses changed by a repair)."""
-    from testbed.run.runner import plan_run
-
     return plan_run(plan.suite, plan.testbed, plan.params, faults=[f.name for f in plan.faults],
                     only_hosts=plan.host_names, run_id=plan.run_id, overrides=plan.source_overrides, store=store)
 
@@ -129,8 +128,6 @@ def checkpoint_file(plan: RunPlan) -> dict[str, Any] | None:
     ck = plan.checkpoint
     if ck is None:
         return None
-    from testbed.suite import path_word
-
     path = ck.file if ck.file.startswith(("/", "~/")) else f"{plan.run_dir}/{ck.file}"
     res = remote.run(plan.testbed, ck.hosts, remote.sh(f"stat -L -c '%s %Y' -- {path_word(path)}"), timeout=30)
     for r in res:

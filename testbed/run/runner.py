@@ -18,14 +18,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed import suite_fetch
+from testbed import deadman, remote, scripts, suite_fetch
+from testbed import sources as sources_mod
 from testbed.errors import TestbedError, UsageError, by_door
 from testbed.records import RankRecord, RunEvent, RunInfo, RunPlan, RunRecord, SupervisorInfo
 from testbed.run import bookkeeping as rs
-from testbed.run.plan import RUNS_ROOT, build_plan, dry_run_lines, testbed_info  # noqa: F401 (re-exported)
+from testbed.run import ranks as run_remote
+from testbed.run.plan import (  # noqa: F401 (re-exported)
+    RUNS_ROOT,
+    build_plan,
+    chosen_faults,
+    dry_run_lines,
+    fault_refusals,
+    gpu_refusal,
+    testbed_info,
+)
 from testbed.spec import DEFAULT_TESTBED
 from testbed.state import Store
-from testbed.suite import Suite, load_suite, resolve_params
+from testbed.suite import Suite, load_suite, point_label, reads_of, resolve_params
+from testbed.textfmt import clock as iso_clock
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -59,8 +70,6 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
         raise UsageError(first.what, where=first.where,
                          fix=by_door(f"{first.fix}, or use --dry-run to see the commands", str(first.fix)))
     if overrides is None:
-        from testbed import sources as sources_mod
-
         overrides = sources_mod.for_suite(s, tb_name, sources)
     plan = build_plan(s, tb, resolve_params(s, params), run_id=run_id, faults=faults, only_hosts=only_hosts,
                       overrides=overrides, reads=reads)
@@ -78,8 +87,6 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
 
 def _refuse_lone_reader(s: Suite, params: dict[str, Any]) -> None:
     """A point that reads another point's output (``after:``) runs in its campaign, after that point."""
-    from testbed.suite import point_label, reads_of
-
     read = reads_of(s, params)
     if read:
         name, point = next(iter(read.items()))
@@ -119,8 +126,6 @@ def refusals(s: Suite, tb: TestbedInfo, points: list[dict[str, Any]] | None = No
     GPU on a spec that declares none, and a fault of a point (``points``: resolved parameters, default the default
     point; ``faults``: as --fault) whose kind needs a capability the provider lacks. What a real run raises before
     anything is rented, and a dry run shows after its commands. None for a dry run with no testbed at all."""
-    from testbed.run.plan import chosen_faults, fault_refusals, gpu_refusal
-
     out = _requires_refusals(s, tb)
     pts = points if points is not None else [resolve_params(s, {})]
     gpu = gpu_refusal(s, tb, pts)
@@ -133,8 +138,6 @@ def testbed_refusals(s: Suite, testbed: str, *, store: Store | None = None
                      ) -> tuple[list[UsageError], list[UsageError]]:
     """What ``testbed show SUITE --on TESTBED`` says: (why a default run of the suite there is refused, every other
     fault of the suite that could not fire there); nothing for a testbed with no spec or record to judge by."""
-    from testbed.run.plan import fault_refusals
-
     try:
         tb = testbed_info(testbed, dry_run=True, min_hosts=s.requires.hosts, store=store)
     except TestbedError:
@@ -184,8 +187,6 @@ def start_run(plan: RunPlan, campaign: str | None = None, *, store: Store | None
     """Record the run (pending) and start its supervisor; returns the run id."""
     st = _store(store)
     rs.create(st, plan, campaign)
-    from testbed import deadman
-
     deadman.refresh(st, plan.testbed)  # a run: the expiry's idle clock restarts (the hosts' agents see the run)
     start_supervisor(plan.run_id, st)
     return plan.run_id
@@ -223,8 +224,6 @@ def wait(run_id: str, timeout: float = 3600, interval: float = 0.5, *, store: St
 # --- rendering -----------------------------------------------------------------------------------------------
 def clock(t: float | None) -> str:
     """The time of day of a timestamp (events as they stream): ISO 8601 UTC, ``12:00:01.2Z``."""
-    from testbed.textfmt import clock as iso_clock
-
     return iso_clock(t)
 
 
@@ -346,8 +345,6 @@ def run_status(run_id: str, *, store: Store | None = None) -> RunStatus:
 
 def stop_run(run_id: str, grace: float = 3, *, store: Store | None = None) -> RunRecord:
     """Stop an active run: status 'stopped', every rank's process group TERM then KILL."""
-    from testbed.run import ranks as run_remote
-
     st = _store(store)
     run = rs.require(st, run_id)
     if not run.active:
@@ -377,9 +374,6 @@ class LogLine:
 def logs(run_id: str, *, host: str | None = None, rank: int | None = None, follow: bool = False,
          store: Store | None = None) -> Iterator[LogLine]:
     """Each rank's stdout/stderr from the hosts; ``follow`` streams new lines until the run ends."""
-    from testbed import remote
-    from testbed.run import ranks as run_remote
-
     st = _store(store)
     rs.require(st, run_id)
     plan = rs.load_plan(run_id)
@@ -481,8 +475,6 @@ def parse_tails(stdout: str) -> dict[int, str]:
 def rank_lines(plan: RunPlan, timeout: float = 10) -> list[RankLine]:
     """Each rank's last line worth showing (the plan's ``progress`` pattern, else its last line): one SSH call per
     host over the open connections; a host that does not answer is left out."""
-    from testbed import remote, scripts
-
     by_host: dict[str, list[int]] = {}
     for r in plan.ranks:
         by_host.setdefault(r.host, []).append(r.rank)

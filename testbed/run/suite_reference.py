@@ -22,8 +22,9 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from testbed import paths, suite, templating
+from testbed import paths, suite, templating, yamlfile
 from testbed.run.plan import TEMPLATE_VARIABLES, TESTBED_CONTEXT
+from testbed.spec import Hardware
 
 COMMAND = "PYTHONPATH=. python -m testbed.run.suite_reference > docs/suite-reference.md"
 
@@ -206,8 +207,6 @@ def _block(lines: list[str], line: int, limit: int = 8) -> str:
 
 def key_examples() -> dict[tuple[str, str], Example]:
     """(model, key) -> the first shipped suite's lines that write it."""
-    from testbed import yamlfile
-
     found: dict[tuple[str, str], Example] = {}
 
     def visit(m: type[BaseModel], data: Any, loc: tuple[Any, ...], lines: list[str], where: str, located: Any) -> None:
@@ -324,8 +323,6 @@ HARDWARE_WORDS: dict[str, str] = {
 
 
 def _hardware_keys() -> list[str]:
-    from testbed.spec import Hardware
-
     return list(Hardware().context())
 
 

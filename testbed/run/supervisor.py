@@ -19,9 +19,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from testbed import remote
 from testbed.errors import TestbedError
 from testbed.exitcodes import Exit
+from testbed.providers import PROVIDERS, provider_class
+from testbed.providers.base import Provider
 from testbed.records import ACTIVE, FaultPlan, Rank, RelaunchStep, RepairStep, RunInfo, RunStep, recovery_steps
+from testbed.resolved import Resolved
 from testbed.run import bookkeeping as rs
 from testbed.run import faults as faults_mod
 from testbed.run import liveness
@@ -289,8 +293,6 @@ class Supervisor:
     def provider(self) -> Any:
         """The testbed's provider, opened once (the caller holds ``_provider_lock``)."""
         if self._provider is None:
-            from testbed.resolved import Resolved
-
             self._provider = Resolved.open(self.plan.testbed, Store(self.st.path), recorded_ok=True).provider()
         return self._provider
 
@@ -302,9 +304,6 @@ class Supervisor:
     def launchers(self, hosts: set[str]) -> dict[str, list[str]]:
         """host -> the command its ranks start under (:meth:`Provider.rank_launcher`), from the hosts as recorded
         now (a repaired host's new job); none asked of a provider that has no launcher."""
-        from testbed.providers import PROVIDERS, provider_class
-        from testbed.providers.base import Provider
-
         if self.plan.provider not in PROVIDERS or \
                 provider_class(self.plan.provider).rank_launcher is Provider.rank_launcher:
             return {}
@@ -334,8 +333,6 @@ class Supervisor:
         """``host``'s poll failed: from now on it is probed in the background (each probe a fresh login) rather
         than polled, until a probe answers; its multiplexed connection is closed (it may hang on a dead host)."""
         if host not in self.suspect:
-            from testbed import remote
-
             threading.Thread(target=remote.close_connections, args=(self.plan.testbed, [host]), daemon=True).start()
         self.suspect[host] = error
         self.prober.watch(host)

@@ -16,6 +16,7 @@ import shlex
 from functools import cache
 from importlib import resources
 
+from testbed.distribution import install_command
 from testbed.errors import TestbedError
 
 
@@ -25,8 +26,6 @@ def text(name: str) -> str:
     try:
         return (resources.files(__name__) / name).read_text(encoding="utf-8")
     except OSError:
-        from testbed.distribution import install_command
-
         raise TestbedError(f"the remote script {name} is missing from the testbed package",
                            where=f"testbed/scripts/{name}",
                            fix=f"reinstall testbed ({install_command(reinstall=True)}, or pip install -e . "

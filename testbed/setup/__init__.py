@@ -39,8 +39,20 @@ from testbed.hosts import Host
 if TYPE_CHECKING:
     from testbed.resolved import Resolved
 
+from testbed import remote, ssh
+from testbed.providers import PROVIDERS, provider_class
+from testbed.resolved import Resolved
 from testbed.setup import address, direct, reach
-from testbed.setup.events import KEPT_EVENTS, EventAggregator, EventHandler, HostSetupResult, SetupResult
+from testbed.setup.events import (
+    DOWNLOAD_EVENT,
+    KEPT_EVENTS,
+    EventAggregator,
+    EventHandler,
+    HostSetupResult,
+    SetupResult,
+    read_copies,
+    read_download,
+)
 from testbed.setup.profiles import (
     SetupPlan,
     available_profiles,
@@ -48,6 +60,7 @@ from testbed.setup.profiles import (
     build_playbook,
     check_plan,
     check_role_vars,
+    check_vars,
     closest,
     load_profile,
     overridden_roles,
@@ -80,8 +93,6 @@ hosts)."""
 
 def build_inventory(testbed: str, hosts: list[Host], variables: dict[str, Any] | None = None) -> dict[str, Any]:
     """The testbed's one inventory (:func:`testbed.ssh.inventory`), its ssh_config written first if missing."""
-    from testbed import ssh
-
     if not ssh.ssh_config_path(testbed).exists():
         ssh.write_ssh_config(testbed, hosts)
     return ssh.inventory(testbed, hosts, variables)
@@ -96,8 +107,6 @@ def ansible_dir() -> Path:
 def ansible_control_dir(testbed: str) -> Path:
     """Where Ansible's SSH control sockets go: ``ansible/`` in the testbed's control folder, which destroy removes
     with every master connection in it (:func:`testbed.ssh.control_dir`)."""
-    from testbed import ssh
-
     d = ssh.control_dir(testbed) / "ansible"
     d.mkdir(exist_ok=True, mode=0o700)
     return d
@@ -251,8 +260,6 @@ def prepare(tb: Resolved, *, profile: str | None = None, suite: str | None = Non
     # the one host of the play that writes what lands under a home every host shares (python_env, source_build,
     # dataset): the first host of the play where the home is shared (NFS), every host on homes of their own
     variables["testbed_home_writer"] = HOME_WRITER
-    from testbed.providers import PROVIDERS, provider_class
-
     cls = provider_class(provider) if provider in PROVIDERS else None
     variables["testbed_offline"] = bool(cls and cls.offline_hosts)  # no route out: install from the controller
     # root: the provider gives it (not a Slurm cluster's nodes), and the spec's login user is root or has sudo
@@ -266,8 +273,6 @@ def prepare(tb: Resolved, *, profile: str | None = None, suite: str | None = Non
     extravars = {**(dict(spec.vars) if spec is not None else {}), **(extra_vars or {})}
     all_roles = available_roles()
     if spec is not None:  # before any host: a misspelt role variable would silently leave the default
-        from testbed.setup.profiles import check_vars
-
         check_vars(spec)
     check_role_vars(extra_vars or {}, all_roles, "extra variables (--var)")
     check_plan(plan, extravars)  # every role's required variables are set by someone
@@ -333,8 +338,6 @@ def apply(testbed: str | Resolved, *, profile: str | None = None, suite: str | N
     record differs only in the testbed's hosts) is ``partial``: when every host to set up is, only the roles that
     depend on the other hosts run (``partial_roles``; none: the address is recorded without Ansible).
     """
-    from testbed.resolved import Resolved
-
     tb = testbed if isinstance(testbed, Resolved) else Resolved.open(testbed, need_spec=False)
     if not tb.hosts:
         raise UsageError(f"testbed '{tb.name}' has no hosts", where="state",
@@ -511,8 +514,6 @@ class _DownloadWatch(threading.Thread):
     def run(self) -> None:
         from dataclasses import asdict
 
-        from testbed.setup.events import DOWNLOAD_EVENT, read_copies, read_download
-
         sizes: dict[str, int] = {}
         while not self.done.wait(self.every):
             texts: dict[str, str] = {}
@@ -564,8 +565,6 @@ def _probe(testbed: str, prep: Prepared, playbook: list[dict[str, Any]], invento
     whatever their record says (one with no record that booted from this set-up's image holds its work: only the
     per-testbed roles run there). A host whose record differs only in the hosts it was for, or with no record but
     this set-up's image, is ``partial``."""
-    from testbed import remote
-
     plan = prep.plan
     out = _Probe()
     if check and not verify:
@@ -615,8 +614,6 @@ _IMAGE_MARK = "--testbed-image-record--"
 def _common(testbed: str, prep: Prepared, playbook: list[dict[str, Any]],
             inventory: dict[str, Any]) -> tuple[dict[str, str], str]:
     """The address parts every host of this set-up shares, and the key of an image of it."""
-    from testbed import ssh
-
     plan = prep.plan
     refs = address.source_refs(plan.vars, [(st.role, st.vars) for st in plan.steps], prep.extravars)
     common = address.common_parts(playbook=playbook, roles=plan.roles, roles_dir=roles_dir(),
@@ -628,8 +625,6 @@ def _common(testbed: str, prep: Prepared, playbook: list[dict[str, Any]],
 def applied(tb: Resolved, prep: Prepared, host: str) -> tuple[str, dict[str, str], str]:
     """Whether ``host`` holds exactly this set-up now: "" when its record matches (one round trip; nothing is
     removed), else why not; and the image key and parts of this set-up."""
-    from testbed import remote
-
     inventory = build_inventory(tb.name, tb.hosts, prep.variables)
     common, key = _common(tb.name, prep, build_playbook(prep.plan), inventory)
     addr, parts = address.host_address(common, inventory, host)
@@ -644,15 +639,11 @@ def applied(tb: Resolved, prep: Prepared, host: str) -> tuple[str, dict[str, str
 def _close_masters(testbed: str, hosts: list[str]) -> None:
     """Stop testbed's multiplexed SSH masters to ``hosts``: sshd keeps a login's account data (its shell, its
     limits) for every session of one connection, so later sessions must log in anew to see the set-up's."""
-    from testbed import remote
-
     remote.each(lambda h: remote.control(testbed, h, "exit", timeout=10), hosts)
 
 
 def _record(testbed: str, plan: str, probe: _Probe, hosts: list[str]) -> None:
     """Write each host's address (one round trip per host); a host that cannot be written simply runs next time."""
-    from testbed import remote
-
     cmds = {n: address.write_command(address.record(testbed, n, plan, *probe.addresses[n]),
                                      host=n if probe.shared_home else None) for n in hosts if n in probe.addresses}
     if cmds:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed import paths
+from testbed import distribution, git, paths, remote
 
 RECORD = ".cache/testbed/setup.json"
 """Where the record lives, relative to the login user's home on the host."""
@@ -104,8 +104,6 @@ def role_closure(roles: Iterable[str], roles_dir: Path) -> list[str]:
 def _tools() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
-    from testbed import distribution
-
     try:
         ansible = version("ansible-core")
     except PackageNotFoundError:
@@ -168,11 +166,8 @@ def source_refs(plan_vars: dict[str, Any], steps: list[tuple[str, dict[str, Any]
 def source_commits(refs: dict[str, tuple[str, str]], timeout: float = 15) -> dict[str, str]:
     """Each moving ref resolved to its commit with ``git ls-remote`` from this machine, in parallel; one that
     cannot be resolved (no route, no credentials) is named by its ref ("unresolved"): ``--verify`` still runs."""
-    from testbed import remote
-    from testbed.sources import _git
-
     def one(url: str, ref: str) -> str:
-        r = _git(["ls-remote", url, ref, f"{ref}^{{}}"], timeout=timeout)
+        r = git.run(["ls-remote", url, ref, f"{ref}^{{}}"], timeout=timeout)
         lines = [ln.split("\t") for ln in r.stdout.splitlines() if "\t" in ln] if r.returncode == 0 else []
         peeled = [sha for sha, name in lines if name.endswith("^{}")]
         return (peeled or [sha for sha, _ in lines] or [f"unresolved {ref}"])[0]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed import remote
 from testbed.setup.events import HostSetupResult
 from testbed.textfmt import plural
 
@@ -286,8 +287,6 @@ def _read_facts(testbed: str, allv: dict[str, Any], addr: dict[str, str], target
                 roles_dir: Path, res: dict[str, HostSetupResult]) -> dict[str, Facts] | Outcome:
     """Round 1: every host's keys and facts (and, on ``targets``, the MPI packages it lacks); the outcome instead
     when a host cannot be read or has no keys."""
-    from testbed import remote
-
     # the defaults that round 1 needs do not depend on the host's facts
     pre = role_vars(roles_dir, ["ssh_mesh"], {**allv, "ansible_facts": {"user_dir": "~", "user_id": ""}})
     mpi_pre = role_vars(roles_dir, ["mpi"], {**allv, "ansible_facts": {"user_dir": "~", "user_id": ""}}) \
@@ -339,8 +338,6 @@ def _host_plans(inventory: dict[str, Any], facts: dict[str, Facts], addr: dict[s
 def _write(testbed: str, facts: dict[str, Facts], plans: dict[str, tuple[dict[str, Any], dict[str, Any]]],
            targets: list[str], res: dict[str, HostSetupResult]) -> str | None:
     """Round 2: write each target's files (counted in ``res``); the first error."""
-    from testbed import remote
-
     wprog = _write_program()
     wcmds = {n: f"{shlex.quote(facts[n].python)} -c {shlex.quote(wprog)}" for n in targets}
     wrote = remote.run_each(testbed, wcmds, stdin={n: json.dumps({**plans[n][0], "self": wprog}).encode()
@@ -364,8 +361,6 @@ def _write(testbed: str, facts: dict[str, Facts], plans: dict[str, tuple[dict[st
 def _verify(testbed: str, facts: dict[str, Facts], plans: dict[str, tuple[dict[str, Any], dict[str, Any]]],
             targets: list[str], res: dict[str, HostSetupResult]) -> str | None:
     """Round 3: each target checks the mesh (a host's problems fail it in ``res``); the first error."""
-    from testbed import remote
-
     vcmds = {n: f"{shlex.quote(facts[n].python)} -c {shlex.quote(_VERIFY)}" for n in targets}
     checked = remote.run_each(testbed, vcmds, stdin={n: json.dumps(plans[n][1]).encode() for n in targets},
                               timeout=300, connect_timeout=15)

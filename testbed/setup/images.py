@@ -20,8 +20,13 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from testbed import deadman, setup
 from testbed.errors import TestbedError, UsageError
+from testbed.providers import provider_class
 from testbed.providers.base import Capability
+from testbed.resolved import Resolved
+from testbed.setup import address
+from testbed.spec import TestbedSpec
 
 if TYPE_CHECKING:
     from testbed.providers.base import Progress, Provider
@@ -46,8 +51,6 @@ def bake(tb: Resolved, host: str | None = None, *, profile: str | None = None, s
     """An image of ``host`` (default: the testbed's first host) whose set-up (``profile``, default the last one
     applied) has just passed: refused when the host's record does not match that set-up now. An image of that
     key already recorded for this provider is returned as it is (``new`` False)."""
-    from testbed import setup
-
     if not tb.hosts:
         raise UsageError(f"testbed '{tb.name}' has no hosts", where="state", fix=f"testbed provision {tb.name}")
     names = [h.name for h in tb.hosts]
@@ -66,8 +69,6 @@ def bake(tb: Resolved, host: str | None = None, *, profile: str | None = None, s
     have = [r for r in tb.store.images(key) if r["provider"] == p.kind]
     if have:
         return {**have[-1], "new": False}
-    from testbed.setup import address
-
     t0 = time.monotonic()
 
     def note(iid: str, location: str) -> None:  # a cloud's image is recorded before it is waited on
@@ -81,8 +82,6 @@ def bake(tb: Resolved, host: str | None = None, *, profile: str | None = None, s
                           "spec": tb.info.get("spec")})
     row = next(r for r in tb.store.images(key) if r["provider"] == p.kind and r["id"] == str(made["id"]))
     if tb.spec is not None and tb.spec.expire_images:  # the hosts' agents must be allowed to delete it too
-        from testbed import deadman
-
         e = deadman.recorded(tb.store, tb.name)
         if e is not None and e.active and e.switch == "agent":
             deadman.arm(p, tb.hosts, e)
@@ -105,15 +104,11 @@ def for_provision(p: Provider) -> Mapping[str, Any] | None:
     the set-up its spec names (its ``profile:`` and ``vars:``); None when there is none, or when the testbed is
     already provisioned (its hosts keep what they booted from). Costs nothing when no image of this provider is
     recorded."""
-    from testbed.resolved import Resolved
-
     if not p.can(Capability.IMAGES) or p.store.testbed(p.name) is not None:
         return None
     rows = [r for r in p.store.images() if r["provider"] == p.kind]
     if not rows:
         return None
-    from testbed import setup
-
     key, _ = setup.prepare(Resolved(p.name, p.store, p.spec, None)).image()
     match = [r for r in rows if r["key"] == key]
     p.image = match[-1] if match else None
@@ -129,8 +124,6 @@ def for_repair(tb: Resolved, p: Provider, profile: str | None) -> ImageRow | Non
     rows = [r for r in tb.store.images() if r["provider"] == p.kind]
     if not rows:
         return None
-    from testbed import setup
-
     key, _ = setup.prepare(tb, profile=profile).image()
     match = [r for r in rows if r["key"] == key]
     return match[-1] if match else None
@@ -145,8 +138,6 @@ def offer(tb: Resolved, *, profile: str | None, suite: str | None, extra_vars: d
     p = tb.provider()
     if not p.can(Capability.IMAGES) or p.booted_image() is not None or p.bake_refusal(profile or suite) is not None:
         return None, None
-    from testbed import setup
-
     prep = setup.prepare(tb, profile=profile, suite=suite, extra_vars=extra_vars)
     profile = None if suite else prep.plan.name  # the set-up just applied (by default the spec's profile)
     if any(r["provider"] == p.kind for r in tb.store.images(prep.image()[0])):
@@ -194,14 +185,9 @@ def prune(st: Store, ids: list[str] | None = None, *, progress: Progress | None 
 
 def _provider_of(st: Store, row: ImageRow, progress: Progress | None) -> Provider:
     """A provider that can delete ``row``: that of the testbed that baked it (its spec, else its recorded copy)."""
-    from testbed.resolved import Resolved
-
     try:
         return Resolved.open(row["testbed"], st, recorded_ok=True).provider(progress)
     except TestbedError:
-        from testbed.providers import provider_class
-        from testbed.spec import TestbedSpec
-
         copy = row["info"].get("spec")
         if not copy:
             raise TestbedError(f"image {row['id']} was baked by testbed '{row['testbed']}', whose spec is gone",

@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed import paths
+from testbed import paths, yamlfile
+from testbed.distribution import install_command
 from testbed.errors import TestbedError, UsageError, by_door
 from testbed.setup.events import FINISHED_TASK
+from testbed.yamlfile import Located, read_text
 
 if TYPE_CHECKING:
     from testbed.spec import TestbedSpec
@@ -109,8 +111,6 @@ def roles_dir() -> Path:
     role, under the state home (named by what it links to)."""
     folders = role_folders()
     if not folders:
-        from testbed.distribution import install_command
-
         raise TestbedError("no playbooks/roles folder found", where="playbooks/",
                            fix=f"reinstall testbed ({install_command(reinstall=True)}) or run from a checkout "
                                "that has playbooks/roles")
@@ -163,8 +163,6 @@ def closest(name: str, choices: list[str]) -> str:
 
 def _load_yaml(path: Path) -> Any:
     from ruamel.yaml import YAML
-
-    from testbed.yamlfile import read_text
 
     text = read_text(path)  # a regular UTF-8 file of bounded size, never a FIFO or a device
     try:
@@ -398,8 +396,6 @@ def _locator(path: Path, base: tuple[Any, ...]) -> Callable[[tuple[Any, ...]], s
     def where(loc: tuple[Any, ...]) -> str:
         from ruamel.yaml import YAML
 
-        from testbed.yamlfile import Located
-
         try:
             line = Located(YAML(typ="rt").load(path.read_text())).line((*base, *loc))
         except Exception:  # the file was read once already; a line number is a nicety
@@ -542,8 +538,6 @@ def check_vars(spec: TestbedSpec) -> None:
     """
     if not spec.vars:
         return
-    from testbed import yamlfile
-
     located = yamlfile.load(Path(spec.source))[1] if spec.source and Path(spec.source).is_file() else None
     def where(loc: tuple[Any, ...]) -> str:
         line = located.line(("vars", *loc)) if located else None

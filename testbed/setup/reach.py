@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed import paths
+from testbed import paths, yamlfile
+from testbed.errors import UsageError
+from testbed.setup.address import role_closure
+from testbed.setup.profiles import roles_dir
 
 # modules that fetch from a mirror, an index or a URL whatever their arguments (short or ansible.builtin./
 # community.general. names)
@@ -89,9 +92,6 @@ def network_tasks(role: Path) -> list[NetworkTask]:
     """The tasks of the role at ``role`` that reach the network and are not guarded by ``testbed_offline``.
 
     A task file that does not parse is left to Ansible, which names its line."""
-    from testbed import yamlfile
-    from testbed.errors import UsageError
-
     found: list[NetworkTask] = []
     todo: list[Path] = [role / "tasks" / "main.yml"]
     seen: set[Path] = set()
@@ -133,10 +133,6 @@ def shipped(folder: Path) -> bool:
 def refuse_offline(roles: list[str], folders: dict[str, Path], testbed: str) -> None:
     """Refuse (UsageError) a set-up of ``roles`` on an offline testbed when a user's role among them, or one they
     include, has a task that reaches the network: the first such task, with its file:line."""
-    from testbed.errors import UsageError
-    from testbed.setup.address import role_closure
-    from testbed.setup.profiles import roles_dir
-
     user = {name: folder for name, folder in folders.items() if not shipped(folder)}
     if not user:
         return

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import remote
 from testbed.errors import TestbedError, by_door
+from testbed.setup import apply, images
 
 if TYPE_CHECKING:
     from testbed.providers.base import Progress
@@ -51,8 +52,6 @@ def repair(tb: Resolved, host: str, *, setup: bool = True, profile: str | None =
     roles = None if profile else last.get("roles")
     want = None if roles else profile or last.get("profile")
     p = tb.provider(progress)
-    from testbed.setup import images
-
     done = p.repair(host, image=images.for_repair(tb, p, want) if setup else None)
     tb.record = tb.store.testbed(tb.name)
     out = Repair(host=host, hosts=done.hosts, replaced=done.replaced, repair_seconds=done.seconds, how=done.how,
@@ -69,8 +68,6 @@ def repair(tb: Resolved, host: str, *, setup: bool = True, profile: str | None =
     # leaves them out of the mesh); as a variable, that moves every host's address, so the set-up after they
     # are back runs everywhere again
     absent = {"testbed_absent_hosts": out.setup_left_out} if out.setup_left_out else None
-    from testbed.setup import apply
-
     res = apply(tb, profile=want, roles=roles, verify=done.hosts, extra_vars=absent,
                 limit=[n for n in [*done.hosts, *peers] if n not in out.setup_left_out])
     out.setup_seconds, out.setup = round(time.monotonic() - t0, 2), res.plan

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from testbed import paths
 from testbed.errors import TestbedError
 from testbed.providers.base import Pacer, Progress
+from testbed.providers.chameleon import chi
+from testbed.providers.chameleon.chi import HUB_FIX, ApiError
 from testbed.providers.chameleon.settings import ChameleonSettings
 
 if TYPE_CHECKING:
@@ -146,8 +148,6 @@ class Cloud:
     # plumbing -----------------------------------------------------------------------------------------
     def connect(self) -> Chi:
         """Credentials from the environment (a clear error before any request), then python-chi."""
-        from testbed.providers.chameleon import chi
-
         creds = chi.credentials_from_env(site=self.settings.site)
         self.auth = (creds.auth_type, creds.source)
         return chi.Chi(creds, site=self.settings.site, project=self.settings.project,
@@ -170,8 +170,6 @@ class Cloud:
         after = (f"run 'testbed destroy {self.name}' to release what was made (ids are recorded), "
                  f"or 'testbed provision {self.name}' to retry (what exists is reused)")
         if e.kind == "hub":
-            from testbed.providers.chameleon.chi import HUB_FIX
-
             return TestbedError(f"no fresh access token while {doing}: {m}", where=self.where("JupyterHub", thing),
                                 fix=HUB_FIX)
         if e.kind == "auth":
@@ -223,8 +221,6 @@ class Cloud:
     @contextmanager
     def step(self, doing: str, thing: str) -> Iterator[None]:
         """Turn an ApiError inside into one TestbedError naming what was being done to what."""
-        from testbed.providers.chameleon.chi import ApiError
-
         try:
             yield
         except ApiError as e:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError, UsageError
+from testbed.providers.chameleon.chi import ApiError
 from testbed.providers.chameleon.cloud import (
     BLAZAR_FMT,
     LEASE_GONE,
@@ -204,8 +205,6 @@ def extend(c: Cloud, hours: float) -> str:
                            fix=f"run 'testbed destroy {c.name}' and provision again")
     old = _parse_lease_time(lease["end_date"])
     new = old + timedelta(hours=hours)
-    from testbed.providers.chameleon.chi import ApiError
-
     try:
         lease = api.lease_set_end(lid, new.strftime(BLAZAR_FMT))
     except ApiError as e:

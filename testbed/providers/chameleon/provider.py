@@ -23,9 +23,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from testbed import remote
 from testbed.errors import TestbedError
 from testbed.exitcodes import Exit
 from testbed.hosts import Host
+from testbed.paths import IMAGE_RECORD
 from testbed.providers.base import Capability, Made, Progress, Provider, _quiet
 from testbed.providers.chameleon import lease as leases
 from testbed.providers.chameleon import release as releases
@@ -360,9 +362,6 @@ class ChameleonProvider(Provider):
                    note: Callable[[str, str], None] | None = None) -> dict[str, Any]:
         """Write ``record`` on ``host``, then Nova's createImage of its server (a private image in the project) and
         wait until Glance has it ``active`` (queued, saving: the disk's upload; killed: it failed)."""
-        from testbed import remote
-        from testbed.paths import IMAGE_RECORD
-
         refused = self.bake_refusal()
         if refused is not None:  # before the record is written or nova asked
             raise refused

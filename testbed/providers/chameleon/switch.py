@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from testbed.errors import TestbedError, UsageError
 from testbed.expiry import iso
+from testbed.providers.chameleon import chi
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -31,8 +32,6 @@ MARGIN = 86400.0  # the credential outlives the deadline by a day (a late agent 
 
 def check(c: Cloud, e: Expiry) -> None:
     """Refuse, before anything is made, credentials that cannot make the switch's credential."""
-    from testbed.providers.chameleon import chi
-
     creds = chi.credentials_from_env(site=c.settings.site)
     if creds.auth_type != "v3applicationcredential":
         return

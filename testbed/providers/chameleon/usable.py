@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import TestbedError
+from testbed.providers.chameleon import chi as chameleon_chi
+from testbed.providers.chameleon.chi import HUB_FIX
+from testbed.providers.chameleon.cloud import auth_fix
+from testbed.providers.chameleon.provider import snapshots
+from testbed.providers.chameleon.settings import ChameleonSettings
 from testbed.providers.usable import HTTP_TIMEOUT, Report, extra_installed
 
 if TYPE_CHECKING:
@@ -12,9 +17,6 @@ if TYPE_CHECKING:
 
 
 def check(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
-    from testbed.providers.chameleon import chi as chameleon_chi
-    from testbed.providers.chameleon.settings import ChameleonSettings
-
     settings = spec.provider if spec is not None else None
     assert settings is None or isinstance(settings, ChameleonSettings)
     extra = extra_installed(rep)
@@ -68,8 +70,6 @@ def check(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
 def _chameleon_images(rep: Report, site: str, flavor: str) -> None:
     """Whether images of a set-up can be baked at ``site`` (from its name and the flavor: no request), as a row
     that never makes the provider unusable."""
-    from testbed.providers.chameleon.provider import snapshots
-
     if snapshots(site, flavor):
         rep.add("images", True, f"Nova snapshots a server at {site} (flavor {flavor}): 'testbed image bake' and "
                                 "'setup --bake' make a private Glance image through its createImage", required=False)
@@ -83,12 +83,8 @@ def _chameleon_images(rep: Report, site: str, flavor: str) -> None:
 
 def _keystone_refusal(e: Any, creds: Any, site: str) -> tuple[str, str]:
     """(detail, fix) of a failed login."""
-    from testbed.providers.chameleon.cloud import auth_fix
-
     status = f"HTTP {e.status}" if e.status else "no answer"
     if e.kind == "hub":  # JupyterHub did not renew the access token: keystone never saw one
-        from testbed.providers.chameleon.chi import HUB_FIX
-
         return e.message, HUB_FIX
     if e.kind == "auth":
         return f"refused by keystone at {creds.auth_url} ({status}: {e.message})", auth_fix(creds.auth_type,

@@ -13,6 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from testbed.errors import UsageError
+from testbed.expiry import tpu_rate
 from testbed.providers.gcp_tpu.cloud import ANONYMOUS_ENV, NODE, QUEUED_RESOURCE
 
 if TYPE_CHECKING:
@@ -54,7 +55,6 @@ def release_plan(c: Cloud, e: Expiry) -> dict[str, Any]:
 
 def cost(c: Cloud, table: dict[str, Any]) -> dict[str, Any] | None:
     """US dollars per hour of the nodes held, from the chip-hour price of the accelerator type."""
-    from testbed.expiry import tpu_rate
     nodes = c.store.resources(c.name, NODE)
     if not nodes:
         return None
@@ -67,7 +67,6 @@ def cost(c: Cloud, table: dict[str, Any]) -> dict[str, Any] | None:
 
 def planned_cost(c: Cloud, table: dict[str, Any]) -> dict[str, Any]:
     """US dollars per hour of the nodes held, else of the spec's count of nodes."""
-    from testbed.expiry import tpu_rate
     s = c.settings
     nodes = len(c.store.resources(c.name, NODE)) or s.count
     rate, basis = tpu_rate(table, s.accelerator_type, s.zone, spot=s.spot or s.preemptible)

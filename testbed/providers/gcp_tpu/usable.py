@@ -6,7 +6,13 @@ import os
 from typing import TYPE_CHECKING, Any, cast
 
 from testbed.errors import TestbedError
+from testbed.providers.base import _quiet
+from testbed.providers.gcp_tpu.cloud import ANONYMOUS_ENV, Cloud
+from testbed.providers.gcp_tpu.errors import api_error, is_api_error
+from testbed.providers.gcp_tpu.settings import TpuSettings
+from testbed.providers.gcp_tpu.wait import Polling
 from testbed.providers.usable import HTTP_TIMEOUT, Report, extra_installed
+from testbed.spec import TestbedSpec
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -33,13 +39,6 @@ def _adc_source(creds: Any) -> str:
 
 
 def check(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
-    from testbed.providers.base import _quiet
-    from testbed.providers.gcp_tpu.cloud import ANONYMOUS_ENV, Cloud
-    from testbed.providers.gcp_tpu.errors import api_error, is_api_error
-    from testbed.providers.gcp_tpu.settings import TpuSettings
-    from testbed.providers.gcp_tpu.wait import Polling
-    from testbed.spec import TestbedSpec
-
     if spec is None:
         spec = TestbedSpec(name="gcp-tpu", provider=TpuSettings())
     p = Cloud(spec, cast("Store", None), _quiet, Polling())  # the checks read no state and write none

@@ -14,7 +14,7 @@ from typing import Any
 from testbed import remote, ssh
 from testbed.errors import TestbedError
 from testbed.hosts import Host
-from testbed.providers.base import Capability, Made, Provider
+from testbed.providers.base import Capability, Made, Pacer, Provider
 from testbed.providers.lab.settings import LabSettings
 from testbed.textfmt import plural
 
@@ -122,8 +122,6 @@ class LabProvider(Provider):
     def discard(self, host: Host) -> list[str]:
         """testbed cannot remake a lab machine: wait (up to provider.ssh_timeout) for it to answer again, as after
         a reboot; its host key must be the pinned one."""
-        from testbed.providers.base import Pacer
-
         deadline = time.monotonic() + self.ssh_timeout
         pause = Pacer(2.0, deadline, cap=10.0)
         remote.close_connections(self.name, [host.name])

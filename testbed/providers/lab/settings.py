@@ -60,6 +60,7 @@ class LabSettings(Settings):
     @classmethod
     def _distinct(cls, v: list[LabHost]) -> list[LabHost]:
         """Two hosts of one name would be one host to SSH, Ansible and state."""
+        # lazy: start-up (testbed status and exec load this module)
         from testbed.yamlfile import Invalid
 
         seen: dict[str, int] = {}

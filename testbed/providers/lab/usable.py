@@ -6,6 +6,7 @@ import os
 import shutil
 from typing import TYPE_CHECKING, cast
 
+from testbed.providers.lab.provider import LabProvider
 from testbed.providers.usable import Report
 
 if TYPE_CHECKING:
@@ -23,8 +24,6 @@ def check(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
             "(only key files are offered)", required=False)
     if spec is None:
         return
-    from testbed.providers.lab.provider import LabProvider
-
     hosts = LabProvider(spec, cast("Store", None)).hosts_from_spec()  # reads the spec only
     keys = sorted({h.key for h in hosts if h.key})
     gone = [k for k in keys if not os.path.isfile(k)]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed import paths, remote
+from testbed import deadman, paths, remote
 from testbed.errors import TestbedError, provision_fix
 from testbed.exitcodes import Exit
 from testbed.hosts import Host
@@ -807,8 +807,6 @@ class LocalProvider(Provider):
 
     # the dead-man's switch: the hosts are this machine's kernel objects, so a watchdog here releases them
     def arm_switch(self, hosts: list[Host], expiry: Expiry) -> Expiry:
-        from testbed import deadman
-
         expiry.switch = "watchdog"
         expiry.armed = None
         deadman.save(self.store, self.name, expiry)  # the watchdog reads it from state as it starts
@@ -816,8 +814,6 @@ class LocalProvider(Provider):
         return expiry
 
     def disarm_switch(self) -> None:
-        from testbed import deadman
-
         deadman.stop_watchdog(self.name)
 
     # faults ---------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
+from testbed.providers.local.provider import REQUIRED_TOOLS
 from testbed.providers.usable import Report
 
 if TYPE_CHECKING:
@@ -15,8 +16,6 @@ if TYPE_CHECKING:
 
 
 def check(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
-    from testbed.providers.local.provider import REQUIRED_TOOLS
-
     linux = sys.platform.startswith("linux")
     rep.add("linux", linux, sys.platform, "the local provider needs Linux (network namespaces)")
     root = os.geteuid() == 0

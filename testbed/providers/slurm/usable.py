@@ -7,6 +7,8 @@ import shutil
 from typing import TYPE_CHECKING
 
 from testbed.errors import TestbedError
+from testbed.providers.slurm.cli import Login
+from testbed.providers.slurm.settings import SlurmSettings
 from testbed.providers.usable import Report
 from testbed.textfmt import plural
 
@@ -19,9 +21,6 @@ def check(rep: Report, spec: TestbedSpec | None, quotas: bool) -> None:
     partition (and its node count) and the account (where the cluster keeps accounting)."""
     import tempfile
     from pathlib import Path
-
-    from testbed.providers.slurm.cli import Login
-    from testbed.providers.slurm.settings import SlurmSettings
 
     missing = [t for t in ("ssh", "ssh-keygen") if shutil.which(t) is None]
     rep.add("ssh client", not missing, "ssh, ssh-keygen on PATH" if not missing else f"missing: {', '.join(missing)}",
