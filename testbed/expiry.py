@@ -14,7 +14,12 @@ import time
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from testbed.state import Store
 
 DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -149,7 +154,7 @@ def tpu_rate(table: dict[str, Any], accelerator_type: str, zone: str, *, spot: b
 
 
 # images of a set-up (testbed.setup.images): what keeping them costs, read by the ledger without the set-up stage
-def image_monthly_cost(row: dict[str, Any], table: dict[str, Any]) -> dict[str, Any]:
+def image_monthly_cost(row: Mapping[str, Any], table: dict[str, Any]) -> dict[str, Any]:
     """What an image costs a month to keep, from the price table's ``images`` section (per GB-month)."""
     price = ((table.get("images") or {}).get(row["provider"]) or {})
     per_gb = price.get("per_gb_month")
@@ -159,7 +164,7 @@ def image_monthly_cost(row: dict[str, Any], table: dict[str, Any]) -> dict[str, 
             "note": price.get("note", "")}
 
 
-def image_listing(st: Any, table: dict[str, Any]) -> list[dict[str, Any]]:
+def image_listing(st: Store, table: dict[str, Any]) -> list[dict[str, Any]]:
     """Every recorded image: key, profile, size, where it lives, what it costs a month, the testbeds using it."""
     used = st.image_users()
     out = []

@@ -223,7 +223,7 @@ def orphans(st: Store) -> dict[str, list[dict[str, Any]]]:
     return {"orphans": out, "asked": asked}
 
 
-def _kind_written(path: Any) -> str:
+def _kind_written(path: Path | None) -> str:
     """provider.kind as a spec file writes it ('' when unreadable): what a spec that does not load is about."""
     if path is None:
         return ""

@@ -438,8 +438,8 @@ def stand_in_environments(tb: Resolved, plan: RunPlan, site: str | None = None) 
 
 
 # --- the whole rehearsal ----------------------------------------------------------------------------------------
-def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None, say: Any = None,
-             **options: Any) -> RehearsalResult:
+def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
+             say: Callable[[str], None] | None = None, **options: Any) -> RehearsalResult:
     """``_rehearse`` with the real testbed's declared variables that are not set (its ``env:``, such as a lab's
     account name) standing in with their examples: a replica needs a value of the right shape, not yours. Each is
     said."""
@@ -637,7 +637,7 @@ def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str,
 
 
 def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, roles: list[str] | None,
-           note: Any, *, only: list[str] | None = None) -> dict[str, Any]:
+           note: Callable[[str], None], *, only: list[str] | None = None) -> dict[str, Any]:
     """Apply the suite's profile to the replica: ``roles`` (--role) alone, else the roles its points need
     (``only``; None: all)."""
     if not setup or not s.profile:
@@ -658,8 +658,8 @@ def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, 
     return out
 
 
-def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Any, *, set_up: bool = True
-           ) -> PointResult:
+def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Callable[[str], None], *,
+           set_up: bool = True) -> PointResult:
     events = tb.store.events(plan.run_id)
     seen = {(e.detail.get("phase"), e.detail.get("step")): e for e in events if e.kind == "step"}
     skipped = (plan.rehearsal or {}).get("skipped", {})

@@ -35,6 +35,7 @@ from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.references import Reference
+    from testbed.state import Store
     from testbed.suite import Suite
 
 KINDS = ("suite", "commit", "profile", "testbed", "hardware")
@@ -70,7 +71,7 @@ class Replay:
 
 
 def prepare(run_dir: Path, on: str | None = None, allow: list[str] | None = None, *,
-            store: Any = None, suite_path: Path | None = None) -> Replay:
+            store: Store | None = None, suite_path: Path | None = None) -> Replay:
     """Read the run's manifest and list what cannot be matched now; refuse (UsageError, exit 2) unless
     ``allow`` names every kind of difference. The suite replayed is the copy inside the run folder, or
     ``suite_path`` when the user names one; never a path the manifest names outside the folder. Touches no host."""
@@ -219,7 +220,7 @@ def _sources(m: Manifest, suite: Suite) -> tuple[list[str], list[Difference]]:
     return pins, diffs
 
 
-def _hardware(m: Manifest, tb_rec: dict[str, Any], testbed: str, store: Any) -> list[Difference]:
+def _hardware(m: Manifest, tb_rec: dict[str, Any], testbed: str, store: Store | None) -> list[Difference]:
     """Another testbed, fewer hosts, other core counts or GPUs than the run recorded (state only)."""
     diffs = []
     if tb_rec.get("name") and testbed != tb_rec["name"]:
@@ -310,7 +311,7 @@ class Outcome:
         return 0 if self.problem is None and all(v.within for v in self.verdicts) else 1
 
 
-def references(suite: Suite) -> Any:
+def references(suite: Suite) -> References:
     """The suite's references; refused (UsageError, exit 2, before a replay) when it declares none."""
     if suite.references is None:
         raise UsageError(f"suite {suite.name} declares no references: a replay would have no metric to compare",

@@ -494,7 +494,8 @@ def stop(run_id: str, *, store: Store | None = None) -> RunRecord:
 
 @one_command()
 def collect(run_ids: list[str] | None, to: str | Path = RESULTS, *, all_runs: bool = False,
-            store: Store | None = None, progress: Any = None) -> list[CollectResult]:
+            store: Store | None = None, progress: Callable[[str, int, int], None] | None = None
+            ) -> list[CollectResult]:
     """Fetch runs' outputs into ``to/<suite>/<run id>/`` with checksums and a manifest."""
     # lazy: start-up (testbed status and exec load this module)
     from testbed.collect import collect_runs

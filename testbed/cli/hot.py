@@ -16,6 +16,8 @@ from testbed.errors import TestbedError, UsageError
 from testbed.textfmt import iso, plural
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from testbed.providers.base import Provider
     from testbed.resolved import Resolved
     from testbed.state import Store, TestbedRow
@@ -34,13 +36,13 @@ def resolve(name: str, st: Store | None = None, *, recorded_ok: bool = False) ->
     return tb
 
 
-def provider_for(name: str, st: Store | None = None, progress: Any = None, *,
+def provider_for(name: str, st: Store | None = None, progress: Callable[[str], None] | None = None, *,
                  recorded_ok: bool = False) -> Provider:
     """The provider of testbed ``name`` (:func:`resolve`), printing its progress."""
     return resolve(name, st, recorded_ok=recorded_ok).provider(progress or progress_printer())
 
 
-def progress_printer() -> Any:
+def progress_printer() -> Callable[[str], None]:
     """A provider's progress lines, dimmed on stderr."""
     err = console(stderr=True)
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.collect.manifest import MASK, SECRET_NAME, redact, secret_values
 from testbed.report.rundir import RunDir
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 TAIL_LINES = 5
 TAIL_BYTES = 64 * 1024
@@ -118,7 +121,7 @@ def _failing_rank(run: RunDir) -> tuple[str, int | None, int | None, str | None]
     return None
 
 
-def _tail(path: Any, lines: int) -> list[str]:
+def _tail(path: Path, lines: int) -> list[str]:
     """The last ``lines`` non-blank lines of a text file (its last 64 KiB), each cut to a readable length."""
     try:
         with open(path, "rb") as fh:

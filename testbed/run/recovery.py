@@ -23,6 +23,8 @@ from testbed.suite import path_word
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from testbed.setup.repair import Repair
     from testbed.state import Store
 
@@ -33,7 +35,7 @@ PACE_TAIL = 64 << 10
 
 
 def repair(plan: RunPlan, store: Store, host: str, *, setup: bool, timeout: float,
-           progress: Any = None) -> Repair:
+           progress: Callable[[str], None] | None = None) -> Repair:
     """Repair ``host`` and set it up again as the testbed was last set up, within ``timeout`` seconds (the
     provider's own waits are bounded too; past the deadline the run stops waiting and fails, naming the host)."""
     tb = Resolved.open(plan.testbed, store, recorded_ok=True)

@@ -94,7 +94,7 @@ class Supervisor:
         self.last_probe: dict[str, liveness.Probe] = {}
         self.repaired_at: dict[str, float] = {}  # a probe started before a host's repair ended tells nothing of it
         self.judged: dict[str, dict[str, Any]] = {}  # host -> why it was judged lost (until it is repaired)
-        self._provider: Any = None
+        self._provider: Provider | None = None
         self._provider_lock = threading.Lock()
         self.polls = PollTimes()  # logged when the run ends
 
@@ -290,13 +290,13 @@ class Supervisor:
         """Seconds one poll or probe of a host may take; past it the host is slow, not lost."""
         return max(5.0, self.t.poll * 5)
 
-    def provider(self) -> Any:
+    def provider(self) -> Provider:
         """The testbed's provider, opened once (the caller holds ``_provider_lock``)."""
         if self._provider is None:
             self._provider = Resolved.open(self.plan.testbed, Store(self.st.path), recorded_ok=True).provider()
         return self._provider
 
-    def locked_provider(self) -> Any:
+    def locked_provider(self) -> Provider:
         """:meth:`provider` for a fault that fires or is undone (the supervisor's one provider, under its lock)."""
         with self._provider_lock:
             return self.provider()
