@@ -64,6 +64,11 @@ def figures(root: Path = ROOT) -> dict[str, int]:
         text = path.read_text()
         if path.name != "remote.py":
             out["thread pools outside remote.each"] += text.count("ThreadPoolExecutor(")
+    base = ast.parse((root / "testbed" / "providers" / "base.py").read_text())
+    provider = next(n for n in base.body if isinstance(n, ast.ClassDef) and n.name == "Provider")
+    out["methods of the provider base"] = sum(isinstance(n, ast.FunctionDef) for n in provider.body)
+    caps = root / "testbed" / "capabilities.py"
+    out["optional-operation interfaces"] = caps.read_text().count("\n@offer\n") if caps.is_file() else 0
     graph = layers.edges(root)
     out["import rings"] = len(layers.rings(graph))
     out["upward imports"] = len(layers.upward(graph, root))

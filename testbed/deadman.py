@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed import expiry as exp
+from testbed.capabilities import BakesImages, Capability, Expires
 from testbed.errors import TestbedError, UsageError, by_door
 from testbed.expiry import Expiry
 from testbed.textfmt import plural
@@ -158,7 +159,7 @@ def check(p: Provider, e: Expiry | None) -> None:
     """Refuse an expiry the provider cannot enforce (before anything is made)."""
     if e is None:
         return
-    if not p.can("expire"):
+    if not isinstance(p, Expires):
         raise UsageError(f"testbed '{p.name}' ({p.kind}) cannot expire: its hosts are not released by testbed",
                          where=f"{p.spec.source or 'inventory'}: expire/idle_after (or --expire)",
                          fix="remove expire/idle_after from the spec and "
@@ -168,6 +169,8 @@ def check(p: Provider, e: Expiry | None) -> None:
 
 def arm(p: Provider, hosts: list[Host], e: Expiry) -> Expiry:
     """Arm the provider's switch for ``e`` and record it."""
+    if not isinstance(p, Expires):
+        raise p.cannot(Capability.EXPIRE)
     e.touched = time.time()
     e = p.arm_switch(hosts, e)
     save(p.store, p.name, e)
@@ -297,6 +300,8 @@ def _delete_images(st: Store, p: Provider) -> None:
     """The images the testbed baked that no other testbed boots from (its spec said ``expire_images: true``)."""
     for r in st.expiring_images(p.name, p.kind):
         try:
+            if not isinstance(p, BakesImages):
+                raise p.cannot(Capability.IMAGES)
             p.delete_image(r)
             st.remove_image(r["provider"], r["id"])
             print(f"{exp.iso(time.time())} {p.name}: deleted image {r['id']} (expire_images)", flush=True)

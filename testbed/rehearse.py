@@ -458,7 +458,8 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
               shapes: bool = False, sources: dict[str, str] | None = None, setup: bool = True,
               roles: list[str] | None = None, keep: bool = False, to: Path = Path(RESULTS),
               subnet: str | None = None, faults: list[str] | None = None,
-              timeout: float | None = None, site: str | None = None, say: Any = None) -> RehearsalResult:
+              timeout: float | None = None, site: str | None = None, say: Callable[[str], None] | None = None
+              ) -> RehearsalResult:
     """Rehearse ``suite_name`` (every point of its matrix with ``matrix``; with ``shapes`` too, the first point of
     each distinct step shape: ``plan_shape``) on a replica of ``like``.
 
@@ -603,7 +604,8 @@ def _pick_points(s: Suite, target: TestbedSpec, like: str, info: TestbedInfo, po
 
 def _run_point(tb: Resolved, s: Suite, p: dict[str, Any], shown: str, like: str, overrides: dict[str, Override],
                result: RehearsalResult, *, timeout: float | None, site: str | None, to: Path,
-               note: Any, reads: dict[str, str] | None = None, faults: list[str] | None = None) -> PointResult:
+               note: Callable[[str], None], reads: dict[str, str] | None = None, faults: list[str] | None = None
+               ) -> PointResult:
     """One point run for real on the replica (its plan made a rehearsal), waited for, collected and judged;
     ``reads``: the run folders of the points it reads (``after:``), rehearsed before it."""
     rinfo = plan_mod.testbed_info(tb.name, dry_run=False, store=tb.store)

@@ -35,6 +35,7 @@ from testbed.textfmt import plural
 
 if TYPE_CHECKING:
     from testbed.references import Reference
+    from testbed.run.plan import HostInfo
     from testbed.state import Store
     from testbed.suite import Suite
 
@@ -277,7 +278,7 @@ def recorded_gpus(m: Manifest) -> Gpus | None:
     return None
 
 
-def testbed_gpus(hosts: list[Any], hardware: dict[str, Any]) -> Gpus | None:
+def testbed_gpus(hosts: list[HostInfo], hardware: dict[str, Any]) -> Gpus | None:
     """What a testbed has now: GPUs its hosts' recorded facts list, else its spec's hardware.gpu."""
     per_host = [[str(g["name"]) for g in h.facts.get("gpus") or [] if isinstance(g, dict) and g.get("name")]
                 for h in hosts]
@@ -347,7 +348,7 @@ def judge(replay: Replay, replay_dir: Path, status: str, reason: str | None = No
     return out
 
 
-def compare(original: Path, replay: Path, refs: Any) -> list[Verdict]:
+def compare(original: Path, replay: Path, refs: References) -> list[Verdict]:
     """Each of ``refs`` (the replayed suite's references) read from both runs' reports (both rebuilt): the
     original's value is the reference, the replay's is ours, within the reference's tolerance; a bound (at most,
     at least) is checked on the replay. A metric the original lacks is not measured."""

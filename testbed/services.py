@@ -142,7 +142,7 @@ def extend(tb: Resolved, *, hours: float | None = None, expire: str | None = Non
     """Move the testbed's expiry by ``hours`` or to ``expire`` from now, and its lease (Chameleon) with it."""
     # lazy: start-up (testbed status and exec load this module)
     from testbed import expiry
-    from testbed.providers.base import Capability
+    from testbed.capabilities import Capability, Extends
 
     if hours is None and expire is None:
         raise UsageError(by_door("give --hours or --expire", "give hours or expire"),
@@ -166,7 +166,7 @@ def extend(tb: Resolved, *, hours: float | None = None, expire: str | None = Non
     lease_hours = hours
     if p.can(Capability.EXTEND) and expire and out.expire_at is not None:
         lease_hours = p.hours_short_of(out.expire_at)
-    if lease_hours and p.can(Capability.EXTEND):
+    if lease_hours and isinstance(p, Extends):
         out.lease_end = p.extend(lease_hours)
     elif hours and out.expire_at is None:
         raise UsageError(f"testbed '{tb.name}' ({p.kind}) has no lease and no expiry to extend: "
@@ -182,8 +182,13 @@ def extend(tb: Resolved, *, hours: float | None = None, expire: str | None = Non
 @one_command()
 def disarm(tb: Resolved) -> None:
     """Turn the dead-man's switch off: no expiry, no idle limit (a lease still ends at its end)."""
+    # lazy: start-up (testbed status and exec load this module)
+    from testbed.capabilities import Expires
+
     _require_record(tb)
-    tb.provider().disarm_switch()
+    p = tb.provider()
+    if isinstance(p, Expires):  # a provider without a switch has none to turn off
+        p.disarm_switch()
     tb.store.update_testbed_info(tb.name, expiry=None)
 
 

@@ -25,9 +25,9 @@ PKG = Path(__file__).resolve().parents[1] / "testbed"
 SHIPPED = ["signal", "command", "kill-host", "cut-network", "in-workload"]  # the order the error lists them in
 
 ALLOWED: dict[tuple[str, str], str] = {
-    ("providers/base.py", "kill-host"): "Capability.KILL_HOST: the provider operation the kill-host kind needs is "
+    ("capabilities.py", "kill-host"): "Capability.KILL_HOST: the provider operation the kill-host kind needs is "
                                         "named by the same word (the kind's capability; checked below)",
-    ("providers/base.py", "cut-network"): "Capability.CUT_NETWORK: likewise, the operation cut-network needs",
+    ("capabilities.py", "cut-network"): "Capability.CUT_NETWORK: likewise, the operation cut-network needs",
     ("cli/tools.py", "kill-host"): "the name of a fault of experiments/fault-drill/suite.yml (--fault NAME), not a "
                                    "kind",
 }

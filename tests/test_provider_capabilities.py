@@ -8,12 +8,25 @@ from pathlib import Path
 import pytest
 from localbed import invoke
 
+from testbed.capabilities import OFFERS, Capability, CutsNetwork, KillsHosts, Repairs, RepairsFromImage
 from testbed.errors import UsageError
 from testbed.providers import COSTS_MONEY, KEEPS_HOSTS, PROVIDERS, provider_class
-from testbed.providers.base import Capability, Provider
+from testbed.providers.base import Provider
 
 OPS = {Capability.EXTEND: "extend", Capability.KILL_HOST: "kill_host", Capability.CUT_NETWORK: "cut_network",
        Capability.REPAIR: "discard"}
+
+
+def _refused(match: str, name: str, bases: tuple[type, ...], ns: dict[str, object]) -> None:
+    """A class the provider base refuses when it is made. ``type`` registers it with its bases before the refusal,
+    and, half made, it shares ``Provider``'s ABC cache: until it is collected, ``issubclass(LabProvider, KillsHosts)``
+    could read that cache and say yes. It is collected at once."""
+    import gc
+
+    with pytest.raises(TypeError, match=match):
+        type(name, bases, ns)
+    gc.collect()
+    assert all(c.__name__ != name for base in bases for c in base.__subclasses__())
 
 
 def test_declared_capabilities_match_what_each_provider_implements() -> None:
@@ -21,7 +34,7 @@ def test_declared_capabilities_match_what_each_provider_implements() -> None:
         cls = provider_class(kind)  # no cloud SDK is imported for this
         assert cls.kind == kind
         for cap, meth in OPS.items():
-            assert (cap in cls.capabilities) == (getattr(cls, meth) is not getattr(Provider, meth)), (kind, cap)
+            assert (cap in cls.capabilities) == hasattr(cls, meth) == issubclass(cls, OFFERS[cap]), (kind, cap)
     assert provider_class("chameleon").costs_money and provider_class("gcp-tpu").costs_money
     assert COSTS_MONEY == {k for k in PROVIDERS if provider_class(k).costs_money}  # the registry's copy
     assert KEEPS_HOSTS == {k for k in PROVIDERS if provider_class(k).keeps_hosts} == {"lab"}
@@ -67,27 +80,29 @@ def test_only_a_provider_whose_images_cost_nothing_bakes_by_itself() -> None:
 
 def test_an_inconsistent_image_capability_is_refused_when_the_class_is_made() -> None:
     """Repair from an image needs images and repair; baking by itself needs images that cost nothing."""
-    from testbed.providers.base import Provider
-
-    with pytest.raises(TypeError, match="repair-from-image needs"):
-        type("Half", (Provider,), {"capabilities": frozenset({Capability.REPAIR, Capability.REPAIR_FROM_IMAGE})})
-    with pytest.raises(TypeError, match="bakes them by itself"):
-        type("Baker", (Provider,), {"bakes_by_itself": True, "capabilities": frozenset()})
+    _refused("repair-from-image needs", "Half", (Provider, Repairs, RepairsFromImage),
+             {"discard": lambda self, host: [host.name]})
+    _refused("bakes them by itself", "Baker", (Provider,), {"bakes_by_itself": True})
 
 
 
 def test_a_capability_is_the_one_signal_checked_against_the_methods_when_the_class_is_made() -> None:
-    """Offering a capability means implementing its methods; implementing them means offering it."""
-    from testbed.providers.base import IMPLEMENTS, Provider
-
-    with pytest.raises(TypeError, match="offers kill-host but does not implement kill_host"):
-        type("Boasts", (Provider,), {"capabilities": frozenset({Capability.KILL_HOST})})
-    with pytest.raises(TypeError, match="implements cut_network but does not offer cut-network"):
-        type("Quiet", (Provider,), {"cut_network": lambda self, host: None})
+    """A capability is an interface (testbed.capabilities), registered where it is defined: inheriting it offers
+    the capability and means implementing its methods; implementing them means inheriting it."""
+    _refused("offers kill-host but does not implement kill_host", "Boasts", (Provider, KillsHosts), {})
+    _refused("offers cut-network but does not implement restore_network", "Half", (Provider, CutsNetwork),
+             {"cut_network": lambda self, host: None})
+    _refused("implements cut_network but does not offer cut-network", "Quiet", (Provider,),
+             {"cut_network": lambda self, host: None})
+    assert set(OFFERS) == set(Capability)  # every capability is an interface
+    assert type("Able", (Provider, KillsHosts), {"kill_host": lambda self, host: None}).capabilities == {"kill-host"}
     for kind in PROVIDERS:
         cls = provider_class(kind)
-        for cap, methods in IMPLEMENTS.items():
-            assert all((getattr(cls, m) is not getattr(Provider, m)) == cls.can(cap) for m in methods), (kind, cap)
+        for cap, iface in OFFERS.items():
+            assert cls.can(cap) == issubclass(cls, iface), (kind, cap)
+            if methods := iface.__abstractmethods__:  # RepairsFromImage is a mark, with no methods of its own
+                assert all(hasattr(cls, m) and not getattr(getattr(cls, m), "__isabstractmethod__", False)
+                           for m in methods) == cls.can(cap), (kind, cap)
 
 
 def test_capabilities_keep_the_words_of_state_and_suites() -> None:
@@ -146,3 +161,24 @@ def test_no_module_outside_providers_names_a_provider_kind() -> None:
              for i, ln in enumerate(p.read_text().splitlines(), 1)
              if pat.search(ln) and not ln.startswith("DEFAULT_TESTBED = ")]
     assert not found, "\n".join(found)
+
+
+def test_an_operation_on_a_provider_without_its_interface_is_one_error_with_the_kinds_reason() -> None:
+    """What a caller gets where it did not ask ``can`` first: the kind's own reason, never an AttributeError."""
+    from types import SimpleNamespace
+
+    from testbed import fault_kinds
+    from testbed.errors import TestbedError
+
+    lab = provider_class("lab")
+    p = lab.__new__(lab)
+    p.spec = SimpleNamespace(name="tb1")  # type: ignore[assignment]
+    err = p.cannot(Capability.KILL_HOST)
+    assert err.what == f"testbed 'tb1' (lab) cannot kill-host: {lab.lacks('kill-host')}" and err.fix
+
+    class Fire:
+        def provider(self) -> Provider:
+            return p
+
+    with pytest.raises(TestbedError, match="cannot kill-host"):
+        fault_kinds.get("kill-host").fire(Fire(), SimpleNamespace(host="h1", name="f1"))  # type: ignore[arg-type]

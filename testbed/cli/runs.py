@@ -23,9 +23,13 @@ from testbed.textfmt import iso, plural
 T = TypeVar("T")
 
 if TYPE_CHECKING:
+    from testbed.estimate import Budget
     from testbed.records import RunPlan, RunRecord
+    from testbed.rehearse import RehearsalResult
+    from testbed.run.forecast import Forecast
     from testbed.setup.events import EventHandler
     from testbed.state import Store
+    from testbed.suite import Suite
 
 
 # the suite and its parameters, as `run` and `rehearse` take them
@@ -151,7 +155,7 @@ def _faults(given: list[str] | None, none: bool) -> list[str] | None:
     return [] if none else (given or None)
 
 
-def _parse_budget(text: str | None, matrix: bool) -> Any:
+def _parse_budget(text: str | None, matrix: bool) -> Budget | None:
     """``--budget`` read strictly (a testbed.estimate.Budget), before anything else; None when not given."""
     if text is None:
         return None
@@ -168,7 +172,7 @@ def _parse_budget(text: str | None, matrix: bool) -> Any:
         raise UsageError(str(e), where="--budget", fix=f"write {estimate.BUDGET_RULE}") from None
 
 
-def _with_setup_view(tb: Resolved, s: Any, no_setup: bool, work: Callable[[EventHandler | None], T]) -> T:
+def _with_setup_view(tb: Resolved, s: Suite, no_setup: bool, work: Callable[[EventHandler | None], T]) -> T:
     """``work`` under the live view of the suite's set-up (none with --no-setup or no profile), its summary
     printed after, a failed one's too."""
     if no_setup or not s.profile:
@@ -223,7 +227,7 @@ def _warn_refused(plan: RunPlan) -> None:
                      where=r.get("where"), fix=r.get("fix"))
 
 
-def refuse_unknown_tables(s: Any) -> None:
+def refuse_unknown_tables(s: Suite) -> None:
     """A reference or check naming a table that no parser, declared table or report.py makes (or a broken
     report.py) is one error naming the suite's file:line (testbed.report.declared.unknown_tables)."""
     # lazy: testbed --help and completion load every command module
@@ -237,7 +241,7 @@ def refuse_unknown_tables(s: Any) -> None:
         raise UsageError(e.what + more, where=e.where, fix=e.fix)
 
 
-def _lint_warnings(s: Any, points: list[dict[str, Any]] | None = None) -> None:
+def _lint_warnings(s: Suite, points: list[dict[str, Any]] | None = None) -> None:
     """The suite's static findings (testbed.lint), one warning line each on stderr: what would break on the
     rented machine and can be read from the files already."""
     # lazy: testbed --help and completion load every command module
@@ -271,9 +275,9 @@ def _show_dry_run(plan: RunPlan, json_out: bool) -> None:
             c.out(ln["command"], highlight=False)
 
 
-def _campaign(s: Any, tb: str, given: dict[str, str], faults: list[str] | None, detach: bool, dry_run: bool,
+def _campaign(s: Suite, tb: str, given: dict[str, str], faults: list[str] | None, detach: bool, dry_run: bool,
               no_setup: bool, collect: bool, json_out: bool, src: dict[str, str] | None = None,
-              budget: Any = None) -> None:
+              budget: Budget | None = None) -> None:
     # lazy: testbed --help and completion load every command module
     from testbed import services
     from testbed import suite as suite_mod
@@ -386,7 +390,7 @@ def plan_cmd(
     _show_forecast(fc)
 
 
-def _show_forecast(fc: Any) -> None:
+def _show_forecast(fc: Forecast) -> None:
     from rich.table import Table
 
     # lazy: testbed --help and completion load every command module
@@ -685,7 +689,7 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
             c.print(f"  {escape(where)}: {escape(text)}", emoji=False)
 
 
-def _warn_todos(s: Any) -> Any:
+def _warn_todos(s: Suite) -> Any:
     """Say on stderr that suite ``s`` still has TODO comments (a draft of testbed new), and where the first is;
     return ``s``."""
     todos = to_fill_in(s)
@@ -696,7 +700,7 @@ def _warn_todos(s: Any) -> Any:
     return s
 
 
-def to_fill_in(s: Any) -> list[tuple[str, str]]:
+def to_fill_in(s: Suite) -> list[tuple[str, str]]:
     """The TODO comments of the suite's file, as (file:line, comment): what a drafted suite still lacks."""
     from pathlib import Path
 
@@ -709,7 +713,7 @@ def to_fill_in(s: Any) -> list[tuple[str, str]]:
     return [(f"{s.source}:{n}", text) for n, text in todo_comments(read_text(Path(s.source)))]
 
 
-def _judge_on(s: Any, on: str | None) -> None:
+def _judge_on(s: Suite, on: str | None) -> None:
     """Judge the suite against testbed ``on`` (else its own ``testbed:``): each fault that could not fire there is
     a warning; with ``on``, what refuses a default run there is an error (exit 2), else a warning too."""
     # lazy: testbed --help and completion load every command module
@@ -728,7 +732,7 @@ def _judge_on(s: Any, on: str | None) -> None:
         raise UsageError(refused[0].what + more, where=refused[0].where, fix=refused[0].fix)
 
 
-def _rendered(s: Any, on: str | None = None) -> Any:
+def _rendered(s: Suite, on: str | None = None) -> Any:
     """The suite's dry-run plan on its default testbed with every fault, whose values ``show`` prints for the
     templates; None when it cannot be planned there (the templates are then said to be rendered per testbed)."""
     # lazy: testbed --help and completion load every command module
@@ -840,7 +844,7 @@ def rehearse(
         raise typer.Exit(Exit.FAILED)
 
 
-def _show_rehearsal(res: Any) -> None:
+def _show_rehearsal(res: RehearsalResult) -> None:
     out = console()
     if res.findings:  # the static checks failed: no replica was made
         out.print(f"[bold]rehearsal of {escape(res.suite)}[/bold] [red]would fail[/red] before any host: "

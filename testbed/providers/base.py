@@ -1,10 +1,13 @@
 """The provider protocol, and the work every provider shares.
 
-A provider does only its cloud's work: ``create`` makes (or finds) the resources and returns the hosts,
-``release`` gives them back. The base class does the rest, the same way for every kind (SkyPilot's split between
-its provisioner and each cloud's ``instance.py`` is the model): the testbed's key pair, the state record before
-anything is made, the ssh_config, reaching every host over SSH with host keys pinned by one policy, the hosts and
-the one inventory in state, and the clean-up once nothing is left in the cloud.
+A provider does only its cloud's work, the lifecycle (SkyPilot's ``sky/provision`` names in brackets): ``create``
+makes (or finds) the resources and returns the hosts [run_instances]; ``ready`` and ``still_starting`` wait for them
+[wait_instances]; ``reported_states`` says what the cloud reports of each [query_instances]; ``release`` gives them
+back [terminate_instances]. What it may do besides is an interface of ``testbed.capabilities`` it inherits (repair,
+faults, images, the dead-man's switch, a reservation's end). The base class does the rest, the same way for every
+kind (SkyPilot's split between its provisioner and each cloud's ``instance.py`` is the model): the testbed's key
+pair, the state record before anything is made, the ssh_config, reaching every host over SSH with host keys pinned
+by one policy, the hosts and the one inventory in state, and the clean-up once nothing is left in the cloud.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from testbed import deadman, homes, paths, remote, ssh
+from testbed.capabilities import CANNOT, OFFERS, Capability, Expires, Repairs
 from testbed.errors import TestbedError, UsageError
 from testbed.exitcodes import Exit
 from testbed.hosts import Host
@@ -39,42 +42,6 @@ T = TypeVar("T")
 
 def _quiet(_: str) -> None:
     return None
-
-
-class Capability(StrEnum):
-    """An optional operation a provider may offer (``Provider.capabilities``); the values are the words that state,
-    suites (a fault's ``action``) and the command line use."""
-
-    EXTEND = "extend"  # move the end of the testbed's reservation (``extend``)
-    REPAIR = "repair"  # bring one failed host back: ``discard`` it, then ``create`` makes it again
-    EXPIRE = "expire"  # a dead-man's switch releases the testbed at its expiry (testbed.deadman)
-    KILL_HOST = "kill-host"  # power a host off abruptly (a fault: ``kill_host``)
-    CUT_NETWORK = "cut-network"  # take a host off the network and back (a fault: ``cut_network``)
-    IMAGES = "images"  # bake an image of a host's set-up and boot new hosts from it (``bake_image``)
-    REPAIR_FROM_IMAGE = "repair-from-image"  # ``repair`` brings a host back on a new disk from such an image
-
-
-CANNOT = {
-    Capability.EXTEND: "it holds no reservation whose end could move",
-    Capability.REPAIR: "it has no way to bring one host back",
-    Capability.EXPIRE: "testbed cannot release its hosts at a deadline",
-    Capability.KILL_HOST: "it cannot power a host off",
-    Capability.CUT_NETWORK: "it cannot take a host off the network",
-    Capability.IMAGES: "this provider cannot bake images of a set-up",
-    Capability.REPAIR_FROM_IMAGE: "it brings a lost host back as it was, not on a new disk from an image",
-}
-"""Why a provider lacks a capability when its class gives no reason of its own (``Provider.lacking``)."""
-
-IMPLEMENTS = {
-    Capability.EXTEND: ("extend",),
-    Capability.REPAIR: ("discard",),
-    Capability.KILL_HOST: ("kill_host",),
-    Capability.CUT_NETWORK: ("cut_network", "restore_network"),
-    Capability.IMAGES: ("bake_image", "delete_image"),
-}
-"""The methods a provider that offers a capability implements itself, and one that lacks it leaves as they are: the
-capability set is the one signal, checked against the class when it is defined (EXPIRE and REPAIR_FROM_IMAGE use
-the shared work: the switch's agent, ``create`` over an image)."""
 
 
 @dataclass
@@ -161,10 +128,36 @@ def each(fn: Callable[[Host], T], hosts: list[Host], width: int = 16) -> list[T]
     return results
 
 
+class AgentSwitch(Expires):
+    """The dead-man's switch as an agent on every host (testbed.deadman) that, at the deadline, sends the requests
+    ``switch_release`` gives, with the narrowest credential the cloud offers."""
+
+    @abstractmethod
+    def switch_release(self, expiry: Expiry) -> dict[str, Any]:
+        """What the hosts' agent does at the deadline: ``{"auth": {...}, "requests": [[METHOD, URL], ...]}``, with
+        the narrowest credential the cloud offers (made here, recorded as a resource)."""
+
+    def arm_switch(self, hosts: list[Host], expiry: Expiry) -> Expiry:
+        """The agent on every host; the expiry as armed."""
+        assert isinstance(self, Provider)
+        expiry.armed = deadman.install_agent(self, hosts, expiry, self.switch_release(expiry))
+        expiry.switch = "agent"
+        return expiry
+
+    def disarm_switch(self) -> None:
+        """Stop the agents (best effort; the hosts may be gone already)."""
+        assert isinstance(self, Provider)
+        e = deadman.recorded(self.store, self.name)
+        if e is not None and e.switch == "agent" and e.armed:
+            deadman.disarm_agents(self.name, e.armed)
+
+
 class Provider(ABC):
     """Provision and destroy the hosts of one testbed.
 
-    A provider implements ``create`` and ``release`` (and may refine the hooks below); the rules it keeps:
+    A provider implements ``create`` and ``release`` (and may refine the hooks below), and offers an optional
+    operation by inheriting its interface (``testbed.capabilities``: ``capabilities`` is derived from them); the
+    rules it keeps:
     - every cloud resource id is written to state (``store.add_resource``) the moment the API returns it;
     - ``create`` is idempotent: it reuses what exists and says which hosts it (re)made;
     - ``release`` is safe to run again after a partial failure; it raises while anything is left, and the rows
@@ -196,24 +189,27 @@ class Provider(ABC):
 
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """What the kind registered (``costs_money``, ``counts_hours``, ``keeps_hosts``) becomes the class's."""
+        """What the kind registered (``costs_money``, ``counts_hours``, ``keeps_hosts``) becomes the class's; its
+        capabilities are the interfaces it inherits (``testbed.capabilities``), each checked against its methods."""
         super().__init_subclass__(**kwargs)
         reg = REGISTRY.get(getattr(cls, "kind", ""))
         if reg is not None:
             cls.costs_money, cls.counts_hours, cls.keeps_hosts = reg.costs_money, reg.counts_hours, reg.keeps_hosts
+        cls.capabilities = frozenset(cap for cap, iface in OFFERS.items() if issubclass(cls, iface))
         if Capability.REPAIR_FROM_IMAGE in cls.capabilities and not {Capability.IMAGES, Capability.REPAIR} \
                 <= cls.capabilities:
             raise TypeError(f"{cls.__name__}: repair-from-image needs the images and repair capabilities")
         if cls.bakes_by_itself and (cls.costs_money or Capability.IMAGES not in cls.capabilities):
             raise TypeError(f"{cls.__name__}: only a provider whose images cost nothing bakes them by itself")
-        for cap, methods in IMPLEMENTS.items():
-            own = [m for m in methods if getattr(cls, m) is not getattr(Provider, m)]
-            if cap in cls.capabilities and len(own) < len(methods):
-                raise TypeError(f"{cls.__name__} offers {cap} but does not implement "
-                                f"{', '.join(m for m in methods if m not in own)}")
-            if cap not in cls.capabilities and own:
-                raise TypeError(f"{cls.__name__} implements {', '.join(own)} but does not offer {cap} (add it to "
-                                "capabilities, or say why it lacks it in lacking)")
+        for cap, iface in OFFERS.items():
+            methods = sorted(getattr(iface, "__abstractmethods__", ()))
+            if cap in cls.capabilities:
+                missing = [m for m in methods if getattr(getattr(cls, m), "__isabstractmethod__", False)]
+                if missing:
+                    raise TypeError(f"{cls.__name__} offers {cap} but does not implement {', '.join(missing)}")
+            elif own := [m for m in methods if hasattr(cls, m)]:
+                raise TypeError(f"{cls.__name__} implements {', '.join(own)} but does not offer {cap} (inherit "
+                                f"testbed.capabilities.{iface.__name__}, or say why it lacks it in lacking)")
 
     def __init__(self, spec: TestbedSpec, store: Store, progress: Progress = _quiet):
         self.spec = spec
@@ -304,26 +300,12 @@ class Provider(ABC):
         """Work after every host answers SSH and before the hosts are recorded (users, facts)."""
         return None
 
-    def discard(self, host: Host) -> list[str]:
-        """Take away what serves a failed ``host`` so that ``create`` makes it anew (capability "repair"); the
-        hosts that go with it (a TPU slice's workers). Default: nothing to take away (the host comes back by
-        itself, a reboot)."""
-        return [host.name]
-
     # images ------------------------------------------------------------------------------------------
     @classmethod
     def base_image(cls, spec: TestbedSpec) -> str:
         """What this spec's hosts boot from when no image of a set-up is used, as text that changes when it does
         (part of an image's key: an image baked over one base is never used over another)."""
         return cls.kind
-
-    def bake_image(self, host: str, key: str, record: str,
-                   note: Callable[[str, str], None] | None = None) -> dict[str, Any]:
-        """Capture what set-up changed on ``host`` as an image holding ``record`` (the image's own record); its
-        ``id``, ``location``, ``size`` (bytes) and provider ``info``. ``note(id, location)`` records a cloud's
-        image the moment its id comes back, before waiting on it. Default: refused, with why."""
-        raise self.bake_refusal() or TestbedError(f"the {self.kind} provider keeps no images",
-                                                  where=f"testbed {self.name}", fix=f"testbed setup {self.name}")
 
     def bake_refusal(self, profile: str | None = None) -> TestbedError | None:
         """Why an image of this testbed's hosts cannot be made (``profile``: the set-up it would hold), decided
@@ -333,11 +315,6 @@ class Provider(ABC):
             return None
         return TestbedError(f"the {self.kind} provider keeps no images: {why}",
                             where=f"testbed {self.name}", fix=f"testbed setup {self.name}")
-
-    def delete_image(self, image: Mapping[str, Any]) -> None:
-        """Delete one recorded image (a row of state's images) where it lives."""
-        raise TestbedError(f"the {self.kind} provider keeps no images", where=f"image {image.get('id')}",
-                           fix="nothing to delete")
 
     def booted_image(self) -> Mapping[str, Any] | None:
         """The image this testbed's hosts boot from: the one recorded at its provision, else ``image``."""
@@ -407,6 +384,8 @@ class Provider(ABC):
                 if self.repair_image:  # recorded first: destroy releases what the host boots from
                     self.store.update_testbed_info(self.name, repair_image={k: self.repair_image[k]
                                                                             for k in ("key", "id", "location")})
+                if not isinstance(self, Repairs):
+                    raise self.cannot(Capability.REPAIR)
                 gone = set(self.discard(h))
                 made = self.create(public_key)
                 t_made = time.monotonic()
@@ -448,7 +427,8 @@ class Provider(ABC):
         """Release every resource recorded for this testbed, then forget it; safe to repeat."""
         with self.lock():
             try:
-                self.disarm_switch()
+                if isinstance(self, Expires):
+                    self.disarm_switch()
             except TestbedError as e:  # the billing resources go first; release reports what it cannot undo
                 self.progress(f"dead-man's switch: {e.what} (releasing anyway)")
             self.release()
@@ -553,49 +533,19 @@ class Provider(ABC):
             return None
         return cls.lacking.get(cap) or CANNOT[cap]
 
+    def cannot(self, capability: Capability) -> TestbedError:
+        """The error for an optional operation this testbed's provider does not offer (a caller checks ``can``
+        first, so this is the last word, not the refusal a user normally sees)."""
+        return TestbedError(f"testbed '{self.name}' ({self.kind}) cannot {capability.value}: {self.lacks(capability)}",
+                            where=f"testbed {self.name}", fix="use a testbed whose provider offers it (testbed check "
+                                                              "lists what each kind can do)")
+
     @classmethod
     def can(cls, capability: Capability | str) -> bool:
         """Whether this provider implements an optional operation (see ``capabilities``)."""
         return cls.lacks(capability) is None
 
-    def extend(self, hours: float) -> str:
-        """Move the end of the testbed's reservation ``hours`` later; the new end (ISO UTC)."""
-        raise NotImplementedError(f"{self.kind} has no reservation to extend")
-
-    def kill_host(self, host: str) -> None:
-        """Power ``host`` off abruptly (a fault)."""
-        raise NotImplementedError(f"{self.kind} cannot kill a host")
-
-    def cut_network(self, host: str) -> None:
-        """Take ``host`` off the network (a fault); ``restore_network`` undoes it."""
-        raise NotImplementedError(f"{self.kind} cannot cut a host's network")
-
-    def restore_network(self, host: str) -> None:
-        """Undo ``cut_network``."""
-        raise NotImplementedError(f"{self.kind} cannot cut a host's network")
-
-    # the dead-man's switch (testbed.deadman) and the ledger -------------------------------------------
-    def check_switch(self, expiry: Expiry) -> None:
-        """Refuse (before anything is made) an expiry this provider's switch cannot enforce as asked."""
-        return None
-
-    def switch_release(self, expiry: Expiry) -> dict[str, Any]:
-        """What the hosts' agent does at the deadline: ``{"auth": {...}, "requests": [[METHOD, URL], ...]}``, with
-        the narrowest credential the cloud offers (made here, recorded as a resource)."""
-        raise NotImplementedError(f"{self.kind} has no release for a dead-man's switch")
-
-    def arm_switch(self, hosts: list[Host], expiry: Expiry) -> Expiry:
-        """Put the switch in place for ``expiry`` (default: the agent on every host); the expiry as armed."""
-        expiry.armed = deadman.install_agent(self, hosts, expiry, self.switch_release(expiry))
-        expiry.switch = "agent"
-        return expiry
-
-    def disarm_switch(self) -> None:
-        """Before a destroy: stop the switch (best effort; the hosts may be gone already)."""
-        e = deadman.recorded(self.store, self.name)
-        if e is not None and e.switch == "agent" and e.armed:
-            deadman.disarm_agents(self.name, e.armed)
-
+    # the ledger ----------------------------------------------------------------------------------------
     def hours_short_of(self, at: float) -> float:
         """Hours the reservation must grow to last until ``at`` (epoch); 0 when it already does or has no end."""
         return 0.0

@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from testbed import deadman, setup
+from testbed.capabilities import BakesImages, Capability
 from testbed.errors import TestbedError, UsageError
 from testbed.providers import provider_class
-from testbed.providers.base import Capability
 from testbed.resolved import Resolved
 from testbed.setup import address
 from testbed.spec import TestbedSpec
@@ -75,6 +75,8 @@ def bake(tb: Resolved, host: str | None = None, *, profile: str | None = None, s
         tb.store.add_image(p.kind, iid, key=key, plan=prep.plan.name, testbed=tb.name, host=host, location=location,
                            size=0, status="saving", spec=tb.info.get("spec"))
 
+    if not isinstance(p, BakesImages):
+        raise p.cannot(Capability.IMAGES)
     made = p.bake_image(host, key, address.image_record(key, prep.plan.name, parts, f"{tb.name}/{host}"), note)
     tb.store.add_image(p.kind, str(made["id"]), key=key, plan=prep.plan.name, testbed=tb.name, host=host,
                        location=str(made["location"]), size=int(made.get("size") or 0),
@@ -177,7 +179,10 @@ def prune(st: Store, ids: list[str] | None = None, *, progress: Progress | None 
         picked = [r for r in rows if not used.get(r["key"])]
     out = []
     for r in picked:
-        _provider_of(st, r, progress).delete_image(r)
+        p = _provider_of(st, r, progress)
+        if not isinstance(p, BakesImages):
+            raise p.cannot(Capability.IMAGES)
+        p.delete_image(r)
         st.remove_image(r["provider"], r["id"])
         out.append(r)
     return out

@@ -24,11 +24,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from testbed import remote
+from testbed.capabilities import BakesImages, Capability, Extends, Repairs
 from testbed.errors import TestbedError
 from testbed.exitcodes import Exit
 from testbed.hosts import Host
 from testbed.paths import IMAGE_RECORD
-from testbed.providers.base import Capability, Made, Progress, Provider, _quiet
+from testbed.providers.base import AgentSwitch, Made, Progress, Provider, _quiet
 from testbed.providers.chameleon import lease as leases
 from testbed.providers.chameleon import release as releases
 from testbed.providers.chameleon import switch
@@ -64,11 +65,10 @@ def snapshots(site: str, flavor: str) -> bool:
     return not site.upper().startswith("CHI@") and flavor != "baremetal"
 
 
-class ChameleonProvider(Provider):
+class ChameleonProvider(Provider, Extends, Repairs, AgentSwitch, BakesImages):
     """Bare-metal nodes on a Chameleon lease."""
 
     # images: a Glance image of a server, made by Nova's createImage where it snapshots (bake_refusal)
-    capabilities = frozenset({Capability.EXTEND, Capability.REPAIR, Capability.EXPIRE, Capability.IMAGES})
     lacking = {Capability.KILL_HOST: "testbed does not drive a bare-metal node's power (Ironic)",
                Capability.CUT_NETWORK: "testbed does not change a bare-metal node's ports (Neutron)"}
     repair_how = "replaced by a new server on the same lease"

@@ -26,10 +26,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from testbed.capabilities import Capability, Repairs
 from testbed.errors import TestbedError, UsageError
 from testbed.exitcodes import Exit
 from testbed.hosts import Host
-from testbed.providers.base import Capability, Made, Progress, Provider, _quiet
+from testbed.providers.base import AgentSwitch, Made, Progress, Provider, _quiet
 from testbed.providers.gcp_tpu import queued, release, switch
 from testbed.providers.gcp_tpu.cloud import (
     HELD_STATES,
@@ -52,8 +53,7 @@ if TYPE_CHECKING:
     from testbed.state import Store
 
 
-class TpuProvider(Provider):
-    capabilities = frozenset({Capability.REPAIR, Capability.EXPIRE})
+class TpuProvider(Provider, Repairs, AgentSwitch):
     lacking = {Capability.IMAGES: "TPU VMs boot a runtime version (a Google-managed image): the TPU API testbed uses "
                                   "(v2) has no field for a custom image and no snapshot of a TPU VM's disk (custom OS "
                                   "images exist only in the alpha API, built by hand for some TPU generations); an "

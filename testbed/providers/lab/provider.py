@@ -12,16 +12,16 @@ import time
 from typing import Any
 
 from testbed import remote, ssh
+from testbed.capabilities import Capability, Repairs
 from testbed.errors import TestbedError
 from testbed.hosts import Host
-from testbed.providers.base import Capability, Made, Pacer, Provider
+from testbed.providers.base import Made, Pacer, Provider
 from testbed.providers.lab.settings import LabSettings
 from testbed.textfmt import plural
 
 
-class LabProvider(Provider):
+class LabProvider(Provider, Repairs):
     kind = "lab"
-    capabilities = frozenset({Capability.REPAIR})
     lacking = {Capability.IMAGES: "a lab's machines keep their disks (nothing to boot an image on); an unchanged "
                                   "set-up is skipped by its content address",
                Capability.EXTEND: "a lab's machines are held by no reservation of testbed's",

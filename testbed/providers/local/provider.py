@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed import deadman, paths, remote
+from testbed.capabilities import BakesImages, Capability, CutsNetwork, Expires, KillsHosts, Repairs, RepairsFromImage
 from testbed.errors import TestbedError, provision_fix
 from testbed.exitcodes import Exit
 from testbed.hosts import Host
-from testbed.providers.base import Capability, Made, Provider
+from testbed.providers.base import Made, Provider
 from testbed.providers.local.settings import LocalSettings, prefix_for, room
 from testbed.textfmt import plural
 
@@ -184,13 +185,11 @@ class HostSlot:
         return self.root / "image.json"
 
 
-class LocalProvider(Provider):
+class LocalProvider(Provider, KillsHosts, CutsNetwork, Repairs, Expires, BakesImages, RepairsFromImage):
     offline_hosts = True  # the hosts' only link is a bridge on this machine
     shares_controller_files = True  # their root is a copy-on-write overlay of this machine's /
     # images: the set-up's changes as a read-only layer under the hosts' copy-on-write roots; a repair puts a new disk
     # (upper layer) over the image's layer, its SSH key and runs kept
-    capabilities = frozenset({Capability.KILL_HOST, Capability.CUT_NETWORK, Capability.REPAIR, Capability.EXPIRE,
-                              Capability.IMAGES, Capability.REPAIR_FROM_IMAGE})
     lacking = {Capability.EXTEND: "its hosts are namespaces on this machine, held by no reservation: they stay "
                                   "until destroyed"}
     repair_how = "restarted on its own disk"

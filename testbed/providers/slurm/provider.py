@@ -30,9 +30,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from testbed import paths, remote, ssh
+from testbed.capabilities import Capability, Expires, Repairs
 from testbed.errors import TestbedError, UsageError
 from testbed.hosts import Host
-from testbed.providers.base import Capability, Made, Pacer, Provider
+from testbed.providers.base import Made, Pacer, Provider
 from testbed.providers.slurm.cli import HOLDER, JOB_NAME_PREFIX, Job, Login, node_gone
 from testbed.providers.slurm.settings import SlurmSettings
 from testbed.textfmt import plural
@@ -43,10 +44,9 @@ if TYPE_CHECKING:
 LOGIN_ALIAS = "slurm-login"
 
 
-class SlurmProvider(Provider):
+class SlurmProvider(Provider, Repairs, Expires):
     kind = "slurm"
     root_on_hosts = False  # a cluster's user has no root on its nodes: set-up covers the home and environments
-    capabilities = frozenset({Capability.REPAIR, Capability.EXPIRE})
     lacking = {Capability.EXTEND: "a Slurm job's time limit is set when it is submitted (provider.time_limit), and "
                                   "only the cluster's administrators can raise it",
                Capability.KILL_HOST: "a Slurm cluster's nodes are not testbed's to power off",
