@@ -51,6 +51,17 @@ def _user_index(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
 
 
 @pytest.fixture(autouse=True)
+def _cwd_restored() -> Iterator[None]:
+    """Each test ends in the folder it started in: one that changed folder (os.chdir into its tmp_path) never
+    decides where the next test of its worker finds experiments/ and .testbed/ (test_reproduce's tests left the
+    worker in folders holding a suite of their own, which list_suites then listed for the next test)."""
+    old = os.getcwd()
+    yield
+    if os.getcwd() != old and os.path.isdir(old):
+        os.chdir(old)
+
+
+@pytest.fixture(autouse=True)
 def _control_dirs_removed(request: pytest.FixtureRequest) -> Iterator[None]:
     """At the end of a test, the SSH control folders of the testbeds in its tmp_path are gone, whether or not the
     test destroyed them (a failed provision, a fake testbed): nothing of a test stays in /tmp."""

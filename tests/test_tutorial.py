@@ -86,6 +86,10 @@ _NORMALISE = [
     (re.compile(r"\b\d+\.\d+\.\d+\.\d+(?:/\d+)?\b"), "ADDRESS"),
     (re.compile(r"\b\d\d:\d\d:\d\d(?:\.\d+)?Z"), "TIME"),
     (re.compile(r"[+-]?\d+\.\d+"), "N"),  # signed too: a difference from a reference changes sign
+    # a set-up's row (host, ok, changed, failed, unreachable, skipped, status): ok, changed and skipped depend on
+    # what this machine's root already has (local hosts see its files: ~/.ssh, its login shell); the rest is checked
+    (re.compile(r"^\s*│\s*(\S+)\s*│\s*\d+\s*│\s*\d+\s*│\s*(\d+)\s*│\s*(\d+)\s*│\s*\d+\s*│\s*(\w+)\s*│\s*$"),
+     r"│ \1 │ N │ N │ \2 │ \3 │ N │ \4 │"),
     (re.compile(r"\b\d+ B\b"), "N B"),
     (re.compile(r"[━─]+"), "─"),
     (re.compile(r"\s+"), " "),
