@@ -15,7 +15,7 @@ from typing import Any
 from testbed.distribution import install_command
 from testbed.errors import UsageError
 from testbed.providers.usable import KINDS, Report, check
-from testbed.spec import load_testbed
+from testbed.spec import TestbedSpec, load_testbed
 
 
 def machine() -> Report:
@@ -34,9 +34,9 @@ def machine() -> Report:
     return rep
 
 
-def resolve(targets: list[str]) -> list[tuple[str, Any]]:
+def resolve(targets: list[str]) -> list[tuple[str, TestbedSpec | None]]:
     """(kind, spec or None) for each target; an unknown one is refused (with the closest names) before any check."""
-    out: list[tuple[str, Any]] = []
+    out: list[tuple[str, TestbedSpec | None]] = []
     for t in targets or list(KINDS):
         if t in KINDS:
             out.append((t, None))

@@ -113,7 +113,7 @@ def folder_of(home: Path | str) -> str:
     return str(p.parent) if p.name == ".testbed" else str(p)
 
 
-def ledger(st: Store, home: Any) -> dict[str, Any]:
+def ledger(st: Store, home: Path) -> dict[str, Any]:
     """Every testbed's row of this folder's state ``st`` (``Store.empty`` when it has none) at ``home``, and the
     totals per cost unit."""
     table = exp.prices(home)

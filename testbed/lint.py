@@ -54,6 +54,7 @@ from testbed.suite import expand_matrix, point_label, point_reads, render, resol
 if TYPE_CHECKING:
     from testbed.setup.profiles import SetupPlan
     from testbed.suite import Step, Suite
+    from testbed.yamlfile import Loc
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{7,40}$")
 """A ref that names one commit (an abbreviated or full hash): it cannot move."""
@@ -674,11 +675,11 @@ def login_only_programs(profile_text: str) -> dict[str, str]:
     return out
 
 
-def _commands(s: Suite) -> list[tuple[str, str, tuple[Any, ...]]]:
+def _commands(s: Suite) -> list[tuple[str, str, Loc]]:
     """(what, command text, location) of every command the suite runs on a host."""
-    out: list[tuple[str, str, tuple[Any, ...]]] = []
+    out: list[tuple[str, str, Loc]] = []
 
-    def steps(items: list[Step], label: str, loc: tuple[Any, ...]) -> None:
+    def steps(items: list[Step], label: str, loc: Loc) -> None:
         for i, st in enumerate(items):
             if st.run:
                 out.append((f"{label} step '{st.name or f'{label}-{i + 1}'}'", st.run, (*loc, i, "run")))

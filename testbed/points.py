@@ -16,6 +16,7 @@ from typing import Any
 from testbed import templating
 from testbed.errors import UsageError
 from testbed.suite import NEEDS, NEEDS_FIX, Check, NeedsWhen, ProbeWhen, Suite, _env, is_template, render
+from testbed.yamlfile import Loc
 
 
 def context(suite: Suite, params: dict[str, Any]) -> dict[str, Any]:
@@ -23,14 +24,14 @@ def context(suite: Suite, params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "params": params, "suite": suite.name}
 
 
-def holds(suite: Suite, cond: str, params: dict[str, Any], loc: tuple[Any, ...]) -> bool:
+def holds(suite: Suite, cond: str, params: dict[str, Any], loc: Loc) -> bool:
     """Whether the condition ``cond`` (written at ``loc``) holds at the point."""
     where = f"{suite.name}: {'.'.join(map(str, loc))}"
     return render("{% if " + cond + " %}1{% endif %}", context(suite, params), shell=False, where=where,
                   at=suite.at(*loc)) == "1"
 
 
-def _rendered(suite: Suite, text: str, params: dict[str, Any], loc: tuple[Any, ...]) -> list[str]:
+def _rendered(suite: Suite, text: str, params: dict[str, Any], loc: Loc) -> list[str]:
     """A template item rendered at the point: its words (spaces or commas)."""
     if not is_template(text):
         return [text]
@@ -39,10 +40,10 @@ def _rendered(suite: Suite, text: str, params: dict[str, Any], loc: tuple[Any, .
     return [w for w in re.split(r"[\s,]+", out) if w]
 
 
-def needs(suite: Suite, value: str | list[Any], params: dict[str, Any], loc: tuple[Any, ...]) -> list[str]:
+def needs(suite: Suite, value: str | list[Any], params: dict[str, Any], loc: Loc) -> list[str]:
     """A ``needs:`` value (written at ``loc``) at the point: each need once, in order; an unknown one is refused
     at its line."""
-    items: list[tuple[str, tuple[Any, ...]]] = []
+    items: list[tuple[str, Loc]] = []
     if isinstance(value, str):
         items = [(value, loc)]
     for i, n in enumerate(value if isinstance(value, list) else []):

@@ -19,7 +19,7 @@ import shlex
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from testbed import fault_kinds, lint, paths, points, proof, remote, services
 from testbed import sources as sources_mod
@@ -49,7 +49,8 @@ from testbed.yamlfile import read_text
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from testbed.records import Override, RunPlan
+    from testbed.collect.transfer import HostCollect
+    from testbed.records import Override, RunEvent, RunPlan, RunRecord
     from testbed.resolved import Resolved
     from testbed.run.plan import TestbedInfo
     from testbed.spec import TestbedSpec
@@ -219,7 +220,7 @@ def programs(command: str) -> list[str]:
     return out
 
 
-def plan_shape(plan: RunPlan) -> tuple[Any, ...]:
+def plan_shape(plan: RunPlan) -> tuple[object, ...]:
     """What tells two points' runs apart beyond their values: the programs each step and rank runs."""
     steps = tuple((phase, s.name, tuple(programs(next(iter(s.commands.values()), ""))))
                   for phase, items in (("sources", plan.sources), ("prepare", plan.prepare), ("post", plan.post))
@@ -438,8 +439,24 @@ def stand_in_environments(tb: Resolved, plan: RunPlan, site: str | None = None) 
 
 
 # --- the whole rehearsal ----------------------------------------------------------------------------------------
+class RehearseOptions(TypedDict, total=False):
+    """The options of :func:`rehearse` beside the suite, its parameters, ``like`` and ``say``."""
+
+    matrix: bool
+    shapes: bool
+    sources: dict[str, str] | None
+    setup: bool
+    roles: list[str] | None
+    keep: bool
+    to: Path
+    subnet: str | None
+    faults: list[str] | None
+    timeout: float | None
+    site: str | None
+
+
 def rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None,
-             say: Callable[[str], None] | None = None, **options: Any) -> RehearsalResult:
+             say: Callable[[str], None] | None = None, **options: Unpack[RehearseOptions]) -> RehearsalResult:
     """``_rehearse`` with the real testbed's declared variables that are not set (its ``env:``, such as a lab's
     account name) standing in with their examples: a replica needs a value of the right shape, not yours. Each is
     said."""
@@ -529,7 +546,7 @@ def _rehearse(suite_name: str, given: dict[str, str], *, like: str | None = None
                 note(f"could not destroy the replica {tb.name}: {e.what} ({e.fix})")
 
 
-def _left_to_fill_in(s: Any) -> list[str]:
+def _left_to_fill_in(s: Suite) -> list[str]:
     """The TODO comments of the suite's file (what testbed new left to fill in), as static findings."""
     if not s.source:
         return []
@@ -576,7 +593,7 @@ def _pick_points(s: Suite, target: TestbedSpec, like: str, info: TestbedInfo, po
     made (a template, a fault, a host count), why a run on the real testbed would refuse some (by index), and the
     profile's roles the others need (None: all of them)."""
     refused: dict[int, str] = {}
-    seen: set[tuple[Any, ...]] = set()
+    seen: set[tuple[object, ...]] = set()
     picked: list[dict[str, Any]] = []
     drafts: list[RunPlan] = []
     for p in points:
@@ -660,7 +677,7 @@ def _setup(tb: Resolved, s: Suite, overrides: dict[str, Override], setup: bool, 
     return out
 
 
-def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Callable[[str], None], *,
+def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: RunRecord, to: Path, note: Callable[[str], None], *,
            set_up: bool = True) -> PointResult:
     events = tb.store.events(plan.run_id)
     seen = {(e.detail.get("phase"), e.detail.get("step")): e for e in events if e.kind == "step"}
@@ -710,7 +727,7 @@ def _point(tb: Resolved, s: Suite, plan: RunPlan, rec: Any, to: Path, note: Call
 
 
 # --- faults, fired through the supervisor -----------------------------------------------------------------------
-def fault_outcomes(plan: RunPlan, events: list[Any]) -> tuple[list[str], list[str]]:
+def fault_outcomes(plan: RunPlan, events: list[RunEvent]) -> tuple[list[str], list[str]]:
     """(one line per rehearsed fault: fired, detected and relaunched, or the reason why not; one failure per fault
     that did not fire or whose recovery did not relaunch), read from the run's events."""
     lines, failures = [], []
@@ -787,7 +804,7 @@ def interfaces_lacking(tb: Resolved, plan: RunPlan) -> list[str]:
     return proof.missing_interfaces(given, have)
 
 
-def outputs_made(plan: RunPlan, hosts: list[Any]) -> tuple[dict[str, list[str]], list[str], list[str]]:
+def outputs_made(plan: RunPlan, hosts: list[HostCollect]) -> tuple[dict[str, list[str]], list[str], list[str]]:
     """(each declared output -> the hosts it matched on, one failure per output that matched on none of the hosts
     it is declared for, one not-rehearsed line per such output where the probe stood in for what writes it).
 

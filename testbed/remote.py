@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any, Literal, NoReturn, TypeVar
+from typing import IO, Any, Literal, NoReturn, TypedDict, TypeVar, Unpack
 
 from testbed import ssh
 from testbed.errors import TestbedError, UsageError
@@ -498,8 +498,18 @@ def sftp(testbed: str, host: str, batch: Sequence[str], *, idle: float = 30, bwl
     return _transfer_failure(testbed, "sftp", res, direction)
 
 
+class SftpOptions(TypedDict, total=False):
+    """The options of :func:`sftp` that :func:`get` and :func:`put` pass on."""
+
+    idle: float
+    bwlimit_kbps: int | None
+    probe: Callable[[], object] | None
+    connect_timeout: float | None
+    timeout: float | None
+
+
 def get(testbed: str, host: str, pairs: Sequence[tuple[str, Path]], *, resume: Collection[Path] = (),
-        **kw: Any) -> HostResult:
+        **kw: Unpack[SftpOptions]) -> HostResult:
     """Download each (host path, local path) in one sftp session; a local path in ``resume`` continues from the
     partial file there (``reget``). ``kw``: as for :func:`sftp`."""
     lines = [f"{'reget' if local in resume else 'get'} {sftp_word(src, glob=True)} "
@@ -507,7 +517,7 @@ def get(testbed: str, host: str, pairs: Sequence[tuple[str, Path]], *, resume: C
     return sftp(testbed, host, lines, direction="from", **kw)
 
 
-def put(testbed: str, host: str, pairs: Sequence[tuple[Path, str]], **kw: Any) -> HostResult:
+def put(testbed: str, host: str, pairs: Sequence[tuple[Path, str]], **kw: Unpack[SftpOptions]) -> HostResult:
     """Upload each (local path, host path) in one sftp session (folders of the host path must exist).
     ``kw``: as for :func:`sftp`."""
     lines = [f"put {sftp_word(str(local.absolute()), glob=True)} {sftp_word(dst, glob=False)}" for local, dst in pairs]

@@ -43,7 +43,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from testbed.distribution import install_command
 from testbed.errors import UsageError
@@ -54,6 +54,9 @@ from testbed.report.rundir import Campaign, RunDir, event_time
 from testbed.report.textio import load_text, skip_note, summarise_skips, to_float
 from testbed.tables import CONTEXT_COLUMNS, GENERIC_TABLES, TABLE_NAME_RE
 from testbed.textfmt import plural
+
+if TYPE_CHECKING:
+    from testbed.report.plotting import Draw
 
 API_VERSION = 3
 """The version of this API: raised when it changes in a way a report.py written for the last one would notice."""
@@ -70,6 +73,7 @@ ParseFn = Callable[[str], Iterable[Mapping[str, Any]]]
 ReportFn = Callable[[RunDir, Report], None]
 CampaignFn = Callable[[Campaign, Report], None]
 F = TypeVar("F", bound=Callable[..., Any])
+K = TypeVar("K")  # a campaign's point: its parameters' values
 
 
 @dataclass(frozen=True)
@@ -207,7 +211,7 @@ def register_campaign_reporter(fn: CampaignFn, *, tables: Sequence[str]) -> None
     res.campaign = CampaignReporter(fn, _names(tables, "the campaign reporter's tables", context=False), where)
 
 
-def _names(columns: Any, what: str, context: bool = True) -> tuple[str, ...]:
+def _names(columns: object, what: str, context: bool = True) -> tuple[str, ...]:
     if isinstance(columns, str) or not isinstance(columns, Sequence) or \
             not all(isinstance(c, str) and c for c in columns):
         raise RegistrationError(f"{what}: not a list of names ({columns!r})", "give a list of strings: ['step', "
@@ -284,13 +288,13 @@ def csv_rows(src: Path | str, header: Sequence[str], make: Callable[[dict[str, s
     return list(parsed.rows), list(parsed.skipped)
 
 
-def boxes(data: Mapping[str, Sequence[float]], *, ylabel: str, title: str = "") -> Callable[[Any], None]:
+def boxes(data: Mapping[str, Sequence[float]], *, ylabel: str, title: str = "") -> Draw:
     """A figure of one box per label, for ``rep.figure(name, boxes(...), caption)``. API 2."""
     return plotting.boxes(data, ylabel=ylabel, title=title)
 
 
 def lines(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, xlabel: str, ylabel: str,
-          title: str = "") -> Callable[[Any], None]:
+          title: str = "") -> Draw:
     """A figure of labelled line series (label -> (xs, ys)), for ``rep.figure(name, lines(...), caption)``.
     API 2."""
     return plotting.lines(series, xlabel=xlabel, ylabel=ylabel, title=title)
@@ -319,7 +323,7 @@ def mean_by(pairs: Iterable[tuple[int, float]]) -> tuple[list[int], list[float]]
     return xs, [fmean(groups[x]) for x in xs]
 
 
-def why_missing(launched: Mapping[Any, Sequence[str]], point: Any, what: str = "output") -> str:
+def why_missing(launched: Mapping[K, Sequence[str]], point: K, what: str = "output") -> str:
     """The ``problem`` cell of a campaign's ``missing_points`` row for a ``point`` it lacks: ``no <what> from run
     A, B`` when ``launched`` (point -> the ids of the runs launched for it) names runs for it, else ``no run``.
     Added in API 3 (an addition: a report.py that does not call it is unchanged)."""

@@ -341,7 +341,7 @@ def overrides_for(mirrors: dict[str, str], given: dict[str, str] | None, suite_s
     return resolve_all(merged, known) if merged else {}
 
 
-def for_suite(suite: Any, testbed: str | None, given: dict[str, str] | None) -> dict[str, Override]:
+def for_suite(suite: Suite, testbed: str | None, given: dict[str, str] | None) -> dict[str, Override]:
     """:func:`overrides_for` a loaded suite; nothing is read beyond the spec when there is nothing to override."""
     mirrors = spec_sources(testbed)
     if not given and not mirrors:

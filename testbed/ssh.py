@@ -19,11 +19,13 @@ import subprocess
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from testbed import paths, quoting
 from testbed.errors import TestbedError
 from testbed.hosts import Host
+
+T = TypeVar("T")
 
 KEY_NAME = "id_ed25519"
 _KNOWN_HOSTS_LOCK = threading.Lock()  # known_hosts is read, changed and written whole
@@ -310,7 +312,7 @@ def _host_block(testbed: str, h: Host, where: str) -> dict[str, Any]:
             "proxy_command": str(proxy) if proxy and not h.proxy_jump else None}
 
 
-def _names(name: str, address: Any, user: Any, jump: Any, what: str, where: str) -> dict[str, Any]:
+def _names(name: str, address: object, user: object, jump: object, what: str, where: str) -> dict[str, Any]:
     """Host (and HostKeyAlias), HostName, User and ProxyJump as ssh_config reads them back (None stays None)."""
     if user and re.search(r"%|\$\{", str(user)):
         raise quoting.refused(f"{what} login user", str(user), "holds '%' or '${', which newer OpenSSH releases "
@@ -322,7 +324,7 @@ def _names(name: str, address: Any, user: Any, jump: Any, what: str, where: str)
             "proxy_jump": _arg(jump, f"{what} ProxyJump", where) if jump else jump}
 
 
-def _arg(value: Any, what: str, where: str, *, tokens: bool = False, path: bool = False, env: bool = False) -> str:
+def _arg(value: object, what: str, where: str, *, tokens: bool = False, path: bool = False, env: bool = False) -> str:
     """``value`` as one ssh_config argument (:func:`testbed.quoting.ssh_arg`), or one TestbedError naming it."""
     try:
         return quoting.ssh_arg(str(value), tokens=tokens, path=path, env=env)
@@ -332,7 +334,7 @@ def _arg(value: Any, what: str, where: str, *, tokens: bool = False, path: bool 
                                                "ssh_config(5))") from None
 
 
-def _one_line(value: Any, template: Path) -> Any:
+def _one_line(value: T, template: Path) -> T:
     """Jinja's ``finalize``: every value the ssh_config template writes stays on its line (a line break would
     start a directive of its own, such as a ProxyCommand run on this machine)."""
     why = quoting.line_problem(str(value)) if value is not None else None

@@ -434,11 +434,11 @@ class Store:
         else:
             db.execute("COMMIT")
 
-    def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    def query(self, sql: str, args: tuple[object, ...] = ()) -> list[sqlite3.Row]:
         """Raw rows (tests, debugging); the package itself calls the named methods below."""
         return list(self._db.execute(sql, args))
 
-    def _record(self, model: type[_M], row: sqlite3.Row, what: str, **json_cols: Any) -> _M:
+    def _record(self, model: type[_M], row: sqlite3.Row, what: str, **json_cols: object) -> _M:
         """``row`` as ``model`` (JSON columns decoded); a row no model accepts is one TestbedError naming it."""
         from pydantic import ValidationError
 
@@ -476,7 +476,7 @@ class Store:
         with self.tx() as db:
             db.execute("UPDATE testbeds SET status=?, updated=? WHERE name=?", (status, time.time(), name))
 
-    def update_testbed_info(self, name: str, **info: Any) -> None:
+    def update_testbed_info(self, name: str, **info: object) -> None:
         with self.tx() as db:
             row = db.execute("SELECT info FROM testbeds WHERE name=?", (name,)).fetchone()
             if row is None:
@@ -546,7 +546,7 @@ class Store:
                 self.query("SELECT * FROM hosts WHERE testbed=? ORDER BY position", (testbed,))]
 
     # cloud resources ------------------------------------------------------------------------------
-    def add_resource(self, testbed: str, kind: str, rid: str, **info: Any) -> None:
+    def add_resource(self, testbed: str, kind: str, rid: str, **info: object) -> None:
         """Record a cloud resource id the moment the API returns it (before waiting on it)."""
         self.add_resources(testbed, kind, {rid: info})
 
@@ -580,7 +580,7 @@ class Store:
 
     # images ---------------------------------------------------------------------------------------
     def add_image(self, provider: str, iid: str, *, key: str, plan: str, testbed: str, host: str, location: str,
-                  size: int, **info: Any) -> None:
+                  size: int, **info: object) -> None:
         """Record an image the moment its provider names it (before it is ready), so prune can always find it."""
         with self.tx() as db:
             db.execute("INSERT INTO images VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(provider, id) DO UPDATE SET "
@@ -773,7 +773,7 @@ class Store:
         """The run's collected files (of ``host``; ``verified``: without pending transfers)."""
         sql = ("SELECT host, path, sha256, size, collected, host_mtime, host_ctime_ns, host_ino FROM collected "
                "WHERE run_id=?")
-        args: tuple[Any, ...] = (run_id,)
+        args: tuple[object, ...] = (run_id,)
         if host is not None:
             sql, args = sql + " AND host=?", (*args, host)
         if verified:

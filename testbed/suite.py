@@ -15,7 +15,7 @@ import math
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -25,7 +25,10 @@ from testbed.estimate import ESTIMATE_RULE, declared
 from testbed.references import References
 from testbed.spec import TOOL_RE
 from testbed.tables import DeclaredTable, table_names
-from testbed.yamlfile import Invalid
+from testbed.yamlfile import Invalid, Loc
+
+if TYPE_CHECKING:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 SUITE_NAME_RE = r"^[a-z][a-z0-9-]{0,40}$"
 PARAM_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -743,7 +746,7 @@ class Suite(Strict):
                 keys.append(repr(sorted(full.items())))  # a value written out equal to its default is the same run
             _distinct(keys, ("matrix",), "matrix point", None, shown=[str(pt) for pt in self.matrix])
 
-    def at(self, *loc: Any) -> str:
+    def at(self, *loc: str | int) -> str:
         """``file:line`` of ``loc`` (keys and indexes) in the suite's file; the file (or the suite's name)
         when the line is not known."""
         line = self._located.line(loc) if self._located is not None else None
@@ -776,7 +779,7 @@ def log_key(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:150]
 
 
-def _distinct(names: list[str], loc: tuple[Any, ...], what: str, key: str | None,
+def _distinct(names: list[str], loc: Loc, what: str, key: str | None,
               shown: list[str] | None = None, log: bool = False) -> None:
     """Refuse the second of two items of one name (``Invalid`` at that item's line); ``log``: ``names`` are log
     keys, and two that are one are refused as sharing a log file."""
@@ -968,7 +971,7 @@ def load_suite(name_or_path: str) -> Suite:
         for i, pattern in enumerate(globs):
             problem = None if is_template(pattern) else output_pattern_problem(pattern)  # templates: per point
             if problem:
-                loc: tuple[Any, ...] = ("outputs", key, i) if key is not None else ("outputs", i)
+                loc: Loc = ("outputs", key, i) if key is not None else ("outputs", i)
                 line = located.line(loc)
                 raise UsageError(f"{path.name}: output pattern {pattern!r} cannot be collected: {problem}",
                                  where=f"{path}:{line}" if line else str(path),
@@ -1190,7 +1193,7 @@ def path_word(path: str) -> str:
     return shlex.quote(path)
 
 
-_ENVS: dict[bool, Any] = {}
+_ENVS: dict[bool, ImmutableSandboxedEnvironment] = {}
 
 
 def _bounded_tree(tree: Any) -> Any:
@@ -1207,7 +1210,7 @@ def _bounded_tree(tree: Any) -> Any:
     return tree
 
 
-def _env(shell: bool) -> Any:
+def _env(shell: bool) -> ImmutableSandboxedEnvironment:
     if shell not in _ENVS:
         import jinja2
         from jinja2.sandbox import ImmutableSandboxedEnvironment

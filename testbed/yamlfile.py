@@ -21,6 +21,7 @@ from testbed import paths
 from testbed.errors import UsageError
 
 M = TypeVar("M", bound=BaseModel)
+Loc = tuple[str | int, ...]  # where in a document: its keys and list indexes (pydantic's error ``loc``)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -30,7 +31,7 @@ class Located:
     def __init__(self, root: Any):
         self.root = root
 
-    def line(self, loc: tuple[Any, ...]) -> int | None:
+    def line(self, loc: Loc) -> int | None:
         node, best = self.root, None
         for part in loc:
             lc = getattr(node, "lc", None)
@@ -56,13 +57,13 @@ class Invalid(ValueError):
     """A validator's refusal that knows where, below the field it checks, the culprit sits (``loc``: keys and
     indexes), and what to do: :func:`validate` reports that line, not the field's."""
 
-    def __init__(self, what: str, *, loc: tuple[Any, ...] = (), fix: str | None = None):
+    def __init__(self, what: str, *, loc: Loc = (), fix: str | None = None):
         super().__init__(what)
         self.loc = loc
         self.fix = fix
 
 
-def _key(k: Any, seen: dict[str, Any], path: Path, located: Located, loc: tuple[Any, ...]) -> str:
+def _key(k: Any, seen: dict[str, Any], path: Path, located: Located, loc: Loc) -> str:
     """A mapping key as the string the models see: an empty key (``"":``, ``null:``, ``~:``), a list or mapping
     as a key, or two keys that read the same once made strings (``1:`` and ``"1":``) are refused."""
     line = located.line((*loc, k))
@@ -96,7 +97,7 @@ def declared_env(doc: Any) -> dict[str, dict[str, str]]:
     return out
 
 
-def _plain(node: Any, path: Path, located: Located, loc: tuple[Any, ...] = (),
+def _plain(node: Any, path: Path, located: Located, loc: Loc = (),
            declared: Mapping[str, Mapping[str, str]] | None = None) -> Any:
     """ruamel nodes -> plain dict/list/str with ${VAR} expanded (errors carry file:line, and what the file's
     ``env:`` says the variable is)."""
@@ -238,7 +239,7 @@ def _tag_of(m: type[BaseModel]) -> str | None:
     return None
 
 
-def _resolve(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[str]]:
+def _resolve(model: type[BaseModel], loc: Loc) -> tuple[Loc, list[str]]:
     """Strip discriminator tags from a pydantic loc; also return the valid keys where it ends."""
     clean: list[Any] = []
     current: list[type[BaseModel]] = [model]
@@ -266,7 +267,7 @@ def _resolve(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[tuple[Any, .
     return tuple(clean), valid
 
 
-def _describe(err: Mapping[str, Any], clean_loc: tuple[Any, ...], valid: list[str]) -> tuple[str, str]:
+def _describe(err: Mapping[str, Any], clean_loc: Loc, valid: list[str]) -> tuple[str, str]:
     """(message, fix) for one pydantic error."""
     field = ".".join(str(p) for p in clean_loc) or "(top level)"
     t = err["type"]

@@ -169,6 +169,17 @@ def test_collect_layout_manifest_and_incremental(local_testbed, tmp_path):
     assert third.ok and third.files_sent == 1
     assert [h.sent for h in third.hosts] == [0, 1, 0]
     assert json.loads((folder / "manifest.json").read_text())["files"].__len__() == len(rows) + 1
+    # the folder's manifest edited (wrong types where objects and lists stood): read as if they were absent, never
+    # a traceback; the hosts' facts are read again
+    m = json.loads((folder / "manifest.json").read_text())
+    m.update(hosts=[{"name": "node0", "facts": "edited"}, 7], files={"a": 1},
+             software={"pip_freeze": ["x==1"], "sources": ["edited"]})
+    (folder / "manifest.json").write_text(json.dumps(m))
+    fourth = collect_runs([run_id], Path("results"))[0]
+    assert fourth.ok, fourth
+    m = json.loads((folder / "manifest.json").read_text())
+    assert [h["name"] for h in m["hosts"]] == [h.name for h in bed.hosts]
+    assert all(isinstance(h["facts"], dict) and h["facts"]["kernel"] for h in m["hosts"])
 
 
 def test_refuses_to_overwrite_different_content(local_testbed):

@@ -12,12 +12,15 @@ is a TestbedError rendered as one message (what, where, what to do) with exit co
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.cli import grammar
 from testbed.cli.output import console, escape
 from testbed.errors import TestbedError, UsageError
 from testbed.exitcodes import Exit
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def __getattr__(name: str) -> Any:
@@ -159,7 +162,7 @@ def _lazy_stdlib(names: tuple[str, ...] = ("inspect",)) -> None:
         spec.loader.exec_module(module)
 
 
-def _state_home() -> Any:
+def _state_home() -> Path:
     # lazy: start-up (testbed status and exec load this module)
     from testbed import paths
 
@@ -172,7 +175,7 @@ def _tracebacks() -> bool:
     return grammar.tracebacks or bool(app is not None and app.tracebacks)
 
 
-def _run_refusing_cleanly(fresh: bool) -> Any:
+def _run_refusing_cleanly(fresh: bool) -> object:
     """The command (a hot one by :mod:`testbed.cli.grammar`, else by the Typer app); when it fails in a folder
     that had no state, the state it created with nothing recorded is removed again (``provision nosuch`` or
     ``run … --on nosuch`` leave no ``.testbed/`` behind)."""

@@ -67,7 +67,7 @@ def generate() -> dict[str, Any]:
     return table
 
 
-def _type_name(p: Any) -> str:
+def _type_name(p: object) -> str:
     """text, integer or float where a value is taken as it is written (Typer's annotation, else Click's type);
     anything else (a parser, bounds, a path, a choice) is 'other', which the fast path leaves to Typer."""
     desc = getattr(p, "type_descriptor", None)

@@ -18,6 +18,7 @@ from testbed.textfmt import iso, plural
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from testbed.hosts import Host
     from testbed.providers.base import Provider
     from testbed.resolved import Resolved
     from testbed.state import Store, TestbedRow
@@ -52,7 +53,7 @@ def progress_printer() -> Callable[[str], None]:
     return show
 
 
-def _hosts_table(out: Plain, title: str, hosts: list[Any]) -> None:
+def _hosts_table(out: Plain, title: str, hosts: list[Host]) -> None:
     out.table(title, ("host", "address", "port", "user", "groups", "state"),
               [[h.name, h.address, str(h.port), h.user, ",".join(h.groups), h.state] for h in hosts],
               whole=("host", "address"))

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -168,14 +168,14 @@ def _wrap(lines: list[str], width: int) -> list[str]:
     return out
 
 
-def _isatty(stream: Any) -> bool:
+def _isatty(stream: IO[str]) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError, OSError):
         return False
 
 
-def _width(stream: Any) -> int:
+def _width(stream: IO[str]) -> int:
     """COLUMNS when set, else the terminal's width, else 80 (what Rich does)."""
     cols = os.environ.get("COLUMNS", "")
     if cols.isdigit() and int(cols) > 0:

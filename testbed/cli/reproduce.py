@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from testbed.cli import complete
 from testbed.cli.common import JsonOpt, console, escape, print_json, store
 from testbed.exitcodes import Exit
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from testbed.records import RunRecord
+    from testbed.reproduce import Replay
+    from testbed.state import Store
 
 
 def reproduce_cmd(
@@ -66,7 +73,7 @@ def reproduce_cmd(
     raise typer.Exit(out.code)
 
 
-def _replay(replay: Any, no_setup: bool, st: Any, c: Any) -> tuple[str, Any]:
+def _replay(replay: Replay, no_setup: bool, st: Store, c: Console) -> tuple[str, RunRecord]:
     """Start the replay (its set-up first unless ``no_setup``) and follow it to its end: (run id, its row)."""
     # lazy: testbed --help and completion load every command module
     from testbed import services

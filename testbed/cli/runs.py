@@ -23,10 +23,18 @@ from testbed.textfmt import iso, plural
 T = TypeVar("T")
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rich.console import Console, Group
+    from rich.spinner import Spinner
+    from rich.text import Text
+
+    from testbed.collect import CollectResult
     from testbed.estimate import Budget
     from testbed.records import RunPlan, RunRecord
     from testbed.rehearse import RehearsalResult
     from testbed.run.forecast import Forecast
+    from testbed.run.runner import RankLine
     from testbed.setup.events import EventHandler
     from testbed.state import Store
     from testbed.suite import Suite
@@ -120,7 +128,7 @@ def run(
     c.print(run_line(run_id, collected[0].path if collected else None, c, f"{s.name}/{run_id}" * bool(s.references)))
 
 
-def run_line(run_id: str, folder: Any, c: Any, pending: str | None = None) -> str:
+def run_line(run_id: str, folder: Path | None, c: Console, pending: str | None = None) -> str:
     """The one line after a run that succeeded: with its folder collected (``--collect``), its report is built and
     the line says the status and the verdicts side by side (``succeeded, but 1 of 4 verdicts outside tolerance``,
     red), never a bare green "succeeded" over an outside tolerance; else the status, and (``pending``: the suite
@@ -196,7 +204,7 @@ def _with_setup_view(tb: Resolved, s: Suite, no_setup: bool, work: Callable[[Eve
     return out
 
 
-def _collect(run_ids: list[str]) -> list[Any]:
+def _collect(run_ids: list[str]) -> list[CollectResult]:
     """``run --collect``: the run's outputs into results/ as soon as it ended; problems are one error. What each
     run's collect did (its folder in ``path``)."""
     from pathlib import Path
@@ -437,7 +445,7 @@ def _show_forecast(fc: Forecast) -> None:
                 f"({escape(fit['basis'])}); extend it (testbed extend), or plan fewer points (-p)")
 
 
-def _paused(c: Any, cid: str, stopped: dict[str, Any]) -> None:
+def _paused(c: Console, cid: str, stopped: dict[str, Any]) -> None:
     """A campaign its budget stopped: what it spent (actual run times), what is left, how to resume."""
     unit = stopped["unit"]
 
@@ -497,7 +505,7 @@ def stop(run_id: Annotated[str, typer.Argument(help="Run id.", autocompletion=co
     console().print(f"run {run_id}: {row.status}" + (f" ({row.reason})" if row.reason else ""))
 
 
-def follow(run_id: str, c: Any, st: Store) -> RunRecord:
+def follow(run_id: str, c: Console, st: Store) -> RunRecord:
     """Print the run's events until it ends; Ctrl-C detaches (the run goes on). The run as it ended.
 
     On a terminal, a live status line sits under the events: the run's state and time so far, and what each rank
@@ -520,7 +528,7 @@ def follow(run_id: str, c: Any, st: Store) -> RunRecord:
     return state.require(st, run_id)
 
 
-def progress_view(run_id: str, last: str, elapsed: float, lines: list[Any], most: int = 8) -> Any:
+def progress_view(run_id: str, last: str, elapsed: float, lines: list[RankLine], most: int = 8) -> Group:
     """The live status line of a followed run: its id, time so far and last event, then each rank's last line
     (host, rank, text), one row each, cut at the terminal's width rather than wrapped."""
     from rich.console import Group
@@ -530,7 +538,7 @@ def progress_view(run_id: str, last: str, elapsed: float, lines: list[Any], most
     m, sec = divmod(int(elapsed), 60)
     head = Text.assemble((f"run {run_id}", "bold"), f"  {m}m{sec:02d}s  ", (last, "dim"), "  (Ctrl-C detaches)",
                          no_wrap=True, overflow="ellipsis")
-    rows: list[Any] = [Spinner("dots", head)]
+    rows: list[Spinner | Text] = [Spinner("dots", head)]
     for ln in lines[:most]:
         rows.append(Text.assemble((f"  {ln.host} r{ln.rank}  ", "cyan"), ln.text, no_wrap=True, overflow="ellipsis"))
     if len(lines) > most:
@@ -549,15 +557,15 @@ class _LiveRun:
 
         self.run_id, self.plan, self.t0 = run_id, plan, time.monotonic()
         self.status = "starting"
-        self.lines: list[Any] = []
+        self.lines: list[RankLine] = []
 
-    def render(self) -> Any:
+    def render(self) -> Group:
         import time
 
         return progress_view(self.run_id, self.status, time.monotonic() - self.t0, self.lines, self.most)
 
     @contextlib.contextmanager
-    def shown(self, c: Any) -> Iterator[None]:
+    def shown(self, c: Console) -> Iterator[None]:
         import threading
 
         from rich.live import Live
@@ -689,7 +697,7 @@ def show(suite: Annotated[str, typer.Argument(help="Suite name or .yml path.",
             c.print(f"  {escape(where)}: {escape(text)}", emoji=False)
 
 
-def _warn_todos(s: Suite) -> Any:
+def _warn_todos(s: Suite) -> Suite:
     """Say on stderr that suite ``s`` still has TODO comments (a draft of testbed new), and where the first is;
     return ``s``."""
     todos = to_fill_in(s)
@@ -732,7 +740,7 @@ def _judge_on(s: Suite, on: str | None) -> None:
         raise UsageError(refused[0].what + more, where=refused[0].where, fix=refused[0].fix)
 
 
-def _rendered(s: Suite, on: str | None = None) -> Any:
+def _rendered(s: Suite, on: str | None = None) -> RunPlan | None:
     """The suite's dry-run plan on its default testbed with every fault, whose values ``show`` prints for the
     templates; None when it cannot be planned there (the templates are then said to be rendered per testbed)."""
     # lazy: testbed --help and completion load every command module

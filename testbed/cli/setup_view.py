@@ -6,10 +6,15 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.setup.events import EventAggregator, EventHandler, SetupResult
 from testbed.textfmt import plural
+
+if TYPE_CHECKING:
+    from rich.console import Console, Group
+    from rich.table import Table
+    from rich.text import Text
 
 
 # --- progress display ------------------------------------------------------------------------------------
@@ -24,11 +29,11 @@ class SetupProgress:
     def handle(self, ev: dict[str, Any]) -> None:
         self.agg.handle(ev)
 
-    def __rich__(self) -> Any:
+    def __rich__(self) -> Table | Group:
         return render_progress(self)
 
 
-def render_progress(view: SetupProgress) -> Any:
+def render_progress(view: SetupProgress) -> Table | Group:
     """The live table: one row per host with its current task and running counts."""
     from rich.table import Table
 
@@ -59,7 +64,7 @@ def render_progress(view: SetupProgress) -> Any:
     return t
 
 
-def render_summary(result: SetupResult) -> Any:
+def render_summary(result: SetupResult) -> Text | Group:
     """The final table host x ok/changed/failed/unreachable, and each failed host's first error."""
     from rich.console import Group
     from rich.table import Table
@@ -82,7 +87,7 @@ def render_summary(result: SetupResult) -> Any:
         style = {"failed": "red", "unreachable": "red", "stopped": "red", "changed": "yellow"}.get(h.status, "green")
         t.add_row(name, str(h.ok), str(h.changed), str(h.failed), str(h.unreachable), str(h.skipped),
                   Text(h.status, style=style))
-    parts: list[Any] = [t]
+    parts: list[Table | Text] = [t]
     for role, folder in result.overrides.items():
         parts.append(Text(f"note: role {role} is yours ({folder}), not the shipped one of that name", style="yellow"))
     if result.unchanged:
@@ -108,7 +113,7 @@ def render_summary(result: SetupResult) -> Any:
     return Group(*parts)
 
 
-def _reasons(result: SetupResult) -> list[Any]:
+def _reasons(result: SetupResult) -> list[Text]:
     """Why Ansible ran where it ran: one line per reason, hosts whose earlier set-up did not finish first."""
     from rich.text import Text
 
@@ -126,7 +131,7 @@ def _reasons(result: SetupResult) -> list[Any]:
 
 
 @contextmanager
-def live(hosts: list[str], title: str, console: Any = None) -> Iterator[EventHandler]:
+def live(hosts: list[str], title: str, console: Console | None = None) -> Iterator[EventHandler]:
     """The live per-host view of a set-up on ``console`` while the block runs; yields its event handler."""
     from rich.console import Console
     from rich.live import Live

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 
+if TYPE_CHECKING:
+    from testbed.report.verdicts import Verdict
 
-def print_verdicts(c: Console, verdicts: Sequence[Any], title: str = "verdicts") -> None:
+
+def print_verdicts(c: Console, verdicts: Sequence[Verdict], title: str = "verdicts") -> None:
     """One line of summary, then a table: metric, reference, ours, difference, verdict, tolerance, hardware."""
     from rich.table import Table
 

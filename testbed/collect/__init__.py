@@ -237,8 +237,10 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
         return res
     made = _missing_parents(folder, Path(to))  # removed again when nothing of the run could be fetched
     folder.mkdir(parents=True, exist_ok=True)
-    old_facts = {h.get("name"): h.get("facts") or {} for h in old.get("hosts") or [] if isinstance(h, dict)}
-    have_software = bool((old.get("software") or {}).get("pip_freeze"))
+    old_facts: dict[str, dict[str, Any]] = {  # as the manifest (untrusted) holds them: objects only
+        str(h.get("name")): f for h in _listed(old.get("hosts"))
+        if isinstance(h, dict) and isinstance(f := h.get("facts"), dict)}
+    have_software = bool(_object(old.get("software")).get("pip_freeze"))
     rdir = run.info.run_dir or f"{RUNS_DIR}/{run.id}"
     ctx = Ctx(st, threading.Lock(), run.testbed, run.id, folder, run.info.to_json(), progress, timeout, io_timeout,
               bwlimit_kbps, force_sftp, final=run_ended(run),
@@ -267,6 +269,16 @@ def _collect_run(st: Store, run: RunRecord, to: Path, *, progress: ProgressFn | 
         _write_manifest(res, man, old)
     res.seconds = round(time.monotonic() - t0, 3)
     return res
+
+
+def _object(v: object) -> dict[str, Any]:
+    """A JSON object of an earlier manifest (untrusted: the folder may have been edited), else an empty one."""
+    return v if isinstance(v, dict) else {}
+
+
+def _listed(v: object) -> list[Any]:
+    """A JSON list of an earlier manifest, else an empty one."""
+    return v if isinstance(v, list) else []
 
 
 def _refused(run: RunRecord, hosts: list[Host], folder: Path, old: Manifest) -> str | None:
@@ -316,7 +328,7 @@ class _Software:
             t.join()
 
 
-def _fetch_hosts(ctx: Ctx, res: CollectResult, hosts: list[Host], old_facts: dict[Any, Any],
+def _fetch_hosts(ctx: Ctx, res: CollectResult, hosts: list[Host], old_facts: dict[str, dict[str, Any]],
                  sw: _Software) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     """List and transfer every host in parallel (``res.hosts``); the facts each listing printed, by host."""
     gathered: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
@@ -335,16 +347,16 @@ def _fetch_hosts(ctx: Ctx, res: CollectResult, hosts: list[Host], old_facts: dic
     return gathered
 
 
-def _facts_and_software(old: Manifest, old_facts: dict[Any, Any],
+def _facts_and_software(old: Manifest, old_facts: dict[str, dict[str, Any]],
                         gathered: dict[str, tuple[dict[str, Any], dict[str, Any]]], sw_lines: list[str],
                         have_software: bool) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Each host's facts and the run's software: what this collect read, else what the manifest held."""
-    facts: dict[str, dict[str, Any]] = {str(name): dict(f) for name, f in old_facts.items() if isinstance(f, dict)}
+    facts: dict[str, dict[str, Any]] = {name: dict(f) for name, f in old_facts.items()}
     software: dict[str, Any] = {}
     if have_software:
-        osw = old.get("software") or {}
+        osw = _object(old.get("software"))
         software = {"python": osw.get("python"), "pip_freeze": osw.get("pip_freeze"),
-                    "_commits": {k: (v or {}).get("commit") for k, v in (osw.get("sources") or {}).items()}}
+                    "_commits": {k: _object(v).get("commit") for k, v in _object(osw.get("sources")).items()}}
     for name, (f, _) in gathered.items():
         if f:
             facts[name] = f
@@ -379,7 +391,7 @@ def _kept_or_lost(res: CollectResult, run: RunRecord, gone: str) -> None:
     """A run whose hosts are gone: the results collected before are kept (a note says what never came back),
     else the run is ``lost``. Nothing is written."""
     old = mf.load(res.path)
-    files = [f for f in old.get("files") or [] if isinstance(f, dict)] if old.get("run_id") == run.id else []
+    files = [f for f in _listed(old.get("files")) if isinstance(f, dict)] if old.get("run_id") == run.id else []
     if not files:
         res.lost = gone
         return

@@ -38,7 +38,7 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def copy_suite(info: dict[str, Any], folder: Path, old: Any) -> tuple[dict[str, Any] | None, str | None]:
+def copy_suite(info: dict[str, Any], folder: Path, old: object) -> tuple[dict[str, Any] | None, str | None]:
     """(the ``suite_copy`` record, None) or (None, why the suite could not be copied). ``info``: the run's
     RunInfo as JSON; ``old``: the record an earlier collect wrote (kept while its files are whole)."""
     if isinstance(old, dict) and _whole(folder, old):
@@ -70,7 +70,7 @@ def copy_suite(info: dict[str, Any], folder: Path, old: Any) -> tuple[dict[str, 
     return rec, None
 
 
-def _copy_base(src: Path, name: Any) -> str:
+def _copy_base(src: Path, name: object) -> str:
     """Where a suite's copy lives in the run folder: ``.suite/`` for a single file, ``.suite/<name>/`` for a
     folder's ``suite.yml`` (so the copy reads back under the suite's name, as the folder gave it)."""
     if src.name != SUITE_FILE:
@@ -79,7 +79,7 @@ def _copy_base(src: Path, name: Any) -> str:
     return f"{COPY_DIR}/{own}" if re.match(SUITE_NAME_RE, own) else COPY_DIR
 
 
-def _copy_profile(name: Any, folder: Path) -> dict[str, Any] | None:
+def _copy_profile(name: object, folder: Path) -> dict[str, Any] | None:
     """The run's profile file copied as it is now (profiles are not hashed when a run is planned)."""
     path = available_profiles().get(str(name)) if name else None
     if path is None or not path.is_file():
@@ -101,7 +101,7 @@ def _whole(folder: Path, rec: dict[str, Any]) -> bool:
         return False
 
 
-def inside(run_dir: Path, value: Any, field: str) -> Path:
+def inside(run_dir: Path, value: object, field: str) -> Path:
     """``value`` (a path a manifest holds) as a file inside ``run_dir``; refused (UsageError naming ``field``)
     when it is not a relative path, holds ``..``, or leads out of the folder through a link."""
     where = f"{run_dir / MANIFEST}: {field}"
@@ -125,7 +125,7 @@ def inside(run_dir: Path, value: Any, field: str) -> Path:
     return run_dir / value
 
 
-def verified(run_dir: Path, rec: Any) -> tuple[Path, dict[str, Path]]:
+def verified(run_dir: Path, rec: object) -> tuple[Path, dict[str, Path]]:
     """The copied suite's YAML and the other copied files (record path -> path), each inside ``run_dir`` with
     the sha256 the manifest records; one UsageError naming the first that is not."""
     where = str(run_dir / MANIFEST)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from testbed.errors import TestbedError, UsageError
 from testbed.report import render, tidy_csv
@@ -19,6 +19,8 @@ from testbed.suite import resolve_params
 
 if TYPE_CHECKING:
     from testbed.suite import Suite
+
+S = TypeVar("S")  # what a reporter reads: a run folder or a campaign
 
 FORMATS = ("md", "html")
 
@@ -93,7 +95,7 @@ def build_report(run_dir: Path, fmt: str = "md") -> ReportResult:
     return res
 
 
-def call_reporter(fn: Callable[[Any, Report], None], subject: Any, rep: Report, what: str) -> None:
+def call_reporter(fn: Callable[[S, Report], None], subject: S, rep: Report, what: str) -> None:
     """Run a reporter; a broken output must still give a report (the error is a skip note and a failed check)."""
     try:
         fn(subject, rep)

@@ -62,7 +62,7 @@ class Cause:
                 "note": self.note, "summary": self.summary()}
 
 
-def failed(status: Any) -> bool:
+def failed(status: object) -> bool:
     """Whether a run with this status ended without succeeding (pending, running or unknown: not failed)."""
     return isinstance(status, str) and bool(status) and status != SUCCESS and status not in NOT_ENDED
 

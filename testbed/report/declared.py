@@ -9,7 +9,7 @@ reference or check naming a table that nothing makes.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from testbed.tables import CONTEXT_COLUMNS, GENERIC_TABLES, DeclaredTable
 if TYPE_CHECKING:
     from testbed.results import Parser, SuiteResults
     from testbed.suite import Suite
+    from testbed.yamlfile import Loc
 
 MAX_FILE_BYTES = 256 << 20
 """A file larger than this is not read into a table (a note says so): a table is for results, not a disk image."""
@@ -254,13 +255,14 @@ def add_table_checks(rep: Report, suite: Suite | None, params: dict[str, Any] | 
         rep.check(c.name, *_bounded(values, c.column, c.min, c.max, where))
 
 
-def _bounded(values: list[Any], column: str, lo: float | None, hi: float | None, where: str) -> tuple[bool, str]:
+def _bounded(values: Sequence[bool | int | float | str | None], column: str, lo: float | None, hi: float | None,
+             where: str) -> tuple[bool, str]:
     bad = [v for v in values if not isinstance(v, int | float) or isinstance(v, bool)
            or (lo is not None and v < lo) or (hi is not None and v > hi)]
     span = f"at most {hi:g}" if lo is None else f"at least {lo:g}" if hi is None else f"within [{lo:g}, {hi:g}]"
     if bad:
         return False, f"{len(bad)} of {len(values)} {column} values{where} not a number {span} (first: {bad[0]!r})"
-    nums = [float(v) for v in values]
+    nums = [float(v) for v in values if v is not None]  # each a number by now (any other value is bad above)
     seen = f"{min(nums):g}..{max(nums):g}" if nums else "none"
     return True, f"{len(values)} {column} values{where} {span} ({seen})"
 
@@ -294,7 +296,7 @@ def unknown_tables(suite: Suite) -> list[UsageError]:
     if known is None:
         return []
     errors: list[UsageError] = []
-    named: list[tuple[tuple[Any, ...], str, Iterable[str]]] = []
+    named: list[tuple[Loc, str, Iterable[str]]] = []
     if suite.references is not None:
         named += [(("references", "metrics", i), r.table, [r.column, *r.where])
                   for i, r in enumerate(suite.references.metrics)]

@@ -448,7 +448,7 @@ def index_report(root: Path, rows: list[dict[str, Any]], campaigns: list[tuple[s
     """The index as a Report (rendered like any other): runs, campaigns, skipped folders."""
     rep = Report(root, f"Results in {root.name or root}", fold=False)
 
-    def link(text: str, path: Path | None) -> Any:
+    def link(text: str, path: Path | None) -> Link | str:
         return Link(text, os.path.relpath(path, root)) if path is not None else text
 
     rep.heading("Runs")

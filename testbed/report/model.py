@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from testbed.report.plotting import save_figure
 from testbed.textfmt import iso
+
+if TYPE_CHECKING:
+    from testbed.report.plotting import Draw
+    from testbed.report.verdicts import Verdict
 
 T = TypeVar("T")
 
@@ -45,7 +49,7 @@ class Table:
 
     name: str
     columns: list[str]
-    rows: list[list[Any]]  # Cell values; anything else is shown with str()
+    rows: list[list[object]]  # Cell values; anything else is shown with str()
     title: str = ""
 
 
@@ -101,7 +105,7 @@ class Report:
     cause: Any = None  # a failed run's report: its testbed.report.cause.Cause
     status: str | None = None  # the run's status and its reason: the first line a reader sees
     reason: str | None = None
-    verdicts: list[Any] = field(default_factory=list)  # testbed.report.verdicts.Verdict, one per reference
+    verdicts: list[Verdict] = field(default_factory=list)  # one per reference
     lead: list[Block] = field(default_factory=list)  # the key figure and the timeline: on the first screen
     fold: bool = True  # HTML: fold every table and log after the first screen (an index folds nothing)
 
@@ -114,7 +118,7 @@ class Report:
     def code(self, lines: Sequence[str]) -> None:
         self.blocks.append(Code(list(lines)))
 
-    def table(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str = "",
+    def table(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[object]], title: str = "",
               lead: bool = False) -> Table:
         """A tidy table; ``lead``: shown on the report's first screen (a short timeline), not among the details."""
         tab = Table(_safe_name(name), list(columns), [list(r) for r in rows], title)
@@ -122,7 +126,7 @@ class Report:
         return tab
 
     def figure(
-        self, name: str, draw: Callable[[Any], None], caption: str = "", size: tuple[float, float] = (7, 4),
+        self, name: str, draw: Draw, caption: str = "", size: tuple[float, float] = (7, 4),
         key: bool = False,
     ) -> Figure:
         """Draw with ``draw(fig)`` on a fresh matplotlib Figure and save it as ``<name>.png``; ``key``: the

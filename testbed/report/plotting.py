@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    Draw = Callable[[Figure], None]  # fills a fresh Figure
 
 
-def save_figure(path: Path, draw: Callable[[Any], None], size: tuple[float, float] = (7, 4)) -> Path:
+def save_figure(path: Path, draw: Draw, size: tuple[float, float] = (7, 4)) -> Path:
     """Create a Figure, let ``draw`` fill it, save a PNG at ``path``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -40,10 +45,10 @@ def lines(
     title: str = "",
     vlines: Sequence[tuple[float, str, str]] = (),
     marker: str = "",
-) -> Callable[[Any], None]:
+) -> Draw:
     """A drawer for one axis of labelled line series, with optional vertical markers (x, label, color)."""
 
-    def draw(fig: Any) -> None:
+    def draw(fig: Figure) -> None:
         ax = fig.add_subplot()
         for label, (xs, ys) in series.items():
             ax.plot(list(xs), list(ys), marker=marker, label=label)
@@ -67,10 +72,10 @@ def bars(
     ylabel: str,
     title: str = "",
     stacked: bool = False,
-) -> Callable[[Any], None]:
+) -> Draw:
     """A drawer for grouped (or stacked) bars: one bar group per label, one bar per series."""
 
-    def draw(fig: Any) -> None:
+    def draw(fig: Figure) -> None:
         ax = fig.add_subplot()
         n = max(len(groups), 1)
         width = 0.8 if stacked else 0.8 / n
@@ -94,10 +99,10 @@ def bars(
     return draw
 
 
-def boxes(data: Mapping[str, Sequence[float]], *, ylabel: str, title: str = "") -> Callable[[Any], None]:
+def boxes(data: Mapping[str, Sequence[float]], *, ylabel: str, title: str = "") -> Draw:
     """A drawer for one box per label."""
 
-    def draw(fig: Any) -> None:
+    def draw(fig: Figure) -> None:
         ax = fig.add_subplot()
         ax.boxplot([list(v) for v in data.values()])
         ax.set_xticks(range(1, len(data) + 1), list(data.keys()))

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any
 
-from testbed.report.model import Cell, Code, Figure, Heading, Link, Report, Table, Text, Timestamp
+from testbed.report.model import Block, Cell, Code, Figure, Heading, Link, Report, Table, Text, Timestamp
 from testbed.report.tidy_csv import _verdict
-from testbed.report.verdicts import headline, headline_tone, summary
+from testbed.report.verdicts import Verdict, headline, headline_tone, summary
 from testbed.textfmt import plural
 
 
@@ -60,7 +59,7 @@ def _status_text(report: Report) -> str | None:
                     report.cause.summary() if report.cause is not None else report.reason)
 
 
-def _verdict_rows(report: Report) -> list[list[Any]]:
+def _verdict_rows(report: Report) -> list[list[object]]:
     return [[v.metric, v.reference, v.ours, _difference(v), v.status, v.tolerance, v.hardware, v.source]
             for v in report.verdicts]
 
@@ -68,14 +67,14 @@ def _verdict_rows(report: Report) -> list[list[Any]]:
 VERDICT_HEAD = ["metric", "reference", "ours", "difference", "verdict", "tolerance", "hardware", "source"]
 
 
-def _difference(v: Any) -> str:
+def _difference(v: Verdict) -> str:
     if v.difference is None:
         return "" if v.within is None else ("same" if v.within else "differs")
     text = f"{fmt_cell(v.difference) if v.difference < 0 else '+' + fmt_cell(v.difference)}"
     return text + (f" ({v.relative_pct:+.1f}%)" if v.relative_pct is not None else "")
 
 
-def _lead(report: Report) -> list[Any]:
+def _lead(report: Report) -> list[Block]:
     """The first screen's blocks: the key figure first, then the timeline."""
     return sorted(report.lead, key=lambda b: not isinstance(b, Figure))
 
@@ -188,7 +187,7 @@ def to_html(report: Report) -> str:
     return "\n".join(out)
 
 
-def _verdict_html(rows: list[list[Any]], verdicts: list[Any], hardware: bool = True) -> str:
+def _verdict_html(rows: list[list[object]], verdicts: list[Verdict], hardware: bool = True) -> str:
     """The verdict rows; ``hardware``: with the hardware column (left out when no verdict names a difference)."""
     e = html.escape
     cls = {"within tolerance": "within", "outside tolerance": "outside", "not measured": "missing"}
@@ -199,14 +198,15 @@ def _verdict_html(rows: list[list[Any]], verdicts: list[Any], hardware: bool = T
         cells += [f'<td class="num nw">{e(fmt_cell(c))}</td>' for c in row[1:4]]
         note = f' title="{e(v.note)}"' if v.note else ""
         cells.append(f'<td class="{cls[v.status]} nw"{note}>{e(v.status)}</td>')
-        cells.append(f'<td class="nw">{e(row[5])}</td>')
-        cells.append((f'<td class="hw">{e(row[6])}</td>' if hardware else "") + f'<td class="src">{e(row[7])}</td>')
+        cells.append(f'<td class="nw">{e(str(row[5]))}</td>')
+        cells.append((f'<td class="hw">{e(str(row[6]))}</td>' if hardware else "")
+                     + f'<td class="src">{e(str(row[7]))}</td>')
         parts.append("<tr>" + "".join(cells) + "</tr>")
     parts.append("</table>")
     return "\n".join(parts)
 
 
-def _html_block(block: Any, fold: bool) -> str:
+def _html_block(block: Block, fold: bool) -> str:
     """One block; with ``fold``, a table or a log is folded under a one-line summary."""
     e = html.escape
     if isinstance(block, Heading):

@@ -212,14 +212,14 @@ def generic(run: RunDir, rep: Report, own_tables: bool = False) -> None:
     add_file_table(run, rep)
 
 
-def _duration(start: Any, end: Any) -> float | None:
+def _duration(start: object, end: object) -> float | None:
     try:
         return round((datetime.fromisoformat(str(end)) - datetime.fromisoformat(str(start))).total_seconds(), 3)
     except (TypeError, ValueError):
         return None
 
 
-def _scalar(value: Any) -> str | int | float | bool | None:
+def _scalar(value: object) -> str | int | float | bool | None:
     if value is None or isinstance(value, str | int | float | bool):
         return value
     if isinstance(value, dict):  # an event's details: key=value, each value in words (never a Python repr)

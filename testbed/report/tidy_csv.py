@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from testbed.report.model import Check, Report, Table, Timestamp
+
+if TYPE_CHECKING:
+    from testbed.report.verdicts import Verdict
 
 
 def write_table(out_dir: Path, table: Table) -> Path:
@@ -21,7 +24,7 @@ def write_table(out_dir: Path, table: Table) -> Path:
 
 
 def checks_table(checks: list[Check]) -> Table:
-    rows = [[name, _verdict(passed), detail] for name, passed, detail in checks]
+    rows: list[list[object]] = [[name, _verdict(passed), detail] for name, passed, detail in checks]
     return Table("checks", ["check", "result", "detail"], rows, "Checks")
 
 
@@ -29,7 +32,7 @@ VERDICT_COLUMNS = ["metric", "reference", "ours", "difference", "relative_pct", 
                    "source", "note"]
 
 
-def verdicts_table(verdicts: list[Any]) -> Table:
+def verdicts_table(verdicts: list[Verdict]) -> Table:
     """The verdicts (testbed.report.verdicts.Verdict) as a tidy table."""
     rows = [[v.metric, v.reference, v.ours, v.difference, v.relative_pct, v.status, v.tolerance, v.hardware, v.source,
              v.note] for v in verdicts]

@@ -8,7 +8,9 @@ import re
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 """No run of this tool started before this; a timestamp before it is damage or forgery."""
@@ -50,7 +52,7 @@ def manifest_problems(m: dict[str, Any], now: datetime | None = None) -> list[st
     return out
 
 
-def _file_problems(f: Any) -> list[str]:
+def _file_problems(f: object) -> list[str]:
     if not isinstance(f, dict):
         return [f"{_shown(f)} is not a file record"]
     out = []
@@ -75,7 +77,7 @@ def _items(m: dict[str, Any], key: str, out: list[str]) -> list[Any]:
     return v or []
 
 
-def _time(v: Any, field: str, now: datetime, out: list[str]) -> datetime | None:
+def _time(v: object, field: str, now: datetime, out: list[str]) -> datetime | None:
     """``v`` (ISO 8601) as a time; a problem appended when it is no time, or far in the past or future."""
     if v is None:
         return None
@@ -93,18 +95,18 @@ def _time(v: Any, field: str, now: datetime, out: list[str]) -> datetime | None:
     return t
 
 
-def _is_name(v: Any) -> bool:
+def _is_name(v: object) -> bool:
     return isinstance(v, str) and len(v) <= 200 and bool(_NAME.match(v))
 
 
-def _shown(v: Any) -> str:
+def _shown(v: object) -> str:
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def duplicated(claims: Iterable[tuple[str, Any]]) -> dict[str, list[Any]]:
+def duplicated(claims: Iterable[tuple[str, T]]) -> dict[str, list[T]]:
     """Run id -> the folders (two or more) claiming it, from (run id, folder) pairs."""
-    seen: dict[str, list[Any]] = {}
+    seen: dict[str, list[T]] = {}
     for run_id, folder in claims:
         seen.setdefault(run_id, []).append(folder)
     return {k: v for k, v in seen.items() if len(v) > 1}

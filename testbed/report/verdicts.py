@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from testbed import paths
 from testbed.errors import UsageError
-from testbed.report.model import Link, Table
-from testbed.suite import SUITE_NAME_RE, load_suite
+from testbed.report.model import Link, Report, Table
+from testbed.suite import SUITE_NAME_RE, Suite, load_suite
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ def _within(ref: Reference, ours: float) -> bool:
     return abs(ours - value) <= slack
 
 
-def _value(cell: Any) -> Any:
+def _value(cell: object) -> bool | int | float | str | None:
     """A table cell as a number or text; None for an empty or NaN cell."""
     if isinstance(cell, Link):
         cell = cell.text
@@ -187,7 +187,7 @@ def _value(cell: Any) -> Any:
     return str(cell)
 
 
-def _same(cell: Any, want: Any) -> bool:
+def _same(cell: object, want: object) -> bool:
     v = _value(cell)
     if isinstance(want, int | float) and not isinstance(want, bool):
         try:
@@ -255,8 +255,8 @@ def suite_references(suite: str) -> tuple[References | None, str | None]:
     return s.references, None
 
 
-def add_verdicts(rep: Any, suite: str, hosts: Sequence[dict[str, Any]], located: tuple[Any, str | None] | None = None
-                 ) -> None:
+def add_verdicts(rep: Report, suite: str, hosts: Sequence[dict[str, Any]],
+                 located: tuple[Suite | None, str | None] | None = None) -> None:
     """Fill ``rep.verdicts`` from ``suite``'s references against ``rep``'s tables (none: no references);
     ``located``: (the Suite, why it is not read) as testbed.report.declared.locate_suite found it for the run,
     else the suite is looked up by name."""

@@ -88,7 +88,7 @@ def ranks(st: Store, run_id: str) -> list[RankRecord]:
 
 
 def event(st: Store, run_id: str, kind: str, host: str | None = None, ts: float | None = None,
-          info: dict[str, Any] | None = None, **more: Any) -> None:
+          info: dict[str, Any] | None = None, **more: object) -> None:
     """One events row; ``info`` and ``more`` form its detail JSON."""
     st.add_event(run_id, kind, host, ts or time.time(), {**(info or {}), **more})
 

@@ -54,6 +54,7 @@ from testbed.textfmt import plural
 if TYPE_CHECKING:
     from testbed.records import Override
     from testbed.state import Store
+    from testbed.yamlfile import Loc
 
 RUNS_ROOT = "~/.testbed-runs"
 """Run directories on the hosts: ``~/.testbed-runs/<run-id>/`` (logs, pid, exit code, timestamps, outputs)."""
@@ -541,7 +542,7 @@ def _check_gpu_ranks(sc: _Scope) -> None:
 
 
 def _steps(sc: _Scope, items: list[Step], phase: str, attempt: int = 0,
-           loc: tuple[Any, ...] | None = None) -> list[PlanStep]:
+           loc: Loc | None = None) -> list[PlanStep]:
     """The steps of ``phase`` (prepare, recovery, post) rendered for ``attempt``; ``loc``: where in the suite
     they are written (default ``steps.<phase>``)."""
     out: list[PlanStep] = []
@@ -561,7 +562,7 @@ def _steps(sc: _Scope, items: list[Step], phase: str, attempt: int = 0,
     return out
 
 
-def _relaunch_step(sc: _Scope, s: Step, name: str, phase: str, attempt: int, loc: tuple[Any, ...],
+def _relaunch_step(sc: _Scope, s: Step, name: str, phase: str, attempt: int, loc: Loc,
                    i: int) -> RelaunchStep:
     """A recovery step restarting the ranks (the launch command, or the step's own)."""
     if phase != "recovery":  # the ranks are not running yet (prepare) or have ended (post)
@@ -574,7 +575,7 @@ def _relaunch_step(sc: _Scope, s: Step, name: str, phase: str, attempt: int, loc
     return RelaunchStep(name=name, ranks=_ranks(sc, attempt, cmd, at))
 
 
-def _run_step(sc: _Scope, s: Step, name: str, attempt: int, loc: tuple[Any, ...], i: int) -> RunStep:
+def _run_step(sc: _Scope, s: Step, name: str, attempt: int, loc: Loc, i: int) -> RunStep:
     """A step of commands, rendered per host it runs on."""
     suite, addr = sc.suite, sc.addr
     ctx = {**sc.base, "attempt": attempt, "recovering": attempt > 0}

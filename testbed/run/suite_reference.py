@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from testbed import paths, suite, templating, yamlfile
 from testbed.run.plan import TEMPLATE_VARIABLES, TESTBED_CONTEXT
 from testbed.spec import Hardware
+from testbed.yamlfile import Loc
 
 COMMAND = "PYTHONPATH=. python -m testbed.run.suite_reference > docs/suite-reference.md"
 
@@ -84,7 +86,7 @@ EXAMPLES: dict[str, str] = {
 }
 """Examples of the template variables no shipped suite uses (the others quote a shipped suite's line)."""
 
-def _models_of(ann: Any) -> list[tuple[str, type[BaseModel]]]:
+def _models_of(ann: object) -> list[tuple[str, type[BaseModel]]]:
     """(path suffix, model) of every model inside a field's type: ``""`` itself, ``"[]"`` a list item, ``".<name>"``
     a mapping's value."""
     origin, args = get_origin(ann), get_args(ann)
@@ -122,7 +124,7 @@ def fields(m: type[BaseModel]) -> dict[str, Any]:
     return {k: f for k, f in m.model_fields.items() if not f.exclude}
 
 
-def type_text(ann: Any, templated: bool = False) -> str:
+def type_text(ann: object, templated: bool = False) -> str:
     """A field's type in words: ``list of str``, ``int or template``, ``one of `a`, `b```, a model as a link."""
     origin, args = get_origin(ann), get_args(ann)
     if ann is Any:
@@ -147,7 +149,7 @@ def type_text(ann: Any, templated: bool = False) -> str:
     return getattr(ann, "__name__", str(ann))
 
 
-def choices_text(f: Any) -> str | None:
+def choices_text(f: FieldInfo) -> str | None:
     """``one of ...`` for a field whose values a registry holds (its type's metadata has ``choices()``: a fault's
     ``action``, testbed.fault_kinds); None for any other field."""
     for m in f.metadata:
@@ -156,10 +158,10 @@ def choices_text(f: Any) -> str | None:
     return None
 
 
-def default_text(f: Any) -> str:
+def default_text(f: FieldInfo) -> str:
     """A field's default as YAML writes it; ``required`` without one."""
     if f.default_factory is not None:
-        value = f.default_factory()
+        value = f.get_default(call_default_factory=True)  # no factory of these models reads the validated data
         if isinstance(value, BaseModel):
             return "its keys' defaults"
     elif f.default is PydanticUndefined:
@@ -209,7 +211,8 @@ def key_examples() -> dict[tuple[str, str], Example]:
     """(model, key) -> the first shipped suite's lines that write it."""
     found: dict[tuple[str, str], Example] = {}
 
-    def visit(m: type[BaseModel], data: Any, loc: tuple[Any, ...], lines: list[str], where: str, located: Any) -> None:
+    def visit(m: type[BaseModel], data: Any, loc: Loc, lines: list[str], where: str,
+              located: yamlfile.Located) -> None:
         if not isinstance(data, dict):
             return
         for key, value in data.items():

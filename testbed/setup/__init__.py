@@ -37,6 +37,8 @@ from testbed.errors import TestbedError, UsageError, by_door, provision_fix
 from testbed.hosts import Host
 
 if TYPE_CHECKING:
+    from ansible_runner import Runner  # untyped: what mypy knows of it is Any
+
     from testbed.resolved import Resolved
 
 from testbed import remote, ssh
@@ -467,7 +469,7 @@ def _run_ansible(job: _Job, lim: list[str] | None, forks: int | None,
     return _ansible_result(job, r, agg)
 
 
-def _ansible_result(job: _Job, r: Any, agg: EventAggregator) -> SetupResult:
+def _ansible_result(job: _Job, r: Runner, agg: EventAggregator) -> SetupResult:
     """What the play did: per-host tallies, its first error, drift (--verify); the address is recorded on each
     host whose play ran to its end without a failure (one whose play stopped is ``stopped``: the next set-up
     runs it again)."""

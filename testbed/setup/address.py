@@ -43,7 +43,7 @@ RECORD = ".cache/testbed/setup.json"
 FORMAT = 1
 
 
-def _sha(data: Any) -> str:
+def _sha(data: object) -> str:
     blob = data if isinstance(data, bytes) else json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
 

@@ -24,17 +24,22 @@ import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed import remote
 from testbed.setup.events import HostSetupResult
 from testbed.textfmt import plural
 
+if TYPE_CHECKING:
+    import jinja2
+
+    from testbed.setup.profiles import RoleStep
+
 ROLES = ("ssh_mesh", "mpi")
 _PREFIXES = ("ssh_mesh_", "mpi_")
 
 
-def why_not(roles: list[str], steps: list[Any], plan_vars: dict[str, Any], extravars: dict[str, Any],
+def why_not(roles: list[str], steps: list[RoleStep], plan_vars: dict[str, Any], extravars: dict[str, Any],
             variables: dict[str, Any]) -> str:
     """Why the per-testbed ``roles`` cannot be applied directly ("" when they can)."""
     if not roles or any(r not in ROLES for r in roles):
@@ -68,7 +73,7 @@ def _defaults(roles_dir: Path, role: str) -> dict[str, Any]:
     return yaml.safe_load((roles_dir / role / "defaults" / "main.yml").read_text()) or {}
 
 
-def _env() -> Any:
+def _env() -> jinja2.Environment:
     """Jinja as Ansible's template lookup renders (trim_blocks), with the Ansible filters the roles use."""
     import jinja2
 

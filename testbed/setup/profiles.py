@@ -26,12 +26,12 @@ from testbed import paths, yamlfile
 from testbed.distribution import install_command
 from testbed.errors import TestbedError, UsageError, by_door
 from testbed.setup.events import FINISHED_TASK
-from testbed.yamlfile import Located, read_text
+from testbed.yamlfile import Loc, Located, read_text
 
 if TYPE_CHECKING:
     from testbed.spec import TestbedSpec
 
-Where = str | Callable[[tuple[Any, ...]], str]  # a place, or a function from a path inside the given vars to one
+Where = str | Callable[[Loc], str]  # a place, or a function from a path inside the given vars to one
 VAR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what Ansible takes as a variable name
 
 
@@ -242,7 +242,7 @@ def _kind(type_name: str) -> str:
     return _KINDS.get(type_name, type_name)
 
 
-def _label(loc: tuple[Any, ...]) -> str:
+def _label(loc: Loc) -> str:
     """``('dataset_items', 0, 'url')`` -> ``dataset_items[0].url``."""
     return str(loc[0]) + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
 
@@ -254,8 +254,8 @@ def _about(opt: dict[str, Any]) -> str:
     return re.sub(r"\b[A-Z]\(([^)]*)\)", r"\1", text).strip().rstrip(".")
 
 
-def _check_value(role: str, name: str, value: Any, opt: dict[str, Any], loc: tuple[Any, ...],
-                 where: Callable[[tuple[Any, ...]], str]) -> None:
+def _check_value(role: str, name: str, value: Any, opt: dict[str, Any], loc: Loc,
+                 where: Callable[[Loc], str]) -> None:
     """Refuse ``value`` where Ansible's role argument validation would (its own type converters decide; a Jinja
     template is left to Ansible, which checks it at role start once it has a value)."""
     from ansible.module_utils.common.parameters import DEFAULT_TYPE_VALIDATORS
@@ -306,8 +306,8 @@ def _bool_choice(value: str, choices: list[Any]) -> bool:
     return len(spellings.intersection(choices)) == 1
 
 
-def _check_options(role: str, given: dict[str, Any], options: dict[str, dict[str, Any]], loc: tuple[Any, ...],
-                   where: Callable[[tuple[Any, ...]], str]) -> None:
+def _check_options(role: str, given: dict[str, Any], options: dict[str, dict[str, Any]], loc: Loc,
+                   where: Callable[[Loc], str]) -> None:
     """A mapping with declared keys (a dict option's ``options``): unknown keys, missing required ones, values."""
     spec_file = f"playbooks/roles/{role}/meta/argument_specs.yml"
     label = _label(loc)
@@ -331,7 +331,7 @@ def check_role_vars(given: Mapping[str, Any] | Iterable[str], roles: list[str], 
     (``<role>_...``) or close to a role's variable is refused as a typo that Ansible would silently ignore (the role
     would run with its default). ``where`` names the place, or maps a path inside ``given`` to one (file:line).
     """
-    at: Callable[[tuple[Any, ...]], str] = where if callable(where) else (lambda _loc: str(where))
+    at: Callable[[Loc], str] = where if callable(where) else (lambda _loc: str(where))
     values = given if isinstance(given, Mapping) else dict.fromkeys(given)
     for name in values:
         if not isinstance(name, str) or not VAR_RE.fullmatch(name):
@@ -365,7 +365,7 @@ def check_role_vars(given: Mapping[str, Any] | Iterable[str], roles: list[str], 
                          fix=f"{closest(n, sorted(specs[role]))}see {spec_file}")
 
 
-def _non_finite(value: Any, loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], float] | None:
+def _non_finite(value: Any, loc: Loc) -> tuple[Loc, float] | None:
     """Where in ``value`` a number is NaN or infinite (YAML's .nan, .inf), and that number; None if nowhere."""
     if isinstance(value, float) and not math.isfinite(value):
         return loc, value
@@ -391,9 +391,9 @@ def check_plan(plan: SetupPlan, given: Iterable[str] = ()) -> None:
                                  f"with --var ({missing[0]}: {_about(spec[missing[0]])})")
 
 
-def _locator(path: Path, base: tuple[Any, ...]) -> Callable[[tuple[Any, ...]], str]:
+def _locator(path: Path, base: Loc) -> Callable[[Loc], str]:
     """A ``where`` for values under ``base`` in the YAML file ``path``: file:line (the file is parsed only then)."""
-    def where(loc: tuple[Any, ...]) -> str:
+    def where(loc: Loc) -> str:
         from ruamel.yaml import YAML
 
         try:
@@ -539,7 +539,7 @@ def check_vars(spec: TestbedSpec) -> None:
     if not spec.vars:
         return
     located = yamlfile.load(Path(spec.source))[1] if spec.source and Path(spec.source).is_file() else None
-    def where(loc: tuple[Any, ...]) -> str:
+    def where(loc: Loc) -> str:
         line = located.line(("vars", *loc)) if located else None
         return f"{spec.source}:{line}" if line else f"{spec.source or spec.name}: vars"
 

@@ -18,6 +18,7 @@ from testbed import paths, yamlfile
 from testbed.errors import UsageError
 from testbed.setup.address import role_closure
 from testbed.setup.profiles import roles_dir
+from testbed.yamlfile import Loc
 
 # modules that fetch from a mirror, an index or a URL whatever their arguments (short or ansible.builtin./
 # community.general. names)
@@ -105,7 +106,7 @@ def network_tasks(role: Path) -> list[NetworkTask]:
         except UsageError:
             continue
 
-        def walk(tasks: Any, loc: tuple[Any, ...], guarded: bool, path: Path = path, located: Any = located) -> None:
+        def walk(tasks: Any, loc: Loc, guarded: bool, path: Path = path, located: yamlfile.Located = located) -> None:
             for i, task in enumerate(tasks if isinstance(tasks, list) else []):
                 if not isinstance(task, dict):
                     continue

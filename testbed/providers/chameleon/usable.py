@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from testbed.errors import TestbedError
 from testbed.providers.chameleon import chi as chameleon_chi
@@ -81,7 +81,7 @@ def _chameleon_images(rep: Report, site: str, flavor: str) -> None:
                 "address: an unchanged set-up is skipped", required=False)
 
 
-def _keystone_refusal(e: Any, creds: Any, site: str) -> tuple[str, str]:
+def _keystone_refusal(e: chameleon_chi.ApiError, creds: chameleon_chi.Credentials, site: str) -> tuple[str, str]:
     """(detail, fix) of a failed login."""
     status = f"HTTP {e.status}" if e.status else "no answer"
     if e.kind == "hub":  # JupyterHub did not renew the access token: keystone never saw one
