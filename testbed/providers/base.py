@@ -152,7 +152,46 @@ class AgentSwitch(Expires):
             deadman.disarm_agents(self.name, e.armed)
 
 
-class Provider(ABC):
+class Lifecycle(ABC):
+    """The lifecycle every provider implements, in SkyPilot's ``sky/provision`` manner (its names in brackets):
+    ``preflight`` (``bootstrap_instances``: refuse a bad setting before anything is made), ``create``
+    (``run_instances``), ``still_starting`` and ``ready`` (``wait_instances``: the base waits for SSH itself),
+    ``reported_states`` (``query_instances``) and ``release`` (``terminate_instances``; a lab's or a Slurm
+    cluster's hosts are given back, not terminated, hence the name).
+    The optional operations are the interfaces of ``testbed.capabilities``."""
+
+    def preflight(self) -> None:
+        """Refuse what would fail (missing tools, credentials, a bad setting) before anything is made."""
+        return None
+
+    @abstractmethod
+    def create(self, public_key: str | None) -> Made:
+        """Make or find every resource, each id recorded as it comes back; the hosts, not yet reached."""
+
+    @abstractmethod
+    def release(self) -> None:
+        """Release every resource recorded for this testbed; raise (rows kept) while anything is left."""
+
+    def still_starting(self, h: Host) -> None:
+        """Raise when ``h`` can never answer (checked while waiting for it); default: keep waiting."""
+        return None
+
+    def ready(self, made: Made) -> None:
+        """Work after every host answers SSH and before the hosts are recorded (users, facts)."""
+        return None
+
+    def reported_states(self) -> dict[str, str] | None:
+        """Each host's state as the provider itself reports it now (network allowed): evidence when a run judges
+        a host lost (testbed.run.liveness.GONE_STATES); None when this provider cannot tell (the default)."""
+        return None
+
+    def state_notes(self) -> dict[str, str]:
+        """host -> what the provider said of its machine at the last :meth:`reported_states` (the node and its
+        state in the provider's own words), for the evidence when a run judges it lost; none by default."""
+        return {}
+
+
+class Provider(Lifecycle):
     """Provision and destroy the hosts of one testbed.
 
     A provider implements ``create`` and ``release`` (and may refine the hooks below), and offers an optional
@@ -221,21 +260,9 @@ class Provider(ABC):
         return self.spec.name
 
     # what a provider implements -------------------------------------------------------------------------
-    def preflight(self) -> None:
-        """Refuse what would fail (missing tools, credentials, a bad setting) before anything is made."""
-        return None
-
     def wants_key(self) -> bool:
         """Whether the hosts log in with the testbed's own key pair (made on first use)."""
         return True
-
-    @abstractmethod
-    def create(self, public_key: str | None) -> Made:
-        """Make or find every resource, each id recorded as it comes back; the hosts, not yet reached."""
-
-    @abstractmethod
-    def release(self) -> None:
-        """Release every resource recorded for this testbed; raise (rows kept) while anything is left."""
 
     def inventory_vars(self) -> dict[str, Any]:
         """The inventory's variables: the spec's ``vars`` and what the real machines are like."""
@@ -291,14 +318,6 @@ class Provider(ABC):
         """What to do when ``h`` answers SSH but refuses the testbed key."""
         return (f"check the provider user ({self.spec.user}) and that the testbed key is installed, then provision "
                 f"again; 'testbed destroy {self.name}' releases everything")
-
-    def still_starting(self, h: Host) -> None:
-        """Raise when ``h`` can never answer (checked while waiting for it); default: keep waiting."""
-        return None
-
-    def ready(self, made: Made) -> None:
-        """Work after every host answers SSH and before the hosts are recorded (users, facts)."""
-        return None
 
     # images ------------------------------------------------------------------------------------------
     @classmethod
@@ -595,13 +614,3 @@ class Provider(ABC):
         default (a detached process of the login); a batch scheduler's provider makes it a step of the job that
         holds the host, so the scheduler tracks the rank and ends it with the job."""
         return []
-
-    def state_notes(self) -> dict[str, str]:
-        """host -> what the provider said of its machine at the last :meth:`reported_states` (the node and its
-        state in the provider's own words), for the evidence when a run judges it lost; none by default."""
-        return {}
-
-    def reported_states(self) -> dict[str, str] | None:
-        """Each host's state as the provider itself reports it now (network allowed): evidence when a run judges
-        a host lost (testbed.run.liveness.GONE_STATES); None when this provider cannot tell (the default)."""
-        return None
