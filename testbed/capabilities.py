@@ -1,9 +1,9 @@
 """The optional operations a provider may offer, each one interface: a provider class that inherits it offers
 its capability (``Provider.capabilities`` is derived from them, never written by hand), and the type checker
-lets a caller use its methods only on a provider narrowed to it (:func:`offered`).
+lets a caller use its methods only on a provider narrowed to it (:meth:`Offer.of`).
 
 Pure interfaces, no provider code: core modules (fault kinds, the spec) and the providers' floor both read them.
-The lifecycle every provider implements (create, wait, query, terminate) is ``testbed.providers.base.Provider``.
+The lifecycle every provider implements (create, wait, query, release) is ``testbed.providers.base.Lifecycle``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from testbed.expiry import Expiry
@@ -43,10 +43,25 @@ CANNOT = {
 """Why a provider lacks a capability when its class gives no reason of its own (``Provider.lacking``)."""
 
 
+class Refuses(Protocol):
+    """What :meth:`Offer.of` needs of a provider: the error for a capability it lacks (``Provider.cannot``)."""
+
+    def cannot(self, capability: Capability) -> Exception: ...
+
+
 class Offer(ABC):
     """An optional operation's interface; ``capability`` names it."""
 
     capability: ClassVar[Capability]
+
+    @classmethod
+    def of(cls: type[OfferT], p: Refuses) -> OfferT:
+        """``p`` narrowed to this interface, to call its operation (``KillsHosts.of(p).kill_host(h)``); else
+        ``p``'s error saying it lacks the capability (the last word: callers ask ``can`` first, where a user would
+        see a refusal)."""
+        if isinstance(p, cls):
+            return p
+        raise p.cannot(cls.capability)
 
 
 OFFERS: dict[Capability, type[Offer]] = {}
@@ -59,6 +74,8 @@ def offer(cls: type[OfferT]) -> type[OfferT]:
     """Register an interface as its capability's one signal."""
     OFFERS[cls.capability] = cls
     return cls
+
+
 
 
 @offer

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed import expiry as exp
-from testbed.capabilities import BakesImages, Capability, Expires
+from testbed.capabilities import BakesImages, Expires
 from testbed.errors import TestbedError, UsageError, by_door
 from testbed.expiry import Expiry
 from testbed.textfmt import plural
@@ -169,10 +169,9 @@ def check(p: Provider, e: Expiry | None) -> None:
 
 def arm(p: Provider, hosts: list[Host], e: Expiry) -> Expiry:
     """Arm the provider's switch for ``e`` and record it."""
-    if not isinstance(p, Expires):
-        raise p.cannot(Capability.EXPIRE)
+    switch = Expires.of(p)
     e.touched = time.time()
-    e = p.arm_switch(hosts, e)
+    e = switch.arm_switch(hosts, e)
     save(p.store, p.name, e)
     p.progress(f"dead-man's switch armed ({e.switch}): released at "
                f"{exp.iso(e.release_at())} unless extended or used")
@@ -300,9 +299,7 @@ def _delete_images(st: Store, p: Provider) -> None:
     """The images the testbed baked that no other testbed boots from (its spec said ``expire_images: true``)."""
     for r in st.expiring_images(p.name, p.kind):
         try:
-            if not isinstance(p, BakesImages):
-                raise p.cannot(Capability.IMAGES)
-            p.delete_image(r)
+            BakesImages.of(p).delete_image(r)
             st.remove_image(r["provider"], r["id"])
             print(f"{exp.iso(time.time())} {p.name}: deleted image {r['id']} (expire_images)", flush=True)
         except (TestbedError, OSError) as err:

@@ -21,7 +21,7 @@ from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
-from testbed.capabilities import Capability, CutsNetwork, KillsHosts
+from testbed.capabilities import CutsNetwork, KillsHosts
 
 if TYPE_CHECKING:
     from testbed.providers.base import Provider
@@ -208,10 +208,7 @@ class KillHost(FaultKind):
         return f"kill host {fault.host}"
 
     def fire(self, firing: Firing, fault: FaultPlan) -> dict[str, Any]:
-        prov = firing.provider()
-        if not isinstance(prov, KillsHosts):
-            raise prov.cannot(Capability.KILL_HOST)
-        prov.kill_host(fault.host)
+        KillsHosts.of(firing.provider()).kill_host(fault.host)
         return {"ok": True}
 
 
@@ -228,17 +225,11 @@ class CutNetwork(FaultKind):
         return f"cut the network of {fault.host}"
 
     def fire(self, firing: Firing, fault: FaultPlan) -> dict[str, Any]:
-        prov = firing.provider()
-        if not isinstance(prov, CutsNetwork):
-            raise prov.cannot(Capability.CUT_NETWORK)
-        prov.cut_network(fault.host)
+        CutsNetwork.of(firing.provider()).cut_network(fault.host)
         return {"ok": True}
 
     def restore(self, firing: Firing, fault: FaultPlan) -> dict[str, Any] | None:
-        prov = firing.provider()
-        if not isinstance(prov, CutsNetwork):
-            raise prov.cannot(Capability.CUT_NETWORK)
-        prov.restore_network(fault.host)
+        CutsNetwork.of(firing.provider()).restore_network(fault.host)
         return {"fault": fault.name, "host": fault.host, "action": "restore-network", "ok": True}
 
 

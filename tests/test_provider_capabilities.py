@@ -182,3 +182,10 @@ def test_an_operation_on_a_provider_without_its_interface_is_one_error_with_the_
 
     with pytest.raises(TestbedError, match="cannot kill-host"):
         fault_kinds.get("kill-host").fire(Fire(), SimpleNamespace(host="h1", name="f1"))  # type: ignore[arg-type]
+    # Offer.of: the provider itself where it offers the operation, the same error where it does not
+    local = provider_class("local")
+    q = local.__new__(local)
+    assert KillsHosts.of(q) is q and CutsNetwork.of(q) is q
+    with pytest.raises(TestbedError) as e:
+        KillsHosts.of(p)
+    assert e.value.what == err.what

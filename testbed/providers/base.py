@@ -403,9 +403,7 @@ class Provider(Lifecycle):
                 if self.repair_image:  # recorded first: destroy releases what the host boots from
                     self.store.update_testbed_info(self.name, repair_image={k: self.repair_image[k]
                                                                             for k in ("key", "id", "location")})
-                if not isinstance(self, Repairs):
-                    raise self.cannot(Capability.REPAIR)
-                gone = set(self.discard(h))
+                gone = set(Repairs.of(self).discard(h))
                 made = self.create(public_key)
                 t_made = time.monotonic()
                 back = Made([x for x in made.hosts if x.name in gone or x.name in made.renewed],

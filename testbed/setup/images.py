@@ -75,9 +75,8 @@ def bake(tb: Resolved, host: str | None = None, *, profile: str | None = None, s
         tb.store.add_image(p.kind, iid, key=key, plan=prep.plan.name, testbed=tb.name, host=host, location=location,
                            size=0, status="saving", spec=tb.info.get("spec"))
 
-    if not isinstance(p, BakesImages):
-        raise p.cannot(Capability.IMAGES)
-    made = p.bake_image(host, key, address.image_record(key, prep.plan.name, parts, f"{tb.name}/{host}"), note)
+    record = address.image_record(key, prep.plan.name, parts, f"{tb.name}/{host}")
+    made = BakesImages.of(p).bake_image(host, key, record, note)
     tb.store.add_image(p.kind, str(made["id"]), key=key, plan=prep.plan.name, testbed=tb.name, host=host,
                        location=str(made["location"]), size=int(made.get("size") or 0),
                        **{**(made.get("info") or {}), "seconds": round(time.monotonic() - t0, 2),
@@ -180,9 +179,7 @@ def prune(st: Store, ids: list[str] | None = None, *, progress: Progress | None 
     out = []
     for r in picked:
         p = _provider_of(st, r, progress)
-        if not isinstance(p, BakesImages):
-            raise p.cannot(Capability.IMAGES)
-        p.delete_image(r)
+        BakesImages.of(p).delete_image(r)
         st.remove_image(r["provider"], r["id"])
         out.append(r)
     return out
