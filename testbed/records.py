@@ -276,6 +276,7 @@ class RunPlan(_Model):
     suite_file: str | None = None  # the suite's YAML and its sha256: what `testbed reproduce` runs again
     suite_sha256: str | None = None
     suite_files: dict[str, str] = Field(default_factory=dict)  # its files: (relative to it) -> sha256
+    report_sha256: str | None = None  # the report.py beside it: the one testbed report runs for a run of it
     suite_git: dict[str, str] | None = None  # a suite fetched from git: {url, commit, path} (testbed.suite_fetch)
     hardware: dict[str, Any] = Field(default_factory=dict)  # the testbed spec's hardware.gpu: gpu_model, gpus
     shared_home: bool = False  # the testbed's hosts share one home (hardware.shared_home): one run folder for all
@@ -289,7 +290,7 @@ class RunPlan(_Model):
         out: dict[str, Any] = handler(self)
         # plan files without them keep the earlier shape
         for key in ("recovery", "checkpoint", "rehearsal", "progress", "refused", "suite_file", "suite_sha256",
-                    "suite_files", "suite_git", "hardware", "shared_home"):
+                    "suite_files", "report_sha256", "suite_git", "hardware", "shared_home"):
             if not out.get(key):
                 out.pop(key, None)
         return out
@@ -357,6 +358,7 @@ class RunInfo(_Model):
     suite_file: str | None = None  # the suite's YAML (path) and its sha256 when the run was planned
     suite_sha256: str | None = None
     suite_files: dict[str, str] | None = None  # the suite's files: (relative to it) -> sha256; None: not recorded
+    report_sha256: str | None = None  # the report.py beside the suite file when the run was planned
     suite_git: dict[str, str] | None = None  # a suite fetched from git: {url, commit, path}
     hardware: dict[str, Any] | None = None  # the testbed spec's hardware.gpu when the run was planned
     shared_home: bool | None = None  # its hosts share one home: a run folder there is one folder on every host

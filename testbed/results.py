@@ -265,6 +265,9 @@ def load(path: str | Path) -> SuiteResults:
     except RegistrationError as exc:
         sys.modules.pop(name, None)
         raise UsageError(f"{path.name}: {exc}", where=f"{path}:{error_line(exc, path)}", fix=exc.fix) from None
+    except MemoryError:
+        sys.modules.pop(name, None)
+        raise  # the bound it ran under says so (testbed.report.own)
     except (Exception, SystemExit) as exc:
         sys.modules.pop(name, None)
         raise UsageError(f"{path.name} failed while loading: {type(exc).__name__}: {exc}",

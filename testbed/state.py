@@ -94,6 +94,79 @@ MIGRATIONS: dict[int, list[str]] = {
 }
 
 
+_ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+)")
+
+
+def _connect(target: str, path: Path, *, uri: bool = False) -> sqlite3.Connection:
+    """A connection (autocommit, rows as sqlite3.Row) whose refusals by the disk name ``path``."""
+    db = sqlite3.connect(target, timeout=30, isolation_level=None, check_same_thread=False, uri=uri,
+                         factory=_Connection)
+    db.path = str(path)
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def _columns(db: sqlite3.Connection) -> dict[str, set[str]]:
+    """Each table's columns."""
+    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    return {t: {r[1] for r in db.execute(f"PRAGMA table_info({t})")} for t in tables}  # names from the file's
+    # own catalogue, read by a pragma that takes no expression
+
+
+_WANTED: dict[str, set[str]] = {}
+
+
+def _wanted() -> dict[str, set[str]]:
+    """The tables and columns of SCHEMA (read once from an in-memory database made with it)."""
+    if not _WANTED:
+        mem = sqlite3.connect(":memory:")
+        mem.executescript(SCHEMA)
+        _WANTED.update(_columns(mem))
+        mem.close()
+    return _WANTED
+
+
+def _current(db: sqlite3.Connection) -> bool:
+    """Whether the file is at SCHEMA_VERSION with every table and column of SCHEMA."""
+    if int(db.execute("PRAGMA user_version").fetchone()[0]) != SCHEMA_VERSION:
+        return False
+    have = _columns(db)
+    return all(t in have and cols <= have[t] for t, cols in _wanted().items())
+
+
+def _apply(db: sqlite3.Connection, stmt: str) -> None:
+    """One migration statement, idempotent: a column a cut-short migration already added is not added again."""
+    m = _ADD_COLUMN.match(stmt)
+    if m and m[2] in _columns(db).get(m[1], set()):
+        return
+    db.execute(stmt)
+
+
+def _reconcile(db: sqlite3.Connection) -> None:
+    """Add what SCHEMA has and the file lacks: tables and indexes (``IF NOT EXISTS``), and the columns of a
+    table that a later version added (each nullable or with a default)."""
+    for stmt in SCHEMA.split(";"):
+        if stmt.strip():
+            db.execute(stmt)
+    have = _columns(db)
+    mem = sqlite3.connect(":memory:")
+    mem.executescript(SCHEMA)
+    try:
+        for table, cols in _wanted().items():
+            for col in sorted(cols - have.get(table, set())):
+                info = next(r for r in mem.execute(f"PRAGMA table_info({table})") if r[1] == col)
+                if info[3] and info[4] is None:  # NOT NULL without a default: not a column a version added
+                    # lazy: start-up (testbed status and exec load this module)
+                    from testbed.errors import TestbedError
+
+                    raise TestbedError(f"the state database lacks column {table}.{col}, which every version of "
+                                       "testbed wrote", where=str(getattr(db, "path", "state.db")),
+                                       fix="restore it from a backup, or move it aside to start empty")
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {col} {info[2]}")  # names from SCHEMA, not the file
+    finally:
+        mem.close()
+
+
 class RunColumns(TypedDict, total=False):
     """Columns of ``runs`` that ``Store.update_run`` sets."""
 
@@ -221,6 +294,31 @@ def discard_if_unused(home: Path) -> bool:
     return True
 
 
+_DISK = ("disk I/O error", "database or disk is full", "unable to open database file", "disk full")
+
+
+class _Connection(sqlite3.Connection):
+    """A connection whose every statement that the disk refuses (full, failing, gone) is one TestbedError naming
+    the state file: SQLite rolls the statement's transaction back, so nothing recorded before is lost."""
+
+    path = ""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.OperationalError as e:
+            if not any(w in str(e) for w in _DISK):
+                raise
+            # lazy: start-up (testbed status and exec load this module)
+            from testbed.errors import TestbedError
+
+            folder = Path(self.path).parent
+            raise TestbedError(f"the state database cannot be used: {e} (is the disk of {folder} full?); "
+                               "nothing of this command was recorded, and nothing recorded before was lost",
+                               where=self.path,
+                               fix=f"free space on that disk (df -h {folder}), then run the command again") from None
+
+
 class Store:
     """The state database. Cheap to open; open one per command.
 
@@ -244,9 +342,7 @@ class Store:
             raise self._damaged("empty file")
         # mode=rw: a file that vanished since is an error, never created anew
         target = f"{self.path.absolute().as_uri()}?mode=rw" if readonly else str(self.path)
-        self._db = sqlite3.connect(target, timeout=30, isolation_level=None, check_same_thread=False,
-                                   uri=readonly)
-        self._db.row_factory = sqlite3.Row
+        self._db = _connect(target, self.path, uri=readonly)
         try:
             self._db.execute("PRAGMA busy_timeout=30000")
             self._db.execute("PRAGMA foreign_keys=ON")
@@ -257,8 +353,10 @@ class Store:
                     self._db.execute("PRAGMA journal_mode=WAL")
             self._check_size()
             if readonly:
-                self._check_version(self.schema_version)
-            elif self.schema_version != SCHEMA_VERSION:  # the usual open writes nothing
+                self._check_version(self._stored_version(self._db))
+                if not _current(self._db):  # an older (or half-migrated) file: read a migrated copy in memory
+                    self._db = self._migrated_copy()
+            elif not _current(self._db):  # the usual open writes nothing
                 with self.tx() as db:
                     self._migrate(db)
         except sqlite3.DatabaseError as e:
@@ -275,8 +373,7 @@ class Store:
         created there)."""
         st = cls.__new__(cls)
         st.path, st.readonly, st.exists = Path(path), True, False
-        st._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-        st._db.row_factory = sqlite3.Row
+        st._db = _connect(":memory:", st.path)
         st._db.execute("BEGIN")
         st._migrate(st._db)
         st._db.execute("COMMIT")
@@ -324,26 +421,46 @@ class Store:
                                 "empty, after which the testbeds it recorded (possibly still running and billing) "
                                 "are unknown to testbed and must be released in their providers' consoles")
 
-    def _migrate(self, db: sqlite3.Connection) -> None:
-        """Create a new file at the latest schema, or migrate an older one; refuse a newer one."""
+    def _stored_version(self, db: sqlite3.Connection) -> int:
+        """The schema version the file records (``user_version``, else ``meta.schema_version`` of a version-1
+        file; 0: a new file); one no testbed writes (negative, not a number) is damage."""
         version = int(db.execute("PRAGMA user_version").fetchone()[0])
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if version == 0 and "meta" in tables:  # written before user_version was used
             row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            version = int(row[0]) if row else 1
+            text = str(row[0]) if row else "1"
+            version = int(text) if text.isdigit() else -1
+            if version < 0:
+                raise self._damaged(f"it records schema {text[:40]!r}, which no testbed writes")
+        if version < 0:
+            raise self._damaged(f"it records schema {version}, which no testbed writes")
+        return version
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        """Create a new file at the latest schema, or migrate an older one (one a migration was cut short in
+        too); refuse a newer one."""
+        version = self._stored_version(db)
         self._check_version(version)
-        if version == SCHEMA_VERSION and db.execute("PRAGMA user_version").fetchone()[0] == version:
+        if version == SCHEMA_VERSION and _current(db):
             return  # another process migrated it first
-        if version == 0:
-            for stmt in SCHEMA.split(";"):
-                if stmt.strip():
-                    db.execute(stmt)
-        else:
-            for v in range(version, SCHEMA_VERSION):
-                for stmt in MIGRATIONS[v]:
-                    db.execute(stmt)
+        for v in range(max(version, 1), SCHEMA_VERSION) if version else ():
+            for stmt in MIGRATIONS[v]:
+                _apply(db, stmt)
+        _reconcile(db)  # every table, column and index of SCHEMA, whatever a cut-short migration left
         db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION:d}")
+
+    def _migrated_copy(self) -> sqlite3.Connection:
+        """This file's database copied into memory and migrated there, for a read-only open of an older file:
+        read as the latest schema reads, and the file itself untouched."""
+        mem = _connect(":memory:", self.path)
+        self._db.backup(mem)
+        self._db.close()
+        mem.execute("BEGIN")
+        self._migrate(mem)
+        mem.execute("COMMIT")
+        mem.execute("PRAGMA query_only=ON")
+        return mem
 
     def _check_version(self, version: int) -> None:
         """Refuse a file written by a newer testbed."""

@@ -953,8 +953,10 @@ def suite_path(name: str) -> Path:
     return found
 
 
-def load_suite(name_or_path: str) -> Suite:
-    """Load and validate a suite by name or path; errors carry file:line and a hint."""
+def load_suite(name_or_path: str, *, named: bool = True) -> Suite:
+    """Load and validate a suite by name or path; errors carry file:line and a hint. ``named``: a folder given by
+    its path counts as named in this command (its roles/, profile.yml and report.py: paths.name_suite_folder);
+    False for a path a results folder's manifest gave, which names nothing."""
     path = suite_path(name_or_path)
     data, located = yamlfile.load(path)
     if not isinstance(data, dict):
@@ -963,7 +965,8 @@ def load_suite(name_or_path: str) -> Suite:
     data.setdefault("name", paths.suite_name_of(path))
     suite = yamlfile.validate(Suite, data, path, located)
     suite.source = str(path)
-    if path.name == paths.SUITE_FILE and path.parent.parent.resolve() not in paths.resource_dirs("experiments"):
+    if named and path.name == paths.SUITE_FILE and \
+            path.parent.parent.resolve() not in paths.resource_dirs("experiments"):
         paths.name_suite_folder(path.parent)  # a folder named by its path: its roles/ and profile.yml count too
     suite._located = located
     outs = suite.outputs.items() if isinstance(suite.outputs, dict) else [(None, suite.outputs)]

@@ -114,6 +114,9 @@ def report_cmd(
     fmt: Annotated[str, typer.Option("--format", "-f", help="md or html.")] = "md",
     campaign: Annotated[str | None, typer.Option("--campaign", help="Report the runs of this campaign id found "
                                                                     "under PATH.")] = None,
+    suite: Annotated[Path | None, typer.Option("--suite", help="The suite folder (or .yml) whose report.py makes "
+                                                                "its tables: yours, never one inside a results "
+                                                                "folder.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Write reports (Markdown or HTML, PNG figures, tidy CSVs): of a run into <run>/report/, across the runs of a
@@ -124,12 +127,21 @@ def report_cmd(
     when a run of the report failed, timed out or was stopped, or a run of its campaign is missing (the report
     is written all the same); 0 otherwise.
 
+    Results are data: a report.py inside a results folder (a .suite/ copy, a link, a path its manifest names) is
+    never run. The suite's own report.py runs from a suite folder you have (./experiments/<name>/, a shipped one,
+    or --suite PATH), in a child process bounded in time and memory.
+
     Example: testbed report results/my-suite/my-suite-20240501-120000-ab12 --format html
     """
     # lazy: testbed --help and completion load every command module
     from testbed.cli.output import waiting
     from testbed.report.folders import IndexResult, report_path
 
+    if suite is not None:  # named by its path: its report.py may run (testbed.report.own.choose)
+        # lazy: testbed --help and completion load every command module
+        from testbed.suite import load_suite
+
+        load_suite(str(suite))
     with waiting(f"writing the reports of {path}"):
         res = report_path(path, fmt, campaign)
     if isinstance(res, IndexResult):
@@ -152,7 +164,8 @@ def _report_dict(rr: ReportResult) -> dict[str, Any]:
     return {"suite": rr.suite, "path": str(rr.path), "figures": [str(f) for f in rr.figures],
             "csvs": [str(c) for c in rr.csvs], "passed": rr.passed, "runs": rr.runs,
             "checks": [{"name": n, "passed": p, "detail": d} for n, p, d in rr.checks], "skipped": rr.skipped,
-            "cause": rr.cause, "failed_runs": rr.failed_runs, "verdicts": [v.to_json() for v in rr.verdicts]}
+            "cause": rr.cause, "failed_runs": rr.failed_runs, "verdicts": [v.to_json() for v in rr.verdicts],
+            "not_run": rr.not_run}
 
 
 def _print_report(rr: ReportResult) -> None:
@@ -223,6 +236,9 @@ def _print_index(res: IndexResult) -> None:
             colour = "red" if outside else "green" if all(v.within for v in rr.verdicts) else "yellow"
             mark += f", [{colour}]{escape(summary(rr.verdicts))}[/{colour}]"
         c.print(f"campaign {escape(rr.suite)} ({plural(len(rr.runs), 'run')}; {mark}): {escape(str(rr.path))}")
+    for note in dict.fromkeys([r["not_run"] for r in res.runs if r.get("not_run")] +
+                              [rr.not_run for rr in res.campaigns if rr.not_run]):
+        c.print(f"[yellow]not run: {escape(note)}[/yellow]")
     for b in res.failed_runs:
         if b["status"] == "missing":
             c.print(f"[red]missing[/red] {escape(str(b['run_id'] or '-'))}: {escape(b['cause'])}")

@@ -246,6 +246,8 @@ def build(store: Store, run_id: str, *, hosts: list[Host], facts: dict[str, dict
         if info.suite_sha256 else None
     if suite_file is not None and info.suite_files is not None:  # None: planned before testbed hashed them
         suite_file["files"] = dict(info.suite_files)
+    if suite_file is not None and info.report_sha256:  # the report.py testbed report may run for it
+        suite_file["report_sha256"] = info.report_sha256
     if suite_file is not None and info.suite_git:  # fetched from git: where from, at which commit
         suite_file["git"] = dict(info.suite_git)
     manifest["suite_file"] = suite_file

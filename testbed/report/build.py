@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from testbed.errors import TestbedError, UsageError
-from testbed.report import render, tidy_csv
-from testbed.report.declared import add_own_tables, add_table_checks, locate_suite, own_results
+from testbed.report import own, render, tidy_csv
+from testbed.report.declared import add_own_tables, add_table_checks, locate_suite, parser_table, unmade_tables
 from testbed.report.model import Check, Report, Table
+from testbed.report.own import Registered, call_reporter
 from testbed.report.rundir import REPORT_DIR, RunDir
 from testbed.report.suites import get_reporter
 from testbed.report.summary import add_summary, generic
@@ -18,6 +18,7 @@ from testbed.report.verdicts import Verdict, add_verdicts
 from testbed.suite import resolve_params
 
 if TYPE_CHECKING:
+    from testbed.results import SuiteResults
     from testbed.suite import Suite
 
 S = TypeVar("S")  # what a reporter reads: a run folder or a campaign
@@ -42,6 +43,7 @@ class ReportResult:
     tables: list[Table] = field(default_factory=list, repr=False)  # the report's tables (data, as built)
     run_id: str | None = None  # a run's report: the run, and its status as the manifest records it
     status: str | None = None
+    not_run: str | None = None  # why the suite's report.py was not run (testbed.report.own.missing_note)
 
     @property
     def passed(self) -> bool:
@@ -76,32 +78,40 @@ def build_report(run_dir: Path, fmt: str = "md") -> ReportResult:
         raise UsageError(f"cannot write the report folder: {exc.strerror}", where=str(out_dir),
                          fix="check the run folder's permissions") from exc
     suite, why = locate_suite(run)
-    own = own_results(suite, run)  # the suite's report.py: a broken one is one error naming its line
+    choice = own.choose(suite, run)  # the suite's report.py, never one from a results folder
     rep = Report(out_dir, f"{run.suite} run {run.run_id}")
     add_summary(run, rep)
-    reporter = own.reporter.fn if own is not None and own.reporter is not None else get_reporter(run.suite)
-    if reporter is None:
-        generic(run, rep, own_tables=bool(suite is not None and suite.tables) or bool(own and own.parsers))
-    else:
-        call_reporter(reporter, run, rep, f"{run.suite} reporter")
-    add_own_tables(run, rep, suite, own)
+    registered: Registered | None = None
+    parsed: dict[str, own.ParserOut] = {}
+    if choice.path is not None:  # run in a bounded child: a broken file is one error naming its line
+        try:
+            registered, rep, parsed = own.bounded(choice.path, _own_job, run, rep, what=f"reporting {run.run_id}")
+        except own.Stopped as exc:
+            own.stopped(rep, exc)
+    builtin = get_reporter(run.suite) if registered is None or registered.reporter is None else None
+    if builtin is not None:
+        call_reporter(builtin, run, rep, f"{run.suite} reporter")
+    elif registered is None or registered.reporter is None:
+        generic(run, rep, own_tables=bool(suite is not None and suite.tables) or bool(parsed))
+    add_own_tables(run, rep, suite, parsed)
+    not_run = own.missing_note(suite, choice.refused, unmade_tables(suite)) \
+        if choice.refused is not None and suite is not None else None
+    rep.skip([not_run] if not_run else [])
     add_table_checks(rep, suite, _point(run, suite))
     add_verdicts(rep, run.suite, run.host_records(), (suite, why))
     res = write_report(rep, out_dir, fmt, run.suite)
-    res.run_id, res.status = run.run_id, rep.status
+    res.run_id, res.status, res.not_run = run.run_id, rep.status, not_run
     if rep.cause is not None:
         res.cause = rep.cause.to_json()
         res.failed_runs = [{"run_id": run.run_id, "status": rep.cause.status, "cause": rep.cause.summary()}]
     return res
 
 
-def call_reporter(fn: Callable[[S, Report], None], subject: S, rep: Report, what: str) -> None:
-    """Run a reporter; a broken output must still give a report (the error is a skip note and a failed check)."""
-    try:
-        fn(subject, rep)
-    except Exception as exc:
-        rep.skip([f"{what} stopped: {type(exc).__name__}: {exc}"])
-        rep.check("report complete", False, f"reporter error: {exc}")
+def _own_job(res: SuiteResults, run: RunDir, rep: Report) -> tuple[Registered, Report, dict[str, own.ParserOut]]:
+    """In the report.py's child: its run reporter (if any) over ``rep``, and each parser's table of ``run``."""
+    if res.reporter is not None:
+        call_reporter(res.reporter.fn, run, rep, f"{run.suite} reporter")
+    return own.plain(res), rep, {name: parser_table(run, p) for name, p in res.parsers.items()}
 
 
 def write_report(rep: Report, out_dir: Path, fmt: str, suite: str) -> ReportResult:

@@ -16,19 +16,21 @@ from typing import TYPE_CHECKING, Any
 from testbed import paths, points
 from testbed.errors import UsageError
 from testbed.paths import PARTIAL_DIR
+from testbed.report import own as own_mod
 from testbed.report import registry
 from testbed.report.model import Report, Table
+from testbed.report.own import Registered
 from testbed.report.parsers.declared import Row, csv_rows, json_rows, keep, regex_rows, typed_columns
 from testbed.report.rundir import REPORT_DIR, RunDir
 from testbed.report.suites import get_campaign_reporter, get_reporter
 from testbed.report.textio import summarise_skips
 from testbed.report.verdicts import _same, _value
-from testbed.results import FILE_NAME, error_line, load
+from testbed.results import error_line
 from testbed.suite import SUITE_NAME_RE, load_suite
 from testbed.tables import CONTEXT_COLUMNS, GENERIC_TABLES, DeclaredTable
 
 if TYPE_CHECKING:
-    from testbed.results import Parser, SuiteResults
+    from testbed.results import Parser
     from testbed.suite import Suite
     from testbed.yamlfile import Loc
 
@@ -60,32 +62,22 @@ def locate_suite(run: RunDir) -> tuple[Suite | None, str | None]:
     if path is None:
         return None, None
     try:
-        return load_suite(str(path)), None
+        return load_suite(str(path), named=False), None  # a manifest's path names no suite folder
     except UsageError as exc:
         return None, f"suite {run.suite!r} not read ({path}): {exc.what}"
 
 
 def report_py(suite: Suite, run: RunDir | None = None) -> Path | None:
-    """The suite's report.py (beside its YAML), or None; never one inside ``run``'s results folder."""
-    if not suite.source:
-        return None
-    path = Path(suite.source).absolute().parent / FILE_NAME
-    if ".suite" in Path(suite.source).parts and re.match(SUITE_NAME_RE, suite.name):
-        # a copy collect made in a results folder (a replay runs from one): YAML only, so the suite's report.py is
-        # the one this folder or the installed package holds under its name, never one from a results folder
-        found = paths.find_suite(suite.name)
-        path = found.parent / FILE_NAME if found is not None and found.name == paths.SUITE_FILE else path
-    if not path.is_file():
-        return None
-    if run is not None and path.resolve().is_relative_to(run.path.resolve()):
-        return None  # a results folder is data: the code in it is never run
-    return path
+    """The suite's report.py that may run when reading ``run`` (testbed.report.own.choose), or None; never one
+    from a results folder."""
+    return own_mod.choose(suite, run).path
 
 
-def own_results(suite: Suite | None, run: RunDir | None = None) -> SuiteResults | None:
-    """What the suite's report.py registers (None without one); a broken one is a UsageError at its line."""
+def own_results(suite: Suite | None, run: RunDir | None = None) -> Registered | None:
+    """What the suite's report.py registers (None without one it may run), read in a bounded child; a broken
+    one is a UsageError at its line."""
     path = report_py(suite, run) if suite is not None else None
-    return load(path) if path is not None else None
+    return own_mod.registered(path) if path is not None else None
 
 
 # --- building -------------------------------------------------------------------------------------------------
@@ -202,19 +194,19 @@ def parser_table(run: RunDir, p: Parser) -> tuple[Table, list[str], str | None]:
     return table, notes, None
 
 
-def add_own_tables(run: RunDir, rep: Report, suite: Suite | None, own: SuiteResults | None) -> None:
-    """The suite's declared tables, then its report.py parsers' tables, each under one heading."""
+def add_own_tables(run: RunDir, rep: Report, suite: Suite | None,
+                   parsed: Mapping[str, own_mod.ParserOut] | None = None) -> None:
+    """The suite's declared tables, then its report.py parsers' tables (``parsed``: each parser's table, notes
+    and error, made in the report.py's child), each under one heading."""
     declared = suite.tables if suite is not None else {}
-    parsers = own.parsers if own is not None else {}
-    if not declared and not parsers:
+    if not declared and not parsed:
         return
     rep.heading("Results tables")
     for name, spec in declared.items():
         table, notes = declared_table(run, name, spec)
         rep.blocks.append(table)
         rep.skip(notes)
-    for p in parsers.values():
-        table, notes, error = parser_table(run, p)
+    for table, notes, error in (parsed or {}).values():
         rep.blocks.append(table)
         rep.skip(notes)
         if error:
@@ -268,7 +260,7 @@ def _bounded(values: Sequence[bool | int | float | str | None], column: str, lo:
 
 
 # --- the static check -----------------------------------------------------------------------------------------
-def known_tables(suite: Suite, own: SuiteResults | None) -> set[str] | None:
+def known_tables(suite: Suite, own: Registered | None) -> set[str] | None:
     """Every table the suite's reports can hold (None: not known, a built-in reporter declares none)."""
     out = set(REPORT_SUMMARY_TABLES) | set(GENERIC_TABLES) | set(suite.tables)
     if own is not None:
@@ -284,12 +276,24 @@ def known_tables(suite: Suite, own: SuiteResults | None) -> set[str] | None:
     return out
 
 
+def unmade_tables(suite: Suite) -> list[str]:
+    """The tables the suite's references and checks name that only its report.py makes (nothing declared or
+    built in does)."""
+    known = known_tables(suite, None) or set()
+    named = [r.table for r in (suite.references.metrics if suite.references is not None else [])]
+    named += [c.table for c in suite.checks if c.table is not None]
+    return sorted({t for t in named if t not in known})
+
+
 def unknown_tables(suite: Suite) -> list[UsageError]:
     """Each reference and check of ``suite`` naming a table no parser, declared table or report.py makes (or a
     column a declared table does not have), as the error ``show`` and ``--dry-run`` raise; a broken report.py
     is the one error."""
+    choice = own_mod.choose(suite)
+    if choice.path is None and choice.refused is not None:
+        return []  # its report.py is not run (a copy in a results folder): the tables it makes are not known
     try:
-        own = own_results(suite)
+        own = own_mod.registered(choice.path) if choice.path is not None else None
     except UsageError as exc:
         return [exc]
     known = known_tables(suite, own)
@@ -324,7 +328,7 @@ def unknown_tables(suite: Suite) -> list[UsageError]:
     return errors
 
 
-def _columns_of(suite: Suite, own: SuiteResults | None, table: str) -> list[str] | None:
+def _columns_of(suite: Suite, own: Registered | None, table: str) -> list[str] | None:
     """The columns of one of the suite's own tables, when known before any run (None: not known)."""
     spec = suite.tables.get(table)
     if spec is not None:

@@ -25,12 +25,12 @@ from testbed import paths
 from testbed.errors import UsageError, by_door
 from testbed.paths import MANIFEST
 from testbed.records import Manifest
-from testbed.report import render
-from testbed.report.build import ReportResult, build_report, call_reporter, write_report
+from testbed.report import own, render
+from testbed.report.build import ReportResult, build_report, write_report
 from testbed.report.cause import failed, run_cause
-from testbed.report.declared import locate_suite, own_results
+from testbed.report.declared import locate_suite, unmade_tables
 from testbed.report.model import Link, Report
-from testbed.report.registry import CampaignReporter
+from testbed.report.own import call_reporter
 from testbed.report.rundir import REPORT_DIR, Campaign, RunDir
 from testbed.report.suites import get_campaign_reporter
 from testbed.report.summary import _scalar
@@ -41,7 +41,7 @@ from testbed.state import Store
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
-    from testbed.suite import Suite
+    from testbed.results import SuiteResults
 
 CAMPAIGN_PREFIX = "campaign-"
 INDEX = "index"
@@ -265,28 +265,37 @@ def build_campaign_report(runs: list[RunDir], out_dir: Path, fmt: str = "md", na
     rep = Report(out_dir, title)
     bad = run_table(camp, rep, fmt, expected or [])
     located = locate_suite(runs[0]) if runs else None
-    fn = campaign_fn(camp.suite, located[0] if located else None)
-    if fn is None:
+    suite = located[0] if located else None
+    choice = own.choose(suite, runs[0] if runs else None)  # never a report.py from a results folder
+    registered = own.registered(choice.path) if choice.path is not None else None
+    builtin = get_campaign_reporter(camp.suite)
+    if registered is not None and registered.campaign is not None and choice.path is not None:
+        try:
+            rep = own.bounded(choice.path, _campaign_job, camp, rep, what=f"reporting campaign {camp.suite}")
+        except own.Stopped as exc:
+            own.stopped(rep, exc)
+    elif builtin is not None:
+        call_reporter(builtin, camp, rep, f"{camp.suite} campaign reporter")
+    else:
         rep.text(f"No campaign reporter is registered for suite {camp.suite!r}: the runs are listed above; "
                  "each run's own report has its results.")
-    else:
-        call_reporter(fn, camp, rep, f"{camp.suite} campaign reporter")
+    not_run = own.missing_note(suite, choice.refused, unmade_tables(suite)) \
+        if choice.refused is not None and suite is not None else None
+    rep.skip([not_run] if not_run else [])
     add_verdicts(rep, camp.suite, [h for r in runs for h in r.host_records()], located)
     if any(v.within is None for v in rep.verdicts):
         rep.verdicts = across_runs(rep.verdicts, _run_verdicts(runs, fmt, run_verdicts or {}))
     res = write_report(rep, out_dir, fmt, camp.suite)
     res.runs = [r.run_id for r in runs]
-    res.failed_runs = bad
+    res.failed_runs, res.not_run = bad, not_run
     return res
 
 
-def campaign_fn(suite_name: str, suite: Suite | None) -> CampaignReporter | None:
-    """The suite's campaign reporter: its report.py's (a broken one is one UsageError at its line), else one built
-    in (None: the table of runs alone)."""
-    own = own_results(suite)
-    if own is not None and own.campaign is not None:
-        return own.campaign.fn
-    return get_campaign_reporter(suite_name)
+def _campaign_job(res: SuiteResults, camp: Campaign, rep: Report) -> Report:
+    """In the report.py's child: its campaign reporter over ``rep``."""
+    if res.campaign is not None:
+        call_reporter(res.campaign.fn, camp, rep, f"{camp.suite} campaign reporter")
+    return rep
 
 
 def _run_verdicts(runs: list[RunDir], fmt: str, known: dict[str, list[Verdict]]) -> dict[str, list[Verdict]]:
@@ -399,7 +408,7 @@ def build_index(root: Path, fmt: str = "md") -> IndexResult:
         except UsageError as exc:
             row["error"] = exc.what
         else:
-            row["report"], row["checks"] = rr.path, rr.checks
+            row["report"], row["checks"], row["not_run"] = rr.path, rr.checks, rr.not_run
             row["cause"] = rr.cause["summary"] if rr.cause else None
             row["verdicts"] = verdict_summary(rr.verdicts) if rr.verdicts else None
             row["verdict_list"] = rr.verdicts
@@ -439,7 +448,7 @@ def build_index(root: Path, fmt: str = "md") -> IndexResult:
                  "status": r["run"].manifest.get("status"), "report": str(r["report"]) if r["report"] else None,
                  "passed": _passed(r["checks"]), "error": r.get("error"), "cause": r.get("cause"),
                  "verdicts": r.get("verdicts"), "outside": r.get("outside", 0),
-                 "all_within": r.get("all_within", False)} for r in rows]
+                 "all_within": r.get("all_within", False), "not_run": r.get("not_run")} for r in rows]
     return IndexResult(paths, out_rows, [c for _, c in campaigns], skipped)
 
 

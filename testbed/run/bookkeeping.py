@@ -50,6 +50,7 @@ def create(st: Store, plan: RunPlan, campaign: str | None = None) -> None:
     if plan.suite_sha256:
         info.suite_file, info.suite_sha256 = plan.suite_file, plan.suite_sha256
         info.suite_files = dict(plan.suite_files)
+        info.report_sha256 = plan.report_sha256
         info.suite_git = dict(plan.suite_git) if plan.suite_git else None
     if plan.hardware:
         info.hardware = dict(plan.hardware)

@@ -117,13 +117,9 @@ names)."""
 
 def testbed_info(name: str | None, *, dry_run: bool, min_hosts: int = 1, store: Store | None = None) -> TestbedInfo:
     """Hosts and template context of testbed ``name`` (state first; spec or placeholders for a dry run)."""
-    tb = None
-    if name is not None:
-        try:
-            tb = Resolved.open(name, store, need_spec=not dry_run)
-        except TestbedError:
-            if not dry_run:
-                raise
+    # a dry run reads the testbed as a real run does (an unknown testbed, a spec that does not load: the same
+    # refusal); only the hosts may be placeholders, when it is not provisioned
+    tb = Resolved.open(name, store) if name is not None else None
     spec, rec = (tb.spec, tb.record) if tb else (None, None)
     # addresses in a plan are for the hosts among themselves (MASTER_ADDR, hostfiles): private IPs on clouds
     hosts = [HostInfo(h.name, h.mesh_address, h.groups, h.facts) for h in tb.hosts] if tb and rec else []

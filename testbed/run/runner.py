@@ -77,6 +77,8 @@ def plan_run(suite: Suite | str, testbed: str | None, params: dict[str, Any], *,
     if s.source and Path(s.source).is_file() and not dry_run:  # what a collected run's manifest records
         plan.suite_file, plan.suite_sha256 = str(Path(s.source).resolve()), file_sha256(Path(s.source))
         plan.suite_files = {rel: file_sha256(s.dir / rel) for rel in s.files}  # build_plan found each one
+        report = Path(s.source).parent / "report.py"
+        plan.report_sha256 = file_sha256(report) if report.is_file() else None  # what testbed report may run
         plan.suite_git = suite_fetch.git_origin(Path(s.source))  # fetched from git: the URL and commit
     gpu = tb.context.get("hardware") or {}
     plan.shared_home = bool(gpu.get("shared_home"))
