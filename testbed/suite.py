@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from testbed import fault_kinds, paths, suite_fetch, templating, yamlfile
+from testbed import fault_kinds, paths, rx, suite_fetch, templating, yamlfile
 from testbed.errors import UsageError
 from testbed.estimate import ESTIMATE_RULE, declared
 from testbed.references import References
@@ -274,11 +274,11 @@ class Checkpoint(Strict):
     @classmethod
     def _regex(cls, v: str | None) -> str | None:
         if v is not None:
-            try:
-                if re.compile(v).groups < 1:
-                    raise ValueError("it needs a group (in parentheses) capturing the step number")
-            except re.error as e:
-                raise ValueError(f"not a regular expression: {e}") from None
+            why = rx.problem(v)
+            if why is not None:
+                raise ValueError(why)
+            if rx.compile(v).groups < 1:
+                raise ValueError("it needs a group (in parentheses) capturing the step number")
         return v
 
 
@@ -574,11 +574,8 @@ class Suite(Strict):
     @field_validator("progress")
     @classmethod
     def _progress(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                re.compile(v)
-            except re.error as e:
-                raise ValueError(f"not a regular expression: {e}") from None
+        if v is not None and (why := rx.problem(v)) is not None:
+            raise ValueError(why)
         return v
 
     @field_validator("vars")
@@ -1200,9 +1197,18 @@ _ENVS: dict[bool, ImmutableSandboxedEnvironment] = {}
 
 
 def _bounded_tree(tree: Any) -> Any:
-    """Every ``{% for %}`` loops through :func:`testbed.templating.counted`, and every piece of template text is
-    written through ``environment.tb_text`` (so it is weighed, even in a loop that repeats it)."""
+    """Every ``{% for %}`` loops through :func:`testbed.templating.counted`, every piece of template text is
+    written through ``environment.tb_text`` (so it is weighed, even in a loop that repeats it), and every ``~``
+    concatenation is weighed through ``environment.tb_made`` (a loop doubling a string stops at the value bound)."""
     from jinja2 import nodes
+    from jinja2.visitor import NodeTransformer
+
+    class Weighed(NodeTransformer):
+        def visit_Concat(self, node: Any) -> Any:
+            self.generic_visit(node)
+            return nodes.Call(nodes.EnvironmentAttribute("tb_made"), [node], [], None, None, lineno=node.lineno)
+
+    tree = Weighed().visit(tree)
 
     for loop in tree.find_all(nodes.For):
         loop.iter = nodes.Call(nodes.EnvironmentAttribute("tb_counted"), [loop.iter], [], None, None,
@@ -1226,6 +1232,7 @@ def _env(shell: bool) -> ImmutableSandboxedEnvironment:
             intercepted_binops = frozenset(["**", "*", "%", "+", "-", "/", "//"])
             tb_counted = staticmethod(templating.counted)
             tb_text = staticmethod(Raw)
+            tb_made = staticmethod(templating.made)
 
             def _parse(self, source: str, name: str | None, filename: str | None) -> Any:
                 return _bounded_tree(super()._parse(source, name, filename))

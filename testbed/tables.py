@@ -29,6 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from testbed import rx
 from testbed.yamlfile import Invalid
 
 CONTEXT_COLUMNS = ("host", "rank", "file")
@@ -71,12 +72,11 @@ class DeclaredTable(BaseModel):
     @classmethod
     def _regex(cls, v: str | None) -> str | None:
         if v is not None:
-            try:
-                rx = re.compile(v)
-            except re.error as e:
-                raise Invalid(f"not a regular expression: {e}", fix="check the pattern (Python's re syntax)") \
-                    from None
-            if not rx.groupindex:
+            why = rx.problem(v)
+            if why is not None:
+                raise Invalid(why, fix="check the pattern (RE2's syntax: Python's re without backreferences and "
+                                       "lookaround)")
+            if not rx.compile(v).groupindex:
                 raise Invalid("the regex has no named group, so its matches would give no column",
                               fix="name each value it captures: (?P<loss>[0-9.]+)")
         return v
@@ -97,7 +97,7 @@ class DeclaredTable(BaseModel):
             raise Invalid("'delimiter' is for format: csv", loc=("delimiter",), fix="drop it")
         sources = self.sources()
         if self.format == "regex" and sources is not None:
-            groups = re.compile(self.regex or "").groupindex
+            groups = rx.compile(self.regex or "").groupindex
             for i, s in enumerate(sources):
                 if s not in groups:
                     where: tuple[str | int, ...] = ("columns", s) if isinstance(self.columns, dict) \
@@ -123,7 +123,7 @@ class DeclaredTable(BaseModel):
     def sources(self) -> list[str] | None:
         """The names kept as the files spell them (None: every one)."""
         if self.columns is None:
-            return list(re.compile(self.regex).groupindex) if self.regex else None
+            return list(rx.compile(self.regex).groupindex) if self.regex else None
         return list(self.columns)
 
     def names(self) -> list[str] | None:

@@ -213,6 +213,15 @@ def check_filter(name: str, value: Any, args: tuple[Any, ...], kwargs: dict[str,
     _check_call(name, value, args, kwargs)
 
 
+def made(value: Any) -> Any:
+    """``value`` (what a ``~`` made), a step of the render's budget and weighed against its bounds."""
+    b = _current.get()
+    if b is None:
+        return value
+    b.step()
+    return b.make(value)
+
+
 def current() -> Budget | None:
     """The budget of the render going on in this context (None outside :func:`bounded`)."""
     return _current.get()

@@ -169,18 +169,20 @@ def read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
 
 
 MAX_NODES = 200_000  # values in a document once its aliases are expanded (a real spec or suite has hundreds)
+MAX_DEPTH = 64  # levels of nesting (a real spec or suite has under ten)
 
 
-def _expanded_size(doc: Any) -> int:
-    """How many values ``doc`` holds with aliases expanded (memoised: a bomb is counted, never expanded)."""
-    sizes: dict[int, int] = {}
+def _expanded_size(doc: Any) -> tuple[int, int]:
+    """How many values ``doc`` holds with aliases expanded (memoised: a bomb is counted, never expanded), and how
+    deep it nests."""
+    sizes: dict[int, tuple[int, int]] = {}
 
-    def size(node: Any) -> int:
+    def size(node: Any) -> tuple[int, int]:
         if not isinstance(node, dict | list):
-            return 1
+            return 1, 0
         if id(node) not in sizes:
-            items = list(node.values()) if isinstance(node, dict) else node
-            sizes[id(node)] = 1 + sum(size(v) for v in items)
+            items = [size(v) for v in (list(node.values()) if isinstance(node, dict) else node)]
+            sizes[id(node)] = 1 + sum(n for n, _ in items), 1 + max((d for _, d in items), default=0)
         return sizes[id(node)]
 
     return size(doc)
@@ -203,9 +205,15 @@ def load(path: Path) -> tuple[Any, Located]:
     except YAMLError as e:
         raise UsageError(f"{path.name} is not valid YAML: {e}", where=str(path),
                          fix="fix the YAML syntax") from None
+    except RecursionError:
+        raise UsageError(f"{path.name} is nested deeper than testbed reads (at most {MAX_DEPTH} levels)",
+                         where=str(path), fix="flatten it: a spec or suite nests a few levels") from None
     if doc is None:
         doc = {}
-    n = _expanded_size(doc)
+    n, depth = _expanded_size(doc)
+    if depth > MAX_DEPTH:
+        raise UsageError(f"{path.name} is nested {depth} levels deep (at most {MAX_DEPTH})", where=str(path),
+                         fix="flatten it: a spec or suite nests a few levels")
     if n > MAX_NODES:
         raise UsageError(f"{path.name} expands to {n:,} values through its aliases (at most {MAX_NODES:,})",
                          where=str(path), fix="write the values out or use fewer nested aliases (*name)")

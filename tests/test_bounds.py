@@ -99,6 +99,10 @@ BOMBS = [
     ("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}", "steps"),
     ("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s }}",
      "more than 1,048,576 characters or items"),
+    ("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+     "{{ ns.s | length }}", "more than 1,048,576 characters or items"),
+    ("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = (ns.s ~ '-') ~ ns.s %}{% endfor %}"
+     "{{ ns.s[:3] }}", "more than 1,048,576 characters or items"),
     ("{% set x %}{% for i in range(100000) %}{{ 'y' * 1000000 }}{% endfor %}{% endset %}{{ x | length }}",
      "characters or items in all"),
     ("{% for i in range(100000) %}" + "z" * 1000 + "{% endfor %}", "characters or items"),
@@ -127,6 +131,7 @@ GOOD = [
     ("{{ '%d' % 12345678901234 }} {{ 2 ** 64 }} {{ seed * 1000003 }}",
      "12345678901234 18446744073709551616 4294977884895"),
     ("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ n }}{% endif %}{% endmacro %}{{ f(5) }}", "12345"),
+    ("{{ 'a' ~ 1 ~ ('b' ~ 'c') }}", "a1bc"),
 ]
 
 

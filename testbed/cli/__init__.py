@@ -38,6 +38,7 @@ def main() -> None:
     """Console-script entry: run the app and turn every error into one message and an exit code."""
     _lazy_stdlib()
     _sane_columns()
+    _refuse_undecodable_argv()
     if _stdout_closed():  # nothing could be shown: refused before any work, not a silent success
         sys.stderr.write("error: standard output is closed: testbed cannot print what it does (run it with "
                          "stdout open, or redirect it: > /dev/null)\n")
@@ -97,6 +98,19 @@ def main() -> None:
                                    "  fix:   run again with --debug for the traceback and report it")
         sys.exit(Exit.FAILED)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _refuse_undecodable_argv() -> None:
+    """An argument whose bytes are not UTF-8 (Python keeps them as lone surrogates, which no file, shell command
+    or message can hold) is refused before any work, naming it."""
+    for i, arg in enumerate(sys.argv[1:], start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+            sys.stderr.write(f"error: argument {i} ({shown}) is not UTF-8 text\n  where: command line\n"
+                             "  fix:   give names, paths and values in UTF-8 (rename a file whose name is not)\n")
+            sys.exit(Exit.USAGE)
 
 
 EXIT_PIPE = Exit.FAILED

@@ -15,11 +15,14 @@ import typer
 from testbed.cli.common import JsonOpt, console, escape, print_json
 
 FETCH_TIMEOUT = 20.0
-"""Seconds a README fetched by URL may take (connecting and reading)."""
+"""Seconds a README fetched by URL may take in all (connecting and reading, however slowly it trickles)."""
+STALL = 5.0
+"""Seconds one connect or read may wait for a byte (so the total is kept within one stall of FETCH_TIMEOUT)."""
 
 
 def fetch(url: str, limit: int, timeout: float = FETCH_TIMEOUT) -> str:
     """The text at an http(s) ``url``, at most ``limit`` bytes of UTF-8; any failure is one UsageError."""
+    import time
     import urllib.error
     import urllib.request
 
@@ -37,10 +40,19 @@ def fetch(url: str, limit: int, timeout: float = FETCH_TIMEOUT) -> str:
             return super().redirect_request(req, fp, code, msg, headers, newurl)
 
     opener = urllib.request.build_opener(HttpOnly)
+    deadline = time.monotonic() + timeout
     try:
         req = urllib.request.Request(url, headers={"User-Agent": "testbed-new"})  # noqa: S310 (http(s) only)
-        with opener.open(req, timeout=timeout) as resp:
-            body: bytes = resp.read(limit + 1)
+        with opener.open(req, timeout=min(timeout, STALL)) as resp:
+            body = b""
+            while len(body) <= limit:  # a total deadline: a server trickling a byte at a time is cut off too
+                if time.monotonic() > deadline:
+                    raise UsageError(f"the README at this URL did not arrive within {timeout:g} s ({len(body):,} "
+                                     "bytes came)", where=url, fix=fix)
+                chunk = resp.read1(min(65536, limit + 1 - len(body)))
+                if not chunk:
+                    break
+                body += chunk
     except urllib.error.HTTPError as e:
         raise UsageError(f"could not fetch the README: HTTP {e.code} {e.reason}", where=url, fix=fix) from None
     except (urllib.error.URLError, OSError, ValueError) as e:

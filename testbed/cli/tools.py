@@ -149,12 +149,14 @@ def demo_runs(tb: str) -> tuple[list[str], list[list[str]]]:
     name themselves: the package names none."""
     # lazy: testbed --help and completion load every command module
     from testbed.suite import list_suites, load_suite
+    from testbed.yamlfile import read_text
 
     seed = str(int(time.time()) % 97)  # {seed}: another host-kill step from one demo to the next
     profiles: list[str] = []
     runs: list[list[str]] = []
     for name, path in list_suites().items():
-        if not re.search(r"^demo:", path.read_text(), re.M):  # only those suites are loaded (and checked)
+        # a regular UTF-8 file of bounded size, read without blocking (a FIFO is refused, naming it)
+        if not re.search(r"^demo:", read_text(path), re.M):  # only those suites are loaded (and checked)
             continue
         suite = load_suite(name)
         if suite.profile and suite.profile not in profiles:

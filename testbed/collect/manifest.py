@@ -174,7 +174,7 @@ def load(path: Path) -> Manifest:
     p = p / MANIFEST if p.is_dir() else p
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # nested past Python's depth too
         return {}
     return cast(Manifest, data) if isinstance(data, dict) else {}
 

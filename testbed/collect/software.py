@@ -33,7 +33,7 @@ def cache_path(store: Store, testbed: str) -> Path:
 def _load(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # nested past Python's depth too
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -99,7 +99,7 @@ def read_run(path: Path) -> tuple[RunDir | None, str | None]:
         data = json.loads(mpath.read_text(encoding="utf-8"))
     except OSError as exc:
         return None, f"{MANIFEST} unreadable: {exc.strerror or exc}"
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # a manifest nested past Python's depth is no manifest
         return None, f"{MANIFEST} is not JSON ({exc})"
     if not isinstance(data, dict) or not (data.get("suite") or data.get("run_id")):
         return None, f"{MANIFEST} is not a run manifest (no suite or run_id)"

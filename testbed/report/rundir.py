@@ -47,7 +47,7 @@ class RunDir:
                 run.manifest = cast(Manifest, data) if isinstance(data, dict) else {}
                 if not isinstance(data, dict):
                     run.notes.append("manifest.json: not a JSON object; ignored")
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, RecursionError) as exc:  # nested past Python's depth too
                 run.notes.append(f"manifest.json: unreadable ({exc}); report built without it")
         else:
             run.notes.append("manifest.json: missing; suite taken from the folder name")

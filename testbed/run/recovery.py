@@ -7,12 +7,11 @@ records as events (``repaired``, ``resumed``, ``goodput``) for ``status``, the m
 
 from __future__ import annotations
 
-import re
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from testbed import remote
+from testbed import remote, rx
 from testbed.errors import TestbedError
 from testbed.records import RunEvent, RunPlan, RunStep
 from testbed.resolved import Resolved
@@ -117,7 +116,7 @@ def _last(pattern: str | None, text: str) -> int | None:
     if not pattern:
         return None
     found = None
-    for m in re.finditer(pattern, text):
+    for m in rx.compile(pattern).finditer(text):
         try:
             found = int(m.group(1))
         except (IndexError, ValueError, TypeError):

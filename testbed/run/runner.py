@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from testbed import deadman, remote, scripts, suite_fetch
+from testbed import rx as rx_mod
 from testbed import sources as sources_mod
 from testbed.errors import TestbedError, UsageError, by_door
 from testbed.records import RankRecord, RunEvent, RunInfo, RunPlan, RunRecord, SupervisorInfo
@@ -453,9 +454,7 @@ class RankLine:
 def last_line(text: str, pattern: str | None) -> str:
     """The last complete line of ``text`` matching ``pattern`` (any non-blank line without one); carriage-return
     progress bars count by their last state."""
-    import re
-
-    rx = re.compile(pattern) if pattern else None
+    rx = rx_mod.compile(pattern) if pattern else None
     lines = [seg.rsplit("\r", 1)[-1].strip() for seg in text.splitlines()]
     for ln in reversed(lines):
         if ln and (rx is None or rx.search(ln)):

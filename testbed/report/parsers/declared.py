@@ -9,10 +9,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from testbed import rx as rx_mod
 from testbed.report.model import Parsed
 from testbed.report.textio import skip_note, summarise_skips
 
@@ -21,7 +22,7 @@ Row = dict[str, Any]
 
 def regex_rows(text: str, regex: str, label: str = "<text>") -> Parsed[Row]:
     """One row per match of ``regex`` (``^``/``$`` at each line), a column per named group."""
-    rx = re.compile(regex, re.MULTILINE)
+    rx = rx_mod.compile(regex, multiline=True)  # RE2: linear in the text, whatever the pattern
     out: Parsed[Row] = Parsed()
     out.rows = [{k: v for k, v in m.groupdict().items()} for m in rx.finditer(text)]
     if not out.rows:
@@ -56,6 +57,10 @@ def json_rows(text: str, label: str = "<text>") -> Parsed[Row]:
     out: Parsed[Row] = Parsed()
     try:
         data = json.loads(text)
+    except RecursionError:
+        out.skipped.append(f"{label}: JSON nested deeper than testbed reads (about {sys.getrecursionlimit()} "
+                           "levels); not read")
+        return out
     except ValueError:
         notes: list[str] = []
         for lineno, line in enumerate(text.splitlines(), start=1):
@@ -63,7 +68,7 @@ def json_rows(text: str, label: str = "<text>") -> Parsed[Row]:
                 continue
             try:
                 item = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 notes.append(skip_note(label, lineno, line, "not JSON"))
                 continue
             _add(out, item, f"{label}:{lineno}")
