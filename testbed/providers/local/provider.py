@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed import deadman, paths, remote
+from testbed import deadman, homes, paths, remote
 from testbed.capabilities import BakesImages, Capability, CutsNetwork, Expires, KillsHosts, Repairs, RepairsFromImage
 from testbed.errors import TestbedError, provision_fix
 from testbed.exitcodes import Exit
 from testbed.hosts import Host
 from testbed.providers.base import Made, Provider
 from testbed.providers.local.settings import LocalSettings, prefix_for, room
+from testbed.state import Store
 from testbed.textfmt import plural
 
 if TYPE_CHECKING:
@@ -331,8 +332,43 @@ class LocalProvider(Provider, KillsHosts, CutsNetwork, Repairs, Expires, BakesIm
                                "options cannot hold", where="TESTBED_HOME" if os.environ.get("TESTBED_HOME")
                                else "the working folder", fix="set TESTBED_HOME to a folder without them",
                                code=Exit.USAGE)
+        self._check_owners()
         self._check_subnet()
         self._check_neighbours()
+
+    def _check_owners(self) -> None:
+        """Refuse a bridge or a subnet that another local testbed holds, of this state home or any other this
+        user's index lists (testbed.homes): one owner per name, whatever the spec says."""
+        net, mine = self.network, (os.path.realpath(paths.state_home()), self.name)
+        spec = self.spec.source or f"inventories/{self.name}.yml"
+        for home in dict.fromkeys([os.path.realpath(paths.state_home()), *homes.read()[0]]):
+            if not (Path(home) / "state.db").is_file():
+                continue
+            try:
+                st = Store(Path(home) / "state.db", readonly=True)
+            except TestbedError:
+                continue  # a home that cannot be read holds nothing testbed could hand out
+            try:
+                for row in st.testbeds():
+                    if (os.path.realpath(home), row["name"]) == mine or row["provider"] != "local":
+                        continue
+                    info = row["info"] or {}
+                    theirs = {r["id"] for r in st.resources(row["name"], "bridge")} | {str(info.get("bridge"))}
+                    taken = sorted(set(self.bridges) & theirs)
+                    sub = info.get("subnet")
+                    overlap = isinstance(sub, str) and ipaddress.ip_network(sub, strict=False).overlaps(net)
+                    if taken or overlap:
+                        what = f"bridge {taken[0]}" if taken else f"subnet {sub}"
+                        raise TestbedError(
+                            f"the {what} is local testbed '{row['name']}''s (state home {home}): two testbeds would "
+                            "share one network, and each would reach the other's hosts", where=f"{spec}: provider."
+                            + ("bridge" if taken else "subnet"),
+                            fix=paths.edit_hint(spec, "give it a bridge and a subnet of its own (leave bridge unset; "
+                                                      "e.g. subnet: 10.214.0.0/24)")
+                            + f", or destroy that testbed first (TESTBED_HOME={home} testbed destroy {row['name']})",
+                            code=Exit.USAGE)
+            finally:
+                st.close()
 
     def _check_neighbours(self) -> None:
         """Refuse more hosts than this machine's ARP table holds (``gc_thresh3``: 1,024 by default, less what

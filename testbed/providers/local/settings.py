@@ -14,6 +14,8 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from testbed.providers.base_settings import HOSTNAME_RE, Settings
 from testbed.textfmt import plural
 
+PRIVATE = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+"""The private ranges of RFC 1918: the only ones a local testbed's bridge may take."""
 MAX_HOSTS = 1024
 """The most hosts one local testbed holds (each a namespace, an sshd and an init on this machine)."""
 BR_MAX_PORTS = 1024
@@ -74,7 +76,7 @@ class LocalSettings(Settings):
             raise ValueError(f"not an IPv4 subnet such as 10.213.0.0/24 ({e})") from None
         if net.prefixlen > 28:
             raise ValueError("the subnet is too small; use /28 or larger")
-        if net.is_loopback or net.is_multicast or net.is_link_local or not net.is_private:
+        if not any(net.subnet_of(p) for p in PRIVATE):  # Python's is_private also admits 0/8, 240/4, TEST-NETs
             raise ValueError("use a private range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16) such as "
                              "10.213.0.0/24: a public range would route real addresses into the bridge")
         return v
