@@ -571,6 +571,25 @@ class Suite(Strict):
     _env = field_validator("env")(classmethod(lambda cls, v: _env_names(v)))
     _tables = field_validator("tables")(classmethod(lambda cls, v: table_names(v)))
 
+    @field_validator("demo")
+    @classmethod
+    def _demo(cls, v: list[list[str]]) -> list[list[str]]:
+        """A demo run is a run of the demo's own local testbed: the options pick its point and faults, never another
+        testbed (--on: a billed one), a campaign (--matrix), a budget or a source."""
+        for run in v:
+            i = 0
+            while i < len(run):
+                opt = run[i]
+                if opt in DEMO_VALUED and i + 1 < len(run):
+                    i += 2
+                elif opt in DEMO_FLAGS:
+                    i += 1
+                else:
+                    raise ValueError(f"demo option {opt!r} is not one a demo run takes (only "
+                                     f"{', '.join(sorted(DEMO_VALUED))} with a value, and {', '.join(DEMO_FLAGS)}): "
+                                     "the demo runs on its own local testbed, one run at a time")
+        return v
+
     @field_validator("progress")
     @classmethod
     def _progress(cls, v: str | None) -> str | None:
@@ -978,6 +997,11 @@ def load_suite(name_or_path: str, *, named: bool = True) -> Suite:
                                  fix="write a glob relative to the run folder (out/*.csv), to the home folder "
                                      "(~/repo/log/**) or absolute (/tmp/app_*.log), starting with a fixed folder")
     return suite
+
+
+DEMO_VALUED = frozenset({"-p", "--param", "--fault"})
+"""The options of ``testbed run`` a suite's ``demo:`` runs may give, each with its value."""
+DEMO_FLAGS = ("--no-faults",)
 
 
 def is_template(text: str) -> bool:

@@ -157,6 +157,9 @@ def _faults(given: list[str] | None, none: bool) -> list[str] | None:
     # lazy: testbed --help and completion load every command module
     from testbed.errors import UsageError
 
+    if none and given:  # two answers to one question: refused before anything is planned or built
+        raise UsageError(f"--fault {given[0]} and --no-faults ask for opposite things", where="command line",
+                         fix="give --fault NAME to fire that fault, or --no-faults to fire none")
     twice = next((f for i, f in enumerate(given or []) if f in (given or [])[:i]), None)
     if twice is not None:
         raise UsageError(f"--fault {twice} is given twice", where="--fault", fix="name each fault once")
@@ -390,7 +393,7 @@ def plan_cmd(
     from testbed.run import forecast
 
     given = suite_mod.parse_assignments(param or [])
-    fc = forecast.forecast(suite, on, given, matrix=matrix, faults=[] if no_faults else (fault or None),
+    fc = forecast.forecast(suite, on, given, matrix=matrix, faults=_faults(fault, no_faults),
                            store=existing_store())
     if json_out:
         print_json(fc.to_json())
