@@ -164,3 +164,25 @@ def test_an_argument_that_is_not_utf8_is_refused_naming_it(tmp_path: Path, argv:
     err = r.stderr.decode("utf-8", "replace")
     assert r.returncode == 2 and "is not UTF-8 text" in err and "where: command line" in err, err
     assert "internal error" not in err and "Traceback" not in err
+
+
+def test_a_suite_copy_into_a_full_disk_leaves_no_empty_copy(tmp_path: Path) -> None:
+    """collect's copy of the suite into the run folder, on a disk that takes no more bytes: one note naming the
+    run folder and the disk, and no file (least of all an empty one) under the copy's name."""
+    import hashlib
+
+    suite = tmp_path / "experiments" / "s" / "suite.yml"
+    suite.parent.mkdir(parents=True)
+    suite.write_text("name: s\nsteps:\n  launch:\n    command: 'true'\n" + "# padding\n" * 500)
+    run = tmp_path / "results" / "s" / "s-1"
+    run.mkdir(parents=True)
+    info = {"suite_file": str(suite), "suite_sha256": hashlib.sha256(suite.read_bytes()).hexdigest(), "suite": "s"}
+    code = ("import json, sys, resource, signal; from pathlib import Path; "
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0)); "
+            "from testbed.collect.suite_copy import copy_suite; "
+            f"print(json.dumps(copy_suite(json.loads({json.dumps(json.dumps(info))}), Path({str(run)!r}), None)))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    rec, why = json.loads(r.stdout)
+    assert rec is None and str(run) in why and "disk" in why, (r.stdout, r.stderr)
+    assert not [p for p in run.rglob("*") if p.is_file()], list(run.rglob("*"))

@@ -630,3 +630,28 @@ def test_software_freeze_reused_until_the_host_changes(local_testbed, monkeypatc
     c = software("c")
     assert gathers == ["node0", "node0"] and "tbfake==1.0" in c["pip_freeze"]
     assert software("d") == c and len(gathers) == 2
+
+
+def test_a_file_that_keeps_growing_during_collect_is_not_left_in_the_folder(local_testbed):
+    """A running run's log grows while it is collected again (rsync, then verified against the host's checksum):
+    it never verifies, and what lies under its name is removed, so the folder holds what its manifest lists."""
+    bed = local_testbed(hosts=1)
+    run_id, run_dir = make_run(bed, outputs={"*": ["log.txt"]}, files={"node0": {"log.txt": b"epoch 1\n"}})
+    with bed.store.tx() as db:
+        db.execute("UPDATE runs SET status='running', ended=NULL WHERE id=?", (run_id,))
+    first = collect_runs([run_id], Path("results"))[0]
+    assert first.ok, first.problems()
+    writer = subprocess.Popen(["ssh", "-F", str(bed.ssh_config), "-o", "ControlMaster=no", "node0", "--",
+                               f"for i in $(seq 1 20000); do head -c 65536 /dev/urandom >> {run_dir}/log.txt; "
+                               "sleep 0.01; done"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1)
+        r = collect_runs([run_id], Path("results"))[0]
+    finally:
+        writer.kill()
+        writer.wait(10)
+    folder = Path("results/demo") / run_id
+    listed = {f["path"] for f in json.loads((folder / "manifest.json").read_text())["files"]}
+    assert "log.txt" not in listed and not (folder / "node0" / "log.txt").exists(), (listed, r.problems())
+    assert "checksum mismatch" in " ".join(r.problems())
+    _manifest_matches_disk(folder)

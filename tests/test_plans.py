@@ -41,7 +41,10 @@ def test_planning_writes_the_earlier_shape(tb_home: Path, name: str) -> None:
     suite, params, faults = CASES[name]
     plan = runner.plan_run(suite, None, params, faults=faults, dry_run=True, run_id=f"{suite}-20250101-120000-abcd")
     text = json.dumps(plan.to_json()).replace(str(load_suite(suite).dir.resolve()), "<suite-dir>")
-    assert _shape(json.loads(text), drop="needs") == _shape(json.loads((PLANS / f"{name}.json").read_text()))
+    now = json.loads(text)
+    for key in ("checkpoint", "progress"):  # jitc has since declared its checkpoint (its recovery is judged on it)
+        now.pop(key, None)
+    assert _shape(now, drop="needs") == _shape(json.loads((PLANS / f"{name}.json").read_text()))
     assert {r["run_id"] for r in [json.loads(text)]} == {f"{suite}-20250101-120000-abcd"}
 
 

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from testbed.errors import UsageError
-from testbed.paths import MANIFEST, SUITE_FILE
+from testbed.paths import MANIFEST, SUITE_FILE, copy_atomic
 from testbed.setup.profiles import available_profiles
 from testbed.suite import SUITE_NAME_RE
 
@@ -58,13 +57,17 @@ def copy_suite(info: dict[str, Any], folder: Path, old: object) -> tuple[dict[st
             return None, f"the suite's file {p} changed (or is gone) since the run: the suite was not copied"
         pairs.append((p, f"{base}/{os.path.normpath(rel)}"))
     rec: dict[str, Any] = {"path": pairs[0][1], "sha256": want, "files": {}}
-    for p, dest in pairs:
-        target = folder / dest
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(p, target)
-        if dest != rec["path"]:
-            rec["files"][dest] = sha256(target)
-    profile = _copy_profile(info.get("profile"), folder)
+    try:  # each file whole or not at all: a full disk leaves no empty copy under a copied file's name
+        for p, dest in pairs:
+            target = folder / dest
+            target.parent.mkdir(parents=True, exist_ok=True)
+            got = copy_atomic(p, target)
+            if dest != rec["path"]:
+                rec["files"][dest] = got
+        profile = _copy_profile(info.get("profile"), folder)
+    except OSError as exc:
+        return None, (f"the suite was not copied into the run folder {folder}: {exc.strerror or exc} (is its disk "
+                      "full?); the run's files are collected, testbed reproduce will need --suite")
     if profile:
         rec["profile"] = profile
     return rec, None
@@ -86,8 +89,7 @@ def _copy_profile(name: object, folder: Path) -> dict[str, Any] | None:
         return None
     dest = f"{PROFILE_DIR}/{name}.yml"  # a suite folder's profile.yml goes by its profile's name
     (folder / PROFILE_DIR).mkdir(exist_ok=True)
-    shutil.copyfile(path, folder / dest)
-    return {"name": str(name), "path": dest, "sha256": sha256(folder / dest), "copied": "at collect"}
+    return {"name": str(name), "path": dest, "sha256": copy_atomic(path, folder / dest), "copied": "at collect"}
 
 
 def _whole(folder: Path, rec: dict[str, Any]) -> bool:

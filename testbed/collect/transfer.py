@@ -290,11 +290,20 @@ def _send_checked(ctx: Ctx, host: str, lst: Listing, todo: list[str], hc: HostCo
         if attempt == 2:
             hc.error = hc.error or _mismatch(host, lst, bad)
             hc.missing += bad
+            _drop(hdir, bad)  # the manifest leaves them out: so does the folder
             return False
         for p in bad:  # fetch these again from scratch
             (hdir / p).unlink(missing_ok=True)
         todo = bad
     return True
+
+
+def _drop(hdir: Path, bad: list[str]) -> None:
+    """Remove what lies under the names of files that did not verify: a results folder holds only what its
+    manifest lists (a file cut off mid-way waits in PARTIAL_DIR, where the next collect resumes it)."""
+    for p in bad:
+        if _safe_rel(p):
+            (hdir / p).unlink(missing_ok=True)
 
 
 def _mismatch(host: str, lst: Listing, bad: list[str]) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from testbed.errors import TestbedError, UsageError
+from testbed.paths import write_atomic
 from testbed.report import own, render, tidy_csv
 from testbed.report.declared import add_own_tables, add_table_checks, locate_suite, parser_table, unmade_tables
 from testbed.report.model import Check, Report, Table
@@ -119,6 +120,6 @@ def write_report(rep: Report, out_dir: Path, fmt: str, suite: str) -> ReportResu
     rep.promote_key_figure()
     csvs = tidy_csv.write_all(rep)
     path = out_dir / f"report.{fmt}"
-    path.write_text(render.to_html(rep) if fmt == "html" else render.to_markdown(rep), encoding="utf-8")
+    write_atomic(path, render.to_html(rep) if fmt == "html" else render.to_markdown(rep))  # whole, or the last one
     return ReportResult(path, [f.path for f in rep.figures], csvs, list(rep.skipped), list(rep.checks), suite,
                         verdicts=list(rep.verdicts), tables=list(rep.tables))

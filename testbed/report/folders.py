@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from testbed import paths
 from testbed.errors import UsageError, by_door
-from testbed.paths import MANIFEST
+from testbed.paths import MANIFEST, write_atomic
 from testbed.records import Manifest
 from testbed.report import own, render
 from testbed.report.build import ReportResult, build_report, write_report
@@ -442,7 +442,7 @@ def build_index(root: Path, fmt: str = "md") -> IndexResult:
     for ext in ("md", "html"):
         rep = index_report(root, rows, campaigns, skipped, ext)
         path = root / f"{INDEX}.{ext}"
-        path.write_text(render.to_html(rep) if ext == "html" else render.to_markdown(rep), encoding="utf-8")
+        write_atomic(path, render.to_html(rep) if ext == "html" else render.to_markdown(rep))
         paths.append(path)
     out_rows = [{"run_id": r["run"].run_id, "suite": r["run"].suite, "campaign": r["campaign"],
                  "status": r["run"].manifest.get("status"), "report": str(r["report"]) if r["report"] else None,
