@@ -841,6 +841,13 @@ def rehearse(
     from testbed import suite as suite_mod
     from testbed.cli.output import waiting
 
+    # lazy: testbed --help and completion load every command module
+    from testbed.errors import UsageError
+    from testbed.providers.local.settings import subnet_problem
+
+    if subnet is not None and (why := subnet_problem(subnet)) is not None:  # the user's flag, not a generated file
+        raise UsageError(f"--subnet {subnet}: {why}", where="--subnet", fix="give a free private subnet, such as "
+                                                                             "--subnet 10.219.7.0/24")
     c = console(stderr=True)
     with waiting(f"rehearsing {suite}"):
         res = rehearse_mod.rehearse(suite, suite_mod.parse_assignments(param or []), like=like, matrix=matrix,

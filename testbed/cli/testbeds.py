@@ -130,14 +130,18 @@ def destroy(name: Annotated[str, typer.Argument(help="Testbed name.", autocomple
         Resolved.open(name, st, recorded_ok=True)
         st = store()  # a known spec: destroy may still find what an interrupted provision made (by name)
     tb = resolve(name, st, recorded_ok=True)
-    if not yes and sys.stdin.isatty() and tb.provider().costs_money:
+    recorded = tb.record is not None or bool(st.resources(tb.name))
+    if not yes and sys.stdin.isatty() and tb.provider().costs_money and recorded:  # nothing to lose: no question
         typer.confirm(f"destroy every cloud resource of testbed '{name}'?", abort=True)
     # lazy: testbed --help and completion load every command module
     from testbed.cli.output import waiting
 
     with waiting(f"destroying testbed {name}"):
         seconds = services.destroy(tb, progress_printer())
-    console().print(f"testbed {name} destroyed in {seconds:.1f} s")
+    if recorded:
+        console().print(f"testbed {name} destroyed in {seconds:.1f} s")
+    else:  # never "destroyed" of what did not exist
+        console().print(f"testbed {name}: nothing to destroy (state records no host or resource of it here)")
 
 
 def setup(name: Annotated[str, typer.Argument(help="Testbed name.", autocompletion=complete.testbeds)],

@@ -22,6 +22,21 @@ BR_MAX_PORTS = 1024
 """The most ports a Linux bridge takes (the kernel's BR_MAX_PORTS): past it the hosts need a second bridge."""
 
 
+def subnet_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a local testbed's subnet (None: it can): an IPv4 network of /28 or more in one of
+    RFC 1918's ranges."""
+    try:
+        net = ipaddress.IPv4Network(text, strict=True)
+    except ValueError as e:
+        return f"not an IPv4 subnet such as 10.213.0.0/24 ({e})"
+    if net.prefixlen > 28:
+        return "the subnet is too small; use /28 or larger"
+    if not any(net.subnet_of(p) for p in PRIVATE):  # Python's is_private also admits 0/8, 240/4, the TEST-NETs
+        return ("use a private range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16) such as 10.213.0.0/24: a public "
+                "range would route real addresses into the bridge")
+    return None
+
+
 def room(net: ipaddress.IPv4Network) -> int:
     """How many hosts ``net`` holds: its addresses less the network, the bridge's (.1), one spare and broadcast."""
     return max(0, net.num_addresses - 4)
@@ -70,15 +85,9 @@ class LocalSettings(Settings):
     @field_validator("subnet")
     @classmethod
     def _subnet(cls, v: str) -> str:
-        try:
-            net = ipaddress.IPv4Network(v, strict=True)
-        except ValueError as e:
-            raise ValueError(f"not an IPv4 subnet such as 10.213.0.0/24 ({e})") from None
-        if net.prefixlen > 28:
-            raise ValueError("the subnet is too small; use /28 or larger")
-        if not any(net.subnet_of(p) for p in PRIVATE):  # Python's is_private also admits 0/8, 240/4, TEST-NETs
-            raise ValueError("use a private range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16) such as "
-                             "10.213.0.0/24: a public range would route real addresses into the bridge")
+        why = subnet_problem(v)
+        if why is not None:
+            raise ValueError(why)
         return v
 
     @model_validator(mode="after")
