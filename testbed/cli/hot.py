@@ -145,6 +145,14 @@ def status(target: str | None, probe: bool, json_out: bool, orphans: bool = Fals
         extra = {**p.describe(), **extra}
         if probe:
             hosts = p.refresh()
+        else:  # never "up" of a host this machine can see is gone (no network: /proc on a local testbed)
+            gone = p.machine_states()
+            for h in hosts:
+                h.state = gone.get(h.name, h.state)
+            if gone:
+                extra["warning"] = (f"{plural(len(gone), 'host')} gone ({', '.join(sorted(gone))}): its namespace "
+                                    f"is not running on this machine; 'testbed provision {target}' brings "
+                                    f"{'it' if len(gone) == 1 else 'them'} back (disks kept)")
     except TestbedError:
         pass
     if probe:

@@ -185,6 +185,11 @@ class Lifecycle(ABC):
         a host lost (testbed.run.liveness.GONE_STATES); None when this provider cannot tell (the default)."""
         return None
 
+    def machine_states(self) -> dict[str, str]:
+        """host -> what this machine alone can tell of it without the network (``gone``: its machine is not there
+        any more), for ``testbed status``; nothing by default (a cloud's hosts are asked with --probe)."""
+        return {}
+
     def state_notes(self) -> dict[str, str]:
         """host -> what the provider said of its machine at the last :meth:`reported_states` (the node and its
         state in the provider's own words), for the evidence when a run judges it lost; none by default."""

@@ -881,6 +881,18 @@ class LocalProvider(Provider, KillsHosts, CutsNetwork, Repairs, Expires, BakesIm
         """Up, cut (its link down) or down (its init not running), per host."""
         return {h.name: h.state for h in self.refresh()}
 
+    def machine_states(self) -> dict[str, str]:
+        """``gone`` for each host whose init no longer runs on this machine (its namespace vanished: the machine
+        restarted, or it was killed), read from /proc alone."""
+        out: dict[str, str] = {}
+        for h in self.store.hosts(self.name):
+            try:
+                if not self._alive(self.slot(h.name)):
+                    out[h.name] = "gone"
+            except TestbedError:
+                continue
+        return out
+
     def refresh(self) -> list[Host]:
         hosts = self.store.hosts(self.name)
         for h in hosts:
