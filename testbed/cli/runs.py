@@ -282,7 +282,8 @@ def _show_dry_run(plan: RunPlan, json_out: bool) -> None:
         c.print(f"\n[bold]{h.name}[/bold] ({h.address})")
         for i, ln in enumerate(x for x in lines if x["host"] == h.name):
             rank = f" rank {ln['rank']}" if ln["rank"] is not None and ln["phase"] != "launch" else ""
-            c.print(f"  {i + 1:>2}. [cyan]{ln['phase']}[/cyan] {escape(ln['step'])}{rank}: ", end="")
+            where = f" [dim](in {escape(ln['cwd'])})[/dim]" if ln["cwd"] and ln["cwd"] != plan.run_dir else ""
+            c.print(f"  {i + 1:>2}. [cyan]{ln['phase']}[/cyan] {escape(ln['step'])}{rank}{where}: ", end="")
             c.out(ln["command"], highlight=False)
 
 

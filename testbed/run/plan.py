@@ -856,11 +856,12 @@ def read_folders(suite: Suite, params: dict[str, Any], given: dict[str, str] | N
 
 
 def dry_run_lines(plan: RunPlan) -> list[dict[str, Any]]:
-    """Every command of the plan in execution order: {phase, step, host, rank, command}."""
+    """Every command of the plan in execution order: {phase, step, host, rank, command, cwd} (``cwd``: the folder
+    a step or rank runs in; None for testbed's own commands)."""
     out: list[dict[str, Any]] = []
 
-    def add(phase: str, step: str, host: str, command: str, rank: int | None = None) -> None:
-        out.append({"phase": phase, "step": step, "host": host, "rank": rank, "command": command})
+    def add(phase: str, step: str, host: str, command: str, rank: int | None = None, cwd: str | None = None) -> None:
+        out.append({"phase": phase, "step": step, "host": host, "rank": rank, "command": command, "cwd": cwd})
 
     hosts = plan.host_names
     if plan.profile:
@@ -871,10 +872,11 @@ def dry_run_lines(plan: RunPlan) -> list[dict[str, Any]]:
     for phase, phase_steps in (("sources", plan.sources), ("prepare", plan.prepare)):
         for s in phase_steps:
             for h in s.hosts:
-                add(phase, s.name, h, s.commands[h])
+                add(phase, s.name, h, s.commands[h], cwd=s.cwd or plan.run_dir)
     for r in plan.ranks:
         env = " ".join(f"{k}={shell_quote(v)}" for k, v in r.env.items())
-        add("launch", f"rank {r.rank}", r.host, (env + " " if env else "") + r.command, r.rank)
+        add("launch", f"rank {r.rank}", r.host, (env + " " if env else "") + r.command, r.rank,
+            cwd=r.cwd or plan.run_dir)
     for f in plan.faults:
         trig = f"at {f.at:g} s" if f.at is not None else f"when rank {f.watch_rank} logs /{f.when}/"
         add("fault", f"{f.name} ({trig})", f.host, fault_kinds.get(f.action).describe(f), f.rank)
@@ -892,5 +894,5 @@ def dry_run_lines(plan: RunPlan) -> list[dict[str, Any]]:
                     add("recovery", step.name, h, step.commands[h])
     for s in plan.post:
         for h in s.hosts:
-            add("post", s.name, h, s.commands[h])
+            add("post", s.name, h, s.commands[h], cwd=s.cwd or plan.run_dir)
     return out
