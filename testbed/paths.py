@@ -270,36 +270,37 @@ def edit_hint(path: str | Path, change: str) -> str:
     return f"copy it here ({copy}), then {change} in {local}"
 
 
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write ``path`` whole or not at all: into a temporary name beside it, renamed over it only once written and
-    flushed; on any failure (a full disk) the temporary file is removed and the previous ``path``, if any, stays."""
+
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary name beside ``path`` to write into: renamed over ``path`` when the block ends, removed (and the
+    previous ``path``, if any, left as it was) when it fails, a full disk included."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write ``path`` whole or not at all (:func:`replacing`), flushed to the disk before the rename."""
+    with replacing(path) as tmp, open(tmp, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def copy_atomic(src: Path, dest: Path) -> str:
-    """Copy ``src`` to ``dest`` whole or not at all (as :func:`write_atomic`); the sha256 of what was written."""
+    """Copy ``src`` to ``dest`` whole or not at all (:func:`replacing`); the sha256 of what was written."""
     import hashlib
 
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     h = hashlib.sha256()
-    try:
-        with open(src, "rb") as fin, open(tmp, "wb") as fout:
-            for chunk in iter(lambda: fin.read(1 << 20), b""):
-                h.update(chunk)
-                fout.write(chunk)
-            fout.flush()
-            os.fsync(fout.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with replacing(dest) as tmp, open(src, "rb") as fin, open(tmp, "wb") as fout:
+        for chunk in iter(lambda: fin.read(1 << 20), b""):
+            h.update(chunk)
+            fout.write(chunk)
+        fout.flush()
+        os.fsync(fout.fileno())
     return h.hexdigest()
