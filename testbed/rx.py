@@ -24,6 +24,12 @@ def compile(pattern: str, *, multiline: bool = False) -> Any:
     return re2.compile(f"(?m){pattern}" if multiline else pattern, options=_OPTIONS)
 
 
+def group_names(pattern: str) -> list[str]:
+    """The named groups of ``pattern`` in the order they open (RE2's groupindex is ordered by name)."""
+    index = compile(pattern).groupindex
+    return sorted(index, key=index.get)
+
+
 def problem(pattern: str) -> str | None:
     """Why ``pattern`` cannot be a user's pattern (None: it can): not a regular expression, or a feature only a
     backtracking engine has."""

@@ -97,7 +97,7 @@ class DeclaredTable(BaseModel):
             raise Invalid("'delimiter' is for format: csv", loc=("delimiter",), fix="drop it")
         sources = self.sources()
         if self.format == "regex" and sources is not None:
-            groups = rx.compile(self.regex or "").groupindex
+            groups = rx.group_names(self.regex or "")
             for i, s in enumerate(sources):
                 if s not in groups:
                     where: tuple[str | int, ...] = ("columns", s) if isinstance(self.columns, dict) \
@@ -123,7 +123,7 @@ class DeclaredTable(BaseModel):
     def sources(self) -> list[str] | None:
         """The names kept as the files spell them (None: every one)."""
         if self.columns is None:
-            return list(rx.compile(self.regex).groupindex) if self.regex else None
+            return rx.group_names(self.regex) if self.regex else None
         return list(self.columns)
 
     def names(self) -> list[str] | None:

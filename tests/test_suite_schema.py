@@ -205,11 +205,13 @@ def test_requirements_are_checked_unless_dry_run(tb_home: Path) -> None:
 
 def test_dry_run_without_a_loadable_spec_has_as_many_stand_ins_as_the_suite_asks(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """tesla's spec needs $WATID; without it a dry run still shows the five-host plan (it said 'has 1')."""
+    """tesla's spec needs $WATID; without it a dry run refuses as a real run does (issue 51: a dry run checks what a
+    real run checks before renting, the spec included); with it, the plan has the five hosts the point asks for."""
     monkeypatch.delenv("WATID", raising=False)
-    plan = runner.plan_run("tesla", None, {"gpus": "5"}, dry_run=True)
-    assert [h.name for h in plan.hosts] == [f"host{i}" for i in range(5)]
-    assert len(runner.plan_run("tesla", None, {"gpus": "2"}, dry_run=True).hosts) == 2
+    with pytest.raises(UsageError, match="WATID"):
+        runner.plan_run("tesla", None, {"gpus": "5"}, dry_run=True)
+    monkeypatch.setenv("WATID", "jdoe")
+    assert len(runner.plan_run("tesla", None, {"gpus": "5"}, dry_run=True).hosts) == 5
 
 
 def test_a_point_sets_up_only_the_roles_it_needs() -> None:

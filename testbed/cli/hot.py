@@ -59,6 +59,18 @@ def _hosts_table(out: Plain, title: str, hosts: list[Host]) -> None:
               whole=("host", "address"))
 
 
+def _gone(target: str, hosts: list[Host], gone: dict[str, str]) -> dict[str, str]:
+    """Never "up" of a host this machine can see is gone (no network: /proc on a local testbed): each such host
+    marked, and the warning that says how to bring them back."""
+    for h in hosts:
+        h.state = gone.get(h.name, h.state)
+    if not gone:
+        return {}
+    return {"warning": f"{plural(len(gone), 'host')} gone ({', '.join(sorted(gone))}): its namespace is not running "
+                       f"on this machine; 'testbed provision {target}' brings {'it' if len(gone) == 1 else 'them'} "
+                       "back (disks kept)"}
+
+
 def _known_testbed(st: Store, name: str) -> TestbedRow:
     tb = st.testbed(name)
     if tb is None:
@@ -145,14 +157,8 @@ def status(target: str | None, probe: bool, json_out: bool, orphans: bool = Fals
         extra = {**p.describe(), **extra}
         if probe:
             hosts = p.refresh()
-        else:  # never "up" of a host this machine can see is gone (no network: /proc on a local testbed)
-            gone = p.machine_states()
-            for h in hosts:
-                h.state = gone.get(h.name, h.state)
-            if gone:
-                extra["warning"] = (f"{plural(len(gone), 'host')} gone ({', '.join(sorted(gone))}): its namespace "
-                                    f"is not running on this machine; 'testbed provision {target}' brings "
-                                    f"{'it' if len(gone) == 1 else 'them'} back (disks kept)")
+        else:
+            extra.update(_gone(target, hosts, p.machine_states()))
     except TestbedError:
         pass
     if probe:

@@ -244,7 +244,7 @@ def bounded(path: Path, job: Callable[..., T], *args: Any, what: str = "loading"
     if overran:
         proc.kill()
     proc.join(10)
-    fix = f"fix {path.name}; python3 {path} runs its top level alone"
+    fix = f"fix {path.name} (python3 {path} alone shows what its top level does)"
     if overran:
         raise Stopped(f"{path.name} ({what}) ran past {seconds:g} s and was stopped", where=str(path),
                       fix=f"{fix}; TESTBED_REPORT_SECONDS raises the bound")

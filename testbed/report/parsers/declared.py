@@ -24,7 +24,8 @@ def regex_rows(text: str, regex: str, label: str = "<text>") -> Parsed[Row]:
     """One row per match of ``regex`` (``^``/``$`` at each line), a column per named group."""
     rx = rx_mod.compile(regex, multiline=True)  # RE2: linear in the text, whatever the pattern
     out: Parsed[Row] = Parsed()
-    out.rows = [{k: v for k, v in m.groupdict().items()} for m in rx.finditer(text)]
+    names = rx_mod.group_names(regex)  # in the order the groups open, as the regex writes them
+    out.rows = [{k: m.group(k) for k in names} for m in rx.finditer(text)]
     if not out.rows:
         out.skipped.append(f"{label}: no line matches the table's regex")
     return out
