@@ -17,6 +17,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from testbed.hazards import hazard
 from testbed.suite import output_pattern_problem
 from testbed.textfmt import plural
 
@@ -232,6 +233,7 @@ class _State:
         self.d = d
         self.cwd: str | None = None  # relative to the primary source (None: its root)
         self.repo: Source | None = None  # the source the block is in (after `cd REPO`)
+        self.launched: set[tuple[str, str | None]] = set()  # (command, folder) of each launch line read
 
 
 def _clone(st: _State, w: list[str], line: int) -> None:
@@ -248,8 +250,13 @@ def _clone(st: _State, w: list[str], line: int) -> None:
     name = _source_name(url)
     if any(s.name == name for s in st.d.sources):
         return
-    folder = pos[1] if len(pos) > 1 else re.sub(r"\.git$", "", url.rstrip("/").rsplit("/", 1)[-1])
-    st.d.sources.append(Source(name, url, "~/" + re.sub(r"[^\w.-]", "_", folder), line, ref, line if ref else None,
+    stem = re.sub(r"[^\w.-]", "_", re.sub(r"\.git$", "", url.rstrip("/").rsplit("/", 1)[-1])).strip(".") or name
+    folder = re.sub(r"[^\w.-]", "_", pos[1]) if len(pos) > 1 else stem
+    if not folder.strip("."):  # `git clone URL .` or `..`: the home folder itself or above it, never a source's
+        st.d.todos.append((clean(f"the README clones {url} into {pos[1]!r}; the draft clones it into ~/{stem}: "
+                                 "check the folder", 500), line))
+        folder = stem
+    st.d.sources.append(Source(name, url, "~/" + folder, line, ref, line if ref else None,
                                "--recursive" in args or "--recurse-submodules" in args))
 
 
@@ -398,8 +405,9 @@ _HOSTS = re.compile(r"(?:--(?:num[-_]nodes|nnodes|world[-_]size)|(?:^|\s)-(?:np|
 
 def _launch(st: _State, w: list[str], cmd: str, line: int, program: str) -> None:
     folder = _folder(st)
-    if any(ln.command == clean(cmd) and ln.cwd == folder for ln in st.d.launches):
+    if (clean(cmd), folder) in st.launched:
         return  # the same line again (a README repeats it per host or per step): one variant
+    st.launched.add((clean(cmd), folder))
     ph = _placeholder(cmd)
     m = _HOSTS.search(cmd)
     guessed = st.repo is None and len(st.d.sources) > 1  # the folder: in the first of several sources, a guess
@@ -461,12 +469,10 @@ def _git(st: _State, w: list[str], line: int) -> bool:
 
 
 def _setup_kind(w: list[str], cmd: str) -> str | None:
-    """What a set-up line is: limits, reboot, packages, build (None: not a set-up line)."""
+    """What a set-up line is: limits, packages, build (None: not a set-up line; a reboot is a hazard)."""
     p = w[0]
     if "limits.conf" in cmd or "/etc/security/limits" in cmd:
         return "limits"
-    if p in ("reboot", "shutdown") or (p == "systemctl" and "reboot" in w):
-        return "reboot"
     if p in ("pip", "pip3", "apt", "apt-get", "yum", "dnf", "zypper", "conda", "mamba", "micromamba", "wget",
              "curl", "gdown", "snap", "brew", "npm", "cargo") or (_PYTHON.match(p) and w[1:3] == ["-m", "pip"]):
         return "packages"
@@ -501,6 +507,15 @@ def _shell_block(st: _State, b: _Block) -> None:
         m = _COMMENT_EXPECT.match(cmd)
         if m:
             continue
+        danger = hazard(cmd)
+        if danger is not None:
+            if danger.kind == "reboot":
+                st.d.setup_todos.append(Guess("reboot the hosts (a set-up role; a step cannot reboot its own host)",
+                                              line))
+            else:
+                st.d.todos.append((clean(f"not copied into a step: {cmd[:160]!r}, because {danger.reason}; do "
+                                         "by hand what it is for, if the artifact needs it"), line))
+            continue
         if w[0] == "git" and _git(st, w, line):
             continue
         if _environment(st, w, line):
@@ -518,10 +533,9 @@ def _shell_block(st: _State, b: _Block) -> None:
             kept.append((cmd, line, None))
             continue
         kind = _setup_kind(w, cmd)
-        if kind in ("limits", "reboot"):
-            st.d.setup_todos.append(Guess("raise the memlock limit in /etc/security/limits.conf (a set-up role)"
-                                          if kind == "limits" else "reboot the hosts (a set-up role; a step cannot "
-                                          "reboot its own host)", line))
+        if kind == "limits":
+            st.d.setup_todos.append(Guess("raise the memlock limit in /etc/security/limits.conf (a set-up role)",
+                                          line))
             continue
         if not _dropped(w, cmd):
             kept.append((cmd, line, kind))
@@ -604,6 +618,15 @@ def _gaps(d: Draft) -> None:
         d.todos.append(("the outputs: no launch line names a file it writes", None))
 
 
+def least_size(d: Draft) -> int:
+    """A lower bound of the bytes :func:`to_yaml` writes for ``d`` (its values, without keys or comments): for a
+    draft too large to load, known before it is written."""
+    variants = 27 * len(d.launches) if len(d.launches) > 1 else 0  # "{% elif launch == 'x' %}" and "- x" each
+    return (sum(len(ln.command) for ln in d.launches) + variants + sum(len(g.value) for g in d.outputs)
+            + sum(len(s.run) + s.run.count("\n") for s in d.steps)  # a line break: at least 2 bytes written
+            + sum(len(s.repo) for s in d.sources))
+
+
 # --- writing ----------------------------------------------------------------------------------------------------
 NO_LAUNCH = "echo 'TODO: write the launch command (testbed new found none in the README)' >&2; exit 2"
 
@@ -615,13 +638,17 @@ def _from(line: int | None, todo: str | None = None, origin: str = "README.md") 
 
 def _variant(launches: list[LaunchLine]) -> list[str]:
     names: list[str] = []
+    taken: set[str] = set()
+    next_k: dict[str, int] = {}
     for ln in launches:
         base = re.sub(r"[^a-z0-9]+", "-", ln.program.split()[-1].rsplit("/", 1)[-1].lower()
                       .removesuffix(".py").removesuffix(".sh")).strip("-") or "launch"
-        name, k = base, 2
-        while name in names:
+        name, k = base, next_k.get(base, 2)
+        while name in taken:
             name, k = f"{base}-{k}", k + 1
+        next_k[base] = k
         names.append(name)
+        taken.add(name)
     return names
 
 

@@ -126,13 +126,20 @@ def new(name: Annotated[str, typer.Argument(help="The suite's name: lower-case l
                                                                  "else a skeleton).")] = None,
         to: Annotated[str, typer.Option("--to", help="The folder that gets the suite's folder NAME/.")
                       ] = "experiments",
+        override_shipped: Annotated[bool, typer.Option("--override-shipped", help="Draft NAME even when testbed "
+                                                       "ships a suite of that name (yours hides it here).")
+                                    ] = False,
         json_out: JsonOpt = False) -> None:
     """Draft a suite folder (TO/NAME/suite.yml, a README.md, expected/) from an artifact's README: its shell
     blocks become sources, environment, prepare steps, the launch and outputs; its expected output reference
-    stubs. Each guess says the README line it came from; each gap is a TODO that testbed show lists.
+    stubs. Each guess says the README line it came from; each gap is a TODO that testbed show lists. A
+    destructive or piped-to-shell line (rm -rf ~, dd of=/dev/..., curl ... | sh) is never copied into a step:
+    it is a TODO with the reason.
 
-    Refused (exit 2), before anything is written: a NAME that is not a suite name, an existing folder, a README
-    over 1 MiB, not UTF-8 or not found, a URL that is not http(s) or cannot be fetched.
+    Refused (exit 2), before anything is written: a NAME that is not a suite name, or is a shipped suite's
+    (unless --override-shipped), an existing folder, a README over 1 MiB, not UTF-8 or not found, a URL that is
+    not http(s) or cannot be fetched, a draft that testbed show would refuse (too large). The folder appears
+    whole or not at all (written under a temporary name, then renamed).
 
     Example: testbed new myartifact --from https://raw.githubusercontent.com/OWNER/REPO/COMMIT/README.md
     """
@@ -140,6 +147,7 @@ def new(name: Annotated[str, typer.Argument(help="The suite's name: lower-case l
     from testbed import drafting
     from testbed.errors import UsageError
     from testbed.suite import SUITE_NAME_RE
+    from testbed.yamlfile import MAX_FILE_BYTES
 
     if not re.match(SUITE_NAME_RE, name):
         raise UsageError(f"'{name}' is not a suite name", where="command line",
@@ -149,21 +157,20 @@ def new(name: Annotated[str, typer.Argument(help="The suite's name: lower-case l
         if taken.exists() or taken.is_symlink():
             raise UsageError(f"{taken} already exists: testbed new never writes over a suite", where=str(taken),
                              fix=f"pick another name, or move {taken} away first")
+    if not override_shipped:
+        _refuse_shipped(name)
     text, cited, came_from = _read(from_)
     d = drafting.draft(text)
     expected = [f"expected/README-{g.line}.txt" for g in d.expected]
+    where = came_from or "command line"
+    if drafting.least_size(d) > MAX_FILE_BYTES:
+        raise _too_big(f"the draft would hold more than {MAX_FILE_BYTES:,} bytes, the most a suite file may",
+                       where)
     suite_text = drafting.to_yaml(d, name, cited, expected, came_from=came_from or "no README (a skeleton)")
     todos = drafting.todo_comments(suite_text)
-    try:
-        folder.mkdir(parents=True)
-    except OSError as e:
-        raise UsageError(f"cannot make {folder}: {e.strerror}", where=str(folder),
-                         fix="give --to a folder you can write (it is made when missing)") from None
-    (folder / "suite.yml").write_text(suite_text)
-    (folder / "README.md").write_text(_readme(name, came_from, len(todos)))
-    for g, rel in zip(d.expected, expected, strict=True):
-        (folder / rel).parent.mkdir(exist_ok=True)
-        (folder / rel).write_text(g.value + "\n")
+    files = {"suite.yml": suite_text, "README.md": _readme(name, came_from, len(todos)),
+             **{rel: g.value + "\n" for g, rel in zip(d.expected, expected, strict=True)}}
+    write_folder(folder, files, where)
     shown = name if folder.resolve() == (Path("experiments") / name).resolve() else str(folder / "suite.yml")
     if json_out:
         print_json({"suite": str(folder / "suite.yml"), "todos": [{"line": n, "text": t} for n, t in todos],
@@ -177,6 +184,73 @@ def new(name: Annotated[str, typer.Argument(help="The suite's name: lower-case l
                     f"{plural(len(d.launches), 'launch line')}, {plural(len(d.outputs), 'output')}, "
                     f"{plural(len(d.expected), 'reference stub')}; {plural(len(todos), 'TODO')} to fill in "
                     f"(testbed show {escape(shown)})", emoji=False)
+
+
+def _refuse_shipped(name: str) -> None:
+    """Refuse ``name`` when testbed ships a suite of that name: a user's suite of it would hide the shipped one."""
+    # lazy: testbed --help and completion load every command module
+    from testbed import paths
+    from testbed.errors import UsageError
+
+    for root in (paths.PACKAGE_DIR / "_data", paths.PACKAGE_DIR.parent):
+        for shipped in (root / "experiments" / name / paths.SUITE_FILE, root / "experiments" / f"{name}.yml"):
+            if shipped.is_file():
+                raise UsageError(f"'{name}' is the name of a suite testbed ships ({shipped}): a suite of yours "
+                                 "named so would hide it wherever yours is found first", where="command line",
+                                 fix=f"pick another name (e.g. {name}-mine), or pass --override-shipped to hide "
+                                     f"the shipped {name} in this folder on purpose")
+
+
+def _too_big(what: str, where: str) -> Exception:
+    # lazy: testbed --help and completion load every command module
+    from testbed.errors import UsageError
+
+    return UsageError(f"{what}: testbed new writes no suite that testbed show would refuse", where=where,
+                      fix="draft from the part of the README that sets up and runs the artifact (save it as a "
+                          "file and pass it to --from)")
+
+
+def write_folder(folder: Path, files: dict[str, str], where: str) -> None:
+    """Write ``files`` (path relative to ``folder`` -> text) as ``folder``, whole or not at all: into a temporary
+    folder beside it, loaded as a suite (as testbed show would), then renamed. A failure (a full disk, a draft the
+    loader refuses) removes the temporary folder and leaves nothing under ``folder``."""
+    # lazy: testbed --help and completion load every command module
+    import os
+    import shutil
+    import tempfile
+
+    from testbed import suite as suite_mod
+    from testbed.errors import TestbedError, UsageError
+
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".partial", dir=folder.parent))
+    except OSError as e:
+        raise UsageError(f"cannot make {folder}: {e.strerror}", where=str(folder),
+                         fix="give --to a folder you can write (it is made when missing)") from None
+    try:
+        for rel, text in files.items():
+            path = tmp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        try:
+            suite_mod.load_suite(str(tmp / "suite.yml"))
+        except TestbedError as e:
+            raise _too_big(f"the draft would not load ({e.what})", where) from None
+        if folder.exists() or folder.is_symlink():
+            raise UsageError(f"{folder} appeared while the draft was written: testbed new never writes over a "
+                             "suite", where=str(folder), fix=f"pick another name, or move {folder} away first")
+        os.rename(tmp, folder)
+    except OSError as e:
+        raise TestbedError(f"cannot write the draft into {folder.parent}: {e.strerror}", where=str(folder),
+                           fix="free some space there (or give --to another folder), then run the same command "
+                               "again: nothing was left behind") from None
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def register(app: typer.Typer) -> None:
