@@ -214,11 +214,11 @@ def write_folder(folder: Path, files: dict[str, str], where: str) -> None:
     """Write ``files`` (path relative to ``folder`` -> text) as ``folder``, whole or not at all: into a temporary
     folder beside it, loaded as a suite (as testbed show would), then renamed. A failure (a full disk, a draft the
     loader refuses) removes the temporary folder and leaves nothing under ``folder``."""
-    # lazy: testbed --help and completion load every command module
     import os
     import shutil
     import tempfile
 
+    # lazy: testbed --help and completion load every command module
     from testbed import suite as suite_mod
     from testbed.errors import TestbedError, UsageError
 
