@@ -688,10 +688,12 @@ def deeplight_folder() -> Path:
     return out
 
 
-def test_a_compiled_rank_under_mpirun_runs_a_stand_in_and_one_not_under_mpirun_is_skipped(tb_home: Path) -> None:
+def test_a_compiled_rank_under_mpirun_runs_a_stand_in_and_one_not_under_mpirun_is_skipped(
+        tb_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """neuronabox's collectives: mpirun starts a CUDA binary (/tmp/ex, named in the launch's probe:) that the
     skipped compile step makes: an MPI stand-in built on every host takes its place in the real mpirun line (its
     -x, --prefix, -H and --mca options kept); the same binary started without mpirun is skipped, said so."""
+    monkeypatch.setenv("WATID", "jdoe")  # the lab's spec needs it, and a dry run reads the spec as a run does
     suite = load_suite("neuronabox")
     plan = rh.rehearsal_plan(runner.plan_run(suite, None, {"experiment": "coll"}, dry_run=True), suite, "x")
     assert plan.rehearsal is not None and plan.rehearsal["skipped_ranks"] == {}

@@ -171,8 +171,9 @@ def test_an_output_that_matched_nothing_fails_the_point_unless_a_probe_stood_in(
     assert failed == [] and unjudged and "probed or skipped" in unjudged[0]
 
 
-def test_an_output_template_is_rendered_per_point(tb_home: Path) -> None:
+def test_an_output_template_is_rendered_per_point(tb_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """tesla's hello writes only its logs: the training's and the baseline's outputs are declared per task."""
+    monkeypatch.setenv("WATID", "jdoe")  # tesla's spec needs it, and a dry run reads the spec as a run does
     outs = {t: runner.plan_run("tesla", None, {"task": t}, dry_run=True).outputs for t in ("hello", "train",
                                                                                             "baseline")}
     assert all(not any(g.startswith("out/") for g in globs) for globs in outs["hello"].values())
