@@ -264,16 +264,12 @@ def bounded(path: Path, job: Callable[..., T], *args: Any, what: str = "loading"
     raise UsageError(f"{path.name} ({what}) failed: {value}", where=str(path), fix=fix)
 
 
-def _registered(res: SuiteResults) -> Registered:
-    return plain(res)
-
-
 def registered(path: Path) -> Registered:
     """What the report.py at ``path`` registers, read in a child (once per version of the file)."""
     st = path.stat()
     key = (str(path), st.st_mtime_ns, st.st_size)
     if key not in _REGISTERED:
-        _REGISTERED[key] = bounded(path, _registered)
+        _REGISTERED[key] = bounded(path, plain)
     return _REGISTERED[key]
 
 
